@@ -1,0 +1,18 @@
+//! The library's one error enum.
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum Error {
+    /// A config.json (or GGUF metadata) that does not describe a model we can build.
+    #[error("{origin}: field `{field}`: {message}")]
+    Config { origin: String, field: String, message: String },
+    #[error("unknown model `{0}`: give a preset name (see `rdu presets`), a config.json, or a directory holding one")]
+    UnknownModel(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,1 @@
+//! Whole-program front end: TODO

@@ -1,0 +1,1 @@
+//! Dataflow graph and reference interpreter: TODO

@@ -1,0 +1,7 @@
+//! Models: the spec (`spec`), import from HF `config.json` (`config`), built-in presets
+//! (`presets`), and the authored layer programs (`author`).
+
+pub mod author;
+pub mod config;
+pub mod presets;
+pub mod spec;

@@ -1,0 +1,279 @@
+//! `ModelSpec`: everything about a model that decides the programs `rdu` writes for it —
+//! the layers (mixer, rotation, window, feed-forward, norms), the rotations, the embedding
+//! and the head — and nothing about weight values.
+//!
+//! Two equal [`Layer`]s author the same program up to names: the layer kinds of a model are
+//! its distinct layers (plus storage), and equality here is what makes that true.
+
+use serde::{Deserialize, Serialize};
+
+/// Which family's conventions the model follows (checkpoint naming, projection layouts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    Llama,
+    Qwen2,
+    Qwen3,
+    Qwen3Moe,
+    Qwen3Next,
+    Qwen35,
+    Gemma3,
+    DeepseekV2,
+}
+
+impl Family {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Family::Llama => "llama",
+            Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
+            Family::Qwen3Moe => "qwen3_moe",
+            Family::Qwen3Next => "qwen3_next",
+            Family::Qwen35 => "qwen3_5",
+            Family::Gemma3 => "gemma3",
+            Family::DeepseekV2 => "deepseek_v2",
+        }
+    }
+}
+
+/// The checkpoint convention the weights come in. The author writes programs for the
+/// weights AS STORED, so the dialect is part of the spec.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dialect {
+    /// HF safetensors; tensor names start with `prefix` (`model.` or `model.language_model.`).
+    Hf { prefix: String },
+    /// llama.cpp GGUF: Gemma/Qwen3-Next norms stored w+1, llama q/k rows permuted to
+    /// interleaved RoPE, `ssm_a = −exp(A_log)`, MLA `attn_k_b`/`attn_v_b`, stacked experts.
+    Gguf,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelSpec {
+    pub name: String,
+    pub family: Family,
+    pub vocab: usize,
+    pub d_model: usize,
+    pub layers: Vec<Layer>,
+    pub rotations: Vec<Rotation>,
+    pub embed: Embed,
+    pub head: Head,
+    /// The longest context the model was configured for (`max_position_embeddings`).
+    pub max_ctx: usize,
+    pub dialect: Dialect,
+    pub bos: Option<u32>,
+    pub eos: Vec<u32>,
+}
+
+impl ModelSpec {
+    pub fn n_layers(&self) -> usize {
+        self.layers.len()
+    }
+}
+
+/// One decoder layer, exactly the fields the seed names.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Layer {
+    pub mixer: Mixer,
+    /// Index into `ModelSpec::rotations`; `None` for mixers without RoPE (Gated DeltaNet).
+    pub rotation: Option<usize>,
+    /// Sliding-window size: query i sees key j iff j ≤ i and i − j < window.
+    pub window: Option<usize>,
+    pub ffn: Ffn,
+    pub norms: Norms,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mixer {
+    /// Multi-head attention with GQA (Llama, Qwen2/3, Gemma 3, Qwen3-Next/3.5 gated attention).
+    Attention {
+        heads: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        /// Per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3, Qwen3-Next).
+        qk_norm: bool,
+        /// q_proj also emits a per-head gate; the attention output is multiplied by its sigmoid.
+        output_gate: bool,
+        /// Biases on q, k and v (Qwen2).
+        qkv_bias: bool,
+        /// Softmax scale (already including any YaRN correction).
+        scale: f64,
+        /// How many leading dims of each head RoPE rotates (partial rotary when < head_dim).
+        rotary_dim: usize,
+    },
+    /// DeepSeek-V2 multi-head latent attention; decode uses the absorbed form.
+    Mla {
+        heads: usize,
+        q_lora_rank: Option<usize>,
+        kv_lora_rank: usize,
+        qk_nope: usize,
+        qk_rope: usize,
+        v_dim: usize,
+        scale: f64,
+    },
+    /// Gated DeltaNet (Qwen3-Next, Qwen3.5/3.6).
+    GatedDeltaNet {
+        k_heads: usize,
+        v_heads: usize,
+        k_dim: usize,
+        v_dim: usize,
+        conv_kernel: usize,
+        layout: GdnLayout,
+    },
+}
+
+impl Mixer {
+    /// A short word naming the mixer (used in kind names and `rdu kinds --json`).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Mixer::Attention { output_gate: true, .. } => "gated_attention",
+            Mixer::Attention { .. } => "attention",
+            Mixer::Mla { .. } => "mla",
+            Mixer::GatedDeltaNet { .. } => "deltanet",
+        }
+    }
+}
+
+/// How a Gated DeltaNet layer's input projections are laid out in the checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GdnLayout {
+    /// Qwen3-Next HF: `in_proj_qkvz` and `in_proj_ba`, grouped by key head.
+    Grouped,
+    /// Qwen3.5 HF: `in_proj_qkv` (q all | k all | v all), `in_proj_z`, `in_proj_b`, `in_proj_a`.
+    Split,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Act {
+    Silu,
+    GeluTanh,
+}
+
+impl Act {
+    pub fn op(self) -> &'static str {
+        match self {
+            Act::Silu => "silu",
+            Act::GeluTanh => "gelu_tanh",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ffn {
+    /// Gated MLP: `down(act(gate(x)) ⊙ up(x))`.
+    Dense { hidden: usize, act: Act },
+    Moe {
+        experts: usize,
+        top_k: usize,
+        expert_hidden: usize,
+        act: Act,
+        shared: Option<SharedExpert>,
+        router: Router,
+    },
+}
+
+impl Ffn {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Ffn::Dense { .. } => "dense",
+            Ffn::Moe { .. } => "moe",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SharedExpert {
+    pub hidden: usize,
+    /// Multiplied by `sigmoid(x · w_sg)` (Qwen3-Next); DeepSeek's is ungated.
+    pub gated: bool,
+}
+
+/// Softmax routing: `p = softmax(x W_gᵀ)`, then top-k (group-limited when `groups > 1`),
+/// then renormalisation (`norm_topk`) and the scaling factor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Router {
+    pub norm_topk: bool,
+    pub scaling: f64,
+    pub groups: usize,
+    pub topk_groups: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Norms {
+    pub eps: f64,
+    /// The `(1 + w)` convention (Gemma 3, Qwen3-Next as stored by HF).
+    pub unit_offset: bool,
+    pub pre_attn: bool,
+    pub post_attn: bool,
+    pub pre_ffn: bool,
+    pub post_ffn: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RopeStyle {
+    /// rotate_half: pairs (i, i + R/2).
+    Neox,
+    /// adjacent pairs (2i, 2i + 1).
+    Interleaved,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Rotation {
+    pub base: f64,
+    /// Rotary dims R (the table has R/2 columns).
+    pub dim: usize,
+    pub style: RopeStyle,
+    pub scaling: RopeScaling,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RopeScaling {
+    None,
+    Linear {
+        factor: f64,
+    },
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_max: usize,
+    },
+    Yarn {
+        factor: f64,
+        original_max: usize,
+        beta_fast: f64,
+        beta_slow: f64,
+        mscale: f64,
+        mscale_all_dim: f64,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Embed {
+    /// Multiply the looked-up row by this (Gemma: √d_model).
+    pub scale: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Head {
+    /// logits = norm(h) Eᵀ with the embedding matrix.
+    pub tied: bool,
+    pub norm_eps: f64,
+    pub norm_unit_offset: bool,
+}
+
+/// What one step of a program processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cut {
+    /// A whole sequence of `seq` tokens, causally, without a cache.
+    Forward { seq: usize },
+    /// One token against a cache of `ctx` positions.
+    Decode { ctx: usize },
+}
