@@ -1,1 +1,153 @@
-//! TODO
+//! A model as the RDU would run it: one program per LAYER KIND, and a manifest binding every
+//! layer to its kind (see `shared/seed/streamed-module.txt`).
+//!
+//! This file holds the grouping of layers into kinds and the naming convention that binds a
+//! kind's program to each of its layers (`rebind`, `rebind_via`, `renaming`). It does not
+//! lower anything itself.
+
+use crate::lang::{shape_digest, Digest};
+use crate::model::author::source_of;
+use crate::model::spec::{Cut, ModelSpec};
+use std::collections::BTreeMap;
+
+pub use crate::lang::renaming;
+pub use crate::model::storage::Storage;
+
+/// One layer kind before lowering: its name, digest and layers (ascending).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KindGroup {
+    pub name: String,
+    pub digest: Digest,
+    pub layers: Vec<usize>,
+    /// The representative (first) layer's mixer and feed-forward labels.
+    pub mixer: &'static str,
+    pub ffn: &'static str,
+}
+
+impl KindGroup {
+    /// The layer whose program stands for the kind.
+    pub fn representative(&self) -> usize {
+        self.layers[0]
+    }
+}
+
+/// The context `layer_kinds` authors decode programs at when no cut is given.
+pub const KINDS_CTX: usize = 4096;
+
+/// The model's layer kinds, in the order their first layer appears: two layers are of one
+/// kind when their authored decode programs (text and Q8_0 set) share a `shape_digest`.
+pub fn layer_kinds(spec: &ModelSpec, storage: &Storage) -> Vec<KindGroup> {
+    layer_kinds_for(spec, Cut::Decode { ctx: KINDS_CTX.min(spec.max_ctx.max(1)) }, storage)
+}
+
+/// `layer_kinds` for the programs of a given cut.
+pub fn layer_kinds_for(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Vec<KindGroup> {
+    let mut kinds: Vec<KindGroup> = Vec::new();
+    let mut by_digest: BTreeMap<Digest, usize> = BTreeMap::new();
+    for (l, layer) in spec.layers.iter().enumerate() {
+        let digest = shape_digest(&source_of(spec, l, cut, storage));
+        match by_digest.get(&digest) {
+            Some(&k) => kinds[k].layers.push(l),
+            None => {
+                by_digest.insert(digest, kinds.len());
+                let mut name = format!(
+                    "{}{}_{}",
+                    layer.mixer.label(),
+                    if layer.window.is_some() { "_sliding" } else { "" },
+                    layer.ffn.label()
+                );
+                let same = kinds.iter().filter(|k| k.name == name || k.name.starts_with(&format!("{name}_v"))).count();
+                if same > 0 {
+                    name = format!("{name}_v{}", same + 1);
+                }
+                kinds.push(KindGroup {
+                    name,
+                    digest,
+                    layers: vec![l],
+                    mixer: layer.mixer.label(),
+                    ffn: layer.ffn.label(),
+                });
+            }
+        }
+    }
+    kinds
+}
+
+/// How a bundle names its layers' hidden-state inputs: `first` in layer 0, `{prefix}{l-1}`
+/// in layer `l` (and `{prefix}{l}` is layer `l`'s output).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HiddenNames {
+    pub first: &'static str,
+    pub prefix: &'static str,
+}
+
+/// One sequence: `x`, `xo0`, `xo1`, …
+pub const SINGLE: HiddenNames = HiddenNames { first: "x", prefix: "xo" };
+/// A batch of sequences stacked: `X`, `bxo0`, `bxo1`, …
+pub const STACKED: HiddenNames = HiddenNames { first: "X", prefix: "bxo" };
+
+/// Bases of shared tensors whose digit suffix is a rotation index, never a layer's.
+const SHARED_BASES: [&str; 2] = ["cos", "sin"];
+
+/// The name layer `to` gives the tensor that layer `from` calls `name`: the hidden-state
+/// input is named by position (`x` for the first layer, `xo{l-1}` after); every per-layer
+/// tensor carries its layer's index as a suffix (`Wq0`, `x2n3`); anything else — the shared
+/// RoPE tables, runtime inputs such as `pos` — is the same tensor in every layer.
+pub fn rebind(name: &str, from: usize, to: usize) -> String {
+    rebind_via(name, from, to, SINGLE)
+}
+
+/// `rebind` for a bundle whose layers name their hidden-state input with `hidden` — the
+/// stacked `X`/`bxo{l-1}` of a batch. A per-sequence tensor keeps its sequence suffix
+/// (`Kc3_s1` at layer 7 is `Kc7_s1`).
+pub fn rebind_via(name: &str, from: usize, to: usize, hidden: HiddenNames) -> String {
+    let input_of = |l: usize| if l == 0 { hidden.first.to_string() } else { format!("{}{}", hidden.prefix, l - 1) };
+    if name == input_of(from) {
+        return input_of(to);
+    }
+    let (stem, seq) = split_sequence_suffix(name);
+    let base = stem.trim_end_matches(|c: char| c.is_ascii_digit());
+    let digits = &stem[base.len()..];
+    if base.is_empty() || digits.is_empty() || SHARED_BASES.contains(&base) || digits != from.to_string() {
+        return name.to_string();
+    }
+    format!("{base}{to}{seq}")
+}
+
+/// `Kc3_s1` → (`Kc3`, `_s1`); a name without a sequence suffix → (name, "").
+fn split_sequence_suffix(name: &str) -> (&str, &str) {
+    if let Some(i) = name.rfind("_s") {
+        let tail = &name[i + 2..];
+        if !tail.is_empty() && tail.bytes().all(|b| b.is_ascii_digit()) && i > 0 {
+            return (&name[..i], &name[i..]);
+        }
+    }
+    (name, "")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rebind_follows_the_naming_convention() {
+        assert_eq!(rebind("x", 0, 5), "xo4");
+        assert_eq!(rebind("xo4", 5, 0), "x");
+        assert_eq!(rebind("xo2", 3, 7), "xo6");
+        assert_eq!(rebind("xo3", 3, 7), "xo7");
+        assert_eq!(rebind("Wq3", 3, 11), "Wq11");
+        assert_eq!(rebind("x2n3", 3, 4), "x2n4");
+        assert_eq!(rebind("cos0", 0, 4), "cos0");
+        assert_eq!(rebind("sin1", 1, 4), "sin1");
+        assert_eq!(rebind("pos", 1, 4), "pos");
+        assert_eq!(rebind("Wq30", 3, 4), "Wq30", "suffix must equal the layer exactly");
+    }
+
+    #[test]
+    fn rebind_via_keeps_sequence_suffixes() {
+        assert_eq!(rebind_via("Kc3_s1", 3, 7, STACKED), "Kc7_s1");
+        assert_eq!(rebind_via("X", 0, 2, STACKED), "bxo1");
+        assert_eq!(rebind_via("bxo2", 3, 0, STACKED), "X");
+        assert_eq!(rebind_via("pos_s2", 3, 7, STACKED), "pos_s2");
+    }
+}

@@ -5,3 +5,4 @@ pub mod author;
 pub mod config;
 pub mod presets;
 pub mod spec;
+pub mod storage;

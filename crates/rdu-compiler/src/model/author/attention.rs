@@ -1,0 +1,91 @@
+//! Multi-head attention with GQA, optional q/k norm, output gate, partial rotary and q/k/v
+//! biases (Llama, Qwen2/3, Gemma 3, Qwen3-Next/3.5 gated attention).
+
+use super::writer::{float, list, Writer};
+use super::LayerCtx;
+use crate::model::spec::Mixer;
+
+/// Writes the attention mixer over the normalised hidden state `hn`; returns its `[N, D]` output.
+pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String {
+    let Mixer::Attention { heads, kv_heads, head_dim, qk_norm, output_gate, qkv_bias, scale, .. } =
+        ctx.layer.mixer
+    else {
+        unreachable!("attention::write on a non-attention layer")
+    };
+    let (n, d, hd) = (ctx.rows, ctx.spec.d_model, head_dim);
+    let q_rows = heads * hd * if output_gate { 2 } else { 1 };
+    let wq = w.projection("Wq", &[q_rows, d]);
+    let wk = w.projection("Wk", &[kv_heads * hd, d]);
+    let wv = w.projection("Wv", &[kv_heads * hd, d]);
+    let wo = w.projection("Wo", &[d, heads * hd]);
+    let (bq, bk, bv) = if qkv_bias {
+        (
+            Some(w.weight("bq", &[q_rows])),
+            Some(w.weight("bk", &[kv_heads * hd])),
+            Some(w.weight("bv", &[kv_heads * hd])),
+        )
+    } else {
+        (None, None, None)
+    };
+    let (qn, kn) = if qk_norm { (Some(w.weight("qn", &[hd])), Some(w.weight("kn", &[hd]))) } else { (None, None) };
+    let (cos, sin, rot) = ctx.rope_tables(w);
+    let caches = ctx.decode().then(|| {
+        let slots = ctx.cache_slots();
+        (w.state("Kc", &[slots, kv_heads, hd]), w.state("Vc", &[slots, kv_heads, hd]))
+    });
+
+    let q = linear(w, "q", hn, &wq, bq.as_deref());
+    let k = linear(w, "k", hn, &wk, bk.as_deref());
+    let v = linear(w, "v", hn, &wv, bv.as_deref());
+    let (qh, gate) = if output_gate {
+        // q_proj emits, per head, hd query values then hd gate values.
+        let qg = w.op("qg", "reshape", &[&q, &list(&[n, heads, 2 * hd])], &[]);
+        let qh = w.op("qh", "slice", &[&qg], &slice(2, 0, hd));
+        let gh = w.op("gh", "slice", &[&qg], &slice(2, hd, hd));
+        (qh, Some(w.op("gf", "reshape", &[&gh, &list(&[n, heads * hd])], &[])))
+    } else {
+        (w.op("qh", "reshape", &[&q, &list(&[n, heads, hd])], &[]), None)
+    };
+    let kh = w.op("kh", "reshape", &[&k, &list(&[n, kv_heads, hd])], &[]);
+    let vh = w.op("vh", "reshape", &[&v, &list(&[n, kv_heads, hd])], &[]);
+    let (qh, kh) = match (qn, kn) {
+        (Some(qn), Some(kn)) => {
+            (w.op("qnh", "rms_norm", &[&qh, &qn], &ctx.norm_attrs()), w.op("knh", "rms_norm", &[&kh, &kn], &ctx.norm_attrs()))
+        }
+        _ => (qh, kh),
+    };
+    let rope = [("dim", rot.to_string()), ("style", ctx.rope_style().to_string())];
+    let qr = w.op("qr", "rope", &[&qh, &cos, &sin, "pos"], &rope);
+    let kr = w.op("kr", "rope", &[&kh, &cos, &sin, "pos"], &rope);
+    let mut attrs = vec![("scale", float(scale))];
+    attrs.extend(ctx.window_attr());
+    let a = match caches {
+        Some((kc, vc)) => {
+            w.update(&kc, "cache_put", &[&kc, &kr, "pos"], &[]);
+            w.update(&vc, "cache_put", &[&vc, &vh, "pos"], &[]);
+            w.op("a", "attend", &[&qr, &kc, &vc, "pos"], &attrs)
+        }
+        None => w.op("a", "attend", &[&qr, &kr, &vh, "pos"], &attrs),
+    };
+    let af = w.op("af", "reshape", &[&a, &list(&[n, heads * hd])], &[]);
+    let af = match gate {
+        Some(gf) => {
+            let sg = w.op("gs", "sigmoid", &[&gf], &[]);
+            w.op("ag", "mul", &[&af, &sg], &[])
+        }
+        None => af,
+    };
+    w.op("mo", "linear", &[&af, &wo], &[])
+}
+
+/// `slice` attributes.
+pub(super) fn slice(axis: usize, start: usize, len: usize) -> [(&'static str, String); 3] {
+    [("axis", axis.to_string()), ("start", start.to_string()), ("len", len.to_string())]
+}
+
+pub(super) fn linear(w: &mut Writer<'_>, out: &str, x: &str, weight: &str, bias: Option<&str>) -> String {
+    match bias {
+        Some(b) => w.op(out, "linear", &[x, weight, b], &[]),
+        None => w.op(out, "linear", &[x, weight], &[]),
+    }
+}

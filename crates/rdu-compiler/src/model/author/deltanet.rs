@@ -1,0 +1,114 @@
+//! Gated DeltaNet (Qwen3-Next, Qwen3.5/3.6): projections, causal depthwise conv + SiLU,
+//! l2-normalised q/k, the gated delta rule, a gated RMSNorm and the output projection.
+
+use super::attention::slice;
+use super::writer::{float, list, Writer};
+use super::LayerCtx;
+use crate::model::spec::{Dialect, GdnLayout, Mixer};
+
+/// q/k l2-norm epsilon (transformers' `l2norm` default).
+const L2_EPS: f64 = 1e-6;
+
+/// Writes the Gated DeltaNet mixer over `hn`; returns its `[N, D]` output.
+pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String {
+    let Mixer::GatedDeltaNet { k_heads: nk, v_heads: nv, k_dim: dk, v_dim: dv, conv_kernel: kernel, layout } =
+        ctx.layer.mixer
+    else {
+        unreachable!("deltanet::write on a non-DeltaNet layer")
+    };
+    let (n, d) = (ctx.rows, ctx.spec.d_model);
+    let r = nv / nk;
+    let (kd, vd) = (nk * dk, nv * dv);
+    let conv = 2 * kd + vd;
+    let gguf = matches!(ctx.spec.dialect, Dialect::Gguf);
+
+    // Projections → mixed qkv [N, conv], z [N, nv, dv], b and a [N, nv].
+    let (mixed, z, b, a) = match layout {
+        GdnLayout::Grouped => {
+            let wqkvz = w.projection("Wqkvz", &[2 * kd + 2 * vd, d]);
+            let wba = w.projection("Wba", &[2 * nv, d]);
+            let p = w.op("p", "linear", &[hn, &wqkvz], &[]);
+            let pg = w.op("pg", "reshape", &[&p, &list(&[n, nk, 2 * dk + 2 * r * dv])], &[]);
+            let qg = w.op("qg", "slice", &[&pg], &slice(2, 0, dk));
+            let kg = w.op("kg", "slice", &[&pg], &slice(2, dk, dk));
+            let vg = w.op("vg", "slice", &[&pg], &slice(2, 2 * dk, r * dv));
+            let zg = w.op("zg", "slice", &[&pg], &slice(2, 2 * dk + r * dv, r * dv));
+            let qf = w.op("qf", "reshape", &[&qg, &list(&[n, kd])], &[]);
+            let kf = w.op("kf", "reshape", &[&kg, &list(&[n, kd])], &[]);
+            let vf = w.op("vf", "reshape", &[&vg, &list(&[n, vd])], &[]);
+            let mixed = w.op("mix", "concat", &[&qf, &kf, &vf], &[("axis", "1".into())]);
+            let z = w.op("z", "reshape", &[&zg, &list(&[n, nv, dv])], &[]);
+            let ba = w.op("ba", "linear", &[hn, &wba], &[]);
+            let bag = w.op("bag", "reshape", &[&ba, &list(&[n, nk, 2 * r])], &[]);
+            let bg = w.op("bg", "slice", &[&bag], &slice(2, 0, r));
+            let ag = w.op("ag", "slice", &[&bag], &slice(2, r, r));
+            let b = w.op("b", "reshape", &[&bg, &list(&[n, nv])], &[]);
+            let a = w.op("a", "reshape", &[&ag, &list(&[n, nv])], &[]);
+            (mixed, z, b, a)
+        }
+        GdnLayout::Split => {
+            let wqkv = w.projection("Wqkv", &[conv, d]);
+            let wz = w.projection("Wz", &[vd, d]);
+            let wb = w.projection("Wb", &[nv, d]);
+            let wa = w.projection("Wa", &[nv, d]);
+            let mixed = w.op("mix", "linear", &[hn, &wqkv], &[]);
+            let zf = w.op("zf", "linear", &[hn, &wz], &[]);
+            let z = w.op("z", "reshape", &[&zf, &list(&[n, nv, dv])], &[]);
+            let b = w.op("b", "linear", &[hn, &wb], &[]);
+            let a = w.op("a", "linear", &[hn, &wa], &[]);
+            (mixed, z, b, a)
+        }
+    };
+    // HF stores conv1d as [conv, 1, K]; GGUF squeezes it to [conv, K].
+    let cw = if gguf { w.weight("cw", &[conv, kernel]) } else { w.weight("cw", &[conv, 1, kernel]) };
+    let dtb = w.weight("dtb", &[nv]);
+    // HF stores A_log; GGUF stores ssm_a = −exp(A_log).
+    let alog = w.weight(if gguf { "ssma" } else { "Alog" }, &[nv]);
+    let gn = w.weight("gn", &[dv]);
+    let wo = w.projection("Wo", &[d, vd]);
+    let states = ctx.decode().then(|| (w.state("Cv", &[kernel - 1, conv]), w.state("Sd", &[nv, dk, dv])));
+
+    // Causal depthwise conv + SiLU.
+    let cwk = if gguf { cw } else { w.op("cwk", "reshape", &[&cw, &list(&[conv, kernel])], &[]) };
+    let cv = match &states {
+        Some((cstate, _)) => {
+            let cv = w.op("cv", "conv_step", &[&mixed, &cwk, cstate], &[]);
+            w.update(cstate, "conv_shift", &[cstate, &mixed], &[]);
+            cv
+        }
+        None => w.op("cv", "conv_step", &[&mixed, &cwk], &[]),
+    };
+    let cs = w.op("cs", "silu", &[&cv], &[]);
+    let qc = w.op("qc", "slice", &[&cs], &slice(1, 0, kd));
+    let kc = w.op("kc", "slice", &[&cs], &slice(1, kd, kd));
+    let vc = w.op("vc", "slice", &[&cs], &slice(1, 2 * kd, vd));
+    let qh = w.op("qh", "reshape", &[&qc, &list(&[n, nk, dk])], &[]);
+    let kh = w.op("kh", "reshape", &[&kc, &list(&[n, nk, dk])], &[]);
+    let vh = w.op("vh", "reshape", &[&vc, &list(&[n, nv, dv])], &[]);
+    let ql = w.op("ql", "l2_norm", &[&qh], &[("eps", float(L2_EPS))]);
+    let kl = w.op("kl", "l2_norm", &[&kh], &[("eps", float(L2_EPS))]);
+    let qs = w.op("qs", "scale", &[&ql], &[("by", float(1.0 / (dk as f64).sqrt()))]);
+
+    // Gates: β = sigmoid(b), g = −exp(A_log)·softplus(a + dt_bias).
+    let beta = w.op("bt", "sigmoid", &[&b], &[]);
+    let neg_a = if gguf {
+        alog
+    } else {
+        let ea = w.op("ea", "exp", &[&alog], &[]);
+        w.op("na", "neg", &[&ea], &[])
+    };
+    let ad = w.op("ad", "add", &[&a, &dtb], &[]);
+    let sp = w.op("sp", "softplus", &[&ad], &[]);
+    let g = w.op("g", "mul", &[&sp, &neg_a], &[]);
+
+    let o = match &states {
+        Some((_, sd)) => w.update_with("o", sd, "delta_step", &[sd, &qs, &kl, &vh, &g, &beta], &[]),
+        None => w.op("o", "delta_scan", &[&qs, &kl, &vh, &g, &beta], &[]),
+    };
+    // Gated RMSNorm: plain weight, normalise first, then multiply by silu(z).
+    let on = w.op("on", "rms_norm", &[&o, &gn], &super::norm_attrs(ctx.layer.norms.eps, false));
+    let zs = w.op("zs", "silu", &[&z], &[]);
+    let og = w.op("og", "mul", &[&on, &zs], &[]);
+    let of = w.op("of", "reshape", &[&og, &list(&[n, vd])], &[]);
+    w.op("mo", "linear", &[&of, &wo], &[])
+}

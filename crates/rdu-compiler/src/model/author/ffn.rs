@@ -1,0 +1,54 @@
+//! Feed-forward blocks: the gated dense MLP and the mixture of experts (softmax routing,
+//! top-k, optional renormalisation and scaling, group-limited greedy, shared expert with or
+//! without its sigmoid gate).
+
+use super::writer::{float, Writer};
+use super::LayerCtx;
+use crate::model::spec::{Act, Ffn};
+
+/// Writes the layer's feed-forward block over `hf`; returns its `[N, D]` output.
+pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hf: &str) -> String {
+    let d = ctx.spec.d_model;
+    match &ctx.layer.ffn {
+        Ffn::Dense { hidden, act } => mlp(w, ["Wg", "Wu", "Wd"], ["fg", "fu", "fa", "fm", "fo"], hf, d, *hidden, *act),
+        Ffn::Moe { experts, top_k, expert_hidden, act, shared, router } => {
+            let wr = w.projection("Wr", &[*experts, d]);
+            let weg = w.projection("Weg", &[*experts, *expert_hidden, d]);
+            let weu = w.projection("Weu", &[*experts, *expert_hidden, d]);
+            let wed = w.projection("Wed", &[*experts, d, *expert_hidden]);
+            let rl = w.op("rl", "linear", &[hf, &wr], &[]);
+            let attrs = [
+                ("k", top_k.to_string()),
+                ("norm", if router.norm_topk { "1" } else { "0" }.to_string()),
+                ("scale", float(router.scaling)),
+                ("groups", router.groups.to_string()),
+                ("topk_groups", router.topk_groups.to_string()),
+            ];
+            let (rw, ri) = w.op2(["rw", "ri"], "route", &[&rl], &attrs);
+            let eo = w.op("eo", "experts", &[hf, &rw, &ri, &weg, &weu, &wed], &[("act", act.op().to_string())]);
+            let Some(shared) = shared else { return eo };
+            let so = mlp(w, ["Wsg", "Wsu", "Wsd"], ["sg", "su", "sa", "sm", "so"], hf, d, shared.hidden, *act);
+            let so = if shared.gated {
+                let wsgate = w.projection("Wsgate", &[1, d]);
+                let sl = w.op("sgl", "linear", &[hf, &wsgate], &[]);
+                let ss = w.op("sgs", "sigmoid", &[&sl], &[]);
+                w.op("sgo", "mul", &[&so, &ss], &[])
+            } else {
+                so
+            };
+            w.op("fo", "add", &[&eo, &so], &[])
+        }
+    }
+}
+
+/// `down(act(gate(x)) ⊙ up(x))` with the given weight and value base names.
+fn mlp(w: &mut Writer<'_>, weights: [&str; 3], values: [&str; 5], x: &str, d: usize, hidden: usize, act: Act) -> String {
+    let wg = w.projection(weights[0], &[hidden, d]);
+    let wu = w.projection(weights[1], &[hidden, d]);
+    let wd = w.projection(weights[2], &[d, hidden]);
+    let g = w.op(values[0], "linear", &[x, &wg], &[]);
+    let u = w.op(values[1], "linear", &[x, &wu], &[]);
+    let a = w.op(values[2], act.op(), &[&g], &[]);
+    let m = w.op(values[3], "mul", &[&a, &u], &[]);
+    w.op(values[4], "linear", &[&m, &wd], &[])
+}

@@ -1,0 +1,90 @@
+//! DeepSeek-V2 multi-head latent attention in the absorbed form: every step caches the
+//! normalised latent and the rotated rope key (`kv_lora + qk_rope` values per position).
+
+use super::attention::slice;
+use super::writer::{float, list, Writer};
+use super::LayerCtx;
+use crate::model::spec::{Dialect, Mixer};
+
+/// Writes the MLA mixer over `hn`; returns its `[N, D]` output.
+pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String {
+    let Mixer::Mla { heads, q_lora_rank, kv_lora_rank: kvr, qk_nope: nope, qk_rope: rope, v_dim, scale } =
+        ctx.layer.mixer
+    else {
+        unreachable!("mla::write on a non-MLA layer")
+    };
+    let (n, d) = (ctx.rows, ctx.spec.d_model);
+    let qk = nope + rope;
+    let q_weights = match q_lora_rank {
+        Some(ql) => {
+            let wqa = w.projection("Wqa", &[ql, d]);
+            let qan = w.weight("qan", &[ql]);
+            let wqb = w.projection("Wqb", &[heads * qk, ql]);
+            Err((wqa, qan, wqb, ql))
+        }
+        None => Ok(w.projection("Wq", &[heads * qk, d])),
+    };
+    let wkva = w.projection("Wkva", &[kvr + rope, d]);
+    let kvn = w.weight("kvn", &[kvr]);
+    let gguf = matches!(ctx.spec.dialect, Dialect::Gguf);
+    let up = if gguf {
+        // llama.cpp splits kv_b per head: attn_k_b = W_UKᵀ [h, kvr, nope], attn_v_b = W_UV [h, v, kvr].
+        Ok((w.projection("Wkb", &[heads, kvr, nope]), w.projection("Wvb", &[heads, v_dim, kvr])))
+    } else {
+        Err(w.projection("Wkvb", &[heads * (nope + v_dim), kvr]))
+    };
+    let wo = w.projection("Wo", &[d, heads * v_dim]);
+    let (cos, sin, rot) = ctx.rope_tables(w);
+    let cache = ctx.decode().then(|| w.state("Lc", &[ctx.cache_slots(), kvr + rope]));
+
+    // Query.
+    let q = match q_weights {
+        Ok(wq) => w.op("q", "linear", &[hn, &wq], &[]),
+        Err((wqa, qan, wqb, _)) => {
+            let qa = w.op("qa", "linear", &[hn, &wqa], &[]);
+            let qan_out = w.op("qal", "rms_norm", &[&qa, &qan], &ctx.norm_attrs());
+            w.op("q", "linear", &[&qan_out, &wqb], &[])
+        }
+    };
+    let qh = w.op("qh", "reshape", &[&q, &list(&[n, heads, qk])], &[]);
+    let qnp = w.op("qnp", "slice", &[&qh], &slice(2, 0, nope));
+    let qpe = w.op("qpe", "slice", &[&qh], &slice(2, nope, rope));
+    let rope_attrs = [("dim", rot.to_string()), ("style", ctx.rope_style().to_string())];
+    let qpr = w.op("qpr", "rope", &[&qpe, &cos, &sin, "pos"], &rope_attrs);
+
+    // Latent and rope key.
+    let ckv = w.op("ckv", "linear", &[hn, &wkva], &[]);
+    let c = w.op("c", "slice", &[&ckv], &slice(1, 0, kvr));
+    let kpe = w.op("kpe", "slice", &[&ckv], &slice(1, kvr, rope));
+    let cn = w.op("cn", "rms_norm", &[&c, &kvn], &ctx.norm_attrs());
+    let kph = w.op("kph", "reshape", &[&kpe, &list(&[n, 1, rope])], &[]);
+    let kpr = w.op("kpr", "rope", &[&kph, &cos, &sin, "pos"], &rope_attrs);
+    let kpf = w.op("kpf", "reshape", &[&kpr, &list(&[n, rope])], &[]);
+    let lat = w.op("lat", "concat", &[&cn, &kpf], &[("axis", "1".into())]);
+
+    // Absorb the key up-projection into the query: q_abs_h = W_UK_hᵀ q_nope_h.
+    let (wukt, wuv) = match up {
+        Ok((wkb, wvb)) => (wkb, wvb),
+        Err(wkvb) => {
+            let kvb = w.op("kvb", "reshape", &[&wkvb, &list(&[heads, nope + v_dim, kvr])], &[]);
+            let wuk = w.op("wuk", "slice", &[&kvb], &slice(1, 0, nope));
+            let wukt = w.op("wukt", "transpose", &[&wuk], &[("perm", list(&[0, 2, 1]))]);
+            let wuv = w.op("wuv", "slice", &[&kvb], &slice(1, nope, v_dim));
+            (wukt, wuv)
+        }
+    };
+    let qab = w.op("qab", "linear_heads", &[&qnp, &wukt], &[]);
+    let qc = w.op("qc", "concat", &[&qab, &qpr], &[("axis", "2".into())]);
+    let mut attrs = vec![("scale", float(scale)), ("latent", kvr.to_string())];
+    attrs.extend(ctx.window_attr());
+    let u = match cache {
+        Some(lc) => {
+            w.update(&lc, "cache_put", &[&lc, &lat, "pos"], &[]);
+            w.op("u", "attend_mla", &[&qc, &lc, "pos"], &attrs)
+        }
+        None => w.op("u", "attend_mla", &[&qc, &lat, "pos"], &attrs),
+    };
+    let oh = w.op("oh", "linear_heads", &[&u, &wuv], &[]);
+    let of = w.op("of", "reshape", &[&oh, &list(&[n, heads * v_dim])], &[]);
+    w.op("mo", "linear", &[&of, &wo], &[])
+}

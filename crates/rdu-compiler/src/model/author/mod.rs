@@ -1,0 +1,202 @@
+//! `model::author`: writes each layer of a model — and its embedding and head — as one
+//! program of the `rdu` language (`docs/LANGUAGE.md`), for the weights as stored.
+//!
+//! The programs follow the naming convention exactly (hidden input `x` / `xo{l-1}`, output
+//! `xo{l}`, every per-layer name suffixed with the layer index, shared `cos{r}`/`sin{r}`), so
+//! that two equal [`Layer`]s give one program up to names. The math is each family's,
+//! as `shared/reference/models.md` states it; `tests/conformance.rs` proves it against
+//! transformers.
+
+mod attention;
+mod deltanet;
+mod ffn;
+mod mla;
+mod writer;
+
+pub use writer::Q8_BLOCK;
+
+use crate::lang::Source;
+use crate::model::spec::{Cut, Layer, Mixer, ModelSpec, Norms};
+use crate::model::storage::Storage;
+use writer::{float, Writer};
+
+/// The program of layer `layer` of `spec` for one step of `cut`.
+///
+/// Panics if `layer` is out of range (callers iterate `0..spec.n_layers()`).
+pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) -> Source {
+    let lspec = &spec.layers[layer];
+    let mut w = Writer::new(Some(layer), storage);
+    let ctx = LayerCtx::new(spec, lspec, layer, cut);
+    let d = spec.d_model;
+    let n = ctx.rows;
+    w.input(&ctx.hidden_in, "f32", &[n, d], None);
+    w.input("pos", "i32", &[], Some(ctx.pos_seed()));
+
+    // Mixer block.
+    let hn = norm(&mut w, "hn", &ctx.hidden_in, "an", d, &lspec.norms, lspec.norms.pre_attn);
+    let mixed = match &lspec.mixer {
+        Mixer::Attention { .. } => attention::write(&mut w, &ctx, &hn),
+        Mixer::Mla { .. } => mla::write(&mut w, &ctx, &hn),
+        Mixer::GatedDeltaNet { .. } => deltanet::write(&mut w, &ctx, &hn),
+    };
+    let mixed = norm(&mut w, "pa", &mixed, "pan", d, &lspec.norms, lspec.norms.post_attn);
+    let resid = w.op("ra", "add", &[&ctx.hidden_in, &mixed], &[]);
+
+    // Feed-forward block.
+    let hf = norm(&mut w, "hf", &resid, "fn", d, &lspec.norms, lspec.norms.pre_ffn);
+    let ffn_out = ffn::write(&mut w, &ctx, &hf);
+    let ffn_out = norm(&mut w, "pf", &ffn_out, "pfn", d, &lspec.norms, lspec.norms.post_ffn);
+    let out = format!("xo{layer}");
+    w.bind_exact(&out, "add", &[&resid, &ffn_out], &[]);
+    w.output(&out);
+
+    let comment = format!(
+        "{} layer {layer} of {}: {} + {}",
+        cut_word(cut),
+        spec.name,
+        lspec.mixer.label(),
+        lspec.ffn.label()
+    );
+    w.finish(&comment)
+}
+
+/// The embedding program of `cut`: token ids in, the first layer's hidden input `x` out.
+pub fn embed_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
+    let mut w = Writer::new(None, storage);
+    let n = rows(cut);
+    let seed = matches!(cut, Cut::Decode { .. }).then_some("[1]");
+    w.input("tok", "i32", &[n], seed);
+    let table = w.projection("E", &[spec.vocab, spec.d_model]);
+    match spec.embed.scale {
+        Some(s) => {
+            w.bind_exact("e", "embed", &["tok", &table], &[]);
+            w.bind_exact("x", "scale", &["e"], &[("by", float(s))]);
+        }
+        None => w.bind_exact("x", "embed", &["tok", &table], &[]),
+    }
+    w.output("x");
+    w.finish(&format!("{} embedding of {}", cut_word(cut), spec.name))
+}
+
+/// The head program of `cut`: the last layer's output in, logits `[rows, vocab]` out.
+pub fn head_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
+    let mut w = Writer::new(None, storage);
+    let n = rows(cut);
+    let d = spec.d_model;
+    let input = hidden_name(spec.n_layers());
+    w.input(&input, "f32", &[n, d], None);
+    let nf = w.weight("nf", &[d]);
+    let attrs = norm_attrs(spec.head.norm_eps, spec.head.norm_unit_offset);
+    w.bind_exact("hn", "rms_norm", &[&input, &nf], &attrs);
+    let out = w.projection(if spec.head.tied { "E" } else { "Wout" }, &[spec.vocab, d]);
+    w.bind_exact("logits", "linear", &["hn", &out], &[]);
+    w.output("logits");
+    w.finish(&format!("{} head of {}", cut_word(cut), spec.name))
+}
+
+/// The hidden-state input of layer `layer`: `x` for the first, `xo{layer-1}` after.
+pub fn hidden_name(layer: usize) -> String {
+    if layer == 0 {
+        "x".to_string()
+    } else {
+        format!("xo{}", layer - 1)
+    }
+}
+
+fn rows(cut: Cut) -> usize {
+    match cut {
+        Cut::Forward { seq } => seq,
+        Cut::Decode { .. } => 1,
+    }
+}
+
+fn cut_word(cut: Cut) -> &'static str {
+    match cut {
+        Cut::Forward { .. } => "forward",
+        Cut::Decode { .. } => "decode",
+    }
+}
+
+/// What every mixer and FFN writer needs to know about the layer it writes.
+pub(crate) struct LayerCtx<'s> {
+    pub spec: &'s ModelSpec,
+    pub layer: &'s Layer,
+    pub cut: Cut,
+    /// Rows per step: 1 for decode, the sequence length for forward.
+    pub rows: usize,
+    pub hidden_in: String,
+}
+
+impl<'s> LayerCtx<'s> {
+    fn new(spec: &'s ModelSpec, layer: &'s Layer, l: usize, cut: Cut) -> LayerCtx<'s> {
+        LayerCtx { spec, layer, cut, rows: rows(cut), hidden_in: hidden_name(l) }
+    }
+
+    fn pos_seed(&self) -> &'static str {
+        match self.cut {
+            Cut::Forward { .. } => "0",
+            Cut::Decode { .. } => "1",
+        }
+    }
+
+    pub fn decode(&self) -> bool {
+        matches!(self.cut, Cut::Decode { .. })
+    }
+
+    /// Rows of the RoPE tables: every position a step can see.
+    pub fn table_rows(&self) -> usize {
+        match self.cut {
+            Cut::Forward { seq } => seq,
+            Cut::Decode { ctx } => ctx,
+        }
+    }
+
+    /// Slots of a KV cache: the context, or a ring of the window for windowed layers.
+    pub fn cache_slots(&self) -> usize {
+        let ctx = self.table_rows();
+        match self.layer.window {
+            Some(w) => w.min(ctx),
+            None => ctx,
+        }
+    }
+
+    /// Declares the shared RoPE tables of the layer's rotation; returns (cos, sin, rotary dims).
+    pub fn rope_tables(&self, w: &mut Writer<'_>) -> (String, String, usize) {
+        let r = self.layer.rotation.expect("a layer with RoPE has a rotation");
+        let dim = self.spec.rotations[r].dim;
+        let (cos, sin) = (format!("cos{r}"), format!("sin{r}"));
+        w.shared(&cos, &[self.table_rows(), dim / 2]);
+        w.shared(&sin, &[self.table_rows(), dim / 2]);
+        (cos, sin, dim)
+    }
+
+    pub fn rope_style(&self) -> &'static str {
+        let r = self.layer.rotation.expect("a layer with RoPE has a rotation");
+        match self.spec.rotations[r].style {
+            crate::model::spec::RopeStyle::Neox => "neox",
+            crate::model::spec::RopeStyle::Interleaved => "interleaved",
+        }
+    }
+
+    /// `window=W` for windowed layers, nothing otherwise.
+    pub fn window_attr(&self) -> Vec<(&'static str, String)> {
+        self.layer.window.map(|win| vec![("window", win.to_string())]).unwrap_or_default()
+    }
+
+    pub fn norm_attrs(&self) -> Vec<(&'static str, String)> {
+        norm_attrs(self.layer.norms.eps, self.layer.norms.unit_offset)
+    }
+}
+
+pub(crate) fn norm_attrs(eps: f64, unit_offset: bool) -> Vec<(&'static str, String)> {
+    vec![("eps", float(eps)), ("offset", if unit_offset { "1" } else { "0" }.to_string())]
+}
+
+/// `out{l} = rms_norm(x, weight{l})` when `present`; otherwise `x` unchanged.
+fn norm(w: &mut Writer<'_>, out: &str, x: &str, weight: &str, d: usize, norms: &Norms, present: bool) -> String {
+    if !present {
+        return x.to_string();
+    }
+    let wn = w.weight(weight, &[d]);
+    w.op(out, "rms_norm", &[x, &wn], &norm_attrs(norms.eps, norms.unit_offset))
+}

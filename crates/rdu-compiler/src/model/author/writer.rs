@@ -1,0 +1,156 @@
+//! `Writer`: accumulates one program's declarations and statements in canonical text form,
+//! suffixing every per-layer name with the layer index and collecting the Q8_0 set.
+
+use crate::lang::Source;
+use crate::model::storage::Storage;
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+/// Weights whose last (`in`) axis is a multiple of this may be stored as Q8_0 blocks.
+pub const Q8_BLOCK: usize = 32;
+
+pub(crate) struct Writer<'a> {
+    suffix: String,
+    decls: Vec<String>,
+    stmts: Vec<String>,
+    outputs: Vec<String>,
+    q8: BTreeSet<String>,
+    storage: &'a Storage,
+}
+
+/// Formats an f64 attribute value so that it re-lexes as a float (`1e-6`, `0.25`, `8.0`).
+pub(crate) fn float(v: f64) -> String {
+    format!("{v:?}")
+}
+
+/// Formats a shape or index list: `[1, 4, 16]`.
+pub(crate) fn list(items: &[usize]) -> String {
+    let mut s = String::from("[");
+    for (i, v) in items.iter().enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        let _ = write!(s, "{v}");
+    }
+    s.push(']');
+    s
+}
+
+impl<'a> Writer<'a> {
+    /// A writer for layer `layer` (names get the suffix) or for the embedding/head (`None`).
+    pub fn new(layer: Option<usize>, storage: &'a Storage) -> Writer<'a> {
+        Writer {
+            suffix: layer.map(|l| l.to_string()).unwrap_or_default(),
+            decls: Vec::new(),
+            stmts: Vec::new(),
+            outputs: Vec::new(),
+            q8: BTreeSet::new(),
+            storage,
+        }
+    }
+
+    /// The per-layer name of `base`.
+    pub fn name(&self, base: &str) -> String {
+        debug_assert!(!base.ends_with(|c: char| c.is_ascii_digit()), "base name `{base}` ends in a digit");
+        format!("{base}{}", self.suffix)
+    }
+
+    fn decl(&mut self, kind: &str, name: &str, dtype: &str, shape: &[usize], seed: Option<&str>) {
+        let mut line = format!("{kind} {name} : {dtype}{}", list(shape));
+        if let Some(seed) = seed {
+            let _ = write!(line, " = {seed}");
+        }
+        self.decls.push(line);
+    }
+
+    /// A runtime input with its exact name (the hidden state, `pos`, `tok`).
+    pub fn input(&mut self, name: &str, dtype: &str, shape: &[usize], seed: Option<&str>) {
+        self.decl("input", name, dtype, shape, seed);
+    }
+
+    /// A shared tensor, the same in every layer (RoPE tables).
+    pub fn shared(&mut self, name: &str, shape: &[usize]) {
+        self.decl("shared", name, "f32", shape, None);
+    }
+
+    /// A weight read dense (norm weights, biases, conv kernels, gate parameters).
+    pub fn weight(&mut self, base: &str, shape: &[usize]) -> String {
+        let name = self.name(base);
+        self.decl("weight", &name, "f32", shape, None);
+        name
+    }
+
+    /// A projection: declared `q8` (the deployment may store it Q8_0) when its `in` axis holds
+    /// whole Q8_0 blocks, and in the Q8_0 set when the storage says it is stored so.
+    pub fn projection(&mut self, base: &str, shape: &[usize]) -> String {
+        let name = self.name(base);
+        let blockable = shape.last().is_some_and(|d| d % Q8_BLOCK == 0);
+        if blockable {
+            self.decl("weight", &name, "q8", shape, None);
+            if self.storage.stores_q8(&name) {
+                self.q8.insert(name.clone());
+            }
+        } else {
+            self.decl("weight", &name, "f32", shape, None);
+        }
+        name
+    }
+
+    /// A state carried from step to step.
+    pub fn state(&mut self, base: &str, shape: &[usize]) -> String {
+        let name = self.name(base);
+        self.decl("state", &name, "f32", shape, None);
+        name
+    }
+
+    fn call(op: &str, args: &[&str], attrs: &[(&str, String)]) -> String {
+        let mut parts: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        parts.extend(attrs.iter().map(|(k, v)| format!("{k}={v}")));
+        format!("{op}({})", parts.join(", "))
+    }
+
+    /// `base{l} = op(args, attrs)`; returns the bound name.
+    pub fn op(&mut self, base: &str, op: &str, args: &[&str], attrs: &[(&str, String)]) -> String {
+        let name = self.name(base);
+        self.bind_exact(&name, op, args, attrs);
+        name
+    }
+
+    /// `name = op(...)` with an exact name (a layer's output `xo{l}`, the embedding's `x`).
+    pub fn bind_exact(&mut self, name: &str, op: &str, args: &[&str], attrs: &[(&str, String)]) {
+        self.stmts.push(format!("{name} = {}", Self::call(op, args, attrs)));
+    }
+
+    /// `a{l}, b{l} = op(...)`.
+    pub fn op2(&mut self, bases: [&str; 2], op: &str, args: &[&str], attrs: &[(&str, String)]) -> (String, String) {
+        let (a, b) = (self.name(bases[0]), self.name(bases[1]));
+        self.stmts.push(format!("{a}, {b} = {}", Self::call(op, args, attrs)));
+        (a, b)
+    }
+
+    /// `S <- op(...)`: a state update.
+    pub fn update(&mut self, state: &str, op: &str, args: &[&str], attrs: &[(&str, String)]) {
+        self.stmts.push(format!("{state} <- {}", Self::call(op, args, attrs)));
+    }
+
+    /// `o{l}, S <- op(...)`: a fresh value and a state update.
+    pub fn update_with(&mut self, base: &str, state: &str, op: &str, args: &[&str], attrs: &[(&str, String)]) -> String {
+        let name = self.name(base);
+        self.stmts.push(format!("{name}, {state} <- {}", Self::call(op, args, attrs)));
+        name
+    }
+
+    pub fn output(&mut self, name: &str) {
+        self.outputs.push(format!("output {name}"));
+    }
+
+    /// The finished program: a comment line, declarations, statements, outputs.
+    pub fn finish(self, comment: &str) -> Source {
+        let mut text = format!("# {comment}\n");
+        for line in self.decls.iter().chain(&self.stmts).chain(&self.outputs) {
+            text.push_str(line);
+            text.push('\n');
+        }
+        Source { text, q8: self.q8 }
+    }
+}
