@@ -3,3 +3,5 @@
 //!
 //! Nothing here knows about model families or the program language: a spatial program is
 //! data, and this crate only reads, writes, checks, costs and executes it.
+
+pub mod rope;

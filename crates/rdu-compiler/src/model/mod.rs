@@ -2,6 +2,7 @@
 //! (`presets`), and the authored layer programs (`author`).
 
 pub mod author;
+pub mod naming;
 pub mod config;
 pub mod presets;
 pub mod spec;

@@ -1,0 +1,123 @@
+//! Checkpoint naming: which checkpoint tensor(s) fill each weight a program declares, for
+//! every family — in one place.
+
+use crate::model::spec::{Dialect, Family, Ffn, Mixer, ModelSpec};
+
+/// Where a program weight's values come from in the checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TensorSource {
+    /// One checkpoint tensor, used as is.
+    Tensor(String),
+    /// Per-expert tensors stacked along a new leading axis (HF `experts.{e}.*`).
+    Stack(Vec<String>),
+    /// Elements `start .. start+len` along `axis` of one tensor (fused `gate_up_proj`).
+    Slice { name: String, axis: usize, start: usize, len: usize },
+}
+
+/// The checkpoint source of the program weight `name` (`Wq3`, `E`, `nf`, `Wout`), or `None`
+/// when `name` is not a weight the author declares for this model.
+pub fn checkpoint_source(spec: &ModelSpec, name: &str) -> Option<TensorSource> {
+    let Dialect::Hf { prefix } = &spec.dialect else {
+        return None;
+    };
+    let one = |s: String| Some(TensorSource::Tensor(s));
+    match name {
+        "E" => return one(format!("{prefix}embed_tokens.weight")),
+        "nf" => return one(format!("{prefix}norm.weight")),
+        "Wout" if !spec.head.tied => {
+            let lm = if prefix == "language_model.model." { "language_model.lm_head.weight" } else { "lm_head.weight" };
+            return one(lm.to_string());
+        }
+        _ => {}
+    }
+    let base = name.trim_end_matches(|c: char| c.is_ascii_digit());
+    let layer: usize = name[base.len()..].parse().ok()?;
+    let spec_layer = spec.layers.get(layer)?;
+    let at = |rest: &str| format!("{prefix}layers.{layer}.{rest}");
+    let gemma_norms = spec_layer.norms.post_attn;
+    let norm = match base {
+        "an" => Some("input_layernorm.weight"),
+        "pan" if gemma_norms => Some("post_attention_layernorm.weight"),
+        "fn" if gemma_norms => Some("pre_feedforward_layernorm.weight"),
+        "fn" => Some("post_attention_layernorm.weight"),
+        "pfn" if spec_layer.norms.post_ffn => Some("post_feedforward_layernorm.weight"),
+        _ => None,
+    };
+    if let Some(n) = norm {
+        return one(at(n));
+    }
+    let mixer = match &spec_layer.mixer {
+        Mixer::Attention { .. } => match base {
+            "Wq" => Some("self_attn.q_proj.weight"),
+            "Wk" => Some("self_attn.k_proj.weight"),
+            "Wv" => Some("self_attn.v_proj.weight"),
+            "Wo" => Some("self_attn.o_proj.weight"),
+            "bq" => Some("self_attn.q_proj.bias"),
+            "bk" => Some("self_attn.k_proj.bias"),
+            "bv" => Some("self_attn.v_proj.bias"),
+            "qn" => Some("self_attn.q_norm.weight"),
+            "kn" => Some("self_attn.k_norm.weight"),
+            _ => None,
+        },
+        Mixer::Mla { .. } => match base {
+            "Wq" => Some("self_attn.q_proj.weight"),
+            "Wqa" => Some("self_attn.q_a_proj.weight"),
+            "qan" => Some("self_attn.q_a_layernorm.weight"),
+            "Wqb" => Some("self_attn.q_b_proj.weight"),
+            "Wkva" => Some("self_attn.kv_a_proj_with_mqa.weight"),
+            "kvn" => Some("self_attn.kv_a_layernorm.weight"),
+            "Wkvb" => Some("self_attn.kv_b_proj.weight"),
+            "Wo" => Some("self_attn.o_proj.weight"),
+            _ => None,
+        },
+        Mixer::GatedDeltaNet { .. } => match base {
+            "Wqkvz" => Some("linear_attn.in_proj_qkvz.weight"),
+            "Wba" => Some("linear_attn.in_proj_ba.weight"),
+            "Wqkv" => Some("linear_attn.in_proj_qkv.weight"),
+            "Wz" => Some("linear_attn.in_proj_z.weight"),
+            "Wb" => Some("linear_attn.in_proj_b.weight"),
+            "Wa" => Some("linear_attn.in_proj_a.weight"),
+            "cw" => Some("linear_attn.conv1d.weight"),
+            "dtb" => Some("linear_attn.dt_bias"),
+            "Alog" => Some("linear_attn.A_log"),
+            "gn" => Some("linear_attn.norm.weight"),
+            "Wo" => Some("linear_attn.out_proj.weight"),
+            _ => None,
+        },
+    };
+    if let Some(m) = mixer {
+        return one(at(m));
+    }
+    match &spec_layer.ffn {
+        Ffn::Dense { .. } => match base {
+            "Wg" => one(at("mlp.gate_proj.weight")),
+            "Wu" => one(at("mlp.up_proj.weight")),
+            "Wd" => one(at("mlp.down_proj.weight")),
+            _ => None,
+        },
+        Ffn::Moe { experts, expert_hidden, .. } => {
+            let shared = if spec.family == Family::DeepseekV2 { "mlp.shared_experts" } else { "mlp.shared_expert" };
+            let fused = spec.family == Family::Qwen35;
+            let stack = |proj: &str| {
+                Some(TensorSource::Stack((0..*experts).map(|e| at(&format!("mlp.experts.{e}.{proj}.weight"))).collect()))
+            };
+            let gate_up = |start: usize| {
+                Some(TensorSource::Slice { name: at("mlp.experts.gate_up_proj"), axis: 1, start, len: *expert_hidden })
+            };
+            match base {
+                "Wr" => one(at("mlp.gate.weight")),
+                "Weg" if fused => gate_up(0),
+                "Weu" if fused => gate_up(*expert_hidden),
+                "Wed" if fused => one(at("mlp.experts.down_proj")),
+                "Weg" => stack("gate_proj"),
+                "Weu" => stack("up_proj"),
+                "Wed" => stack("down_proj"),
+                "Wsg" => one(at(&format!("{shared}.gate_proj.weight"))),
+                "Wsu" => one(at(&format!("{shared}.up_proj.weight"))),
+                "Wsd" => one(at(&format!("{shared}.down_proj.weight"))),
+                "Wsgate" => one(at("mlp.shared_expert_gate.weight")),
+                _ => None,
+            }
+        }
+    }
+}
