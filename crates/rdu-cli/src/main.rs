@@ -1,1 +1,56 @@
-fn main() {}
+//! `rdu`: lower large language models to SN50 dataflow deployments, one program per layer
+//! kind, and prove them. This file parses the command line and dispatches; each command
+//! lives in its own module and only renders what the libraries compute.
+
+mod model_arg;
+mod program_cmds;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "rdu",
+    version,
+    about = "Compile large language models into SN50 dataflow deployments: one certified program per layer kind",
+    long_about = "rdu writes every layer of a model as a small program, groups layers whose programs are equal \
+                  up to the names they bind into layer KINDS, and lowers, certifies and runs one program per kind.\n\n\
+                  MODEL is a built-in preset (see `rdu presets`), a config.json, or a directory holding one."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List the built-in models (real configs and tiny test models)
+    Presets,
+    /// Group a model's layers into kinds: layers whose programs are one program up to names
+    Kinds(program_cmds::KindsArgs),
+    /// Print the authored program of one layer (or the embedding / head)
+    Source(program_cmds::SourceArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { ExitCode::from(1) } else { ExitCode::SUCCESS };
+            let _ = e.print();
+            return code;
+        }
+    };
+    let result = match cli.command {
+        Command::Presets => program_cmds::presets(),
+        Command::Kinds(args) => program_cmds::kinds(&args),
+        Command::Source(args) => program_cmds::source(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

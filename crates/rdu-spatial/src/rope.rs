@@ -12,11 +12,27 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "snake_case", tag = "type")]
 pub enum RopeScaling {
     None,
-    Linear { factor: f64 },
-    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max: usize },
-    Yarn { factor: f64, original_max: usize, beta_fast: f64, beta_slow: f64, mscale: f64, mscale_all_dim: f64 },
+    Linear {
+        factor: f64,
+    },
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_max: usize,
+    },
+    Yarn {
+        factor: f64,
+        original_max: usize,
+        beta_fast: f64,
+        beta_slow: f64,
+        mscale: f64,
+        mscale_all_dim: f64,
+    },
     /// llama.cpp's `rope_freqs.weight`: each frequency divided by its factor.
-    Factors { factors: Vec<f32> },
+    Factors {
+        factors: Vec<f32>,
+    },
 }
 
 /// One rotation: base, rotary dims and scaling.
@@ -65,7 +81,9 @@ pub fn inv_freq(spec: &RopeSpec) -> Vec<f32> {
         }
         RopeScaling::Yarn { factor, original_max, beta_fast, beta_slow, .. } => {
             let dim = spec.dim as f64;
-            let corr = |rot: f64| dim * (*original_max as f64 / (rot * 2.0 * std::f64::consts::PI)).ln() / (2.0 * spec.base.ln());
+            let corr = |rot: f64| {
+                dim * (*original_max as f64 / (rot * 2.0 * std::f64::consts::PI)).ln() / (2.0 * spec.base.ln())
+            };
             let low = corr(*beta_fast).floor().max(0.0);
             let mut high = corr(*beta_slow).ceil().min(dim - 1.0);
             if low == high {
@@ -121,7 +139,12 @@ mod tests {
         let spec = RopeSpec {
             base: 500000.0,
             dim: 128,
-            scaling: RopeScaling::Llama3 { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max: 8192 },
+            scaling: RopeScaling::Llama3 {
+                factor: 8.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_max: 8192,
+            },
         };
         let plain = inv_freq(&RopeSpec { scaling: RopeScaling::None, ..spec.clone() });
         let scaled = inv_freq(&spec);

@@ -140,9 +140,7 @@ impl Literal {
     /// A list of non-negative ints, e.g. a shape.
     pub fn as_usize_list(&self) -> Option<Vec<usize>> {
         match self {
-            Literal::List(items) => {
-                items.iter().map(|l| l.as_i64().and_then(|v| usize::try_from(v).ok())).collect()
-            }
+            Literal::List(items) => items.iter().map(|l| l.as_i64().and_then(|v| usize::try_from(v).ok())).collect(),
             _ => None,
         }
     }

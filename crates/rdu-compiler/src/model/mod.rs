@@ -2,8 +2,8 @@
 //! (`presets`), and the authored layer programs (`author`).
 
 pub mod author;
-pub mod naming;
 pub mod config;
+pub mod naming;
 pub mod presets;
 pub mod spec;
 pub mod storage;

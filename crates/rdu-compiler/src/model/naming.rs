@@ -99,7 +99,9 @@ pub fn checkpoint_source(spec: &ModelSpec, name: &str) -> Option<TensorSource> {
             let shared = if spec.family == Family::DeepseekV2 { "mlp.shared_experts" } else { "mlp.shared_expert" };
             let fused = spec.family == Family::Qwen35;
             let stack = |proj: &str| {
-                Some(TensorSource::Stack((0..*experts).map(|e| at(&format!("mlp.experts.{e}.{proj}.weight"))).collect()))
+                Some(TensorSource::Stack(
+                    (0..*experts).map(|e| at(&format!("mlp.experts.{e}.{proj}.weight"))).collect(),
+                ))
             };
             let gate_up = |start: usize| {
                 Some(TensorSource::Slice { name: at("mlp.experts.gate_up_proj"), axis: 1, start, len: *expert_hidden })

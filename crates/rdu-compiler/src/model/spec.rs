@@ -113,14 +113,7 @@ pub enum Mixer {
         scale: f64,
     },
     /// Gated DeltaNet (Qwen3-Next, Qwen3.5/3.6).
-    GatedDeltaNet {
-        k_heads: usize,
-        v_heads: usize,
-        k_dim: usize,
-        v_dim: usize,
-        conv_kernel: usize,
-        layout: GdnLayout,
-    },
+    GatedDeltaNet { k_heads: usize, v_heads: usize, k_dim: usize, v_dim: usize, conv_kernel: usize, layout: GdnLayout },
 }
 
 impl Mixer {
@@ -165,7 +158,10 @@ impl Act {
 #[serde(rename_all = "snake_case")]
 pub enum Ffn {
     /// Gated MLP: `down(act(gate(x)) ⊙ up(x))`.
-    Dense { hidden: usize, act: Act },
+    Dense {
+        hidden: usize,
+        act: Act,
+    },
     Moe {
         experts: usize,
         top_k: usize,
@@ -235,23 +231,9 @@ pub struct Rotation {
 #[serde(rename_all = "snake_case")]
 pub enum RopeScaling {
     None,
-    Linear {
-        factor: f64,
-    },
-    Llama3 {
-        factor: f64,
-        low_freq_factor: f64,
-        high_freq_factor: f64,
-        original_max: usize,
-    },
-    Yarn {
-        factor: f64,
-        original_max: usize,
-        beta_fast: f64,
-        beta_slow: f64,
-        mscale: f64,
-        mscale_all_dim: f64,
-    },
+    Linear { factor: f64 },
+    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max: usize },
+    Yarn { factor: f64, original_max: usize, beta_fast: f64, beta_slow: f64, mscale: f64, mscale_all_dim: f64 },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

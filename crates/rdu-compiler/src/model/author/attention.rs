@@ -7,8 +7,7 @@ use crate::model::spec::Mixer;
 
 /// Writes the attention mixer over the normalised hidden state `hn`; returns its `[N, D]` output.
 pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String {
-    let Mixer::Attention { heads, kv_heads, head_dim, qk_norm, output_gate, qkv_bias, scale, .. } =
-        ctx.layer.mixer
+    let Mixer::Attention { heads, kv_heads, head_dim, qk_norm, output_gate, qkv_bias, scale, .. } = ctx.layer.mixer
     else {
         unreachable!("attention::write on a non-attention layer")
     };
@@ -49,9 +48,10 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     let kh = w.op("kh", "reshape", &[&k, &list(&[n, kv_heads, hd])], &[]);
     let vh = w.op("vh", "reshape", &[&v, &list(&[n, kv_heads, hd])], &[]);
     let (qh, kh) = match (qn, kn) {
-        (Some(qn), Some(kn)) => {
-            (w.op("qnh", "rms_norm", &[&qh, &qn], &ctx.norm_attrs()), w.op("knh", "rms_norm", &[&kh, &kn], &ctx.norm_attrs()))
-        }
+        (Some(qn), Some(kn)) => (
+            w.op("qnh", "rms_norm", &[&qh, &qn], &ctx.norm_attrs()),
+            w.op("knh", "rms_norm", &[&kh, &kn], &ctx.norm_attrs()),
+        ),
         _ => (qh, kh),
     };
     let rope = [("dim", rot.to_string()), ("style", ctx.rope_style().to_string())];

@@ -42,7 +42,15 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hf: &str) -> String 
 }
 
 /// `down(act(gate(x)) ⊙ up(x))` with the given weight and value base names.
-fn mlp(w: &mut Writer<'_>, weights: [&str; 3], values: [&str; 5], x: &str, d: usize, hidden: usize, act: Act) -> String {
+fn mlp(
+    w: &mut Writer<'_>,
+    weights: [&str; 3],
+    values: [&str; 5],
+    x: &str,
+    d: usize,
+    hidden: usize,
+    act: Act,
+) -> String {
     let wg = w.projection(weights[0], &[hidden, d]);
     let wu = w.projection(weights[1], &[hidden, d]);
     let wd = w.projection(weights[2], &[d, hidden]);

@@ -50,13 +50,8 @@ pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) ->
     w.bind_exact(&out, "add", &[&resid, &ffn_out], &[]);
     w.output(&out);
 
-    let comment = format!(
-        "{} layer {layer} of {}: {} + {}",
-        cut_word(cut),
-        spec.name,
-        lspec.mixer.label(),
-        lspec.ffn.label()
-    );
+    let comment =
+        format!("{} layer {layer} of {}: {} + {}", cut_word(cut), spec.name, lspec.mixer.label(), lspec.ffn.label());
     w.finish(&comment)
 }
 

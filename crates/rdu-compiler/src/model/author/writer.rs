@@ -134,7 +134,14 @@ impl<'a> Writer<'a> {
     }
 
     /// `o{l}, S <- op(...)`: a fresh value and a state update.
-    pub fn update_with(&mut self, base: &str, state: &str, op: &str, args: &[&str], attrs: &[(&str, String)]) -> String {
+    pub fn update_with(
+        &mut self,
+        base: &str,
+        state: &str,
+        op: &str,
+        args: &[&str],
+        attrs: &[(&str, String)],
+    ) -> String {
         let name = self.name(base);
         self.stmts.push(format!("{name}, {state} <- {}", Self::call(op, args, attrs)));
         name

@@ -1,0 +1,55 @@
+//! Resolving the MODEL argument and the storage and cut flags shared by several commands.
+
+use anyhow::{bail, Result};
+use clap::ValueEnum;
+use rdu_compiler::lower::streamed::Storage;
+use rdu_compiler::model::presets;
+use rdu_compiler::model::spec::{Cut, ModelSpec};
+
+/// Which weights are stored as Q8_0 blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum StorageArg {
+    /// As the checkpoint stores them; Q8_0 for a config or preset without weights
+    Auto,
+    /// Every projection stored Q8_0
+    Q8,
+    /// Nothing stored Q8_0
+    Dense,
+}
+
+impl StorageArg {
+    pub fn storage(self) -> Storage {
+        match self {
+            StorageArg::Auto | StorageArg::Q8 => Storage::AllQ8,
+            StorageArg::Dense => Storage::Dense,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CutArg {
+    /// A whole sequence at once, causally, without a cache
+    Forward,
+    /// One token against a KV cache / carried state
+    Decode,
+}
+
+impl CutArg {
+    pub fn cut(self, ctx: usize, seq: usize) -> Result<Cut> {
+        if ctx == 0 {
+            bail!("--ctx must be at least 1");
+        }
+        if seq == 0 {
+            bail!("--seq must be at least 1");
+        }
+        Ok(match self {
+            CutArg::Forward => Cut::Forward { seq },
+            CutArg::Decode => Cut::Decode { ctx },
+        })
+    }
+}
+
+/// A preset name, a config.json, or a directory holding one.
+pub fn resolve(model: &str) -> Result<ModelSpec> {
+    Ok(presets::resolve(model)?)
+}

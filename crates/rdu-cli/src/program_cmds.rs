@@ -1,0 +1,124 @@
+//! `rdu presets`, `rdu kinds` and `rdu source`: what the author writes and how it groups.
+
+use crate::model_arg::{resolve, CutArg, StorageArg};
+use anyhow::{bail, Result};
+use clap::Args;
+use rdu_compiler::lower::streamed::layer_kinds;
+use rdu_compiler::model::author::{embed_source, head_source, source_of};
+use rdu_compiler::model::presets;
+use serde_json::json;
+
+#[derive(Args)]
+pub struct KindsArgs {
+    /// A preset name, a config.json, or a directory holding one
+    model: String,
+    /// Which weights are stored Q8_0 (a layer stored differently is its own kind)
+    #[arg(long, value_enum, default_value = "auto")]
+    storage: StorageArg,
+    /// Print one JSON object: {"model", "n_layers", "kinds": [{"name", "digest", "layers", "mixer", "ffn"}]}
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct SourceArgs {
+    /// A preset name, a config.json, or a directory holding one
+    model: String,
+    /// The layer to print (0-based)
+    #[arg(long, required_unless_present = "part")]
+    layer: Option<usize>,
+    /// Print the embedding or head program instead of a layer
+    #[arg(long, value_parser = ["embed", "head"], conflicts_with = "layer")]
+    part: Option<String>,
+    #[arg(long, value_enum, default_value = "decode")]
+    cut: CutArg,
+    /// KV-cache positions of the decode cut
+    #[arg(long, default_value_t = 4096)]
+    ctx: usize,
+    /// Sequence length of the forward cut
+    #[arg(long, default_value_t = 16)]
+    seq: usize,
+    #[arg(long, value_enum, default_value = "auto")]
+    storage: StorageArg,
+}
+
+pub fn presets() -> Result<()> {
+    for name in presets::names() {
+        let spec = resolve(name)?;
+        let kinds = layer_kinds(&spec, &StorageArg::Auto.storage());
+        println!(
+            "{name:<24} {:<12} {:>3} layers  d_model {:<5}  {} kind{}",
+            spec.family.as_str(),
+            spec.n_layers(),
+            spec.d_model,
+            kinds.len(),
+            if kinds.len() == 1 { "" } else { "s" }
+        );
+    }
+    Ok(())
+}
+
+pub fn kinds(args: &KindsArgs) -> Result<()> {
+    let spec = resolve(&args.model)?;
+    let kinds = layer_kinds(&spec, &args.storage.storage());
+    if args.json {
+        let kinds_json: Vec<_> = kinds
+            .iter()
+            .map(|k| json!({"name": k.name, "digest": k.digest.hex(), "layers": k.layers, "mixer": k.mixer, "ffn": k.ffn}))
+            .collect();
+        let out = json!({"model": spec.name, "n_layers": spec.n_layers(), "kinds": kinds_json});
+        println!("{out}");
+        return Ok(());
+    }
+    println!(
+        "{}: {} layers, {} kind{} (storage {})",
+        spec.name,
+        spec.n_layers(),
+        kinds.len(),
+        if kinds.len() == 1 { "" } else { "s" },
+        args.storage.storage().label()
+    );
+    for k in &kinds {
+        println!(
+            "  {:<28} {:>3} layers  {}  digest {}",
+            k.name,
+            k.layers.len(),
+            ranges(&k.layers),
+            &k.digest.hex()[..12]
+        );
+    }
+    Ok(())
+}
+
+pub fn source(args: &SourceArgs) -> Result<()> {
+    let spec = resolve(&args.model)?;
+    let cut = args.cut.cut(args.ctx, args.seq)?;
+    let storage = args.storage.storage();
+    let src = match (args.layer, args.part.as_deref()) {
+        (_, Some("embed")) => embed_source(&spec, cut, &storage),
+        (_, Some(_)) => head_source(&spec, cut, &storage),
+        (Some(l), None) if l < spec.n_layers() => source_of(&spec, l, cut, &storage),
+        (Some(l), None) => bail!("--layer {l} is out of range: {} has layers 0..{}", spec.name, spec.n_layers() - 1),
+        (None, None) => bail!("give --layer N or --part embed|head"),
+    };
+    print!("{}", src.text);
+    if !src.q8.is_empty() {
+        println!("# stored Q8_0: {}", src.q8.iter().cloned().collect::<Vec<_>>().join(" "));
+    }
+    Ok(())
+}
+
+/// `0-2, 4-6, 8` for [0, 1, 2, 4, 5, 6, 8].
+fn ranges(layers: &[usize]) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < layers.len() {
+        let mut j = i;
+        while j + 1 < layers.len() && layers[j + 1] == layers[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j { layers[i].to_string() } else { format!("{}-{}", layers[i], layers[j]) });
+        i = j + 1;
+    }
+    parts.join(", ")
+}
