@@ -21,7 +21,10 @@ impl PartialEq for Span {
 
 impl Span {
     pub fn new(start: usize, end: usize) -> Span {
-        Span { start: start as u32, end: end as u32 }
+        Span {
+            start: start as u32,
+            end: end as u32,
+        }
     }
     pub fn range(self) -> std::ops::Range<usize> {
         self.start as usize..self.end as usize
@@ -37,7 +40,10 @@ pub struct Name {
 
 impl Name {
     pub fn new(text: impl Into<String>) -> Name {
-        Name { text: text.into(), span: Span::default() }
+        Name {
+            text: text.into(),
+            span: Span::default(),
+        }
     }
 }
 
@@ -140,9 +146,10 @@ impl Literal {
     /// A list of non-negative ints, e.g. a shape.
     pub fn as_usize_list(&self) -> Option<Vec<usize>> {
         match self {
-            Literal::List(items) => {
-                items.iter().map(|l| l.as_i64().and_then(|v| usize::try_from(v).ok())).collect()
-            }
+            Literal::List(items) => items
+                .iter()
+                .map(|l| l.as_i64().and_then(|v| usize::try_from(v).ok()))
+                .collect(),
             _ => None,
         }
     }
@@ -185,7 +192,10 @@ pub struct Stmt {
 
 impl Stmt {
     pub fn attr(&self, key: &str) -> Option<&Literal> {
-        self.attrs.iter().find(|a| a.key.text == key).map(|a| &a.value)
+        self.attrs
+            .iter()
+            .find(|a| a.key.text == key)
+            .map(|a| &a.value)
     }
 }
 
