@@ -1,7 +1,8 @@
 //! Prints a program in canonical form (one item per line, single spaces); no comments.
 //!
-//! `parse(print(p)) == p` for every program whose names and words are identifiers and whose
-//! floats are finite (everything `parse` can produce).
+//! `parse(print(p)) == p` for every program `parse` can produce: names and words are
+//! identifiers, floats are finite, and no positional argument is an `Arg::Lit` of a bare
+//! word (that prints as a name and reads back as `Arg::Name`).
 use super::ast::{Arg, Decl, Item, Literal, Program, Stmt};
 use std::fmt::Write;
 
