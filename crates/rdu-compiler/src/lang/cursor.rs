@@ -5,7 +5,7 @@ use super::diag::Diagnostic;
 use super::lexer::{Token, TokenKind};
 
 /// How deeply literal lists may nest (`[[1]]` is depth 2).
-pub const MAX_DEPTH: usize = 32;
+pub(super) const MAX_DEPTH: usize = 32;
 
 pub(super) type Parsed<T> = Result<T, Diagnostic>;
 
@@ -13,7 +13,7 @@ pub(super) type Parsed<T> = Result<T, Diagnostic>;
 pub(super) struct Cursor<'t, 's> {
     pub(super) toks: &'t [Token<'s>],
     pub(super) pos: usize,
-    /// The line break ending the line (an empty span at the end of a last line).
+    /// An empty span where the line ends (at its line break, or at the end of the text).
     pub(super) eol: Span,
 }
 

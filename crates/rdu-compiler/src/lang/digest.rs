@@ -112,18 +112,15 @@ impl<'s> Canon<'s> {
         let (tokens, _) = lex(text);
         let (names, bound_set) = name_positions(&program);
         let mut bound = HashMap::new();
-        let stream = tokens
-            .into_iter()
-            .map(
-                |t| match names.contains(&t.span.start) && bound_set.contains(t.text) {
-                    true => {
-                        let next = bound.len();
-                        Tok::Bound(*bound.entry(t.text).or_insert(next), t.text)
-                    }
-                    false => Tok::Kept(t),
-                },
-            )
-            .collect();
+        let mut stream = Vec::with_capacity(tokens.len());
+        for t in tokens {
+            if names.contains(&t.span.start) && bound_set.contains(t.text) {
+                let next = bound.len();
+                stream.push(Tok::Bound(*bound.entry(t.text).or_insert(next), t.text));
+            } else {
+                stream.push(Tok::Kept(t));
+            }
+        }
         Some(Canon { stream, bound })
     }
 

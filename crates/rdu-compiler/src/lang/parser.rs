@@ -10,7 +10,7 @@
 //! - E0105 seed value (`= literal`) on a declaration that is not an `input`
 //! - E0106 positional argument after an attribute
 //! - E0107 attribute given twice in one statement
-//! - E0108 literal lists nested deeper than [`super::cursor::MAX_DEPTH`]
+//! - E0108 literal lists nested more than 32 deep
 use super::ast::{Arg, Attr, Decl, DeclKind, Item, Program, Span, Stmt};
 use super::cursor::{literal, tensor_type, Cursor, Parsed};
 use super::diag::Diagnostic;
@@ -30,25 +30,21 @@ pub fn parse(text: &str) -> Result<Program, Vec<Diagnostic>> {
         .map(|d| breaks.partition_point(|&b| b < d.span.start))
         .collect();
     let mut items = Vec::new();
-    let mut start = 0;
-    for line_idx in 0..=breaks.len() {
-        let end = tokens[start..]
-            .iter()
-            .position(|t| t.kind == TokenKind::Newline)
-            .map_or(tokens.len(), |i| start + i);
-        let eol = tokens
-            .get(end)
-            .map_or(Span::new(text.len(), text.len()), |t| t.span);
-        let line = &tokens[start..end];
-        start = end + 1;
+    let lines = tokens.split(|t| t.kind == TokenKind::Newline);
+    for (line_idx, line) in lines.enumerate() {
         if line.is_empty() || bad_lines.contains(&line_idx) {
             continue;
         }
-        match item(&mut Cursor {
+        let eol = breaks.get(line_idx).map_or(text.len() as u32, |&b| b);
+        let mut cursor = Cursor {
             toks: line,
             pos: 0,
-            eol,
-        }) {
+            eol: Span {
+                start: eol,
+                end: eol,
+            },
+        };
+        match item(&mut cursor) {
             Ok(it) => items.push(it),
             Err(d) => diags.push(d),
         }
