@@ -206,3 +206,43 @@ fn positional_after_attr(arg: &Arg, last: &Attr) -> Diagnostic {
         .push((last.span, "attribute given here".to_string()));
     d
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lang::ast::Literal;
+
+    #[test]
+    fn spans_cover_what_they_name() {
+        let text = "weight W0 : q8[4, 8]\n  o0, S0 <- op(x0, [1, 2], k=neox)  # c\n";
+        let p = parse(text).expect("parses");
+        let at = |s: Span| &text[s.range()];
+        let Item::Decl(d) = &p.items[0] else {
+            panic!("a decl first")
+        };
+        assert_eq!(
+            (at(d.span), at(d.name.span)),
+            ("weight W0 : q8[4, 8]", "W0")
+        );
+        let Item::Stmt(s) = &p.items[1] else {
+            panic!("a statement second")
+        };
+        assert_eq!(at(s.span), "o0, S0 <- op(x0, [1, 2], k=neox)");
+        assert_eq!((at(s.binders[1].span), at(s.op.span)), ("S0", "op"));
+        assert!(s.update);
+        let Arg::Lit(lit, span) = &s.args[1] else {
+            panic!("a literal argument")
+        };
+        assert_eq!(
+            (lit, at(*span)),
+            (
+                &Literal::List(vec![Literal::Int(1), Literal::Int(2)]),
+                "[1, 2]"
+            )
+        );
+        assert_eq!(
+            (at(s.attrs[0].span), at(s.attrs[0].key.span)),
+            ("k=neox", "k")
+        );
+    }
+}
