@@ -8,72 +8,39 @@ use rdu_compiler::lang::ast::{Arg, DeclKind, Item, Literal};
 use rdu_compiler::lang::{parse, print, renaming, shape_digest, Program, Source};
 use std::collections::{BTreeMap, BTreeSet};
 
-const EXAMPLE: &str = include_str!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../tests/data/example.rdu"
-));
-const SYNTAX_ERRORS: &str = include_str!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/data/syntax_errors.rdu"
-));
+const EXAMPLE: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/example.rdu"));
+const SYNTAX_ERRORS: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/syntax_errors.rdu"));
 
 fn source(text: &str, q8: &[&str]) -> Source {
-    Source {
-        text: text.to_string(),
-        q8: q8.iter().map(|s| s.to_string()).collect(),
-    }
+    Source { text: text.to_string(), q8: q8.iter().map(|s| s.to_string()).collect() }
 }
 
 fn source_of(p: &Program, q8: &BTreeSet<String>) -> Source {
-    Source {
-        text: print(p),
-        q8: q8.clone(),
-    }
+    Source { text: print(p), q8: q8.clone() }
 }
 
 /// The 1-based line of a byte offset.
 fn line_of(text: &str, offset: u32) -> usize {
-    1 + text.as_bytes()[..offset as usize]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
+    1 + text.as_bytes()[..offset as usize].iter().filter(|&&b| b == b'\n').count()
 }
 
 #[test]
 fn example_parses_with_its_items_and_round_trips() {
     let p = parse(EXAMPLE).expect("example.rdu parses");
-    assert_eq!(
-        (p.decls().count(), p.stmts().count(), p.outputs().count()),
-        (15, 22, 1)
-    );
+    assert_eq!((p.decls().count(), p.stmts().count(), p.outputs().count()), (15, 22, 1));
     let kinds: Vec<DeclKind> = p.decls().map(|d| d.kind).collect();
     assert_eq!(kinds.iter().filter(|k| **k == DeclKind::Weight).count(), 9);
-    let pos = p
-        .decls()
-        .find(|d| d.name.text == "pos")
-        .expect("pos is declared");
+    let pos = p.decls().find(|d| d.name.text == "pos").expect("pos is declared");
     assert_eq!((pos.ty.shape.len(), &pos.init), (0, &Some(Literal::Int(1))));
-    let rope = p
-        .stmts()
-        .find(|s| s.binders[0].text == "qr1")
-        .expect("qr1 is bound");
+    let rope = p.stmts().find(|s| s.binders[0].text == "qr1").expect("qr1 is bound");
     assert_eq!(rope.attr("style").and_then(Literal::as_word), Some("neox"));
     assert_eq!(rope.attr("dim").and_then(Literal::as_i64), Some(16));
     let norm = p.stmts().next().expect("a first statement");
     assert_eq!(norm.attr("eps").and_then(Literal::as_f64), Some(1e-6));
-    let shape = p
-        .stmts()
-        .find(|s| s.binders[0].text == "qh1")
-        .expect("qh1 is bound");
+    let shape = p.stmts().find(|s| s.binders[0].text == "qh1").expect("qh1 is bound");
     assert!(matches!(&shape.args[1], Arg::Lit(l, _) if l.as_usize_list() == Some(vec![1, 4, 16])));
-    assert!(p
-        .stmts()
-        .filter(|s| s.update)
-        .all(|s| s.op.text == "cache_put"));
-    assert_eq!(
-        &EXAMPLE[norm.span.range()],
-        "h1   = rms_norm(xo0, an1, eps=1e-06, offset=0)"
-    );
+    assert!(p.stmts().filter(|s| s.update).all(|s| s.op.text == "cache_put"));
+    assert_eq!(&EXAMPLE[norm.span.range()], "h1   = rms_norm(xo0, an1, eps=1e-06, offset=0)");
 
     let printed = print(&p);
     assert_eq!(parse(&printed).expect("printed example parses"), p);
@@ -87,25 +54,16 @@ fn golden_syntax_errors_are_all_reported_on_their_lines() {
     let expected: BTreeSet<(usize, String)> = SYNTAX_ERRORS
         .lines()
         .enumerate()
-        .filter_map(|(i, line)| {
-            line.split_once("# expect ")
-                .map(|(_, code)| (i + 1, code.trim().to_string()))
-        })
+        .filter_map(|(i, line)| line.split_once("# expect ").map(|(_, code)| (i + 1, code.trim().to_string())))
         .collect();
     assert!(expected.len() >= 20, "the golden file lost its annotations");
     let diags = parse(SYNTAX_ERRORS).expect_err("the golden file is broken on purpose");
-    let reported: BTreeSet<(usize, String)> = diags
-        .iter()
-        .map(|d| (line_of(SYNTAX_ERRORS, d.span.start), d.code.to_string()))
-        .collect();
+    let reported: BTreeSet<(usize, String)> =
+        diags.iter().map(|d| (line_of(SYNTAX_ERRORS, d.span.start), d.code.to_string())).collect();
     assert_eq!(reported, expected);
     for d in &diags {
         let first = d.message.chars().next().expect("a message");
-        assert!(
-            !first.is_uppercase() && !d.message.ends_with('.'),
-            "house style: {}",
-            d.message
-        );
+        assert!(!first.is_uppercase() && !d.message.ends_with('.'), "house style: {}", d.message);
     }
 }
 
@@ -113,39 +71,23 @@ fn golden_syntax_errors_are_all_reported_on_their_lines() {
 fn several_faults_are_all_reported_in_order() {
     let text = "input x0 : f32[4]\nweight W0 : f33[4, 4]\ny0 = linear(x0 W0)\nstate S0 : f32[4] = 1\n\ny0 = ok(x0)\nz0 = add(y0, ~)\n";
     let diags = parse(text).expect_err("four broken lines");
-    let got: Vec<(usize, &str)> = diags
-        .iter()
-        .map(|d| (line_of(text, d.span.start), d.code))
-        .collect();
-    assert_eq!(
-        got,
-        [(2, "E0103"), (3, "E0102"), (4, "E0105"), (7, "E0101")]
-    );
+    let got: Vec<(usize, &str)> = diags.iter().map(|d| (line_of(text, d.span.start), d.code)).collect();
+    assert_eq!(got, [(2, "E0103"), (3, "E0102"), (4, "E0105"), (7, "E0101")]);
     assert_eq!(&text[diags[1].span.range()], "W0");
-    assert_eq!(
-        diags[1].message,
-        "expected `,` or `)` after an argument, found `W0`"
-    );
+    assert_eq!(diags[1].message, "expected `,` or `)` after an argument, found `W0`");
 }
 
 #[test]
 fn keywords_are_names_outside_their_own_positions() {
     let text = "input input : f32[2]\noutput = neg(input)\nstate, f32 <- op(output, q8=weight)\noutput output\n";
     let p = parse(text).expect("keywords as names parse");
-    assert_eq!(
-        (p.decls().count(), p.stmts().count(), p.outputs().count()),
-        (1, 2, 1)
-    );
+    assert_eq!((p.decls().count(), p.stmts().count(), p.outputs().count()), (1, 2, 1));
     assert_eq!(parse(&print(&p)).expect("round trip"), p);
 }
 
 #[test]
 fn deep_nesting_is_an_error_not_a_stack_overflow() {
-    let text = format!(
-        "a0 = op(x0, {}1{})\n",
-        "[".repeat(100_000),
-        "]".repeat(100_000)
-    );
+    let text = format!("a0 = op(x0, {}1{})\n", "[".repeat(100_000), "]".repeat(100_000));
     let diags = parse(&text).expect_err("too deep");
     assert_eq!(diags.iter().map(|d| d.code).collect::<Vec<_>>(), ["E0108"]);
 }
@@ -167,10 +109,7 @@ fn example_layer_two() -> (String, BTreeMap<String, String>) {
                 t => format!(
                     "{}{}",
                     t.trim_end_matches(char::is_numeric),
-                    t.trim_start_matches(char::is_alphabetic)
-                        .parse::<u32>()
-                        .unwrap()
-                        + 1
+                    t.trim_start_matches(char::is_alphabetic).parse::<u32>().unwrap() + 1
                 ),
             };
             map.insert(n.text.clone(), renamed);
@@ -181,14 +120,8 @@ fn example_layer_two() -> (String, BTreeMap<String, String>) {
         let words: Vec<String> = line
             .split_inclusive(|c: char| !(c.is_alphanumeric() || c == '_'))
             .map(|w| {
-                let cut = w
-                    .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-                    .unwrap_or(w.len());
-                format!(
-                    "{}{}",
-                    map.get(&w[..cut]).map_or(&w[..cut], String::as_str),
-                    &w[cut..]
-                )
+                let cut = w.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(w.len());
+                format!("{}{}", map.get(&w[..cut]).map_or(&w[..cut], String::as_str), &w[cut..])
             })
             .collect();
         text.push_str(&words.concat().replace("  ", " "));
@@ -202,9 +135,7 @@ fn layers_of_one_kind_share_a_digest_and_renaming_maps_their_names() {
     let q8_one = ["Wq1", "Wk1", "Wv1", "Wo1", "Wg1", "Wu1", "Wd1"];
     let q8_two = ["Wq2", "Wk2", "Wv2", "Wo2", "Wg2", "Wu2", "Wd2"];
     let (text_two, map) = example_layer_two();
-    assert!(
-        text_two.contains("xo2 = add(r2, d2)") && text_two.contains("rope(qh2, cos0, sin0, pos")
-    );
+    assert!(text_two.contains("xo2 = add(r2, d2)") && text_two.contains("rope(qh2, cos0, sin0, pos"));
     let (one, two) = (source(EXAMPLE, &q8_one), source(&text_two, &q8_two));
     assert_eq!(shape_digest(&one), shape_digest(&two));
     assert_eq!(renaming(&one, &two), Some(map.clone()));
@@ -229,24 +160,15 @@ fn example_digest_is_pinned() {
     // A changed value means every stored digest changes: do it on purpose or not at all.
     let q8 = ["Wq1", "Wk1", "Wv1", "Wo1", "Wg1", "Wu1", "Wd1"];
     let hex = shape_digest(&source(EXAMPLE, &q8)).hex();
-    assert_eq!(
-        hex,
-        "f3426bddf47391584740ee64463fe21fecce8d87f5708fd717bc24f4b44740e8"
-    );
+    assert_eq!(hex, "f3426bddf47391584740ee64463fe21fecce8d87f5708fd717bc24f4b44740e8");
 }
 
 #[test]
 fn broken_text_has_a_digest_but_no_renaming() {
     let broken = source("a0 = op(%\n", &["a0"]);
     assert_eq!(shape_digest(&broken), shape_digest(&broken.clone()));
-    assert_ne!(
-        shape_digest(&broken),
-        shape_digest(&source("a0 = op(%\n", &[]))
-    );
-    assert_ne!(
-        shape_digest(&broken),
-        shape_digest(&source("a0 = op( %\n", &["a0"]))
-    );
+    assert_ne!(shape_digest(&broken), shape_digest(&source("a0 = op(%\n", &[])));
+    assert_ne!(shape_digest(&broken), shape_digest(&source("a0 = op( %\n", &["a0"])));
     assert_eq!(renaming(&broken, &broken), None);
     assert_eq!(shape_digest(&broken).hex().len(), 64);
 }

@@ -36,9 +36,7 @@ impl<'s> Cursor<'_, 's> {
     }
     /// The end of the last token taken.
     pub(super) fn prev_end(&self) -> u32 {
-        self.toks[..self.pos]
-            .last()
-            .map_or(self.eol.start, |t| t.span.end)
+        self.toks[..self.pos].last().map_or(self.eol.start, |t| t.span.end)
     }
     pub(super) fn here(&self) -> Span {
         self.peek().map_or(self.eol, |t| t.span)
@@ -49,11 +47,7 @@ impl<'s> Cursor<'_, 's> {
             None => "end of line".to_string(),
             Some(t) => format!("`{}`", t.text),
         };
-        Diagnostic::new(
-            "E0102",
-            format!("expected {what}, found {found}"),
-            self.here(),
-        )
+        Diagnostic::new("E0102", format!("expected {what}, found {found}"), self.here())
     }
     pub(super) fn expect(&mut self, kind: TokenKind, what: &str) -> Parsed<Token<'s>> {
         if self.at(kind) {
@@ -64,10 +58,7 @@ impl<'s> Cursor<'_, 's> {
     }
     pub(super) fn name(&mut self, what: &str) -> Parsed<Name> {
         let t = self.expect(TokenKind::Ident, what)?;
-        Ok(Name {
-            text: t.text.to_string(),
-            span: t.span,
-        })
+        Ok(Name { text: t.text.to_string(), span: t.span })
     }
     pub(super) fn end_of_line(&mut self) -> Parsed<()> {
         match self.peek() {
@@ -102,11 +93,7 @@ fn dim(c: &mut Cursor) -> Parsed<usize> {
         return Err(c.unexpected("a dimension"));
     };
     let bad = |why: &str| {
-        Diagnostic::new(
-            "E0103",
-            format!("dimension `{}` {why}: write a non-negative integer", t.text),
-            t.span,
-        )
+        Diagnostic::new("E0103", format!("dimension `{}` {why}: write a non-negative integer", t.text), t.span)
     };
     match t.kind {
         TokenKind::Int => {
@@ -121,10 +108,7 @@ fn dim(c: &mut Cursor) -> Parsed<usize> {
 
 fn int(t: Token) -> Parsed<i64> {
     t.text.parse::<i64>().map_err(|_| {
-        let msg = format!(
-            "integer `{}` is out of range: it must fit in 64 signed bits",
-            t.text
-        );
+        let msg = format!("integer `{}` is out of range: it must fit in 64 signed bits", t.text);
         Diagnostic::new("E0104", msg, t.span)
     })
 }
@@ -139,10 +123,7 @@ pub(super) fn literal(c: &mut Cursor, depth: usize) -> Parsed<(Literal, Span)> {
         TokenKind::Float => match t.text.parse::<f64>() {
             Ok(v) if v.is_finite() => Literal::Float(v),
             _ => {
-                let msg = format!(
-                    "float `{}` is out of range: it must be finite as an f64",
-                    t.text
-                );
+                let msg = format!("float `{}` is out of range: it must be finite as an f64", t.text);
                 return Err(Diagnostic::new("E0104", msg, t.span));
             }
         },
@@ -170,11 +151,5 @@ fn list(c: &mut Cursor, depth: usize) -> Parsed<(Literal, Span)> {
             }
         }
     }
-    Ok((
-        Literal::List(items),
-        Span {
-            start,
-            end: c.prev_end(),
-        },
-    ))
+    Ok((Literal::List(items), Span { start, end: c.prev_end() }))
 }

@@ -18,14 +18,7 @@ pub struct Diagnostic {
 
 impl Diagnostic {
     pub fn new(code: &'static str, message: impl Into<String>, span: Span) -> Diagnostic {
-        Diagnostic {
-            code,
-            message: message.into(),
-            span,
-            labels: Vec::new(),
-            index: None,
-            binder: None,
-        }
+        Diagnostic { code, message: message.into(), span, labels: Vec::new(), index: None, binder: None }
     }
 }
 

@@ -78,15 +78,8 @@ pub fn renaming(from: &Source, to: &Source) -> Option<BTreeMap<String, String>> 
             _ => return None,
         }
     }
-    let mapped: BTreeSet<String> = from
-        .q8
-        .iter()
-        .map(|n| map.get(n).unwrap_or(n).clone())
-        .collect();
-    let unbound_agree = from
-        .q8
-        .iter()
-        .all(|n| a.bound.contains_key(n.as_str()) || !b.bound.contains_key(n.as_str()));
+    let mapped: BTreeSet<String> = from.q8.iter().map(|n| map.get(n).unwrap_or(n).clone()).collect();
+    let unbound_agree = from.q8.iter().all(|n| a.bound.contains_key(n.as_str()) || !b.bound.contains_key(n.as_str()));
     (mapped == to.q8 && unbound_agree).then_some(map)
 }
 
@@ -142,16 +135,9 @@ impl<'s> Canon<'s> {
 
     /// The Q8_0 set split into the sorted indices of its bound members and its other members.
     fn q8_parts<'q>(&self, q8: &'q BTreeSet<String>) -> (Vec<usize>, Vec<&'q str>) {
-        let mut indices: Vec<usize> = q8
-            .iter()
-            .filter_map(|n| self.bound.get(n.as_str()).copied())
-            .collect();
+        let mut indices: Vec<usize> = q8.iter().filter_map(|n| self.bound.get(n.as_str()).copied()).collect();
         indices.sort_unstable();
-        let verbatim = q8
-            .iter()
-            .map(String::as_str)
-            .filter(|n| !self.bound.contains_key(n))
-            .collect();
+        let verbatim = q8.iter().map(String::as_str).filter(|n| !self.bound.contains_key(n)).collect();
         (indices, verbatim)
     }
 }

@@ -78,11 +78,7 @@ pub fn lex(text: &str) -> (Vec<Token<'_>>, Vec<Diagnostic>) {
     while let Some(result) = lexer.next() {
         let range = lexer.span();
         match result {
-            Ok(kind) => tokens.push(Token {
-                kind,
-                span: Span::new(range.start, range.end),
-                text: lexer.slice(),
-            }),
+            Ok(kind) => tokens.push(Token { kind, span: Span::new(range.start, range.end), text: lexer.slice() }),
             Err(()) => match bad.last_mut() {
                 Some(last) if last.end == range.start => last.end = range.end,
                 _ => bad.push(range),
@@ -95,10 +91,7 @@ pub fn lex(text: &str) -> (Vec<Token<'_>>, Vec<Diagnostic>) {
 
 fn bad_text(text: &str, range: std::ops::Range<usize>) -> Diagnostic {
     let shown = text.get(range.clone()).unwrap_or("?");
-    let message = format!(
-        "unexpected `{}`: not part of any token; remove it",
-        shown.escape_debug()
-    );
+    let message = format!("unexpected `{}`: not part of any token; remove it", shown.escape_debug());
     Diagnostic::new("E0101", message, Span::new(range.start, range.end))
 }
 
@@ -118,10 +111,7 @@ mod tests {
         let got = kinds("1 -2 1.5 1e-06 -3E+2 0.25e3 x1");
         let want = [(Int, "1"), (Int, "-2"), (Float, "1.5"), (Float, "1e-06")];
         assert_eq!(got[..4], want);
-        assert_eq!(
-            got[4..],
-            [(Float, "-3E+2"), (Float, "0.25e3"), (Ident, "x1")]
-        );
+        assert_eq!(got[4..], [(Float, "-3E+2"), (Float, "0.25e3"), (Ident, "x1")]);
     }
 
     #[test]
@@ -151,11 +141,7 @@ mod tests {
         let (tokens, diags) = lex("a = b % c\nd €€ e < f");
         let texts: Vec<&str> = tokens.iter().map(|t| t.text).collect();
         assert_eq!(texts, ["a", "=", "b", "c", "\n", "d", "e", "f"]);
-        let codes: Vec<(&str, std::ops::Range<usize>)> =
-            diags.iter().map(|d| (d.code, d.span.range())).collect();
-        assert_eq!(
-            codes,
-            [("E0101", 6..7), ("E0101", 12..18), ("E0101", 21..22)]
-        );
+        let codes: Vec<(&str, std::ops::Range<usize>)> = diags.iter().map(|d| (d.code, d.span.range())).collect();
+        assert_eq!(codes, [("E0101", 6..7), ("E0101", 12..18), ("E0101", 21..22)]);
     }
 }

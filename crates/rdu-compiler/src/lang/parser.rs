@@ -20,15 +20,8 @@ use std::collections::BTreeSet;
 /// Parses a whole program; on failure returns every syntax error found (E01xx), in order.
 pub fn parse(text: &str) -> Result<Program, Vec<Diagnostic>> {
     let (tokens, mut diags) = lex(text);
-    let breaks: Vec<u32> = tokens
-        .iter()
-        .filter(|t| t.kind == TokenKind::Newline)
-        .map(|t| t.span.start)
-        .collect();
-    let bad_lines: BTreeSet<usize> = diags
-        .iter()
-        .map(|d| breaks.partition_point(|&b| b < d.span.start))
-        .collect();
+    let breaks: Vec<u32> = tokens.iter().filter(|t| t.kind == TokenKind::Newline).map(|t| t.span.start).collect();
+    let bad_lines: BTreeSet<usize> = diags.iter().map(|d| breaks.partition_point(|&b| b < d.span.start)).collect();
     let mut items = Vec::new();
     let lines = tokens.split(|t| t.kind == TokenKind::Newline);
     for (line_idx, line) in lines.enumerate() {
@@ -36,14 +29,7 @@ pub fn parse(text: &str) -> Result<Program, Vec<Diagnostic>> {
             continue;
         }
         let eol = breaks.get(line_idx).map_or(text.len() as u32, |&b| b);
-        let mut cursor = Cursor {
-            toks: line,
-            pos: 0,
-            eol: Span {
-                start: eol,
-                end: eol,
-            },
-        };
+        let mut cursor = Cursor { toks: line, pos: 0, eol: Span { start: eol, end: eol } };
         match item(&mut cursor) {
             Ok(it) => items.push(it),
             Err(d) => diags.push(d),
@@ -59,10 +45,7 @@ pub fn parse(text: &str) -> Result<Program, Vec<Diagnostic>> {
 
 fn item(c: &mut Cursor) -> Parsed<Item> {
     let first = c.toks[0];
-    let binds = matches!(
-        c.toks.get(1).map(|t| t.kind),
-        Some(TokenKind::Eq | TokenKind::Comma | TokenKind::Arrow)
-    );
+    let binds = matches!(c.toks.get(1).map(|t| t.kind), Some(TokenKind::Eq | TokenKind::Comma | TokenKind::Arrow));
     if first.kind == TokenKind::Ident && !binds {
         let kind = match first.text {
             "input" => Some(DeclKind::Input),
@@ -102,16 +85,7 @@ fn decl(c: &mut Cursor, kind: DeclKind) -> Parsed<Decl> {
         init = Some(lit);
     }
     c.end_of_line()?;
-    Ok(Decl {
-        kind,
-        name,
-        ty,
-        init,
-        span: Span {
-            start,
-            end: c.prev_end(),
-        },
-    })
+    Ok(Decl { kind, name, ty, init, span: Span { start, end: c.prev_end() } })
 }
 
 fn stmt(c: &mut Cursor) -> Parsed<Stmt> {
@@ -133,11 +107,7 @@ fn stmt(c: &mut Cursor) -> Parsed<Stmt> {
     let (mut args, mut attrs) = (Vec::new(), Vec::<Attr>::new());
     if !c.eat(TokenKind::RParen) {
         loop {
-            if c.at(TokenKind::Ident)
-                && c.toks
-                    .get(c.pos + 1)
-                    .is_some_and(|t| t.kind == TokenKind::Eq)
-            {
+            if c.at(TokenKind::Ident) && c.toks.get(c.pos + 1).is_some_and(|t| t.kind == TokenKind::Eq) {
                 let a = attr(c)?;
                 if let Some(first) = attrs.iter().find(|b| b.key.text == a.key.text) {
                     return Err(duplicate(first, &a));
@@ -161,37 +131,23 @@ fn stmt(c: &mut Cursor) -> Parsed<Stmt> {
             }
         }
     }
-    let span = Span {
-        start: binders[0].span.start,
-        end: c.prev_end(),
-    };
+    let span = Span { start: binders[0].span.start, end: c.prev_end() };
     c.end_of_line()?;
-    Ok(Stmt {
-        binders,
-        update,
-        op,
-        args,
-        attrs,
-        span,
-    })
+    Ok(Stmt { binders, update, op, args, attrs, span })
 }
 
 fn attr(c: &mut Cursor) -> Parsed<Attr> {
     let key = c.name("an attribute key")?;
     c.expect(TokenKind::Eq, "`=` after the attribute key")?;
     let (value, vspan) = literal(c, 0)?;
-    let span = Span {
-        start: key.span.start,
-        end: vspan.end,
-    };
+    let span = Span { start: key.span.start, end: vspan.end };
     Ok(Attr { key, value, span })
 }
 
 fn duplicate(first: &Attr, again: &Attr) -> Diagnostic {
     let msg = format!("attribute `{}` is given twice: keep one", again.key.text);
     let mut d = Diagnostic::new("E0107", msg, again.key.span);
-    d.labels
-        .push((first.key.span, "first given here".to_string()));
+    d.labels.push((first.key.span, "first given here".to_string()));
     d
 }
 
@@ -202,8 +158,7 @@ fn positional_after_attr(arg: &Arg, last: &Attr) -> Diagnostic {
     };
     let msg = "positional argument after an attribute: move it before the `key=value` attributes";
     let mut d = Diagnostic::new("E0106", msg, span);
-    d.labels
-        .push((last.span, "attribute given here".to_string()));
+    d.labels.push((last.span, "attribute given here".to_string()));
     d
 }
 
@@ -217,32 +172,14 @@ mod tests {
         let text = "weight W0 : q8[4, 8]\n  o0, S0 <- op(x0, [1, 2], k=neox)  # c\n";
         let p = parse(text).expect("parses");
         let at = |s: Span| &text[s.range()];
-        let Item::Decl(d) = &p.items[0] else {
-            panic!("a decl first")
-        };
-        assert_eq!(
-            (at(d.span), at(d.name.span)),
-            ("weight W0 : q8[4, 8]", "W0")
-        );
-        let Item::Stmt(s) = &p.items[1] else {
-            panic!("a statement second")
-        };
+        let Item::Decl(d) = &p.items[0] else { panic!("a decl first") };
+        assert_eq!((at(d.span), at(d.name.span)), ("weight W0 : q8[4, 8]", "W0"));
+        let Item::Stmt(s) = &p.items[1] else { panic!("a statement second") };
         assert_eq!(at(s.span), "o0, S0 <- op(x0, [1, 2], k=neox)");
         assert_eq!((at(s.binders[1].span), at(s.op.span)), ("S0", "op"));
         assert!(s.update);
-        let Arg::Lit(lit, span) = &s.args[1] else {
-            panic!("a literal argument")
-        };
-        assert_eq!(
-            (lit, at(*span)),
-            (
-                &Literal::List(vec![Literal::Int(1), Literal::Int(2)]),
-                "[1, 2]"
-            )
-        );
-        assert_eq!(
-            (at(s.attrs[0].span), at(s.attrs[0].key.span)),
-            ("k=neox", "k")
-        );
+        let Arg::Lit(lit, span) = &s.args[1] else { panic!("a literal argument") };
+        assert_eq!((lit, at(*span)), (&Literal::List(vec![Literal::Int(1), Literal::Int(2)]), "[1, 2]"));
+        assert_eq!((at(s.attrs[0].span), at(s.attrs[0].key.span)), ("k=neox", "k"));
     }
 }

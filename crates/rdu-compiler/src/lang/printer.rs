@@ -30,14 +30,7 @@ pub fn literal(lit: &Literal) -> String {
 
 fn decl(out: &mut String, d: &Decl) {
     let dims: Vec<String> = d.ty.shape.iter().map(|v| v.to_string()).collect();
-    let _ = write!(
-        out,
-        "{} {} : {}[{}]",
-        d.kind.keyword(),
-        d.name,
-        d.ty.dtype.keyword(),
-        dims.join(", ")
-    );
+    let _ = write!(out, "{} {} : {}[{}]", d.kind.keyword(), d.name, d.ty.dtype.keyword(), dims.join(", "));
     if let Some(init) = &d.init {
         out.push_str(" = ");
         push_literal(out, init);
@@ -99,21 +92,12 @@ mod tests {
 
     #[test]
     fn floats_print_shortest_and_relex_as_floats() {
-        let cases = [
-            (1e-6, "1e-6"),
-            (0.25, "0.25"),
-            (8.0, "8.0"),
-            (-0.0, "-0.0"),
-            (1e300, "1e300"),
-            (1.5e-7, "1.5e-7"),
-        ];
+        let cases =
+            [(1e-6, "1e-6"), (0.25, "0.25"), (8.0, "8.0"), (-0.0, "-0.0"), (1e300, "1e300"), (1.5e-7, "1.5e-7")];
         for (v, want) in cases {
             assert_eq!(literal(&Literal::Float(v)), want);
         }
-        let nested = Literal::List(vec![
-            Literal::Int(4),
-            Literal::List(vec![Literal::Word("neox".into())]),
-        ]);
+        let nested = Literal::List(vec![Literal::Int(4), Literal::List(vec![Literal::Word("neox".into())])]);
         assert_eq!(literal(&nested), "[4, [neox]]");
     }
 }

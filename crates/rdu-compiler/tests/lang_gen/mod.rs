@@ -8,18 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 mod mutate;
 pub use mutate::{mutate, mutations};
 
-const OPS: &[&str] = &[
-    "add",
-    "linear",
-    "rms_norm",
-    "rope",
-    "cache_put",
-    "attend",
-    "delta_step",
-];
-const KEYWORDS: &[&str] = &[
-    "input", "weight", "shared", "state", "output", "f32", "i32", "q8",
-];
+const OPS: &[&str] = &["add", "linear", "rms_norm", "rope", "cache_put", "attend", "delta_step"];
+const KEYWORDS: &[&str] = &["input", "weight", "shared", "state", "output", "f32", "i32", "q8"];
 
 /// A name obeying the naming rule (a base that does not end in a digit, then a layer
 /// suffix), now and then a keyword or dtype, which are names outside their own positions.
@@ -48,46 +38,22 @@ pub fn literal() -> impl Strategy<Value = Literal> {
         float().prop_map(Literal::Float),
         word().prop_map(Literal::Word),
     ];
-    leaf.prop_recursive(3, 16, 4, |inner| {
-        prop::collection::vec(inner, 0..4).prop_map(Literal::List)
-    })
+    leaf.prop_recursive(3, 16, 4, |inner| prop::collection::vec(inner, 0..4).prop_map(Literal::List))
 }
 
 /// A positional literal: a bare word there is a name (`Arg::Name`), so only numbers and lists.
 fn positional_literal() -> impl Strategy<Value = Literal> {
-    literal().prop_filter("a positional word is a name", |l| {
-        !matches!(l, Literal::Word(_))
-    })
+    literal().prop_filter("a positional word is a name", |l| !matches!(l, Literal::Word(_)))
 }
 
 fn decl() -> impl Strategy<Value = Decl> {
-    let kind = prop::sample::select(
-        &[
-            DeclKind::Input,
-            DeclKind::Weight,
-            DeclKind::Shared,
-            DeclKind::State,
-        ][..],
-    );
+    let kind = prop::sample::select(&[DeclKind::Input, DeclKind::Weight, DeclKind::Shared, DeclKind::State][..]);
     let dtype = prop::sample::select(&[DType::F32, DType::I32, DType::Q8][..]);
     let shape = prop::collection::vec(0usize..5000, 0..4);
-    (
-        kind,
-        name(),
-        dtype,
-        shape,
-        prop::option::weighted(0.3, literal()),
-    )
-        .prop_map(|(kind, name, dtype, shape, init)| {
-            let init = init.filter(|_| kind == DeclKind::Input);
-            Decl {
-                kind,
-                name: Name::new(name),
-                ty: TensorType { dtype, shape },
-                init,
-                span: Default::default(),
-            }
-        })
+    (kind, name(), dtype, shape, prop::option::weighted(0.3, literal())).prop_map(|(kind, name, dtype, shape, init)| {
+        let init = init.filter(|_| kind == DeclKind::Input);
+        Decl { kind, name: Name::new(name), ty: TensorType { dtype, shape }, init, span: Default::default() }
+    })
 }
 
 fn stmt() -> impl Strategy<Value = Stmt> {
@@ -95,32 +61,16 @@ fn stmt() -> impl Strategy<Value = Stmt> {
     let arg = prop_oneof![3 => name().prop_map(|n| Arg::Name(Name::new(n))), 1 => positional_literal().prop_map(|l| Arg::Lit(l, Default::default()))];
     let args = prop::collection::vec(arg, 0..5);
     let attrs = prop::collection::btree_map(word(), literal(), 0..4);
-    (
-        prop::collection::vec(name(), 1..4),
-        any::<bool>(),
-        op,
-        args,
-        attrs,
-    )
-        .prop_map(|(binders, update, op, args, attrs)| {
+    (prop::collection::vec(name(), 1..4), any::<bool>(), op, args, attrs).prop_map(
+        |(binders, update, op, args, attrs)| {
             let attrs = attrs
                 .into_iter()
-                .map(|(k, v)| Attr {
-                    key: Name::new(k),
-                    value: v,
-                    span: Default::default(),
-                })
+                .map(|(k, v)| Attr { key: Name::new(k), value: v, span: Default::default() })
                 .collect();
             let binders = binders.into_iter().map(Name::new).collect();
-            Stmt {
-                binders,
-                update,
-                op: Name::new(op),
-                args,
-                attrs,
-                span: Default::default(),
-            }
-        })
+            Stmt { binders, update, op: Name::new(op), args, attrs, span: Default::default() }
+        },
+    )
 }
 
 /// A random program: names need not be declared, nor used consistently.
@@ -181,20 +131,12 @@ pub fn for_each_name(p: &mut Program, f: &mut impl FnMut(&mut Name)) {
 /// A program, a Q8_0 set drawn from its bound names, and a bijective renaming of its bound
 /// names onto names that collide with no unbound name in a name position (such a collision
 /// would make the unbound name bound, which is a different program).
-pub fn program_q8_renaming(
-) -> impl Strategy<Value = (Program, BTreeSet<String>, BTreeMap<String, String>)> {
+pub fn program_q8_renaming() -> impl Strategy<Value = (Program, BTreeSet<String>, BTreeMap<String, String>)> {
     (program(), prop::collection::vec(name(), 0..8)).prop_flat_map(|(p, fresh)| {
         let bound = bound_names(&p);
-        let unbound: BTreeSet<String> = name_position_texts(&p)
-            .into_iter()
-            .filter(|n| !bound.contains(n))
-            .collect();
+        let unbound: BTreeSet<String> = name_position_texts(&p).into_iter().filter(|n| !bound.contains(n)).collect();
         let mut pool: Vec<String> = bound.clone();
-        pool.extend(
-            fresh
-                .into_iter()
-                .filter(|n| !unbound.contains(n) && !bound.contains(n)),
-        );
+        pool.extend(fresh.into_iter().filter(|n| !unbound.contains(n) && !bound.contains(n)));
         pool.sort();
         pool.dedup();
         let q8 = prop::sample::subsequence(bound.clone(), 0..=bound.len());
@@ -206,11 +148,7 @@ pub fn program_q8_renaming(
 }
 
 /// Renames the bound names of a program and its Q8_0 set by `map`.
-pub fn rename(
-    p: &Program,
-    q8: &BTreeSet<String>,
-    map: &BTreeMap<String, String>,
-) -> (Program, BTreeSet<String>) {
+pub fn rename(p: &Program, q8: &BTreeSet<String>, map: &BTreeMap<String, String>) -> (Program, BTreeSet<String>) {
     let mut p = p.clone();
     for_each_name(&mut p, &mut |n| {
         if let Some(to) = map.get(&n.text) {

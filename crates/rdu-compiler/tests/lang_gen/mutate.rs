@@ -31,33 +31,15 @@ pub fn mutations(p: &Program, q8: &BTreeSet<String>) -> Vec<Mutation> {
             Item::Stmt(s) => {
                 out.push(Mutation::Op(i));
                 out.extend((0..s.attrs.len()).map(|j| Mutation::Key(i, j)));
-                numbers += s
-                    .args
-                    .iter()
-                    .map(|a| {
-                        if let Arg::Lit(l, _) = a {
-                            count_numbers(l)
-                        } else {
-                            0
-                        }
-                    })
-                    .sum::<usize>();
-                numbers += s
-                    .attrs
-                    .iter()
-                    .map(|a| count_numbers(&a.value))
-                    .sum::<usize>();
+                numbers +=
+                    s.args.iter().map(|a| if let Arg::Lit(l, _) = a { count_numbers(l) } else { 0 }).sum::<usize>();
+                numbers += s.attrs.iter().map(|a| count_numbers(&a.value)).sum::<usize>();
             }
             Item::Output(_) => {}
         }
     }
     out.extend((0..numbers).map(Mutation::Number));
-    out.extend(
-        bound_names(p)
-            .into_iter()
-            .filter(|n| !q8.contains(n))
-            .map(Mutation::Q8Add),
-    );
+    out.extend(bound_names(p).into_iter().filter(|n| !q8.contains(n)).map(Mutation::Q8Add));
     out.extend(q8.iter().cloned().map(Mutation::Q8Remove));
     out
 }
@@ -71,30 +53,28 @@ pub fn mutate(p: &mut Program, q8: &mut BTreeSet<String>, m: &Mutation) {
             let mut left = *k;
             for_each_literal(p, &mut |l| bump_number(l, &mut left));
         }
-        Mutation::Op(i)
-        | Mutation::Key(i, _)
-        | Mutation::DType(i)
-        | Mutation::Dim(i, _)
-        | Mutation::AddDim(i) => match (&mut p.items[*i], m) {
-            (Item::Stmt(s), Mutation::Op(_)) => s.op.text.push('z'),
-            (Item::Stmt(s), Mutation::Key(_, j)) => {
-                let mut key = s.attrs[*j].key.text.clone();
-                while s.attrs.iter().any(|a| a.key.text == key) {
-                    key.push('z');
+        Mutation::Op(i) | Mutation::Key(i, _) | Mutation::DType(i) | Mutation::Dim(i, _) | Mutation::AddDim(i) => {
+            match (&mut p.items[*i], m) {
+                (Item::Stmt(s), Mutation::Op(_)) => s.op.text.push('z'),
+                (Item::Stmt(s), Mutation::Key(_, j)) => {
+                    let mut key = s.attrs[*j].key.text.clone();
+                    while s.attrs.iter().any(|a| a.key.text == key) {
+                        key.push('z');
+                    }
+                    s.attrs[*j].key.text = key;
                 }
-                s.attrs[*j].key.text = key;
-            }
-            (Item::Decl(d), Mutation::DType(_)) => {
-                d.ty.dtype = match d.ty.dtype {
-                    DType::F32 => DType::I32,
-                    DType::I32 => DType::Q8,
-                    DType::Q8 => DType::F32,
+                (Item::Decl(d), Mutation::DType(_)) => {
+                    d.ty.dtype = match d.ty.dtype {
+                        DType::F32 => DType::I32,
+                        DType::I32 => DType::Q8,
+                        DType::Q8 => DType::F32,
+                    }
                 }
+                (Item::Decl(d), Mutation::Dim(_, j)) => d.ty.shape[*j] += 1,
+                (Item::Decl(d), Mutation::AddDim(_)) => d.ty.shape.push(1),
+                _ => unreachable!("mutation {m:?} does not apply"),
             }
-            (Item::Decl(d), Mutation::Dim(_, j)) => d.ty.shape[*j] += 1,
-            (Item::Decl(d), Mutation::AddDim(_)) => d.ty.shape.push(1),
-            _ => unreachable!("mutation {m:?} does not apply"),
-        },
+        }
     }
 }
 
