@@ -127,9 +127,7 @@ impl Mixer {
     /// A short word naming the mixer (used in kind names and `rdu kinds --json`).
     pub fn label(&self) -> &'static str {
         match self {
-            Mixer::Attention {
-                output_gate: true, ..
-            } => "gated_attention",
+            Mixer::Attention { output_gate: true, .. } => "gated_attention",
             Mixer::Attention { .. } => "attention",
             Mixer::Mla { .. } => "mla",
             Mixer::GatedDeltaNet { .. } => "deltanet",
