@@ -81,7 +81,7 @@ pub(super) fn build(ctx: &Ctx, root: &Value) -> Result<Draft> {
     };
     let rotation = rope.rotation(ctx, qk_rope, RopeStyle::Interleaved)?;
     let scale =
-        rope::yarn_attention_factor(&rotation.scaling) / ((qk_nope + qk_rope) as f64).sqrt();
+        rope::yarn_attention_factor(&rotation.scaling) / (qk_nope as f64 + qk_rope as f64).sqrt();
     let q_lora_rank = match ds.q_lora_rank.unwrap_or(Some(1536)) {
         Some(rank) => Some(ctx.positive(rank, "q_lora_rank")?),
         None => None,
@@ -185,7 +185,7 @@ fn moe_ffn(ctx: &Ctx, ds: &Deepseek) -> Result<Ffn> {
                     format!("must be between 1 and n_group ({groups})"),
                 ));
             }
-            if top_k > topk_groups * (experts / groups) {
+            if top_k > topk_groups.saturating_mul(experts / groups) {
                 return Err(ctx.err(
                     "num_experts_per_tok",
                     "exceeds the experts in the selected groups",
