@@ -97,7 +97,7 @@ pub(super) fn build(ctx: &Ctx, root: &Value) -> Result<Draft> {
     };
     let first_dense = ds.first_k_dense_replace.unwrap_or(0);
     let freq = ctx.positive(ds.moe_layer_freq.unwrap_or(1), "moe_layer_freq")?;
-    let is_moe = |layer_idx: usize| layer_idx >= first_dense && layer_idx % freq == 0;
+    let is_moe = |layer_idx: usize| layer_idx >= first_dense && layer_idx.is_multiple_of(freq);
     let moe = (0..core.n_layers)
         .any(is_moe)
         .then(|| moe_ffn(ctx, &ds))
@@ -172,7 +172,7 @@ fn moe_ffn(ctx: &Ctx, ds: &Deepseek) -> Result<Ffn> {
         None | Some("greedy") => (1, 1),
         Some("group_limited_greedy") => {
             let groups = ctx.positive(ctx.require(ds.n_group, "n_group")?, "n_group")?;
-            if experts % groups != 0 {
+            if !experts.is_multiple_of(groups) {
                 return Err(ctx.err(
                     "n_group",
                     format!("{groups} groups do not divide {experts} experts"),

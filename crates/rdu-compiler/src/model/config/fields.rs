@@ -124,7 +124,7 @@ impl Common {
             .or(defaults.kv_heads)
             .unwrap_or(heads);
         let kv_heads = ctx.positive(kv_heads, "num_key_value_heads")?;
-        if heads % kv_heads != 0 {
+        if !heads.is_multiple_of(kv_heads) {
             return Err(ctx.err(
                 "num_key_value_heads",
                 format!("{kv_heads} key/value heads do not divide {heads} attention heads"),
@@ -132,7 +132,7 @@ impl Common {
         }
         let head_dim = match self.head_dim.or(defaults.head_dim) {
             Some(head_dim) => ctx.positive(head_dim, "head_dim")?,
-            None if d_model % heads == 0 => d_model / heads,
+            None if d_model.is_multiple_of(heads) => d_model / heads,
             None => {
                 return Err(ctx.err(
                     "num_attention_heads",

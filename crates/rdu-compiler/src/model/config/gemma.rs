@@ -98,7 +98,7 @@ pub(super) fn build(ctx: &Ctx, text: &Value, outer: Option<&Outer>) -> Result<Dr
         core.n_layers,
         &allowed,
         |layer_idx| {
-            if (layer_idx + 1) % pattern == 0 {
+            if (layer_idx + 1).is_multiple_of(pattern) {
                 LayerKind::Full
             } else {
                 LayerKind::Sliding

@@ -83,7 +83,7 @@ pub(super) fn build(ctx: &Ctx, text: &Value, outer: Option<&Outer>, kind: Kind) 
         gdn.linear_num_value_heads.unwrap_or(32),
         "linear_num_value_heads",
     )?;
-    if v_heads % k_heads != 0 {
+    if !v_heads.is_multiple_of(k_heads) {
         return Err(ctx.err(
             "linear_num_value_heads",
             format!("{v_heads} value heads are not a multiple of {k_heads} key heads"),
@@ -121,7 +121,7 @@ pub(super) fn build(ctx: &Ctx, text: &Value, outer: Option<&Outer>, kind: Kind) 
         core.n_layers,
         &allowed,
         |layer_idx| {
-            if (layer_idx + 1) % interval == 0 {
+            if (layer_idx + 1).is_multiple_of(interval) {
                 LayerKind::Full
             } else {
                 LayerKind::Linear

@@ -76,7 +76,7 @@ fn model_name(arg: &Path, file: &Path) -> String {
     if arg.is_dir() {
         return dir(arg).unwrap_or_else(|| stem.to_string());
     }
-    match file.parent().and_then(|parent| dir(parent)) {
+    match file.parent().and_then(dir) {
         Some(parent) if stem == "config" => parent,
         _ => stem.to_string(),
     }

@@ -30,7 +30,7 @@ impl Rope {
             ));
         }
         let dim = (head_dim as f64 * self.partial) as usize;
-        if dim < 2 || dim % 2 != 0 {
+        if dim < 2 || !dim.is_multiple_of(2) {
             return Err(ctx.err(
                 "partial_rotary_factor",
                 format!("rotates {dim} of {head_dim} head dims; the rotary dim must be even and at least 2"),

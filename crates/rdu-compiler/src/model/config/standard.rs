@@ -292,7 +292,7 @@ impl MoeRule {
         self.every_layer
             || (!self.mlp_only.contains(&layer_idx)
                 && self.experts > 0
-                && (layer_idx + 1) % self.step == 0)
+                && (layer_idx + 1).is_multiple_of(self.step))
     }
 
     /// Qwen routing: softmax over all experts, top-k, optional renormalisation, no scaling
