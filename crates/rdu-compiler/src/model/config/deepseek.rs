@@ -5,7 +5,6 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::fields::{explicit, layer_kinds, norms, Common, Defaults, LayerKind};
-use super::standard::draft;
 use super::{rope, Ctx, Draft, LayerDraft};
 use crate::error::Result;
 use crate::model::spec::{Act, Family, Ffn, Mixer, RopeStyle, Router, SharedExpert};
@@ -127,7 +126,7 @@ pub(super) fn build(ctx: &Ctx, root: &Value) -> Result<Draft> {
             norms: norms(core.eps, false, false),
         })
         .collect();
-    Ok(draft(Family::DeepseekV2, &core, layers, false))
+    Ok(Draft::new(Family::DeepseekV2, &core, layers, false))
 }
 
 /// The routed + shared expert block.

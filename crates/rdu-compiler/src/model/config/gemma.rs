@@ -5,7 +5,6 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::fields::{explicit, layer_kinds, norms, Common, Defaults, LayerKind, Outer};
-use super::standard::draft;
 use super::{rope, Ctx, Draft, LayerDraft};
 use crate::error::Result;
 use crate::model::spec::{Act, Embed, Family, Ffn, Mixer, RopeStyle};
@@ -151,6 +150,6 @@ pub(super) fn build(ctx: &Ctx, text: &Value, outer: Option<&Outer>) -> Result<Dr
     Ok(Draft {
         prefix,
         embed,
-        ..draft(Family::Gemma3, &core, layers, true)
+        ..Draft::new(Family::Gemma3, &core, layers, true)
     })
 }

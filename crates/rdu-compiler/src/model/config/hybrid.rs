@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::fields::{layer_kinds, norms, Common, Defaults, LayerKind, Outer};
-use super::standard::{dense_hidden, draft, ffn, MoeDefaults, QwenMoe};
+use super::qwen_moe::{dense_hidden, ffn, MoeDefaults, QwenMoe};
 use super::{rope, Ctx, Draft, LayerDraft};
 use crate::error::Result;
 use crate::model::spec::{Family, GdnLayout, Mixer, RopeStyle};
@@ -178,6 +178,6 @@ pub(super) fn build(ctx: &Ctx, text: &Value, outer: Option<&Outer>, kind: Kind) 
     };
     Ok(Draft {
         prefix,
-        ..draft(family, &core, layers, true)
+        ..Draft::new(family, &core, layers, true)
     })
 }

@@ -19,9 +19,11 @@
 //! multimodal wrapper; `$` for the document as a whole); no JSON makes this module panic.
 
 mod deepseek;
+mod draft;
 mod fields;
 mod gemma;
 mod hybrid;
+mod qwen_moe;
 mod rope;
 mod standard;
 
@@ -31,7 +33,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::model::spec::{Embed, Family, Ffn, Head, Layer, Mixer, ModelSpec, Norms, Rotation};
+use crate::model::spec::{Family, ModelSpec};
+use draft::{Draft, LayerDraft};
 
 /// The `model_type` values [`from_config_json`] understands.
 pub const MODEL_TYPES: &[&str] = &[
@@ -127,7 +130,7 @@ fn import(text: &str, name: &str, origin: &str) -> Result<ModelSpec> {
             ))
         }
     };
-    Ok(assemble(name, draft))
+    Ok(draft.assemble(name))
 }
 
 /// The `text_config` object of a multimodal wrapper, and the context naming its fields.
@@ -145,72 +148,6 @@ fn text_config<'a>(top: &Ctx<'a>, root: &'a Value) -> Result<(Ctx<'a>, &'a Value
             "missing; a multimodal config keeps the language model here",
         )),
         Some(other) => Err(top.err("text_config", format!("expected an object, found {other}"))),
-    }
-}
-
-/// A model before its rotations are deduplicated into [`ModelSpec::rotations`].
-pub(super) struct Draft {
-    pub family: Family,
-    pub vocab: usize,
-    pub d_model: usize,
-    pub layers: Vec<LayerDraft>,
-    pub embed: Embed,
-    pub head: Head,
-    pub max_ctx: usize,
-    pub prefix: &'static str,
-    pub bos: Option<u32>,
-    pub eos: Vec<u32>,
-}
-
-/// A [`Layer`] that still holds its rotation by value.
-pub(super) struct LayerDraft {
-    pub mixer: Mixer,
-    pub rotation: Option<Rotation>,
-    pub window: Option<usize>,
-    pub ffn: Ffn,
-    pub norms: Norms,
-}
-
-/// Deduplicates rotations in order of first appearance over the layers.
-fn assemble(name: &str, draft: Draft) -> ModelSpec {
-    let mut rotations: Vec<Rotation> = Vec::new();
-    let layers = draft
-        .layers
-        .into_iter()
-        .map(|layer| {
-            let rotation = layer
-                .rotation
-                .map(|r| match rotations.iter().position(|x| *x == r) {
-                    Some(idx) => idx,
-                    None => {
-                        rotations.push(r);
-                        rotations.len() - 1
-                    }
-                });
-            Layer {
-                mixer: layer.mixer,
-                rotation,
-                window: layer.window,
-                ffn: layer.ffn,
-                norms: layer.norms,
-            }
-        })
-        .collect();
-    ModelSpec {
-        name: name.to_string(),
-        family: draft.family,
-        vocab: draft.vocab,
-        d_model: draft.d_model,
-        layers,
-        rotations,
-        embed: draft.embed,
-        head: draft.head,
-        max_ctx: draft.max_ctx,
-        dialect: crate::model::spec::Dialect::Hf {
-            prefix: draft.prefix.to_string(),
-        },
-        bos: draft.bos,
-        eos: draft.eos,
     }
 }
 
