@@ -63,6 +63,26 @@ impl GgufValueType {
         self as u32
     }
 
+    /// The type's name in messages: `u8` … `f64`, `bool`, `string`, `array`.
+    pub fn name(self) -> &'static str {
+        use GgufValueType::*;
+        match self {
+            U8 => "u8",
+            I8 => "i8",
+            U16 => "u16",
+            I16 => "i16",
+            U32 => "u32",
+            I32 => "i32",
+            F32 => "f32",
+            Bool => "bool",
+            String => "string",
+            Array => "array",
+            U64 => "u64",
+            I64 => "i64",
+            F64 => "f64",
+        }
+    }
+
     /// Fewest bytes one value of this type can occupy in a file.
     fn min_size(self) -> u64 {
         use GgufValueType::*;
@@ -173,8 +193,8 @@ impl GgufValue {
     /// A short description for error messages, e.g. `a string` or `an array of u32`.
     pub(crate) fn describe(&self) -> String {
         match self {
-            GgufValue::Array(ty, _) => format!("an array of {ty:?}"),
-            other => format!("a {:?}", other.value_type()),
+            GgufValue::Array(ty, _) => format!("an array of {}", ty.name()),
+            other => format!("a {}", other.value_type().name()),
         }
     }
 }

@@ -1,0 +1,2 @@
+//! Shared test helpers.
+pub mod gguf_writer;
