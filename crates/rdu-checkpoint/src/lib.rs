@@ -1,16 +1,16 @@
-//! Checkpoint readers: safetensors (HF) and GGUF (llama.cpp) over mmap, and the ggml block
-//! formats (Q8_0 kept as blocks; Q4_0, Q5_0, Q4_K, Q5_K, Q6_K dequantised to dense).
-//!
-//! Never panics on input: every size and offset read from a file is checked before use.
+//! Checkpoint readers over mmap (HF safetensors, llama.cpp GGUF) and ggml block formats; never panics on input.
 
 mod bytes;
+mod cursor;
 mod error;
 mod ggml;
 mod gguf;
+mod gguf_parse;
 mod gguf_value;
 mod kquants;
 mod q8;
 mod safetensors;
+mod safetensors_header;
 
 pub use crate::error::{CheckpointError, Result};
 pub use crate::ggml::GgmlType;

@@ -33,8 +33,8 @@ fn q8_0() {
     block.extend_from_slice(&f16_bytes(-2.0));
     block.extend([127u8, 0x80].iter().chain(&[0; 30]));
     let y = dequant(GgmlType::Q8_0, 64, block);
-    for i in 0..32 {
-        assert_eq!(y[i], 0.5 * (i as f32 - 16.0), "element {i}");
+    for (i, &v) in y[..32].iter().enumerate() {
+        assert_eq!(v, 0.5 * (i as f32 - 16.0), "element {i}");
     }
     assert_eq!(&y[32..35], [-254.0, 256.0, -0.0]);
 }
@@ -96,7 +96,7 @@ fn packed_scales() -> [u8; 12] {
 /// The 4-bit quant of element `i` of sub-block `s` from the 128 packed bytes `qs`.
 fn nibble(qs: &[u8], s: usize, i: usize) -> u8 {
     let byte = qs[32 * (s / 2) + i];
-    if s % 2 == 0 {
+    if s & 1 == 0 {
         byte & 0xF
     } else {
         byte >> 4

@@ -176,7 +176,7 @@ impl XorShift {
 
     /// A random mutation, biased towards the header (the first `header_len` bytes).
     pub fn mutation(&mut self, header_len: u64) -> Mutation {
-        let at = if self.next() % 4 == 0 {
+        let at = if self.next() & 3 == 0 {
             self.next()
         } else {
             self.next() % header_len.max(1)
