@@ -14,6 +14,8 @@ const SINGLE_FILE: &str = "model.safetensors";
 /// The tensors of one safetensors file or of all shards named by a
 /// `model.safetensors.index.json`, by name.
 pub struct SafeTensors {
+    /// What was opened (file, index or directory), for errors not about one shard.
+    source: String,
     shards: Vec<Shard>,
     tensors: BTreeMap<String, Entry>,
 }
@@ -35,7 +37,7 @@ impl SafeTensors {
             }
             let single = path.join(SINGLE_FILE);
             if single.is_file() {
-                return SafeTensors::open_files(&[single.display().to_string()]);
+                return SafeTensors::open_file(&single);
             }
             return Err(CheckpointError::NoSafetensors {
                 dir: path.display().to_string(),
@@ -44,7 +46,7 @@ impl SafeTensors {
         if path.to_string_lossy().ends_with(".index.json") {
             return SafeTensors::open_index(path);
         }
-        SafeTensors::open_files(&[path.display().to_string()])
+        SafeTensors::open_file(path)
     }
 
     /// Parses one safetensors file already in memory; `label` stands for its name in errors.
@@ -53,7 +55,7 @@ impl SafeTensors {
             file: label.to_string(),
             bytes: Bytes::Owned(bytes),
         };
-        SafeTensors::from_shards(vec![shard], None)
+        SafeTensors::from_shards(label.to_string(), vec![shard], None)
     }
 
     /// Tensor names, sorted.
@@ -94,7 +96,7 @@ impl SafeTensors {
             .tensors
             .get(name)
             .ok_or_else(|| CheckpointError::TensorNotFound {
-                file: self.label(),
+                file: self.source.clone(),
                 tensor: name.to_string(),
             })?;
         let shard = &self.shards[entry.shard];
@@ -130,24 +132,9 @@ impl SafeTensors {
         })
     }
 
-    /// The file name for errors not about one shard: the only file, or the first shard.
-    fn label(&self) -> String {
-        self.shards
-            .first()
-            .map_or_else(String::new, |s| s.file.clone())
-    }
-
-    fn open_files(files: &[String]) -> Result<SafeTensors> {
-        let shards = files
-            .iter()
-            .map(|file| {
-                Ok(Shard {
-                    file: file.clone(),
-                    bytes: Bytes::map(Path::new(file))?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        SafeTensors::from_shards(shards, None)
+    fn open_file(path: &Path) -> Result<SafeTensors> {
+        let file = path.display().to_string();
+        SafeTensors::from_shards(file.clone(), map_shards(&[file])?, None)
     }
 
     fn open_index(index: &Path) -> Result<SafeTensors> {
@@ -189,20 +176,12 @@ impl SafeTensors {
         for (shard, id) in shard_ids {
             files[id] = dir.join(shard).display().to_string();
         }
-        let shards = files
-            .iter()
-            .map(|file| {
-                Ok(Shard {
-                    file: file.clone(),
-                    bytes: Bytes::map(Path::new(file))?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        SafeTensors::from_shards(shards, Some(wanted))
+        SafeTensors::from_shards(file, map_shards(&files)?, Some(wanted))
     }
 
     /// Parses every shard; with `wanted`, keeps exactly the tensors it names, each from its shard.
     fn from_shards(
+        source: String,
         shards: Vec<Shard>,
         wanted: Option<BTreeMap<String, usize>>,
     ) -> Result<SafeTensors> {
@@ -226,6 +205,22 @@ impl SafeTensors {
                 tensors
             }
         };
-        Ok(SafeTensors { shards, tensors })
+        Ok(SafeTensors {
+            source,
+            shards,
+            tensors,
+        })
     }
+}
+
+fn map_shards(files: &[String]) -> Result<Vec<Shard>> {
+    files
+        .iter()
+        .map(|file| {
+            Ok(Shard {
+                file: file.clone(),
+                bytes: Bytes::map(Path::new(file))?,
+            })
+        })
+        .collect()
 }
