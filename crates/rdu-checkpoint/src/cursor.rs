@@ -7,11 +7,11 @@ use crate::gguf_value::{
 
 /// Reads little-endian fields from a file's bytes, never past the end.
 pub(crate) struct Cursor<'a> {
-    pub(crate) data: &'a [u8],
+    data: &'a [u8],
     pub(crate) pos: usize,
     pub(crate) file: &'a str,
     /// Array elements still allowed in this file (see `MAX_TOTAL_ARRAY_ELEMENTS`).
-    pub(crate) array_budget: u64,
+    array_budget: u64,
 }
 
 impl<'a> Cursor<'a> {
