@@ -15,10 +15,7 @@ impl Bytes {
     /// Maps `path` read-only. The map assumes nobody truncates or rewrites the file while it
     /// is open, as every mmap-based checkpoint reader does.
     pub(crate) fn map(path: &Path) -> Result<Bytes> {
-        let io = |source| CheckpointError::Io {
-            file: path.display().to_string(),
-            source,
-        };
+        let io = |source| CheckpointError::Io { file: path.display().to_string(), source };
         let file = File::open(path).map_err(io)?;
         if file.metadata().map_err(io)?.len() == 0 {
             return Ok(Bytes::Owned(Vec::new()));

@@ -16,12 +16,7 @@ pub(crate) struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     pub(crate) fn new(data: &'a [u8], file: &'a str) -> Cursor<'a> {
-        Cursor {
-            data,
-            pos: 0,
-            file,
-            array_budget: MAX_TOTAL_ARRAY_ELEMENTS,
-        }
+        Cursor { data, pos: 0, file, array_budget: MAX_TOTAL_ARRAY_ELEMENTS }
     }
 
     pub(crate) fn remaining(&self) -> u64 {
@@ -84,12 +79,7 @@ impl<'a> Cursor<'a> {
     }
 
     pub(crate) fn limit(&self, what: String, value: u64, limit: u64) -> CheckpointError {
-        CheckpointError::LimitExceeded {
-            file: self.file.to_string(),
-            what,
-            value,
-            limit,
-        }
+        CheckpointError::LimitExceeded { file: self.file.to_string(), what, value, limit }
     }
 
     /// One metadata value of type `ty` for `key`, `depth` arrays deep.
@@ -136,12 +126,11 @@ impl<'a> Cursor<'a> {
             });
         }
         let type_id = self.u32("array element type")?;
-        let elem =
-            GgufValueType::from_id(type_id).ok_or_else(|| CheckpointError::UnknownValueType {
-                file: self.file.to_string(),
-                key: key.to_string(),
-                type_id,
-            })?;
+        let elem = GgufValueType::from_id(type_id).ok_or_else(|| CheckpointError::UnknownValueType {
+            file: self.file.to_string(),
+            key: key.to_string(),
+            type_id,
+        })?;
         let count = self.u64("array length")?;
         let fits = self.remaining() / elem.min_size();
         let limit = MAX_ARRAY_LEN.min(fits).min(self.array_budget);

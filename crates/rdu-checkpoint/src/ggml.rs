@@ -108,10 +108,7 @@ impl GgmlType {
     /// Whether `dequantize` handles this type.
     pub fn can_dequantize(self) -> bool {
         use GgmlType::*;
-        matches!(
-            self,
-            F32 | F16 | BF16 | Q8_0 | Q4_0 | Q5_0 | Q4_K | Q5_K | Q6_K
-        )
+        matches!(self, F32 | F16 | BF16 | Q8_0 | Q4_0 | Q5_0 | Q4_K | Q5_K | Q6_K)
     }
 }
 

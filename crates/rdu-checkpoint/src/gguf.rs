@@ -68,10 +68,7 @@ impl Gguf {
     }
 
     pub fn get(&self, key: &str) -> Option<&GgufValue> {
-        self.header
-            .key_index
-            .get(key)
-            .map(|&i| &self.header.metadata[i].1)
+        self.header.key_index.get(key).map(|&i| &self.header.metadata[i].1)
     }
 
     /// Any integer type that fits in u32; `Ok(None)` if the key is absent.
@@ -110,23 +107,17 @@ impl Gguf {
 
     /// An array of strings, e.g. `tokenizer.ggml.tokens`.
     pub fn get_str_array(&self, key: &str) -> Result<Option<Vec<&str>>> {
-        self.typed(key, "an array of strings", |v| {
-            v.as_array()?.iter().map(GgufValue::as_str).collect()
-        })
+        self.typed(key, "an array of strings", |v| v.as_array()?.iter().map(GgufValue::as_str).collect())
     }
 
     /// An array of numbers of any type, e.g. `tokenizer.ggml.scores`.
     pub fn get_f32_array(&self, key: &str) -> Result<Option<Vec<f32>>> {
-        self.typed(key, "an array of numbers", |v| {
-            v.as_array()?.iter().map(GgufValue::as_f32).collect()
-        })
+        self.typed(key, "an array of numbers", |v| v.as_array()?.iter().map(GgufValue::as_f32).collect())
     }
 
     /// An array of integers of any type that fit in i64, e.g. `tokenizer.ggml.token_type`.
     pub fn get_i64_array(&self, key: &str) -> Result<Option<Vec<i64>>> {
-        self.typed(key, "an array of integers", |v| {
-            v.as_array()?.iter().map(GgufValue::as_i64).collect()
-        })
+        self.typed(key, "an array of integers", |v| v.as_array()?.iter().map(GgufValue::as_i64).collect())
     }
 
     /// Tensor infos in file order.
@@ -135,10 +126,7 @@ impl Gguf {
     }
 
     pub fn tensor(&self, name: &str) -> Option<&GgufTensor> {
-        self.header
-            .tensor_index
-            .get(name)
-            .map(|&i| &self.header.tensors[i])
+        self.header.tensor_index.get(name).map(|&i| &self.header.tensors[i])
     }
 
     /// The raw bytes of a tensor's data.
@@ -146,9 +134,7 @@ impl Gguf {
         let tensor = self.find(name)?;
         let start = self.header.data_start + tensor.offset;
         let range = start as usize..(start + tensor.n_bytes) as usize;
-        self.bytes
-            .get(range)
-            .ok_or_else(|| self.past_end(name, start, tensor.n_bytes))
+        self.bytes.get(range).ok_or_else(|| self.past_end(name, start, tensor.n_bytes))
     }
 
     /// A tensor dequantised to dense f32, row-major in numpy order.
@@ -177,19 +163,13 @@ impl Gguf {
         let bytes = self.tensor_bytes(name)?;
         Ok(Q8Tensor {
             shape: tensor.shape.clone(),
-            blocks: bytes
-                .chunks_exact(block_bytes)
-                .map(Q8Block::from_bytes)
-                .collect(),
+            blocks: bytes.chunks_exact(block_bytes).map(Q8Block::from_bytes).collect(),
         })
     }
 
     fn find(&self, name: &str) -> Result<&GgufTensor> {
         self.tensor(name)
-            .ok_or_else(|| CheckpointError::TensorNotFound {
-                file: self.file.clone(),
-                tensor: name.to_string(),
-            })
+            .ok_or_else(|| CheckpointError::TensorNotFound { file: self.file.clone(), tensor: name.to_string() })
     }
 
     fn past_end(&self, name: &str, start: u64, n_bytes: u64) -> CheckpointError {
@@ -211,22 +191,16 @@ impl Gguf {
         let Some(value) = self.get(key) else {
             return Ok(None);
         };
-        convert(value)
-            .map(Some)
-            .ok_or_else(|| CheckpointError::MetadataType {
-                file: self.file.clone(),
-                key: key.to_string(),
-                expected,
-                found: value.describe(),
-            })
+        convert(value).map(Some).ok_or_else(|| CheckpointError::MetadataType {
+            file: self.file.clone(),
+            key: key.to_string(),
+            expected,
+            found: value.describe(),
+        })
     }
 
     fn parse(file: String, bytes: Bytes) -> Result<Gguf> {
         let header = crate::gguf_parse::parse(&file, &bytes)?;
-        Ok(Gguf {
-            file,
-            bytes,
-            header,
-        })
+        Ok(Gguf { file, bytes, header })
     }
 }

@@ -29,17 +29,11 @@ pub(crate) fn parse(file: &str, data: &[u8]) -> Result<Header> {
     let err_file = || file.to_string();
     let magic: [u8; 4] = c.array("magic")?;
     if &magic != b"GGUF" {
-        return Err(CheckpointError::BadMagic {
-            file: err_file(),
-            found: magic.to_vec(),
-        });
+        return Err(CheckpointError::BadMagic { file: err_file(), found: magic.to_vec() });
     }
     let version = c.u32("version")?;
     if version != 2 && version != 3 {
-        return Err(CheckpointError::UnsupportedVersion {
-            file: err_file(),
-            version,
-        });
+        return Err(CheckpointError::UnsupportedVersion { file: err_file(), version });
     }
     let n_tensors = c.u64("tensor count")?;
     let n_kv = c.u64("metadata count")?;
@@ -52,18 +46,14 @@ pub(crate) fn parse(file: &str, data: &[u8]) -> Result<Header> {
     for _ in 0..n_kv {
         let key = c.utf8(MAX_STRING_LEN, || "metadata key".into())?;
         let type_id = c.u32("metadata value type")?;
-        let ty =
-            GgufValueType::from_id(type_id).ok_or_else(|| CheckpointError::UnknownValueType {
-                file: err_file(),
-                key: key.clone(),
-                type_id,
-            })?;
+        let ty = GgufValueType::from_id(type_id).ok_or_else(|| CheckpointError::UnknownValueType {
+            file: err_file(),
+            key: key.clone(),
+            type_id,
+        })?;
         let value = c.value(ty, &key, 0)?;
         if key_index.insert(key.clone(), metadata.len()).is_some() {
-            return Err(CheckpointError::DuplicateKey {
-                file: err_file(),
-                key,
-            });
+            return Err(CheckpointError::DuplicateKey { file: err_file(), key });
         }
         metadata.push((key, value));
     }
@@ -85,26 +75,12 @@ pub(crate) fn parse(file: &str, data: &[u8]) -> Result<Header> {
     let mut tensor_index = HashMap::with_capacity(infos.len());
     for info in infos {
         let tensor = check_tensor(&err_file(), info, alignment, data_start, file_len)?;
-        if tensor_index
-            .insert(tensor.name.clone(), tensors.len())
-            .is_some()
-        {
-            return Err(CheckpointError::DuplicateTensor {
-                file: err_file(),
-                tensor: tensor.name,
-            });
+        if tensor_index.insert(tensor.name.clone(), tensors.len()).is_some() {
+            return Err(CheckpointError::DuplicateTensor { file: err_file(), tensor: tensor.name });
         }
         tensors.push(tensor);
     }
-    Ok(Header {
-        version,
-        alignment,
-        data_start,
-        metadata,
-        key_index,
-        tensors,
-        tensor_index,
-    })
+    Ok(Header { version, alignment, data_start, metadata, key_index, tensors, tensor_index })
 }
 
 /// A tensor info as read, before it is checked against the file.
@@ -119,15 +95,9 @@ fn tensor_info(c: &mut Cursor) -> Result<RawTensorInfo> {
     let name = c.utf8(MAX_TENSOR_NAME_LEN, || "tensor name".into())?;
     let n_dims = c.u32("tensor dimension count")?;
     if n_dims > MAX_DIMS {
-        return Err(CheckpointError::TooManyDims {
-            file: c.file.to_string(),
-            tensor: name,
-            n_dims,
-        });
+        return Err(CheckpointError::TooManyDims { file: c.file.to_string(), tensor: name, n_dims });
     }
-    let dims = (0..n_dims)
-        .map(|_| c.u64("tensor dimension"))
-        .collect::<Result<Vec<u64>>>()?;
+    let dims = (0..n_dims).map(|_| c.u64("tensor dimension")).collect::<Result<Vec<u64>>>()?;
     let type_id = c.u32("tensor type")?;
     let ggml_type = GgmlType::from_id(type_id).ok_or_else(|| CheckpointError::UnknownGgmlType {
         file: c.file.to_string(),
@@ -135,33 +105,13 @@ fn tensor_info(c: &mut Cursor) -> Result<RawTensorInfo> {
         type_id,
     })?;
     let offset = c.u64("tensor offset")?;
-    Ok(RawTensorInfo {
-        name,
-        dims,
-        ggml_type,
-        offset,
-    })
+    Ok(RawTensorInfo { name, dims, ggml_type, offset })
 }
 
-fn check_tensor(
-    file: &str,
-    info: RawTensorInfo,
-    alignment: u64,
-    data_start: u64,
-    file_len: u64,
-) -> Result<GgufTensor> {
-    let RawTensorInfo {
-        name,
-        dims,
-        ggml_type,
-        offset,
-    } = info;
-    let bad_dims = |reason| CheckpointError::BadDims {
-        file: file.to_string(),
-        tensor: name.clone(),
-        dims: dims.clone(),
-        reason,
-    };
+fn check_tensor(file: &str, info: RawTensorInfo, alignment: u64, data_start: u64, file_len: u64) -> Result<GgufTensor> {
+    let RawTensorInfo { name, dims, ggml_type, offset } = info;
+    let bad_dims =
+        |reason| CheckpointError::BadDims { file: file.to_string(), tensor: name.clone(), dims: dims.clone(), reason };
     if dims.contains(&0) {
         return Err(bad_dims("contain a zero"));
     }
@@ -182,48 +132,26 @@ fn check_tensor(
         });
     }
     if offset % alignment != 0 {
-        return Err(CheckpointError::MisalignedTensor {
-            file: file.to_string(),
-            tensor: name,
-            offset,
-            alignment,
-        });
+        return Err(CheckpointError::MisalignedTensor { file: file.to_string(), tensor: name, offset, alignment });
     }
     let n_bytes = (n_elements / block_size).saturating_mul(ggml_type.type_size());
     let start = data_start.saturating_add(offset);
     let end = start.saturating_add(n_bytes);
     if end > file_len {
-        return Err(CheckpointError::TensorPastEnd {
-            file: file.to_string(),
-            tensor: name,
-            start,
-            end,
-            file_len,
-        });
+        return Err(CheckpointError::TensorPastEnd { file: file.to_string(), tensor: name, start, end, file_len });
     }
-    Ok(GgufTensor {
-        name,
-        shape: dims.iter().rev().map(|&d| d as usize).collect(),
-        ggml_type,
-        offset,
-        n_bytes,
-    })
+    Ok(GgufTensor { name, shape: dims.iter().rev().map(|&d| d as usize).collect(), ggml_type, offset, n_bytes })
 }
 
 fn alignment(file: &str, value: &GgufValue) -> Result<u64> {
-    let alignment = value
-        .as_u64()
-        .ok_or_else(|| CheckpointError::MetadataType {
-            file: file.to_string(),
-            key: "general.alignment".into(),
-            expected: "an unsigned integer",
-            found: value.describe(),
-        })?;
+    let alignment = value.as_u64().ok_or_else(|| CheckpointError::MetadataType {
+        file: file.to_string(),
+        key: "general.alignment".into(),
+        expected: "an unsigned integer",
+        found: value.describe(),
+    })?;
     if alignment == 0 || alignment % 8 != 0 || alignment > MAX_ALIGNMENT {
-        return Err(CheckpointError::BadAlignment {
-            file: file.to_string(),
-            value: alignment,
-        });
+        return Err(CheckpointError::BadAlignment { file: file.to_string(), value: alignment });
     }
     Ok(alignment)
 }

@@ -50,9 +50,7 @@ impl GgufValueType {
     /// The type with this id, if it is one of the 13 GGUF defines.
     pub fn from_id(id: u32) -> Option<GgufValueType> {
         use GgufValueType::*;
-        const ALL: [GgufValueType; 13] = [
-            U8, I8, U16, I16, U32, I32, F32, Bool, String, Array, U64, I64, F64,
-        ];
+        const ALL: [GgufValueType; 13] = [U8, I8, U16, I16, U32, I32, F32, Bool, String, Array, U64, I64, F64];
         ALL.get(id as usize).copied()
     }
 

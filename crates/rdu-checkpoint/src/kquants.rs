@@ -30,16 +30,8 @@ pub(crate) fn q5_k(block: &[u8], out: &mut Vec<f32>) {
         let (d1, m1) = sub_block(d, dmin, scales, 2 * chunk);
         let (d2, m2) = sub_block(d, dmin, scales, 2 * chunk + 1);
         let high = |l: usize, bit: usize| ((qh[l] >> bit) & 1) << 4;
-        out.extend(
-            q.iter()
-                .enumerate()
-                .map(|(l, &x)| d1 * f32::from((x & 0xF) | high(l, 2 * chunk)) - m1),
-        );
-        out.extend(
-            q.iter()
-                .enumerate()
-                .map(|(l, &x)| d2 * f32::from((x >> 4) | high(l, 2 * chunk + 1)) - m2),
-        );
+        out.extend(q.iter().enumerate().map(|(l, &x)| d1 * f32::from((x & 0xF) | high(l, 2 * chunk)) - m1));
+        out.extend(q.iter().enumerate().map(|(l, &x)| d2 * f32::from((x >> 4) | high(l, 2 * chunk + 1)) - m2));
     }
 }
 
@@ -75,10 +67,7 @@ fn sub_block(d: f32, dmin: f32, scales: &[u8], j: usize) -> (f32, f32) {
     let (sc, m) = if j < 4 {
         (scales[j] & 63, scales[j + 4] & 63)
     } else {
-        (
-            (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4),
-            (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4),
-        )
+        ((scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4), (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4))
     };
     (d * f32::from(sc), dmin * f32::from(m))
 }

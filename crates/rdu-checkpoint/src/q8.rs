@@ -27,11 +27,7 @@ pub struct Q8Tensor {
 /// `qs[i] = round(x[i] * (1/d))` with the f32 `d` before its f16 rounding, rounding half away
 /// from zero. An all-zero block gets `d = 0` and zero quants.
 pub fn quantize_q8_0(values: &[f32], shape: &[usize]) -> Result<Q8Tensor> {
-    let fail = |reason| CheckpointError::QuantizeShape {
-        shape: shape.to_vec(),
-        len: values.len(),
-        reason,
-    };
+    let fail = |reason| CheckpointError::QuantizeShape { shape: shape.to_vec(), len: values.len(), reason };
     let n_elements = shape
         .iter()
         .try_fold(1usize, |acc, &dim| acc.checked_mul(dim))
@@ -43,14 +39,8 @@ pub fn quantize_q8_0(values: &[f32], shape: &[usize]) -> Result<Q8Tensor> {
         Some(last) if last % Q8_BLOCK == 0 => {}
         _ => return Err(fail("the last axis must be a nonzero multiple of 32")),
     }
-    let blocks = values
-        .chunks_exact(Q8_BLOCK)
-        .map(Q8Block::quantize)
-        .collect();
-    Ok(Q8Tensor {
-        shape: shape.to_vec(),
-        blocks,
-    })
+    let blocks = values.chunks_exact(Q8_BLOCK).map(Q8Block::quantize).collect();
+    Ok(Q8Tensor { shape: shape.to_vec(), blocks })
 }
 
 impl Q8Block {
@@ -64,10 +54,7 @@ impl Q8Block {
         for (q, &v) in qs.iter_mut().zip(x) {
             *q = (v * id).round().clamp(-128.0, 127.0) as i8;
         }
-        Q8Block {
-            d: f16::from_f32(d).to_f32(),
-            qs,
-        }
+        Q8Block { d: f16::from_f32(d).to_f32(), qs }
     }
 
     /// Reads a 34-byte `{f16 d; i8 qs[32]}` block.

@@ -39,9 +39,7 @@ impl SafeTensors {
             if single.is_file() {
                 return SafeTensors::open_file(&single);
             }
-            return Err(CheckpointError::NoSafetensors {
-                dir: path.display().to_string(),
-            });
+            return Err(CheckpointError::NoSafetensors { dir: path.display().to_string() });
         }
         if path.to_string_lossy().ends_with(".index.json") {
             return SafeTensors::open_index(path);
@@ -51,10 +49,7 @@ impl SafeTensors {
 
     /// Parses one safetensors file already in memory; `label` stands for its name in errors.
     pub fn from_bytes(label: &str, bytes: Vec<u8>) -> Result<SafeTensors> {
-        let shard = Shard {
-            file: label.to_string(),
-            bytes: Bytes::Owned(bytes),
-        };
+        let shard = Shard { file: label.to_string(), bytes: Bytes::Owned(bytes) };
         SafeTensors::from_shards(label.to_string(), vec![shard], None)
     }
 
@@ -85,9 +80,7 @@ impl SafeTensors {
 
     /// The file holding `name`.
     pub fn file_of(&self, name: &str) -> Option<&str> {
-        self.tensors
-            .get(name)
-            .map(|e| self.shards[e.shard].file.as_str())
+        self.tensors.get(name).map(|e| self.shards[e.shard].file.as_str())
     }
 
     /// A F32, F16 or BF16 tensor as f32, row-major; any other dtype is an error naming it.
@@ -95,33 +88,19 @@ impl SafeTensors {
         let entry = self
             .tensors
             .get(name)
-            .ok_or_else(|| CheckpointError::TensorNotFound {
-                file: self.source.clone(),
-                tensor: name.to_string(),
-            })?;
+            .ok_or_else(|| CheckpointError::TensorNotFound { file: self.source.clone(), tensor: name.to_string() })?;
         let shard = &self.shards[entry.shard];
-        let bytes = shard.bytes.get(entry.start..entry.end).ok_or_else(|| {
-            CheckpointError::TensorPastEnd {
-                file: shard.file.clone(),
-                tensor: name.to_string(),
-                start: entry.start as u64,
-                end: entry.end as u64,
-                file_len: shard.bytes.len() as u64,
-            }
+        let bytes = shard.bytes.get(entry.start..entry.end).ok_or_else(|| CheckpointError::TensorPastEnd {
+            file: shard.file.clone(),
+            tensor: name.to_string(),
+            start: entry.start as u64,
+            end: entry.end as u64,
+            file_len: shard.bytes.len() as u64,
         })?;
         Ok(match entry.dtype {
-            Dtype::F32 => bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-            Dtype::F16 => bytes
-                .chunks_exact(2)
-                .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            Dtype::BF16 => bytes
-                .chunks_exact(2)
-                .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
+            Dtype::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+            Dtype::F16 => bytes.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+            Dtype::BF16 => bytes.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
             other => {
                 return Err(CheckpointError::UnsupportedDtype {
                     file: shard.file.clone(),
@@ -139,16 +118,10 @@ impl SafeTensors {
 
     fn open_index(index: &Path) -> Result<SafeTensors> {
         let file = index.display().to_string();
-        let fail = |reason: String| CheckpointError::ShardIndex {
-            file: file.clone(),
-            reason,
-        };
-        let text = std::fs::read_to_string(index).map_err(|source| CheckpointError::Io {
-            file: file.clone(),
-            source,
-        })?;
-        let json: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| fail(format!("not json: {e}")))?;
+        let fail = |reason: String| CheckpointError::ShardIndex { file: file.clone(), reason };
+        let text =
+            std::fs::read_to_string(index).map_err(|source| CheckpointError::Io { file: file.clone(), source })?;
+        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| fail(format!("not json: {e}")))?;
         let weight_map = json
             .get("weight_map")
             .and_then(serde_json::Value::as_object)
@@ -157,16 +130,10 @@ impl SafeTensors {
         let mut shard_ids = BTreeMap::new();
         let mut wanted = BTreeMap::new();
         for (tensor, shard) in weight_map {
-            let shard = shard
-                .as_str()
-                .ok_or_else(|| fail(format!("shard of `{tensor}` is not a string")))?;
-            let plain = Path::new(shard)
-                .components()
-                .all(|c| matches!(c, Component::Normal(_)));
+            let shard = shard.as_str().ok_or_else(|| fail(format!("shard of `{tensor}` is not a string")))?;
+            let plain = Path::new(shard).components().all(|c| matches!(c, Component::Normal(_)));
             if !plain || shard.is_empty() {
-                return Err(fail(format!(
-                    "shard `{shard}` of `{tensor}` is not a file name in the index's directory"
-                )));
+                return Err(fail(format!("shard `{shard}` of `{tensor}` is not a file name in the index's directory")));
             }
             let next = shard_ids.len();
             let id = *shard_ids.entry(shard.to_string()).or_insert(next);
@@ -180,11 +147,7 @@ impl SafeTensors {
     }
 
     /// Parses every shard; with `wanted`, keeps exactly the tensors it names, each from its shard.
-    fn from_shards(
-        source: String,
-        shards: Vec<Shard>,
-        wanted: Option<BTreeMap<String, usize>>,
-    ) -> Result<SafeTensors> {
+    fn from_shards(source: String, shards: Vec<Shard>, wanted: Option<BTreeMap<String, usize>>) -> Result<SafeTensors> {
         let mut per_shard = Vec::with_capacity(shards.len());
         for (id, shard) in shards.iter().enumerate() {
             per_shard.push(parse_shard(&shard.file, &shard.bytes, id)?);
@@ -194,33 +157,19 @@ impl SafeTensors {
             Some(wanted) => {
                 let mut tensors = BTreeMap::new();
                 for (name, id) in wanted {
-                    let entry = per_shard[id].remove(&name).ok_or_else(|| {
-                        CheckpointError::MissingFromShard {
-                            file: shards[id].file.clone(),
-                            tensor: name.clone(),
-                        }
+                    let entry = per_shard[id].remove(&name).ok_or_else(|| CheckpointError::MissingFromShard {
+                        file: shards[id].file.clone(),
+                        tensor: name.clone(),
                     })?;
                     tensors.insert(name, entry);
                 }
                 tensors
             }
         };
-        Ok(SafeTensors {
-            source,
-            shards,
-            tensors,
-        })
+        Ok(SafeTensors { source, shards, tensors })
     }
 }
 
 fn map_shards(files: &[String]) -> Result<Vec<Shard>> {
-    files
-        .iter()
-        .map(|file| {
-            Ok(Shard {
-                file: file.clone(),
-                bytes: Bytes::map(Path::new(file))?,
-            })
-        })
-        .collect()
+    files.iter().map(|file| Ok(Shard { file: file.clone(), bytes: Bytes::map(Path::new(file))? })).collect()
 }

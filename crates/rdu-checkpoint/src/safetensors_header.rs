@@ -15,11 +15,7 @@ pub(crate) struct Entry {
 
 /// Reads one shard's header with the `safetensors` crate after checking the header length
 /// ourselves; if the crate rejects it, `explain` names the offending tensor where it can.
-pub(crate) fn parse_shard(
-    file: &str,
-    bytes: &[u8],
-    shard: usize,
-) -> Result<BTreeMap<String, Entry>> {
+pub(crate) fn parse_shard(file: &str, bytes: &[u8], shard: usize) -> Result<BTreeMap<String, Entry>> {
     let file_len = bytes.len() as u64;
     let Some(len_bytes) = bytes.first_chunk::<8>() else {
         return Err(CheckpointError::Truncated {
@@ -32,11 +28,7 @@ pub(crate) fn parse_shard(
     };
     let header_len = u64::from_le_bytes(*len_bytes);
     if header_len > file_len - 8 {
-        return Err(CheckpointError::HeaderPastEnd {
-            file: file.to_string(),
-            header_len,
-            file_len,
-        });
+        return Err(CheckpointError::HeaderPastEnd { file: file.to_string(), header_len, file_len });
     }
     let data_start = 8 + header_len as usize;
     let metadata = match safetensors::SafeTensors::read_metadata(bytes) {
@@ -56,29 +48,15 @@ pub(crate) fn parse_shard(
                 file_len,
             });
         }
-        let entry = Entry {
-            shard,
-            dtype: info.dtype,
-            shape: info.shape.clone(),
-            start,
-            end,
-        };
+        let entry = Entry { shard, dtype: info.dtype, shape: info.shape.clone(), start, end };
         tensors.insert(name, entry);
     }
     Ok(tensors)
 }
 
 /// Turns a header the `safetensors` crate rejected into an error naming the tensor at fault.
-fn explain(
-    file: &str,
-    bytes: &[u8],
-    data_start: usize,
-    error: safetensors::SafeTensorError,
-) -> CheckpointError {
-    let generic = || CheckpointError::SafetensorsHeader {
-        file: file.to_string(),
-        reason: error.to_string(),
-    };
+fn explain(file: &str, bytes: &[u8], data_start: usize, error: safetensors::SafeTensorError) -> CheckpointError {
+    let generic = || CheckpointError::SafetensorsHeader { file: file.to_string(), reason: error.to_string() };
     let header = &bytes[8..data_start];
     let Ok(serde_json::Value::Object(map)) = serde_json::from_slice(header) else {
         return generic();
@@ -98,9 +76,7 @@ fn explain(
                 file_len: bytes.len() as u64,
             };
         }
-        let bits = shape
-            .iter()
-            .try_fold(dtype.bitsize() as u64, |acc, &d| acc.checked_mul(d));
+        let bits = shape.iter().try_fold(dtype.bitsize() as u64, |acc, &d| acc.checked_mul(d));
         if bits.map(|b| b.div_ceil(8)) != Some(end - start) {
             return CheckpointError::TensorSizeMismatch {
                 file: file.to_string(),
@@ -117,12 +93,7 @@ fn explain(
 
 fn tensor_fields(info: &serde_json::Value) -> Option<(Dtype, Vec<u64>, u64, u64)> {
     let dtype: Dtype = serde_json::from_value(info.get("dtype")?.clone()).ok()?;
-    let shape = info
-        .get("shape")?
-        .as_array()?
-        .iter()
-        .map(serde_json::Value::as_u64)
-        .collect::<Option<Vec<u64>>>()?;
+    let shape = info.get("shape")?.as_array()?.iter().map(serde_json::Value::as_u64).collect::<Option<Vec<u64>>>()?;
     let offsets = info.get("data_offsets")?.as_array()?;
     match offsets.as_slice() {
         [start, end] => Some((dtype, shape, start.as_u64()?, end.as_u64()?)),

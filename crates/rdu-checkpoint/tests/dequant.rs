@@ -44,10 +44,7 @@ fn q4_0() {
     let mut block = f16_bytes(0.5).to_vec();
     block.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
     let y = dequant(GgmlType::Q4_0, 32, block);
-    assert_eq!(
-        (y[0], y[8], y[15], y[16], y[31]),
-        (-4.0, 0.0, 3.5, 3.5, -4.0)
-    );
+    assert_eq!((y[0], y[8], y[15], y[16], y[31]), (-4.0, 0.0, 3.5, 3.5, -4.0));
     for j in 0..16 {
         assert_eq!(y[j], 0.5 * (j as f32 - 8.0));
         assert_eq!(y[j + 16], 0.5 * ((15 - j) as f32 - 8.0));
@@ -69,12 +66,7 @@ fn q5_0() {
         let q_lo = j | (((qh >> j) & 1) << 4);
         let q_hi = j | (((qh >> (j + 16)) & 1) << 4);
         assert_eq!(y[j as usize], 0.25 * (q_lo as f32 - 16.0), "element {j}");
-        assert_eq!(
-            y[j as usize + 16],
-            0.25 * (q_hi as f32 - 16.0),
-            "element {}",
-            j + 16
-        );
+        assert_eq!(y[j as usize + 16], 0.25 * (q_hi as f32 - 16.0), "element {}", j + 16);
     }
 }
 
@@ -178,17 +170,12 @@ fn q8_0_blocks_are_kept() {
             data.extend((0..32).map(|i: u8| i.wrapping_sub(row)));
         }
     }
-    let bytes = GgufWriter::new()
-        .tensor("w", &[64, 2], GgmlType::Q8_0.id(), data)
-        .build();
+    let bytes = GgufWriter::new().tensor("w", &[64, 2], GgmlType::Q8_0.id(), data).build();
     let gguf = Gguf::from_bytes("q8.gguf", bytes).unwrap();
     let q8 = gguf.read_q8_0("w").unwrap();
     assert_eq!(q8.shape, [2, 64]);
     assert_eq!(q8.blocks.len(), 4);
-    assert_eq!(
-        q8.blocks.iter().map(|b| b.d).collect::<Vec<_>>(),
-        [1.0, 2.0, 3.0, 4.0]
-    );
+    assert_eq!(q8.blocks.iter().map(|b| b.d).collect::<Vec<_>>(), [1.0, 2.0, 3.0, 4.0]);
     assert_eq!(q8.blocks[2].qs[0], -1);
     assert_eq!(q8.dequantize(), gguf.read_f32("w").unwrap());
 }
@@ -229,10 +216,7 @@ fn quantize_dequantize_error_is_within_half_a_step() {
         })
         .collect();
     let q8 = quantize_q8_0(&values, &[4, 96]).unwrap();
-    assert_eq!(
-        (q8.shape.as_slice(), q8.blocks.len()),
-        ([4, 96].as_slice(), 12)
-    );
+    assert_eq!((q8.shape.as_slice(), q8.blocks.len()), ([4, 96].as_slice(), 12));
     let back = q8.dequantize();
     for (block, (x, y)) in values.chunks(32).zip(back.chunks(32)).enumerate() {
         let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
@@ -241,27 +225,16 @@ fn quantize_dequantize_error_is_within_half_a_step() {
         // Half a step of the f32 scale, plus the f16 rounding of d times |q| <= 127.
         let bound = 0.5 * d32 + 127.0 * (d32 - d16).abs() + 1e-6;
         for (i, (a, b)) in x.iter().zip(y).enumerate() {
-            assert!(
-                (a - b).abs() <= bound,
-                "block {block} element {i}: {a} vs {b}"
-            );
+            assert!((a - b).abs() <= bound, "block {block} element {i}: {a} vs {b}");
         }
     }
 }
 
 #[test]
 fn quantize_rejects_bad_shapes() {
-    for (len, shape) in [
-        (40, vec![40]),
-        (64, vec![2, 16, 2]),
-        (64, vec![3, 32]),
-        (0, vec![]),
-    ] {
+    for (len, shape) in [(40, vec![40]), (64, vec![2, 16, 2]), (64, vec![3, 32]), (0, vec![])] {
         let err = quantize_q8_0(&vec![0.0; len], &shape).unwrap_err();
-        assert!(
-            matches!(err, CheckpointError::QuantizeShape { .. }),
-            "{err}"
-        );
+        assert!(matches!(err, CheckpointError::QuantizeShape { .. }), "{err}");
     }
     let err = quantize_q8_0(&[0.0; 32], &[usize::MAX, 3]).unwrap_err();
     assert!(err.to_string().contains("overflows"), "{err}");

@@ -47,10 +47,7 @@ fn check_q8_against_f32(arch: &str) {
             }
         }
         let requantised = quantize_q8_0(&x, &tensor.shape).unwrap();
-        assert_eq!(
-            requantised, blocks,
-            "{name}: quantize_q8_0 differs from the converter"
-        );
+        assert_eq!(requantised, blocks, "{name}: quantize_q8_0 differs from the converter");
     }
     assert!(n_q8 > 0, "{arch}: no Q8_0 tensors");
 }

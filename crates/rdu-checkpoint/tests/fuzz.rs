@@ -2,9 +2,7 @@
 
 mod common;
 
-use common::fuzz::{
-    apply, exercise_gguf, exercise_safetensors, safetensors_seed, seeds, Mutation, INTERESTING,
-};
+use common::fuzz::{apply, exercise_gguf, exercise_safetensors, safetensors_seed, seeds, Mutation, INTERESTING};
 use proptest::prelude::*;
 
 fn mutation() -> impl Strategy<Value = Mutation> {
@@ -13,10 +11,7 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         (any::<u64>(), any::<u8>()).prop_map(|(at, bit)| Mutation::FlipBit { at, bit }),
         any::<u64>().prop_map(|len| Mutation::Truncate { len }),
         (0..4096u64, value.clone()).prop_map(|(at, value)| Mutation::WriteU64 { at, value }),
-        (0..4096u64, value).prop_map(|(at, v)| Mutation::WriteU32 {
-            at,
-            value: v as u32
-        }),
+        (0..4096u64, value).prop_map(|(at, v)| Mutation::WriteU32 { at, value: v as u32 }),
     ]
 }
 

@@ -6,22 +6,14 @@ use common::gguf_writer::{every_value, GgufWriter};
 use rdu_checkpoint::{CheckpointError, GgmlType, Gguf, GgufValue, GgufValueType};
 
 fn with_every_value() -> GgufWriter {
-    every_value()
-        .into_iter()
-        .fold(GgufWriter::new(), |w, (k, v)| w.kv(k, v))
+    every_value().into_iter().fold(GgufWriter::new(), |w, (k, v)| w.kv(k, v))
 }
 
 #[test]
 fn every_metadata_type_round_trips() {
     let gguf = Gguf::from_bytes("mem.gguf", with_every_value().build()).unwrap();
-    let read: Vec<(String, GgufValue)> = gguf
-        .metadata()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect();
-    let expected: Vec<(String, GgufValue)> = every_value()
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
+    let read: Vec<(String, GgufValue)> = gguf.metadata().map(|(k, v)| (k.to_string(), v.clone())).collect();
+    let expected: Vec<(String, GgufValue)> = every_value().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
     assert_eq!(read, expected);
     for (key, value) in every_value() {
         assert_eq!(gguf.get(key), Some(&value), "{key}");
@@ -53,14 +45,8 @@ fn typed_accessors_accept_any_fitting_integer() {
     assert_eq!(gguf.get_f64("t.f64").unwrap(), Some(-2.5e300));
     assert_eq!(gguf.get_bool("t.bool").unwrap(), Some(true));
     assert_eq!(gguf.get_str("t.string").unwrap(), Some("grüße, llama ✓"));
-    assert_eq!(
-        gguf.get_str_array("t.strings").unwrap(),
-        Some(vec!["a", ""])
-    );
-    assert_eq!(
-        gguf.get_f32_array("t.array").unwrap(),
-        Some(vec![1.0, 2.0, 3.0])
-    );
+    assert_eq!(gguf.get_str_array("t.strings").unwrap(), Some(vec!["a", ""]));
+    assert_eq!(gguf.get_f32_array("t.array").unwrap(), Some(vec![1.0, 2.0, 3.0]));
     assert_eq!(gguf.get_i64_array("t.array").unwrap(), Some(vec![1, 2, 3]));
     assert_eq!(gguf.get_array("t.empty").unwrap().map(<[_]>::len), Some(0));
     assert_eq!(gguf.get_u32("missing").unwrap(), None);
@@ -83,10 +69,7 @@ fn typed_accessors_reject_wrong_types_and_out_of_range_values() {
         assert!(matches!(err, CheckpointError::MetadataType { .. }), "{err}");
     }
     let err = gguf.get_u32("t.string").unwrap_err().to_string();
-    assert_eq!(
-        err,
-        "mem.gguf: metadata key `t.string` is a string, expected an integer that fits in u32"
-    );
+    assert_eq!(err, "mem.gguf: metadata key `t.string` is a string, expected an integer that fits in u32");
 }
 
 #[test]
@@ -116,12 +99,7 @@ fn general_alignment_is_honoured() {
     let mut writer = GgufWriter::new()
         .kv("general.alignment", GgufValue::U32(64))
         .tensor("x", &[5], 0, vec![0; 20])
-        .tensor(
-            "y",
-            &[2],
-            0,
-            [1.0f32, 2.0].iter().flat_map(|v| v.to_le_bytes()).collect(),
-        );
+        .tensor("y", &[2], 0, [1.0f32, 2.0].iter().flat_map(|v| v.to_le_bytes()).collect());
     writer.alignment = 64;
     let gguf = Gguf::from_bytes("a64.gguf", writer.build()).unwrap();
     assert_eq!(gguf.alignment(), 64);
@@ -132,40 +110,22 @@ fn general_alignment_is_honoured() {
 
 #[test]
 fn missing_tensor_and_wrong_reader_are_errors() {
-    let gguf = Gguf::from_bytes(
-        "t.gguf",
-        GgufWriter::new().tensor("w", &[2], 0, vec![0; 8]).build(),
-    )
-    .unwrap();
+    let gguf = Gguf::from_bytes("t.gguf", GgufWriter::new().tensor("w", &[2], 0, vec![0; 8]).build()).unwrap();
     let err = gguf.read_f32("nope").unwrap_err();
     assert!(matches!(err, CheckpointError::TensorNotFound { .. }));
     assert_eq!(err.to_string(), "t.gguf: no tensor named `nope`");
     let err = gguf.read_q8_0("w").unwrap_err();
-    assert!(matches!(
-        err,
-        CheckpointError::NotQ8_0 {
-            ggml_type: GgmlType::F32,
-            ..
-        }
-    ));
+    assert!(matches!(err, CheckpointError::NotQ8_0 { ggml_type: GgmlType::F32, .. }));
 }
 
 #[test]
 fn known_but_unsupported_types_open_and_fail_only_when_read() {
     let q2k = GgmlType::Q2_K;
-    let bytes = GgufWriter::new()
-        .tensor("q", &[256], q2k.id(), vec![0; q2k.type_size() as usize])
-        .build();
+    let bytes = GgufWriter::new().tensor("q", &[256], q2k.id(), vec![0; q2k.type_size() as usize]).build();
     let gguf = Gguf::from_bytes("q2.gguf", bytes).unwrap();
     assert_eq!(gguf.tensor("q").unwrap().ggml_type, q2k);
     let err = gguf.read_f32("q").unwrap_err();
-    assert!(matches!(
-        err,
-        CheckpointError::UnsupportedGgmlType {
-            ggml_type: GgmlType::Q2_K,
-            ..
-        }
-    ));
+    assert!(matches!(err, CheckpointError::UnsupportedGgmlType { ggml_type: GgmlType::Q2_K, .. }));
     assert!(err.to_string().contains("Q2_K (id 10)"), "{err}");
 }
 
@@ -176,16 +136,7 @@ fn value_type_ids_match_the_spec() {
     assert_eq!(GgufValueType::from_id(13), None);
     assert_eq!(GgmlType::from_id(30), Some(GgmlType::BF16));
     assert_eq!(GgmlType::from_id(31), None);
-    assert_eq!(
-        (GgmlType::Q6_K.block_size(), GgmlType::Q6_K.type_size()),
-        (256, 210)
-    );
-    assert_eq!(
-        (GgmlType::Q5_K.block_size(), GgmlType::Q5_K.type_size()),
-        (256, 176)
-    );
-    assert_eq!(
-        (GgmlType::Q5_0.block_size(), GgmlType::Q5_0.type_size()),
-        (32, 22)
-    );
+    assert_eq!((GgmlType::Q6_K.block_size(), GgmlType::Q6_K.type_size()), (256, 210));
+    assert_eq!((GgmlType::Q5_K.block_size(), GgmlType::Q5_K.type_size()), (256, 176));
+    assert_eq!((GgmlType::Q5_0.block_size(), GgmlType::Q5_0.type_size()), (32, 22));
 }

@@ -29,10 +29,7 @@ fn temp_dir(name: &str) -> PathBuf {
 
 #[test]
 fn reads_f32_f16_bf16() {
-    let mut data: Vec<u8> = [1.5f32, -2.0]
-        .iter()
-        .flat_map(|v| v.to_le_bytes())
-        .collect();
+    let mut data: Vec<u8> = [1.5f32, -2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
     data.extend(f16::from_f32(0.25).to_le_bytes());
     data.extend(bf16::from_f32(-3.0).to_le_bytes());
     let header = r#"{"__metadata__":{"format":"pt"},
@@ -55,45 +52,24 @@ fn reads_f32_f16_bf16() {
 fn unsupported_dtypes_are_named() {
     for dtype in ["I64", "F64", "U8"] {
         let size = if dtype == "U8" { 2 } else { 16 };
-        let header =
-            format!(r#"{{"ids":{{"dtype":"{dtype}","shape":[2],"data_offsets":[0,{size}]}}}}"#);
-        let st =
-            SafeTensors::from_bytes("m.safetensors", st_bytes(&header, &vec![0; size])).unwrap();
+        let header = format!(r#"{{"ids":{{"dtype":"{dtype}","shape":[2],"data_offsets":[0,{size}]}}}}"#);
+        let st = SafeTensors::from_bytes("m.safetensors", st_bytes(&header, &vec![0; size])).unwrap();
         let err = st.read_f32("ids").unwrap_err();
-        assert!(
-            matches!(err, E::UnsupportedDtype { dtype: ref d, .. } if d == dtype),
-            "{err}"
-        );
-        assert!(
-            err.to_string().contains(&format!("has dtype {dtype}")),
-            "{err}"
-        );
+        assert!(matches!(err, E::UnsupportedDtype { dtype: ref d, .. } if d == dtype), "{err}");
+        assert!(err.to_string().contains(&format!("has dtype {dtype}")), "{err}");
     }
 }
 
 #[test]
 fn truncated_file() {
     let err = open(vec![1, 2, 3]);
-    assert!(
-        matches!(
-            err,
-            E::Truncated {
-                needed: 8,
-                available: 3,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err, E::Truncated { needed: 8, available: 3, .. }), "{err}");
     // A valid file cut inside its data.
     let header = r#"{"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}"#;
     let mut bytes = st_bytes(header, &[0; 16]);
     bytes.truncate(bytes.len() - 5);
     let err = open(bytes);
-    assert!(
-        matches!(err, E::TensorPastEnd { ref tensor, .. } if tensor == "w"),
-        "{err}"
-    );
+    assert!(matches!(err, E::TensorPastEnd { ref tensor, .. } if tensor == "w"), "{err}");
 }
 
 #[test]
@@ -101,21 +77,8 @@ fn header_length_past_end() {
     let mut bytes = st_bytes("{}", &[]);
     bytes[..8].copy_from_slice(&200u64.to_le_bytes());
     let err = open(bytes);
-    assert!(
-        matches!(
-            err,
-            E::HeaderPastEnd {
-                header_len: 200,
-                file_len: 10,
-                ..
-            }
-        ),
-        "{err}"
-    );
-    assert_eq!(
-        err.to_string(),
-        "model.safetensors: header length 200 runs past the end of the file (10 bytes)"
-    );
+    assert!(matches!(err, E::HeaderPastEnd { header_len: 200, file_len: 10, .. }), "{err}");
+    assert_eq!(err.to_string(), "model.safetensors: header length 200 runs past the end of the file (10 bytes)");
     let mut bytes = st_bytes("{}", &[]);
     bytes[..8].copy_from_slice(&u64::MAX.to_le_bytes());
     assert!(matches!(open(bytes), E::HeaderPastEnd { .. }));
@@ -129,16 +92,9 @@ fn offsets_out_of_range() {
         matches!(err, E::TensorPastEnd { ref tensor, end, .. } if tensor == "model.norm.weight" && end == 8 + header.len() as u64 + 200),
         "{err}"
     );
-    assert!(
-        err.to_string()
-            .contains("tensor `model.norm.weight`: data bytes"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("tensor `model.norm.weight`: data bytes"), "{err}");
     let header = r#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}}"#;
-    assert!(matches!(
-        open(st_bytes(header, &[0; 8])),
-        E::TensorPastEnd { .. }
-    ));
+    assert!(matches!(open(st_bytes(header, &[0; 8])), E::TensorPastEnd { .. }));
 }
 
 #[test]
@@ -153,23 +109,13 @@ fn offsets_not_matching_shape_and_dtype() {
 
 #[test]
 fn malformed_headers_are_errors() {
-    for header in [
-        "not json",
-        "[1,2]",
-        r#"{"w":{"dtype":"Q9","shape":[1],"data_offsets":[0,1]}}"#,
-    ] {
+    for header in ["not json", "[1,2]", r#"{"w":{"dtype":"Q9","shape":[1],"data_offsets":[0,1]}}"#] {
         let err = open(st_bytes(header, &[0; 4]));
-        assert!(
-            matches!(err, E::SafetensorsHeader { .. }),
-            "{header}: {err}"
-        );
+        assert!(matches!(err, E::SafetensorsHeader { .. }), "{header}: {err}");
     }
     // Gaps between tensors and trailing bytes are rejected by the safetensors crate.
     let header = r#"{"w":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}"#;
-    assert!(matches!(
-        open(st_bytes(header, &[0; 2])),
-        E::SafetensorsHeader { .. }
-    ));
+    assert!(matches!(open(st_bytes(header, &[0; 2])), E::SafetensorsHeader { .. }));
 }
 
 #[test]
@@ -177,19 +123,13 @@ fn every_prefix_is_an_error() {
     let header = r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
     let bytes = st_bytes(header, &[0; 8]);
     for len in 0..bytes.len() {
-        assert!(
-            SafeTensors::from_bytes("cut", bytes[..len].to_vec()).is_err(),
-            "prefix {len}"
-        );
+        assert!(SafeTensors::from_bytes("cut", bytes[..len].to_vec()).is_err(), "prefix {len}");
     }
 }
 
 fn write_shard(dir: &std::path::Path, file: &str, name: &str, values: &[f32]) {
-    let header = format!(
-        r#"{{"{name}":{{"dtype":"F32","shape":[{}],"data_offsets":[0,{}]}}}}"#,
-        values.len(),
-        values.len() * 4
-    );
+    let header =
+        format!(r#"{{"{name}":{{"dtype":"F32","shape":[{}],"data_offsets":[0,{}]}}}}"#, values.len(), values.len() * 4);
     let data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
     std::fs::write(dir.join(file), st_bytes(&header, &data)).unwrap();
 }
@@ -206,24 +146,14 @@ fn sharded_directory() {
     assert_eq!(st.names().collect::<Vec<_>>(), ["a", "b"]);
     assert_eq!(st.read_f32("a").unwrap(), [1.0, 2.0]);
     assert_eq!(st.read_f32("b").unwrap(), [3.0]);
-    assert!(st
-        .file_of("b")
-        .unwrap()
-        .ends_with("model-00002-of-00002.safetensors"));
+    assert!(st.file_of("b").unwrap().ends_with("model-00002-of-00002.safetensors"));
 
     let index = r#"{"weight_map":{"c":"model-00002-of-00002.safetensors"}}"#;
     std::fs::write(dir.join("model.safetensors.index.json"), index).unwrap();
     let err = SafeTensors::open(&dir).map(|_| ()).unwrap_err();
-    assert!(
-        matches!(err, E::MissingFromShard { ref tensor, .. } if tensor == "c"),
-        "{err}"
-    );
+    assert!(matches!(err, E::MissingFromShard { ref tensor, .. } if tensor == "c"), "{err}");
 
-    for index in [
-        r#"{"weight_map":{"a":"../escape.safetensors"}}"#,
-        r#"{"nope":1}"#,
-        "{",
-    ] {
+    for index in [r#"{"weight_map":{"a":"../escape.safetensors"}}"#, r#"{"nope":1}"#, "{"] {
         std::fs::write(dir.join("model.safetensors.index.json"), index).unwrap();
         let err = SafeTensors::open(&dir).map(|_| ()).unwrap_err();
         assert!(matches!(err, E::ShardIndex { .. }), "{index}: {err}");
@@ -239,9 +169,7 @@ fn single_file_directory_and_missing_files() {
     write_shard(&dir, "model.safetensors", "w", &[5.0]);
     let st = SafeTensors::open(&dir).unwrap();
     assert_eq!(st.read_f32("w").unwrap(), [5.0]);
-    let err = SafeTensors::open(dir.join("absent.safetensors"))
-        .map(|_| ())
-        .unwrap_err();
+    let err = SafeTensors::open(dir.join("absent.safetensors")).map(|_| ()).unwrap_err();
     assert!(matches!(err, E::Io { .. }), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

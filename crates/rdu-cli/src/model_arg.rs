@@ -53,4 +53,3 @@ impl CutArg {
 pub fn resolve(model: &str) -> Result<ModelSpec> {
     Ok(presets::resolve(model)?)
 }
-

@@ -95,10 +95,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
         writer = writer.tensor(&format!("blk.{i}.{}", ty.name()), &[ne0, 1], ty.id(), data);
     }
     let small = GgufWriter::new()
-        .kv(
-            "k",
-            GgufValue::Array(GgufValueType::String, vec![GgufValue::String("x".into())]),
-        )
+        .kv("k", GgufValue::Array(GgufValueType::String, vec![GgufValue::String("x".into())]))
         .tensor("w", &[32], GgmlType::Q8_0.id(), vec![3; 34]);
     vec![writer.build(), small.build()]
 }
@@ -114,12 +111,7 @@ pub fn exercise_gguf(bytes: Vec<u8>) -> bool {
         }
     };
     for (key, value) in gguf.metadata() {
-        let _ = (
-            value.as_u64(),
-            value.as_f32(),
-            value.as_str(),
-            value.as_array(),
-        );
+        let _ = (value.as_u64(), value.as_f32(), value.as_str(), value.as_array());
         let _ = gguf.get_u32(key).map_err(|e| e.to_string());
         let _ = gguf.get_str_array(key).map_err(|e| e.to_string());
         let _ = gguf.get_f32_array(key).map_err(|e| e.to_string());
@@ -176,25 +168,12 @@ impl XorShift {
 
     /// A random mutation, biased towards the header (the first `header_len` bytes).
     pub fn mutation(&mut self, header_len: u64) -> Mutation {
-        let at = if self.next() & 3 == 0 {
-            self.next()
-        } else {
-            self.next() % header_len.max(1)
-        };
+        let at = if self.next() & 3 == 0 { self.next() } else { self.next() % header_len.max(1) };
         match self.next() % 8 {
-            0..=2 => Mutation::FlipBit {
-                at,
-                bit: self.next() as u8,
-            },
+            0..=2 => Mutation::FlipBit { at, bit: self.next() as u8 },
             3 => Mutation::Truncate { len: self.next() },
-            4..=5 => Mutation::WriteU64 {
-                at,
-                value: self.interesting(),
-            },
-            _ => Mutation::WriteU32 {
-                at,
-                value: self.interesting() as u32,
-            },
+            4..=5 => Mutation::WriteU64 { at, value: self.interesting() },
+            _ => Mutation::WriteU32 { at, value: self.interesting() as u32 },
         }
     }
 

@@ -23,12 +23,7 @@ pub struct GgufWriter {
 
 impl Default for GgufWriter {
     fn default() -> Self {
-        GgufWriter {
-            version: 3,
-            alignment: 32,
-            kvs: Vec::new(),
-            tensors: Vec::new(),
-        }
+        GgufWriter { version: 3, alignment: 32, kvs: Vec::new(), tensors: Vec::new() }
     }
 }
 
@@ -43,13 +38,7 @@ impl GgufWriter {
     }
 
     pub fn tensor(mut self, name: &str, dims: &[u64], type_id: u32, data: Vec<u8>) -> Self {
-        self.tensors.push(TensorSpec {
-            name: name.to_string(),
-            dims: dims.to_vec(),
-            type_id,
-            data,
-            offset: None,
-        });
+        self.tensors.push(TensorSpec { name: name.to_string(), dims: dims.to_vec(), type_id, data, offset: None });
         self
     }
 
@@ -147,20 +136,11 @@ pub fn every_value() -> Vec<(&'static str, GgufValue)> {
         ("t.f32", V::F32(1.5e-6)),
         ("t.bool", V::Bool(true)),
         ("t.string", V::String("grüße, llama ✓".into())),
-        (
-            "t.array",
-            V::Array(GgufValueType::U32, vec![V::U32(1), V::U32(2), V::U32(3)]),
-        ),
+        ("t.array", V::Array(GgufValueType::U32, vec![V::U32(1), V::U32(2), V::U32(3)])),
         ("t.u64", V::U64(u64::MAX - 1)),
         ("t.i64", V::I64(i64::MIN + 1)),
         ("t.f64", V::F64(-2.5e300)),
-        (
-            "t.strings",
-            V::Array(
-                GgufValueType::String,
-                vec![V::String("a".into()), V::String(String::new())],
-            ),
-        ),
+        ("t.strings", V::Array(GgufValueType::String, vec![V::String("a".into()), V::String(String::new())])),
         ("t.empty", V::Array(GgufValueType::F32, vec![])),
         (
             "t.nested",
