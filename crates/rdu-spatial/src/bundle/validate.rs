@@ -66,9 +66,10 @@ impl Ctx<'_> {
             CutMode::BatchedTp => &[("ctx", cut.ctx), ("batch", cut.batch), ("tp", cut.tp)],
             CutMode::Prefill => &[("ctx", cut.ctx), ("chunk", cut.chunk)],
         };
+        let mode = serde_json::to_value(cut.mode).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
         for (key, value) in needs {
             if value.is_none() {
-                self.invalid(format!("cut.{key}"), format!("is required by mode {:?}", cut.mode));
+                self.invalid(format!("cut.{key}"), format!("is required by mode {mode}"));
             }
         }
         let all = [("ctx", cut.ctx), ("seq", cut.seq), ("batch", cut.batch), ("tp", cut.tp), ("chunk", cut.chunk)];

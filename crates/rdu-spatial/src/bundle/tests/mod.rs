@@ -1,0 +1,5 @@
+//! Bundle tests: a sample bundle, writing (determinism, atomicity, refusals) and validation.
+
+mod sample;
+mod validate;
+mod write;
