@@ -5,7 +5,7 @@
 //! removed only once the new one is in place, and put back if that fails. A directory
 //! that is not a bundle is replaced only when forced.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -80,7 +80,7 @@ impl Bundle {
         }
         let prefix = format!(".{}.new-", name.to_string_lossy());
         let staging = tempfile::Builder::new().prefix(&prefix).tempdir_in(&parent).map_err(io(&parent))?;
-        self.write_files(staging.path())?;
+        write_files(self, staging.path())?;
         let staged = staging.keep();
         let placed = if exists { swap_in(&staged, dir, &parent) } else { rename_in(&staged, dir) };
         if placed.is_err() {
@@ -127,23 +127,6 @@ impl Bundle {
     pub fn problems(&self) -> Vec<BundleError> {
         validate::problems(self)
     }
-
-    /// Write every file and then `manifest.json` into `root`, fsyncing files and directories.
-    fn write_files(&self, root: &Path) -> Result<(), BundleError> {
-        let mut dirs = vec![root.to_path_buf()];
-        for (rel, text) in &self.files {
-            let path = root.join(rel);
-            let dir = path.parent().expect("a joined path has a parent").to_path_buf();
-            if !dirs.contains(&dir) {
-                fs::create_dir_all(&dir).map_err(io(&dir))?;
-                dirs.push(dir);
-            }
-            write_synced(&path, text.as_bytes())?;
-        }
-        fail_point(FailPoint::BeforeManifest)?;
-        write_synced(&root.join("manifest.json"), self.manifest.to_json().as_bytes())?;
-        dirs.iter().rev().try_for_each(|d| sync_dir(d))
-    }
 }
 
 /// Whether `dir` holds a manifest carrying our format marker.
@@ -151,6 +134,22 @@ pub fn is_bundle(dir: &Path) -> bool {
     let Ok(text) = fs::read_to_string(dir.join("manifest.json")) else { return false };
     let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else { return false };
     value.get("format").and_then(|f| f.as_str()) == Some(FORMAT)
+}
+
+/// Write every file and then `manifest.json` into `root`, fsyncing files and directories.
+fn write_files(bundle: &Bundle, root: &Path) -> Result<(), BundleError> {
+    let mut dirs = BTreeSet::from([root.to_path_buf()]);
+    for (rel, text) in &bundle.files {
+        let path = root.join(rel);
+        let parent = path.parent().expect("a joined path has a parent");
+        fs::create_dir_all(parent).map_err(io(parent))?;
+        write_synced(&path, text.as_bytes())?;
+        dirs.extend(parent.ancestors().take_while(|d| d.starts_with(root)).map(Path::to_path_buf));
+    }
+    fail_point(FailPoint::BeforeManifest)?;
+    write_synced(&root.join("manifest.json"), bundle.manifest.to_json().as_bytes())?;
+    // Children sort after their parents: syncing in reverse makes every entry durable before its directory.
+    dirs.iter().rev().try_for_each(|d| sync_dir(d))
 }
 
 /// Places where tests inject a failure into a write.

@@ -9,10 +9,13 @@
 //! each of them once per step. It does not model contention inside the mesh or SRAM
 //! capacity (certification checks that a section fits).
 
+use serde::{Deserialize, Serialize};
+
 use crate::chip::Chip;
 
 /// The number format a stage's products run in.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Precision {
     #[default]
     Bf16,
@@ -20,13 +23,13 @@ pub enum Precision {
 }
 
 /// One step's work: sections loaded one after another, each a pipeline of stages.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CostInput {
     pub sections: Vec<Vec<StageWork>>,
 }
 
 /// The work of one stage in one step.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StageWork {
     pub name: String,
     pub flops: u64,
@@ -43,7 +46,8 @@ pub struct StageWork {
 }
 
 /// What limits a stage or a section.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Bound {
     Compute,
     Hbm,
@@ -53,7 +57,7 @@ pub enum Bound {
 }
 
 /// One stage's estimate.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StageCost {
     pub name: String,
     /// Steady-state seconds: the largest of the five times below.
@@ -69,7 +73,7 @@ pub struct StageCost {
 }
 
 /// One section's estimate: `seconds = steady_seconds + fill_seconds + synchronisation_seconds`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SectionCost {
     pub stages: Vec<StageCost>,
     /// Index of the slowest stage.
@@ -84,7 +88,7 @@ pub struct SectionCost {
 }
 
 /// One step's estimate.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StepCost {
     pub precision: Precision,
     pub sections: Vec<SectionCost>,
@@ -101,7 +105,7 @@ pub struct StepCost {
     pub pmus: u32,
     /// The HBM roofline: every HBM byte the step must move at full HBM bandwidth.
     pub roofline_seconds: f64,
-    /// `roofline_seconds / seconds`, at most 1.
+    /// `roofline_seconds / seconds`: at most 1, as every section lasts at least its HBM bytes over the bandwidth.
     pub roofline_fraction: f64,
 }
 
@@ -150,7 +154,7 @@ pub fn estimate(chip: &Chip, input: &CostInput, precision: Precision) -> Result<
         pcus: sections.iter().map(|s| s.pcus).max().unwrap_or(0),
         pmus: sections.iter().map(|s| s.pmus).max().unwrap_or(0),
         roofline_seconds,
-        roofline_fraction: (roofline_seconds / seconds).min(1.0),
+        roofline_fraction: roofline_seconds / seconds,
         sections,
     })
 }
