@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 use crate::cost::StepCost;
 use crate::rope::RopeSpec;
 
+mod json;
+
 /// The marker in `format` that says a directory is an rdu bundle.
 pub const FORMAT: &str = "rdu-bundle";
 /// The manifest version this build writes and reads.
@@ -268,11 +270,9 @@ impl From<&StepCost> for CostEntry {
 }
 
 impl Manifest {
-    /// Deterministic pretty JSON with a trailing newline: the bytes of `manifest.json`.
+    /// The bytes of `manifest.json`: deterministic pretty JSON, arrays of scalars on one line, a trailing newline.
     pub fn to_json(&self) -> String {
-        let mut text = serde_json::to_string_pretty(self).expect("a manifest always serialises");
-        text.push('\n');
-        text
+        json::pretty(&serde_json::to_value(self).expect("a manifest always serialises"))
     }
 }
 
