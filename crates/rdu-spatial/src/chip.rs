@@ -219,11 +219,9 @@ impl Ctx<'_> {
         match self.table.get(key) {
             Some(toml::Value::String(s)) if !s.trim().is_empty() => Ok(s.clone()),
             Some(_) => Err(self.invalid(key, "must be a non-empty string")),
-            None if required => Err(ChipError::Missing {
-                file: self.file.into(),
-                key: key.into(),
-                expected: "`name` and every figure of chip::FIGURES".into(),
-            }),
+            None if required => {
+                Err(ChipError::Missing { file: self.file.into(), key: key.into(), expected: "a `name` string".into() })
+            }
             None => Ok(String::new()),
         }
     }
