@@ -4,4 +4,9 @@
 //! Nothing here knows about model families or the program language: a spatial program is
 //! data, and this crate only reads, writes, checks, costs and executes it.
 
+pub mod bundle;
+pub mod chip;
+pub mod cost;
+pub mod manifest;
+pub mod memory;
 pub mod rope;

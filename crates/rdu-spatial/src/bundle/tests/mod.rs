@@ -1,0 +1,6 @@
+//! Bundle tests: a sample bundle, writing (determinism, atomicity, refusals) and validation.
+
+mod docs;
+mod sample;
+mod validate;
+mod write;

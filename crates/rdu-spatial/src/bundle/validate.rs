@@ -1,0 +1,271 @@
+//! Every check a bundle must pass before it is written or run; it reports problems and never repairs them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Bundle, BundleError};
+use crate::manifest::{CertificateEntry, CheckpointKind, CostEntry, CutMode, Manifest, TensorEntry, TensorStorage};
+use crate::manifest::{FORMAT, VERSION};
+
+/// Every problem of `bundle`, in manifest order.
+pub fn problems(bundle: &Bundle) -> Vec<BundleError> {
+    let mut ctx = Ctx { bundle, m: &bundle.manifest, out: Vec::new() };
+    ctx.header();
+    ctx.paths();
+    ctx.cut();
+    let names = ctx.names();
+    ctx.programs(&names);
+    ctx.layers(&names);
+    ctx.tensors();
+    ctx.out
+}
+
+struct Ctx<'a> {
+    bundle: &'a Bundle,
+    m: &'a Manifest,
+    out: Vec<BundleError>,
+}
+
+impl Ctx<'_> {
+    fn invalid(&mut self, field: impl Into<String>, problem: impl Into<String>) {
+        self.out.push(BundleError::Invalid { field: field.into(), problem: problem.into() });
+    }
+
+    fn header(&mut self) {
+        if self.m.format != FORMAT {
+            self.invalid("format", format!("is {:?}, expected \"{FORMAT}\"", self.m.format));
+        }
+        if self.m.version != VERSION {
+            self.invalid("version", format!("is {}, this build writes version {VERSION}", self.m.version));
+        }
+    }
+
+    /// File paths are relative, `/`-separated, inside the bundle, and no file sits where another needs a directory.
+    fn paths(&mut self) {
+        let mut previous: Option<&str> = None;
+        for path in self.bundle.files.keys() {
+            let bad = |problem: &str| BundleError::BadPath { path: path.clone(), problem: problem.into() };
+            let parts: Vec<&str> = path.split('/').collect();
+            if path == "manifest.json" {
+                self.out.push(bad("is written from the manifest; it cannot also be a file"));
+            } else if path.contains('\\') || parts.iter().any(|p| p.is_empty() || *p == "." || *p == "..") {
+                self.out.push(bad("must be a relative path of plain `/`-separated names"));
+            } else if previous.is_some_and(|p| path.starts_with(&format!("{p}/"))) {
+                self.out.push(bad("lies under another file of the bundle"));
+            }
+            previous = Some(path);
+        }
+    }
+
+    fn cut(&mut self) {
+        let cut = &self.m.cut;
+        let needs: &[(&str, Option<usize>)] = match cut.mode {
+            CutMode::Forward => &[("seq", cut.seq)],
+            CutMode::Decode => &[("ctx", cut.ctx)],
+            CutMode::Batched => &[("ctx", cut.ctx), ("batch", cut.batch)],
+            CutMode::Tp => &[("ctx", cut.ctx), ("tp", cut.tp)],
+            CutMode::BatchedTp => &[("ctx", cut.ctx), ("batch", cut.batch), ("tp", cut.tp)],
+            CutMode::Prefill => &[("ctx", cut.ctx), ("chunk", cut.chunk)],
+        };
+        let mode = serde_json::to_value(cut.mode).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+        for (key, value) in needs {
+            if value.is_none() {
+                self.invalid(format!("cut.{key}"), format!("is required by mode {mode}"));
+            }
+        }
+        let all = [("ctx", cut.ctx), ("seq", cut.seq), ("batch", cut.batch), ("tp", cut.tp), ("chunk", cut.chunk)];
+        for (key, value) in all {
+            if value == Some(0) {
+                self.invalid(format!("cut.{key}"), "must be at least 1");
+            }
+        }
+    }
+
+    /// The names a program may read: tensors, inputs, states, shared and activations, each defined once.
+    fn names(&mut self) -> BTreeSet<String> {
+        let m = self.m;
+        let lists = [
+            ("tensors", m.tensors.keys().collect::<Vec<_>>()),
+            ("inputs", m.inputs.iter().map(|e| &e.name).collect()),
+            ("states", m.states.iter().map(|e| &e.name).collect()),
+            ("shared", m.shared.iter().map(|e| &e.name).collect()),
+            ("activations", m.activations.iter().map(|e| &e.name).collect()),
+        ];
+        let mut seen: BTreeMap<&String, &str> = BTreeMap::new();
+        for (list, names) in lists {
+            for name in names {
+                if let Some(first) = seen.insert(name, list) {
+                    self.invalid(list, format!("`{name}` is already defined in {first}; a name is defined once"));
+                }
+            }
+        }
+        seen.into_keys().cloned().collect()
+    }
+
+    fn programs(&mut self, names: &BTreeSet<String>) {
+        let p = &self.m.programs;
+        let entries = [("embed", &p.embed.name), ("head", &p.head.name)].map(|(f, n)| (format!("programs.{f}"), n));
+        let kinds = p.kinds.iter().map(|k| (format!("programs.kinds[{}]", k.name), &k.name));
+        let mut seen = BTreeSet::new();
+        for (field, name) in entries.into_iter().chain(kinds) {
+            if name.is_empty() || !seen.insert(name) {
+                self.invalid(field, format!("program name `{name}` is empty or not unique"));
+            }
+        }
+        for (field, program) in [("programs.embed", &p.embed), ("programs.head", &p.head)] {
+            self.files(field, &program.file_source, &program.file_spatial);
+            self.records(field, &program.certificate, &program.cost);
+            self.declared(field, &program.declared);
+            for name in program.declared.iter().filter(|n| !names.contains(*n)) {
+                self.out.push(BundleError::Unresolved { field: format!("{field}.declared"), tensor: name.clone() });
+            }
+        }
+        for kind in &p.kinds {
+            let field = format!("programs.kinds[{}]", kind.name);
+            self.files(&field, &kind.file_source, &kind.file_spatial);
+            self.records(&field, &kind.certificate, &kind.cost);
+            self.declared(&field, &kind.declared);
+            let runs: Vec<usize> = self.m.layers.iter().filter(|l| l.kind == kind.name).map(|l| l.layer).collect();
+            if kind.layers.is_empty() || kind.layers != runs {
+                let problem = format!("lists {:?} but the layers running it are {runs:?}", kind.layers);
+                self.invalid(format!("{field}.layers"), problem);
+            }
+        }
+    }
+
+    fn files(&mut self, field: &str, source: &str, spatial: &str) {
+        for (key, path) in [("file_source", source), ("file_spatial", spatial)] {
+            if !self.bundle.files.contains_key(path) {
+                self.out.push(BundleError::MissingFile { field: format!("{field}.{key}"), path: path.into() });
+            }
+        }
+    }
+
+    fn records(&mut self, field: &str, certificate: &CertificateEntry, cost: &CostEntry) {
+        let (tolerance, err) = (certificate.tolerance, certificate.max_abs_err);
+        if !(tolerance.is_finite() && err.is_finite() && tolerance >= 0.0 && err >= 0.0) {
+            self.invalid(format!("{field}.certificate"), "tolerance and max_abs_err must be finite and non-negative");
+        } else if err > tolerance {
+            self.invalid(
+                format!("{field}.certificate"),
+                format!("max_abs_err {err} exceeds its tolerance {tolerance}"),
+            );
+        }
+        if certificate.checks.is_empty() {
+            self.invalid(
+                format!("{field}.certificate.checks"),
+                "is empty; a bundle references certified programs only",
+            );
+        }
+        if !(cost.seconds.is_finite() && cost.seconds >= 0.0) {
+            self.invalid(
+                format!("{field}.cost.seconds"),
+                format!("must be finite and non-negative, found {}", cost.seconds),
+            );
+        }
+    }
+
+    fn declared(&mut self, field: &str, declared: &[String]) {
+        let mut seen = BTreeSet::new();
+        for name in declared.iter().filter(|n| !seen.insert(*n)) {
+            self.invalid(format!("{field}.declared"), format!("lists `{name}` twice"));
+        }
+    }
+
+    fn layers(&mut self, names: &BTreeSet<String>) {
+        let n_layers = self.m.layers.len();
+        let present: BTreeSet<usize> = self.m.layers.iter().map(|l| l.layer).collect();
+        for layer in (0..n_layers).filter(|l| !present.contains(l)) {
+            self.out.push(BundleError::LayerMissing { layer, n_layers });
+        }
+        for (idx, entry) in self.m.layers.iter().enumerate() {
+            if entry.layer != idx {
+                self.out.push(BundleError::LayerOrder { idx, layer: entry.layer, n_layers });
+            }
+            let Some(kind) = self.m.programs.kinds.iter().find(|k| k.name == entry.kind) else {
+                self.out.push(BundleError::UnknownKind { idx, kind: entry.kind.clone() });
+                continue;
+            };
+            let declared: BTreeSet<&String> = kind.declared.iter().collect();
+            for tensor in declared.iter().filter(|t| !entry.bind.contains_key(**t)) {
+                self.out.push(BundleError::BindMissing { idx, kind: kind.name.clone(), tensor: (*tensor).clone() });
+            }
+            let mut targets: BTreeMap<&String, &String> = BTreeMap::new();
+            for (from, to) in &entry.bind {
+                if !declared.contains(from) {
+                    self.out.push(BundleError::BindExtra { idx, kind: kind.name.clone(), tensor: from.clone() });
+                }
+                if let Some(first) = targets.insert(to, from) {
+                    let (first, second, target) = (first.clone(), from.clone(), to.clone());
+                    self.out.push(BundleError::BindDuplicate { idx, first, second, target });
+                }
+                if !names.contains(to) {
+                    self.out.push(BundleError::Unresolved {
+                        field: format!("layers[{idx}].bind.{from}"),
+                        tensor: to.clone(),
+                    });
+                }
+            }
+        }
+    }
+
+    fn tensors(&mut self) {
+        let chips = self.m.cut.tp.unwrap_or(1);
+        for (name, entry) in &self.m.tensors {
+            if let Some(problem) = tensor_problem(entry, chips) {
+                self.invalid(format!("tensors.{name}"), problem);
+            }
+        }
+        for shared in &self.m.shared {
+            let Some(rope) = &shared.rope else { continue };
+            if shared.shape.len() != 2 || shared.shape[1] * 2 != rope.spec.dim {
+                let problem = format!(
+                    "shape {:?} is not [rows, {}] for rotary dim {}",
+                    shared.shape,
+                    rope.spec.dim / 2,
+                    rope.spec.dim
+                );
+                self.invalid(format!("shared.{}", shared.name), problem);
+            }
+        }
+    }
+}
+
+/// What is wrong with one checkpoint tensor entry, if anything.
+fn tensor_problem(entry: &TensorEntry, chips: usize) -> Option<String> {
+    let c = &entry.checkpoint;
+    let rank = entry.shape.len();
+    let shape_ok = match c.kind {
+        CheckpointKind::Tensor => c.names.len() == 1 && c.axis.is_none() && c.start.is_none() && c.len.is_none(),
+        CheckpointKind::Stack => {
+            !c.names.is_empty() && c.axis.is_some_and(|a| a < rank) && c.start.is_none() && c.len.is_none()
+        }
+        CheckpointKind::Slice => {
+            c.names.len() == 1 && c.axis.is_some_and(|a| a < rank) && c.start.is_some() && c.len.is_some()
+        }
+    };
+    if !shape_ok {
+        return Some(format!("checkpoint of kind {:?} needs {}", c.kind, checkpoint_needs(c.kind)));
+    }
+    if c.kind == CheckpointKind::Stack && c.axis.is_some_and(|a| entry.shape[a] != c.names.len()) {
+        return Some(format!("stacks {} tensors along an axis of length {}", c.names.len(), entry.shape[c.axis?]));
+    }
+    if entry.storage == TensorStorage::Q8_0 && entry.shape.last().is_none_or(|d| d % 32 != 0) {
+        return Some(format!("shape {:?} cannot be Q8_0: the last dimension is not a multiple of 32", entry.shape));
+    }
+    if !entry.slices.is_empty() && entry.slices.len() != chips {
+        return Some(format!("has {} slices for {chips} chips; give one per chip or none", entry.slices.len()));
+    }
+    let outside = entry
+        .slices
+        .iter()
+        .position(|s| s.axis >= rank || s.len == 0 || s.start.saturating_add(s.len) > entry.shape[s.axis]);
+    outside.map(|chip| format!("slices[{chip}] lies outside shape {:?}", entry.shape))
+}
+
+fn checkpoint_needs(kind: CheckpointKind) -> &'static str {
+    match kind {
+        CheckpointKind::Tensor => "exactly one name and no axis, start or len",
+        CheckpointKind::Stack => "at least one name and an axis within the shape, no start or len",
+        CheckpointKind::Slice => "exactly one name and an axis within the shape, start and len",
+    }
+}

@@ -1,0 +1,254 @@
+//! The cost model: seconds per stage, section and step from a chip's figures, charging every overhead the chip file names.
+//!
+//! A stage streams its tiles through its own PCUs and PMUs, overlapping compute with
+//! traffic, so its time is the largest of its compute, HBM, DDR, SRAM and link times.
+//! A section runs its stages as one pipeline: the slowest stage (or the HBM, DDR or link
+//! traffic all its stages share, if that takes longer), plus the fill — every other
+//! stage's first tile, `pipeline_fill` cycles per stage and the link latency of every stage
+//! with all-reduce traffic — plus one barrier. A step spanning several sections reloads
+//! each of them once per step. It does not model contention inside the mesh or SRAM
+//! capacity (certification checks that a section fits).
+
+use serde::{Deserialize, Serialize};
+
+use crate::chip::Chip;
+
+/// The number format a stage's products run in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    #[default]
+    Bf16,
+    Fp8,
+}
+
+/// One step's work: sections loaded one after another, each a pipeline of stages.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CostInput {
+    pub sections: Vec<Vec<StageWork>>,
+}
+
+/// The work of one stage in one step.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StageWork {
+    pub name: String,
+    pub flops: u64,
+    pub hbm_bytes: u64,
+    pub ddr_bytes: u64,
+    /// Bytes the stage reads and writes in its PMUs' SRAM.
+    pub sram_bytes: u64,
+    /// All-reduce bytes this chip sends over the chip-to-chip link.
+    pub link_bytes: u64,
+    pub pcus: u32,
+    pub pmus: u32,
+    /// Tiles the stage streams; the first one fills the pipeline.
+    pub tiles: u32,
+}
+
+/// What limits a stage or a section.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Bound {
+    Compute,
+    Hbm,
+    Ddr,
+    Sram,
+    Link,
+}
+
+/// One stage's estimate.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StageCost {
+    pub name: String,
+    /// Steady-state seconds: the largest of the five times below.
+    pub seconds: f64,
+    pub bound: Bound,
+    pub compute_seconds: f64,
+    pub hbm_seconds: f64,
+    pub ddr_seconds: f64,
+    pub sram_seconds: f64,
+    pub link_seconds: f64,
+    /// What this stage adds to its section's pipeline fill.
+    pub fill_seconds: f64,
+}
+
+/// One section's estimate: `seconds = steady_seconds + fill_seconds + synchronisation_seconds`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SectionCost {
+    pub stages: Vec<StageCost>,
+    /// Index of the slowest stage.
+    pub slowest: usize,
+    pub steady_seconds: f64,
+    pub bound: Bound,
+    pub fill_seconds: f64,
+    pub synchronisation_seconds: f64,
+    pub seconds: f64,
+    pub pcus: u32,
+    pub pmus: u32,
+}
+
+/// One step's estimate.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StepCost {
+    pub precision: Precision,
+    pub sections: Vec<SectionCost>,
+    /// Section loads per step: 0 for one resident section, else one per section.
+    pub reconfigurations: u32,
+    pub reconfiguration_seconds: f64,
+    pub seconds: f64,
+    pub flops: u64,
+    pub hbm_bytes: u64,
+    pub ddr_bytes: u64,
+    pub link_bytes: u64,
+    /// The most PCUs and PMUs any section uses.
+    pub pcus: u32,
+    pub pmus: u32,
+    /// The HBM roofline: every HBM byte the step must move at full HBM bandwidth.
+    pub roofline_seconds: f64,
+    /// `roofline_seconds / seconds`: at most 1, as every section lasts at least its HBM bytes over the bandwidth.
+    pub roofline_fraction: f64,
+}
+
+/// Work the model cannot cost; each names the section and stage.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum CostError {
+    #[error("nothing to cost: the step has no sections")]
+    NoSections,
+    #[error("section {section} has no stages")]
+    EmptySection { section: usize },
+    #[error("section {section} stage `{stage}` has {work} but no {unit}s to do it; give it at least one")]
+    NoUnits { section: usize, stage: String, work: &'static str, unit: &'static str },
+    #[error("section {section} stage `{stage}` has 0 tiles; a stage streams at least one tile")]
+    NoTiles { section: usize, stage: String },
+    #[error("section {section} uses {used} {unit}s but the chip has {available}; split it into more sections")]
+    OverChip { section: usize, unit: &'static str, used: u64, available: u64 },
+    #[error("tensor of shape {shape:?} is not Q8_0: its last dimension is not a multiple of 32")]
+    Q8Misaligned { shape: Vec<u64> },
+    #[error("tensor of shape {shape:?} has more bytes than fit in 64 bits")]
+    TooLarge { shape: Vec<u64> },
+}
+
+/// Estimate one step of `input` on `chip`, products in `precision`.
+pub fn estimate(chip: &Chip, input: &CostInput, precision: Precision) -> Result<StepCost, CostError> {
+    if input.sections.is_empty() {
+        return Err(CostError::NoSections);
+    }
+    let sections = (input.sections.iter().enumerate())
+        .map(|(idx, stages)| section(chip, idx, stages, precision))
+        .collect::<Result<Vec<_>, _>>()?;
+    let reconfigurations = if sections.len() > 1 { sections.len() as u32 } else { 0 };
+    let reconfiguration_seconds = f64::from(reconfigurations) * chip.reconfiguration;
+    let seconds = sections.iter().map(|s| s.seconds).sum::<f64>() + reconfiguration_seconds;
+    let all = || input.sections.iter().flatten();
+    let hbm_bytes = all().map(|w| w.hbm_bytes).sum::<u64>();
+    let roofline_seconds = hbm_bytes as f64 / chip.hbm_bandwidth;
+    Ok(StepCost {
+        precision,
+        reconfigurations,
+        reconfiguration_seconds,
+        seconds,
+        flops: all().map(|w| w.flops).sum(),
+        hbm_bytes,
+        ddr_bytes: all().map(|w| w.ddr_bytes).sum(),
+        link_bytes: all().map(|w| w.link_bytes).sum(),
+        pcus: sections.iter().map(|s| s.pcus).max().unwrap_or(0),
+        pmus: sections.iter().map(|s| s.pmus).max().unwrap_or(0),
+        roofline_seconds,
+        roofline_fraction: roofline_seconds / seconds,
+        sections,
+    })
+}
+
+impl StepCost {
+    /// Tokens per second when a step processes `rows_per_step` rows (tokens).
+    pub fn tokens_per_second(&self, rows_per_step: u64) -> f64 {
+        rows_per_step as f64 / self.seconds
+    }
+}
+
+fn section(chip: &Chip, idx: usize, work: &[StageWork], precision: Precision) -> Result<SectionCost, CostError> {
+    if work.is_empty() {
+        return Err(CostError::EmptySection { section: idx });
+    }
+    let pcus = work.iter().map(|w| u64::from(w.pcus)).sum::<u64>();
+    let pmus = work.iter().map(|w| u64::from(w.pmus)).sum::<u64>();
+    for (unit, used, available) in [("PCU", pcus, chip.pcus), ("PMU", pmus, chip.pmus)] {
+        if used > u64::from(available) {
+            return Err(CostError::OverChip { section: idx, unit, used, available: u64::from(available) });
+        }
+    }
+    let mut stages = work.iter().map(|w| stage(chip, idx, w, precision)).collect::<Result<Vec<_>, _>>()?;
+    let slowest = (0..stages.len()).fold(0, |best, i| if stages[i].seconds > stages[best].seconds { i } else { best });
+    let per_stage_fill = chip.pipeline_fill_cycles / chip.clock_hz;
+    for (i, (cost, w)) in stages.iter_mut().zip(work).enumerate() {
+        let first_tile = if i == slowest { 0.0 } else { cost.seconds / f64::from(w.tiles) };
+        let latency = if w.link_bytes > 0 { chip.link_latency } else { 0.0 };
+        cost.fill_seconds = first_tile + per_stage_fill + latency;
+    }
+    let shared = |bytes: fn(&StageWork) -> u64, bandwidth: f64| work.iter().map(bytes).sum::<u64>() as f64 / bandwidth;
+    let (steady_seconds, bound) = slowest_of([
+        (stages[slowest].seconds, stages[slowest].bound),
+        (shared(|w| w.hbm_bytes, chip.hbm_bandwidth), Bound::Hbm),
+        (shared(|w| w.ddr_bytes, chip.ddr_bandwidth), Bound::Ddr),
+        (shared(|w| w.link_bytes, chip.link_bandwidth), Bound::Link),
+    ]);
+    let fill_seconds = stages.iter().map(|s| s.fill_seconds).sum::<f64>();
+    Ok(SectionCost {
+        slowest,
+        steady_seconds,
+        bound,
+        fill_seconds,
+        synchronisation_seconds: chip.synchronisation,
+        seconds: steady_seconds + fill_seconds + chip.synchronisation,
+        pcus: pcus as u32,
+        pmus: pmus as u32,
+        stages,
+    })
+}
+
+fn stage(chip: &Chip, section: usize, w: &StageWork, precision: Precision) -> Result<StageCost, CostError> {
+    let missing =
+        |work: &'static str, unit: &'static str| CostError::NoUnits { section, stage: w.name.clone(), work, unit };
+    if w.tiles == 0 {
+        return Err(CostError::NoTiles { section, stage: w.name.clone() });
+    }
+    if w.flops > 0 && w.pcus == 0 {
+        return Err(missing("FLOPs", "PCU"));
+    }
+    if w.sram_bytes > 0 && w.pmus == 0 {
+        return Err(missing("SRAM traffic", "PMU"));
+    }
+    let per_pcu = match precision {
+        Precision::Bf16 => chip.pcu_flops_bf16,
+        Precision::Fp8 => chip.pcu_flops_fp8,
+    };
+    let ratio = |amount: u64, rate: f64| if amount == 0 { 0.0 } else { amount as f64 / rate };
+    let compute_seconds = ratio(w.flops, f64::from(w.pcus) * per_pcu);
+    let hbm_seconds = ratio(w.hbm_bytes, chip.hbm_bandwidth);
+    let ddr_seconds = ratio(w.ddr_bytes, chip.ddr_bandwidth);
+    let sram_seconds = ratio(w.sram_bytes, f64::from(w.pmus) * chip.pmu_bandwidth());
+    let link_seconds = ratio(w.link_bytes, chip.link_bandwidth);
+    let (seconds, bound) = slowest_of([
+        (compute_seconds, Bound::Compute),
+        (hbm_seconds, Bound::Hbm),
+        (ddr_seconds, Bound::Ddr),
+        (sram_seconds, Bound::Sram),
+        (link_seconds, Bound::Link),
+    ]);
+    Ok(StageCost {
+        name: w.name.clone(),
+        seconds,
+        bound,
+        compute_seconds,
+        hbm_seconds,
+        ddr_seconds,
+        sram_seconds,
+        link_seconds,
+        fill_seconds: 0.0,
+    })
+}
+
+/// The largest time and its bound; ties go to the earliest candidate.
+fn slowest_of<const N: usize>(candidates: [(f64, Bound); N]) -> (f64, Bound) {
+    candidates.into_iter().fold(candidates[0], |best, c| if c.0 > best.0 { c } else { best })
+}

@@ -1,0 +1,306 @@
+//! The serde types of a bundle's `manifest.json` (format "rdu-bundle", version 1); checking them is `bundle::validate`.
+//!
+//! Every map is a `BTreeMap` and every list keeps the order the compiler gave it, so one
+//! manifest always serialises to the same bytes. Optional fields are left out when absent.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cost::StepCost;
+use crate::rope::RopeSpec;
+
+mod json;
+
+/// The marker in `format` that says a directory is an rdu bundle.
+pub const FORMAT: &str = "rdu-bundle";
+/// The manifest version this build writes and reads.
+pub const VERSION: u32 = 1;
+
+/// `manifest.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// Always [`FORMAT`].
+    pub format: String,
+    pub version: u32,
+    pub model: String,
+    pub cut: Cut,
+    pub chip: String,
+    /// Which weights the checkpoint stores Q8_0 (`auto`, `q8`, `dense`, ...).
+    pub storage: String,
+    pub programs: Programs,
+    /// One entry per layer, in layer order.
+    pub layers: Vec<LayerEntry>,
+    /// Every checkpoint-backed tensor a program reads, by the name the programs give it.
+    #[serde(deserialize_with = "unique::map")]
+    pub tensors: BTreeMap<String, TensorEntry>,
+    /// Values the host supplies every step (`tok`, `pos`, `toks`, `pos_s{b}`).
+    pub inputs: Vec<InputEntry>,
+    /// Carried state (KV caches, recurrent and conv state), zero at the start of a sequence.
+    pub states: Vec<StateEntry>,
+    /// Tensors the host computes once and every layer shares (RoPE tables, scalers).
+    pub shared: Vec<SharedEntry>,
+    /// Hidden states passed from one program to the next (`x`, `xo{l}`, `X`, `bxo{l}`).
+    pub activations: Vec<ActivationEntry>,
+}
+
+/// What one step processes (DESIGN §8).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cut {
+    pub mode: CutMode,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ctx: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tp: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk: Option<usize>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CutMode {
+    Forward,
+    Decode,
+    Batched,
+    Tp,
+    BatchedTp,
+    Prefill,
+}
+
+/// The embedding program, one program per layer kind, the head.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Programs {
+    pub embed: ProgramEntry,
+    pub head: ProgramEntry,
+    pub kinds: Vec<KindEntry>,
+}
+
+/// The embedding or the head program; its declared names are the bundle's own.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProgramEntry {
+    pub name: String,
+    /// `programs/<name>.rdu`: the authored source.
+    pub file_source: String,
+    /// `programs/<name>.spatial`: the lowered program, text form.
+    pub file_spatial: String,
+    /// `shape_digest` of the source.
+    pub digest: String,
+    /// Every tensor name the program declares (inputs, weights, shared, states) and outputs.
+    pub declared: Vec<String>,
+    pub certificate: CertificateEntry,
+    pub cost: CostEntry,
+}
+
+/// One lowered, certified layer program standing for every layer of its kind.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KindEntry {
+    pub name: String,
+    pub file_source: String,
+    pub file_spatial: String,
+    pub digest: String,
+    /// The layers this kind runs at, ascending.
+    pub layers: Vec<usize>,
+    /// Every tensor name the representative declares and outputs; each layer's `bind` maps exactly these.
+    pub declared: Vec<String>,
+    pub certificate: CertificateEntry,
+    pub cost: CostEntry,
+}
+
+/// What certification checked.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateEntry {
+    /// The checks that passed (`structure`, `resources`, `numbers`, ...).
+    pub checks: Vec<String>,
+    pub seed: u64,
+    pub tolerance: f64,
+    pub max_abs_err: f64,
+}
+
+/// The cost model's estimate of one step of the program.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CostEntry {
+    pub seconds: f64,
+    pub hbm_bytes: u64,
+    pub flops: u64,
+    pub pcus: u32,
+    pub pmus: u32,
+    pub sections: usize,
+}
+
+/// Which kind runs at a layer and how its names bind to the layer's tensors.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayerEntry {
+    pub layer: usize,
+    pub kind: String,
+    /// Kind tensor name -> this layer's tensor name.
+    #[serde(deserialize_with = "unique::map")]
+    pub bind: BTreeMap<String, String>,
+}
+
+/// A tensor the host loads from the checkpoint.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TensorEntry {
+    pub shape: Vec<usize>,
+    pub dtype: String,
+    pub storage: TensorStorage,
+    pub checkpoint: Checkpoint,
+    /// Per chip under tensor parallelism: the part each chip loads. Empty when every chip loads it whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slices: Vec<Slice>,
+}
+
+/// How the tensor is held on the chip.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TensorStorage {
+    Dense,
+    #[serde(rename = "q8_0")]
+    Q8_0,
+}
+
+/// Where in the checkpoint a tensor comes from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Checkpoint {
+    pub kind: CheckpointKind,
+    /// `tensor`, `slice`: one name; `stack`: the tensors stacked, in order.
+    pub names: Vec<String>,
+    /// `stack`: the new axis; `slice`: the axis cut.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub axis: Option<usize>,
+    /// `slice` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<usize>,
+    /// `slice` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub len: Option<usize>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointKind {
+    /// One checkpoint tensor as it is.
+    Tensor,
+    /// Several (per-expert) tensors stacked along a new axis.
+    Stack,
+    /// A range of one checkpoint tensor along an axis.
+    Slice,
+}
+
+/// One chip's part of a split tensor: `len` rows or columns from `start` along `axis`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Slice {
+    pub axis: usize,
+    pub start: usize,
+    pub len: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputEntry {
+    pub name: String,
+    pub dtype: String,
+    pub shape: Vec<usize>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateEntry {
+    pub name: String,
+    pub shape: Vec<usize>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SharedEntry {
+    pub name: String,
+    pub shape: Vec<usize>,
+    /// Present for a RoPE table: which table and the rotation it comes from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope: Option<SharedRope>,
+}
+
+/// A RoPE table `[rows, dim/2]` of one rotation (`crate::rope::tables`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SharedRope {
+    pub table: RopeTable,
+    #[serde(flatten)]
+    pub spec: RopeSpec,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RopeTable {
+    Cos,
+    Sin,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActivationEntry {
+    pub name: String,
+    pub shape: Vec<usize>,
+}
+
+impl From<&StepCost> for CostEntry {
+    fn from(cost: &StepCost) -> CostEntry {
+        CostEntry {
+            seconds: cost.seconds,
+            hbm_bytes: cost.hbm_bytes,
+            flops: cost.flops,
+            pcus: cost.pcus,
+            pmus: cost.pmus,
+            sections: cost.sections.len(),
+        }
+    }
+}
+
+impl Manifest {
+    /// The bytes of `manifest.json`: deterministic pretty JSON, arrays of scalars on one line, a trailing newline.
+    pub fn to_json(&self) -> String {
+        json::pretty(&serde_json::to_value(self).expect("a manifest always serialises"))
+    }
+}
+
+/// JSON objects whose duplicate keys are an error instead of the last one silently winning.
+mod unique {
+    use std::collections::BTreeMap;
+    use std::fmt;
+
+    use serde::de::{Deserialize, Deserializer, Error, MapAccess, Visitor};
+
+    pub fn map<'de, D: Deserializer<'de>, V: Deserialize<'de>>(de: D) -> Result<BTreeMap<String, V>, D::Error> {
+        struct Unique<V>(std::marker::PhantomData<V>);
+        impl<'de, V: Deserialize<'de>> Visitor<'de> for Unique<V> {
+            type Value = BTreeMap<String, V>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object with unique keys")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Self::Value, A::Error> {
+                let mut out = BTreeMap::new();
+                while let Some((key, value)) = access.next_entry::<String, V>()? {
+                    if out.contains_key(&key) {
+                        return Err(A::Error::custom(format!("key `{key}` appears twice")));
+                    }
+                    out.insert(key, value);
+                }
+                Ok(out)
+            }
+        }
+        de.deserialize_map(Unique(std::marker::PhantomData))
+    }
+}

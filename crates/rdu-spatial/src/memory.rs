@@ -1,0 +1,109 @@
+//! Memory accounting for `fit`: bytes of weights and carried state per storage format, placed in a chip's HBM then DDR.
+//!
+//! Assumption, stated once: a weight read dense is held as bf16 on the chip (2 bytes per
+//! element, the PCUs' native product type), whatever type the checkpoint stores it in.
+//! Q8_0 keeps its blocks as stored: 32 int8 values and one f16 scale, 34 bytes per 32
+//! elements along the last (`in`) dimension. Carried state (KV caches, recurrent state)
+//! is f32.
+
+use crate::chip::Chip;
+use crate::cost::CostError;
+
+/// Bytes per element of a dense weight on the chip (bf16, an assumption; see the module docs).
+pub const DENSE_BYTES_PER_ELEMENT: u64 = 2;
+/// Elements per Q8_0 block.
+pub const Q8_BLOCK_ELEMENTS: u64 = 32;
+/// Bytes per Q8_0 block: 32 int8 values and an f16 scale.
+pub const Q8_BLOCK_BYTES: u64 = 34;
+
+/// How a tensor is held in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TensorFormat {
+    /// Dense weight, held as bf16.
+    DenseBf16,
+    /// Q8_0 blocks along the last dimension.
+    Q8_0,
+    /// f32: carried state and anything else kept at full precision.
+    F32,
+}
+
+/// What a deployment must hold on one chip.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryDemand {
+    pub weight_bytes: u64,
+    /// KV caches and carried state.
+    pub state_bytes: u64,
+}
+
+/// Where a demand lands: state first in HBM (it is read and written every step), then
+/// weights, and what HBM cannot hold in DDR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryFit {
+    pub demand: MemoryDemand,
+    pub hbm_bytes: u64,
+    pub ddr_bytes: u64,
+    pub hbm_capacity: u64,
+    pub ddr_capacity: u64,
+    /// Everything fits in HBM and DDR together.
+    pub fits: bool,
+    /// Some of it lives in DDR (and streams at DDR bandwidth).
+    pub spills_to_ddr: bool,
+    /// Bytes that fit nowhere.
+    pub shortfall: u64,
+}
+
+/// Bytes of a tensor of `shape` held as `format`.
+pub fn tensor_bytes(shape: &[u64], format: TensorFormat) -> Result<u64, CostError> {
+    let too_large = || CostError::TooLarge { shape: shape.to_vec() };
+    let elements = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d)).ok_or_else(too_large)?;
+    match format {
+        TensorFormat::DenseBf16 => elements.checked_mul(DENSE_BYTES_PER_ELEMENT).ok_or_else(too_large),
+        TensorFormat::F32 => elements.checked_mul(4).ok_or_else(too_large),
+        TensorFormat::Q8_0 => {
+            if shape.last().is_none_or(|d| d % Q8_BLOCK_ELEMENTS != 0) {
+                return Err(CostError::Q8Misaligned { shape: shape.to_vec() });
+            }
+            (elements / Q8_BLOCK_ELEMENTS).checked_mul(Q8_BLOCK_BYTES).ok_or_else(too_large)
+        }
+    }
+}
+
+impl MemoryDemand {
+    /// Add a weight of `shape` held as `format`.
+    pub fn add_weight(&mut self, shape: &[u64], format: TensorFormat) -> Result<(), CostError> {
+        let bytes = tensor_bytes(shape, format)?;
+        self.weight_bytes =
+            self.weight_bytes.checked_add(bytes).ok_or(CostError::TooLarge { shape: shape.to_vec() })?;
+        Ok(())
+    }
+
+    /// Add carried state (f32) of `shape`.
+    pub fn add_state(&mut self, shape: &[u64]) -> Result<(), CostError> {
+        let bytes = tensor_bytes(shape, TensorFormat::F32)?;
+        self.state_bytes = self.state_bytes.checked_add(bytes).ok_or(CostError::TooLarge { shape: shape.to_vec() })?;
+        Ok(())
+    }
+
+    /// Weights and state together.
+    pub fn total(&self) -> u64 {
+        self.weight_bytes.saturating_add(self.state_bytes)
+    }
+}
+
+/// Place `demand` on `chip`: HBM first, the rest in DDR.
+pub fn place(chip: &Chip, demand: MemoryDemand) -> MemoryFit {
+    let total = demand.total();
+    let hbm_bytes = total.min(chip.hbm_bytes);
+    let rest = total - hbm_bytes;
+    let ddr_bytes = rest.min(chip.ddr_bytes);
+    MemoryFit {
+        demand,
+        hbm_bytes,
+        ddr_bytes,
+        hbm_capacity: chip.hbm_bytes,
+        ddr_capacity: chip.ddr_bytes,
+        fits: rest <= chip.ddr_bytes,
+        spills_to_ddr: ddr_bytes > 0,
+        shortfall: rest - ddr_bytes,
+    }
+}

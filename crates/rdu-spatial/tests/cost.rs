@@ -1,0 +1,221 @@
+//! The cost model: stage bounds, pipeline fill, reconfiguration, link charges, the roofline, and every time figure of the chip file charged.
+
+use rdu_spatial::chip::{Chip, FIGURES};
+use rdu_spatial::cost::{estimate, Bound, CostError, CostInput, Precision, StageWork, StepCost};
+
+fn sn50() -> Chip {
+    Chip::builtin("sn50").unwrap()
+}
+
+fn work(name: &str) -> StageWork {
+    StageWork { name: name.into(), pcus: 1, pmus: 1, tiles: 1, ..StageWork::default() }
+}
+
+fn one(stages: Vec<StageWork>) -> CostInput {
+    CostInput { sections: vec![stages] }
+}
+
+fn run(chip: &Chip, input: &CostInput) -> StepCost {
+    estimate(chip, input, Precision::Bf16).unwrap()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-12 * a.abs().max(b.abs())
+}
+
+#[test]
+fn a_stage_is_bound_by_its_slowest_resource() {
+    let chip = sn50();
+    let compute = StageWork { flops: 1_000_000_000_000, hbm_bytes: 1_000_000, pcus: 100, ..work("matmul") };
+    let cost = run(&chip, &one(vec![compute.clone()]));
+    let stage = &cost.sections[0].stages[0];
+    assert_eq!(stage.bound, Bound::Compute);
+    assert!(close(stage.seconds, 1e12 / (100.0 * chip.pcu_flops_bf16)));
+    let doubled = run(&chip, &one(vec![StageWork { pcus: 200, ..compute }]));
+    assert!(close(doubled.sections[0].stages[0].seconds, stage.seconds / 2.0), "twice the PCUs, half the time");
+
+    let streaming = StageWork { flops: 1_000_000, hbm_bytes: 1_800_000_000, pcus: 100, ..work("gemv") };
+    let cost = run(&chip, &one(vec![streaming.clone()]));
+    let stage = &cost.sections[0].stages[0];
+    assert_eq!((stage.bound, cost.sections[0].bound), (Bound::Hbm, Bound::Hbm));
+    assert!(close(stage.seconds, 1e-3));
+    let more_units = run(&chip, &one(vec![StageWork { pcus: 200, ..streaming }]));
+    assert_eq!(more_units.sections[0].stages[0].seconds, stage.seconds, "PCUs do not speed up an HBM-bound stage");
+
+    let cases = [
+        (StageWork { ddr_bytes: 200_000_000, ..work("ddr") }, Bound::Ddr, 1e-3),
+        (StageWork { sram_bytes: 102_400_000, ..work("sram") }, Bound::Sram, 1e-3),
+        (StageWork { link_bytes: 200_000_000, ..work("all_reduce") }, Bound::Link, 1e-3),
+    ];
+    for (w, bound, seconds) in cases {
+        let stage = run(&chip, &one(vec![w])).sections[0].stages[0].clone();
+        assert_eq!(stage.bound, bound);
+        assert!(close(stage.seconds, seconds), "{bound:?}: {}", stage.seconds);
+    }
+}
+
+#[test]
+fn a_section_is_its_slowest_stage_plus_the_fill_of_the_others_plus_a_barrier() {
+    let chip = sn50();
+    let slow = StageWork { hbm_bytes: 1_800_000_000, ..work("slow") };
+    let fast = StageWork { flops: 384_615_385, tiles: 4, ..work("fast") };
+    let section = run(&chip, &one(vec![fast.clone(), slow.clone()])).sections[0].clone();
+    assert_eq!(section.slowest, 1);
+    let per_stage = chip.pipeline_fill_cycles / chip.clock_hz;
+    let t_fast = section.stages[0].seconds;
+    assert!(close(section.steady_seconds, 1e-3));
+    assert!(
+        close(section.fill_seconds, t_fast / 4.0 + 2.0 * per_stage),
+        "every stage fills; the others' first tiles too"
+    );
+    assert!(close(section.seconds, 1e-3 + t_fast / 4.0 + 2.0 * per_stage + chip.synchronisation));
+    let finer = run(&chip, &one(vec![StageWork { tiles: 8, ..fast }, slow])).sections[0].clone();
+    assert!(close(section.fill_seconds - finer.fill_seconds, t_fast / 8.0), "smaller tiles fill sooner");
+}
+
+#[test]
+fn stages_of_a_section_share_the_hbm_bandwidth() {
+    let chip = sn50();
+    let half = StageWork { hbm_bytes: 900_000_000, tiles: 100, ..work("half") };
+    let cost = run(&chip, &one(vec![half.clone(), StageWork { name: "other".into(), ..half }]));
+    let section = &cost.sections[0];
+    assert!(close(section.stages[0].seconds, 0.5e-3));
+    assert!(close(section.steady_seconds, 1e-3), "1.8 GB through one 1.8 TB/s HBM takes 1 ms");
+    assert_eq!(section.bound, Bound::Hbm);
+    assert!(close(cost.roofline_seconds, 1e-3));
+    assert!(cost.roofline_fraction < 1.0 && cost.roofline_fraction > 0.99, "{}", cost.roofline_fraction);
+}
+
+#[test]
+fn every_section_switch_is_charged() {
+    let chip = sn50();
+    let a = StageWork { hbm_bytes: 1_000_000, ..work("a") };
+    let b = StageWork { hbm_bytes: 2_000_000, ..work("b") };
+    let resident = run(&chip, &one(vec![a.clone()]));
+    assert_eq!((resident.reconfigurations, resident.reconfiguration_seconds), (0, 0.0));
+    let split = run(&chip, &CostInput { sections: vec![vec![a], vec![b]] });
+    assert_eq!(split.reconfigurations, 2, "each section is reloaded once per step");
+    assert!(close(split.reconfiguration_seconds, 2.0 * chip.reconfiguration));
+    let sections: f64 = split.sections.iter().map(|s| s.seconds).sum();
+    assert!(close(split.seconds, sections + 2.0 * chip.reconfiguration));
+    assert_eq!((split.hbm_bytes, split.sections.len()), (3_000_000, 2));
+}
+
+#[test]
+fn all_reduce_traffic_is_charged_bandwidth_and_latency() {
+    let chip = sn50();
+    let plain = StageWork { flops: 1_000_000_000, pcus: 8, ..work("o_proj") };
+    let reduced = StageWork { link_bytes: 1_000_000, ..plain.clone() };
+    let (a, b) = (run(&chip, &one(vec![plain])), run(&chip, &one(vec![reduced])));
+    let stage = &b.sections[0].stages[0];
+    assert!(close(stage.link_seconds, 1e6 / chip.link_bandwidth));
+    assert!(close(b.sections[0].fill_seconds - a.sections[0].fill_seconds, chip.link_latency));
+    assert!(b.seconds > a.seconds + chip.link_latency * 0.999);
+    assert_eq!(b.link_bytes, 1_000_000);
+}
+
+#[test]
+fn the_roofline_fraction_never_exceeds_one() {
+    let chip = sn50();
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |max: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % max
+    };
+    for _ in 0..300 {
+        let sections = (0..1 + next(3))
+            .map(|s| {
+                (0..1 + next(4))
+                    .map(|i| StageWork {
+                        name: format!("s{s}_{i}"),
+                        flops: next(1 << 40),
+                        hbm_bytes: next(1 << 32),
+                        ddr_bytes: next(1 << 24),
+                        sram_bytes: next(1 << 30),
+                        link_bytes: next(1 << 24),
+                        pcus: 1 + next(400) as u32,
+                        pmus: 1 + next(400) as u32,
+                        tiles: 1 + next(64) as u32,
+                    })
+                    .collect()
+            })
+            .collect();
+        let cost = run(&chip, &CostInput { sections });
+        assert!(cost.roofline_fraction <= 1.0 && cost.roofline_fraction >= 0.0, "{}", cost.roofline_fraction);
+        assert!(cost.roofline_seconds <= cost.seconds);
+    }
+}
+
+#[test]
+fn fp8_doubles_sn50_compute_throughput() {
+    let chip = sn50();
+    let input = one(vec![StageWork { flops: 1 << 40, pcus: 64, ..work("matmul") }]);
+    let bf16 = estimate(&chip, &input, Precision::Bf16).unwrap();
+    let fp8 = estimate(&chip, &input, Precision::Fp8).unwrap();
+    let (a, b) = (bf16.sections[0].stages[0].compute_seconds, fp8.sections[0].stages[0].compute_seconds);
+    assert!(close(a, 2.0 * b));
+    assert_eq!(fp8.precision, Precision::Fp8);
+    assert!(close(bf16.tokens_per_second(8), 8.0 / bf16.seconds));
+}
+
+/// The chip with figure `key` halved, through its TOML file.
+fn halved(key: &str) -> Chip {
+    let mut table: toml::Table = Chip::builtin_text("sn50").unwrap().parse().unwrap();
+    let value = &mut table[key]["value"];
+    *value = match value {
+        toml::Value::Integer(i) => (*i / 2).into(),
+        toml::Value::Float(f) => (*f / 2.0).into(),
+        other => panic!("{key}: {other:?}"),
+    };
+    Chip::from_toml_str(&toml::to_string(&table).unwrap(), "halved.toml").unwrap()
+}
+
+#[test]
+fn every_time_figure_of_the_chip_file_changes_the_estimate() {
+    let small = || work("small");
+    let cases: Vec<(&str, CostInput, Precision)> = vec![
+        ("hbm_bandwidth", one(vec![StageWork { hbm_bytes: 1 << 30, ..small() }]), Precision::Bf16),
+        ("ddr_bandwidth", one(vec![StageWork { ddr_bytes: 1 << 30, ..small() }]), Precision::Bf16),
+        ("pcu_flops_bf16", one(vec![StageWork { flops: 1 << 40, ..small() }]), Precision::Bf16),
+        ("pcu_flops_fp8", one(vec![StageWork { flops: 1 << 40, ..small() }]), Precision::Fp8),
+        ("pmu_bytes_per_cycle", one(vec![StageWork { sram_bytes: 1 << 30, ..small() }]), Precision::Bf16),
+        ("clock", one(vec![small()]), Precision::Bf16),
+        ("link_bandwidth", one(vec![StageWork { link_bytes: 1 << 30, ..small() }]), Precision::Bf16),
+        ("link_latency", one(vec![StageWork { link_bytes: 1, ..small() }]), Precision::Bf16),
+        ("reconfiguration", CostInput { sections: vec![vec![small()], vec![small()]] }, Precision::Bf16),
+        ("pipeline_fill", one(vec![small()]), Precision::Bf16),
+        ("synchronisation", one(vec![small()]), Precision::Bf16),
+    ];
+    let chip = sn50();
+    for (key, input, precision) in &cases {
+        let before = estimate(&chip, input, *precision).unwrap().seconds;
+        let after = estimate(&halved(key), input, *precision).unwrap().seconds;
+        assert!(before != after, "halving `{key}` left the estimate at {before}");
+    }
+    // What is left are capacities (checked, not timed) and the peaks the per-unit rates are derived from.
+    let capacities =
+        ["pcus", "pmus", "sram_bytes", "hbm_bytes", "ddr_bytes", "pmu_sram_bytes", "peak_flops_bf16", "peak_flops_fp8"];
+    let mut untimed: Vec<&str> =
+        FIGURES.iter().map(|(k, _)| *k).filter(|k| !cases.iter().any(|(c, _, _)| c == k)).collect();
+    untimed.sort();
+    let mut capacities = capacities.to_vec();
+    capacities.sort();
+    assert_eq!(untimed, capacities);
+}
+
+#[test]
+fn work_the_chip_cannot_run_is_refused() {
+    let chip = sn50();
+    let refuse = |input: CostInput| estimate(&chip, &input, Precision::Bf16).unwrap_err();
+    assert_eq!(refuse(CostInput::default()), CostError::NoSections);
+    assert_eq!(refuse(CostInput { sections: vec![vec![work("a")], vec![]] }), CostError::EmptySection { section: 1 });
+    let err = refuse(one(vec![StageWork { flops: 10, pcus: 0, ..work("mm") }]));
+    assert_eq!(err.to_string(), "section 0 stage `mm` has FLOPs but no PCUs to do it; give it at least one");
+    let err = refuse(one(vec![StageWork { sram_bytes: 10, pmus: 0, ..work("buf") }]));
+    assert!(matches!(err, CostError::NoUnits { unit: "PMU", .. }));
+    assert!(matches!(refuse(one(vec![StageWork { tiles: 0, ..work("t") }])), CostError::NoTiles { .. }));
+    let err = refuse(one(vec![StageWork { pcus: 2000, ..work("a") }, StageWork { pcus: 100, ..work("b") }]));
+    assert_eq!(err.to_string(), "section 0 uses 2100 PCUs but the chip has 2080; split it into more sections");
+}

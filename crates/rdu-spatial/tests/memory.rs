@@ -1,0 +1,38 @@
+//! Memory accounting: bytes per storage format and placement in HBM then DDR.
+
+use rdu_spatial::chip::Chip;
+use rdu_spatial::cost::CostError;
+use rdu_spatial::memory::{place, tensor_bytes, MemoryDemand, TensorFormat};
+
+#[test]
+fn bytes_per_format() {
+    assert_eq!(tensor_bytes(&[4096, 4096], TensorFormat::Q8_0).unwrap(), 4096 * 4096 / 32 * 34);
+    assert_eq!(tensor_bytes(&[4096, 4096], TensorFormat::DenseBf16).unwrap(), 4096 * 4096 * 2);
+    assert_eq!(tensor_bytes(&[8, 128, 64], TensorFormat::F32).unwrap(), 8 * 128 * 64 * 4);
+    assert_eq!(tensor_bytes(&[], TensorFormat::F32).unwrap(), 4, "a scalar is one element");
+    assert_eq!(tensor_bytes(&[64, 48], TensorFormat::Q8_0), Err(CostError::Q8Misaligned { shape: vec![64, 48] }));
+    assert!(matches!(tensor_bytes(&[1 << 40, 1 << 40], TensorFormat::F32), Err(CostError::TooLarge { .. })));
+}
+
+#[test]
+fn demand_lands_in_hbm_then_ddr() {
+    let chip = Chip::builtin("sn50").unwrap();
+    let mut demand = MemoryDemand::default();
+    demand.add_weight(&[4096, 4096], TensorFormat::Q8_0).unwrap();
+    demand.add_state(&[4096, 8, 128]).unwrap();
+    assert_eq!(demand, MemoryDemand { weight_bytes: 4096 * 128 * 34, state_bytes: 4096 * 8 * 128 * 4 });
+    let fit = place(&chip, demand);
+    assert!(fit.fits && !fit.spills_to_ddr);
+    assert_eq!((fit.hbm_bytes, fit.ddr_bytes, fit.shortfall), (demand.total(), 0, 0));
+
+    let big = MemoryDemand { weight_bytes: 100_000_000_000, state_bytes: 10_000_000_000 };
+    let fit = place(&chip, big);
+    assert!(fit.fits && fit.spills_to_ddr);
+    assert_eq!((fit.hbm_bytes, fit.ddr_bytes), (64_000_000_000, 46_000_000_000));
+
+    let huge = MemoryDemand { weight_bytes: 3_000_000_000_000, state_bytes: 0 };
+    let fit = place(&chip, huge);
+    assert!(!fit.fits);
+    assert_eq!(fit.shortfall, 3_000_000_000_000 - 64_000_000_000 - 2_000_000_000_000);
+    assert_eq!((fit.hbm_capacity, fit.ddr_capacity), (chip.hbm_bytes, chip.ddr_bytes));
+}
