@@ -86,38 +86,6 @@ pub struct SeededWeights {
 
 impl WeightSource for SeededWeights {
     fn weight(&self, name: &str, shape: &[usize]) -> Result<Tensor, String> {
-        let n: usize = shape.iter().product();
-        let mut rng = SplitMix(self.seed ^ u64::from_le_bytes(blake3::hash(name.as_bytes()).as_bytes()[..8].try_into().unwrap()));
-        let base = name.trim_end_matches(|c: char| c.is_ascii_digit());
-        let data: Vec<f32> = if shape.len() == 1 {
-            // Norm weights, biases and gate parameters: small noise around a sensible centre.
-            let centre = match base {
-                "Alog" => 0.5,
-                "ssma" => -1.5,
-                "dtb" | "bq" | "bk" | "bv" => 0.0,
-                _ if self.unit_offset && base != "gn" => 0.0,
-                _ => 1.0,
-            };
-            (0..n).map(|_| centre + 0.1 * rng.uniform()).collect()
-        } else {
-            let fan_in = *shape.last().unwrap_or(&1) as f32;
-            let bound = (3.0 / fan_in).sqrt();
-            (0..n).map(|_| bound * rng.uniform()).collect()
-        };
-        Ok(Tensor::f32(shape.to_vec(), data))
-    }
-}
-
-/// SplitMix64, uniform in [-1, 1).
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn uniform(&mut self) -> f32 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        ((z >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        Ok(Tensor::f32(shape.to_vec(), rdu_checkpoint::seeded_weight(self.seed, name, shape, self.unit_offset)))
     }
 }
