@@ -13,5 +13,6 @@ pub mod graph;
 pub mod lang;
 pub mod lower;
 pub mod model;
+// pub mod reference; (enabled once graph::eval lands)
 
 pub use error::Error;

@@ -1,6 +1,17 @@
-//! TODO(helper): shape digest and renaming.
+//! The shape digest of a program up to the names it binds, and the renaming between two
+//! programs with one digest; neither judges whether the program is meaningful.
+//!
+//! A *bound* name is one declared `input`, `weight` or `state`, or bound by a statement.
+//! Its occurrences in name positions (declared name, binder, positional argument, output)
+//! are replaced by the index of the name's first occurrence among bound names in token
+//! order. Every other token — keywords, op names, attribute keys, words, numbers as
+//! written, dtypes, punctuation, line breaks, names of `shared` tensors and names bound
+//! nowhere — is kept exactly. Comments and blanks are not tokens.
+use super::ast::{Arg, DeclKind, Item, Program};
+use super::lexer::{lex, Token};
+use super::parser::parse;
 use super::Source;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// A blake3 digest of a program up to the names it binds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -12,10 +23,157 @@ impl Digest {
     }
 }
 
-pub fn shape_digest(_source: &Source) -> Digest {
-    todo!()
+/// Hashes the canonical token stream, then the Q8_0 set: the sorted indices of its bound
+/// members, then its other members verbatim. A text that does not parse is hashed raw
+/// (under a different domain tag), so it never shares a digest with one that does.
+pub fn shape_digest(source: &Source) -> Digest {
+    let mut h = blake3::Hasher::new();
+    let (indices, verbatim) = match Canon::of(&source.text) {
+        Some(canon) => {
+            h.update(b"rdu-lang-digest-v1/program\0");
+            canon.hash_into(&mut h);
+            canon.q8_parts(&source.q8)
+        }
+        None => {
+            h.update(b"rdu-lang-digest-v1/raw\0");
+            frame(&mut h, source.text.as_bytes());
+            (Vec::new(), source.q8.iter().map(String::as_str).collect())
+        }
+    };
+    h.update(b"q8");
+    h.update(&(indices.len() as u64).to_le_bytes());
+    for i in indices {
+        h.update(&(i as u64).to_le_bytes());
+    }
+    h.update(&(verbatim.len() as u64).to_le_bytes());
+    for name in verbatim {
+        frame(&mut h, name.as_bytes());
+    }
+    Digest(*h.finalize().as_bytes())
 }
 
-pub fn renaming(_from: &Source, _to: &Source) -> Option<BTreeMap<String, String>> {
-    todo!()
+/// The name-by-name bijection that turns `from` into `to`, if the two are one program up to
+/// the names they bind (and their Q8_0 sets correspond); `None` otherwise, or if either does
+/// not parse. The map holds every bound name of `from`, identities included.
+pub fn renaming(from: &Source, to: &Source) -> Option<BTreeMap<String, String>> {
+    let (a, b) = (Canon::of(&from.text)?, Canon::of(&to.text)?);
+    if a.stream.len() != b.stream.len() {
+        return None;
+    }
+    let mut map = BTreeMap::new();
+    let mut back = HashMap::new();
+    for (x, y) in a.stream.iter().zip(&b.stream) {
+        match (x, y) {
+            (Tok::Bound(i, p), Tok::Bound(j, q)) => {
+                if i != j {
+                    return None;
+                }
+                let seen = map.entry(p.to_string()).or_insert_with(|| q.to_string());
+                let seen_back = back.entry(*q).or_insert(*p);
+                if seen != q || seen_back != p {
+                    return None;
+                }
+            }
+            (Tok::Kept(x), Tok::Kept(y)) if x.kind == y.kind && x.text == y.text => {}
+            _ => return None,
+        }
+    }
+    let mapped: BTreeSet<String> = from.q8.iter().map(|n| map.get(n).unwrap_or(n).clone()).collect();
+    let unbound_agree = from.q8.iter().all(|n| a.bound.contains_key(n.as_str()) || !b.bound.contains_key(n.as_str()));
+    (mapped == to.q8 && unbound_agree).then_some(map)
+}
+
+/// One token of the canonical stream.
+enum Tok<'s> {
+    /// A bound name in a name position: its canonical index and its text.
+    Bound(usize, &'s str),
+    Kept(Token<'s>),
+}
+
+/// The canonical token stream of a program that parses.
+struct Canon<'s> {
+    stream: Vec<Tok<'s>>,
+    /// Bound name → canonical index.
+    bound: HashMap<&'s str, usize>,
+}
+
+impl<'s> Canon<'s> {
+    const BOUND_MARK: u8 = 0xff;
+
+    fn of(text: &'s str) -> Option<Canon<'s>> {
+        let program = parse(text).ok()?;
+        let (tokens, _) = lex(text);
+        let (names, bound_set) = name_positions(&program);
+        let mut bound = HashMap::new();
+        let mut stream = Vec::with_capacity(tokens.len());
+        for t in tokens {
+            if names.contains(&t.span.start) && bound_set.contains(t.text) {
+                let next = bound.len();
+                stream.push(Tok::Bound(*bound.entry(t.text).or_insert(next), t.text));
+            } else {
+                stream.push(Tok::Kept(t));
+            }
+        }
+        Some(Canon { stream, bound })
+    }
+
+    fn hash_into(&self, h: &mut blake3::Hasher) {
+        h.update(&(self.stream.len() as u64).to_le_bytes());
+        for tok in &self.stream {
+            match tok {
+                Tok::Bound(i, _) => {
+                    h.update(&[Self::BOUND_MARK]);
+                    h.update(&(*i as u64).to_le_bytes());
+                }
+                Tok::Kept(t) => {
+                    h.update(&[t.kind.tag()]);
+                    frame(h, t.text.as_bytes());
+                }
+            }
+        }
+    }
+
+    /// The Q8_0 set split into the sorted indices of its bound members and its other members.
+    fn q8_parts<'q>(&self, q8: &'q BTreeSet<String>) -> (Vec<usize>, Vec<&'q str>) {
+        let mut indices: Vec<usize> = q8.iter().filter_map(|n| self.bound.get(n.as_str()).copied()).collect();
+        indices.sort_unstable();
+        let verbatim = q8.iter().map(String::as_str).filter(|n| !self.bound.contains_key(n)).collect();
+        (indices, verbatim)
+    }
+}
+
+/// The start offsets of the tokens in name positions, and the set of bound names.
+fn name_positions(p: &Program) -> (BTreeSet<u32>, BTreeSet<&str>) {
+    let (mut at, mut bound) = (BTreeSet::new(), BTreeSet::new());
+    for item in &p.items {
+        match item {
+            Item::Decl(d) => {
+                at.insert(d.name.span.start);
+                if d.kind != DeclKind::Shared {
+                    bound.insert(d.name.text.as_str());
+                }
+            }
+            Item::Stmt(s) => {
+                for b in &s.binders {
+                    at.insert(b.span.start);
+                    bound.insert(b.text.as_str());
+                }
+                for a in &s.args {
+                    if let Arg::Name(n) = a {
+                        at.insert(n.span.start);
+                    }
+                }
+            }
+            Item::Output(n) => {
+                at.insert(n.span.start);
+            }
+        }
+    }
+    (at, bound)
+}
+
+/// Length-prefixed bytes, so that adjacent fields cannot run into each other.
+fn frame(h: &mut blake3::Hasher, bytes: &[u8]) {
+    h.update(&(bytes.len() as u64).to_le_bytes());
+    h.update(bytes);
 }

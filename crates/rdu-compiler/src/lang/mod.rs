@@ -2,6 +2,7 @@
 //! diagnostics, and the shape digest and renaming that decide layer kinds.
 
 pub mod ast;
+mod cursor;
 pub mod diag;
 pub mod digest;
 pub mod lexer;

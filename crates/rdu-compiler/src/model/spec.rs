@@ -259,3 +259,29 @@ pub enum Cut {
     /// One token against a cache of `ctx` positions.
     Decode { ctx: usize },
 }
+
+impl Rotation {
+    /// The rotation as the RoPE table builder (shared with the host) describes it.
+    pub fn rope_spec(&self) -> rdu_spatial::rope::RopeSpec {
+        use rdu_spatial::rope::RopeScaling as S;
+        let scaling = match &self.scaling {
+            RopeScaling::None => S::None,
+            RopeScaling::Linear { factor } => S::Linear { factor: *factor },
+            RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max } => S::Llama3 {
+                factor: *factor,
+                low_freq_factor: *low_freq_factor,
+                high_freq_factor: *high_freq_factor,
+                original_max: *original_max,
+            },
+            RopeScaling::Yarn { factor, original_max, beta_fast, beta_slow, mscale, mscale_all_dim } => S::Yarn {
+                factor: *factor,
+                original_max: *original_max,
+                beta_fast: *beta_fast,
+                beta_slow: *beta_slow,
+                mscale: *mscale,
+                mscale_all_dim: *mscale_all_dim,
+            },
+        };
+        rdu_spatial::rope::RopeSpec { base: self.base, dim: self.dim, scaling }
+    }
+}

@@ -1,0 +1,123 @@
+//! Weight sources for the reference runner: a HF safetensors checkpoint (through the
+//! family's checkpoint naming), or seeded random weights for a preset.
+
+use crate::graph::Tensor;
+use crate::model::naming::{checkpoint_source, TensorSource};
+use crate::model::spec::ModelSpec;
+use rdu_checkpoint::SafeTensors;
+use std::path::Path;
+
+/// Gives the dense f32 values of a program weight, by its program name and declared shape.
+pub trait WeightSource {
+    fn weight(&self, name: &str, shape: &[usize]) -> Result<Tensor, String>;
+}
+
+/// A HF checkpoint: `config.json` plus `model.safetensors` (or a sharded index).
+pub struct HfWeights {
+    spec: ModelSpec,
+    tensors: SafeTensors,
+}
+
+impl HfWeights {
+    pub fn open(spec: &ModelSpec, dir: &Path) -> Result<HfWeights, String> {
+        let tensors = SafeTensors::open(dir).map_err(|e| e.to_string())?;
+        Ok(HfWeights { spec: spec.clone(), tensors })
+    }
+
+    fn read(&self, name: &str) -> Result<(Vec<usize>, Vec<f32>), String> {
+        let shape = self
+            .tensors
+            .shape(name)
+            .ok_or_else(|| format!("checkpoint has no tensor `{name}` (the model's config needs it)"))?
+            .to_vec();
+        let data = self.tensors.read_f32(name).map_err(|e| e.to_string())?;
+        Ok((shape, data))
+    }
+}
+
+impl WeightSource for HfWeights {
+    fn weight(&self, name: &str, shape: &[usize]) -> Result<Tensor, String> {
+        let source = checkpoint_source(&self.spec, name)
+            .ok_or_else(|| format!("no checkpoint tensor is known for program weight `{name}`"))?;
+        let (got_shape, data, what) = match &source {
+            TensorSource::Tensor(t) => {
+                let (s, d) = self.read(t)?;
+                (s, d, t.clone())
+            }
+            TensorSource::Stack(parts) => {
+                let mut data = Vec::new();
+                let mut inner = None;
+                for p in parts {
+                    let (s, d) = self.read(p)?;
+                    if inner.as_ref().is_some_and(|i: &Vec<usize>| *i != s) {
+                        return Err(format!("checkpoint tensor `{p}` has shape {s:?}, unlike the other experts"));
+                    }
+                    inner = Some(s);
+                    data.extend(d);
+                }
+                let mut s = vec![parts.len()];
+                s.extend(inner.unwrap_or_default());
+                (s, data, format!("{} (stacked)", parts.first().cloned().unwrap_or_default()))
+            }
+            TensorSource::Slice { name: t, axis, start, len } => {
+                let (s, d) = self.read(t)?;
+                let full = Tensor::f32(s.clone(), d);
+                let sliced = full.slice_axis(*axis, *start, *len).ok_or_else(|| {
+                    format!("checkpoint tensor `{t}` with shape {s:?} has no elements {start}..{} on axis {axis}", start + len)
+                })?;
+                (sliced.shape.clone(), sliced.into_f32(), t.clone())
+            }
+        };
+        if got_shape != shape {
+            return Err(format!(
+                "checkpoint tensor `{what}` has shape {got_shape:?} but the model's config implies {shape:?} for `{name}`"
+            ));
+        }
+        Ok(Tensor::f32(got_shape, data))
+    }
+}
+
+/// Seeded random weights: the same (seed, name) always gives the same values.
+pub struct SeededWeights {
+    pub seed: u64,
+    /// Norm weights are drawn around 0 for the (1+w) convention, around 1 otherwise.
+    pub unit_offset: bool,
+}
+
+impl WeightSource for SeededWeights {
+    fn weight(&self, name: &str, shape: &[usize]) -> Result<Tensor, String> {
+        let n: usize = shape.iter().product();
+        let mut rng = SplitMix(self.seed ^ u64::from_le_bytes(blake3::hash(name.as_bytes()).as_bytes()[..8].try_into().unwrap()));
+        let base = name.trim_end_matches(|c: char| c.is_ascii_digit());
+        let data: Vec<f32> = if shape.len() == 1 {
+            // Norm weights, biases and gate parameters: small noise around a sensible centre.
+            let centre = match base {
+                "Alog" => 0.5,
+                "ssma" => -1.5,
+                "dtb" | "bq" | "bk" | "bv" => 0.0,
+                _ if self.unit_offset && base != "gn" => 0.0,
+                _ => 1.0,
+            };
+            (0..n).map(|_| centre + 0.1 * rng.uniform()).collect()
+        } else {
+            let fan_in = *shape.last().unwrap_or(&1) as f32;
+            let bound = (3.0 / fan_in).sqrt();
+            (0..n).map(|_| bound * rng.uniform()).collect()
+        };
+        Ok(Tensor::f32(shape.to_vec(), data))
+    }
+}
+
+/// SplitMix64, uniform in [-1, 1).
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn uniform(&mut self) -> f32 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        ((z >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
