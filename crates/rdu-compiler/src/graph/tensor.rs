@@ -11,12 +11,13 @@ pub enum Data {
     I32(Vec<i32>),
 }
 
-/// A dense tensor. Invariant (kept by the constructors): the element count is the product
-/// of the shape (1 for a scalar, `shape == []`).
+/// A dense tensor. The element count should be the product of the shape (1 for a scalar,
+/// `shape == []`); the constructors keep that, and the interpreter checks every tensor it is
+/// given.
 #[derive(Clone, PartialEq)]
 pub struct Tensor {
-    shape: Vec<usize>,
-    data: Data,
+    pub shape: Vec<usize>,
+    pub data: Data,
 }
 
 /// The number of elements of a tensor of this shape.
@@ -36,17 +37,17 @@ impl Tensor {
     }
 
     /// An f32 tensor. Panics when the element count does not match the shape (a caller's bug).
-    pub fn f32(shape: &[usize], data: Vec<f32>) -> Tensor {
-        let n = data.len();
-        Tensor::try_f32(shape.to_vec(), data)
-            .unwrap_or_else(|| panic!("{n} values do not fill a tensor of shape {shape:?}"))
+    pub fn f32(shape: impl Into<Vec<usize>>, data: Vec<f32>) -> Tensor {
+        let (shape, n) = (shape.into(), data.len());
+        let message = format!("{n} values do not fill a tensor of shape {shape:?}");
+        Tensor::try_f32(shape, data).expect(&message)
     }
 
     /// An i32 tensor. Panics when the element count does not match the shape (a caller's bug).
-    pub fn i32(shape: &[usize], data: Vec<i32>) -> Tensor {
-        let n = data.len();
-        Tensor::try_i32(shape.to_vec(), data)
-            .unwrap_or_else(|| panic!("{n} values do not fill a tensor of shape {shape:?}"))
+    pub fn i32(shape: impl Into<Vec<usize>>, data: Vec<i32>) -> Tensor {
+        let (shape, n) = (shape.into(), data.len());
+        let message = format!("{n} values do not fill a tensor of shape {shape:?}");
+        Tensor::try_i32(shape, data).expect(&message)
     }
 
     /// The i32 scalar `v` (shape `[]`), e.g. a position.
@@ -54,14 +55,20 @@ impl Tensor {
         Tensor { shape: Vec::new(), data: Data::I32(vec![v]) }
     }
 
+    /// f32 zeros of `shape` (a fresh state).
+    pub fn zeros(shape: impl Into<Vec<usize>>) -> Tensor {
+        Tensor::zeros_of(DType::F32, shape)
+    }
+
     /// Zeros of the given dtype and shape.
-    pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
-        let n = numel(shape);
+    pub fn zeros_of(dtype: DType, shape: impl Into<Vec<usize>>) -> Tensor {
+        let shape = shape.into();
+        let n = numel(&shape);
         let data = match dtype {
             DType::F32 => Data::F32(vec![0.0; n]),
             DType::I32 => Data::I32(vec![0; n]),
         };
-        Tensor { shape: shape.to_vec(), data }
+        Tensor { shape, data }
     }
 
     /// An f32 tensor whose element at flat index `i` is `f(i)`.
@@ -114,19 +121,49 @@ impl Tensor {
         (numel(shape) == self.len()).then(|| Tensor { shape: shape.to_vec(), data: self.data.clone() })
     }
 
+    /// The element count matches the shape.
+    pub fn is_consistent(&self) -> bool {
+        self.len() == numel(&self.shape)
+    }
+
+    /// The elements as f32 (i32 values converted).
+    pub fn into_f32(self) -> Vec<f32> {
+        match self.data {
+            Data::F32(v) => v,
+            Data::I32(v) => v.into_iter().map(|x| x as f32).collect(),
+        }
+    }
+
     /// Row `index` along axis 0 (shape `shape[1..]`); `None` for a scalar or an index out of range.
     pub fn slice0(&self, index: usize) -> Option<Tensor> {
-        let (&rows, rest) = self.shape.split_first()?;
+        let rows = *self.shape.first()?;
         if index >= rows {
             return None;
         }
-        let width = numel(rest);
-        let range = index * width..(index + 1) * width;
-        let data = match &self.data {
-            Data::F32(v) => Data::F32(v[range].to_vec()),
-            Data::I32(v) => Data::I32(v[range].to_vec()),
+        self.slice_axis(0, index, 1).map(|t| Tensor { shape: self.shape[1..].to_vec(), data: t.data })
+    }
+
+    /// Elements `start .. start + len` along `axis`; `None` when out of range.
+    pub fn slice_axis(&self, axis: usize, start: usize, len: usize) -> Option<Tensor> {
+        let size = *self.shape.get(axis)?;
+        if start.checked_add(len)? > size || !self.is_consistent() {
+            return None;
+        }
+        let outer = numel(&self.shape[..axis]);
+        let inner = numel(&self.shape[axis + 1..]);
+        let pick = |v: &[f32]| -> Vec<f32> {
+            (0..outer).flat_map(|o| v[(o * size + start) * inner..(o * size + start + len) * inner].iter().copied()).collect()
         };
-        Some(Tensor { shape: rest.to_vec(), data })
+        let pick_i = |v: &[i32]| -> Vec<i32> {
+            (0..outer).flat_map(|o| v[(o * size + start) * inner..(o * size + start + len) * inner].iter().copied()).collect()
+        };
+        let data = match &self.data {
+            Data::F32(v) => Data::F32(pick(v)),
+            Data::I32(v) => Data::I32(pick_i(v)),
+        };
+        let mut shape = self.shape.clone();
+        shape[axis] = len;
+        Some(Tensor { shape, data })
     }
 }
 
@@ -153,7 +190,9 @@ mod tests {
         assert!(Tensor::try_f32(vec![2, 3], vec![0.0; 5]).is_none());
         assert_eq!(Tensor::scalar_i32(7).shape(), &[] as &[usize]);
         assert_eq!(Tensor::scalar_i32(7).as_i32(), Some(&[7][..]));
-        assert_eq!(Tensor::zeros(DType::I32, &[2, 2]).as_i32(), Some(&[0, 0, 0, 0][..]));
+        assert_eq!(Tensor::zeros_of(DType::I32, [2, 2]).as_i32(), Some(&[0, 0, 0, 0][..]));
+        assert_eq!(Tensor::zeros(vec![2]).as_f32(), Some(&[0.0, 0.0][..]));
+        assert!(!Tensor { shape: vec![3], data: Data::F32(vec![1.0]) }.is_consistent());
     }
 
     #[test]
@@ -162,6 +201,16 @@ mod tests {
         assert_eq!(t.slice0(1), Some(Tensor::f32(&[2], vec![2.0, 3.0])));
         assert_eq!(t.slice0(3), None);
         assert_eq!(Tensor::scalar_i32(1).slice0(0), None);
+        let bad = Tensor { shape: vec![3, 2], data: Data::F32(vec![0.0; 2]) };
+        assert_eq!(bad.slice0(2), None);
+    }
+
+    #[test]
+    fn slice_axis_takes_a_range() {
+        let t = Tensor::from_fn(&[2, 3], |i| i as f32);
+        assert_eq!(t.slice_axis(1, 1, 2), Some(Tensor::f32([2, 2], vec![1.0, 2.0, 4.0, 5.0])));
+        assert_eq!(t.slice_axis(1, 2, 2), None);
+        assert_eq!(Tensor::i32([2], vec![4, 5]).into_f32(), vec![4.0, 5.0]);
     }
 
     #[test]

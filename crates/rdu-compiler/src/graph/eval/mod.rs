@@ -117,6 +117,10 @@ impl Run<'_> {
         let Some(t) = self.env.tensor(&value.name) else {
             return Err(EvalError::new(None, format!("no tensor is bound to {kind} `{}` ({})", value.name, value.ty)));
         };
+        if !t.is_consistent() {
+            let message = format!("the tensor bound to {kind} `{}` holds {} values, not the {} of its shape {:?}", value.name, t.len(), super::numel(&t.shape), t.shape);
+            return Err(EvalError::new(None, message));
+        }
         if t.dtype() != value.ty.dtype || t.shape() != value.ty.shape.as_slice() {
             let message = format!("the tensor bound to {kind} `{}` is {t:?}, not {}", value.name, value.ty);
             return Err(EvalError::new(None, message));
@@ -136,7 +140,7 @@ impl Run<'_> {
             (Origin::Node { .. }, None) => return Err(format!("`{}` is read before it is computed", value.name)),
         };
         let row = row.ok_or_else(|| format!("no row {e} of `{}` is bound", value.name))?;
-        if row.dtype() != value.ty.dtype || row.shape() != &value.ty.shape[1..] {
+        if row.dtype() != value.ty.dtype || row.shape() != &value.ty.shape[1..] || !row.is_consistent() {
             let want = super::Type::new(value.ty.dtype, &value.ty.shape[1..]);
             return Err(format!("row {e} of `{}` is {row:?}, not {want}", value.name));
         }

@@ -60,7 +60,7 @@ fn cache_put_writes_ring_slots() {
 fn attend_maps_query_heads_to_kv_heads_in_groups() {
     // h = 4, g = 2: heads 0, 1 read kv head 0; heads 2, 3 read kv head 1. Zero queries give
     // uniform weights, so each head returns the mean value of its kv head over t = 0, 1.
-    let q = Tensor::zeros(crate::graph::DType::F32, &[1, 4, 1]);
+    let q = Tensor::zeros([1, 4, 1]);
     let k = f(&[2, 2, 1], &[0., 0., 0., 0.]);
     let v = f(&[2, 2, 1], &[1., 10., 3., 20.]);
     let op = Op::Attend { scale: 1.0, window: None };
@@ -80,8 +80,8 @@ fn attend_softmax_weights_the_scores() {
 #[test]
 fn attend_is_causal_per_row() {
     // A forward step: S = N = 3, pos 0; row i sees positions 0..=i.
-    let q = Tensor::zeros(crate::graph::DType::F32, &[3, 1, 1]);
-    let k = Tensor::zeros(crate::graph::DType::F32, &[3, 1, 1]);
+    let q = Tensor::zeros([3, 1, 1]);
+    let k = Tensor::zeros([3, 1, 1]);
     let v = f(&[3, 1, 1], &[3., 6., 9.]);
     let op = Op::Attend { scale: 1.0, window: None };
     assert_close(&run1(op.clone(), &[&q, &k, &v, &Tensor::scalar_i32(0)]), &[3, 1, 1], &[3., 4.5, 6.]);
@@ -91,8 +91,8 @@ fn attend_is_causal_per_row() {
 
 #[test]
 fn attend_window_masks_old_positions() {
-    let q = Tensor::zeros(crate::graph::DType::F32, &[1, 1, 1]);
-    let k = Tensor::zeros(crate::graph::DType::F32, &[4, 1, 1]);
+    let q = Tensor::zeros([1, 1, 1]);
+    let k = Tensor::zeros([4, 1, 1]);
     let v = f(&[4, 1, 1], &[1., 2., 4., 8.]);
     // Position 3 with window 2 sees positions 2 and 3 only.
     let op = Op::Attend { scale: 1.0, window: Some(2) };
@@ -116,8 +116,8 @@ fn attend_reads_a_ring_by_slot() {
 
 #[test]
 fn attend_refuses_more_positions_than_slots() {
-    let q = Tensor::zeros(crate::graph::DType::F32, &[1, 1, 1]);
-    let k = Tensor::zeros(crate::graph::DType::F32, &[2, 1, 1]);
+    let q = Tensor::zeros([1, 1, 1]);
+    let k = Tensor::zeros([2, 1, 1]);
     let err = try_run(Op::Attend { scale: 1.0, window: None }, &[&q, &k, &k, &Tensor::scalar_i32(2)]).unwrap_err();
     assert!(err.message.contains("attends 3 positions but the cache holds 2 slots"), "{err}");
     let err = try_run(Op::Attend { scale: 1.0, window: None }, &[&q, &k, &k, &Tensor::scalar_i32(-1)]).unwrap_err();

@@ -1,7 +1,7 @@
 //! The causal convolution and the gated delta rule.
 
 use super::{assert_close, f, noise, run, run1};
-use crate::graph::{DType, KMap, Op, Tensor};
+use crate::graph::{KMap, Op, Tensor};
 
 #[test]
 fn conv_step_without_state_starts_from_zeros() {
@@ -49,7 +49,7 @@ fn kmap_chooses_grouped_or_tiled_key_heads() {
     let q = f(&[1, 2, 1], &[1., 1.]);
     let k = f(&[1, 2, 1], &[1., 2.]);
     let v = f(&[1, 4, 1], &[1., 1., 1., 1.]);
-    let g = Tensor::zeros(DType::F32, &[1, 4]);
+    let g = Tensor::zeros([1, 4]);
     let beta = f(&[1, 4], &[1., 1., 1., 1.]);
     let grouped = run1(Op::DeltaScan { kmap: KMap::Grouped }, &[&q, &k, &v, &g, &beta]);
     assert_close(&grouped, &[1, 4, 1], &[1., 1., 2., 2.]);
@@ -99,7 +99,7 @@ fn delta_scan_equals_delta_step_from_a_zero_state() {
         let ops = operands(4);
         let refs: Vec<&Tensor> = ops.iter().collect();
         let scan = run1(Op::DeltaScan { kmap }, &refs);
-        let zero = Tensor::zeros(DType::F32, &[4, 3, 2]);
+        let zero = Tensor::zeros([4, 3, 2]);
         let mut args = vec![&zero];
         args.extend(refs);
         let step = run(Op::DeltaStep { kmap }, &args);
