@@ -5,10 +5,10 @@
 //! Its occurrences in name positions (declared name, binder, positional argument, output)
 //! are replaced by the index of the name's first occurrence among bound names in token
 //! order. Every other token — keywords, op names, attribute keys, words, numbers as
-//! written, dtypes, punctuation, line breaks, names of `shared` tensors and names bound
+//! written, dtypes, punctuation, line breaks (those ending a line that holds tokens), names of `shared` tensors and names bound
 //! nowhere — is kept exactly. Comments and blanks are not tokens.
 use super::ast::{Arg, DeclKind, Item, Program};
-use super::lexer::{lex, Token};
+use super::lexer::{lex, Token, TokenKind};
 use super::parser::parse;
 use super::Source;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -107,6 +107,11 @@ impl<'s> Canon<'s> {
         let mut bound = HashMap::new();
         let mut stream = Vec::with_capacity(tokens.len());
         for t in tokens {
+            // A line break only separates lines that hold tokens: blank and comment lines do not count.
+            let after_break = matches!(stream.last(), None | Some(Tok::Kept(Token { kind: TokenKind::Newline, .. })));
+            if t.kind == TokenKind::Newline && after_break {
+                continue;
+            }
             if names.contains(&t.span.start) && bound_set.contains(t.text) {
                 let next = bound.len();
                 stream.push(Tok::Bound(*bound.entry(t.text).or_insert(next), t.text));

@@ -1,11 +1,71 @@
-//! TODO(helper): built-in presets (placeholder signatures).
-use crate::error::Result;
+//! Built-in models: the real config.json files in `presets/` and the tiny configs in
+//! `presets/tiny/`, compiled into the binary and imported through the same
+//! [`config::from_config_json`] as any user file.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::model::config;
 use crate::model::spec::ModelSpec;
 
+/// Every preset, by name: a file's name without `.json`. Sorted by name.
+///
+/// The tiny presets have d_model 64, vocab 256, 4096 positions and 4–6 layers, and every
+/// projection's input dim is a multiple of 32 (one Q8_0 block). Each holds at least two
+/// distinct layers where its family allows: Gemma sliding/full; Qwen3-Next/3.5 deltanet/full
+/// attention; DeepSeek a dense first layer then MoE; Qwen3-MoE a dense `mlp_only_layers`
+/// entry; Qwen2/3 sliding layers from `max_window_layers` on. Llama layers are uniform by
+/// construction: its config has no per-layer setting.
+const PRESETS: &[(&str, &str)] = &[
+    ("deepseek-v2", include_str!("../../presets/deepseek-v2.json")),
+    ("deepseek-v2-lite", include_str!("../../presets/deepseek-v2-lite.json")),
+    ("gemma-3-270m", include_str!("../../presets/gemma-3-270m.json")),
+    ("gemma-3-27b-it", include_str!("../../presets/gemma-3-27b-it.json")),
+    ("llama-3.1-8b", include_str!("../../presets/llama-3.1-8b.json")),
+    ("qwen3-8b", include_str!("../../presets/qwen3-8b.json")),
+    ("qwen3-next-80b-a3b", include_str!("../../presets/qwen3-next-80b-a3b.json")),
+    ("qwen3.5-27b", include_str!("../../presets/qwen3.5-27b.json")),
+    ("qwen3.6-27b", include_str!("../../presets/qwen3.6-27b.json")),
+    ("qwen3.6-35b-a3b", include_str!("../../presets/qwen3.6-35b-a3b.json")),
+    ("tiny-deepseek-v2", include_str!("../../presets/tiny/tiny-deepseek-v2.json")),
+    ("tiny-deepseek-v2-lite", include_str!("../../presets/tiny/tiny-deepseek-v2-lite.json")),
+    ("tiny-gemma3", include_str!("../../presets/tiny/tiny-gemma3.json")),
+    ("tiny-llama", include_str!("../../presets/tiny/tiny-llama.json")),
+    ("tiny-qwen2", include_str!("../../presets/tiny/tiny-qwen2.json")),
+    ("tiny-qwen3", include_str!("../../presets/tiny/tiny-qwen3.json")),
+    ("tiny-qwen3-moe", include_str!("../../presets/tiny/tiny-qwen3-moe.json")),
+    ("tiny-qwen3-next", include_str!("../../presets/tiny/tiny-qwen3-next.json")),
+    ("tiny-qwen3.5", include_str!("../../presets/tiny/tiny-qwen3.5.json")),
+    ("tiny-qwen3.5-moe", include_str!("../../presets/tiny/tiny-qwen3.5-moe.json")),
+];
+
+/// The preset names, sorted.
 pub fn names() -> Vec<&'static str> {
-    Vec::new()
+    PRESETS.iter().map(|(name, _)| *name).collect()
 }
 
-pub fn resolve(model: &str) -> Result<ModelSpec> {
-    Err(crate::Error::UnknownModel(model.to_string()))
+/// The spec of a preset, or `None` when no preset has that name.
+pub fn get(name: &str) -> Option<ModelSpec> {
+    load(name).and_then(Result::ok)
+}
+
+/// The config.json text a preset was built from.
+pub fn config_text(name: &str) -> Option<&'static str> {
+    PRESETS.iter().find(|(n, _)| *n == name).map(|(_, text)| *text)
+}
+
+/// What a `--model` argument names: a preset, a config.json, or a directory holding one.
+pub fn resolve(model_arg: &str) -> Result<ModelSpec> {
+    if let Some(spec) = load(model_arg) {
+        return spec;
+    }
+    let path = Path::new(model_arg);
+    if path.is_file() || path.join("config.json").is_file() {
+        return config::from_config_path(path);
+    }
+    Err(Error::UnknownModel(model_arg.to_string()))
+}
+
+fn load(name: &str) -> Option<Result<ModelSpec>> {
+    config_text(name).map(|text| config::from_config_json(text, name))
 }
