@@ -115,7 +115,11 @@ fn authored_programs_of_every_preset_lift() {
         for cut in [Cut::Forward { seq: 3 }, Cut::Decode { ctx: 16 }] {
             let mut sources = vec![("embed".to_string(), None, embed_source(&spec, cut, &Storage::AllQ8))];
             for l in 0..spec.n_layers() {
-                sources.push((format!("layer {l}"), Some(&spec.layers[l].mixer), source_of(&spec, l, cut, &Storage::AllQ8)));
+                sources.push((
+                    format!("layer {l}"),
+                    Some(&spec.layers[l].mixer),
+                    source_of(&spec, l, cut, &Storage::AllQ8),
+                ));
             }
             sources.push(("head".to_string(), None, head_source(&spec, cut, &Storage::AllQ8)));
             for (what, mixer, source) in sources {

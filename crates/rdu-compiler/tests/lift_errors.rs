@@ -77,7 +77,8 @@ fn every_golden_program_is_refused_with_exactly_its_expected_diagnostics() {
             assert!(d.message.chars().next().is_some_and(|c| !c.is_uppercase()), "{name}: {}", d.message);
         }
     }
-    let all = ["E0201", "E0202", "E0203", "E0204", "E0205", "E0206", "E0207", "E0208", "E0210", "E0211", "E0212", "E0213"];
+    let all =
+        ["E0201", "E0202", "E0203", "E0204", "E0205", "E0206", "E0207", "E0208", "E0210", "E0211", "E0212", "E0213"];
     let missing: Vec<_> = all.iter().filter(|c| !codes_seen.contains(**c)).collect();
     assert!(missing.is_empty(), "codes without a golden program: {missing:?}");
 }

@@ -11,13 +11,58 @@ use rdu_compiler::lang::parse;
 use std::collections::BTreeMap;
 
 const OPS: &[&str] = &[
-    "add", "sub", "mul", "scale", "neg", "exp", "sigmoid", "silu", "softplus", "gelu_tanh", "rms_norm", "l2_norm",
-    "linear", "linear_heads", "embed", "argmax", "reshape", "slice", "concat", "transpose", "rope", "cache_put",
-    "attend", "attend_mla", "conv_step", "conv_shift", "delta_scan", "delta_step", "route", "experts", "matmul",
+    "add",
+    "sub",
+    "mul",
+    "scale",
+    "neg",
+    "exp",
+    "sigmoid",
+    "silu",
+    "softplus",
+    "gelu_tanh",
+    "rms_norm",
+    "l2_norm",
+    "linear",
+    "linear_heads",
+    "embed",
+    "argmax",
+    "reshape",
+    "slice",
+    "concat",
+    "transpose",
+    "rope",
+    "cache_put",
+    "attend",
+    "attend_mla",
+    "conv_step",
+    "conv_shift",
+    "delta_scan",
+    "delta_step",
+    "route",
+    "experts",
+    "matmul",
 ];
 const KEYS: &[&str] = &[
-    "by", "eps", "offset", "axis", "start", "len", "perm", "dim", "style", "scale", "window", "latent", "kmap", "k",
-    "norm", "groups", "topk_groups", "act", "bogus",
+    "by",
+    "eps",
+    "offset",
+    "axis",
+    "start",
+    "len",
+    "perm",
+    "dim",
+    "style",
+    "scale",
+    "window",
+    "latent",
+    "kmap",
+    "k",
+    "norm",
+    "groups",
+    "topk_groups",
+    "act",
+    "bogus",
 ];
 const NAMES: &[&str] = &["a", "b", "c", "x", "y", "S", "T", "W", "pos", "q"];
 const WORDS: &[&str] = &["neox", "interleaved", "silu", "gelu_tanh", "grouped", "tiled", "x"];
@@ -49,8 +94,11 @@ fn decl() -> impl Strategy<Value = Decl> {
 
 fn stmt() -> impl Strategy<Value = Stmt> {
     let arg = prop_oneof![4 => name().prop_map(Arg::Name), 1 => literal().prop_map(|l| Arg::Lit(l, Span::default()))];
-    let attr = (prop::sample::select(KEYS), literal())
-        .prop_map(|(k, value)| Attr { key: Name::new(k), value, span: Span::default() });
+    let attr = (prop::sample::select(KEYS), literal()).prop_map(|(k, value)| Attr {
+        key: Name::new(k),
+        value,
+        span: Span::default(),
+    });
     (
         prop::collection::vec(name(), 1..4),
         prop::bool::weighted(0.25),

@@ -107,7 +107,13 @@ impl<'s> Attrs<'s> {
     }
 
     /// Converts a present attribute with `read`, or records a fault describing `want`.
-    fn read<T>(&mut self, key: &'static str, required: bool, want: &str, read: impl Fn(&Literal) -> Option<T>) -> Option<Option<T>> {
+    fn read<T>(
+        &mut self,
+        key: &'static str,
+        required: bool,
+        want: &str,
+        read: impl Fn(&Literal) -> Option<T>,
+    ) -> Option<Option<T>> {
         let Some(attr) = self.get(key, required) else {
             return if required { None } else { Some(None) };
         };
@@ -140,8 +146,8 @@ impl<'s> Attrs<'s> {
     /// `0` or `1` (as an int, or a float equal to one of them).
     fn flag(&mut self, key: &'static str) -> Option<bool> {
         let read = |l: &Literal| match l.as_f64() {
-            Some(v) if v == 0.0 => Some(false),
-            Some(v) if v == 1.0 => Some(true),
+            Some(0.0) => Some(false),
+            Some(1.0) => Some(true),
             _ => None,
         };
         self.read(key, true, "0 or 1", read).flatten()
@@ -150,7 +156,9 @@ impl<'s> Attrs<'s> {
     fn word<T: Copy>(&mut self, key: &'static str, required: bool, choices: &[(&str, T)]) -> Option<Option<T>> {
         let want: Vec<&str> = choices.iter().map(|(w, _)| *w).collect();
         let want = want.join(" or ");
-        self.read(key, required, &want, |l| l.as_word().and_then(|w| choices.iter().find(|(c, _)| *c == w).map(|(_, v)| *v)))
+        self.read(key, required, &want, |l| {
+            l.as_word().and_then(|w| choices.iter().find(|(c, _)| *c == w).map(|(_, v)| *v))
+        })
     }
 
     /// Faults for every attribute the op did not ask for (and repeated keys).
@@ -250,7 +258,13 @@ fn build(stmt: &Stmt, a: &mut Attrs<'_>) -> Option<Op> {
             let norm = a.flag("norm");
             let scale = a.float("scale");
             let (groups, topk_groups) = (a.positive("groups", true), a.positive("topk_groups", true));
-            Op::Route { k: k.flatten()?, norm: norm?, scale: scale?, groups: groups.flatten()?, topk_groups: topk_groups.flatten()? }
+            Op::Route {
+                k: k.flatten()?,
+                norm: norm?,
+                scale: scale?,
+                groups: groups.flatten()?,
+                topk_groups: topk_groups.flatten()?,
+            }
         }
         "experts" => Op::Experts { act: a.word("act", true, &acts).flatten()? },
         _ => return None,
@@ -264,7 +278,10 @@ fn reshape_shape(stmt: &Stmt, a: &mut Attrs<'_>) -> Option<Vec<usize>> {
         Arg::Lit(lit, span) => {
             let shape = lit.as_usize_list();
             if shape.is_none() {
-                a.fault(*span, format!("the shape of `reshape` must be a list of non-negative integers, found {}", show(lit)));
+                a.fault(
+                    *span,
+                    format!("the shape of `reshape` must be a list of non-negative integers, found {}", show(lit)),
+                );
             }
             shape
         }

@@ -30,8 +30,7 @@ impl Ctx {
         };
         let q8 = decl.ty.dtype == ast::DType::Q8;
         if q8 && decl.kind != DeclKind::Weight {
-            let message =
-                format!("only weights may be `q8`; declare {} `{name}` as f32", decl.kind.keyword());
+            let message = format!("only weights may be `q8`; declare {} `{name}` as f32", decl.kind.keyword());
             self.composition_fault(codes::DTYPE, message, decl.span, name);
         }
         let ty = Type { dtype, shape: decl.ty.shape.clone() };

@@ -103,11 +103,17 @@ impl Ctx {
                 }
                 Some(d) => {
                     let kind = d.kind.keyword();
-                    let message = format!("`<-` updates a state, but `{}` is declared as {kind}; use `=` with a fresh name", t.text);
+                    let message = format!(
+                        "`<-` updates a state, but `{}` is declared as {kind}; use `=` with a fresh name",
+                        t.text
+                    );
                     f.add(codes::REBOUND, message, t.span);
                 }
                 None => {
-                    let message = format!("`<-` updates a state, but `{}` is not a declared state; declare it or use `=`", t.text);
+                    let message = format!(
+                        "`<-` updates a state, but `{}` is not a declared state; declare it or use `=`",
+                        t.text
+                    );
                     f.add(codes::REBOUND, message, t.span);
                 }
             }
@@ -118,7 +124,8 @@ impl Ctx {
             let message = if !seen.insert(b.text.as_str()) {
                 format!("`{}` is bound twice in this statement; give each value its own name", b.text)
             } else if let Some(d) = self.decls.get(&b.text) {
-                let hint = if d.kind == DeclKind::State { "update it with `<-`" } else { "give this value a fresh name" };
+                let hint =
+                    if d.kind == DeclKind::State { "update it with `<-`" } else { "give this value a fresh name" };
                 format!("`{}` is declared as {}; `=` binds a fresh name, so {hint}", b.text, d.kind.keyword())
             } else if self.scope.contains_key(&b.text) {
                 let at = self.bound_at.get(&b.text).map_or(String::new(), |i| format!(" by statement {i}"));
@@ -139,11 +146,16 @@ impl Ctx {
             let want = if most == usize::MAX { format!("at least {least}") } else { least.to_string() };
             f.add(codes::ARITY, format!("`{op}` takes {want} tensor operands, found {}", operands.len()), stmt.op.span);
         } else if operands.len() > most {
-            let message = format!("`{op}` takes at most {most} tensor operands, found {}; remove the extra ones", operands.len());
+            let message =
+                format!("`{op}` takes at most {most} tensor operands, found {}; remove the extra ones", operands.len());
             f.add(codes::ARITY, message, operands[most].span);
         }
         if op == "reshape" && !matches!(stmt.args.get(1), Some(Arg::Lit(..))) {
-            f.add(codes::ARITY, "`reshape` takes a tensor and a shape list: `reshape(x, [d0, d1])`".into(), stmt.op.span);
+            f.add(
+                codes::ARITY,
+                "`reshape` takes a tensor and a shape list: `reshape(x, [d0, d1])`".into(),
+                stmt.op.span,
+            );
         }
         let n = proto.n_outputs();
         if stmt.binders.len() != n {

@@ -115,7 +115,10 @@ impl Declaration {
 pub enum Origin {
     Decl(Declaration),
     /// Output `output` of node `node`.
-    Node { node: NodeId, output: usize },
+    Node {
+        node: NodeId,
+        output: usize,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]

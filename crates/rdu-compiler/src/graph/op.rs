@@ -62,7 +62,9 @@ pub enum Op {
     Add,
     Sub,
     Mul,
-    Scale { by: f64 },
+    Scale {
+        by: f64,
+    },
     Neg,
     Exp,
     Sigmoid,
@@ -70,31 +72,68 @@ pub enum Op {
     Softplus,
     GeluTanh,
     /// `x / √(mean(x²) + eps) · (w + offset)` over the last axis.
-    RmsNorm { eps: f64, offset: f64 },
+    RmsNorm {
+        eps: f64,
+        offset: f64,
+    },
     /// `x / √(Σx² + eps)` over the last axis.
-    L2Norm { eps: f64 },
+    L2Norm {
+        eps: f64,
+    },
     /// `x Wᵀ (+ b)`; inputs `x, W` or `x, W, b`.
     Linear,
     LinearHeads,
     Embed,
     Argmax,
-    Reshape { shape: Vec<usize> },
-    Slice { axis: usize, start: usize, len: usize },
-    Concat { axis: usize },
-    Transpose { perm: Vec<usize> },
-    Rope { dim: usize, style: RopeStyle },
+    Reshape {
+        shape: Vec<usize>,
+    },
+    Slice {
+        axis: usize,
+        start: usize,
+        len: usize,
+    },
+    Concat {
+        axis: usize,
+    },
+    Transpose {
+        perm: Vec<usize>,
+    },
+    Rope {
+        dim: usize,
+        style: RopeStyle,
+    },
     CachePut,
-    Attend { scale: f64, window: Option<usize> },
-    AttendMla { scale: f64, latent: usize, window: Option<usize> },
+    Attend {
+        scale: f64,
+        window: Option<usize>,
+    },
+    AttendMla {
+        scale: f64,
+        latent: usize,
+        window: Option<usize>,
+    },
     /// Inputs `x, w` or `x, w, state`.
     ConvStep,
     ConvShift,
-    DeltaScan { kmap: KMap },
+    DeltaScan {
+        kmap: KMap,
+    },
     /// Inputs `S, q, k, v, g, beta`; outputs `o, S'`.
-    DeltaStep { kmap: KMap },
+    DeltaStep {
+        kmap: KMap,
+    },
     /// Outputs `w, idx`.
-    Route { k: usize, norm: bool, scale: f64, groups: usize, topk_groups: usize },
-    Experts { act: Act },
+    Route {
+        k: usize,
+        norm: bool,
+        scale: f64,
+        groups: usize,
+        topk_groups: usize,
+    },
+    Experts {
+        act: Act,
+    },
 }
 
 impl Op {
@@ -192,11 +231,9 @@ impl fmt::Display for Op {
                 window.map_or(Ok(()), |w| write!(f, " window={w}"))
             }
             Op::DeltaScan { kmap } | Op::DeltaStep { kmap } => write!(f, " kmap={}", kmap.word()),
-            Op::Route { k, norm, scale, groups, topk_groups } => write!(
-                f,
-                " k={k} norm={} scale={scale:?} groups={groups} topk_groups={topk_groups}",
-                u8::from(*norm)
-            ),
+            Op::Route { k, norm, scale, groups, topk_groups } => {
+                write!(f, " k={k} norm={} scale={scale:?} groups={groups} topk_groups={topk_groups}", u8::from(*norm))
+            }
             Op::Experts { act } => write!(f, " act={}", act.word()),
             _ => Ok(()),
         }

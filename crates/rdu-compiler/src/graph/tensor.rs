@@ -152,10 +152,14 @@ impl Tensor {
         let outer = numel(&self.shape[..axis]);
         let inner = numel(&self.shape[axis + 1..]);
         let pick = |v: &[f32]| -> Vec<f32> {
-            (0..outer).flat_map(|o| v[(o * size + start) * inner..(o * size + start + len) * inner].iter().copied()).collect()
+            (0..outer)
+                .flat_map(|o| v[(o * size + start) * inner..(o * size + start + len) * inner].iter().copied())
+                .collect()
         };
         let pick_i = |v: &[i32]| -> Vec<i32> {
-            (0..outer).flat_map(|o| v[(o * size + start) * inner..(o * size + start + len) * inner].iter().copied()).collect()
+            (0..outer)
+                .flat_map(|o| v[(o * size + start) * inner..(o * size + start + len) * inner].iter().copied())
+                .collect()
         };
         let data = match &self.data {
             Data::F32(v) => Data::F32(pick(v)),
@@ -198,7 +202,7 @@ mod tests {
     #[test]
     fn slice0_takes_one_row() {
         let t = Tensor::from_fn(&[3, 2], |i| i as f32);
-        assert_eq!(t.slice0(1), Some(Tensor::f32(&[2], vec![2.0, 3.0])));
+        assert_eq!(t.slice0(1), Some(Tensor::f32([2], vec![2.0, 3.0])));
         assert_eq!(t.slice0(3), None);
         assert_eq!(Tensor::scalar_i32(1).slice0(0), None);
         let bad = Tensor { shape: vec![3, 2], data: Data::F32(vec![0.0; 2]) };

@@ -80,7 +80,8 @@ pub fn eval(graph: &Graph, env: &dyn Bindings) -> Result<Evaluated, EvalError> {
         let outs = run.node(node)?;
         for (&v, t) in node.outputs.iter().zip(outs) {
             if t.shape() != graph.ty(v).shape.as_slice() || t.dtype() != graph.ty(v).dtype {
-                let message = format!("`{}` computed {t:?}, not the {} the graph says", graph.value(v).name, graph.ty(v));
+                let message =
+                    format!("`{}` computed {t:?}, not the {} the graph says", graph.value(v).name, graph.ty(v));
                 return Err(EvalError::new(Some(node.stmt), message));
             }
             run.values[v.index()] = Some(Arc::new(t));
@@ -118,7 +119,13 @@ impl Run<'_> {
             return Err(EvalError::new(None, format!("no tensor is bound to {kind} `{}` ({})", value.name, value.ty)));
         };
         if !t.is_consistent() {
-            let message = format!("the tensor bound to {kind} `{}` holds {} values, not the {} of its shape {:?}", value.name, t.len(), super::numel(&t.shape), t.shape);
+            let message = format!(
+                "the tensor bound to {kind} `{}` holds {} values, not the {} of its shape {:?}",
+                value.name,
+                t.len(),
+                super::numel(&t.shape),
+                t.shape
+            );
             return Err(EvalError::new(None, message));
         }
         if t.dtype() != value.ty.dtype || t.shape() != value.ty.shape.as_slice() {
@@ -193,9 +200,11 @@ fn kernel(op: &Op, ins: &[&Tensor]) -> Kernel {
         Op::AttendMla { scale, latent, window } => attention::attend_mla(ins, *scale, *latent, *window),
         Op::ConvStep => recurrent::conv_step(ins[0], ins[1], ins.get(2).copied()),
         Op::ConvShift => recurrent::conv_shift(ins[0], ins[1]),
-        Op::DeltaScan { kmap } => recurrent::delta(None, &ins[..], *kmap),
+        Op::DeltaScan { kmap } => recurrent::delta(None, ins, *kmap),
         Op::DeltaStep { kmap } => recurrent::delta(Some(ins[0]), &ins[1..], *kmap),
-        Op::Route { k, norm, scale, groups, topk_groups } => moe::route(ins[0], *k, *norm, *scale, *groups, *topk_groups),
+        Op::Route { k, norm, scale, groups, topk_groups } => {
+            moe::route(ins[0], *k, *norm, *scale, *groups, *topk_groups)
+        }
         Op::Experts { .. } => Err("experts is evaluated row by row".into()),
     }
 }

@@ -5,7 +5,7 @@ use super::elementwise::{gelu_tanh, silu};
 use super::products::dot;
 use super::{f32s, i32s, out, Kernel};
 use crate::graph::{Act, Tensor};
-use std::collections::BTreeMap;
+use std::collections::btree_map::{BTreeMap, Entry};
 use std::sync::Arc;
 
 /// The indices of the `k` largest of `values`, descending, ties to the lower index.
@@ -30,8 +30,9 @@ pub(super) fn route(logits: &Tensor, k: usize, norm: bool, scale: f64, groups: u
         let mut p: Vec<f64> = exps.iter().map(|x| x / total).collect();
         if groups > 1 {
             let size = e / groups;
-            let best: Vec<f64> =
-                (0..groups).map(|g| p[g * size..(g + 1) * size].iter().copied().fold(f64::NEG_INFINITY, f64::max)).collect();
+            let best: Vec<f64> = (0..groups)
+                .map(|g| p[g * size..(g + 1) * size].iter().copied().fold(f64::NEG_INFINITY, f64::max))
+                .collect();
             let kept = top_k(&best, topk_groups);
             for (i, v) in p.iter_mut().enumerate() {
                 if !kept.contains(&(i / size)) {
@@ -73,8 +74,8 @@ pub(super) fn experts(ins: &[&Tensor], act: Act, n_experts: usize, rows: &mut Ro
             let id = is[r * k + c];
             let e = usize::try_from(id).ok().filter(|&e| e < n_experts);
             let e = e.ok_or_else(|| format!("row {r} chose expert {id}, outside the {n_experts} experts"))?;
-            if !fetched.contains_key(&e) {
-                fetched.insert(e, [rows(0, e)?, rows(1, e)?, rows(2, e)?]);
+            if let Entry::Vacant(slot) = fetched.entry(e) {
+                slot.insert([rows(0, e)?, rows(1, e)?, rows(2, e)?]);
             }
             let [wg, wu, wd] = &fetched[&e];
             let hidden = wg.shape()[0];

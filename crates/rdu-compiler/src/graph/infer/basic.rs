@@ -7,7 +7,11 @@ use crate::graph::{numel, DType, Type};
 pub(super) fn broadcast(a: &Operands<'_>) -> Result<Vec<Type>, TypeError> {
     let (x, y) = (a.ty(0), a.ty(1));
     if x.dtype != y.dtype {
-        return Err(a.error(Fault::DType, Site::Arg(1), format!("`b` must be {} like `a`, found {y}", x.dtype.keyword())));
+        return Err(a.error(
+            Fault::DType,
+            Site::Arg(1),
+            format!("`b` must be {} like `a`, found {y}", x.dtype.keyword()),
+        ));
     }
     match broadcast_shape(&x.shape, &y.shape) {
         Some(shape) => Ok(vec![Type { dtype: x.dtype, shape }]),
@@ -123,7 +127,9 @@ pub(super) fn concat(a: &Operands<'_>, axis: usize) -> Result<Vec<Type>, TypeErr
         if !fits {
             let mut want: Vec<String> = first.shape.iter().map(|d| d.to_string()).collect();
             want[axis] = "_".into();
-            return Err(a.shape_error(i, format!("{}[{}] like the first operand", first.dtype.keyword(), want.join(", "))));
+            return Err(
+                a.shape_error(i, format!("{}[{}] like the first operand", first.dtype.keyword(), want.join(", ")))
+            );
         }
         shape[axis] += t.shape[axis];
     }
@@ -134,7 +140,8 @@ pub(super) fn concat(a: &Operands<'_>, axis: usize) -> Result<Vec<Type>, TypeErr
 pub(super) fn transpose(a: &Operands<'_>, perm: &[usize]) -> Result<Vec<Type>, TypeError> {
     let x = a.ty(0);
     let mut seen = vec![false; x.rank()];
-    let is_perm = perm.len() == x.rank() && perm.iter().all(|&p| p < x.rank() && !std::mem::replace(&mut seen[p], true));
+    let is_perm =
+        perm.len() == x.rank() && perm.iter().all(|&p| p < x.rank() && !std::mem::replace(&mut seen[p], true));
     if !is_perm {
         return Err(a.attr_error("perm", format!("{perm:?} is not a permutation of the {} axes of {x}", x.rank())));
     }

@@ -6,7 +6,7 @@ use crate::graph::{DType, Type};
 /// `rope(x [N, h, d], cos [P, R/2], sin [P, R/2], pos, dim=R) -> ≡ x`.
 pub(super) fn rope(a: &Operands<'_>, dim: usize) -> Result<Vec<Type>, TypeError> {
     let x = a.f32_rank(0, 3, "[N, h, d]")?;
-    if dim == 0 || dim % 2 != 0 || dim > x[2] {
+    if dim == 0 || dim % 2 == 1 || dim > x[2] {
         return Err(a.attr_error("dim", format!("dim={dim} must be even, positive and at most the head size {}", x[2])));
     }
     let cos = a.f32_rank(1, 2, &format!("[P, {}]", dim / 2))?;

@@ -38,8 +38,10 @@ fn a_state_never_updated_is_carried_unchanged() {
     let s = g.declare("S", Type::f32(&[2]), Declaration::of(DeclKind::State));
     let y = g.push(Op::Add, &[x, s], &["y"], 0, Span::default()).unwrap()[0];
     g.output("y", y);
-    let shared: BTreeMap<String, Arc<Tensor>> =
-        [("x", f(&[2], &[1., 1.])), ("S", f(&[2], &[3., 4.]))].into_iter().map(|(n, t)| (n.into(), Arc::new(t))).collect();
+    let shared: BTreeMap<String, Arc<Tensor>> = [("x", f(&[2], &[1., 1.])), ("S", f(&[2], &[3., 4.]))]
+        .into_iter()
+        .map(|(n, t)| (n.into(), Arc::new(t)))
+        .collect();
     let r = eval(&g, &shared).unwrap();
     assert_eq!(r.states["S"], f(&[2], &[3., 4.]));
 }
@@ -55,7 +57,7 @@ fn a_binding_of_the_wrong_shape_or_dtype_is_an_error() {
     let bad_shape = env(&[("x", f(&[3], &[1., 2., 3.])), ("S", f(&[2], &[0., 0.]))]);
     let err = eval(&stateful(), &bad_shape).unwrap_err();
     assert!(err.message.starts_with("the tensor bound to input `x` is f32[3]"), "{err}");
-    let bad_dtype = env(&[("x", Tensor::i32(&[2], vec![1, 2])), ("S", f(&[2], &[0., 0.]))]);
+    let bad_dtype = env(&[("x", Tensor::i32([2], vec![1, 2])), ("S", f(&[2], &[0., 0.]))]);
     let err = eval(&stateful(), &bad_dtype).unwrap_err();
     assert!(err.message.contains("not f32[2]"), "{err}");
 }

@@ -89,7 +89,7 @@ fn delta_step_of_n_rows_equals_n_single_row_steps() {
         o.extend_from_slice(step[0].as_f32().unwrap());
         s = step[1].clone();
     }
-    assert_eq!(all[0], Tensor::f32(&[3, 4, 2], o), "outputs differ");
+    assert_eq!(all[0], Tensor::f32([3, 4, 2], o), "outputs differ");
     assert_eq!(all[1], s, "final states differ");
 }
 
