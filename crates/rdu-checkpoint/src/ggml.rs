@@ -1,0 +1,176 @@
+//! ggml tensor types (ids, block sizes) and dequantisation of the 32-element block formats; k-quants live in `kquants`.
+
+use half::{bf16, f16};
+use std::fmt;
+
+macro_rules! ggml_types {
+    ($($variant:ident = $id:literal, $name:literal, $block:expr, $size:expr;)*) => {
+        /// A ggml tensor type as stored in a GGUF tensor info (`ggml_type`). Every id that
+        /// current llama.cpp can write is listed, so a file holding, say, Q2_K tensors opens
+        /// and only reading those tensors fails.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[allow(non_camel_case_types)]
+        pub enum GgmlType {
+            $($variant = $id,)*
+        }
+
+        impl GgmlType {
+            /// The type with this id, or `None` for an id not in the table.
+            pub fn from_id(id: u32) -> Option<GgmlType> {
+                match id {
+                    $($id => Some(GgmlType::$variant),)*
+                    _ => None,
+                }
+            }
+
+            /// The name ggml uses, e.g. `Q8_0`.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(GgmlType::$variant => $name,)*
+                }
+            }
+
+            /// Elements per block (1 for plain float and integer types).
+            pub fn block_size(self) -> u64 {
+                match self {
+                    $(GgmlType::$variant => $block,)*
+                }
+            }
+
+            /// Bytes per block.
+            pub fn type_size(self) -> u64 {
+                match self {
+                    $(GgmlType::$variant => $size,)*
+                }
+            }
+        }
+    };
+}
+
+const QK_K: u64 = 256;
+
+ggml_types! {
+    F32 = 0, "F32", 1, 4;
+    F16 = 1, "F16", 1, 2;
+    Q4_0 = 2, "Q4_0", 32, 2 + 16;
+    Q4_1 = 3, "Q4_1", 32, 2 + 2 + 16;
+    Q5_0 = 6, "Q5_0", 32, 2 + 4 + 16;
+    Q5_1 = 7, "Q5_1", 32, 2 + 2 + 4 + 16;
+    Q8_0 = 8, "Q8_0", 32, 2 + 32;
+    Q8_1 = 9, "Q8_1", 32, 4 + 4 + 32;
+    Q2_K = 10, "Q2_K", QK_K, 2 + 2 + QK_K / 16 + QK_K / 4;
+    Q3_K = 11, "Q3_K", QK_K, 2 + QK_K / 4 + QK_K / 8 + 12;
+    Q4_K = 12, "Q4_K", QK_K, 2 + 2 + QK_K / 2 + 12;
+    Q5_K = 13, "Q5_K", QK_K, 2 + 2 + QK_K / 2 + QK_K / 8 + 12;
+    Q6_K = 14, "Q6_K", QK_K, 2 + QK_K / 2 + QK_K / 4 + QK_K / 16;
+    Q8_K = 15, "Q8_K", QK_K, 4 + QK_K + QK_K / 8;
+    IQ2_XXS = 16, "IQ2_XXS", QK_K, 2 + QK_K / 4;
+    IQ2_XS = 17, "IQ2_XS", QK_K, 2 + QK_K / 4 + QK_K / 32;
+    IQ3_XXS = 18, "IQ3_XXS", QK_K, 2 + QK_K / 4 + QK_K / 8;
+    IQ1_S = 19, "IQ1_S", QK_K, 2 + QK_K / 8 + QK_K / 16;
+    IQ4_NL = 20, "IQ4_NL", 32, 2 + 16;
+    IQ3_S = 21, "IQ3_S", QK_K, 2 + QK_K / 4 + QK_K / 8 + QK_K / 32 + 4;
+    IQ2_S = 22, "IQ2_S", QK_K, 2 + QK_K / 4 + QK_K / 16;
+    IQ4_XS = 23, "IQ4_XS", QK_K, 2 + 2 + QK_K / 2 + QK_K / 64;
+    I8 = 24, "I8", 1, 1;
+    I16 = 25, "I16", 1, 2;
+    I32 = 26, "I32", 1, 4;
+    I64 = 27, "I64", 1, 8;
+    F64 = 28, "F64", 1, 8;
+    IQ1_M = 29, "IQ1_M", QK_K, QK_K / 8 + QK_K / 16 + QK_K / 32;
+    BF16 = 30, "BF16", 1, 2;
+    TQ1_0 = 34, "TQ1_0", QK_K, 2 + 4 * 13;
+    TQ2_0 = 35, "TQ2_0", QK_K, 2 + 64;
+    MXFP4 = 39, "MXFP4", 32, 1 + 16;
+}
+
+impl GgmlType {
+    /// The name of an id that ggml once used and has since removed from GGUF files.
+    pub fn removed_name(id: u32) -> Option<&'static str> {
+        Some(match id {
+            4 => "Q4_2",
+            5 => "Q4_3",
+            31 => "Q4_0_4_4",
+            32 => "Q4_0_4_8",
+            33 => "Q4_0_8_8",
+            36 => "IQ4_NL_4_4",
+            37 => "IQ4_NL_4_8",
+            38 => "IQ4_NL_8_8",
+            _ => return None,
+        })
+    }
+
+    /// The numeric id stored in GGUF files.
+    pub fn id(self) -> u32 {
+        self as u32
+    }
+
+    /// Whether `dequantize` handles this type.
+    pub fn can_dequantize(self) -> bool {
+        use GgmlType::*;
+        matches!(self, F32 | F16 | BF16 | Q8_0 | Q4_0 | Q5_0 | Q4_K | Q5_K | Q6_K)
+    }
+}
+
+impl fmt::Display for GgmlType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Dequantises whole blocks of `ty` to f32, or `None` if `ty` has no dequantiser here.
+/// A trailing partial block is ignored; callers pass exactly `n_blocks * type_size` bytes.
+pub(crate) fn dequantize(ty: GgmlType, bytes: &[u8]) -> Option<Vec<f32>> {
+    let block_bytes = ty.type_size() as usize;
+    let n_blocks = bytes.len() / block_bytes;
+    let mut out = Vec::with_capacity(n_blocks * ty.block_size() as usize);
+    let block_fn: fn(&[u8], &mut Vec<f32>) = match ty {
+        GgmlType::F32 => |b, out| out.push(f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        GgmlType::F16 => |b, out| out.push(f16::from_le_bytes([b[0], b[1]]).to_f32()),
+        GgmlType::BF16 => |b, out| out.push(bf16::from_le_bytes([b[0], b[1]]).to_f32()),
+        GgmlType::Q8_0 => q8_0,
+        GgmlType::Q4_0 => q4_0,
+        GgmlType::Q5_0 => q5_0,
+        GgmlType::Q4_K => crate::kquants::q4_k,
+        GgmlType::Q5_K => crate::kquants::q5_k,
+        GgmlType::Q6_K => crate::kquants::q6_k,
+        _ => return None,
+    };
+    for block in bytes.chunks_exact(block_bytes) {
+        block_fn(block, &mut out);
+    }
+    Some(out)
+}
+
+/// Reads the little-endian f16 at `at` as f32.
+pub(crate) fn f16_at(block: &[u8], at: usize) -> f32 {
+    f16::from_le_bytes([block[at], block[at + 1]]).to_f32()
+}
+
+/// `{f16 d; i8 qs[32]}`: `y[i] = d * qs[i]`.
+fn q8_0(block: &[u8], out: &mut Vec<f32>) {
+    let d = f16_at(block, 0);
+    out.extend(block[2..34].iter().map(|&q| f32::from(q as i8) * d));
+}
+
+/// `{f16 d; u8 qs[16]}`: low nibbles are elements 0..16, high nibbles 16..32, offset by 8.
+fn q4_0(block: &[u8], out: &mut Vec<f32>) {
+    let d = f16_at(block, 0);
+    let qs = &block[2..18];
+    out.extend(qs.iter().map(|&q| f32::from(i16::from(q & 0xF) - 8) * d));
+    out.extend(qs.iter().map(|&q| f32::from(i16::from(q >> 4) - 8) * d));
+}
+
+/// `{f16 d; u8 qh[4]; u8 qs[16]}`: as Q4_0 with a fifth bit from the little-endian u32 `qh`
+/// (bit j for element j, bit j+16 for element j+16), offset by 16.
+fn q5_0(block: &[u8], out: &mut Vec<f32>) {
+    let d = f16_at(block, 0);
+    let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+    let qs = &block[6..22];
+    let value = |low: u8, bit: usize| {
+        let high = (((qh >> bit) & 1) << 4) as u8;
+        f32::from(i16::from(low | high) - 16) * d
+    };
+    out.extend(qs.iter().enumerate().map(|(j, &q)| value(q & 0xF, j)));
+    out.extend(qs.iter().enumerate().map(|(j, &q)| value(q >> 4, j + 16)));
+}

@@ -1,0 +1,86 @@
+//! Q8_0 kept as blocks (`Q8Tensor`) and ggml's reference Q8_0 quantiser for dense checkpoints.
+
+use crate::error::{CheckpointError, Result};
+use half::f16;
+
+/// Elements per Q8_0 block.
+pub const Q8_BLOCK: usize = 32;
+
+/// One Q8_0 block: 32 values `d * qs[i]`. `d` is the file's f16 scale widened to f32, so it
+/// is always exactly representable as f16.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Q8Block {
+    pub d: f32,
+    pub qs: [i8; Q8_BLOCK],
+}
+
+/// A Q8_0 tensor in numpy shape order; blocks run along the last axis, row-major, so row `r`
+/// owns blocks `r * last/32 .. (r + 1) * last/32`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Q8Tensor {
+    pub shape: Vec<usize>,
+    pub blocks: Vec<Q8Block>,
+}
+
+/// Quantises `values` (row-major, `shape` in numpy order) the way ggml's
+/// `quantize_row_q8_0_ref` does: per block `d = max|x| / 127`, stored as f16, and
+/// `qs[i] = round(x[i] * (1/d))` with the f32 `d` before its f16 rounding, rounding half away
+/// from zero. An all-zero block gets `d = 0` and zero quants.
+pub fn quantize_q8_0(values: &[f32], shape: &[usize]) -> Result<Q8Tensor> {
+    let fail = |reason| CheckpointError::QuantizeShape { shape: shape.to_vec(), len: values.len(), reason };
+    let n_elements = shape
+        .iter()
+        .try_fold(1usize, |acc, &dim| acc.checked_mul(dim))
+        .ok_or_else(|| fail("the shape's element count overflows"))?;
+    if n_elements != values.len() {
+        return Err(fail("the value count does not match the shape"));
+    }
+    match shape.last() {
+        Some(last) if last % Q8_BLOCK == 0 => {}
+        _ => return Err(fail("the last axis must be a nonzero multiple of 32")),
+    }
+    let blocks = values.chunks_exact(Q8_BLOCK).map(Q8Block::quantize).collect();
+    Ok(Q8Tensor { shape: shape.to_vec(), blocks })
+}
+
+impl Q8Block {
+    /// Quantises one block of 32 values (see [`quantize_q8_0`]); uses the first 32 of `x`,
+    /// padding with zeros if there are fewer.
+    pub fn quantize(x: &[f32]) -> Q8Block {
+        let amax = x.iter().take(Q8_BLOCK).fold(0.0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let mut qs = [0i8; Q8_BLOCK];
+        for (q, &v) in qs.iter_mut().zip(x) {
+            *q = (v * id).round().clamp(-128.0, 127.0) as i8;
+        }
+        Q8Block { d: f16::from_f32(d).to_f32(), qs }
+    }
+
+    /// Reads a 34-byte `{f16 d; i8 qs[32]}` block.
+    pub(crate) fn from_bytes(bytes: &[u8]) -> Q8Block {
+        let d = f16::from_le_bytes([bytes[0], bytes[1]]).to_f32();
+        let mut qs = [0i8; Q8_BLOCK];
+        for (q, &b) in qs.iter_mut().zip(&bytes[2..2 + Q8_BLOCK]) {
+            *q = b as i8;
+        }
+        Q8Block { d, qs }
+    }
+
+    /// The 32 values this block stands for.
+    pub fn dequantize(&self) -> [f32; Q8_BLOCK] {
+        self.qs.map(|q| f32::from(q) * self.d)
+    }
+}
+
+impl Q8Tensor {
+    /// Number of elements (the product of `shape`).
+    pub fn n_elements(&self) -> usize {
+        self.blocks.len() * Q8_BLOCK
+    }
+
+    /// Dense f32 values, row-major.
+    pub fn dequantize(&self) -> Vec<f32> {
+        self.blocks.iter().flat_map(|b| b.dequantize()).collect()
+    }
+}
