@@ -1,81 +1,9 @@
-//! From a statement's op name, attributes and literal arguments to a typed [`Op`]: which ops
-//! exist, which attributes each takes (required or optional) and what values they accept.
-//! Operand names and types are not looked at here.
+//! From a statement's op name, attributes and literal arguments to a typed [`Op`]: which
+//! attributes each op takes (required or optional) and what values they accept. Operand
+//! names and types are not looked at here.
 
 use crate::graph::{Act, KMap, Op, RopeStyle};
 use crate::lang::ast::{Arg, Attr, Literal, Span, Stmt};
-
-/// Every op of the language, by name.
-pub(super) const OPS: &[&str] = &[
-    "add",
-    "sub",
-    "mul",
-    "scale",
-    "neg",
-    "exp",
-    "sigmoid",
-    "silu",
-    "softplus",
-    "gelu_tanh",
-    "rms_norm",
-    "l2_norm",
-    "linear",
-    "linear_heads",
-    "embed",
-    "argmax",
-    "reshape",
-    "slice",
-    "concat",
-    "transpose",
-    "rope",
-    "cache_put",
-    "attend",
-    "attend_mla",
-    "conv_step",
-    "conv_shift",
-    "delta_scan",
-    "delta_step",
-    "route",
-    "experts",
-];
-
-/// The op named `name` with placeholder attributes (for its arity and outputs), if it exists.
-pub(super) fn prototype(name: &str) -> Option<Op> {
-    let (f, n) = (0.0, 0);
-    Some(match name {
-        "add" => Op::Add,
-        "sub" => Op::Sub,
-        "mul" => Op::Mul,
-        "scale" => Op::Scale { by: f },
-        "neg" => Op::Neg,
-        "exp" => Op::Exp,
-        "sigmoid" => Op::Sigmoid,
-        "silu" => Op::Silu,
-        "softplus" => Op::Softplus,
-        "gelu_tanh" => Op::GeluTanh,
-        "rms_norm" => Op::RmsNorm { eps: f, offset: f },
-        "l2_norm" => Op::L2Norm { eps: f },
-        "linear" => Op::Linear,
-        "linear_heads" => Op::LinearHeads,
-        "embed" => Op::Embed,
-        "argmax" => Op::Argmax,
-        "reshape" => Op::Reshape { shape: Vec::new() },
-        "slice" => Op::Slice { axis: n, start: n, len: n },
-        "concat" => Op::Concat { axis: n },
-        "transpose" => Op::Transpose { perm: Vec::new() },
-        "rope" => Op::Rope { dim: n, style: RopeStyle::Neox },
-        "cache_put" => Op::CachePut,
-        "attend" => Op::Attend { scale: f, window: None },
-        "attend_mla" => Op::AttendMla { scale: f, latent: n, window: None },
-        "conv_step" => Op::ConvStep,
-        "conv_shift" => Op::ConvShift,
-        "delta_scan" => Op::DeltaScan { kmap: KMap::Grouped },
-        "delta_step" => Op::DeltaStep { kmap: KMap::Grouped },
-        "route" => Op::Route { k: n, norm: false, scale: f, groups: n, topk_groups: n },
-        "experts" => Op::Experts { act: Act::Silu },
-        _ => return None,
-    })
-}
 
 /// A problem with an attribute (or `reshape`'s shape literal): where, and why.
 pub(super) struct AttrFault {
@@ -187,7 +115,7 @@ fn show(l: &Literal) -> String {
 }
 
 /// The op of `stmt` with its attributes, or every attribute fault. The caller has checked
-/// that the op exists ([`prototype`]) and that `reshape` has its shape literal (its second
+/// that the op exists (`ops::prototype`) and that `reshape` has its shape literal (its second
 /// positional argument).
 pub(super) fn op_of(stmt: &Stmt) -> Result<Op, Vec<AttrFault>> {
     let mut a = Attrs { stmt, asked: Vec::new(), faults: Vec::new() };
@@ -286,18 +214,5 @@ fn reshape_shape(stmt: &Stmt, a: &mut Attrs<'_>) -> Option<Vec<usize>> {
             shape
         }
         Arg::Name(_) => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{prototype, OPS};
-
-    #[test]
-    fn every_op_name_has_a_prototype_of_that_name() {
-        for name in OPS {
-            assert_eq!(prototype(name).map(|op| op.name()), Some(*name));
-        }
-        assert!(prototype("matmul").is_none());
     }
 }

@@ -25,6 +25,7 @@
 mod attrs;
 mod decls;
 mod lift;
+mod ops;
 mod statement;
 
 pub use lift::lift;

@@ -2,9 +2,10 @@
 //! statement reports all of its faults), then, if all is well, its node is typed and added.
 //! A failed statement poisons its fresh binders so that later readers stay quiet.
 
-use super::attrs::{op_of, prototype, OPS};
+use super::attrs::op_of;
 use super::codes;
 use super::lift::{diagnostic, Bound, Ctx};
+use super::ops::{prototype, OPS};
 use crate::graph::{Fault, Site, TypeError, ValueId};
 use crate::lang::ast::{Arg, DeclKind, Name, Span, Stmt};
 use crate::lang::Diagnostic;
