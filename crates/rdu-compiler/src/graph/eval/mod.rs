@@ -1,0 +1,224 @@
+//! The reference interpreter: runs a [`Graph`] one node at a time with the plainest
+//! implementation of every op — f32 storage, f64 accumulation in every reduction, dot
+//! product and softmax. Ground truth for certification and tests; obvious, not fast.
+//!
+//! Declared tensors are fetched from [`Bindings`] by name when first read; `experts` fetches
+//! only the experts its rows select (through [`Bindings::slice0`]), so a lazy provider
+//! materialises only those.
+
+mod attention;
+mod elementwise;
+mod moe;
+mod products;
+mod recurrent;
+mod shape;
+#[cfg(test)]
+mod tests;
+
+use super::{Graph, Node, Op, Origin, Tensor, ValueId};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Supplies the program's declared tensors (inputs, weights, shared tensors, states) by name.
+pub trait Bindings {
+    fn tensor(&self, name: &str) -> Option<Arc<Tensor>>;
+    /// Row `index` along axis 0 of the tensor `name` (one expert of a stacked weight).
+    fn slice0(&self, name: &str, index: usize) -> Option<Arc<Tensor>> {
+        self.tensor(name)?.slice0(index).map(Arc::new)
+    }
+}
+
+impl Bindings for BTreeMap<String, Tensor> {
+    fn tensor(&self, name: &str) -> Option<Arc<Tensor>> {
+        self.get(name).map(|t| Arc::new(t.clone()))
+    }
+    fn slice0(&self, name: &str, index: usize) -> Option<Arc<Tensor>> {
+        self.get(name)?.slice0(index).map(Arc::new)
+    }
+}
+
+impl Bindings for BTreeMap<String, Arc<Tensor>> {
+    fn tensor(&self, name: &str) -> Option<Arc<Tensor>> {
+        self.get(name).cloned()
+    }
+    fn slice0(&self, name: &str, index: usize) -> Option<Arc<Tensor>> {
+        self.get(name)?.slice0(index).map(Arc::new)
+    }
+}
+
+/// The results of one step: every output and the final value of every state, by name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Evaluated {
+    pub outputs: BTreeMap<String, Tensor>,
+    pub states: BTreeMap<String, Tensor>,
+}
+
+/// A runtime error: a missing or mistyped binding, an id or position out of range.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct EvalError {
+    /// The statement whose node failed, when a node failed.
+    pub stmt: Option<usize>,
+    /// One line, saying what was wrong.
+    pub message: String,
+}
+
+impl EvalError {
+    fn new(stmt: Option<usize>, message: String) -> EvalError {
+        EvalError { stmt, message }
+    }
+}
+
+/// What a kernel returns: its outputs, or a one-line reason.
+type Kernel = Result<Vec<Tensor>, String>;
+
+/// Runs one step of `graph` over the tensors `env` binds.
+pub fn eval(graph: &Graph, env: &dyn Bindings) -> Result<Evaluated, EvalError> {
+    graph.verify().map_err(|m| EvalError::new(None, format!("malformed graph: {m}")))?;
+    let mut run = Run { graph, env, values: vec![None; graph.values.len()] };
+    for node in &graph.nodes {
+        let outs = run.node(node)?;
+        for (&v, t) in node.outputs.iter().zip(outs) {
+            if t.shape() != graph.ty(v).shape.as_slice() || t.dtype() != graph.ty(v).dtype {
+                let message =
+                    format!("`{}` computed {t:?}, not the {} the graph says", graph.value(v).name, graph.ty(v));
+                return Err(EvalError::new(Some(node.stmt), message));
+            }
+            run.values[v.index()] = Some(Arc::new(t));
+        }
+    }
+    let mut outputs = BTreeMap::new();
+    for o in &graph.outputs {
+        outputs.insert(o.name.clone(), run.get(o.value)?.as_ref().clone());
+    }
+    let mut states = BTreeMap::new();
+    for s in &graph.states {
+        states.insert(s.name.clone(), run.get(s.last)?.as_ref().clone());
+    }
+    Ok(Evaluated { outputs, states })
+}
+
+struct Run<'g> {
+    graph: &'g Graph,
+    env: &'g dyn Bindings,
+    values: Vec<Option<Arc<Tensor>>>,
+}
+
+impl Run<'_> {
+    /// The tensor of `v`, fetching a declared tensor from the bindings on first use.
+    fn get(&mut self, v: ValueId) -> Result<Arc<Tensor>, EvalError> {
+        if let Some(t) = &self.values[v.index()] {
+            return Ok(t.clone());
+        }
+        let value = self.graph.value(v);
+        let Origin::Decl(decl) = &value.origin else {
+            return Err(EvalError::new(None, format!("`{}` is read before it is computed", value.name)));
+        };
+        let kind = decl.kind.keyword();
+        let Some(t) = self.env.tensor(&value.name) else {
+            return Err(EvalError::new(None, format!("no tensor is bound to {kind} `{}` ({})", value.name, value.ty)));
+        };
+        if !t.is_consistent() {
+            let message = format!(
+                "the tensor bound to {kind} `{}` holds {} values, not the {} of its shape {:?}",
+                value.name,
+                t.len(),
+                super::numel(&t.shape),
+                t.shape
+            );
+            return Err(EvalError::new(None, message));
+        }
+        if t.dtype() != value.ty.dtype || t.shape() != value.ty.shape.as_slice() {
+            let message = format!("the tensor bound to {kind} `{}` is {t:?}, not {}", value.name, value.ty);
+            return Err(EvalError::new(None, message));
+        }
+        self.values[v.index()] = Some(t.clone());
+        Ok(t)
+    }
+
+    /// Row `e` of the stacked weight `v`: from the bindings' `slice0` when `v` is declared
+    /// and not materialised, else from the computed tensor.
+    fn row(&self, v: ValueId, e: usize) -> Result<Arc<Tensor>, String> {
+        let value = self.graph.value(v);
+        let whole = self.values[v.index()].clone();
+        let row = match (&value.origin, whole) {
+            (_, Some(t)) => t.slice0(e).map(Arc::new),
+            (Origin::Decl(_), None) => self.env.slice0(&value.name, e),
+            (Origin::Node { .. }, None) => return Err(format!("`{}` is read before it is computed", value.name)),
+        };
+        let row = row.ok_or_else(|| format!("no row {e} of `{}` is bound", value.name))?;
+        if row.dtype() != value.ty.dtype || row.shape() != &value.ty.shape[1..] || !row.is_consistent() {
+            let want = super::Type::new(value.ty.dtype, &value.ty.shape[1..]);
+            return Err(format!("row {e} of `{}` is {row:?}, not {want}", value.name));
+        }
+        Ok(row)
+    }
+
+    fn node(&mut self, node: &Node) -> Result<Vec<Tensor>, EvalError> {
+        // `experts` reads its stacked weights row by row; every other op reads whole tensors.
+        let eager = if matches!(node.op, Op::Experts { .. }) { 3 } else { node.inputs.len() };
+        let mut args = Vec::with_capacity(eager);
+        for &v in &node.inputs[..eager] {
+            args.push(self.get(v)?);
+        }
+        let ins: Vec<&Tensor> = args.iter().map(|a| a.as_ref()).collect();
+        let result = match &node.op {
+            Op::Experts { act } => {
+                let weights = [node.inputs[3], node.inputs[4], node.inputs[5]];
+                let n_experts = self.graph.ty(weights[0]).shape[0];
+                moe::experts(&ins, *act, n_experts, &mut |which, e| self.row(weights[which], e))
+            }
+            op => kernel(op, &ins),
+        };
+        result.map_err(|m| {
+            let binder = node.outputs.first().map_or("", |&v| self.graph.value(v).name.as_str());
+            EvalError::new(Some(node.stmt), format!("statement {} (`{binder} = {}`): {m}", node.stmt, node.op.name()))
+        })
+    }
+}
+
+/// Dispatches every op but `experts` to its kernel.
+fn kernel(op: &Op, ins: &[&Tensor]) -> Kernel {
+    match op {
+        Op::Add | Op::Sub | Op::Mul => elementwise::binary(op, ins[0], ins[1]),
+        Op::Scale { .. } | Op::Neg | Op::Exp | Op::Sigmoid | Op::Silu | Op::Softplus | Op::GeluTanh => {
+            elementwise::unary(op, ins[0])
+        }
+        Op::RmsNorm { eps, offset } => elementwise::rms_norm(ins[0], ins[1], *eps, *offset),
+        Op::L2Norm { eps } => elementwise::l2_norm(ins[0], *eps),
+        Op::Linear => products::linear(ins[0], ins[1], ins.get(2).copied()),
+        Op::LinearHeads => products::linear_heads(ins[0], ins[1]),
+        Op::Embed => products::embed(ins[0], ins[1]),
+        Op::Argmax => products::argmax(ins[0]),
+        Op::Reshape { shape } => shape::reshape(ins[0], shape),
+        Op::Slice { axis, start, len } => shape::slice(ins[0], *axis, *start, *len),
+        Op::Concat { axis } => shape::concat(ins, *axis),
+        Op::Transpose { perm } => shape::transpose(ins[0], perm),
+        Op::Rope { dim, style } => attention::rope(ins, *dim, *style),
+        Op::CachePut => attention::cache_put(ins[0], ins[1], ins[2]),
+        Op::Attend { scale, window } => attention::attend(ins, *scale, *window),
+        Op::AttendMla { scale, latent, window } => attention::attend_mla(ins, *scale, *latent, *window),
+        Op::ConvStep => recurrent::conv_step(ins[0], ins[1], ins.get(2).copied()),
+        Op::ConvShift => recurrent::conv_shift(ins[0], ins[1]),
+        Op::DeltaScan { kmap } => recurrent::delta(None, ins, *kmap),
+        Op::DeltaStep { kmap } => recurrent::delta(Some(ins[0]), &ins[1..], *kmap),
+        Op::Route { k, norm, scale, groups, topk_groups } => {
+            moe::route(ins[0], *k, *norm, *scale, *groups, *topk_groups)
+        }
+        Op::Experts { .. } => Err("experts is evaluated row by row".into()),
+    }
+}
+
+/// The f32 elements of `t`, or an error naming what was expected.
+fn f32s(t: &Tensor) -> Result<&[f32], String> {
+    t.as_f32().ok_or_else(|| format!("expected an f32 tensor, found {t:?}"))
+}
+
+fn i32s(t: &Tensor) -> Result<&[i32], String> {
+    t.as_i32().ok_or_else(|| format!("expected an i32 tensor, found {t:?}"))
+}
+
+/// An f32 result tensor of `shape` (the element count is right by construction).
+fn out(shape: &[usize], data: Vec<f32>) -> Result<Tensor, String> {
+    Tensor::try_f32(shape.to_vec(), data).ok_or_else(|| format!("internal: wrong element count for {shape:?}"))
+}

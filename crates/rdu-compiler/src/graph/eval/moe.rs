@@ -1,0 +1,103 @@
+//! Mixture of experts: `route` (softmax in f64, group-limited top-k) and `experts` (each
+//! row's chosen experts, fetched one stacked-weight row at a time).
+
+use super::elementwise::{gelu_tanh, silu};
+use super::products::dot;
+use super::{f32s, i32s, out, Kernel};
+use crate::graph::{Act, Tensor};
+use std::collections::btree_map::{BTreeMap, Entry};
+use std::sync::Arc;
+
+/// The indices of the `k` largest of `values`, descending, ties to the lower index.
+fn top_k(values: &[f64], k: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    order.sort_by(|&a, &b| values[b].total_cmp(&values[a]).then(a.cmp(&b)));
+    order.truncate(k);
+    order
+}
+
+/// `p = softmax(logits)`; with `groups > 1` keep the `topk_groups` groups with the largest
+/// max `p` (others zeroed); the `k` largest; `w / Σw` when `norm`; then `· scale`.
+pub(super) fn route(logits: &Tensor, k: usize, norm: bool, scale: f64, groups: usize, topk_groups: usize) -> Kernel {
+    let (n, e) = (logits.shape()[0], logits.shape()[1]);
+    let ls = f32s(logits)?;
+    let (mut weights, mut indices) = (Vec::with_capacity(n * k), Vec::with_capacity(n * k));
+    for r in 0..n {
+        let row = &ls[r * e..(r + 1) * e];
+        let max = row.iter().map(|&v| f64::from(v)).fold(f64::NEG_INFINITY, f64::max);
+        let exps: Vec<f64> = row.iter().map(|&v| (f64::from(v) - max).exp()).collect();
+        let total: f64 = exps.iter().sum();
+        let mut p: Vec<f64> = exps.iter().map(|x| x / total).collect();
+        if groups > 1 {
+            let size = e / groups;
+            let best: Vec<f64> = (0..groups)
+                .map(|g| p[g * size..(g + 1) * size].iter().copied().fold(f64::NEG_INFINITY, f64::max))
+                .collect();
+            let kept = top_k(&best, topk_groups);
+            for (i, v) in p.iter_mut().enumerate() {
+                if !kept.contains(&(i / size)) {
+                    *v = 0.0;
+                }
+            }
+        }
+        let chosen = top_k(&p, k);
+        let mut w: Vec<f64> = chosen.iter().map(|&i| p[i]).collect();
+        if norm {
+            let sum: f64 = w.iter().sum();
+            w.iter_mut().for_each(|v| *v /= sum);
+        }
+        weights.extend(w.iter().map(|v| (v * scale) as f32));
+        for i in chosen {
+            indices.push(i32::try_from(i).map_err(|_| format!("expert {i} does not fit i32"))?);
+        }
+    }
+    let idx = Tensor::try_i32(vec![n, k], indices).ok_or("internal: wrong element count")?;
+    Ok(vec![out(&[n, k], weights)?, idx])
+}
+
+/// Fetches row `e` of stacked weight `which` (0 = Wg, 1 = Wu, 2 = Wd).
+pub(super) type Rows<'a> = dyn FnMut(usize, usize) -> Result<Arc<Tensor>, String> + 'a;
+
+/// `Σₖ w[n,k] · Wd[e] (act(Wg[e] x) ⊙ Wu[e] x)` with `e = idx[n,k]`, over `ins = [x, w, idx]`;
+/// each selected expert's rows (`[I, D]`, `[I, D]`, `[D, I]`) are fetched once through `rows`.
+pub(super) fn experts(ins: &[&Tensor], act: Act, n_experts: usize, rows: &mut Rows<'_>) -> Kernel {
+    let [x, w, idx] = ins else { return Err("experts takes x, w, idx and three stacked weights".into()) };
+    let (n, d) = (x.shape()[0], x.shape()[1]);
+    let k = w.shape()[1];
+    let (xs, ws, is) = (f32s(x)?, f32s(w)?, i32s(idx)?);
+    let mut fetched: BTreeMap<usize, [Arc<Tensor>; 3]> = BTreeMap::new();
+    let mut data = Vec::with_capacity(n * d);
+    for r in 0..n {
+        let xr = &xs[r * d..(r + 1) * d];
+        let mut acc = vec![0f64; d];
+        for c in 0..k {
+            let id = is[r * k + c];
+            let e = usize::try_from(id).ok().filter(|&e| e < n_experts);
+            let e = e.ok_or_else(|| format!("row {r} chose expert {id}, outside the {n_experts} experts"))?;
+            if let Entry::Vacant(slot) = fetched.entry(e) {
+                slot.insert([rows(0, e)?, rows(1, e)?, rows(2, e)?]);
+            }
+            let [wg, wu, wd] = &fetched[&e];
+            let hidden = wg.shape()[0];
+            let (wg, wu, wd) = (f32s(wg)?, f32s(wu)?, f32s(wd)?);
+            // h = act(Wg x) ⊙ (Wu x), each product rounded to f32 as a `linear` would be.
+            let h: Vec<f32> = (0..hidden)
+                .map(|i| {
+                    let gate = dot(xr, &wg[i * d..(i + 1) * d]) as f32;
+                    let up = dot(xr, &wu[i * d..(i + 1) * d]) as f32;
+                    let a = match act {
+                        Act::Silu => silu(f64::from(gate)),
+                        Act::GeluTanh => gelu_tanh(f64::from(gate)),
+                    } as f32;
+                    a * up
+                })
+                .collect();
+            let weight = f64::from(ws[r * k + c]);
+            for (o, j) in acc.iter_mut().zip(0..d) {
+                *o += weight * f64::from(dot(&h, &wd[j * hidden..(j + 1) * hidden]) as f32);
+            }
+        }
+        data.extend(acc.iter().map(|&v| v as f32));
+    }
+    Ok(vec![out(x.shape(), data)?])
+}

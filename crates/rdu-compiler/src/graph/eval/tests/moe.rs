@@ -1,0 +1,129 @@
+//! Routing and experts, including that `experts` fetches only the experts it uses.
+
+use super::{assert_close, f, i, run};
+use crate::graph::{eval, Act, Bindings, Declaration, Graph, Op, Tensor, Type};
+use crate::lang::ast::{DeclKind, Span};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+fn logits(p: &[f32]) -> Tensor {
+    f(&[1, p.len()], &p.iter().map(|v| v.ln()).collect::<Vec<_>>())
+}
+
+fn route(k: usize, norm: bool, scale: f64, groups: usize, topk_groups: usize) -> Op {
+    Op::Route { k, norm, scale, groups, topk_groups }
+}
+
+#[test]
+fn route_takes_the_top_k_of_the_softmax_descending() {
+    // p = [1, 2, 3, 4] / 10.
+    let l = logits(&[1., 2., 3., 4.]);
+    let outs = run(route(2, false, 1.0, 1, 1), &[&l]);
+    assert_close(&outs[0], &[1, 2], &[0.4, 0.3]);
+    assert_eq!(outs[1], i(&[1, 2], &[3, 2]));
+    // Renormalised then scaled: [4/7, 3/7] · 2.
+    let outs = run(route(2, true, 2.0, 1, 1), &[&l]);
+    assert_close(&outs[0], &[1, 2], &[8. / 7., 6. / 7.]);
+}
+
+#[test]
+fn route_breaks_ties_toward_the_lower_index() {
+    let l = f(&[2, 4], &[1., 1., 0., 1., 0., 2., 2., 0.]);
+    let outs = run(route(3, false, 1.0, 1, 1), &[&l]);
+    assert_eq!(outs[1], i(&[2, 3], &[0, 1, 3, 1, 2, 0]));
+}
+
+#[test]
+fn route_with_groups_keeps_the_best_groups_only() {
+    // p ∝ [1, 5, 3, 3]: group 0 = {1, 5} (max 5) beats group 1 = {3, 3} (max 3).
+    let l = logits(&[1., 5., 3., 3.]);
+    let plain = run(route(2, false, 1.0, 1, 1), &[&l]);
+    assert_eq!(plain[1], i(&[1, 2], &[1, 2]));
+    let grouped = run(route(2, false, 1.0, 2, 1), &[&l]);
+    assert_eq!(grouped[1], i(&[1, 2], &[1, 0]));
+    assert_close(&grouped[0], &[1, 2], &[5. / 12., 1. / 12.]);
+    // Both groups kept: the same as no grouping.
+    assert_eq!(run(route(2, false, 1.0, 2, 2), &[&l])[1], plain[1]);
+    // Groups tied on their maximum: the lower group wins.
+    let tied = logits(&[4., 1., 1., 4.]);
+    assert_eq!(run(route(2, false, 1.0, 2, 1), &[&tied])[1], i(&[1, 2], &[0, 1]));
+}
+
+/// Bindings over a map that count every fetch.
+struct Counting {
+    inner: BTreeMap<String, Tensor>,
+    whole: RefCell<Vec<String>>,
+    rows: RefCell<Vec<(String, usize)>>,
+}
+
+impl Bindings for Counting {
+    fn tensor(&self, name: &str) -> Option<Arc<Tensor>> {
+        self.whole.borrow_mut().push(name.to_string());
+        self.inner.tensor(name)
+    }
+    fn slice0(&self, name: &str, index: usize) -> Option<Arc<Tensor>> {
+        self.rows.borrow_mut().push((name.to_string(), index));
+        self.inner.slice0(name, index)
+    }
+}
+
+/// experts over E = 4, D = 2, I = 1 with Wg[e] = [e+1, 0], Wu[e] = [0, 1], Wd[e] = [[1], [e]].
+fn experts_case(act: Act) -> (Graph, Counting) {
+    let tensors = [
+        ("x", f(&[1, 2], &[1., 2.])),
+        ("w", f(&[1, 2], &[0.5, 0.25])),
+        ("idx", i(&[1, 2], &[2, 0])),
+        ("Wg", Tensor::from_fn(&[4, 1, 2], |k| if k % 2 == 0 { (k / 2 + 1) as f32 } else { 0. })),
+        ("Wu", Tensor::from_fn(&[4, 1, 2], |k| (k % 2) as f32)),
+        ("Wd", Tensor::from_fn(&[4, 2, 1], |k| if k % 2 == 0 { 1. } else { (k / 2) as f32 })),
+    ];
+    let mut g = Graph::new();
+    let mut ids = Vec::new();
+    for (name, t) in &tensors {
+        let kind = if name.starts_with('W') { DeclKind::Weight } else { DeclKind::Input };
+        ids.push(g.declare(name, Type::new(t.dtype(), t.shape()), Declaration::of(kind)));
+    }
+    let y = g.push(Op::Experts { act }, &ids, &["y"], 0, Span::default()).unwrap()[0];
+    g.output("y", y);
+    let inner = tensors.into_iter().map(|(n, t)| (n.to_string(), t)).collect();
+    (g, Counting { inner, whole: RefCell::new(Vec::new()), rows: RefCell::new(Vec::new()) })
+}
+
+#[test]
+fn experts_sum_the_chosen_experts_weighted() {
+    // Expert e: gate = e + 1, up = 2, h = act(e + 1)·2, y = [h, e·h].
+    // Row 0 chose experts 2 (w 0.5) and 0 (w 0.25).
+    let silu = |v: f32| v / (1.0 + (-v).exp());
+    let (h2, h0) = (silu(3.) * 2., silu(1.) * 2.);
+    let (g, env) = experts_case(Act::Silu);
+    let y = &eval(&g, &env).unwrap().outputs["y"];
+    assert_close(y, &[1, 2], &[0.5 * h2 + 0.25 * h0, h2]);
+
+    let gelu = |v: f32| 0.5 * v * (1. + ((2. / std::f32::consts::PI).sqrt() * (v + 0.044715 * v * v * v)).tanh());
+    let (h2, h0) = (gelu(3.) * 2., gelu(1.) * 2.);
+    let (g, env) = experts_case(Act::GeluTanh);
+    let y = &eval(&g, &env).unwrap().outputs["y"];
+    assert_close(y, &[1, 2], &[0.5 * h2 + 0.25 * h0, h2]);
+}
+
+#[test]
+fn experts_fetch_only_the_selected_experts() {
+    let (g, env) = experts_case(Act::Silu);
+    eval(&g, &env).unwrap();
+    let whole = env.whole.borrow();
+    assert_eq!(*whole, vec!["x".to_string(), "w".to_string(), "idx".to_string()]);
+    let mut rows = env.rows.borrow().clone();
+    rows.sort();
+    let want: Vec<(String, usize)> =
+        ["Wd", "Wg", "Wu"].iter().flat_map(|w| [(w.to_string(), 0), (w.to_string(), 2)]).collect();
+    assert_eq!(rows, want);
+}
+
+#[test]
+fn experts_reject_an_index_out_of_range() {
+    let (g, mut env) = experts_case(Act::Silu);
+    env.inner.insert("idx".into(), i(&[1, 2], &[4, 0]));
+    let err = eval(&g, &env).unwrap_err();
+    assert!(err.message.contains("expert 4, outside the 4 experts"), "{err}");
+}

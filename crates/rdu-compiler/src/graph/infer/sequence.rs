@@ -1,0 +1,156 @@
+//! Types of the ops over positions, caches, recurrent state and experts.
+
+use super::{Operands, TypeError};
+use crate::graph::{DType, Type};
+
+/// `rope(x [N, h, d], cos [P, R/2], sin [P, R/2], pos, dim=R) -> ≡ x`.
+pub(super) fn rope(a: &Operands<'_>, dim: usize) -> Result<Vec<Type>, TypeError> {
+    let x = a.f32_rank(0, 3, "[N, h, d]")?;
+    if dim == 0 || dim % 2 == 1 || dim > x[2] {
+        return Err(a.attr_error("dim", format!("dim={dim} must be even, positive and at most the head size {}", x[2])));
+    }
+    let cos = a.f32_rank(1, 2, &format!("[P, {}]", dim / 2))?;
+    if cos[1] != dim / 2 {
+        return Err(a.shape_error(1, format!("f32[P, {}] (dim/2 columns)", dim / 2)));
+    }
+    a.f32_exact(2, cos)?;
+    a.positions(3, x[0])?;
+    Ok(vec![a.ty(0).clone()])
+}
+
+/// `cache_put(C [S, ...], x [N, ...], pos) -> ≡ C`.
+pub(super) fn cache_put(a: &Operands<'_>) -> Result<Vec<Type>, TypeError> {
+    let c = a.ty(0);
+    if c.shape.first().is_none_or(|&s| s == 0) {
+        return Err(a.shape_error(0, "[S, ...] with at least one slot"));
+    }
+    let x = a.dtype(1, c.dtype)?;
+    if x.len() != c.rank() || x[1..] != c.shape[1..] {
+        return Err(a.shape_error(1, format!("[N, {:?}] (a row is a slot of C)", &c.shape[1..])));
+    }
+    a.positions(2, x[0])?;
+    Ok(vec![c.clone()])
+}
+
+fn window_ok(a: &Operands<'_>, window: Option<usize>) -> Result<(), TypeError> {
+    if window == Some(0) {
+        return Err(a.attr_error("window", "window=0 sees no position; use window >= 1".into()));
+    }
+    Ok(())
+}
+
+/// `attend(q [N, h, dk], K [S, g, dk], V [S, g, dv], pos) -> [N, h, dv]`.
+pub(super) fn attend(a: &Operands<'_>, window: Option<usize>) -> Result<Vec<Type>, TypeError> {
+    let q = a.f32_rank(0, 3, "[N, h, dk]")?;
+    let k = a.f32_rank(1, 3, "[S, g, dk]")?;
+    if k[0] == 0 || k[1] == 0 || q[1] % k[1] != 0 || k[2] != q[2] {
+        return Err(a.shape_error(1, format!("f32[S, g, {}] with S > 0 and g dividing h = {}", q[2], q[1])));
+    }
+    let v = a.f32_rank(2, 3, "[S, g, dv]")?;
+    if v[..2] != k[..2] {
+        return Err(a.shape_error(2, format!("f32[{}, {}, dv] (the slots and kv heads of K)", k[0], k[1])));
+    }
+    a.positions(3, q[0])?;
+    window_ok(a, window)?;
+    Ok(vec![Type::f32(&[q[0], q[1], v[2]])])
+}
+
+/// `attend_mla(q [N, h, c], C [S, c], pos, latent=L) -> [N, h, L]`.
+pub(super) fn attend_mla(a: &Operands<'_>, latent: usize, window: Option<usize>) -> Result<Vec<Type>, TypeError> {
+    let q = a.f32_rank(0, 3, "[N, h, c]")?;
+    let c = a.f32_rank(1, 2, "[S, c]")?;
+    if c[0] == 0 || c[1] != q[2] {
+        return Err(a.shape_error(1, format!("f32[S, {}] with S > 0 (a key per slot, as wide as q)", q[2])));
+    }
+    a.positions(2, q[0])?;
+    if latent == 0 || latent > c[1] {
+        return Err(a.attr_error("latent", format!("latent={latent} must be in 1..={} (the key width)", c[1])));
+    }
+    window_ok(a, window)?;
+    Ok(vec![Type::f32(&[q[0], q[1], latent])])
+}
+
+/// `conv_step(x [N, C], w [C, K] (, state [K−1, C])) -> [N, C]`.
+pub(super) fn conv_step(a: &Operands<'_>) -> Result<Vec<Type>, TypeError> {
+    let x = a.f32_rank(0, 2, "[N, C]")?;
+    let w = a.f32_rank(1, 2, &format!("[{}, K]", x[1]))?;
+    if w[0] != x[1] || w[1] == 0 {
+        return Err(a.shape_error(1, format!("f32[{}, K] with K > 0 (one kernel per channel)", x[1])));
+    }
+    if a.len() == 3 {
+        a.f32_exact(2, &[w[1] - 1, x[1]])?;
+    }
+    Ok(vec![a.ty(0).clone()])
+}
+
+/// `conv_shift(state [K−1, C], x [N, C]) -> ≡ state`.
+pub(super) fn conv_shift(a: &Operands<'_>) -> Result<Vec<Type>, TypeError> {
+    let s = a.f32_rank(0, 2, "[K-1, C]")?;
+    let x = a.f32_rank(1, 2, &format!("[N, {}]", s[1]))?;
+    if x[1] != s[1] {
+        return Err(a.shape_error(1, format!("f32[N, {}] (the channels of the state)", s[1])));
+    }
+    Ok(vec![a.ty(0).clone()])
+}
+
+/// `delta_scan(q, k, v, g, beta)` and `delta_step(S, q, k, v, g, beta)`.
+pub(super) fn delta(a: &Operands<'_>, with_state: bool) -> Result<Vec<Type>, TypeError> {
+    let o = usize::from(with_state);
+    let q = a.f32_rank(o, 3, "[N, hk, dk]")?;
+    let (n, hk, dk) = (q[0], q[1], q[2]);
+    if hk == 0 {
+        return Err(a.shape_error(o, "f32[N, hk, dk] with hk > 0"));
+    }
+    a.f32_exact(o + 1, q)?;
+    let v = a.f32_rank(o + 2, 3, &format!("[{n}, hv, dv]"))?;
+    if v[0] != n || v[1] % hk != 0 {
+        return Err(a.shape_error(o + 2, format!("f32[{n}, hv, dv] with hv a multiple of hk = {hk}")));
+    }
+    let (hv, dv) = (v[1], v[2]);
+    a.f32_exact(o + 3, &[n, hv])?;
+    a.f32_exact(o + 4, &[n, hv])?;
+    let out = Type::f32(&[n, hv, dv]);
+    if !with_state {
+        return Ok(vec![out]);
+    }
+    a.f32_exact(0, &[hv, dk, dv])?;
+    Ok(vec![out, a.ty(0).clone()])
+}
+
+/// `route(logits [N, E], k, groups, topk_groups) -> w [N, k], idx i32[N, k]`.
+pub(super) fn route(a: &Operands<'_>, k: usize, groups: usize, topk_groups: usize) -> Result<Vec<Type>, TypeError> {
+    let l = a.f32_rank(0, 2, "[N, E]")?;
+    let (n, e) = (l[0], l[1]);
+    if groups == 0 || e % groups != 0 {
+        return Err(a.attr_error("groups", format!("groups={groups} must divide the {e} experts")));
+    }
+    if topk_groups == 0 || topk_groups > groups {
+        return Err(a.attr_error("topk_groups", format!("topk_groups={topk_groups} must be in 1..={groups}")));
+    }
+    let eligible = topk_groups * (e / groups);
+    if k == 0 || k > eligible {
+        return Err(a.attr_error("k", format!("k={k} must be in 1..={eligible} (the experts of the kept groups)")));
+    }
+    Ok(vec![Type::f32(&[n, k]), Type::i32(&[n, k])])
+}
+
+/// `experts(x [N, D], w [N, K], idx i32[N, K], Wg [E, I, D], Wu [E, I, D], Wd [E, D, I]) -> [N, D]`.
+pub(super) fn experts(a: &Operands<'_>) -> Result<Vec<Type>, TypeError> {
+    let x = a.f32_rank(0, 2, "[N, D]")?;
+    let (n, d) = (x[0], x[1]);
+    let w = a.f32_rank(1, 2, &format!("[{n}, K]"))?;
+    if w[0] != n {
+        return Err(a.shape_error(1, format!("f32[{n}, K] (a weight per row and choice)")));
+    }
+    let idx = a.dtype(2, DType::I32)?;
+    if idx != w {
+        return Err(a.shape_error(2, Type::i32(w)));
+    }
+    let wg = a.f32_rank(3, 3, &format!("[E, I, {d}]"))?;
+    if wg[2] != d {
+        return Err(a.shape_error(3, format!("f32[E, I, {d}]")));
+    }
+    a.f32_exact(4, wg)?;
+    a.f32_exact(5, &[wg[0], d, wg[1]])?;
+    Ok(vec![a.ty(0).clone()])
+}
