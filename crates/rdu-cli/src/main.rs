@@ -4,6 +4,7 @@
 
 mod model_arg;
 mod program_cmds;
+mod run_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -30,6 +31,8 @@ enum Command {
     Kinds(program_cmds::KindsArgs),
     /// Print the authored program of one layer (or the embedding / head)
     Source(program_cmds::SourceArgs),
+    /// Run a model: prompt tokens in, greedy tokens and logits out
+    Run(run_cmd::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +48,7 @@ fn main() -> ExitCode {
         Command::Presets => program_cmds::presets(),
         Command::Kinds(args) => program_cmds::kinds(&args),
         Command::Source(args) => program_cmds::source(&args),
+        Command::Run(args) => run_cmd::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

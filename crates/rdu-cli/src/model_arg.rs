@@ -53,3 +53,24 @@ impl CutArg {
 pub fn resolve(model: &str) -> Result<ModelSpec> {
     Ok(presets::resolve(model)?)
 }
+
+/// Where a run's weights come from.
+pub enum Weights {
+    /// A HF checkpoint directory.
+    Hf(Box<rdu_compiler::reference::HfWeights>),
+    /// No checkpoint: seeded random weights.
+    None,
+}
+
+/// The spec and, for a HF directory with safetensors, its weights.
+pub fn resolve_with_weights(model: &str) -> Result<(ModelSpec, Weights)> {
+    let spec = resolve(model)?;
+    let dir = std::path::Path::new(model);
+    let has_weights =
+        dir.is_dir() && (dir.join("model.safetensors").exists() || dir.join("model.safetensors.index.json").exists());
+    if !has_weights {
+        return Ok((spec, Weights::None));
+    }
+    let weights = rdu_compiler::reference::HfWeights::open(&spec, dir).map_err(anyhow::Error::msg)?;
+    Ok((spec, Weights::Hf(Box::new(weights))))
+}

@@ -13,6 +13,6 @@ pub mod graph;
 pub mod lang;
 pub mod lower;
 pub mod model;
-// pub mod reference; (enabled once graph::eval lands)
+pub mod reference;
 
 pub use error::Error;

@@ -63,7 +63,10 @@ impl WeightSource for HfWeights {
                 let (s, d) = self.read(t)?;
                 let full = Tensor::f32(s.clone(), d);
                 let sliced = full.slice_axis(*axis, *start, *len).ok_or_else(|| {
-                    format!("checkpoint tensor `{t}` with shape {s:?} has no elements {start}..{} on axis {axis}", start + len)
+                    format!(
+                        "checkpoint tensor `{t}` with shape {s:?} has no elements {start}..{} on axis {axis}",
+                        start + len
+                    )
                 })?;
                 (sliced.shape.clone(), sliced.into_f32(), t.clone())
             }

@@ -30,7 +30,10 @@ pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) ->
     let d = spec.d_model;
     let n = ctx.rows;
     w.input(&ctx.hidden_in, "f32", &[n, d], None);
-    w.input("pos", "i32", &[], Some(ctx.pos_seed()));
+    if lspec.rotation.is_some() {
+        // Positions only matter to mixers with RoPE (a DeltaNet layer never reads one).
+        w.input("pos", "i32", &[], Some(ctx.pos_seed()));
+    }
 
     // Mixer block.
     let hn = norm(&mut w, "hn", &ctx.hidden_in, "an", d, &lspec.norms, lspec.norms.pre_attn);
