@@ -4,4 +4,17 @@
 //! Nothing here knows about model families or the program language: a spatial program is
 //! data, and this crate only reads, writes, checks, costs and executes it.
 
+pub mod program;
+pub mod q8;
 pub mod rope;
+pub mod sim;
+pub mod text;
+
+pub use program::{
+    Arg, Dtype, Home, KernelOp, Lit, Role, Section, SpatialProgram, Stage, Storage, TensorDecl, Tiling, TpInfo, TpSplit,
+};
+pub use q8::{Q8Block, Q8Weight};
+pub use sim::{
+    simulate, simulate_in_place, MapBindings, SimBindings, SimData, SimError, SimOut, SimTensor, WeightSlab,
+};
+pub use text::TextError;
