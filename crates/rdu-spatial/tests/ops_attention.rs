@@ -57,7 +57,8 @@ fn naive(q: &[f32], k: &[f32], v: &[f32], ts: &[usize], s: usize, scale: f32) ->
 fn attend_is_causal_grouped_windowed_and_reads_ring_slots() {
     // h = 4 query heads over g = 2 kv heads, S = 4 slots, rows at positions 5 and 6 (a wrapped ring).
     let (q, k, v) = (rt(&[2, 4, 8], 1), rt(&[4, 2, 8], 2), rt(&[4, 2, 3], 3));
-    let b = MapBindings::new().with("q", q.clone()).with("K", k.clone()).with("V", v.clone()).with("pos", i(&[2], &[5, 6]));
+    let b =
+        MapBindings::new().with("q", q.clone()).with("K", k.clone()).with("V", v.clone()).with("pos", i(&[2], &[5, 6]));
     let r = run(&b, "a = attend(q, K, V, pos, scale=0.5, window=3)\nw = attend(q, K, V, pos, scale=0.5)", &["a", "w"]);
     let r = r.unwrap();
     let (qd, kd, vd) = (q.as_f32().unwrap(), k.as_f32().unwrap(), v.as_f32().unwrap());

@@ -25,7 +25,8 @@ fn add_sub_mul_broadcast_like_numpy() {
 fn unary_activations_match_their_formulas() {
     let xs = [-30.0f32, -1.0, 0.0, 0.5, 25.0];
     let b = MapBindings::new().with("x", f(&[5], &xs));
-    let ops = "a = scale(x, by=0.5)\nb = neg(x)\nc = exp(x)\nd = sigmoid(x)\ne = silu(x)\ng = softplus(x)\nh = gelu_tanh(x)";
+    let ops =
+        "a = scale(x, by=0.5)\nb = neg(x)\nc = exp(x)\nd = sigmoid(x)\ne = silu(x)\ng = softplus(x)\nh = gelu_tanh(x)";
     let r = run(&b, ops, &["a", "b", "c", "d", "e", "g", "h"]).unwrap();
     let sig = |v: f32| 1.0 / (1.0 + (-v).exp());
     assert_eq!(out(&r, "a"), xs.map(|v| v * 0.5));

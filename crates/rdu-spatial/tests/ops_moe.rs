@@ -13,7 +13,11 @@ use rdu_spatial::{MapBindings, SimBindings, SimTensor, WeightSlab};
 fn route_takes_top_k_of_the_softmax_with_ties_to_the_lower_index() {
     let l = f(&[1, 4], &[1.0, 3.0, 3.0, 0.0]);
     let b = MapBindings::new().with("l", l);
-    let r = run(&b, "w, x = route(l, k=2, norm=0, scale=1.0)\nu, y = route(l, k=2, norm=1, scale=2.0)", &["w", "x", "u", "y"]);
+    let r = run(
+        &b,
+        "w, x = route(l, k=2, norm=0, scale=1.0)\nu, y = route(l, k=2, norm=1, scale=2.0)",
+        &["w", "x", "u", "y"],
+    );
     let r = r.unwrap();
     let e = [1f32.exp(), 3f32.exp(), 3f32.exp(), 1.0];
     let tot: f32 = e.iter().sum();

@@ -60,9 +60,7 @@ fn q8_weights_must_be_folded_or_dequantised() {
 #[test]
 fn linear_heads_applies_one_matrix_per_head() {
     // h = 2 heads, in = 2, out = 1: head 0 sums, head 1 subtracts.
-    let b = MapBindings::new()
-        .with("x", f(&[1, 2, 2], &[1., 2., 5., 3.]))
-        .with("W", f(&[2, 1, 2], &[1., 1., 1., -1.]));
+    let b = MapBindings::new().with("x", f(&[1, 2, 2], &[1., 2., 5., 3.])).with("W", f(&[2, 1, 2], &[1., 1., 1., -1.]));
     let r = run(&b, "y = linear_heads(x, W)", &["y"]).unwrap();
     assert_eq!(out(&r, "y"), [3., 2.]);
     assert_eq!(r.outputs["y"].shape, [1, 2, 1]);

@@ -87,7 +87,11 @@ fn one_delta_row_matches_the_rule_by_hand() {
 fn kmap_chooses_grouped_or_tiled_key_heads() {
     // Value head 1 of 2 over 2 key heads... with hk = 2, hv = 4: grouped maps 1 → 0, tiled maps 1 → 1.
     let b = delta_inputs(1, 21);
-    let r = run(&b, "a = delta_scan(q, k, v, g, bt, kmap=grouped)\nt = delta_scan(q, k, v, g, bt, kmap=tiled)", &["a", "t"]);
+    let r = run(
+        &b,
+        "a = delta_scan(q, k, v, g, bt, kmap=grouped)\nt = delta_scan(q, k, v, g, bt, kmap=tiled)",
+        &["a", "t"],
+    );
     let r = r.unwrap();
     let (a, t) = (out(&r, "a"), out(&r, "t"));
     assert_eq!(a[0..2], t[0..2], "head 0 reads key head 0 either way");
