@@ -36,7 +36,7 @@ fn unary_activations_match_their_formulas() {
     close(&out(&r, "e"), &xs.map(|v| v * sig(v)), 1e-7, 1e-6);
     // softplus is x itself above 20, ln(1 + eˣ) below.
     close(&out(&r, "g"), &[(-30f32).exp(), 0.31326166, std::f32::consts::LN_2, 0.974077, 25.0], 1e-7, 1e-6);
-    let gelu = |v: f32| 0.5 * v * (1.0 + (0.7978845608 * (v + 0.044715 * v * v * v)).tanh());
+    let gelu = |v: f32| 0.5 * v * (1.0 + ((2.0 / std::f32::consts::PI).sqrt() * (v + 0.044715 * v * v * v)).tanh());
     close(&out(&r, "h"), &xs.map(gelu), 1e-7, 1e-6);
     assert_eq!(out(&r, "h")[2], 0.0);
 }

@@ -26,7 +26,7 @@ impl Rows<'_> {
     }
 
     /// Row `j` times `x` (`x.len() == cols`), accumulated in f32.
-    #[inline]
+    #[inline(always)]
     pub(super) fn dot(&self, j: usize, x: &[f32]) -> f32 {
         match self {
             Rows::Dense { data, cols } => dot_dense(&data[j * cols..(j + 1) * cols], x),
@@ -56,13 +56,7 @@ pub(super) fn products(rows: Rows<'_>, xs: &[f32], n: usize, start: usize, end: 
             Rows::Dense { data, cols } if n >= GEMM_ROWS && cols > 0 => {
                 gemm_into(&data[j0 * cols..(j0 + rows_here) * cols], xs, n, cols, rows_here, chunk)
             }
-            _ => {
-                for (jj, col) in chunk.chunks_exact_mut(n).enumerate() {
-                    for (r, o) in col.iter_mut().enumerate() {
-                        *o = rows.dot(j0 + jj, &xs[r * cols..(r + 1) * cols]);
-                    }
-                }
-            }
+            _ => dot_rows(rows, xs, n, j0, chunk),
         }
     };
     if per >= m {
@@ -71,6 +65,43 @@ pub(super) fn products(rows: Rows<'_>, xs: &[f32], n: usize, start: usize, end: 
         out.par_chunks_mut(per * n).enumerate().for_each(fill);
     }
     out
+}
+
+/// `chunk[jj·n + r] = rows[j0 + jj] · xs[r]`. Q8_0 rows use the AVX2 + FMA kernel when the CPU
+/// has it (chosen at run time; `q8::dot_row` is its portable reference); dense rows use
+/// plain loops compiled for AVX2 when available.
+fn dot_rows(rows: Rows<'_>, xs: &[f32], n: usize, j0: usize, chunk: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU supports AVX2 and FMA, checked just above.
+        unsafe { dot_rows_avx2(rows, xs, n, j0, chunk) };
+        return;
+    }
+    dot_rows_plain(rows, xs, n, j0, chunk);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_rows_avx2(rows: Rows<'_>, xs: &[f32], n: usize, j0: usize, chunk: &mut [f32]) {
+    let Rows::Q8 { blocks, cols } = rows else { return dot_rows_plain(rows, xs, n, j0, chunk) };
+    let nb = cols / QK8_0;
+    for (jj, col) in chunk.chunks_exact_mut(n).enumerate() {
+        let row = &blocks[(j0 + jj) * nb..(j0 + jj + 1) * nb];
+        for (r, o) in col.iter_mut().enumerate() {
+            // SAFETY: this function only runs on CPUs with AVX2 and FMA.
+            *o = unsafe { crate::q8::dot_row_avx2(row, &xs[r * cols..(r + 1) * cols]) };
+        }
+    }
+}
+
+#[inline(always)]
+fn dot_rows_plain(rows: Rows<'_>, xs: &[f32], n: usize, j0: usize, chunk: &mut [f32]) {
+    let cols = rows.cols();
+    for (jj, col) in chunk.chunks_exact_mut(n).enumerate() {
+        for (r, o) in col.iter_mut().enumerate() {
+            *o = rows.dot(j0 + jj, &xs[r * cols..(r + 1) * cols]);
+        }
+    }
 }
 
 /// `out[j·n + r] = w[j] · xs[r]` for the `m` rows of `w` through `matrixmultiply`.

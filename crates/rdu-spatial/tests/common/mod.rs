@@ -75,7 +75,9 @@ pub fn close(got: &[f32], want: &[f32], abs: f32, rel: f32) {
     let mut worst: Option<(usize, f32)> = None;
     for (k, (g, w)) in got.iter().zip(want).enumerate() {
         let excess = (g - w).abs() - (abs + rel * w.abs());
-        if !(excess <= 0.0) && worst.is_none_or(|(_, e)| excess > e) {
+        // A NaN excess (a NaN value) fails too.
+        let fails = excess > 0.0 || excess.is_nan();
+        if fails && worst.is_none_or(|(_, e)| excess > e || excess.is_nan()) {
             worst = Some((k, excess));
         }
     }
