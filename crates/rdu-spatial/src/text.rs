@@ -19,6 +19,7 @@
 //! tensor). `parse(print(p)) == p` for every program whose names are identifiers and whose
 //! floats are not NaN; `print(parse(t)) == t` for every printed `t`.
 
+mod cursor;
 mod lex;
 mod parse;
 

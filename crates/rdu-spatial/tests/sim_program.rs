@@ -63,6 +63,16 @@ fn in_place_states_give_the_same_step_as_copied_ones() {
 }
 
 #[test]
+fn a_refused_in_place_update_leaves_the_state_with_the_caller() {
+    let b = MapBindings::new().with("x", f(&[1, 3], &[1., 2., 3.])).with("pos", i(&[], &[0]));
+    let p = program(&b.clone().with("C", f(&[2, 2], &[0.; 4])), "C <- cache_put(C, x, pos)", &[]);
+    let mut states = BTreeMap::from([("C".to_string(), f(&[2, 2], &[5., 6., 7., 8.]))]);
+    let e = simulate_in_place(&p, &b, &mut states).unwrap_err().to_string();
+    assert!(e.contains("cannot put rows [1, 3] into a cache [2, 2]"), "{e}");
+    assert_eq!(states["C"], f(&[2, 2], &[5., 6., 7., 8.]));
+}
+
+#[test]
 fn runtime_faults_are_one_line_errors() {
     let p = parse(GOLDEN).unwrap();
     let mut b = bindings(&p);

@@ -175,3 +175,12 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_documented_example_parses_and_prints_back() {
+    let doc = include_str!("../../../docs/SPATIAL.md");
+    let example = doc.split("```").nth(1).expect("an example block").trim_start_matches('\n');
+    let p = parse(example).unwrap();
+    assert_eq!(print(&p), example);
+    assert_eq!(p.sections[0].stages[0].ops.len(), 2);
+}

@@ -122,7 +122,12 @@ impl<'p, 'b> Exec<'p, 'b> {
         }
         check_storage(op, &args)?;
         let mut call = Call { op, args, bindings: self.bindings, inplace };
-        let outs = dispatch(&mut call)?;
+        let result = dispatch(&mut call);
+        if let (Err(_), Some(state)) = (&result, call.inplace.take()) {
+            // A state taken for an in-place update goes back when the kernel refuses the op.
+            self.env.insert(last.clone(), Val::Dense(Cow::Owned(state)));
+        }
+        let outs = result?;
         if outs.len() != op.outs.len() {
             let n = outs.len();
             return super::invalid(format!("`{}` produces {n} outputs, the op binds {}", op.op, op.outs.len()));

@@ -1,5 +1,6 @@
 //! Parses the text form line by line; every error names its line and never panics.
 
+use super::cursor::{show, Cursor, Res};
 use super::lex::{tokens, Tok};
 use super::TextError;
 use crate::program::{
@@ -30,88 +31,6 @@ pub(super) fn program(text: &str) -> Result<SpatialProgram, TextError> {
         cur.end().map_err(err)?;
     }
     program.ok_or(TextError::Syntax { line: 1, message: "expected `program NAME chip=CHIP`".into() })
-}
-
-struct Cursor<'a> {
-    toks: &'a [Tok],
-    at: usize,
-}
-
-type Res<T> = Result<T, String>;
-
-impl Cursor<'_> {
-    fn peek(&self) -> Option<&Tok> {
-        self.toks.get(self.at)
-    }
-
-    fn peek2(&self) -> Option<&Tok> {
-        self.toks.get(self.at + 1)
-    }
-
-    fn next(&mut self) -> Option<&Tok> {
-        self.at += 1;
-        self.toks.get(self.at - 1)
-    }
-
-    fn ident(&mut self, what: &str) -> Res<String> {
-        match self.next() {
-            Some(Tok::Ident(s)) => Ok(s.clone()),
-            other => Err(format!("expected {what}, found {}", show(other))),
-        }
-    }
-
-    fn punct(&mut self, c: char) -> Res<()> {
-        match self.next() {
-            Some(Tok::Punct(p)) if *p == c => Ok(()),
-            other => Err(format!("expected `{c}`, found {}", show(other))),
-        }
-    }
-
-    fn eat(&mut self, c: char) -> bool {
-        let hit = self.peek() == Some(&Tok::Punct(c));
-        self.at += usize::from(hit);
-        hit
-    }
-
-    /// `key=` with the given key.
-    fn key(&mut self, key: &str) -> Res<()> {
-        match self.next() {
-            Some(Tok::Ident(k)) if k == key => self.punct('='),
-            other => Err(format!("expected `{key}=`, found {}", show(other))),
-        }
-    }
-
-    fn int(&mut self, what: &str) -> Res<i64> {
-        match self.next() {
-            Some(Tok::Int(s)) => s.parse().map_err(|_| format!("{what} {s} is out of range")),
-            other => Err(format!("expected {what}, found {}", show(other))),
-        }
-    }
-
-    fn count<T: TryFrom<i64>>(&mut self, what: &str) -> Res<T> {
-        let v = self.int(what)?;
-        T::try_from(v).map_err(|_| format!("{what} {v} is out of range"))
-    }
-
-    fn end(&self) -> Res<()> {
-        match self.peek() {
-            None => Ok(()),
-            tok => Err(format!("unexpected {} at the end of the line", show(tok))),
-        }
-    }
-}
-
-fn show(tok: Option<&Tok>) -> String {
-    match tok {
-        None => "the end of the line".into(),
-        Some(Tok::Ident(s)) => format!("`{s}`"),
-        Some(Tok::Str(s)) => format!("{s:?}"),
-        Some(Tok::Int(s)) => format!("`{s}`"),
-        Some(Tok::Float(f)) => format!("`{f:?}`"),
-        Some(Tok::Arrow) => "`<-`".into(),
-        Some(Tok::DotDot) => "`..`".into(),
-        Some(Tok::Punct(c)) => format!("`{c}`"),
-    }
 }
 
 fn header(cur: &mut Cursor<'_>) -> Res<SpatialProgram> {
