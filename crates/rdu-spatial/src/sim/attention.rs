@@ -8,7 +8,7 @@ use super::ops::{Call, Outs};
 use super::region::{region, untiled, Axes};
 use super::tensor::SimTensor;
 use super::{invalid, SimError};
-use crate::q8::dot_dense;
+use crate::q8::dot;
 
 /// Rotates the first `dim` dims of every head of row `i` by table row `p_i`.
 pub(super) fn rope(call: &Call<'_>) -> Outs {
@@ -169,7 +169,7 @@ fn run(call: &Call<'_>, q: &[f32], [n, h, dk]: [usize; 3], s: usize, per_group: 
         };
         let qv = &q[(r * h + j) * dk..(r * h + j + 1) * dk];
         let kvh = j / per_group;
-        let scores: Vec<f32> = slots.iter().map(|&(sl, _)| scale * dot_dense(qv, keys.at(sl, kvh))).collect();
+        let scores: Vec<f32> = slots.iter().map(|&(sl, _)| scale * dot(qv, keys.at(sl, kvh))).collect();
         let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let weights: Vec<f32> = scores.iter().zip(&slots).map(|(sc, (_, m))| m * (sc - max).exp()).collect();
         let total: f32 = weights.iter().sum();

@@ -4,7 +4,7 @@
 
 use rayon::prelude::*;
 
-use crate::q8::{dot_dense, dot_row, Q8Block, QK8_0};
+use crate::q8::{dot, dot_row, Q8Block, QK8_0};
 
 /// Below this many multiply-adds a product runs on the calling thread.
 const PAR_WORK: usize = 1 << 16;
@@ -29,7 +29,7 @@ impl Rows<'_> {
     #[inline(always)]
     pub(super) fn dot(&self, j: usize, x: &[f32]) -> f32 {
         match self {
-            Rows::Dense { data, cols } => dot_dense(&data[j * cols..(j + 1) * cols], x),
+            Rows::Dense { data, cols } => dot(&data[j * cols..(j + 1) * cols], x),
             Rows::Q8 { blocks, cols } => {
                 let nb = cols / QK8_0;
                 dot_row(&blocks[j * nb..(j + 1) * nb], x)
