@@ -7,6 +7,7 @@
 //! graph), [`graph`] (dataflow IR and the reference interpreter), [`lower`] (passes and the
 //! streamed deployments), [`certify`], [`fit`].
 
+pub mod certify;
 pub mod error;
 pub mod front;
 pub mod graph;

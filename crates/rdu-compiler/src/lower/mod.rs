@@ -1,3 +1,41 @@
-//! Lowering: the streamed deployments (one program per layer kind plus a manifest).
+//! Lowering: a lifted layer program becomes a `SpatialProgram` for a chip, through one
+//! pipeline of named passes (`lower`), and the streamed deployments built from it.
 
+pub mod cost;
+pub mod passes;
 pub mod streamed;
+pub mod work;
+
+use crate::graph::Graph;
+use crate::lang::ast::Program;
+use rdu_spatial::chip::Chip;
+use rdu_spatial::program::SpatialProgram;
+use std::collections::BTreeSet;
+
+/// The passes of `lower`, in order; `--dump-after` takes one of these names.
+pub const PASSES: [&str; 6] = ["select", "from_q8", "fuse", "tile", "section", "place"];
+
+/// Lowers one lifted program for `chip`. `stored_q8` is the program's Q8_0 set; `dump` is
+/// called after every pass with its name and the program so far (for `--dump-after`).
+pub fn lower(
+    name: &str,
+    program: &Program,
+    graph: &Graph,
+    stored_q8: &BTreeSet<String>,
+    chip: &Chip,
+    dump: &mut dyn FnMut(&str, &SpatialProgram),
+) -> SpatialProgram {
+    let mut p = passes::select::select(name, &chip.name, program, graph);
+    dump("select", &p);
+    passes::from_q8(&mut p, stored_q8);
+    dump("from_q8", &p);
+    passes::fuse::fuse(&mut p);
+    dump("fuse", &p);
+    passes::tile::tile(&mut p, chip);
+    dump("tile", &p);
+    passes::section::section(&mut p, chip);
+    dump("section", &p);
+    passes::place::place(&mut p, chip);
+    dump("place", &p);
+    p
+}

@@ -155,7 +155,7 @@ fn fetch<'e>(call: &Call<'e>, i: usize, e: usize, per: usize) -> Result<WeightSl
     };
     let len_ok = match &slab {
         Some(WeightSlab::Dense(v)) => v.len() == per,
-        Some(WeightSlab::Q8(b)) => b.len() * QK8_0 == per && per % QK8_0 == 0,
+        Some(WeightSlab::Q8(b)) => b.len() * QK8_0 == per && per.is_multiple_of(QK8_0),
         None => false,
     };
     match slab {
@@ -167,7 +167,7 @@ fn fetch<'e>(call: &Call<'e>, i: usize, e: usize, per: usize) -> Result<WeightSl
 fn rows<'a>(slab: &'a WeightSlab<'_>, cols: usize) -> Result<Rows<'a>, SimError> {
     match slab {
         WeightSlab::Dense(data) => Ok(Rows::Dense { data, cols }),
-        WeightSlab::Q8(blocks) if cols % QK8_0 == 0 => Ok(Rows::Q8 { blocks, cols }),
+        WeightSlab::Q8(blocks) if cols.is_multiple_of(QK8_0) => Ok(Rows::Q8 { blocks, cols }),
         WeightSlab::Q8(_) => invalid(format!("a q8_0 expert's rows of {cols} values are not whole blocks")),
     }
 }

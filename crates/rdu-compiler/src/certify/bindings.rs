@@ -1,0 +1,159 @@
+//! Seeded inputs for numeric validation, served identically to the reference interpreter
+//! (`graph::Bindings`) and to the simulator (`SimBindings`): the same values, Q8_0 weights as
+//! blocks to the simulator and as their exact dequantised values to the reference. Stacked
+//! expert weights are generated lazily, one expert at a time, so a step materialises only the
+//! experts it routes to.
+
+use crate::graph::{Bindings, Data, Graph, Tensor};
+use crate::lang::ast::DeclKind;
+use rdu_checkpoint::seeded_weight;
+use rdu_spatial::program::{Arg, SpatialProgram, Storage};
+use rdu_spatial::q8::Q8Weight;
+use rdu_spatial::sim::{SimBindings, SimTensor, WeightSlab};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Every declared tensor of one program, seeded.
+pub struct Inputs {
+    seed: u64,
+    dense: BTreeMap<String, (Arc<Tensor>, SimTensor)>,
+    q8: BTreeMap<String, (Arc<Tensor>, Q8Weight)>,
+    /// Stacked expert weights: name → (per-expert shape, stored Q8_0).
+    experts: BTreeMap<String, (Vec<usize>, bool)>,
+}
+
+impl Inputs {
+    pub fn new(program: &SpatialProgram, graph: &Graph, seed: u64) -> Inputs {
+        let mut experts = BTreeMap::new();
+        for op in program.sections.iter().flat_map(|s| &s.stages).flat_map(|st| &st.ops) {
+            if op.op == "experts" {
+                for arg in op.args.iter().skip(3) {
+                    let Arg::Tensor(name) = arg else { continue };
+                    if let Some(t) = program.tensors.iter().find(|t| &t.name == name) {
+                        experts.insert(name.clone(), (t.shape[1..].to_vec(), t.storage == Storage::Q8_0));
+                    }
+                }
+            }
+        }
+        let vocab = embed_rows(program);
+        let has_state = graph.states.iter().any(|_| true);
+        let table_rows =
+            graph.declared().find(|(_, _, d)| d.kind == DeclKind::Shared).map(|(_, v, _)| v.ty.shape[0]).unwrap_or(1);
+        let mut inputs = Inputs { seed, dense: BTreeMap::new(), q8: BTreeMap::new(), experts };
+        for (_, value, decl) in graph.declared() {
+            let name = value.name.clone();
+            let shape = value.ty.shape.clone();
+            if inputs.experts.contains_key(&name) {
+                continue;
+            }
+            let stored_q8 = program.tensors.iter().any(|t| t.name == name && t.storage == Storage::Q8_0);
+            let values = match (decl.kind, name.as_str()) {
+                // A decode step at the last position its tables allow: rings wrap, caches are read whole.
+                (DeclKind::Input, "pos") => Data::I32(vec![if has_state { table_rows as i32 - 1 } else { 0 }]),
+                (DeclKind::Input, _) if value.ty.dtype == crate::graph::DType::I32 => {
+                    let n: usize = shape.iter().product();
+                    Data::I32((0..n).map(|i| ((i as u64 * 7919 + seed) % vocab.max(1) as u64) as i32).collect())
+                }
+                (DeclKind::Shared, _) => {
+                    let dim = 2 * shape.get(1).copied().unwrap_or(1);
+                    let rope = rdu_spatial::rope::RopeSpec {
+                        base: 10000.0,
+                        dim,
+                        scaling: rdu_spatial::rope::RopeScaling::None,
+                    };
+                    let (cos, sin) = rdu_spatial::rope::tables(&rope, shape[0]);
+                    Data::F32(if name.starts_with("sin") { sin } else { cos })
+                }
+                (DeclKind::State, _) => Data::F32(scaled(seeded_weight(seed, &name, &shape, false), 0.5)),
+                _ => Data::F32(seeded_weight(seed, &name, &shape, false)),
+            };
+            inputs.insert(name, shape, values, stored_q8);
+        }
+        inputs
+    }
+
+    fn insert(&mut self, name: String, shape: Vec<usize>, values: Data, stored_q8: bool) {
+        match values {
+            Data::F32(v) if stored_q8 => {
+                let q = Q8Weight::quantize(&shape, &v).expect("a q8 weight has whole blocks");
+                let dense = Arc::new(Tensor::f32(shape, q.dequantize()));
+                self.q8.insert(name, (dense, q));
+            }
+            Data::F32(v) => {
+                let sim = SimTensor::f32(shape.clone(), v.clone());
+                self.dense.insert(name, (Arc::new(Tensor::f32(shape, v)), sim));
+            }
+            Data::I32(v) => {
+                let sim = SimTensor::i32(shape.clone(), v.clone());
+                self.dense.insert(name, (Arc::new(Tensor::i32(shape, v)), sim));
+            }
+        }
+    }
+
+    /// Expert `e` of a stacked weight: dense values, and its Q8_0 blocks when stored so.
+    fn expert_values(&self, name: &str, e: usize) -> Option<(Vec<usize>, Vec<f32>, Option<Q8Weight>)> {
+        let (shape, q8) = self.experts.get(name)?;
+        let values = seeded_weight(self.seed, &format!("{name}/{e}"), shape, false);
+        if *q8 {
+            let q = Q8Weight::quantize(shape, &values)?;
+            Some((shape.clone(), q.dequantize(), Some(q)))
+        } else {
+            Some((shape.clone(), values, None))
+        }
+    }
+}
+
+/// Halves (or otherwise scales) seeded values: states are kept moderate.
+fn scaled(mut v: Vec<f32>, by: f32) -> Vec<f32> {
+    v.iter_mut().for_each(|x| *x *= by);
+    v
+}
+
+/// Rows of the embedding table, if the program looks one up (token ids must stay below it).
+fn embed_rows(program: &SpatialProgram) -> usize {
+    let ops = program.sections.iter().flat_map(|s| &s.stages).flat_map(|st| &st.ops);
+    for op in ops.filter(|o| o.op == "embed") {
+        if let Some(Arg::Tensor(table)) = op.args.get(1) {
+            if let Some(t) = program.tensors.iter().find(|t| &t.name == table) {
+                return t.shape[0];
+            }
+        }
+    }
+    1
+}
+
+impl Bindings for Inputs {
+    fn tensor(&self, name: &str) -> Option<Arc<Tensor>> {
+        self.dense.get(name).map(|(t, _)| t.clone()).or_else(|| self.q8.get(name).map(|(t, _)| t.clone()))
+    }
+
+    fn slice0(&self, name: &str, index: usize) -> Option<Arc<Tensor>> {
+        if self.experts.contains_key(name) {
+            let (shape, values, _) = self.expert_values(name, index)?;
+            return Some(Arc::new(Tensor::f32(shape, values)));
+        }
+        Bindings::tensor(self, name)?.slice0(index).map(Arc::new)
+    }
+}
+
+impl SimBindings for Inputs {
+    fn tensor(&self, name: &str) -> Option<Cow<'_, SimTensor>> {
+        self.dense.get(name).map(|(_, t)| Cow::Borrowed(t))
+    }
+
+    fn q8(&self, name: &str) -> Option<Cow<'_, Q8Weight>> {
+        self.q8.get(name).map(|(_, q)| Cow::Borrowed(q))
+    }
+
+    fn expert(&self, name: &str, expert: usize) -> Option<WeightSlab<'_>> {
+        if !self.experts.contains_key(name) {
+            return None;
+        }
+        let (_, values, q8) = self.expert_values(name, expert)?;
+        Some(match q8 {
+            Some(q) => WeightSlab::Q8(Cow::Owned(q.blocks)),
+            None => WeightSlab::Dense(Cow::Owned(values)),
+        })
+    }
+}

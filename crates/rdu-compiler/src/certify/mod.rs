@@ -1,0 +1,104 @@
+//! Certification (DESIGN §7): a lowered program is checked for structure and resources, then
+//! validated numerically — on seeded random inputs, weights (Q8_0 where stored so) and states
+//! at its real shapes, the simulator's results must match the reference interpreter of the
+//! lifted source. The certificate records what was checked, the seed, the tolerance and the
+//! worst error.
+
+mod bindings;
+mod structure;
+
+use crate::graph::{eval, Graph};
+use bindings::Inputs;
+use rdu_spatial::chip::Chip;
+use rdu_spatial::program::SpatialProgram;
+use rdu_spatial::sim::simulate;
+
+/// Relative tolerance of the numeric check: every result element must satisfy
+/// `|sim − ref| ≤ TOLERANCE · max(1, max|ref|)` over its tensor.
+pub const TOLERANCE: f64 = 1e-4;
+
+/// What certification checked and found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Certificate {
+    pub checks: Vec<String>,
+    pub seed: u64,
+    pub tolerance: f64,
+    /// The largest absolute difference between simulator and reference over every result.
+    pub max_abs_err: f64,
+}
+
+/// Why a program was not certified.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum CertifyFault {
+    #[error("structure: {0}")]
+    Structure(String),
+    #[error("resources: {0}")]
+    Resources(String),
+    #[error("numbers: `{tensor}` differs at element {index}: simulator {got}, reference {want} (|diff| {diff:e} > {bound:e})")]
+    Numbers { tensor: String, index: usize, got: f32, want: f32, diff: f64, bound: f64 },
+    #[error("{engine} failed on seeded inputs: {message}")]
+    Engine { engine: &'static str, message: String },
+}
+
+/// Certifies `program`, lowered from `graph`, for `chip`, with inputs drawn from `seed`.
+pub fn certify(program: &SpatialProgram, graph: &Graph, chip: &Chip, seed: u64) -> Result<Certificate, CertifyFault> {
+    let mut checks = Vec::new();
+    structure::check(program, graph).map_err(CertifyFault::Structure)?;
+    checks.push("structure".to_string());
+    structure::resources(program, chip).map_err(CertifyFault::Resources)?;
+    checks.push("resources".to_string());
+
+    let inputs = Inputs::new(program, graph, seed);
+    let reference =
+        eval(graph, &inputs).map_err(|e| CertifyFault::Engine { engine: "reference", message: e.to_string() })?;
+    let simulated =
+        simulate(program, &inputs).map_err(|e| CertifyFault::Engine { engine: "simulator", message: e.to_string() })?;
+    let mut max_abs_err = 0f64;
+    let results = reference.outputs.iter().map(|(n, t)| (n, t, simulated.outputs.get(n)));
+    let states = reference.states.iter().map(|(n, t)| (n, t, simulated.states.get(n)));
+    for (name, want, got) in results.chain(states) {
+        let Some(got) = got else {
+            return Err(CertifyFault::Engine { engine: "simulator", message: format!("produced no `{name}`") });
+        };
+        max_abs_err = max_abs_err.max(compare(name, got, want)?);
+    }
+    checks.push(format!(
+        "numbers ({} results and states at real shapes)",
+        reference.outputs.len() + reference.states.len()
+    ));
+    Ok(Certificate { checks, seed, tolerance: TOLERANCE, max_abs_err })
+}
+
+/// The largest absolute difference of one result, or the fault naming the worst element.
+fn compare(name: &str, got: &rdu_spatial::sim::SimTensor, want: &crate::graph::Tensor) -> Result<f64, CertifyFault> {
+    let engine = |m: String| CertifyFault::Engine { engine: "simulator", message: m };
+    if got.shape != want.shape {
+        return Err(engine(format!("`{name}` has shape {:?}, the reference {:?}", got.shape, want.shape)));
+    }
+    let (g, w): (Vec<f64>, Vec<f64>) = match (got.as_f32(), want.as_f32(), got.as_i32(), want.as_i32()) {
+        (Some(g), Some(w), _, _) => (g.iter().map(|&v| v as f64).collect(), w.iter().map(|&v| v as f64).collect()),
+        (_, _, Some(g), Some(w)) => (g.iter().map(|&v| v as f64).collect(), w.iter().map(|&v| v as f64).collect()),
+        _ => return Err(engine(format!("`{name}` has another dtype than the reference"))),
+    };
+    let scale = w.iter().fold(1f64, |m, v| m.max(v.abs()));
+    let bound = TOLERANCE * scale;
+    let mut worst = (0f64, 0usize);
+    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+        let d = (a - b).abs();
+        if d > worst.0 || d.is_nan() {
+            worst = (d, i);
+        }
+    }
+    if worst.0 > bound || worst.0.is_nan() {
+        let i = worst.1;
+        return Err(CertifyFault::Numbers {
+            tensor: name.to_string(),
+            index: i,
+            got: g[i] as f32,
+            want: w[i] as f32,
+            diff: worst.0,
+            bound,
+        });
+    }
+    Ok(worst.0)
+}

@@ -1,0 +1,118 @@
+//! Structural and resource checks of a lowered program: every read has a source, tiles cover
+//! each output exactly once, states are written back with their shapes, Q8_0 weights are only
+//! read by folding products or `dequant`, and every section fits the chip.
+
+use crate::graph::Graph;
+use rdu_spatial::chip::Chip;
+use rdu_spatial::program::{Arg, Role, SpatialProgram, Storage};
+use std::collections::BTreeSet;
+
+pub fn check(program: &SpatialProgram, graph: &Graph) -> Result<(), String> {
+    let decl = |n: &str| program.tensors.iter().find(|t| t.name == n);
+    let mut available: BTreeSet<&str> = program
+        .tensors
+        .iter()
+        .filter(|t| matches!(t.role, Role::Input | Role::Weight | Role::Shared | Role::State))
+        .map(|t| t.name.as_str())
+        .collect();
+    let mut written_states = BTreeSet::new();
+    for (s, section) in program.sections.iter().enumerate() {
+        for stage in &section.stages {
+            for op in &stage.ops {
+                let at = format!("section {s} stage {} op `{}`", stage.name, op.op);
+                for arg in &op.args {
+                    let Arg::Tensor(name) = arg else { continue };
+                    if !available.contains(name.as_str()) {
+                        return Err(format!("{at} reads `{name}`, which nothing before it produces"));
+                    }
+                    let stored_q8 = decl(name).is_some_and(|t| t.storage == Storage::Q8_0);
+                    if stored_q8 && !op.fold_q8 && op.op != "dequant" {
+                        return Err(format!("{at} reads the Q8_0 weight `{name}` without folding it"));
+                    }
+                }
+                if op.fold_q8
+                    && !op
+                        .args
+                        .iter()
+                        .any(|a| matches!(a, Arg::Tensor(n) if decl(n).is_some_and(|t| t.storage == Storage::Q8_0)))
+                {
+                    return Err(format!("{at} folds Q8_0 but reads no Q8_0 weight"));
+                }
+                if let Some(tiling) = &op.tiling {
+                    let out = op
+                        .outs
+                        .first()
+                        .and_then(|o| decl(o))
+                        .ok_or_else(|| format!("{at}: tiled output is undeclared"))?;
+                    let extent = *out
+                        .shape
+                        .get(tiling.axis)
+                        .ok_or_else(|| format!("{at}: tiling axis {} out of range", tiling.axis))?;
+                    let mut next = 0;
+                    for &(start, end) in &tiling.tiles {
+                        if start != next || end <= start {
+                            return Err(format!(
+                                "{at}: tiles do not cover `{}` axis {} exactly once (tile {start}..{end} after {next})",
+                                out.name, tiling.axis
+                            ));
+                        }
+                        next = end;
+                    }
+                    if next != extent {
+                        return Err(format!("{at}: tiles of `{}` end at {next}, the axis has {extent}", out.name));
+                    }
+                }
+                if op.update {
+                    if let Some(state) = op.outs.last() {
+                        written_states.insert(state.clone());
+                    }
+                }
+                available.extend(op.outs.iter().map(String::as_str));
+            }
+        }
+    }
+    for state in program.tensors.iter().filter(|t| t.role == Role::State) {
+        if !written_states.contains(&state.name) {
+            return Err(format!("state `{}` is never written back", state.name));
+        }
+        let graph_state = graph.states.iter().find(|s| s.name == state.name);
+        let Some(gs) = graph_state else { return Err(format!("state `{}` is not a state of the source", state.name)) };
+        if graph.value(gs.last).ty.shape != state.shape {
+            return Err(format!("state `{}` is written back with another shape", state.name));
+        }
+    }
+    for out in &program.outputs {
+        if !available.contains(out.as_str()) {
+            return Err(format!("output `{out}` is never produced"));
+        }
+    }
+    let declared: BTreeSet<&str> = graph.declared().map(|(_, v, _)| v.name.as_str()).collect();
+    let program_declared: BTreeSet<&str> = program
+        .tensors
+        .iter()
+        .filter(|t| matches!(t.role, Role::Input | Role::Weight | Role::Shared | Role::State))
+        .map(|t| t.name.as_str())
+        .collect();
+    if declared != program_declared {
+        return Err("the program's declared tensors differ from its source's".to_string());
+    }
+    Ok(())
+}
+
+pub fn resources(program: &SpatialProgram, chip: &Chip) -> Result<(), String> {
+    for (s, section) in program.sections.iter().enumerate() {
+        let pcus: u64 = section.stages.iter().map(|st| st.pcus as u64).sum();
+        let pmus: u64 = section.stages.iter().map(|st| st.pmus as u64).sum();
+        if pcus > chip.pcus as u64 || pmus > chip.pmus as u64 {
+            return Err(format!(
+                "section {s} needs {pcus} PCUs and {pmus} PMUs; {} has {} and {}",
+                chip.name, chip.pcus, chip.pmus
+            ));
+        }
+        let sram = pmus * chip.pmu_sram_bytes;
+        if sram > chip.sram_bytes {
+            return Err(format!("section {s} needs {sram} bytes of SRAM; {} has {}", chip.name, chip.sram_bytes));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,49 @@
+//! The cost of a lowered program: per-stage work (`work::op_work`) handed to the chip's cost
+//! model (`rdu_spatial::cost`).
+
+use super::work::{op_work, Work};
+use rdu_spatial::chip::Chip;
+use rdu_spatial::cost::{estimate, CostError, CostInput, Precision, StageWork, StepCost};
+use rdu_spatial::program::SpatialProgram;
+
+/// The cost model's input for one step of `program`.
+pub fn cost_input(program: &SpatialProgram) -> CostInput {
+    CostInput {
+        sections: program
+            .sections
+            .iter()
+            .map(|section| {
+                section
+                    .stages
+                    .iter()
+                    .map(|stage| {
+                        let mut w = Work::default();
+                        let mut tiles = 1u32;
+                        for op in &stage.ops {
+                            w += op_work(program, op);
+                            if let Some(t) = &op.tiling {
+                                tiles = tiles.max(t.tiles.len() as u32);
+                            }
+                        }
+                        StageWork {
+                            name: stage.name.clone(),
+                            flops: w.flops,
+                            hbm_bytes: w.hbm_bytes,
+                            ddr_bytes: 0,
+                            sram_bytes: w.sram_bytes,
+                            link_bytes: 0,
+                            pcus: stage.pcus,
+                            pmus: stage.pmus,
+                            tiles,
+                        }
+                    })
+                    .collect()
+            })
+            .collect(),
+    }
+}
+
+/// The estimated cost of one step of `program` on `chip`.
+pub fn program_cost(program: &SpatialProgram, chip: &Chip) -> Result<StepCost, CostError> {
+    estimate(chip, &cost_input(program), Precision::Bf16)
+}

@@ -1,0 +1,10 @@
+//! The lowering passes, one file each, in the order `lower::lower` runs them.
+
+pub mod fuse;
+pub mod place;
+pub mod section;
+pub mod select;
+pub mod tile;
+
+mod q8;
+pub use q8::from_q8;

@@ -1,0 +1,50 @@
+//! Tiling: every product and attention is split along its output's parallel axis into tiles
+//! whose slice of weights fits the PMUs a tile streams through. Elementwise epilogues stay
+//! whole; ops that cannot be tiled are left alone.
+
+use rdu_spatial::chip::Chip;
+use rdu_spatial::program::{Arg, SpatialProgram, Tiling};
+
+/// At most this many tiles per op: beyond it a tile spans several PMUs' worth of weights.
+pub const MAX_TILES: usize = 256;
+
+/// PMUs whose SRAM one tile's weight slice may fill.
+const PMUS_PER_TILE: u64 = 4;
+
+/// Chooses the tiling of every tileable heavy op.
+pub fn tile(program: &mut SpatialProgram, chip: &Chip) {
+    let shapes: Vec<(String, Vec<usize>)> = program.tensors.iter().map(|t| (t.name.clone(), t.shape.clone())).collect();
+    let shape_of = |name: &str| shapes.iter().find(|(n, _)| n == name).map(|(_, s)| s.clone());
+    let budget = chip.pmu_sram_bytes * PMUS_PER_TILE;
+    for section in &mut program.sections {
+        for stage in &mut section.stages {
+            for op in &mut stage.ops {
+                let Some(out) = op.outs.first().and_then(|o| shape_of(o)) else { continue };
+                let arg_shape = |i: usize| match op.args.get(i) {
+                    Some(Arg::Tensor(n)) => shape_of(n),
+                    _ => None,
+                };
+                // (axis, bytes one output index along it needs to stream)
+                let plan = match op.op.as_str() {
+                    "linear" => arg_shape(1).map(|w| (1, 2 * w.last().copied().unwrap_or(1) as u64)),
+                    "linear_heads" => arg_shape(1).map(|w| (1, 2 * (w[1] * w[2]) as u64)),
+                    "attend" | "attend_mla" => {
+                        arg_shape(1).map(|k| (1, 2 * k.iter().product::<usize>() as u64 / out[1].max(1) as u64))
+                    }
+                    "experts" => arg_shape(3).map(|w| (1, 2 * 3 * w[1] as u64)),
+                    _ => None,
+                };
+                let Some((axis, per_index)) = plan else { continue };
+                let extent = out[axis];
+                let mut size = ((budget / per_index.max(1)) as usize).clamp(1, extent);
+                size = size.max(extent.div_ceil(MAX_TILES));
+                op.tiling = Some(Tiling { axis, tiles: ranges(extent, size) });
+            }
+        }
+    }
+}
+
+/// `0..size, size..2·size, …` covering `0..extent` exactly once.
+pub fn ranges(extent: usize, size: usize) -> Vec<(usize, usize)> {
+    (0..extent).step_by(size.max(1)).map(|s| (s, (s + size).min(extent))).collect()
+}

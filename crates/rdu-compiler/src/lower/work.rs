@@ -1,0 +1,99 @@
+//! What one kernel op costs per step: FLOPs, bytes it must read from HBM (weights as stored,
+//! caches and states), and the SRAM it needs for its results and one tile of its weights.
+//! Shared by placement, sectioning and the cost model.
+
+use rdu_spatial::memory::{tensor_bytes, TensorFormat};
+use rdu_spatial::program::{Arg, KernelOp, Role, SpatialProgram, Storage, TensorDecl};
+
+/// Per-step work of one op.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Work {
+    pub flops: u64,
+    pub hbm_bytes: u64,
+    pub sram_bytes: u64,
+}
+
+impl std::ops::AddAssign for Work {
+    fn add_assign(&mut self, o: Work) {
+        self.flops += o.flops;
+        self.hbm_bytes += o.hbm_bytes;
+        self.sram_bytes += o.sram_bytes;
+    }
+}
+
+fn numel(shape: &[usize]) -> u64 {
+    shape.iter().map(|&d| d as u64).product()
+}
+
+/// Bytes of a tensor as stored in memory: Q8_0 blocks, bf16 for dense weights and states
+/// (the stated assumption of `rdu_spatial::memory`), 4 bytes for f32/i32 activations.
+pub fn stored_bytes(t: &TensorDecl) -> u64 {
+    let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
+    let format = match (t.storage, t.role) {
+        (Storage::Q8_0, _) => TensorFormat::Q8_0,
+        (Storage::Dense, Role::Weight | Role::State | Role::Shared) => TensorFormat::DenseBf16,
+        _ => TensorFormat::F32,
+    };
+    tensor_bytes(&shape, format).unwrap_or(u64::MAX / 4)
+}
+
+/// The per-step work of `op` in `program`.
+pub fn op_work(program: &SpatialProgram, op: &KernelOp) -> Work {
+    let decl = |name: &str| program.tensors.iter().find(|t| t.name == name);
+    let tensor_args: Vec<&TensorDecl> =
+        op.args.iter().filter_map(|a| if let Arg::Tensor(n) = a { decl(n) } else { None }).collect();
+    let out = op.outs.first().and_then(|o| decl(o));
+    let out_elems = out.map(|t| numel(&t.shape)).unwrap_or(0);
+    let sram_bytes = op.outs.iter().filter_map(|o| decl(o)).map(|t| numel(&t.shape) * 4).sum::<u64>();
+    let hbm_of =
+        |t: &TensorDecl| if matches!(t.role, Role::Weight | Role::State | Role::Shared) { stored_bytes(t) } else { 0 };
+    let mut work = Work { flops: out_elems, hbm_bytes: 0, sram_bytes };
+    match op.op.as_str() {
+        "linear" | "linear_heads" => {
+            let w = tensor_args.get(1);
+            let inner = w.and_then(|w| w.shape.last()).copied().unwrap_or(1) as u64;
+            work.flops = 2 * out_elems * inner;
+            work.hbm_bytes = tensor_args.iter().map(|t| hbm_of(t)).sum();
+        }
+        "embed" => {
+            // One row per id.
+            let rows = tensor_args.first().map(|t| numel(&t.shape)).unwrap_or(1);
+            let table = tensor_args.get(1);
+            work.hbm_bytes = table
+                .map(|t| stored_bytes(t) / t.shape.first().copied().unwrap_or(1).max(1) as u64 * rows)
+                .unwrap_or(0);
+        }
+        "experts" => {
+            // Only the top-k experts of each row are read.
+            let w = tensor_args.get(1).map(|t| *t.shape.last().unwrap_or(&1) as u64).unwrap_or(1);
+            let stacked: Vec<&&TensorDecl> = tensor_args.iter().skip(3).collect();
+            let experts = stacked.first().map(|t| t.shape[0] as u64).unwrap_or(1).max(1);
+            let rows = tensor_args.first().map(|t| t.shape[0] as u64).unwrap_or(1);
+            let touched = (w * rows).min(experts);
+            let per_expert: u64 = stacked.iter().map(|t| hbm_of(t) / experts).sum();
+            let expert_elems: u64 = stacked.iter().map(|t| numel(&t.shape) / experts).sum();
+            work.hbm_bytes = per_expert * touched;
+            work.flops = 2 * expert_elems * w * rows;
+        }
+        "attend" | "attend_mla" => {
+            // Every cached position of every kv head is read once per step.
+            let q = tensor_args.first();
+            let cache: Vec<&&TensorDecl> = tensor_args.iter().skip(1).filter(|t| t.role == Role::State).collect();
+            work.hbm_bytes = cache.iter().map(|t| stored_bytes(t)).sum();
+            let slots = tensor_args.get(1).map(|t| t.shape[0] as u64).unwrap_or(1);
+            let (rows, heads, dk) =
+                q.map(|q| (q.shape[0] as u64, q.shape[1] as u64, q.shape[2] as u64)).unwrap_or((1, 1, 1));
+            let dv = out.map(|o| *o.shape.last().unwrap_or(&1) as u64).unwrap_or(1);
+            work.flops = 2 * rows * heads * slots * (dk + dv);
+        }
+        "delta_step" | "delta_scan" | "conv_step" | "conv_shift" | "cache_put" => {
+            // States are read and written back.
+            work.hbm_bytes = tensor_args.iter().filter(|t| t.role == Role::State).map(|t| 2 * stored_bytes(t)).sum();
+            work.flops = 6 * out_elems.max(tensor_args.iter().map(|t| numel(&t.shape)).max().unwrap_or(0));
+        }
+        _ => {
+            work.hbm_bytes = tensor_args.iter().map(|t| hbm_of(t)).sum();
+        }
+    }
+    work
+}
