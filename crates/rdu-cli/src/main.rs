@@ -2,6 +2,7 @@
 //! kind, and prove them. This file parses the command line and dispatches; each command
 //! lives in its own module and only renders what the libraries compute.
 
+mod lower_cmd;
 mod model_arg;
 mod program_cmds;
 mod run_cmd;
@@ -31,6 +32,8 @@ enum Command {
     Kinds(program_cmds::KindsArgs),
     /// Print the authored program of one layer (or the embedding / head)
     Source(program_cmds::SourceArgs),
+    /// Lower every layer kind once, certify it, and write the bundle a vendor ingests
+    Lower(lower_cmd::LowerArgs),
     /// Run a model: prompt tokens in, greedy tokens and logits out
     Run(run_cmd::RunArgs),
 }
@@ -49,6 +52,7 @@ fn main() -> ExitCode {
         Command::Kinds(args) => program_cmds::kinds(&args),
         Command::Source(args) => program_cmds::source(&args),
         Command::Run(args) => run_cmd::run(&args),
+        Command::Lower(args) => lower_cmd::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -102,3 +102,10 @@ fn compare(name: &str, got: &rdu_spatial::sim::SimTensor, want: &crate::graph::T
     }
     Ok(worst.0)
 }
+
+/// The structure and resource checks alone (for a program too large to validate numerically
+/// at full size, whose numbers are checked on a smaller instance of the same program).
+pub fn check_structure(program: &SpatialProgram, graph: &Graph, chip: &Chip) -> Result<(), CertifyFault> {
+    structure::check(program, graph).map_err(CertifyFault::Structure)?;
+    structure::resources(program, chip).map_err(CertifyFault::Resources)
+}

@@ -1,9 +1,6 @@
-//! A model as the RDU would run it: one program per LAYER KIND, and a manifest binding every
-//! layer to its kind (see `shared/seed/streamed-module.txt`).
-//!
-//! This file holds the grouping of layers into kinds and the naming convention that binds a
-//! kind's program to each of its layers (`rebind`, `rebind_via`, `renaming`). It does not
-//! lower anything itself.
+//! Layer kinds: the grouping of layers into kinds by digest, and the naming convention that
+//! binds a kind's program to each of its layers.
+//! It does not lower anything itself.
 
 use crate::lang::{shape_digest, Digest};
 use crate::model::author::source_of;

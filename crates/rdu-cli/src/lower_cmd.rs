@@ -1,0 +1,185 @@
+//! `rdu lower`: lower every layer kind once, certify it, and write the bundle.
+
+use crate::model_arg::{resolve, CutArg, StorageArg};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use rdu_compiler::lower::streamed::{
+    lower_decode_streamed, lower_forward_streamed, LowerOptions, ProgramPart, Progress, StreamedModel,
+};
+use rdu_compiler::lower::PASSES;
+use rdu_spatial::chip::Chip;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct LowerArgs {
+    /// A preset name, a config.json, or a directory holding one
+    model: String,
+    /// What one step processes
+    #[arg(long, value_enum, default_value = "decode")]
+    cut: CutArg,
+    /// KV-cache positions of the decode cut
+    #[arg(long, default_value_t = 4096)]
+    ctx: usize,
+    /// Tokens of one forward step
+    #[arg(long, default_value_t = 128)]
+    seq: usize,
+    /// Target chip: sn50, sn40l, or a chip description file (TOML)
+    #[arg(long, default_value = "sn50")]
+    chip: String,
+    /// Which weights are stored Q8_0
+    #[arg(long, value_enum, default_value = "auto")]
+    storage: StorageArg,
+    /// Write the bundle to this directory (atomically; an existing bundle is replaced)
+    #[arg(short = 'o', long = "out")]
+    out: Option<PathBuf>,
+    /// Replace an existing directory that is not a bundle
+    #[arg(long)]
+    force: bool,
+    /// Print one JSON object summarising the lowering
+    #[arg(long)]
+    json: bool,
+    /// Print every program's spatial form after this pass (select, from_q8, fuse, tile, section, place)
+    #[arg(long, value_name = "PASS")]
+    dump_after: Option<String>,
+    /// Seed of the certification inputs
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+pub fn run(args: &LowerArgs) -> Result<()> {
+    if let Some(pass) = &args.dump_after {
+        if !PASSES.contains(&pass.as_str()) {
+            bail!("unknown pass `{pass}` for --dump-after: choose one of {}", PASSES.join(", "));
+        }
+    }
+    let spec = resolve(&args.model)?;
+    let chip = Chip::resolve(&args.chip)?;
+    let cut = args.cut.cut(args.ctx, args.seq)?;
+    let bar = ProgressBar::new(0);
+    bar.set_style(ProgressStyle::with_template("{spinner} lowering {pos}/{len} {msg} [{elapsed}]").expect("template"));
+    let mut dumps = Vec::new();
+    let mut progress = |p: Progress<'_>| match p {
+        Progress::Program { index, total, name } => {
+            bar.set_length(total as u64);
+            bar.set_position(index as u64);
+            bar.set_message(name.to_string());
+        }
+        Progress::Pass { program, pass, spatial } if Some(pass) == args.dump_after.as_deref() => {
+            dumps.push(format!("# {program} after {pass}\n{}", rdu_spatial::text::print(spatial)));
+        }
+        Progress::Pass { .. } => {}
+    };
+    let opts = LowerOptions { chip, storage: args.storage.storage(), seed: args.seed, progress: &mut progress };
+    let model = match cut {
+        rdu_compiler::model::spec::Cut::Forward { seq } => lower_forward_streamed(&spec, seq, opts),
+        rdu_compiler::model::spec::Cut::Decode { ctx } => lower_decode_streamed(&spec, ctx, opts),
+    };
+    bar.finish_and_clear();
+    let model = model.map_err(|e| anyhow::anyhow!("{e}"))?;
+    for d in &dumps {
+        print!("{d}");
+    }
+    if let Some(dir) = &args.out {
+        let bundle = model.bundle().map_err(anyhow::Error::msg)?;
+        bundle.write(dir, args.force).with_context(|| format!("writing the bundle to {}", dir.display()))?;
+    }
+    if args.json {
+        println!("{}", summary_json(&model));
+    } else if args.dump_after.is_none() {
+        print_summary(&model, args.out.as_ref());
+    }
+    Ok(())
+}
+
+fn part_json(p: &ProgramPart) -> Value {
+    json!({
+        "name": p.name,
+        "digest": p.digest,
+        "certified": true,
+        "certificate": {"checks": p.certificate.checks, "seed": p.certificate.seed, "tolerance": p.certificate.tolerance, "max_abs_err": p.certificate.max_abs_err},
+        "cost": {"seconds": p.cost.seconds, "hbm_bytes": p.cost.hbm_bytes, "flops": p.cost.flops, "pcus": p.cost.pcus, "pmus": p.cost.pmus, "sections": p.cost.sections.len()},
+    })
+}
+
+fn summary_json(model: &StreamedModel) -> Value {
+    let cut = match model.cut {
+        rdu_compiler::model::spec::Cut::Forward { seq } => json!({"mode": "forward", "seq": seq}),
+        rdu_compiler::model::spec::Cut::Decode { ctx } => json!({"mode": "decode", "ctx": ctx}),
+    };
+    let kinds: Vec<Value> = model
+        .kinds
+        .iter()
+        .map(|k| {
+            let mut v = part_json(&k.program);
+            v.as_object_mut().expect("object").insert("layers".into(), json!(k.layers));
+            v
+        })
+        .collect();
+    let step = model.step_estimate();
+    json!({
+        "model": model.spec.name,
+        "cut": cut,
+        "chip": model.chip.name,
+        "storage": model.storage.label(),
+        "lowering_seconds": model.lowering_seconds,
+        "kinds": kinds,
+        "embed": part_json(&model.embed),
+        "head": part_json(&model.head),
+        "step": {
+            "seconds": step.seconds,
+            "roofline_seconds": step.roofline_seconds,
+            "roofline_fraction": step.roofline_fraction,
+            "tokens_per_second": step.tokens_per_second,
+            "hbm_bytes": step.hbm_bytes,
+            "flops": step.flops,
+            "reconfigurations": step.reconfigurations,
+        },
+    })
+}
+
+fn print_summary(model: &StreamedModel, out: Option<&PathBuf>) {
+    println!(
+        "{} → {} ({} layers, {} kinds, storage {}), lowered and certified in {:.2}s",
+        model.spec.name,
+        model.chip.name,
+        model.spec.n_layers(),
+        model.kinds.len(),
+        model.storage.label(),
+        model.lowering_seconds
+    );
+    println!(
+        "  {:<28} {:>6} {:>8} {:>6} {:>6} {:>11} {:>10}",
+        "program", "layers", "sections", "PCUs", "PMUs", "µs/step", "max err"
+    );
+    let row = |p: &ProgramPart, layers: usize| {
+        println!(
+            "  {:<28} {:>6} {:>8} {:>6} {:>6} {:>11.2} {:>10.1e}",
+            p.name,
+            layers,
+            p.cost.sections.len(),
+            p.cost.pcus,
+            p.cost.pmus,
+            p.cost.seconds * 1e6,
+            p.certificate.max_abs_err
+        );
+    };
+    row(&model.embed, 0);
+    for k in &model.kinds {
+        row(&k.program, k.layers.len());
+    }
+    row(&model.head, 0);
+    let step = model.step_estimate();
+    println!(
+        "  step: {:.1} µs ({:.1} tokens/s), HBM roofline {:.1} µs ({:.0}% of roofline), {} reconfigurations",
+        step.seconds * 1e6,
+        step.tokens_per_second,
+        step.roofline_seconds * 1e6,
+        step.roofline_fraction * 100.0,
+        step.reconfigurations
+    );
+    if let Some(dir) = out {
+        println!("  bundle written to {}", dir.display());
+    }
+}

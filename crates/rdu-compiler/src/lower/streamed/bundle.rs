@@ -1,0 +1,168 @@
+//! The bundle a vendor ingests (DESIGN §9): every program's source and spatial text, and a
+//! manifest saying which kind runs at each layer, how its names bind, and where every
+//! checkpoint tensor, state, shared table and activation comes from.
+
+use super::deploy::{ProgramPart, StreamedModel};
+use crate::lang::{ast::DeclKind, parse};
+use crate::model::naming::{checkpoint_source, TensorSource};
+use crate::model::spec::Cut;
+use rdu_spatial::bundle::Bundle;
+use rdu_spatial::manifest::{
+    ActivationEntry, CertificateEntry, Checkpoint, CheckpointKind, CostEntry, Cut as CutEntry, CutMode, InputEntry,
+    KindEntry, LayerEntry, Manifest, ProgramEntry, Programs, RopeTable, SharedEntry, SharedRope, StateEntry,
+    TensorEntry, TensorStorage, FORMAT, VERSION,
+};
+use std::collections::BTreeMap;
+
+impl StreamedModel {
+    /// The bundle of this model: deterministic (same model, same bytes).
+    pub fn bundle(&self) -> Result<Bundle, String> {
+        let mut files = BTreeMap::new();
+        let mut entry = |part: &ProgramPart| {
+            let (src, spatial) = (format!("programs/{}.rdu", part.name), format!("programs/{}.spatial", part.name));
+            files.insert(src.clone(), part.source.text.clone());
+            files.insert(spatial.clone(), rdu_spatial::text::print(&part.spatial));
+            ProgramEntry {
+                name: part.name.clone(),
+                file_source: src,
+                file_spatial: spatial,
+                digest: part.digest.clone(),
+                declared: part.declared.clone(),
+                certificate: CertificateEntry {
+                    checks: part.certificate.checks.clone(),
+                    seed: part.certificate.seed,
+                    tolerance: part.certificate.tolerance,
+                    max_abs_err: part.certificate.max_abs_err,
+                },
+                cost: CostEntry::from(&part.cost),
+            }
+        };
+        let embed = entry(&self.embed);
+        let head = entry(&self.head);
+        let kinds = self
+            .kinds
+            .iter()
+            .map(|k| {
+                let e = entry(&k.program);
+                KindEntry {
+                    name: e.name,
+                    file_source: e.file_source,
+                    file_spatial: e.file_spatial,
+                    digest: e.digest,
+                    layers: k.layers.clone(),
+                    declared: e.declared,
+                    certificate: e.certificate,
+                    cost: e.cost,
+                }
+            })
+            .collect();
+        let layers = self
+            .layers
+            .iter()
+            .map(|b| LayerEntry { layer: b.layer, kind: b.kind.clone(), bind: b.bind.clone() })
+            .collect();
+        let mut tables = Tables::default();
+        for source in
+            std::iter::once(&self.embed.source).chain(&self.layer_sources).chain(std::iter::once(&self.head.source))
+        {
+            tables.add(self, source)?;
+        }
+        let (mode, ctx, seq) = match self.cut {
+            Cut::Forward { seq } => (CutMode::Forward, None, Some(seq)),
+            Cut::Decode { ctx } => (CutMode::Decode, Some(ctx), None),
+        };
+        let manifest = Manifest {
+            format: FORMAT.to_string(),
+            version: VERSION,
+            model: self.spec.name.clone(),
+            cut: CutEntry { mode, ctx, seq, batch: None, tp: None, chunk: None },
+            chip: self.chip.name.clone(),
+            storage: self.storage.label().to_string(),
+            programs: Programs { embed, head, kinds },
+            layers,
+            tensors: tables.tensors,
+            inputs: tables.inputs.into_values().collect(),
+            states: tables.states.into_values().collect(),
+            shared: tables.shared.into_values().collect(),
+            activations: tables.activations.into_values().collect(),
+        };
+        Ok(Bundle { manifest, files })
+    }
+}
+
+/// The manifest's tensor tables, gathered from every program's declarations.
+#[derive(Default)]
+struct Tables {
+    tensors: BTreeMap<String, TensorEntry>,
+    inputs: BTreeMap<String, InputEntry>,
+    states: BTreeMap<String, StateEntry>,
+    shared: BTreeMap<String, SharedEntry>,
+    activations: BTreeMap<String, ActivationEntry>,
+}
+
+impl Tables {
+    fn add(&mut self, model: &StreamedModel, source: &crate::lang::Source) -> Result<(), String> {
+        let program = parse(&source.text).map_err(|d| d[0].to_string())?;
+        let spec = &model.spec;
+        for d in program.decls() {
+            let name = d.name.text.clone();
+            let shape = d.ty.shape.clone();
+            match d.kind {
+                DeclKind::Weight => {
+                    let checkpoint = match checkpoint_source(spec, &name) {
+                        Some(TensorSource::Tensor(t)) => Checkpoint {
+                            kind: CheckpointKind::Tensor,
+                            names: vec![t],
+                            axis: None,
+                            start: None,
+                            len: None,
+                        },
+                        Some(TensorSource::Stack(names)) => {
+                            Checkpoint { kind: CheckpointKind::Stack, names, axis: Some(0), start: None, len: None }
+                        }
+                        Some(TensorSource::Slice { name: t, axis, start, len }) => Checkpoint {
+                            kind: CheckpointKind::Slice,
+                            names: vec![t],
+                            axis: Some(axis),
+                            start: Some(start),
+                            len: Some(len),
+                        },
+                        None => return Err(format!("no checkpoint tensor is known for `{name}` of {}", spec.name)),
+                    };
+                    let storage = if source.q8.contains(&name) { TensorStorage::Q8_0 } else { TensorStorage::Dense };
+                    self.tensors.insert(
+                        name,
+                        TensorEntry { shape, dtype: "f32".into(), storage, checkpoint, slices: Vec::new() },
+                    );
+                }
+                DeclKind::Input if name == "tok" || name == "pos" => {
+                    self.inputs.insert(name.clone(), InputEntry { name, dtype: d.ty.dtype.keyword().into(), shape });
+                }
+                DeclKind::Input => {
+                    self.activations.insert(name.clone(), ActivationEntry { name, shape });
+                }
+                DeclKind::State => {
+                    self.states.insert(name.clone(), StateEntry { name, shape });
+                }
+                DeclKind::Shared => {
+                    let rotation = name[3..].parse::<usize>().ok().and_then(|r| spec.rotations.get(r));
+                    let rope = rotation.map(|rot| SharedRope {
+                        table: if name.starts_with("sin") { RopeTable::Sin } else { RopeTable::Cos },
+                        spec: rot.rope_spec(),
+                    });
+                    self.shared.insert(name.clone(), SharedEntry { name, shape, rope });
+                }
+            }
+        }
+        let rows = match model.cut {
+            Cut::Forward { seq } => seq,
+            Cut::Decode { .. } => 1,
+        };
+        for out in program.outputs() {
+            let width = if out.text == "logits" { spec.vocab } else { spec.d_model };
+            self.activations
+                .insert(out.text.clone(), ActivationEntry { name: out.text.clone(), shape: vec![rows, width] });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,299 @@
+//! `lower_forward_streamed` and `lower_decode_streamed`: author, lift, lower and certify each
+//! layer kind ONCE (plus the embedding and the head), and bind every layer to its kind.
+
+use super::kinds::{layer_kinds_for, renaming, Storage};
+use crate::certify::{certify, Certificate, CertifyFault};
+use crate::front::{lift, Refusal};
+use crate::lang::{parse, shape_digest, Source};
+use crate::lower::{cost::program_cost, lower};
+use crate::model::author::{embed_source, head_source, source_of};
+use crate::model::spec::{Cut, ModelSpec};
+use rdu_spatial::chip::Chip;
+use rdu_spatial::cost::StepCost;
+use rdu_spatial::program::{Role, SpatialProgram};
+use std::collections::BTreeMap;
+
+/// The embedding and head programs are certified numerically on at most this many vocabulary
+/// rows (their products are tiled along the vocabulary, and every tile runs the same code).
+pub const CERTIFY_VOCAB_ROWS: usize = 8192;
+
+/// How to lower.
+pub struct LowerOptions<'a> {
+    pub chip: Chip,
+    pub storage: Storage,
+    /// Seed of the certification inputs.
+    pub seed: u64,
+    /// Called once per program as it starts (`--dump-after` and progress bars hook in here).
+    pub progress: &'a mut dyn FnMut(Progress<'_>),
+}
+
+/// What the lowering is doing, for progress reports and `--dump-after`.
+pub enum Progress<'p> {
+    /// Starting program `index` of `total` (`name`).
+    Program { index: usize, total: usize, name: &'p str },
+    /// A pass finished on the program being lowered.
+    Pass { program: &'p str, pass: &'p str, spatial: &'p SpatialProgram },
+}
+
+/// One lowered, certified program: a layer kind, the embedding or the head.
+#[derive(Clone, Debug)]
+pub struct ProgramPart {
+    pub name: String,
+    pub source: Source,
+    pub digest: String,
+    pub spatial: SpatialProgram,
+    pub certificate: Certificate,
+    pub cost: StepCost,
+    /// Every tensor the program reads or produces by name (all but its temporaries).
+    pub declared: Vec<String>,
+}
+
+/// One lowered, certified layer program, standing for every layer of its kind.
+#[derive(Clone, Debug)]
+pub struct LayerKind {
+    pub program: ProgramPart,
+    pub layers: Vec<usize>,
+}
+
+/// How one layer runs: which kind, and how the kind program's tensor names map onto this
+/// layer's tensors. Every tensor the kind program declares appears exactly once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayerBinding {
+    pub layer: usize,
+    pub kind: String,
+    pub bind: BTreeMap<String, String>,
+}
+
+/// A model lowered as the RDU runs it.
+#[derive(Clone, Debug)]
+pub struct StreamedModel {
+    pub spec: ModelSpec,
+    pub cut: Cut,
+    pub chip: Chip,
+    pub storage: Storage,
+    pub embed: ProgramPart,
+    pub kinds: Vec<LayerKind>,
+    pub head: ProgramPart,
+    pub layers: Vec<LayerBinding>,
+    /// Every layer's own source (its weights, states and Q8_0 set feed the manifest).
+    pub layer_sources: Vec<Source>,
+    pub lowering_seconds: f64,
+}
+
+/// A program of the bundle that did not lower: which one, and why.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamedReject {
+    /// The whole-program front end refused it: every statement it could not lift.
+    #[error("program `{program}` does not lift:\n{refusal}")]
+    Front { program: String, refusal: Refusal },
+    /// Lowered, but not certified.
+    #[error("program `{program}` is not certified: {fault}")]
+    Certification { program: String, fault: CertifyFault },
+    /// The cost model refused it.
+    #[error("program `{program}`: cost model: {message}")]
+    Cost { program: String, message: String },
+    /// A layer's program is not its kind's program up to names.
+    #[error("layer {layer} cannot be bound to kind `{kind}`")]
+    Binding { layer: usize, kind: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Lower `spec` as one program per layer kind plus the embedding and head, for one forward
+/// step over `seq` tokens, and bind every layer to its kind.
+pub fn lower_forward_streamed(
+    spec: &ModelSpec,
+    seq: usize,
+    opts: LowerOptions<'_>,
+) -> Result<StreamedModel, StreamedReject> {
+    if seq == 0 {
+        return Err(StreamedReject::Invalid("the sequence length must be at least 1".into()));
+    }
+    lower_streamed(spec, Cut::Forward { seq }, opts)
+}
+
+/// Lower `spec` as an SN50 DECODE deployment: the embedding lookup, one program per layer
+/// kind in which every attention layer appends to and attends over its KV cache of `ctx`
+/// positions, and a head. `tok` and `pos` are runtime inputs, so the bundle serves every step.
+pub fn lower_decode_streamed(
+    spec: &ModelSpec,
+    ctx: usize,
+    opts: LowerOptions<'_>,
+) -> Result<StreamedModel, StreamedReject> {
+    if ctx == 0 {
+        return Err(StreamedReject::Invalid("the context must hold at least 1 position".into()));
+    }
+    lower_streamed(spec, Cut::Decode { ctx }, opts)
+}
+
+fn lower_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Result<StreamedModel, StreamedReject> {
+    let started = std::time::Instant::now();
+    let LowerOptions { chip, storage, seed, progress } = opts;
+    let groups = layer_kinds_for(spec, cut, &storage);
+    let total = groups.len() + 2;
+    let layer_sources: Vec<Source> = (0..spec.n_layers()).map(|l| source_of(spec, l, cut, &storage)).collect();
+
+    progress(Progress::Program { index: 0, total, name: "embed" });
+    let embed = lower_part(
+        "embed",
+        &embed_source(spec, cut, &storage),
+        &certify_source(spec, cut, &storage, true),
+        &chip,
+        seed,
+        progress,
+    )?;
+    let mut kinds = Vec::new();
+    let mut layers = vec![None; spec.n_layers()];
+    for (i, group) in groups.iter().enumerate() {
+        progress(Progress::Program { index: i + 1, total, name: &group.name });
+        let rep = &layer_sources[group.representative()];
+        let part = lower_part(&group.name, rep, rep, &chip, seed, progress)?;
+        for &l in &group.layers {
+            let map = renaming(rep, &layer_sources[l])
+                .ok_or_else(|| StreamedReject::Binding { layer: l, kind: group.name.clone() })?;
+            let bind =
+                part.declared.iter().map(|n| (n.clone(), map.get(n).cloned().unwrap_or_else(|| n.clone()))).collect();
+            layers[l] = Some(LayerBinding { layer: l, kind: group.name.clone(), bind });
+        }
+        kinds.push(LayerKind { program: part, layers: group.layers.clone() });
+    }
+    progress(Progress::Program { index: total - 1, total, name: "head" });
+    let head = lower_part(
+        "head",
+        &head_source(spec, cut, &storage),
+        &certify_source(spec, cut, &storage, false),
+        &chip,
+        seed,
+        progress,
+    )?;
+    let layers = layers.into_iter().map(|b| b.expect("every layer belongs to a kind")).collect();
+    Ok(StreamedModel {
+        spec: spec.clone(),
+        cut,
+        chip,
+        storage,
+        embed,
+        kinds,
+        head,
+        layers,
+        layer_sources,
+        lowering_seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// The embedding or head source certification runs: the real one, or — for a vocabulary
+/// larger than `CERTIFY_VOCAB_ROWS` — the same program over the first rows of the table.
+fn certify_source(spec: &ModelSpec, cut: Cut, storage: &Storage, embed: bool) -> Source {
+    let mut small = spec.clone();
+    small.vocab = spec.vocab.min(CERTIFY_VOCAB_ROWS);
+    if embed {
+        embed_source(&small, cut, storage)
+    } else {
+        head_source(&small, cut, storage)
+    }
+}
+
+/// Parse, lift, lower and certify one program. `checked` is what certification runs: the
+/// program itself, or (embedding and head of a large vocabulary) the same program on fewer rows.
+fn lower_part(
+    name: &str,
+    source: &Source,
+    checked: &Source,
+    chip: &Chip,
+    seed: u64,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<ProgramPart, StreamedReject> {
+    let front = |src: &Source| -> Result<_, StreamedReject> {
+        let program = parse(&src.text)
+            .map_err(|d| StreamedReject::Front { program: name.to_string(), refusal: Refusal { diagnostics: d } })?;
+        let graph = lift(&program).map_err(|refusal| StreamedReject::Front { program: name.to_string(), refusal })?;
+        Ok((program, graph))
+    };
+    let (program, graph) = front(source)?;
+    let spatial = lower(name, &program, &graph, &source.q8, chip, &mut |pass, p| {
+        progress(Progress::Pass { program: name, pass, spatial: p })
+    });
+    let mut certificate = if checked == source {
+        certify(&spatial, &graph, chip, seed)
+    } else {
+        let (program, graph) = front(checked)?;
+        let reduced = lower(name, &program, &graph, &checked.q8, chip, &mut |_, _| {});
+        certify(&reduced, &graph, chip, seed).map(|mut c| {
+            c.checks.push(format!("numbers checked on the first {CERTIFY_VOCAB_ROWS} vocabulary rows"));
+            c
+        })
+    }
+    .map_err(|fault| StreamedReject::Certification { program: name.to_string(), fault })?;
+    if checked != source {
+        // Structure and resources of the full-size program itself.
+        crate::certify::check_structure(&spatial, &graph, chip)
+            .map_err(|fault| StreamedReject::Certification { program: name.to_string(), fault })?;
+        certificate.checks.push("structure and resources at full size".into());
+    }
+    let cost = program_cost(&spatial, chip)
+        .map_err(|e| StreamedReject::Cost { program: name.to_string(), message: e.to_string() })?;
+    let declared = spatial.tensors.iter().filter(|t| t.role != Role::Temp).map(|t| t.name.clone()).collect();
+    Ok(ProgramPart {
+        name: name.to_string(),
+        source: source.clone(),
+        digest: shape_digest(source).hex(),
+        spatial,
+        certificate,
+        cost,
+        declared,
+    })
+}
+
+/// The estimated cost of one whole step: the embedding, every layer through its kind's
+/// program, the head, and a reconfiguration wherever consecutive programs differ.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepEstimate {
+    pub seconds: f64,
+    pub roofline_seconds: f64,
+    pub roofline_fraction: f64,
+    pub tokens_per_second: f64,
+    pub hbm_bytes: u64,
+    pub flops: u64,
+    pub reconfigurations: usize,
+}
+
+impl StreamedModel {
+    /// The program of every position of one step, in order: embed, each layer's kind, head.
+    fn step_programs(&self) -> Vec<&ProgramPart> {
+        let kind = |name: &str| &self.kinds.iter().find(|k| k.program.name == name).expect("bound kind").program;
+        std::iter::once(&self.embed)
+            .chain(self.layers.iter().map(|b| kind(&b.kind)))
+            .chain(std::iter::once(&self.head))
+            .collect()
+    }
+
+    /// One step's estimate from the cost model.
+    pub fn step_estimate(&self) -> StepEstimate {
+        let programs = self.step_programs();
+        let mut seconds: f64 = programs.iter().map(|p| p.cost.seconds).sum();
+        let roofline_seconds: f64 = programs.iter().map(|p| p.cost.roofline_seconds).sum();
+        // Switching between single-section programs reloads the chip's configuration (a
+        // sectioned program already pays for its own switches every run), and so does the
+        // wrap from the head back to the next step's embedding.
+        let single = |p: &ProgramPart| p.cost.sections.len() == 1;
+        let mut reconfigurations =
+            programs.windows(2).filter(|w| w[0].name != w[1].name && single(w[0]) && single(w[1])).count();
+        if single(programs[0]) && single(programs[programs.len() - 1]) {
+            reconfigurations += 1;
+        }
+        seconds += reconfigurations as f64 * self.chip.reconfiguration;
+        let rows = match self.cut {
+            Cut::Forward { seq } => seq,
+            Cut::Decode { .. } => 1,
+        };
+        StepEstimate {
+            seconds,
+            roofline_seconds,
+            roofline_fraction: if seconds > 0.0 { roofline_seconds / seconds } else { 0.0 },
+            tokens_per_second: if seconds > 0.0 { rows as f64 / seconds } else { 0.0 },
+            hbm_bytes: programs.iter().map(|p| p.cost.hbm_bytes).sum(),
+            flops: programs.iter().map(|p| p.cost.flops).sum(),
+            reconfigurations,
+        }
+    }
+}
