@@ -21,4 +21,4 @@ pub use crate::gguf_value::{
 pub use crate::q8::{quantize_q8_0, Q8Block, Q8Tensor, Q8_BLOCK};
 pub use crate::safetensors::{Dtype, SafeTensors};
 pub mod seeded;
-pub use seeded::seeded_weight;
+pub use seeded::{seeded_weight, uniform_at};

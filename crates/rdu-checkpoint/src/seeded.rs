@@ -1,12 +1,14 @@
 //! Seeded random weights for models without a checkpoint (presets, bare configs): the same
 //! (seed, name, shape) always gives the same values, in the compiler and the host alike.
 
+use rayon::prelude::*;
+
 /// The values of weight `name` of `shape` under `seed`. Projections are uniform with the
 /// variance of `1/fan_in`; 1-D weights are small noise around a centre that suits their role
 /// (norm weights around 1, or around 0 under the `(1+w)` convention).
 pub fn seeded_weight(seed: u64, name: &str, shape: &[usize], unit_offset: bool) -> Vec<f32> {
     let n: usize = shape.iter().product();
-    let mut state = seed ^ fnv1a(name.as_bytes());
+    let key = seed ^ fnv1a(name.as_bytes());
     let base = name.trim_end_matches(|c: char| c.is_ascii_digit());
     if shape.len() == 1 {
         let centre = match base {
@@ -16,11 +18,17 @@ pub fn seeded_weight(seed: u64, name: &str, shape: &[usize], unit_offset: bool) 
             _ if unit_offset && base != "gn" => 0.0,
             _ => 1.0,
         };
-        (0..n).map(|_| centre + 0.1 * uniform(&mut state)).collect()
+        (0..n).map(|i| centre + 0.1 * uniform_at(key, i)).collect()
     } else {
         let fan_in = *shape.last().unwrap_or(&1) as f32;
         let bound = (3.0 / fan_in.max(1.0)).sqrt();
-        (0..n).map(|_| bound * uniform(&mut state)).collect()
+        let mut out = vec![0f32; n];
+        out.par_chunks_mut(1 << 16).enumerate().for_each(|(c, chunk)| {
+            for (j, v) in chunk.iter_mut().enumerate() {
+                *v = bound * uniform_at(key, (c << 16) + j);
+            }
+        });
+        out
     }
 }
 
@@ -29,10 +37,10 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
-/// SplitMix64 step, mapped to a uniform value in [-1, 1).
-fn uniform(state: &mut u64) -> f32 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
+/// Element `i` of the SplitMix64 stream keyed by `key` (counter-based, so any element can be
+/// computed on its own and chunks in parallel), mapped to a uniform value in [-1, 1).
+pub fn uniform_at(key: u64, i: usize) -> f32 {
+    let mut z = key.wrapping_add((i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^= z >> 31;

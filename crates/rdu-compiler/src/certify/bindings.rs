@@ -76,9 +76,9 @@ impl Inputs {
     fn insert(&mut self, name: String, shape: Vec<usize>, values: Data, stored_q8: bool) {
         match values {
             Data::F32(v) if stored_q8 => {
-                let q = Q8Weight::quantize(&shape, &v).expect("a q8 weight has whole blocks");
-                let dense = Arc::new(Tensor::f32(shape, q.dequantize()));
-                self.q8.insert(name, (dense, q));
+                let (q, dense) = quantize(&shape, &v);
+                drop(v);
+                self.q8.insert(name, (Arc::new(Tensor::f32(shape, dense)), q));
             }
             Data::F32(v) => {
                 let sim = SimTensor::f32(shape.clone(), v.clone());
@@ -96,12 +96,21 @@ impl Inputs {
         let (shape, q8) = self.experts.get(name)?;
         let values = seeded_weight(self.seed, &format!("{name}/{e}"), shape, false);
         if *q8 {
-            let q = Q8Weight::quantize(shape, &values)?;
-            Some((shape.clone(), q.dequantize(), Some(q)))
+            let (q, dense) = quantize(shape, &values);
+            Some((shape.clone(), dense, Some(q)))
         } else {
             Some((shape.clone(), values, None))
         }
     }
+}
+
+/// Q8_0 blocks of `values` and their exact dequantised values, block by block in parallel.
+fn quantize(shape: &[usize], values: &[f32]) -> (Q8Weight, Vec<f32>) {
+    use rayon::prelude::*;
+    let blocks: Vec<_> = values.par_chunks(32).map(rdu_spatial::q8::quantize_block).collect();
+    let mut dense = vec![0f32; values.len()];
+    dense.par_chunks_mut(32).zip(&blocks).for_each(|(out, b)| rdu_spatial::q8::dequant_block(b, out));
+    (Q8Weight { shape: shape.to_vec(), blocks }, dense)
 }
 
 /// Halves (or otherwise scales) seeded values: states are kept moderate.
