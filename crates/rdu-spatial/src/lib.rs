@@ -9,4 +9,17 @@ pub mod chip;
 pub mod cost;
 pub mod manifest;
 pub mod memory;
+pub mod program;
+pub mod q8;
 pub mod rope;
+pub mod sim;
+pub mod text;
+
+pub use program::{
+    Arg, Dtype, Home, KernelOp, Lit, Role, Section, SpatialProgram, Stage, Storage, TensorDecl, Tiling, TpInfo, TpSplit,
+};
+pub use q8::{Q8Block, Q8Weight};
+pub use sim::{
+    simulate, simulate_in_place, MapBindings, SimBindings, SimData, SimError, SimOut, SimTensor, WeightSlab,
+};
+pub use text::TextError;

@@ -1,0 +1,263 @@
+//! The `SpatialProgram` IR: tensors with their homes, sections of pipelined stages, fused kernel ops.
+//!
+//! A spatial program is what a vendor backend needs to configure the chip for one layer kind
+//! (or the embedding, or the head): every tensor it touches, where it lives, and the
+//! configurations (sections) loaded one after another, each a pipeline of stages. A stage is
+//! one fused kernel — a chain of ops from the program language's vocabulary
+//! (`docs/LANGUAGE.md`), with its tiling and its allocation of PCUs and PMUs.
+//!
+//! Names are the identity of tensors throughout: an op reads and writes tensors by name, and
+//! every name a program prints is a `String` so that the text form, the JSON form and the
+//! bundle's bindings agree without an id table. Nothing here uses a hash map.
+
+use serde::{Deserialize, Serialize};
+
+/// One lowered program: a layer kind, or the embedding, or the head.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SpatialProgram {
+    /// The program's name (`attention_dense`, `embed`, `head`, ...).
+    pub name: String,
+    /// The chip it was lowered for (`sn50`, `sn40l`, a user chip's name).
+    pub chip: String,
+    /// Every tensor the program reads or writes, in declaration order.
+    pub tensors: Vec<TensorDecl>,
+    /// Configurations loaded one after another.
+    pub sections: Vec<Section>,
+    /// The program's results, in order.
+    pub outputs: Vec<String>,
+    /// Tensor-parallel layout, when the program runs over several chips.
+    pub tp: Option<TpInfo>,
+}
+
+/// A tensor: its shape and element type, how it is stored, what it is and where it lives.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TensorDecl {
+    pub name: String,
+    pub dtype: Dtype,
+    pub shape: Vec<usize>,
+    pub storage: Storage,
+    pub role: Role,
+    pub home: Home,
+}
+
+/// Element type as the program sees it (a Q8_0 weight is `F32` with `Storage::Q8_0`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dtype {
+    F32,
+    I32,
+}
+
+/// How a tensor's values are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Storage {
+    Dense,
+    /// Blocks of 32 int8 values and one scale, along the last axis.
+    #[allow(non_camel_case_types)]
+    Q8_0,
+}
+
+/// What a tensor is to the program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Runtime data given each step (hidden rows, token ids, positions).
+    Input,
+    /// A checkpoint tensor of this layer.
+    Weight,
+    /// The same tensor in every layer (RoPE tables).
+    Shared,
+    /// Carried from step to step (KV caches, recurrent and conv state).
+    State,
+    /// A result of the program.
+    Output,
+    /// An intermediate produced and consumed inside the program.
+    Temp,
+}
+
+/// Where a tensor lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Home {
+    Hbm,
+    Ddr,
+    Sram,
+    Host,
+}
+
+/// One configuration of the chip: a pipeline of stages.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Section {
+    pub stages: Vec<Stage>,
+}
+
+/// One fused kernel and its share of the chip's units.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stage {
+    pub name: String,
+    pub ops: Vec<KernelOp>,
+    pub pcus: u32,
+    pub pmus: u32,
+}
+
+/// One op of a stage's chain: `outs = op(args, attrs)` or, with `update`, `..., S <- op(...)`
+/// (the last output is the state written).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelOp {
+    pub outs: Vec<String>,
+    pub update: bool,
+    pub op: String,
+    pub args: Vec<Arg>,
+    pub attrs: Vec<(String, Lit)>,
+    /// Products over a Q8_0 weight fold its int8 values and block scales on the chip.
+    pub fold_q8: bool,
+    /// Computed slice by slice along one axis of the (first) output.
+    pub tiling: Option<Tiling>,
+}
+
+/// A positional argument: a tensor by name, or a literal (`reshape`'s shape list).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Arg {
+    Tensor(String),
+    Lit(Lit),
+}
+
+/// A literal: attribute values and literal arguments.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Lit {
+    Int(i64),
+    Float(f64),
+    Word(String),
+    List(Vec<Lit>),
+}
+
+/// The half-open ranges `start..end` of the output's `axis` that the op computes, in order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tiling {
+    pub axis: usize,
+    pub tiles: Vec<(usize, usize)>,
+}
+
+/// Tensor-parallel layout: how many chips, which slice of each split tensor every chip holds,
+/// and which stages sum partial results across the chips.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TpInfo {
+    pub chips: u32,
+    pub splits: Vec<TpSplit>,
+    /// Names of the stages that all-reduce (sum) their outputs across chips.
+    pub all_reduce: Vec<String>,
+}
+
+/// One split tensor: chip `c` holds `parts[c]` (a half-open range) of `axis`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TpSplit {
+    pub tensor: String,
+    pub axis: usize,
+    pub parts: Vec<(usize, usize)>,
+}
+
+impl SpatialProgram {
+    /// The declaration of `name`, if the program declares it.
+    pub fn decl(&self, name: &str) -> Option<&TensorDecl> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+
+    /// Every op in execution order, with its stage.
+    pub fn ops(&self) -> impl Iterator<Item = (&Stage, &KernelOp)> {
+        self.sections.iter().flat_map(|s| s.stages.iter()).flat_map(|st| st.ops.iter().map(move |op| (st, op)))
+    }
+}
+
+impl TensorDecl {
+    /// Number of elements (1 for a scalar).
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+impl KernelOp {
+    /// The attribute `key`, if given.
+    pub fn attr(&self, key: &str) -> Option<&Lit> {
+        self.attrs.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// The tensor names the op reads, in argument order.
+    pub fn reads(&self) -> impl Iterator<Item = &str> {
+        self.args.iter().filter_map(|a| match a {
+            Arg::Tensor(t) => Some(t.as_str()),
+            Arg::Lit(_) => None,
+        })
+    }
+}
+
+impl Lit {
+    /// The value as an integer (an `Int`, or a `Float` with no fractional part).
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Lit::Int(i) => Some(*i),
+            Lit::Float(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => Some(*f as i64),
+            _ => None,
+        }
+    }
+
+    /// The value as a float (an `Int` converts).
+    pub fn as_float(&self) -> Option<f64> {
+        match self {
+            Lit::Int(i) => Some(*i as f64),
+            Lit::Float(f) => Some(*f),
+            _ => None,
+        }
+    }
+
+    /// The value as a word.
+    pub fn as_word(&self) -> Option<&str> {
+        match self {
+            Lit::Word(w) => Some(w),
+            _ => None,
+        }
+    }
+}
+
+impl Dtype {
+    /// The text form's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::I32 => "i32",
+        }
+    }
+}
+
+impl Role {
+    /// The text form's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Input => "input",
+            Role::Weight => "weight",
+            Role::Shared => "shared",
+            Role::State => "state",
+            Role::Output => "output",
+            Role::Temp => "temp",
+        }
+    }
+
+    /// Whether the simulator's bindings must supply this tensor.
+    pub fn is_bound(self) -> bool {
+        matches!(self, Role::Input | Role::Weight | Role::Shared | Role::State)
+    }
+}
+
+impl Home {
+    /// The text form's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Home::Hbm => "hbm",
+            Home::Ddr => "ddr",
+            Home::Sram => "sram",
+            Home::Host => "host",
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! Q8_0 blocks as the simulator consumes them, and the kernels that fold them: a dot product
+//! of one block with 32 activations (int8 values times activations, summed in f32, times the
+//! block scale) and a row dequantiser for lookups — never a whole-matrix dequantisation.
+
+use serde::{Deserialize, Serialize};
+
+/// Values per Q8_0 block.
+pub const QK8_0: usize = 32;
+
+/// One block: 32 int8 values and their scale (the f16 scale of the file, widened to f32).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Q8Block {
+    pub d: f32,
+    pub qs: [i8; QK8_0],
+}
+
+/// A weight stored as Q8_0 blocks along its last axis, row-major.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Q8Weight {
+    pub shape: Vec<usize>,
+    pub blocks: Vec<Q8Block>,
+}
+
+impl Q8Weight {
+    /// Quantises `data` (row-major, `shape`) as ggml does: `d = amax / 127` rounded to f16,
+    /// `q = round(x / d)`. The last axis must be a multiple of 32.
+    pub fn quantize(shape: &[usize], data: &[f32]) -> Option<Q8Weight> {
+        let last = *shape.last()?;
+        if last % QK8_0 != 0 || shape.iter().product::<usize>() != data.len() {
+            return None;
+        }
+        let blocks = data.chunks_exact(QK8_0).map(quantize_block).collect();
+        Some(Q8Weight { shape: shape.to_vec(), blocks })
+    }
+
+    /// Every value as f32 (for tests and `dequant`).
+    pub fn dequantize(&self) -> Vec<f32> {
+        let mut out = vec![0.0; self.blocks.len() * QK8_0];
+        for (b, chunk) in self.blocks.iter().zip(out.chunks_exact_mut(QK8_0)) {
+            dequant_block(b, chunk);
+        }
+        out
+    }
+
+    /// The number of elements the shape describes.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// One block quantised (ggml's `quantize_row_q8_0_ref`, scale rounded to f16).
+pub fn quantize_block(x: &[f32]) -> Q8Block {
+    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let mut qs = [0i8; QK8_0];
+    for (q, v) in qs.iter_mut().zip(x) {
+        *q = (v * id).round().clamp(-128.0, 127.0) as i8;
+    }
+    Q8Block { d: half::f16::from_f32(d).to_f32(), qs }
+}
+
+/// `Σ qs[i]·x[i]` over one block, times its scale: eight f32 partial sums, then summed.
+#[inline(always)]
+pub fn dot_block(block: &Q8Block, x: &[f32; QK8_0]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    for lane in 0..4 {
+        for j in 0..8 {
+            acc[j] += block.qs[lane * 8 + j] as f32 * x[lane * 8 + j];
+        }
+    }
+    block.d * sum8(&acc)
+}
+
+/// One row of Q8_0 blocks times `x` (`x.len() == 32 · row.len()`): each block's eight f32
+/// partial sums are scaled by the block's scale into eight running sums, summed at the end.
+#[inline(always)]
+pub fn dot_row(row: &[Q8Block], x: &[f32]) -> f32 {
+    let mut total = [0.0f32; 8];
+    for (block, xs) in row.iter().zip(x.chunks_exact(QK8_0)) {
+        let mut acc = [0.0f32; 8];
+        for lane in 0..4 {
+            for j in 0..8 {
+                acc[j] += block.qs[lane * 8 + j] as f32 * xs[lane * 8 + j];
+            }
+        }
+        for j in 0..8 {
+            total[j] += block.d * acc[j];
+        }
+    }
+    sum8(&total)
+}
+
+/// `dot_row` with AVX2 and FMA: the same sums (eight lanes per block, scaled into eight
+/// running sums), each product-add fused.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_row_avx2(row: &[Q8Block], x: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let mut total = _mm256_setzero_ps();
+    for (block, xs) in row.iter().zip(x.chunks_exact(QK8_0)) {
+        // SAFETY: `qs` holds 32 bytes and `xs` 32 floats; the loads are unaligned loads.
+        let (q, xp) = (block.qs.as_ptr() as *const __m128i, xs.as_ptr());
+        let (lo, hi) = (_mm_loadu_si128(q), _mm_loadu_si128(q.add(1)));
+        let f = |v: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+        let mut acc = _mm256_mul_ps(f(lo), _mm256_loadu_ps(xp));
+        acc = _mm256_fmadd_ps(f(_mm_srli_si128(lo, 8)), _mm256_loadu_ps(xp.add(8)), acc);
+        acc = _mm256_fmadd_ps(f(hi), _mm256_loadu_ps(xp.add(16)), acc);
+        acc = _mm256_fmadd_ps(f(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(xp.add(24)), acc);
+        total = _mm256_fmadd_ps(_mm256_set1_ps(block.d), acc, total);
+    }
+    let mut lanes = [0.0f32; 8];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), total);
+    sum8(&lanes)
+}
+
+/// Dense dot product with eight f32 partial sums (the dense counterpart of `dot_row`).
+#[inline(always)]
+pub fn dot_dense(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ar, br) = (ac.remainder(), bc.remainder());
+    for (x, y) in ac.zip(bc) {
+        for j in 0..8 {
+            acc[j] += x[j] * y[j];
+        }
+    }
+    let mut total = sum8(&acc);
+    for (x, y) in ar.iter().zip(br) {
+        total += x * y;
+    }
+    total
+}
+
+/// `dot_dense` with the widest unit the CPU has: AVX2 + FMA when present (chosen at run
+/// time), the portable loop otherwise.
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU supports AVX2 and FMA, checked just above.
+        return unsafe { dot_dense_avx2(a, b) };
+    }
+    dot_dense(a, b)
+}
+
+/// `dot_dense` with AVX2 and FMA: eight lanes, each product-add fused.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_dense_avx2(a: &[f32], b: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = a.len().min(b.len());
+    let mut acc = _mm256_setzero_ps();
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: i + 8 <= n, so both 8-float loads are inside the slices.
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(i)), _mm256_loadu_ps(b.as_ptr().add(i)), acc);
+        i += 8;
+    }
+    let mut lanes = [0.0f32; 8];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+    let mut total = sum8(&lanes);
+    for k in i..n {
+        total += a[k] * b[k];
+    }
+    total
+}
+
+/// A block's 32 values as f32.
+#[inline(always)]
+pub fn dequant_block(block: &Q8Block, out: &mut [f32]) {
+    for (o, q) in out.iter_mut().zip(block.qs) {
+        *o = block.d * q as f32;
+    }
+}
+
+#[inline(always)]
+fn sum8(acc: &[f32; 8]) -> f32 {
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantize_round_trips_within_half_a_step_plus_the_f16_scale_rounding() {
+        let data: Vec<f32> = (0..64).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+        let w = Q8Weight::quantize(&[2, 32], &data).expect("quantise");
+        let back = w.dequantize();
+        for (b, (x, y)) in w.blocks.iter().flat_map(|b| [b; 32]).zip(data.iter().zip(&back)) {
+            // Half a step, plus 127 steps of the scale's f16 rounding (at most 2⁻¹¹ of it).
+            assert!((x - y).abs() <= b.d * (0.5 + 127.0 / 2048.0), "{x} vs {y}");
+        }
+        assert!(Q8Weight::quantize(&[2, 31], &data[..62]).is_none());
+    }
+
+    #[test]
+    fn dot_row_is_the_blockwise_sum() {
+        let mut qs = [0i8; 32];
+        qs[0] = 2;
+        qs[31] = -3;
+        let row = [Q8Block { d: 0.5, qs }, Q8Block { d: 2.0, qs: [1; 32] }];
+        let x: Vec<f32> = (0..64).map(|i| i as f32).collect();
+        // block 0: 0.5·(2·0 − 3·31) = −46.5; block 1: 2·Σ(32..64) = 2·1520.
+        assert_eq!(dot_row(&row, &x), -46.5 + 3040.0);
+        assert_eq!(dot_dense(&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]), 32.0);
+    }
+
+    #[test]
+    fn the_avx2_kernel_agrees_with_the_portable_one() {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            let data: Vec<f32> = (0..256).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+            let w = Q8Weight::quantize(&[1, 256], &data).expect("quantise");
+            let x: Vec<f32> = (0..256).map(|i| (i as f32 * 0.11).cos()).collect();
+            let plain = dot_row(&w.blocks, &x);
+            // SAFETY: the CPU supports AVX2 and FMA, checked above.
+            let fast = unsafe { dot_row_avx2(&w.blocks, &x) };
+            let scale: f32 = w.dequantize().iter().zip(&x).map(|(a, b)| (a * b).abs()).sum();
+            assert!((plain - fast).abs() <= 1e-6 * scale, "{plain} vs {fast}");
+        }
+        let (a, b): (Vec<f32>, Vec<f32>) = (0..77).map(|i| ((i as f32).sin(), (i as f32 * 0.3).cos())).unzip();
+        let scale: f32 = a.iter().zip(&b).map(|(x, y)| (x * y).abs()).sum();
+        assert!((dot(&a, &b) - dot_dense(&a, &b)).abs() <= 1e-6 * scale);
+        let row = [Q8Block { d: 1.0, qs: [1; 32] }];
+        assert_eq!(dot_row(&row, &[1.0; 32]), 32.0);
+    }
+}

@@ -1,0 +1,84 @@
+//! What the simulator reads from outside: every input, weight, shared and state tensor by name.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use super::tensor::SimTensor;
+use crate::q8::{Q8Block, Q8Weight};
+
+/// Supplies the tensors a program declares as input, weight, shared or state.
+///
+/// A weight declared `storage=q8_0` is looked up with [`SimBindings::q8`], every other tensor
+/// with [`SimBindings::tensor`]. `experts` reads its stacked weights one expert at a time
+/// through [`SimBindings::expert`], so an implementation can materialise only the experts a
+/// step selects; the default slices the whole tensor.
+pub trait SimBindings {
+    /// A dense tensor by name.
+    fn tensor(&self, name: &str) -> Option<Cow<'_, SimTensor>>;
+
+    /// A weight stored as Q8_0 blocks by name.
+    fn q8(&self, name: &str) -> Option<Cow<'_, Q8Weight>>;
+
+    /// Expert `expert` of the stacked weight `name` (`[E, ...]`): its row-major slab, as stored.
+    fn expert(&self, name: &str, expert: usize) -> Option<WeightSlab<'_>> {
+        if let Some(w) = self.q8(name) {
+            let n_experts = *w.shape.first()?;
+            let per = w.blocks.len().checked_div(n_experts)?;
+            let range = expert.checked_mul(per)?..expert.checked_add(1)?.checked_mul(per)?;
+            return match w {
+                Cow::Borrowed(w) => Some(WeightSlab::Q8(Cow::Borrowed(w.blocks.get(range)?))),
+                Cow::Owned(w) => Some(WeightSlab::Q8(Cow::Owned(w.blocks.get(range)?.to_vec()))),
+            };
+        }
+        let t = self.tensor(name)?;
+        let n_experts = *t.shape.first()?;
+        let per = t.len().checked_div(n_experts)?;
+        let range = expert.checked_mul(per)?..expert.checked_add(1)?.checked_mul(per)?;
+        match t {
+            Cow::Borrowed(t) => Some(WeightSlab::Dense(Cow::Borrowed(t.as_f32()?.get(range)?))),
+            Cow::Owned(t) => Some(WeightSlab::Dense(Cow::Owned(t.as_f32()?.get(range)?.to_vec()))),
+        }
+    }
+}
+
+/// One expert's slab of a stacked weight, dense or as Q8_0 blocks.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WeightSlab<'a> {
+    Dense(Cow<'a, [f32]>),
+    Q8(Cow<'a, [Q8Block]>),
+}
+
+/// Bindings held in two maps: dense tensors and Q8_0 weights.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MapBindings {
+    pub tensors: BTreeMap<String, SimTensor>,
+    pub q8: BTreeMap<String, Q8Weight>,
+}
+
+impl MapBindings {
+    pub fn new() -> MapBindings {
+        MapBindings::default()
+    }
+
+    /// Binds a dense tensor (builder style).
+    pub fn with(mut self, name: &str, tensor: SimTensor) -> MapBindings {
+        self.tensors.insert(name.to_string(), tensor);
+        self
+    }
+
+    /// Binds a Q8_0 weight (builder style).
+    pub fn with_q8(mut self, name: &str, weight: Q8Weight) -> MapBindings {
+        self.q8.insert(name.to_string(), weight);
+        self
+    }
+}
+
+impl SimBindings for MapBindings {
+    fn tensor(&self, name: &str) -> Option<Cow<'_, SimTensor>> {
+        self.tensors.get(name).map(Cow::Borrowed)
+    }
+
+    fn q8(&self, name: &str) -> Option<Cow<'_, Q8Weight>> {
+        self.q8.get(name).map(Cow::Borrowed)
+    }
+}

@@ -1,0 +1,103 @@
+//! Elementwise ops: numpy-broadcasting `add`/`sub`/`mul` and the unary activations; tileable
+//! along any axis of the output.
+
+use super::ops::{Call, Outs};
+use super::region::{region, Axes};
+use super::tensor::{strides, SimTensor};
+use super::{invalid, SimError};
+
+/// `a ∘ b` with numpy broadcasting.
+pub(super) fn binary(call: &Call<'_>, f: impl Fn(f32, f32) -> f32) -> Outs {
+    call.expect(2, 2, &[])?;
+    let (ta, a) = call.f32(0)?;
+    let (tb, b) = call.f32(1)?;
+    let shape = broadcast(&ta.shape, &tb.shape)?;
+    let reg = region(call.tiling(), &shape, Axes::Any, 0)?;
+    let n: usize = shape.iter().product();
+    let mut out = vec![0.0f32; n];
+    let same = |s: &[usize]| s == shape.as_slice();
+    for seg in reg.segments(&shape) {
+        if same(&ta.shape) && same(&tb.shape) {
+            for i in seg {
+                out[i] = f(a[i], b[i]);
+            }
+        } else if same(&ta.shape) && b.len() == 1 {
+            for i in seg {
+                out[i] = f(a[i], b[0]);
+            }
+        } else {
+            let (sa, sb) = (bcast_strides(&ta.shape, &shape), bcast_strides(&tb.shape, &shape));
+            let so = strides(&shape);
+            for i in seg {
+                out[i] = f(a[offset(i, &so, &sa)], b[offset(i, &so, &sb)]);
+            }
+        }
+    }
+    Ok(vec![SimTensor::f32(shape, out)])
+}
+
+/// `f(x)` elementwise; `known` lists the op's attributes.
+pub(super) fn unary(call: &Call<'_>, known: &[&str], f: impl Fn(f32) -> f32) -> Outs {
+    call.expect(1, 1, known)?;
+    let (t, x) = call.f32(0)?;
+    let reg = region(call.tiling(), &t.shape, Axes::Any, 0)?;
+    let mut out = vec![0.0f32; x.len()];
+    for seg in reg.segments(&t.shape) {
+        for (o, v) in out[seg.clone()].iter_mut().zip(&x[seg]) {
+            *o = f(*v);
+        }
+    }
+    Ok(vec![SimTensor::f32(t.shape.clone(), out)])
+}
+
+pub(super) fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// `ln(1 + eˣ)`, and `x` itself above 20 (torch's threshold).
+pub(super) fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+pub(super) fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)).tanh())
+}
+
+/// numpy's broadcast of two shapes.
+pub(super) fn broadcast(a: &[usize], b: &[usize]) -> Result<Vec<usize>, SimError> {
+    let rank = a.len().max(b.len());
+    let mut out = vec![0; rank];
+    for (i, o) in out.iter_mut().enumerate() {
+        let da = if i + a.len() >= rank { a[i + a.len() - rank] } else { 1 };
+        let db = if i + b.len() >= rank { b[i + b.len() - rank] } else { 1 };
+        *o = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => return invalid(format!("shapes {a:?} and {b:?} do not broadcast")),
+        };
+    }
+    Ok(out)
+}
+
+/// Strides of `shape` as seen from the broadcast `out` shape (0 along stretched axes).
+fn bcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
+    let own = strides(shape);
+    let lead = out.len() - shape.len();
+    (0..out.len()).map(|i| if i < lead || shape[i - lead] == 1 { 0 } else { own[i - lead] }).collect()
+}
+
+fn offset(mut flat: usize, out_strides: &[usize], in_strides: &[usize]) -> usize {
+    let mut off = 0;
+    for (os, is) in out_strides.iter().zip(in_strides) {
+        let idx = flat / os;
+        flat %= os;
+        off += idx * is;
+    }
+    off
+}

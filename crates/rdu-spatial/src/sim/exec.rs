@@ -1,0 +1,234 @@
+//! The executor: binds tensors on first read, runs every op in order, checks what it produces.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use super::bind::SimBindings;
+use super::ops::{dispatch, ArgVal, Call};
+use super::tensor::SimTensor;
+use super::SimError;
+use crate::program::{Arg, KernelOp, Role, SpatialProgram, Storage, TensorDecl};
+use crate::q8::{Q8Weight, QK8_0};
+
+/// Runs `program`; states in `states` (when `in_place`) are read from and written back there.
+pub(super) fn run(
+    program: &SpatialProgram,
+    bindings: &dyn SimBindings,
+    states: &mut BTreeMap<String, SimTensor>,
+    in_place: bool,
+) -> Result<BTreeMap<String, SimTensor>, SimError> {
+    let decls: BTreeMap<&str, &TensorDecl> = program.tensors.iter().map(|d| (d.name.as_str(), d)).collect();
+    let mut ex = Exec { bindings, decls, env: BTreeMap::new() };
+    if in_place {
+        for decl in program.tensors.iter().filter(|d| d.role == Role::State) {
+            if let Some(t) = states.remove(&decl.name) {
+                ex.env.insert(decl.name.clone(), Val::Dense(Cow::Owned(t)));
+            }
+        }
+    }
+    let result = ex.steps(program);
+    if !in_place {
+        states.clear();
+    }
+    // Every state reached goes back to the caller, on success and on error alike.
+    for decl in program.tensors.iter().filter(|d| d.role == Role::State) {
+        if let Some(Val::Dense(t)) = ex.env.remove(&decl.name) {
+            states.insert(decl.name.clone(), t.into_owned());
+        } else if !in_place && result.is_ok() {
+            ex.resolve(&decl.name)?;
+            if let Some(Val::Dense(t)) = ex.env.remove(&decl.name) {
+                states.insert(decl.name.clone(), t.into_owned());
+            }
+        }
+    }
+    result?;
+    let mut outputs = BTreeMap::new();
+    for name in &program.outputs {
+        match ex.env.get(name) {
+            Some(Val::Dense(t)) => outputs.insert(name.clone(), t.clone().into_owned()),
+            _ => match states.get(name) {
+                Some(t) => outputs.insert(name.clone(), t.clone()),
+                None => return Err(SimError::NoOutput { name: name.clone() }),
+            },
+        };
+    }
+    Ok(outputs)
+}
+
+/// A value of the environment: dense, or a weight as Q8_0 blocks.
+pub(super) enum Val<'b> {
+    Dense(Cow<'b, SimTensor>),
+    Q8(Cow<'b, Q8Weight>),
+}
+
+struct Exec<'p, 'b> {
+    bindings: &'b dyn SimBindings,
+    decls: BTreeMap<&'p str, &'p TensorDecl>,
+    env: BTreeMap<String, Val<'b>>,
+}
+
+impl<'p, 'b> Exec<'p, 'b> {
+    fn steps(&mut self, program: &'p SpatialProgram) -> Result<(), SimError> {
+        for stage in program.sections.iter().flat_map(|s| &s.stages) {
+            for (index, op) in stage.ops.iter().enumerate() {
+                self.step(op).map_err(|e| match e {
+                    SimError::Invalid { message } => {
+                        SimError::Op { stage: stage.name.clone(), index, op: op.op.clone(), message }
+                    }
+                    other => other,
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    fn step(&mut self, op: &KernelOp) -> Result<(), SimError> {
+        let Some(last) = op.outs.last() else { return super::invalid("an op must bind at least one output") };
+        for (i, arg) in op.args.iter().enumerate() {
+            if let Arg::Tensor(name) = arg {
+                if !(op.op == "experts" && (3..6).contains(&i) && !self.env.contains_key(name)) {
+                    self.resolve(name)?;
+                }
+            }
+        }
+        // An update whose first argument is the state it writes takes it by value (in place).
+        let state_first = matches!(op.args.first(), Some(Arg::Tensor(n)) if n == last);
+        let inplace = if op.update && state_first && matches!(op.op.as_str(), "cache_put" | "delta_step") {
+            match self.env.remove(last.as_str()) {
+                Some(Val::Dense(t)) => Some(t.into_owned()),
+                Some(other) => {
+                    self.env.insert(last.clone(), other);
+                    None
+                }
+                None => None,
+            }
+        } else {
+            None
+        };
+        let mut args = Vec::with_capacity(op.args.len());
+        for (i, arg) in op.args.iter().enumerate() {
+            args.push(match arg {
+                Arg::Lit(lit) => ArgVal::Lit(lit),
+                Arg::Tensor(name) => match self.env.get(name.as_str()) {
+                    Some(Val::Dense(t)) => ArgVal::Dense(t),
+                    Some(Val::Q8(w)) => ArgVal::Q8(w),
+                    None if i == 0 && inplace.is_some() => ArgVal::Taken,
+                    None => match self.decls.get(name.as_str()) {
+                        Some(decl) if decl.role.is_bound() => ArgVal::Stacked(decl),
+                        _ => return super::invalid(format!("{name} is read before it is produced")),
+                    },
+                },
+            });
+        }
+        check_storage(op, &args)?;
+        let mut call = Call { op, args, bindings: self.bindings, inplace };
+        let result = dispatch(&mut call);
+        if let (Err(_), Some(state)) = (&result, call.inplace.take()) {
+            // A state taken for an in-place update goes back when the kernel refuses the op.
+            self.env.insert(last.clone(), Val::Dense(Cow::Owned(state)));
+        }
+        let outs = result?;
+        if outs.len() != op.outs.len() {
+            let n = outs.len();
+            return super::invalid(format!("`{}` produces {n} outputs, the op binds {}", op.op, op.outs.len()));
+        }
+        for (k, (name, value)) in op.outs.iter().zip(outs).enumerate() {
+            let is_state = op.update && k + 1 == op.outs.len();
+            self.bind(name, value, is_state)?;
+        }
+        Ok(())
+    }
+
+    /// Makes `name` available in the environment, from the bindings if the program declares it
+    /// as bound.
+    fn resolve(&mut self, name: &str) -> Result<(), SimError> {
+        if self.env.contains_key(name) {
+            return Ok(());
+        }
+        let Some(decl) = self.decls.get(name).copied().filter(|d| d.role.is_bound()) else {
+            return super::invalid(format!("{name} is read before it is produced"));
+        };
+        let missing = || SimError::Missing { name: name.to_string(), role: decl.role.as_str().to_string() };
+        let bad = |message: String| SimError::Binding { name: name.to_string(), message };
+        let numel = checked_numel(&decl.shape).ok_or_else(|| bad("declared shape is too large".into()))?;
+        let val = if decl.storage == Storage::Q8_0 {
+            let w = self.bindings.q8(name).ok_or_else(missing)?;
+            let last = decl.shape.last().copied().unwrap_or(0);
+            if w.shape != decl.shape || last % QK8_0 != 0 || w.blocks.len() * QK8_0 != numel {
+                let (shape, blocks) = (&w.shape, w.blocks.len());
+                return Err(bad(format!("q8_0 {shape:?} with {blocks} blocks, declared {:?}", decl.shape)));
+            }
+            Val::Q8(w)
+        } else {
+            let t = self.bindings.tensor(name).ok_or_else(missing)?;
+            if t.shape != decl.shape || t.dtype() != decl.dtype || t.len() != numel {
+                let (dtype, shape, len) = (t.dtype().as_str(), &t.shape, t.len());
+                return Err(bad(format!(
+                    "{dtype}{shape:?} with {len} values, declared {}{:?}",
+                    decl.dtype.as_str(),
+                    decl.shape
+                )));
+            }
+            Val::Dense(t)
+        };
+        self.env.insert(name.to_string(), val);
+        Ok(())
+    }
+
+    fn bind(&mut self, name: &str, value: SimTensor, is_state: bool) -> Result<(), SimError> {
+        let decl = self.decls.get(name).copied();
+        if is_state && decl.map(|d| d.role) != Some(Role::State) {
+            return super::invalid(format!("{name} is updated with `<-` but is not a declared state"));
+        }
+        if !is_state {
+            if decl.is_some_and(|d| d.role.is_bound()) {
+                return super::invalid(format!("{name} is a declared {} and cannot be rebound", decl_role(decl)));
+            }
+            if self.env.contains_key(name) {
+                return super::invalid(format!("{name} is bound twice"));
+            }
+        }
+        if let Some(d) = decl {
+            if d.shape != value.shape || d.dtype != value.dtype() {
+                let got = format!("{}{:?}", value.dtype().as_str(), value.shape);
+                let want = format!("{}{:?}", d.dtype.as_str(), d.shape);
+                return super::invalid(format!("produces {got} but {name} is declared {want}"));
+            }
+        }
+        self.env.insert(name.to_string(), Val::Dense(Cow::Owned(value)));
+        Ok(())
+    }
+}
+
+fn decl_role(decl: Option<&TensorDecl>) -> &'static str {
+    decl.map(|d| d.role.as_str()).unwrap_or("tensor")
+}
+
+/// A Q8_0 weight may only be read by an op that folds it, or by `dequant`.
+fn check_storage(op: &KernelOp, args: &[ArgVal<'_>]) -> Result<(), SimError> {
+    let is_q8 = |a: &ArgVal<'_>| match a {
+        ArgVal::Q8(_) => true,
+        ArgVal::Stacked(d) => d.storage == Storage::Q8_0,
+        _ => false,
+    };
+    if op.op == "dequant" {
+        return Ok(());
+    }
+    let q8_args: Vec<usize> = args.iter().enumerate().filter(|(_, a)| is_q8(a)).map(|(i, _)| i).collect();
+    if op.fold_q8 && q8_args.is_empty() {
+        return super::invalid("fold=q8 but no argument is stored q8_0");
+    }
+    if let (false, Some(&i)) = (op.fold_q8, q8_args.first()) {
+        let name = match &op.args[i] {
+            Arg::Tensor(n) => n.as_str(),
+            Arg::Lit(_) => "?",
+        };
+        return super::invalid(format!("{name} is stored q8_0 but the op does not fold q8 (use fold=q8 or dequant)"));
+    }
+    Ok(())
+}
+
+/// The element count of `shape`, or `None` on overflow.
+pub(super) fn checked_numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}

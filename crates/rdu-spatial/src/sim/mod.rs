@@ -1,0 +1,73 @@
+//! The CPU simulator: executes a `SpatialProgram` as written — sections, stages and ops in
+//! order, tiled ops tile by tile into a zeroed output, Q8_0 weights folded block by block —
+//! with f32 accumulation, as the chip would. It is also the host's runtime engine.
+//!
+//! Tensor-parallel metadata (`tp`) is not interpreted: the program's ops are run as one chip.
+
+mod attention;
+mod bind;
+mod elementwise;
+mod exec;
+mod matmul;
+mod moe;
+mod norm;
+mod ops;
+mod products;
+mod recurrent;
+mod region;
+mod shape;
+mod tensor;
+
+use std::collections::BTreeMap;
+
+pub use bind::{MapBindings, SimBindings, WeightSlab};
+pub use tensor::{strides, SimData, SimTensor};
+
+use crate::program::SpatialProgram;
+
+/// What one step of a program produced.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimOut {
+    /// Every name in `program.outputs`.
+    pub outputs: BTreeMap<String, SimTensor>,
+    /// The final value of every declared state.
+    pub states: BTreeMap<String, SimTensor>,
+}
+
+/// Why a program could not be executed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SimError {
+    #[error("stage {stage}, op {index} `{op}`: {message}")]
+    Op { stage: String, index: usize, op: String, message: String },
+    #[error("missing binding for {role} {name}")]
+    Missing { name: String, role: String },
+    #[error("binding {name}: {message}")]
+    Binding { name: String, message: String },
+    #[error("output {name} is never produced")]
+    NoOutput { name: String },
+    #[error("{message}")]
+    Invalid { message: String },
+}
+
+/// Runs one step of `program`; `env` supplies every input, weight, shared and state tensor.
+pub fn simulate(program: &SpatialProgram, env: &dyn SimBindings) -> Result<SimOut, SimError> {
+    let mut states = BTreeMap::new();
+    let outputs = exec::run(program, env, &mut states, false)?;
+    Ok(SimOut { outputs, states })
+}
+
+/// Runs one step with the states held by the caller: each state found in `states` is read from
+/// there (others from `env`) and updated in place — a KV cache is written, never copied. On
+/// return (also on error) `states` holds the latest value of every state the step reached.
+pub fn simulate_in_place(
+    program: &SpatialProgram,
+    env: &dyn SimBindings,
+    states: &mut BTreeMap<String, SimTensor>,
+) -> Result<BTreeMap<String, SimTensor>, SimError> {
+    exec::run(program, env, states, true)
+}
+
+/// A kernel's complaint, before the executor says which op made it.
+pub(crate) fn invalid<T>(message: impl Into<String>) -> Result<T, SimError> {
+    Err(SimError::Invalid { message: message.into() })
+}

@@ -1,0 +1,181 @@
+//! Mixture of experts: `route` (softmax, group-limited top-k, ties to the lower index,
+//! renormalisation, scaling) and `experts`, which reads only the experts a step selects,
+//! one expert at a time, folding Q8_0 slabs block by block; tileable along the model dim.
+
+use std::collections::BTreeMap;
+
+use super::elementwise::{gelu_tanh, sigmoid};
+use super::matmul::{products, Rows};
+use super::ops::{ArgVal, Call, Outs};
+use super::region::{region, untiled, Axes};
+use super::tensor::SimTensor;
+use super::{invalid, SimBindings, SimError, WeightSlab};
+use crate::program::Storage;
+use crate::q8::QK8_0;
+
+/// `w [N, K]`, `idx i32[N, K]`: the `K` most probable experts of each row.
+pub(super) fn route(call: &Call<'_>) -> Outs {
+    call.expect(1, 1, &["k", "norm", "scale", "groups", "topk_groups"])?;
+    untiled(call.tiling())?;
+    let (t, logits) = call.f32(0)?;
+    let &[n, e] = t.shape.as_slice() else { return invalid(format!("expects logits [N, E], given {:?}", t.shape)) };
+    let k = call.req_count("k")?;
+    let norm = call.attr_count("norm")?.unwrap_or(0);
+    let scale = call.attr_float("scale")?.unwrap_or(1.0);
+    let groups = call.attr_count("groups")?.unwrap_or(1);
+    let keep = call.attr_count("topk_groups")?.unwrap_or(groups);
+    if k == 0 || k > e || e > i32::MAX as usize || norm > 1 {
+        return invalid(format!("k={k} and norm={norm} must satisfy 1 <= k <= {e} and norm 0 or 1"));
+    }
+    if groups == 0 || e % groups != 0 || keep == 0 || keep > groups {
+        return invalid(format!("{e} experts cannot be split into {groups} groups keeping {keep}"));
+    }
+    let (mut w, mut idx) = (Vec::with_capacity(n * k), Vec::with_capacity(n * k));
+    for row in logits.chunks_exact(e) {
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let exps: Vec<f32> = row.iter().map(|v| (v - max).exp()).collect();
+        let total: f32 = exps.iter().sum();
+        let mut p: Vec<f32> = exps.iter().map(|v| v / total).collect();
+        if groups > 1 {
+            let size = e / groups;
+            let best: Vec<f32> =
+                p.chunks_exact(size).map(|g| g.iter().copied().fold(f32::NEG_INFINITY, f32::max)).collect();
+            let kept = descending(&best, keep);
+            for (gi, group) in p.chunks_exact_mut(size).enumerate() {
+                if !kept.contains(&gi) {
+                    group.fill(0.0);
+                }
+            }
+        }
+        let top = descending(&p, k);
+        let mut chosen: Vec<f32> = top.iter().map(|&i| p[i]).collect();
+        if norm == 1 {
+            let sum: f32 = chosen.iter().sum();
+            chosen.iter_mut().for_each(|v| *v /= sum);
+        }
+        w.extend(chosen.iter().map(|v| v * scale));
+        idx.extend(top.iter().map(|&i| i as i32));
+    }
+    Ok(vec![SimTensor::f32(vec![n, k], w), SimTensor::i32(vec![n, k], idx)])
+}
+
+/// `Σₖ w[n,k] · Wd[e] (act(Wg[e] x) ⊙ Wu[e] x)` with `e = idx[n,k]`.
+pub(super) fn experts(call: &Call<'_>) -> Outs {
+    call.expect(6, 6, &["act"])?;
+    let (tx, x) = call.f32(0)?;
+    let (tw, w) = call.f32(1)?;
+    let (ti, idx) = call.i32(2)?;
+    let act: fn(f32) -> f32 = match call.attr_word("act")?.unwrap_or("silu") {
+        "silu" => |v| v * sigmoid(v),
+        "gelu_tanh" => gelu_tanh,
+        other => return invalid(format!("unknown act `{other}` (silu or gelu_tanh)")),
+    };
+    let (gs, us, ds) = (stacked_shape(call, 3)?, stacked_shape(call, 4)?, stacked_shape(call, 5)?);
+    let (&[n, d], &[wn, kk], &[n_e, hid, gd]) = (tx.shape.as_slice(), tw.shape.as_slice(), gs.as_slice()) else {
+        return invalid(format!(
+            "expects x [N, D], w [N, K], Wg [E, I, D], given {:?}, {:?}, {gs:?}",
+            tx.shape, tw.shape
+        ));
+    };
+    if wn != n || ti.shape != tw.shape || gd != d || us != gs || ds != [n_e, d, hid] {
+        let shapes = [&tx.shape, &tw.shape, &ti.shape, &gs, &us, &ds];
+        return invalid(format!("x, w, idx, Wg, Wu, Wd shapes {shapes:?} do not agree"));
+    }
+    let mut users: BTreeMap<usize, Vec<(usize, usize)>> = BTreeMap::new();
+    for (flat, &e) in idx.iter().enumerate() {
+        match usize::try_from(e) {
+            Ok(e) if e < n_e => users.entry(e).or_default().push((flat / kk, flat % kk)),
+            _ => return invalid(format!("expert index {e} is out of range for {n_e} experts")),
+        }
+    }
+    let reg = region(call.tiling(), &[n, d], Axes::Only(1), 1)?;
+    let mut contrib = vec![0.0f32; n * kk * d];
+    let Some(per) = hid.checked_mul(d) else { return invalid("expert weights are too large") };
+    for (&e, who) in &users {
+        let (sg, su, sd) = (fetch(call, 3, e, per)?, fetch(call, 4, e, per)?, fetch(call, 5, e, per)?);
+        let m = who.len();
+        let xs: Vec<f32> = who.iter().flat_map(|&(r, _)| &x[r * d..(r + 1) * d]).copied().collect();
+        let gate = products(rows(&sg, d)?, &xs, m, 0, hid);
+        let up = products(rows(&su, d)?, &xs, m, 0, hid);
+        let mut h = vec![0.0f32; m * hid];
+        for i in 0..hid {
+            for u in 0..m {
+                h[u * hid + i] = act(gate[i * m + u]) * up[i * m + u];
+            }
+        }
+        for &(s, t) in &reg.tiles {
+            let down = products(rows(&sd, hid)?, &h, m, s, t);
+            for (u, &(r, slot)) in who.iter().enumerate() {
+                for j in s..t {
+                    contrib[(r * kk + slot) * d + j] = down[(j - s) * m + u];
+                }
+            }
+        }
+    }
+    let mut y = vec![0.0f32; n * d];
+    for r in 0..n {
+        for &(s, t) in &reg.tiles {
+            for slot in 0..kk {
+                let weight = w[r * kk + slot];
+                let c = &contrib[(r * kk + slot) * d..(r * kk + slot + 1) * d];
+                for j in s..t {
+                    y[r * d + j] += weight * c[j];
+                }
+            }
+        }
+    }
+    Ok(vec![SimTensor::f32(vec![n, d], y)])
+}
+
+fn stacked_shape(call: &Call<'_>, i: usize) -> Result<Vec<usize>, SimError> {
+    match call.args.get(i) {
+        Some(ArgVal::Stacked(decl)) => Ok(decl.shape.clone()),
+        Some(ArgVal::Q8(w)) => Ok(w.shape.clone()),
+        _ => Ok(call.dense(i)?.shape.clone()),
+    }
+}
+
+/// Expert `e` of the stacked weight argument `i`: a slab of `per` values.
+fn fetch<'e>(call: &Call<'e>, i: usize, e: usize, per: usize) -> Result<WeightSlab<'e>, SimError> {
+    let slab = match call.args.get(i) {
+        Some(ArgVal::Q8(w)) => w.blocks.get(e * per / QK8_0..(e + 1) * per / QK8_0).map(|b| WeightSlab::Q8(b.into())),
+        Some(ArgVal::Stacked(decl)) => {
+            let found = SimBindings::expert(call.bindings, &decl.name, e).ok_or_else(|| SimError::Missing {
+                name: format!("{} (expert {e})", decl.name),
+                role: decl.role.as_str().to_string(),
+            })?;
+            let stored_q8 = matches!(found, WeightSlab::Q8(_));
+            if stored_q8 != (decl.storage == Storage::Q8_0) {
+                let message = format!("expert {e} is stored {}", if stored_q8 { "q8_0" } else { "dense" });
+                return Err(SimError::Binding { name: decl.name.clone(), message });
+            }
+            Some(found)
+        }
+        _ => call.f32(i)?.1.get(e * per..(e + 1) * per).map(|s| WeightSlab::Dense(s.into())),
+    };
+    let len_ok = match &slab {
+        Some(WeightSlab::Dense(v)) => v.len() == per,
+        Some(WeightSlab::Q8(b)) => b.len() * QK8_0 == per && per % QK8_0 == 0,
+        None => false,
+    };
+    match slab {
+        Some(s) if len_ok => Ok(s),
+        _ => invalid(format!("expert {e} of argument {i} does not hold {per} values")),
+    }
+}
+
+fn rows<'a>(slab: &'a WeightSlab<'_>, cols: usize) -> Result<Rows<'a>, SimError> {
+    match slab {
+        WeightSlab::Dense(data) => Ok(Rows::Dense { data, cols }),
+        WeightSlab::Q8(blocks) if cols % QK8_0 == 0 => Ok(Rows::Q8 { blocks, cols }),
+        WeightSlab::Q8(_) => invalid(format!("a q8_0 expert's rows of {cols} values are not whole blocks")),
+    }
+}
+
+/// Indices of the `k` largest values, descending, ties to the lower index.
+fn descending(values: &[f32], k: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    order.sort_by(|&a, &b| values[b].total_cmp(&values[a]).then(a.cmp(&b)));
+    order.truncate(k);
+    order
+}

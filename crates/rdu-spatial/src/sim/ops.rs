@@ -1,0 +1,219 @@
+//! One op's call: its resolved arguments and attributes, typed accessors, and the op table.
+
+use super::bind::SimBindings;
+use super::tensor::SimTensor;
+use super::{attention, elementwise as ew, invalid, moe, norm, products, recurrent, shape, SimError};
+use crate::program::{KernelOp, Lit, TensorDecl, Tiling};
+use crate::q8::Q8Weight;
+
+/// A kernel's result: its outputs in order.
+pub(super) type Outs = Result<Vec<SimTensor>, SimError>;
+
+/// Runs the kernel `call.op` names.
+pub(super) fn dispatch(call: &mut Call<'_>) -> Outs {
+    match call.op.op.as_str() {
+        "add" => ew::binary(call, |a, b| a + b),
+        "sub" => ew::binary(call, |a, b| a - b),
+        "mul" => ew::binary(call, |a, b| a * b),
+        "scale" => {
+            let by = call.req_float("by")?;
+            ew::unary(call, &["by"], move |x| x * by)
+        }
+        "neg" => ew::unary(call, &[], |x| -x),
+        "exp" => ew::unary(call, &[], f32::exp),
+        "sigmoid" => ew::unary(call, &[], ew::sigmoid),
+        "silu" => ew::unary(call, &[], |x| x * ew::sigmoid(x)),
+        "softplus" => ew::unary(call, &[], ew::softplus),
+        "gelu_tanh" => ew::unary(call, &[], ew::gelu_tanh),
+        "rms_norm" => norm::rms_norm(call),
+        "l2_norm" => norm::l2_norm(call),
+        "linear" => products::linear(call),
+        "linear_heads" => products::linear_heads(call),
+        "embed" => products::embed(call),
+        "argmax" => products::argmax(call),
+        "reshape" => shape::reshape(call),
+        "slice" => shape::slice(call),
+        "concat" => shape::concat(call),
+        "transpose" => shape::transpose(call),
+        "dequant" => shape::dequant(call),
+        "rope" => attention::rope(call),
+        "cache_put" => attention::cache_put(call),
+        "attend" => attention::attend(call),
+        "attend_mla" => attention::attend_mla(call),
+        "conv_step" => recurrent::conv_step(call),
+        "conv_shift" => recurrent::conv_shift(call),
+        "delta_scan" => recurrent::delta(call, false),
+        "delta_step" => recurrent::delta(call, true),
+        "route" => moe::route(call),
+        "experts" => moe::experts(call),
+        other => invalid(format!("unknown op `{other}`")),
+    }
+}
+
+/// A resolved argument.
+pub(super) enum ArgVal<'e> {
+    Dense(&'e SimTensor),
+    Q8(&'e Q8Weight),
+    Lit(&'e Lit),
+    /// A bound stacked weight not yet read (`experts` reads it one expert at a time).
+    Stacked(&'e TensorDecl),
+    /// The state an in-place update took by value (`Call::inplace`).
+    Taken,
+}
+
+/// A weight argument, dense or as Q8_0 blocks.
+#[derive(Clone, Copy)]
+pub(super) enum Weight<'e> {
+    Dense(&'e SimTensor, &'e [f32]),
+    Q8(&'e Q8Weight),
+}
+
+impl Weight<'_> {
+    pub(super) fn shape(&self) -> &[usize] {
+        match self {
+            Weight::Dense(t, _) => &t.shape,
+            Weight::Q8(w) => &w.shape,
+        }
+    }
+}
+
+/// One op with its arguments resolved.
+pub(super) struct Call<'e> {
+    pub op: &'e KernelOp,
+    pub args: Vec<ArgVal<'e>>,
+    pub bindings: &'e dyn SimBindings,
+    /// The state an update writes, taken out of the environment to be written in place.
+    pub inplace: Option<SimTensor>,
+}
+
+impl<'e> Call<'e> {
+    /// Checks the argument count is in `min..=max` and every attribute is one of `known`.
+    pub(super) fn expect(&self, min: usize, max: usize, known: &[&str]) -> Result<(), SimError> {
+        let n = self.args.len();
+        if n < min || n > max {
+            let want = if min == max { format!("{min}") } else { format!("{min} to {max}") };
+            return invalid(format!("takes {want} arguments, given {n}"));
+        }
+        if let Some((k, _)) = self.op.attrs.iter().find(|(k, _)| !known.contains(&k.as_str())) {
+            return invalid(format!("unknown attribute `{k}`"));
+        }
+        Ok(())
+    }
+
+    pub(super) fn tiling(&self) -> Option<&'e Tiling> {
+        self.op.tiling.as_ref()
+    }
+
+    /// Argument `i` as a dense tensor of any dtype.
+    pub(super) fn dense(&self, i: usize) -> Result<&'e SimTensor, SimError> {
+        match self.args.get(i) {
+            Some(ArgVal::Dense(t)) => Ok(t),
+            Some(ArgVal::Q8(_)) => invalid(format!("argument {i} is a q8_0 weight; this op reads it dense")),
+            Some(ArgVal::Lit(_)) => invalid(format!("argument {i} must be a tensor, not a literal")),
+            Some(ArgVal::Stacked(d)) => invalid(format!("{} cannot be read here", d.name)),
+            Some(ArgVal::Taken) => invalid(format!("argument {i} was taken by the update")),
+            None => invalid(format!("missing argument {i}")),
+        }
+    }
+
+    /// Argument `i` as a dense f32 tensor: the tensor and its data.
+    pub(super) fn f32(&self, i: usize) -> Result<(&'e SimTensor, &'e [f32]), SimError> {
+        let t = self.dense(i)?;
+        match t.as_f32() {
+            Some(d) => Ok((t, d)),
+            None => invalid(format!("argument {i} must be f32, is i32")),
+        }
+    }
+
+    /// Argument `i` as an i32 tensor: the tensor and its data.
+    pub(super) fn i32(&self, i: usize) -> Result<(&'e SimTensor, &'e [i32]), SimError> {
+        let t = self.dense(i)?;
+        match t.as_i32() {
+            Some(d) => Ok((t, d)),
+            None => invalid(format!("argument {i} must be i32, is f32")),
+        }
+    }
+
+    /// Argument `i` as a weight: dense f32, or Q8_0 when the op folds q8.
+    pub(super) fn weight(&self, i: usize) -> Result<Weight<'e>, SimError> {
+        match self.args.get(i) {
+            Some(ArgVal::Q8(w)) => Ok(Weight::Q8(w)),
+            _ => self.f32(i).map(|(t, d)| Weight::Dense(t, d)),
+        }
+    }
+
+    /// Argument `i` as a literal.
+    pub(super) fn lit(&self, i: usize) -> Result<&'e Lit, SimError> {
+        match self.args.get(i) {
+            Some(ArgVal::Lit(l)) => Ok(l),
+            _ => invalid(format!("argument {i} must be a literal")),
+        }
+    }
+
+    /// The state of an in-place update, or a copy of argument `i`.
+    pub(super) fn take_or_clone(&mut self, i: usize) -> Result<SimTensor, SimError> {
+        match self.inplace.take() {
+            Some(t) => Ok(t),
+            None => self.dense(i).cloned(),
+        }
+    }
+
+    /// Argument `i`'s shape, for an in-place state as for any dense argument.
+    pub(super) fn shape_of(&self, i: usize) -> Result<Vec<usize>, SimError> {
+        match (&self.inplace, self.args.get(i)) {
+            (Some(t), Some(ArgVal::Taken)) => Ok(t.shape.clone()),
+            _ => Ok(self.dense(i)?.shape.clone()),
+        }
+    }
+
+    pub(super) fn attr_float(&self, key: &str) -> Result<Option<f32>, SimError> {
+        match self.op.attr(key) {
+            None => Ok(None),
+            Some(l) => l.as_float().map(|f| Some(f as f32)).ok_or(()).or_else(|_| bad_attr(key, "a number")),
+        }
+    }
+
+    pub(super) fn attr_int(&self, key: &str) -> Result<Option<i64>, SimError> {
+        match self.op.attr(key) {
+            None => Ok(None),
+            Some(l) => l.as_int().map(Some).ok_or(()).or_else(|_| bad_attr(key, "an integer")),
+        }
+    }
+
+    /// A non-negative integer attribute.
+    pub(super) fn attr_count(&self, key: &str) -> Result<Option<usize>, SimError> {
+        match self.attr_int(key)? {
+            None => Ok(None),
+            Some(v) => usize::try_from(v).map(Some).or_else(|_| bad_attr(key, "a non-negative integer")),
+        }
+    }
+
+    pub(super) fn req_count(&self, key: &str) -> Result<usize, SimError> {
+        self.attr_count(key)?.map_or_else(|| invalid(format!("missing attribute `{key}`")), Ok)
+    }
+
+    pub(super) fn req_float(&self, key: &str) -> Result<f32, SimError> {
+        self.attr_float(key)?.map_or_else(|| invalid(format!("missing attribute `{key}`")), Ok)
+    }
+
+    pub(super) fn attr_word(&self, key: &str) -> Result<Option<&'e str>, SimError> {
+        match self.op.attr(key) {
+            None => Ok(None),
+            Some(l) => l.as_word().map(Some).ok_or(()).or_else(|_| bad_attr(key, "a word")),
+        }
+    }
+}
+
+/// A list literal of non-negative integers (shapes, permutations).
+pub(super) fn usize_list(lit: &Lit, what: &str) -> Result<Vec<usize>, SimError> {
+    let Lit::List(items) = lit else { return invalid(format!("{what} must be a list of integers")) };
+    items
+        .iter()
+        .map(|l| l.as_int().and_then(|v| usize::try_from(v).ok()))
+        .collect::<Option<Vec<_>>>()
+        .map_or_else(|| invalid(format!("{what} must be a list of non-negative integers")), Ok)
+}
+
+fn bad_attr<T>(key: &str, what: &str) -> Result<T, SimError> {
+    invalid(format!("attribute `{key}` must be {what}"))
+}

@@ -1,0 +1,152 @@
+//! Products and lookups: `linear` (tileable along output features), `linear_heads` (along
+//! heads), `embed` (along model columns; Q8_0 rows folded block by block) and `argmax`.
+
+use rayon::prelude::*;
+
+use super::matmul::{products, Rows};
+use super::ops::{Call, Outs, Weight};
+use super::region::{region, untiled, Axes};
+use super::tensor::SimTensor;
+use super::{invalid, SimError};
+use crate::q8::QK8_0;
+
+/// `y = x Wᵀ (+ b)`: `x [N, in]`, `W [out, in]`, `b [out]`.
+pub(super) fn linear(call: &Call<'_>) -> Outs {
+    call.expect(2, 3, &[])?;
+    let (tx, x) = call.f32(0)?;
+    let w = call.weight(1)?;
+    let (&[n, inp], &[out, w_in]) = (tx.shape.as_slice(), w.shape()) else {
+        return invalid(format!("expects x [N, in] and W [out, in], given {:?} and {:?}", tx.shape, w.shape()));
+    };
+    if w_in != inp {
+        return invalid(format!("x has {inp} features but W {:?} takes {w_in}", w.shape()));
+    }
+    let bias = match call.args.len() {
+        3 => {
+            let (tb, b) = call.f32(2)?;
+            if tb.shape != [out] {
+                return invalid(format!("bias {:?} does not match {out} outputs", tb.shape));
+            }
+            Some(b)
+        }
+        _ => None,
+    };
+    let rows = rows_of(w, 0, out)?;
+    let reg = region(call.tiling(), &[n, out], Axes::Only(1), 1)?;
+    let mut y = vec![0.0f32; n * out];
+    for &(s, e) in &reg.tiles {
+        let tmp = products(rows, x, n, s, e);
+        for j in s..e {
+            let b = bias.map_or(0.0, |b| b[j]);
+            for r in 0..n {
+                y[r * out + j] = tmp[(j - s) * n + r] + b;
+            }
+        }
+    }
+    Ok(vec![SimTensor::f32(vec![n, out], y)])
+}
+
+/// One `linear` per head: `x [N, h, in]`, `W [h, out, in]` → `[N, h, out]`.
+pub(super) fn linear_heads(call: &Call<'_>) -> Outs {
+    call.expect(2, 2, &[])?;
+    let (tx, x) = call.f32(0)?;
+    let w = call.weight(1)?;
+    let (&[n, h, inp], &[wh, out, w_in]) = (tx.shape.as_slice(), w.shape()) else {
+        return invalid(format!("expects x [N, h, in] and W [h, out, in], given {:?} and {:?}", tx.shape, w.shape()));
+    };
+    if wh != h || w_in != inp {
+        return invalid(format!("x {:?} does not match W {:?}", tx.shape, w.shape()));
+    }
+    let reg = region(call.tiling(), &[n, h, out], Axes::Only(1), 1)?;
+    let heads: Vec<usize> = reg.tiles.iter().flat_map(|&(s, e)| s..e).collect();
+    let head = |&j: &usize| -> Result<Vec<f32>, SimError> {
+        let xs: Vec<f32> = (0..n).flat_map(|r| &x[(r * h + j) * inp..(r * h + j + 1) * inp]).copied().collect();
+        Ok(products(rows_of(w, j * out, out)?, &xs, n, 0, out))
+    };
+    let per_head: Vec<Vec<f32>> = if n * h * out * inp >= 1 << 16 {
+        heads.par_iter().map(head).collect::<Result<_, _>>()?
+    } else {
+        heads.iter().map(head).collect::<Result<_, _>>()?
+    };
+    let mut y = vec![0.0f32; n * h * out];
+    for (&j, tmp) in heads.iter().zip(&per_head) {
+        for o in 0..out {
+            for r in 0..n {
+                y[(r * h + j) * out + o] = tmp[o * n + r];
+            }
+        }
+    }
+    Ok(vec![SimTensor::f32(vec![n, h, out], y)])
+}
+
+/// Row lookup `E[ids[n]]`: `ids i32[N]`, `E [V, D]` → `[N, D]`.
+pub(super) fn embed(call: &Call<'_>) -> Outs {
+    call.expect(2, 2, &[])?;
+    let (tid, ids) = call.i32(0)?;
+    let e = call.weight(1)?;
+    let (&[n], &[v, d]) = (tid.shape.as_slice(), e.shape()) else {
+        return invalid(format!("expects ids i32[N] and E [V, D], given {:?} and {:?}", tid.shape, e.shape()));
+    };
+    let reg = region(call.tiling(), &[n, d], Axes::Only(1), 1)?;
+    let mut y = vec![0.0f32; n * d];
+    for (r, &id) in ids.iter().enumerate() {
+        let row = match usize::try_from(id) {
+            Ok(row) if row < v => row,
+            _ => return invalid(format!("token id {id} is out of range for a vocabulary of {v}")),
+        };
+        for &(s, t) in &reg.tiles {
+            let dst = &mut y[r * d + s..r * d + t];
+            match e {
+                Weight::Dense(_, data) => dst.copy_from_slice(&data[row * d + s..row * d + t]),
+                Weight::Q8(q) => {
+                    let nb = d / QK8_0;
+                    for (c, o) in (s..t).zip(dst) {
+                        let block = &q.blocks[row * nb + c / QK8_0];
+                        *o = block.d * block.qs[c % QK8_0] as f32;
+                    }
+                }
+            }
+        }
+    }
+    Ok(vec![SimTensor::f32(vec![n, d], y)])
+}
+
+/// Index of the largest value of each row (the first on ties): `x [N, V]` → `i32[N]`.
+pub(super) fn argmax(call: &Call<'_>) -> Outs {
+    call.expect(1, 1, &[])?;
+    untiled(call.tiling())?;
+    let (t, x) = call.f32(0)?;
+    let &[n, v] = t.shape.as_slice() else { return invalid(format!("expects x [N, V], given {:?}", t.shape)) };
+    if v == 0 || v > i32::MAX as usize {
+        return invalid(format!("cannot take the argmax of rows of {v} values"));
+    }
+    let mut out = Vec::with_capacity(n);
+    for row in x.chunks_exact(v) {
+        let mut best = 0;
+        for (i, &val) in row.iter().enumerate() {
+            if val > row[best] {
+                best = i;
+            }
+        }
+        out.push(best as i32);
+    }
+    Ok(vec![SimTensor::i32(vec![n], out)])
+}
+
+/// Rows `first..first + count` of a weight whose last axis is its columns.
+pub(super) fn rows_of(w: Weight<'_>, first: usize, count: usize) -> Result<Rows<'_>, SimError> {
+    let cols = w.shape().last().copied().unwrap_or(0);
+    match w {
+        Weight::Dense(_, data) => data
+            .get(first * cols..(first + count) * cols)
+            .map(|data| Rows::Dense { data, cols })
+            .map_or_else(|| invalid("weight rows out of range"), Ok),
+        Weight::Q8(q) => {
+            let nb = cols / QK8_0;
+            q.blocks
+                .get(first * nb..(first + count) * nb)
+                .map(|blocks| Rows::Q8 { blocks, cols })
+                .map_or_else(|| invalid("weight rows out of range"), Ok)
+        }
+    }
+}

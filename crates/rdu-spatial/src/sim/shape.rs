@@ -1,0 +1,132 @@
+//! Shape ops — `reshape`, `slice`, `concat`, `transpose` — on f32 or i32 data, and `dequant`
+//! (a Q8_0 weight as dense f32, for weight views); none of them is tileable.
+
+use super::ops::{usize_list, ArgVal, Call, Outs};
+use super::region::untiled;
+use super::tensor::{strides, SimData, SimTensor};
+use super::{invalid, SimError};
+
+/// Row-major reinterpretation: `reshape(x, [d0, d1, ...])`.
+pub(super) fn reshape(call: &Call<'_>) -> Outs {
+    call.expect(2, 2, &[])?;
+    untiled(call.tiling())?;
+    let t = call.dense(0)?;
+    let shape = usize_list(call.lit(1)?, "the shape")?;
+    let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    if n != Some(t.len()) {
+        return invalid(format!("cannot reshape {:?} ({} values) to {shape:?}", t.shape, t.len()));
+    }
+    Ok(vec![SimTensor { shape, data: t.data.clone() }])
+}
+
+/// Elements `start .. start + len` along `axis`.
+pub(super) fn slice(call: &Call<'_>) -> Outs {
+    call.expect(1, 1, &["axis", "start", "len"])?;
+    untiled(call.tiling())?;
+    let t = call.dense(0)?;
+    let (axis, start, len) = (call.req_count("axis")?, call.req_count("start")?, call.req_count("len")?);
+    let Some(&dim) = t.shape.get(axis) else { return invalid(format!("axis {axis} of {:?}", t.shape)) };
+    if start.checked_add(len).is_none_or(|end| end > dim) {
+        return invalid(format!("slice {start}..{start}+{len} of axis {axis} of size {dim}"));
+    }
+    let inner: usize = t.shape[axis + 1..].iter().product();
+    let outer: usize = t.shape[..axis].iter().product();
+    let mut shape = t.shape.clone();
+    shape[axis] = len;
+    let runs = (0..outer).map(|o| (o * dim + start) * inner..(o * dim + start + len) * inner);
+    Ok(vec![SimTensor { shape, data: gather_runs(&t.data, runs) }])
+}
+
+/// Concatenation along `axis`; the other axes must agree.
+pub(super) fn concat(call: &Call<'_>) -> Outs {
+    call.expect(1, usize::MAX, &["axis"])?;
+    untiled(call.tiling())?;
+    let axis = call.req_count("axis")?;
+    let parts: Vec<&SimTensor> = (0..call.args.len()).map(|i| call.dense(i)).collect::<Result<_, _>>()?;
+    let first = parts[0];
+    if axis >= first.shape.len() {
+        return invalid(format!("axis {axis} of {:?}", first.shape));
+    }
+    let mut shape = first.shape.clone();
+    shape[axis] = 0;
+    for p in &parts {
+        let same_rest = p.shape.len() == first.shape.len()
+            && p.shape.iter().zip(&first.shape).enumerate().all(|(i, (a, b))| i == axis || a == b);
+        if !same_rest || p.dtype() != first.dtype() {
+            return invalid(format!("cannot concatenate {:?} and {:?} along axis {axis}", first.shape, p.shape));
+        }
+        shape[axis] += p.shape[axis];
+    }
+    let outer: usize = first.shape[..axis].iter().product();
+    let inner: usize = first.shape[axis + 1..].iter().product();
+    let mut data = match first.data {
+        SimData::F32(_) => SimData::F32(Vec::new()),
+        SimData::I32(_) => SimData::I32(Vec::new()),
+    };
+    for o in 0..outer {
+        for p in &parts {
+            let run = p.shape[axis] * inner;
+            match (&mut data, &p.data) {
+                (SimData::F32(d), SimData::F32(s)) => d.extend_from_slice(&s[o * run..(o + 1) * run]),
+                (SimData::I32(d), SimData::I32(s)) => d.extend_from_slice(&s[o * run..(o + 1) * run]),
+                _ => return invalid("mixed dtypes"),
+            }
+        }
+    }
+    Ok(vec![SimTensor { shape, data }])
+}
+
+/// numpy's `transpose(perm)`: output axis `i` is input axis `perm[i]`.
+pub(super) fn transpose(call: &Call<'_>) -> Outs {
+    call.expect(1, 1, &["perm"])?;
+    untiled(call.tiling())?;
+    let t = call.dense(0)?;
+    let perm = match call.op.attr("perm") {
+        Some(l) => usize_list(l, "perm")?,
+        None => return invalid("missing attribute `perm`"),
+    };
+    let rank = t.shape.len();
+    let mut seen = vec![false; rank];
+    for &p in &perm {
+        if p >= rank || std::mem::replace(&mut seen[p], true) {
+            return invalid(format!("perm {perm:?} is not a permutation of {rank} axes"));
+        }
+    }
+    if perm.len() != rank {
+        return invalid(format!("perm {perm:?} is not a permutation of {rank} axes"));
+    }
+    let shape: Vec<usize> = perm.iter().map(|&p| t.shape[p]).collect();
+    let (in_strides, out_strides) = (strides(&t.shape), strides(&shape));
+    let src = |flat: usize| {
+        let mut rest = flat;
+        let mut off = 0;
+        for (i, os) in out_strides.iter().enumerate() {
+            off += (rest / os) * in_strides[perm[i]];
+            rest %= os;
+        }
+        off
+    };
+    let n = t.len();
+    let data = match &t.data {
+        SimData::F32(v) => SimData::F32((0..n).map(|i| v[src(i)]).collect()),
+        SimData::I32(v) => SimData::I32((0..n).map(|i| v[src(i)]).collect()),
+    };
+    Ok(vec![SimTensor { shape, data }])
+}
+
+/// A Q8_0 weight as dense f32 of its declared shape.
+pub(super) fn dequant(call: &Call<'_>) -> Outs {
+    call.expect(1, 1, &[])?;
+    untiled(call.tiling())?;
+    match call.args.first() {
+        Some(ArgVal::Q8(w)) => Ok(vec![SimTensor::f32(w.shape.clone(), w.dequantize())]),
+        _ => Err(SimError::Invalid { message: "dequant reads a weight stored q8_0".into() }),
+    }
+}
+
+fn gather_runs(data: &SimData, runs: impl Iterator<Item = std::ops::Range<usize>>) -> SimData {
+    match data {
+        SimData::F32(v) => SimData::F32(runs.flat_map(|r| v[r].iter().copied()).collect()),
+        SimData::I32(v) => SimData::I32(runs.flat_map(|r| v[r].iter().copied()).collect()),
+    }
+}

@@ -1,0 +1,127 @@
+//! `route` and `experts`, including that `experts` reads only the experts it selects.
+
+mod common;
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+use common::*;
+use rdu_spatial::q8::Q8Weight;
+use rdu_spatial::{MapBindings, SimBindings, SimTensor, WeightSlab};
+
+#[test]
+fn route_takes_top_k_of_the_softmax_with_ties_to_the_lower_index() {
+    let l = f(&[1, 4], &[1.0, 3.0, 3.0, 0.0]);
+    let b = MapBindings::new().with("l", l);
+    let r = run(
+        &b,
+        "w, x = route(l, k=2, norm=0, scale=1.0)\nu, y = route(l, k=2, norm=1, scale=2.0)",
+        &["w", "x", "u", "y"],
+    );
+    let r = r.unwrap();
+    let e = [1f32.exp(), 3f32.exp(), 3f32.exp(), 1.0];
+    let tot: f32 = e.iter().sum();
+    assert_eq!(r.outputs["x"].as_i32().unwrap(), [1, 2]);
+    close(&out(&r, "w"), &[e[1] / tot, e[2] / tot], 1e-7, 1e-6);
+    assert_eq!(r.outputs["y"].as_i32().unwrap(), [1, 2]);
+    close(&out(&r, "u"), &[1.0, 1.0], 1e-7, 1e-6);
+}
+
+#[test]
+fn route_keeps_the_best_groups_before_the_top_k() {
+    // 4 groups of 2; group maxima by logits: g0 = 5, g1 = 4.9, g2 = 6, g3 = 1. Keep 2 groups: g2, g0.
+    let l = f(&[1, 8], &[5.0, 4.95, 4.9, 4.9, 6.0, 0.0, 1.0, 1.0]);
+    let b = MapBindings::new().with("l", l);
+    let r = run(&b, "w, x = route(l, k=3, norm=0, scale=1.0, groups=4, topk_groups=2)", &["w", "x"]).unwrap();
+    assert_eq!(r.outputs["x"].as_i32().unwrap(), [4, 0, 1]);
+}
+
+/// Bindings that count how often each expert of each stacked weight is read.
+struct Counting {
+    inner: MapBindings,
+    reads: RefCell<BTreeMap<(String, usize), usize>>,
+    whole: RefCell<Vec<String>>,
+}
+
+impl SimBindings for Counting {
+    fn tensor(&self, name: &str) -> Option<Cow<'_, SimTensor>> {
+        self.whole.borrow_mut().push(name.to_string());
+        self.inner.tensor(name)
+    }
+    fn q8(&self, name: &str) -> Option<Cow<'_, Q8Weight>> {
+        self.whole.borrow_mut().push(name.to_string());
+        self.inner.q8(name)
+    }
+    fn expert(&self, name: &str, expert: usize) -> Option<WeightSlab<'_>> {
+        *self.reads.borrow_mut().entry((name.to_string(), expert)).or_default() += 1;
+        let w = self.inner.q8.get(name)?;
+        let per = w.blocks.len() / w.shape[0];
+        Some(WeightSlab::Q8(Cow::Borrowed(&w.blocks[expert * per..(expert + 1) * per])))
+    }
+}
+
+#[test]
+fn experts_reads_only_the_selected_experts_once_each_and_folds_q8() {
+    let (e, hid, d) = (6, 32, 64);
+    let (wg, wu, wd) = (q8(&[e, hid, d], 1), q8(&[e, hid, d], 2), q8(&[e, d, hid], 3));
+    let inner = MapBindings::new()
+        .with("x", rt(&[2, d], 4))
+        .with("w", f(&[2, 2], &[0.7, 0.3, 0.6, 0.4]))
+        .with("idx", i(&[2, 2], &[4, 1, 1, 4]))
+        .with_q8("Wg", wg.clone())
+        .with_q8("Wu", wu.clone())
+        .with_q8("Wd", wd.clone());
+    let ops = "y = experts(x, w, idx, Wg, Wu, Wd, act=silu) fold=q8";
+    let prog = program(&inner, ops, &["y"]);
+    let counting = Counting { inner: inner.clone(), reads: RefCell::default(), whole: RefCell::default() };
+    let got = rdu_spatial::simulate(&prog, &counting).unwrap();
+    let reads = counting.reads.borrow();
+    let touched: Vec<(String, usize)> = reads.keys().cloned().collect();
+    let want: Vec<(String, usize)> =
+        ["Wd", "Wg", "Wu"].iter().flat_map(|n| [(n.to_string(), 1), (n.to_string(), 4)]).collect();
+    assert_eq!(touched, want);
+    assert!(reads.values().all(|&c| c == 1), "{reads:?}");
+    assert!(!counting.whole.borrow().iter().any(|n| n.starts_with('W')), "{:?}", counting.whole.borrow());
+
+    // Against dense stacked weights and a naive sum.
+    let dense = MapBindings::new()
+        .with("x", inner.tensors["x"].clone())
+        .with("w", inner.tensors["w"].clone())
+        .with("idx", inner.tensors["idx"].clone())
+        .with("Wg", f(&[e, hid, d], &wg.dequantize()))
+        .with("Wu", f(&[e, hid, d], &wu.dequantize()))
+        .with("Wd", f(&[e, d, hid], &wd.dequantize()));
+    let want = out(&run(&dense, "y = experts(x, w, idx, Wg, Wu, Wd, act=silu)", &["y"]).unwrap(), "y");
+    close_scaled(&out(&got, "y"), &want, 1e-5);
+    let (x, g, u, dn) = (dense.tensors["x"].as_f32().unwrap(), wg.dequantize(), wu.dequantize(), wd.dequantize());
+    let naive = |r: usize, ex: usize| -> Vec<f32> {
+        let xr = &x[r * d..(r + 1) * d];
+        let h: Vec<f32> = (0..hid)
+            .map(|i| {
+                let a: f32 = (0..d).map(|c| g[(ex * hid + i) * d + c] * xr[c]).sum();
+                let b: f32 = (0..d).map(|c| u[(ex * hid + i) * d + c] * xr[c]).sum();
+                a / (1.0 + (-a).exp()) * b
+            })
+            .collect();
+        (0..d).map(|j| (0..hid).map(|i| dn[(ex * d + j) * hid + i] * h[i]).sum()).collect()
+    };
+    let mut expect = Vec::new();
+    for (r, (ea, eb), (wa, wb)) in [(0, (4, 1), (0.7, 0.3)), (1, (1, 4), (0.6, 0.4))] {
+        let (a, b) = (naive(r, ea), naive(r, eb));
+        expect.extend(a.iter().zip(&b).map(|(p, q)| wa * p + wb * q));
+    }
+    close_scaled(&want, &expect, 1e-5);
+}
+
+#[test]
+fn experts_rejects_an_index_beyond_the_experts() {
+    let b = MapBindings::new()
+        .with("x", rt(&[1, 4], 1))
+        .with("w", f(&[1, 1], &[1.0]))
+        .with("idx", i(&[1, 1], &[3]))
+        .with("Wg", rt(&[3, 2, 4], 2))
+        .with("Wu", rt(&[3, 2, 4], 3))
+        .with("Wd", rt(&[3, 4, 2], 4));
+    let e = run(&b, "y = experts(x, w, idx, Wg, Wu, Wd, act=silu)", &["y"]).unwrap_err().to_string();
+    assert!(e.contains("expert index 3 is out of range for 3 experts"), "{e}");
+}

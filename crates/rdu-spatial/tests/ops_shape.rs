@@ -1,0 +1,56 @@
+//! `reshape`, `slice`, `concat` and `transpose` on f32 and i32 data.
+
+mod common;
+use common::*;
+use rdu_spatial::MapBindings;
+
+fn bind() -> MapBindings {
+    MapBindings::new().with("x", f(&[2, 3], &[0., 1., 2., 3., 4., 5.])).with("t", i(&[2, 2], &[1, 2, 3, 4]))
+}
+
+#[test]
+fn reshape_reinterprets_row_major_and_checks_counts() {
+    let r = run(&bind(), "y = reshape(x, [3, 1, 2])\nk = reshape(t, [4])", &["y", "k"]).unwrap();
+    assert_eq!(r.outputs["y"].shape, [3, 1, 2]);
+    assert_eq!(out(&r, "y"), [0., 1., 2., 3., 4., 5.]);
+    assert_eq!(r.outputs["k"].as_i32().unwrap(), [1, 2, 3, 4]);
+    let e = run(&bind(), "y = reshape(x, [4, 2])", &["y"]).unwrap_err().to_string();
+    assert!(e.contains("cannot reshape"), "{e}");
+}
+
+#[test]
+fn slice_takes_len_elements_from_start_along_axis() {
+    let r = run(&bind(), "a = slice(x, axis=1, start=1, len=2)\nb = slice(x, axis=0, start=1, len=1)", &["a", "b"]);
+    let r = r.unwrap();
+    assert_eq!(out(&r, "a"), [1., 2., 4., 5.]);
+    assert_eq!(r.outputs["a"].shape, [2, 2]);
+    assert_eq!(out(&r, "b"), [3., 4., 5.]);
+    let e = run(&bind(), "a = slice(x, axis=1, start=2, len=2)", &["a"]).unwrap_err().to_string();
+    assert!(e.contains("slice 2..2+2 of axis 1 of size 3"), "{e}");
+}
+
+#[test]
+fn concat_joins_along_axis_and_checks_the_rest() {
+    let b = bind().with("z", f(&[2, 1], &[9., 8.]));
+    let r = run(&b, "y = concat(x, z, x, axis=1)\nw = concat(x, x, axis=0)", &["y", "w"]).unwrap();
+    assert_eq!(r.outputs["y"].shape, [2, 7]);
+    assert_eq!(out(&r, "y"), [0., 1., 2., 9., 0., 1., 2., 3., 4., 5., 8., 3., 4., 5.]);
+    assert_eq!(r.outputs["w"].shape, [4, 3]);
+    let e = run(&b, "y = concat(x, z, axis=0)", &["y"]).unwrap_err().to_string();
+    assert!(e.contains("cannot concatenate"), "{e}");
+    assert!(run(&b, "y = concat(x, t, axis=0)", &["y"]).is_err());
+}
+
+#[test]
+fn transpose_follows_numpy_perm() {
+    let b = MapBindings::new().with("x", f(&[2, 3, 2], &(0..12).map(|v| v as f32).collect::<Vec<_>>()));
+    let r = run(&b, "y = transpose(x, perm=[0, 2, 1])\nz = transpose(x, perm=[2, 0, 1])", &["y", "z"]).unwrap();
+    assert_eq!(r.outputs["y"].shape, [2, 2, 3]);
+    // y[a, c, b] = x[a, b, c].
+    assert_eq!(out(&r, "y"), [0., 2., 4., 1., 3., 5., 6., 8., 10., 7., 9., 11.]);
+    assert_eq!(r.outputs["z"].shape, [2, 2, 3]);
+    // z[c, a, b] = x[a, b, c].
+    assert_eq!(out(&r, "z"), [0., 2., 4., 6., 8., 10., 1., 3., 5., 7., 9., 11.]);
+    let e = run(&b, "y = transpose(x, perm=[0, 0, 1])", &["y"]).unwrap_err().to_string();
+    assert!(e.contains("not a permutation"), "{e}");
+}
