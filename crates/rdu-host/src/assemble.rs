@@ -22,7 +22,7 @@ pub(crate) fn stack<T: Clone>(parts: Vec<(String, Piece<T>)>, axis: usize, unit:
     }
     let outer: usize = inner_shape[..axis].iter().product();
     let inner: usize = inner_shape[axis..].iter().product();
-    if inner % unit != 0 {
+    if !inner.is_multiple_of(unit) {
         return Err(format!("q8_0 blocks of shape {inner_shape:?} cannot be stacked along axis {axis}"));
     }
     let run = inner / unit;
@@ -55,7 +55,7 @@ pub(crate) fn slice<T: Clone>(
     };
     let outer: usize = shape[..axis].iter().product();
     let inner: usize = shape[axis + 1..].iter().product();
-    if (start * inner) % unit != 0 || (len * inner) % unit != 0 || (dim * inner) % unit != 0 {
+    if ![start, len, dim].iter().all(|n| (n * inner).is_multiple_of(unit)) {
         return Err(format!("q8_0 blocks of shape {shape:?} do not align with entries {start}..{end} of axis {axis}"));
     }
     let (stride, first, run) = (dim * inner / unit, start * inner / unit, len * inner / unit);

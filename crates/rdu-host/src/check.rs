@@ -19,24 +19,23 @@ pub(crate) struct Use<'a> {
 }
 
 /// Checks one program's bindings; `produced` holds the activations earlier programs output and gains this one's.
-pub(crate) fn check(dir: &str, manifest: &Manifest, u: &Use<'_>, produced: &mut BTreeSet<String>) -> Result<()> {
+pub(crate) fn check(manifest: &Manifest, u: &Use<'_>, produced: &mut BTreeSet<String>) -> Result<()> {
     let mut outputs = Vec::new();
     let is_output = |name: &String| u.program.outputs.contains(name);
     for name in u.program.outputs.iter().filter(|n| u.program.decl(n).is_none()) {
-        let target = u.bind.get(name).ok_or_else(|| unbound(dir, u, name))?;
+        let target = u.bind.get(name).ok_or_else(|| unbound(u, name))?;
         if !manifest.activations.iter().any(|a| &a.name == target) {
             let problem = "the program outputs it, but the manifest lists no such activation".to_string();
             let (program, tensor, target) = (u.label.to_string(), name.clone(), target.clone());
-            return Err(HostError::Binding { dir: dir.to_string(), program, tensor, target, problem });
+            return Err(HostError::Binding { program, tensor, target, problem });
         }
         outputs.push(target.clone());
     }
     for decl in u.program.tensors.iter().filter(|d| d.role != Role::Temp || is_output(&d.name)) {
         // A result the program lists among its outputs passes to the next program, whatever its declared role.
         let role = if is_output(&decl.name) && decl.role != Role::State { Role::Output } else { decl.role };
-        let target = u.bind.get(&decl.name).ok_or_else(|| unbound(dir, u, &decl.name))?;
+        let target = u.bind.get(&decl.name).ok_or_else(|| unbound(u, &decl.name))?;
         let fail = |problem: String| HostError::Binding {
-            dir: dir.to_string(),
             program: u.label.to_string(),
             tensor: decl.name.clone(),
             target: target.clone(),
@@ -59,12 +58,11 @@ pub(crate) fn check(dir: &str, manifest: &Manifest, u: &Use<'_>, produced: &mut 
         }
         if def.shape != decl.shape.as_slice() {
             return Err(HostError::BindingShape {
-                dir: dir.to_string(),
                 program: u.label.to_string(),
                 tensor: decl.name.clone(),
                 target: target.clone(),
-                declared: decl.shape.clone(),
-                found: def.shape.to_vec(),
+                declared: decl.shape.clone().into(),
+                found: def.shape.into(),
             });
         }
         if def.dtype != decl.dtype.as_str() || def.storage != decl.storage {
@@ -87,8 +85,8 @@ pub(crate) fn check(dir: &str, manifest: &Manifest, u: &Use<'_>, produced: &mut 
     Ok(())
 }
 
-fn unbound(dir: &str, u: &Use<'_>, tensor: &str) -> HostError {
-    HostError::Unbound { dir: dir.to_string(), program: u.label.to_string(), tensor: tensor.to_string() }
+fn unbound(u: &Use<'_>, tensor: &str) -> HostError {
+    HostError::Unbound { program: u.label.to_string(), tensor: tensor.to_string() }
 }
 
 /// Where the manifest defines a bundle tensor, and how.

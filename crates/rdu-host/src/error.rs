@@ -5,7 +5,8 @@ use rdu_spatial::bundle::BundleError;
 use rdu_spatial::{SimError, TextError};
 
 /// One error type for the crate. Every message is one lowercase line that names the bundle,
-/// file, layer or tensor it is about and says what to do.
+/// file, layer or tensor it is about and says what to do. (Shapes are boxed slices to keep
+/// the error small enough to return by value.)
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
     #[error("{dir} is not an rdu bundle (no manifest.json marked \"rdu-bundle\"); pass the directory `rdu lower -o DIR` wrote")]
@@ -19,7 +20,7 @@ pub enum HostError {
     #[error("{file}: no tensor `{checkpoint}` (the bundle's `{tensor}` needs it); use the checkpoint the bundle was lowered for")]
     MissingTensor { file: String, tensor: String, checkpoint: String },
     #[error("{file}: tensor `{checkpoint}` gives `{tensor}` the shape {found:?} but the bundle declares {expected:?}; use the checkpoint the bundle was lowered for")]
-    TensorShape { file: String, tensor: String, checkpoint: String, expected: Vec<usize>, found: Vec<usize> },
+    TensorShape { file: String, tensor: String, checkpoint: String, expected: Box<[usize]>, found: Box<[usize]> },
     #[error("{file}: tensor `{checkpoint}` is {ggml_type}, which cannot serve `{tensor}` stored q8_0; lower with --storage dense or use a q8_0 or f32/f16 checkpoint")]
     StorageType { file: String, tensor: String, checkpoint: String, ggml_type: GgmlType },
     #[error("{file}: tensor `{checkpoint}` of `{tensor}`: {problem}; re-lower the bundle for this checkpoint")]
@@ -32,19 +33,12 @@ pub enum HostError {
     Shared { dir: String, name: String, problem: String },
     #[error("bundle {dir}: runtime input `{name}`: {problem}; re-lower the bundle")]
     Input { dir: String, name: String, problem: String },
-    #[error("bundle {dir}: {program}: `{tensor}` is bound to `{target}`: {problem}; re-lower the bundle")]
-    Binding { dir: String, program: String, tensor: String, target: String, problem: String },
-    #[error("bundle {dir}: {program}: the program declares `{tensor}` but the layer's bind does not map it; re-lower the bundle")]
-    Unbound { dir: String, program: String, tensor: String },
-    #[error("bundle {dir}: {program}: `{tensor}` is bound to `{target}` of shape {found:?} but the program declares {declared:?}; re-lower the bundle")]
-    BindingShape {
-        dir: String,
-        program: String,
-        tensor: String,
-        target: String,
-        declared: Vec<usize>,
-        found: Vec<usize>,
-    },
+    #[error("{program}: `{tensor}` is bound to `{target}`: {problem}; re-lower the bundle")]
+    Binding { program: String, tensor: String, target: String, problem: String },
+    #[error("{program}: the program declares `{tensor}` but the layer's bind does not map it; re-lower the bundle")]
+    Unbound { program: String, tensor: String },
+    #[error("{program}: `{tensor}` is bound to `{target}` of shape {found:?} but the program declares {declared:?}; re-lower the bundle")]
+    BindingShape { program: String, tensor: String, target: String, declared: Box<[usize]>, found: Box<[usize]> },
     #[error("token id {token} is out of range for a vocabulary of {vocab} tokens; pass ids below {vocab}")]
     Token { token: u32, vocab: usize },
     #[error("position {pos} is past the context of {ctx} positions; lower with a larger --ctx")]

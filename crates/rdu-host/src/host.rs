@@ -83,7 +83,7 @@ impl Host {
         let mut produced = BTreeSet::new();
         for call in &calls {
             let u = Use { label: &call.label, program: &programs[call.program], bind: &call.bind };
-            check(&dir, m, &u, &mut produced)?;
+            check(m, &u, &mut produced)?;
         }
         let plan = Plan::new(&dir, m, &programs[0], &programs[1])?;
         let weights = Weights::load(m, weights, progress)?;

@@ -138,8 +138,8 @@ impl Reader {
                 file: self.file(),
                 tensor: name.to_string(),
                 checkpoint: label,
-                expected: entry.shape.clone(),
-                found: shape,
+                expected: entry.shape.clone().into(),
+                found: shape.into(),
             });
         }
         Ok(match (values, q8) {
