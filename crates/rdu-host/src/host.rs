@@ -35,7 +35,7 @@ pub struct Host {
 /// What one step produced.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StepOutput {
-    /// `[rows, vocab]`.
+    /// `[rows, vocab]` as the head computes it (a prefill head computes only the chunk's last row).
     pub logits: SimTensor,
 }
 
@@ -93,6 +93,8 @@ impl Host {
     }
 
     /// Runs one step: `tokens` (exactly [`Host::rows`] ids) at position `pos`, updating every state.
+    /// Bad tokens and positions are refused before anything runs; if a program fails mid-step,
+    /// the layers already run keep this step's state updates — [`Host::reset`] before starting over.
     pub fn step(&mut self, tokens: &[u32], pos: usize) -> Result<StepOutput> {
         self.plan.check(tokens, pos)?;
         let mut step = self.plan.inputs(tokens, pos);
