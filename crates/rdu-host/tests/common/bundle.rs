@@ -19,12 +19,23 @@ pub enum Variant {
 
 const Q8_NAMES: [&str; 3] = ["W0", "W1", "Wout"];
 
-pub fn embed_text() -> String {
+/// How many rows a step takes, and whether `pos` is a scalar or one position per row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rows {
+    pub n: usize,
+    pub per_row_pos: bool,
+}
+
+/// One token per step: a decode bundle.
+pub const DECODE: Rows = Rows { n: 1, per_row_pos: false };
+
+pub fn embed_text(rows: Rows) -> String {
+    let n = rows.n;
     format!(
         "program embed chip=sn50
-tensor tok : i32[1] role=input home=host
+tensor tok : i32[{n}] role=input home=host
 tensor E : f32[{VOCAB}, {D}] role=weight home=hbm
-tensor x : f32[1, {D}] role=output home=sram
+tensor x : f32[{n}, {D}] role=output home=sram
 section 0
 stage s0 pcus=1 pmus=1
   x = embed(tok, E)
@@ -34,50 +45,53 @@ output x
 }
 
 /// The kind program, in layer 0's names.
-pub fn kind_text(variant: Variant) -> String {
+pub fn kind_text(variant: Variant, rows: Rows) -> String {
     let (storage, fold) = match variant {
         Variant::Dense => ("", ""),
         Variant::Q8 => (" storage=q8_0", " fold=q8"),
     };
     let half = D / 2;
+    let n = rows.n;
+    let pos = if rows.per_row_pos { format!("{n}") } else { String::new() };
     format!(
         "program blk chip=sn50
-tensor x : f32[1, {D}] role=input home=sram
-tensor pos : i32[] role=input home=host
+tensor x : f32[{n}, {D}] role=input home=sram
+tensor pos : i32[{pos}] role=input home=host
 tensor an0 : f32[{D}] role=weight home=hbm
 tensor W0 : f32[{D}, {D}]{storage} role=weight home=hbm
 tensor cos0 : f32[{CTX}, {half}] role=shared home=hbm
 tensor sin0 : f32[{CTX}, {half}] role=shared home=hbm
 tensor K0 : f32[{CTX}, 1, {D}] role=state home=hbm
-tensor h0 : f32[1, {D}] role=temp home=sram
-tensor xo0 : f32[1, {D}] role=output home=sram
+tensor h0 : f32[{n}, {D}] role=temp home=sram
+tensor xo0 : f32[{n}, {D}] role=output home=sram
 section 0
 stage s0 pcus=4 pmus=2
   h0 = rms_norm(x, an0, eps=1e-5)
   y0 = linear(h0, W0){fold} tile(axis=1, [0..{half}, {half}..{D}])
-  yh0 = reshape(y0, [1, 1, {D}])
+  yh0 = reshape(y0, [{n}, 1, {D}])
   r0 = rope(yh0, cos0, sin0, pos, dim={D})
 stage s1 pcus=4 pmus=4
   K0 <- cache_put(K0, r0, pos)
   a0 = attend(r0, K0, K0, pos, scale=0.25)
-  af0 = reshape(a0, [1, {D}])
+  af0 = reshape(a0, [{n}, {D}])
   xo0 = add(x, af0)
 output xo0
 "
     )
 }
 
-pub fn head_text(variant: Variant) -> String {
+pub fn head_text(variant: Variant, rows: Rows) -> String {
     let (storage, fold) = match variant {
         Variant::Dense => ("", ""),
         Variant::Q8 => (" storage=q8_0", " fold=q8"),
     };
+    let n = rows.n;
     format!(
         "program head chip=sn50
-tensor xo1 : f32[1, {D}] role=input home=sram
+tensor xo1 : f32[{n}, {D}] role=input home=sram
 tensor nf : f32[{D}] role=weight home=hbm
 tensor Wout : f32[{VOCAB}, {D}]{storage} role=weight home=hbm
-tensor logits : f32[1, {VOCAB}] role=output home=sram
+tensor logits : f32[{n}, {VOCAB}] role=output home=sram
 section 0
 stage s0 pcus=2 pmus=2
   hn = rms_norm(xo1, nf, eps=1e-5)
@@ -87,8 +101,13 @@ output logits
     )
 }
 
-/// The bundle in memory, ready to be changed by a test before it is written.
+/// The decode bundle in memory, ready to be changed by a test before it is written.
 pub fn bundle(variant: Variant) -> Bundle {
+    bundle_rows(variant, DECODE)
+}
+
+/// The bundle stepping `rows.n` tokens at a time: decode for one, prefill of a chunk for more.
+pub fn bundle_rows(variant: Variant, rows: Rows) -> Bundle {
     let strings = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let kind_declared = ["x", "pos", "an0", "W0", "cos0", "sin0", "K0", "xo0"];
     let programs = Programs {
@@ -124,27 +143,30 @@ pub fn bundle(variant: Variant) -> Bundle {
         shape: vec![CTX, D / 2],
         rope: Some(SharedRope { table, spec: rope.clone() }),
     };
-    let activation = |name: &str, width| ActivationEntry { name: name.into(), shape: vec![1, width] };
+    let activation = |name: &str, width| ActivationEntry { name: name.into(), shape: vec![rows.n, width] };
+    let (mode, chunk) = if rows.n == 1 { (CutMode::Decode, None) } else { (CutMode::Prefill, Some(rows.n)) };
+    let pos_shape = if rows.per_row_pos { vec![rows.n] } else { vec![] };
     let manifest = Manifest {
         format: FORMAT.into(),
         version: VERSION,
         model: "tiny-test".into(),
-        cut: Cut { mode: CutMode::Decode, ctx: Some(CTX), seq: None, batch: None, tp: None, chunk: None },
+        cut: Cut { mode, ctx: Some(CTX), seq: None, batch: None, tp: None, chunk },
         chip: "sn50".into(),
         storage: if variant == Variant::Q8 { "q8".into() } else { "dense".into() },
         programs,
         layers: vec![layer(0), layer(1)],
         tensors,
         inputs: vec![
-            InputEntry { name: "tok".into(), dtype: "i32".into(), shape: vec![1] },
-            InputEntry { name: "pos".into(), dtype: "i32".into(), shape: vec![] },
+            InputEntry { name: "tok".into(), dtype: "i32".into(), shape: vec![rows.n] },
+            InputEntry { name: "pos".into(), dtype: "i32".into(), shape: pos_shape },
         ],
         states: ["K0", "K1"].iter().map(|n| StateEntry { name: n.to_string(), shape: vec![CTX, 1, D] }).collect(),
         shared: vec![shared("cos0", RopeTable::Cos), shared("sin0", RopeTable::Sin)],
         activations: vec![activation("x", D), activation("xo0", D), activation("xo1", D), activation("logits", VOCAB)],
     };
     let mut files = BTreeMap::new();
-    for (name, text) in [("embed", embed_text()), ("blk", kind_text(variant)), ("head", head_text(variant))] {
+    let texts = [("embed", embed_text(rows)), ("blk", kind_text(variant, rows)), ("head", head_text(variant, rows))];
+    for (name, text) in texts {
         files.insert(format!("programs/{name}.rdu"), format!("# authored source of {name}, not read by the host\n"));
         files.insert(format!("programs/{name}.spatial"), text);
     }
