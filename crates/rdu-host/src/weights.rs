@@ -45,8 +45,7 @@ impl Weights {
         let mut weights = Weights::default();
         for (done, (name, entry)) in manifest.tensors.iter().enumerate() {
             if entry.dtype != "f32" {
-                let dir = reader.file();
-                return Err(HostError::TensorDtype { dir, tensor: name.clone(), dtype: entry.dtype.clone() });
+                return Err(HostError::TensorDtype { tensor: name.clone(), dtype: entry.dtype.clone() });
             }
             match reader.load(name, entry)? {
                 Loaded::Dense(t) => {
