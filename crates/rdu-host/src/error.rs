@@ -25,10 +25,8 @@ pub enum HostError {
     StorageType { file: String, tensor: String, checkpoint: String, ggml_type: GgmlType },
     #[error("{file}: tensor `{checkpoint}` of `{tensor}`: {problem}; re-lower the bundle for this checkpoint")]
     Assemble { file: String, tensor: String, checkpoint: String, problem: String },
-    #[error(
-        "bundle {dir}: tensor `{tensor}` has dtype {dtype}; this host loads f32 tensors only, re-lower the bundle"
-    )]
-    TensorDtype { dir: String, tensor: String, dtype: String },
+    #[error("manifest tensor `{tensor}` has dtype {dtype}; this host loads f32 tensors only, re-lower the bundle")]
+    TensorDtype { tensor: String, dtype: String },
     #[error("bundle {dir}: shared tensor `{name}`: {problem}; re-lower the bundle")]
     Shared { dir: String, name: String, problem: String },
     #[error("bundle {dir}: runtime input `{name}`: {problem}; re-lower the bundle")]
