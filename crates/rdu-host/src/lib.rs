@@ -1,5 +1,27 @@
 //! The host runtime: loads a bundle and a checkpoint, holds KV caches and carried state,
-//! steps the model through the simulator, samples and tokenizes.
+//! steps the model through the simulator and samples.
 //!
 //! Architecture invariant: this crate never depends on `rdu-compiler` — a bundle plus a
 //! checkpoint is enough to run.
+//!
+//! Codemap, in the order a step's data flows: [`weights`] (checkpoint → dense or Q8_0
+//! tensors), `assemble` (stack and slice), [`shared`] (RoPE tables), [`states`] (carried
+//! state), `check` (load-time binding checks), `plan` (a step's inputs and limits), `env`
+//! (a program's view of the host), [`host`] (load and step), [`sample`] (next token).
+
+mod assemble;
+mod check;
+mod env;
+mod error;
+pub mod host;
+mod plan;
+pub mod sample;
+pub mod shared;
+pub mod states;
+pub mod weights;
+
+pub use error::{HostError, Result};
+pub use host::{Host, StepOutput};
+pub use sample::{greedy, Sampler, Sampling};
+pub use states::States;
+pub use weights::{Progress, Weights, WeightsSource};

@@ -1,0 +1,37 @@
+//! What the simulator reads while one program runs: its kind names translated to bundle names and looked up in the host's stores.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use rdu_spatial::{Q8Weight, SimBindings, SimTensor};
+
+use crate::weights::Weights;
+
+/// One program's view of the host: this step's inputs and activations, the weights, the shared
+/// tables. States are not here — they travel through `simulate_in_place`'s state map.
+pub(crate) struct Env<'a> {
+    /// Kind tensor name → bundle tensor name.
+    pub bind: &'a BTreeMap<String, String>,
+    /// This step's runtime inputs and the activations earlier programs produced.
+    pub step: &'a BTreeMap<String, SimTensor>,
+    pub weights: &'a Weights,
+    pub shared: &'a BTreeMap<String, SimTensor>,
+}
+
+impl Env<'_> {
+    fn target<'n>(&'n self, name: &'n str) -> &'n str {
+        self.bind.get(name).map_or(name, String::as_str)
+    }
+}
+
+impl SimBindings for Env<'_> {
+    fn tensor(&self, name: &str) -> Option<Cow<'_, SimTensor>> {
+        let name = self.target(name);
+        let found = self.step.get(name).or_else(|| self.weights.dense.get(name)).or_else(|| self.shared.get(name));
+        found.map(Cow::Borrowed)
+    }
+
+    fn q8(&self, name: &str) -> Option<Cow<'_, Q8Weight>> {
+        self.weights.q8.get(self.target(name)).map(Cow::Borrowed)
+    }
+}

@@ -1,0 +1,185 @@
+//! `Host`: a loaded bundle with its weights, shared tables and states, stepped program by program through the simulator.
+//!
+//! A step runs the embedding program, then every layer's kind program bound to that layer's
+//! tensors, then the head. Each program reads its kind's names; [`crate::env`] translates them
+//! through the layer's `bind`. A layer's states are moved out of the host's store under their
+//! kind names, updated in place by `simulate_in_place`, and moved back under their layer names.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use rdu_spatial::bundle::{is_bundle, Bundle};
+use rdu_spatial::manifest::Manifest;
+use rdu_spatial::{simulate_in_place, text, Role, SimTensor, SpatialProgram};
+
+use crate::check::{check, Use};
+use crate::env::Env;
+use crate::error::{HostError, Result};
+use crate::plan::Plan;
+use crate::shared;
+use crate::states::States;
+use crate::weights::{Progress, Weights, WeightsSource};
+
+/// A bundle ready to run: programs parsed and bindings checked, weights loaded, states zeroed.
+pub struct Host {
+    manifest: Manifest,
+    programs: Vec<SpatialProgram>,
+    /// The embedding, every layer in order, the head.
+    calls: Vec<Call>,
+    plan: Plan,
+    weights: Weights,
+    shared: BTreeMap<String, SimTensor>,
+    states: States,
+}
+
+/// What one step produced.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepOutput {
+    /// `[rows, vocab]` as the head computes it (a prefill head computes only the chunk's last row).
+    pub logits: SimTensor,
+}
+
+/// One program invocation of a step.
+struct Call {
+    /// `embedding program`, `layer 3 (kind attn)`, `head program`.
+    label: String,
+    program: usize,
+    /// Program tensor name → bundle tensor name.
+    bind: BTreeMap<String, String>,
+    /// The states it updates: (program name, bundle name).
+    states: Vec<(String, String)>,
+    /// The activations it produces: (program name, bundle name).
+    outputs: Vec<(String, String)>,
+}
+
+impl Host {
+    /// Opens and validates the bundle in `bundle_dir`, parses its programs, checks every
+    /// binding, then loads the weights (`progress` after each tensor), shared tables and states.
+    pub fn load(bundle_dir: &Path, weights: &WeightsSource, progress: Progress<'_>) -> Result<Host> {
+        let dir = bundle_dir.display().to_string();
+        if !is_bundle(bundle_dir) {
+            return Err(HostError::NotABundle { dir });
+        }
+        let bundle = Bundle::open(bundle_dir).map_err(|source| HostError::Bundle { dir: dir.clone(), source })?;
+        let m = &bundle.manifest;
+        let parse = |file: &str| -> Result<SpatialProgram> {
+            let text = bundle.files.get(file).map(String::as_str).unwrap_or_default();
+            text::parse(text).map_err(|source| HostError::Program { dir: dir.clone(), file: file.into(), source })
+        };
+        let mut programs = vec![parse(&m.programs.embed.file_spatial)?, parse(&m.programs.head.file_spatial)?];
+        let mut kinds = BTreeMap::new();
+        for kind in &m.programs.kinds {
+            kinds.insert(kind.name.clone(), programs.len());
+            programs.push(parse(&kind.file_spatial)?);
+        }
+        let mut calls = vec![Call::new("embedding program".into(), 0, &programs[0], None)];
+        for layer in &m.layers {
+            // `Bundle::validate` has checked that every layer's kind is defined.
+            let Some(&index) = kinds.get(&layer.kind) else { continue };
+            let label = format!("layer {} (kind {})", layer.layer, layer.kind);
+            calls.push(Call::new(label, index, &programs[index], Some(&layer.bind)));
+        }
+        calls.push(Call::new("head program".into(), 1, &programs[1], None));
+        let mut produced = BTreeSet::new();
+        for call in &calls {
+            let u = Use { label: &call.label, program: &programs[call.program], bind: &call.bind };
+            check(m, &u, &mut produced)?;
+        }
+        let plan = Plan::new(&dir, m, &programs[0], &programs[1])?;
+        let weights = Weights::load(m, weights, progress)?;
+        let shared = shared::compute(m, &dir)?;
+        let states = States::new(&m.states);
+        Ok(Host { manifest: bundle.manifest, programs, calls, plan, weights, shared, states })
+    }
+
+    /// Runs one step: `tokens` (exactly [`Host::rows`] ids) at position `pos`, updating every state.
+    /// Bad tokens and positions are refused before anything runs; if a program fails mid-step,
+    /// the layers already run keep this step's state updates — [`Host::reset`] before starting over.
+    pub fn step(&mut self, tokens: &[u32], pos: usize) -> Result<StepOutput> {
+        self.plan.check(tokens, pos)?;
+        let mut step = self.plan.inputs(tokens, pos);
+        for call in &self.calls {
+            let mut states = BTreeMap::new();
+            for (kind, layer) in &call.states {
+                if let Some(t) = self.states.take(layer) {
+                    states.insert(kind.clone(), t);
+                }
+            }
+            let env = Env { bind: &call.bind, step: &step, weights: &self.weights, shared: &self.shared };
+            let result = simulate_in_place(&self.programs[call.program], &env, &mut states);
+            for (kind, layer) in &call.states {
+                self.states.put(layer, states.remove(kind));
+            }
+            let mut outputs = result.map_err(|source| HostError::Simulate { program: call.label.clone(), source })?;
+            for (kind, bundle) in &call.outputs {
+                let t = outputs
+                    .remove(kind)
+                    .ok_or_else(|| HostError::NoOutput { program: call.label.clone(), name: kind.clone() })?;
+                step.insert(bundle.clone(), t);
+            }
+        }
+        let logits = step.remove(&self.plan.logits).ok_or_else(|| HostError::NoOutput {
+            program: "the head program".into(),
+            name: self.plan.logits.clone(),
+        })?;
+        Ok(StepOutput { logits })
+    }
+
+    /// Zeroes every state: the next step starts a new sequence.
+    pub fn reset(&mut self) {
+        self.states.reset();
+    }
+
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Token ids per step.
+    pub fn rows(&self) -> usize {
+        self.plan.rows
+    }
+
+    /// Positions the bundle's caches and RoPE tables hold.
+    pub fn ctx(&self) -> usize {
+        self.plan.ctx
+    }
+
+    /// The vocabulary: the embedding table's rows.
+    pub fn vocab(&self) -> usize {
+        self.plan.vocab
+    }
+
+    pub fn weights(&self) -> &Weights {
+        &self.weights
+    }
+
+    /// The carried state `name` (a layer tensor name, e.g. `Kc3`).
+    pub fn state(&self, name: &str) -> Option<&SimTensor> {
+        self.states.get(name)
+    }
+
+    pub fn states(&self) -> &States {
+        &self.states
+    }
+
+    /// The shared table `name` (e.g. `cos0`).
+    pub fn shared(&self, name: &str) -> Option<&SimTensor> {
+        self.shared.get(name)
+    }
+}
+
+impl Call {
+    /// A call of `program`; without `bind` (embedding, head) every name is the bundle's own.
+    fn new(label: String, index: usize, program: &SpatialProgram, bind: Option<&BTreeMap<String, String>>) -> Call {
+        let bind = bind.cloned().unwrap_or_else(|| {
+            let names = program.tensors.iter().filter(|d| d.role != Role::Temp).map(|d| &d.name);
+            names.chain(&program.outputs).map(|n| (n.clone(), n.clone())).collect()
+        });
+        let is_state = |name: &String| program.decl(name).is_some_and(|d| d.role == Role::State);
+        let pair = |name: &String| bind.get(name).map(|b| (name.clone(), b.clone()));
+        let states = program.tensors.iter().map(|d| &d.name).filter(|n| is_state(n)).filter_map(pair).collect();
+        // Every result but a state (which travels in the state map) is passed on as an activation.
+        let outputs = program.outputs.iter().filter(|n| !is_state(n)).filter_map(pair).collect();
+        Call { label, program: index, bind, states, outputs }
+    }
+}

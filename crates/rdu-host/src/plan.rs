@@ -1,0 +1,134 @@
+//! What a step takes and checks: how many tokens, the context, the vocabulary, and how the runtime inputs are filled.
+//!
+//! The manifest's `inputs` are filled by name: `tok`/`toks` (i32 `[rows]`) with the step's
+//! token ids; `pos` and each sequence's `pos_s{b}` with the step's position — a scalar, or
+//! `[rows]` holding consecutive positions. Any other runtime input is refused at load.
+
+use std::collections::BTreeMap;
+
+use rdu_spatial::manifest::{CutMode, Manifest};
+use rdu_spatial::{Arg, SimTensor, SpatialProgram};
+
+use crate::error::{HostError, Result};
+
+/// How one runtime input is filled.
+#[derive(Clone, Debug, PartialEq)]
+enum Feed {
+    Tokens(String),
+    /// A position input: a scalar, or one consecutive position per row.
+    Position {
+        name: String,
+        per_row: bool,
+    },
+}
+
+/// The step's shape and checks, fixed when the bundle is loaded.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Plan {
+    /// Token ids per step.
+    pub rows: usize,
+    /// Positions the programs (caches, RoPE tables) hold.
+    pub ctx: usize,
+    /// Consecutive positions one step covers: `rows`, or 1 when every row is its own sequence.
+    pub span: usize,
+    pub vocab: usize,
+    /// The head's output that holds the logits.
+    pub logits: String,
+    feeds: Vec<Feed>,
+}
+
+impl Plan {
+    pub fn new(dir: &str, manifest: &Manifest, embed: &SpatialProgram, head: &SpatialProgram) -> Result<Plan> {
+        let fail = |name: &str, problem: String| HostError::Input { dir: dir.to_string(), name: name.into(), problem };
+        let mut feeds = Vec::new();
+        let mut rows = None;
+        let mut per_row = Vec::new();
+        for input in &manifest.inputs {
+            if input.dtype != "i32" {
+                return Err(fail(&input.name, format!("has dtype {}; token and position inputs are i32", input.dtype)));
+            }
+            let name = input.name.clone();
+            let is_pos = name == "pos" || name.strip_prefix("pos_s").is_some_and(|b| b.parse::<usize>().is_ok());
+            match (name.as_str(), input.shape.as_slice()) {
+                ("tok" | "toks", &[n]) => {
+                    rows = Some(n);
+                    feeds.push(Feed::Tokens(name));
+                }
+                (_, []) if is_pos => feeds.push(Feed::Position { name, per_row: false }),
+                (_, &[n]) if is_pos => {
+                    per_row.push((name.clone(), n));
+                    feeds.push(Feed::Position { name, per_row: true });
+                }
+                _ => {
+                    let problem = format!(
+                        "shape {:?} is not one this host fills (tok/toks [rows], pos [] or [rows])",
+                        input.shape
+                    );
+                    return Err(fail(&input.name, problem));
+                }
+            }
+        }
+        let rows = rows.ok_or_else(|| fail("tok", "the manifest declares no token input".into()))?;
+        if let Some((name, n)) = per_row.into_iter().find(|(_, n)| *n != rows) {
+            return Err(fail(&name, format!("holds {n} positions for {rows} rows; give one per row or a scalar")));
+        }
+        let batched = matches!(manifest.cut.mode, CutMode::Batched | CutMode::BatchedTp);
+        let span = if batched { 1 } else { rows };
+        let ctx = manifest.cut.ctx.or(manifest.cut.seq).unwrap_or(rows);
+        let logits = match head.outputs.as_slice() {
+            outs if outs.iter().any(|o| o == "logits") => "logits".to_string(),
+            [only] => only.clone(),
+            _ => return Err(HostError::NoOutput { program: "the head program".into(), name: "logits".into() }),
+        };
+        let vocab = vocab(embed, manifest, &logits)
+            .ok_or_else(|| fail("tok", "neither the embedding table nor the logits give the vocabulary".into()))?;
+        Ok(Plan { rows, ctx, span, vocab, logits, feeds })
+    }
+
+    /// Refuses a step that would run past the context, a wrong number of tokens or an unknown token.
+    pub fn check(&self, tokens: &[u32], pos: usize) -> Result<()> {
+        if tokens.len() != self.rows {
+            return Err(HostError::Rows { rows: self.rows, given: tokens.len() });
+        }
+        if let Some(&token) = tokens.iter().find(|&&t| t as usize >= self.vocab || i32::try_from(t).is_err()) {
+            return Err(HostError::Token { token, vocab: self.vocab });
+        }
+        if pos >= self.ctx {
+            return Err(HostError::PastContext { pos, ctx: self.ctx });
+        }
+        let end = pos.saturating_add(self.span);
+        if end > self.ctx || i32::try_from(end).is_err() {
+            return Err(HostError::RowsPastContext { pos, end, ctx: self.ctx });
+        }
+        Ok(())
+    }
+
+    /// The runtime inputs of a checked step, by name.
+    pub fn inputs(&self, tokens: &[u32], pos: usize) -> BTreeMap<String, SimTensor> {
+        // `check` bounds every token by the vocabulary and every position by an i32 end.
+        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        let mut out = BTreeMap::new();
+        for feed in &self.feeds {
+            let (name, tensor) = match feed {
+                Feed::Tokens(name) => (name, SimTensor::i32(vec![ids.len()], ids.clone())),
+                Feed::Position { name, per_row: false } => (name, SimTensor::scalar_i32(pos as i32)),
+                Feed::Position { name, per_row: true } => {
+                    // Consecutive positions, or the same one for every row when each row is its own sequence.
+                    let positions = (0..self.rows).map(|r| (pos + r.min(self.span - 1)) as i32).collect();
+                    (name, SimTensor::i32(vec![self.rows], positions))
+                }
+            };
+            out.insert(name.clone(), tensor);
+        }
+        out
+    }
+}
+
+/// The vocabulary: the rows of the table the embedding program's `embed` looks up, else the logits' width.
+fn vocab(embed: &SpatialProgram, manifest: &Manifest, logits: &str) -> Option<usize> {
+    let table = embed.ops().find(|(_, op)| op.op == "embed").and_then(|(_, op)| match op.args.get(1) {
+        Some(Arg::Tensor(name)) => embed.decl(name).and_then(|d| d.shape.first().copied()),
+        _ => None,
+    });
+    table.or_else(|| manifest.activations.iter().find(|a| a.name == logits).and_then(|a| a.shape.last().copied()))
+}

@@ -1,0 +1,244 @@
+//! Loading every checkpoint tensor a manifest names — read, stacked or sliced, shape-checked, held dense or as Q8_0 blocks.
+//!
+//! It never transforms values beyond dequantising, quantising to the storage the manifest
+//! declares, stacking and slicing (DESIGN §3: the author writes programs for the weights as
+//! stored). Tensor-parallel `slices` are not applied: the simulator runs every chip's share as one.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use rdu_checkpoint::{quantize_q8_0, seeded_weight, GgmlType, Gguf, SafeTensors};
+use rdu_spatial::manifest::{CheckpointKind, Manifest, TensorEntry, TensorStorage};
+use rdu_spatial::{Q8Block, Q8Weight, SimTensor};
+
+use crate::assemble::{self, Piece};
+use crate::error::{HostError, Result};
+
+/// Where the weights come from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WeightsSource {
+    /// A Hugging Face model directory holding `model.safetensors` or a sharded index (or one such file).
+    Hf(PathBuf),
+    /// A llama.cpp GGUF file.
+    Gguf(PathBuf),
+    /// `rdu_checkpoint::seeded_weight` under each manifest tensor's own name, as the compiler's reference runner draws them.
+    Seeded { seed: u64, unit_offset: bool },
+}
+
+/// Every checkpoint tensor of a bundle, by the name programs give it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Weights {
+    /// Tensors stored dense.
+    pub dense: BTreeMap<String, SimTensor>,
+    /// Tensors stored as Q8_0 blocks.
+    pub q8: BTreeMap<String, Q8Weight>,
+}
+
+/// Reports loading progress: tensors done, tensors in all, the tensor just loaded.
+pub type Progress<'a> = &'a mut dyn FnMut(usize, usize, &str);
+
+impl Weights {
+    /// Loads every entry of `manifest.tensors` from `source`, calling `progress` after each.
+    pub fn load(manifest: &Manifest, source: &WeightsSource, progress: Progress<'_>) -> Result<Weights> {
+        let reader = Reader::open(source)?;
+        let total = manifest.tensors.len();
+        let mut weights = Weights::default();
+        for (done, (name, entry)) in manifest.tensors.iter().enumerate() {
+            if entry.dtype != "f32" {
+                return Err(HostError::TensorDtype { tensor: name.clone(), dtype: entry.dtype.clone() });
+            }
+            match reader.load(name, entry)? {
+                Loaded::Dense(t) => {
+                    weights.dense.insert(name.clone(), t);
+                }
+                Loaded::Q8(w) => {
+                    weights.q8.insert(name.clone(), w);
+                }
+            }
+            progress(done + 1, total, name);
+        }
+        Ok(weights)
+    }
+
+    /// Number of tensors held.
+    pub fn len(&self) -> usize {
+        self.dense.len() + self.q8.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+enum Reader {
+    Hf { file: String, tensors: SafeTensors },
+    Gguf(Gguf),
+    Seeded { seed: u64, unit_offset: bool },
+}
+
+/// What one checkpoint tensor holds: dense values, or Q8_0 blocks kept as they are stored.
+enum Values {
+    Dense(Vec<f32>),
+    Blocks(Vec<rdu_checkpoint::Q8Block>),
+}
+
+impl Values {
+    fn into_dense(self) -> Vec<f32> {
+        match self {
+            Values::Dense(v) => v,
+            Values::Blocks(b) => b.iter().flat_map(|b| b.dequantize()).collect(),
+        }
+    }
+
+    fn into_blocks(self, shape: &[usize]) -> Result<Vec<rdu_checkpoint::Q8Block>> {
+        match self {
+            Values::Dense(v) => Ok(quantize_q8_0(&v, shape)?.blocks),
+            Values::Blocks(b) => Ok(b),
+        }
+    }
+}
+
+enum Loaded {
+    Dense(SimTensor),
+    Q8(Q8Weight),
+}
+
+impl Reader {
+    fn open(source: &WeightsSource) -> Result<Reader> {
+        Ok(match source {
+            WeightsSource::Hf(path) => {
+                Reader::Hf { file: path.display().to_string(), tensors: SafeTensors::open(path)? }
+            }
+            WeightsSource::Gguf(path) => Reader::Gguf(Gguf::open(path)?),
+            WeightsSource::Seeded { seed, unit_offset } => Reader::Seeded { seed: *seed, unit_offset: *unit_offset },
+        })
+    }
+
+    fn file(&self) -> String {
+        match self {
+            Reader::Hf { file, .. } => file.clone(),
+            Reader::Gguf(g) => g.file().to_string(),
+            Reader::Seeded { seed, .. } => format!("seeded weights (seed {seed})"),
+        }
+    }
+
+    /// The tensor `name` of the manifest, assembled from its checkpoint tensors and held as its storage says.
+    fn load(&self, name: &str, entry: &TensorEntry) -> Result<Loaded> {
+        let q8 = entry.storage == TensorStorage::Q8_0;
+        let (label, values, shape) = match self {
+            Reader::Seeded { seed, unit_offset } => {
+                let values = seeded_weight(*seed, name, &entry.shape, *unit_offset);
+                (name.to_string(), Values::Dense(values), entry.shape.clone())
+            }
+            _ => self.assemble(name, entry, q8)?,
+        };
+        if shape != entry.shape {
+            return Err(HostError::TensorShape {
+                file: self.file(),
+                tensor: name.to_string(),
+                checkpoint: label,
+                expected: entry.shape.clone().into(),
+                found: shape.into(),
+            });
+        }
+        Ok(match (values, q8) {
+            (Values::Dense(v), true) => Loaded::Q8(to_spatial(shape.clone(), quantize_q8_0(&v, &shape)?.blocks)),
+            (Values::Blocks(b), true) => Loaded::Q8(to_spatial(shape, b)),
+            (values, false) => Loaded::Dense(SimTensor::f32(shape, values.into_dense())),
+        })
+    }
+
+    /// Reads the checkpoint tensors of `entry` and stacks or slices them; returns a label for errors too.
+    fn assemble(&self, name: &str, entry: &TensorEntry, q8: bool) -> Result<(String, Values, Vec<usize>)> {
+        let c = &entry.checkpoint;
+        let fail = |checkpoint: &str, problem: String| HostError::Assemble {
+            file: self.file(),
+            tensor: name.to_string(),
+            checkpoint: checkpoint.to_string(),
+            problem,
+        };
+        let Some(first) = c.names.first() else {
+            return Err(fail("", "the manifest names no checkpoint tensor".into()));
+        };
+        let mut parts = Vec::with_capacity(c.names.len());
+        for part in &c.names {
+            parts.push((part.clone(), self.read(name, part, q8)?));
+        }
+        let label = match c.names.len() {
+            1 => first.clone(),
+            n => format!("{first} (first of {n} stacked)"),
+        };
+        let blocks = parts.iter().any(|(_, (_, v))| matches!(v, Values::Blocks(_)));
+        let (values, shape) = if blocks {
+            let mut pieces = Vec::with_capacity(parts.len());
+            for (part, (shape, values)) in parts {
+                let data = values.into_blocks(&shape)?;
+                pieces.push((part, Piece { shape, data }));
+            }
+            let piece = cut(c.kind, pieces, c.axis, c.start, c.len, 32).map_err(|p| fail(&label, p))?;
+            (Values::Blocks(piece.data), piece.shape)
+        } else {
+            let pieces = parts.into_iter().map(|(part, (shape, v))| (part, Piece { shape, data: v.into_dense() }));
+            let piece = cut(c.kind, pieces.collect(), c.axis, c.start, c.len, 1).map_err(|p| fail(&label, p))?;
+            (Values::Dense(piece.data), piece.shape)
+        };
+        Ok((label, values, shape))
+    }
+
+    /// One checkpoint tensor: its shape and values, Q8_0 kept as blocks when `q8` storage can use them.
+    fn read(&self, tensor: &str, checkpoint: &str, q8: bool) -> Result<(Vec<usize>, Values)> {
+        let missing = || HostError::MissingTensor {
+            file: self.file(),
+            tensor: tensor.to_string(),
+            checkpoint: checkpoint.to_string(),
+        };
+        match self {
+            Reader::Hf { tensors, .. } => {
+                let shape = tensors.shape(checkpoint).ok_or_else(missing)?.to_vec();
+                Ok((shape, Values::Dense(tensors.read_f32(checkpoint)?)))
+            }
+            Reader::Gguf(gguf) => {
+                let info = gguf.tensor(checkpoint).ok_or_else(missing)?;
+                let shape = info.shape.clone();
+                match info.ggml_type {
+                    GgmlType::Q8_0 if q8 => Ok((shape, Values::Blocks(gguf.read_q8_0(checkpoint)?.blocks))),
+                    GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+                        Ok((shape, Values::Dense(gguf.read_f32(checkpoint)?)))
+                    }
+                    ggml_type if q8 => Err(HostError::StorageType {
+                        file: self.file(),
+                        tensor: tensor.to_string(),
+                        checkpoint: checkpoint.to_string(),
+                        ggml_type,
+                    }),
+                    _ => Ok((shape, Values::Dense(gguf.read_f32(checkpoint)?))),
+                }
+            }
+            // Seeded weights are drawn under the manifest's names, never read from a file.
+            Reader::Seeded { .. } => Err(missing()),
+        }
+    }
+}
+
+/// Applies the checkpoint's kind: one tensor as it is, several stacked, or a slice of one.
+fn cut<T: Clone>(
+    kind: CheckpointKind,
+    mut pieces: Vec<(String, Piece<T>)>,
+    axis: Option<usize>,
+    start: Option<usize>,
+    len: Option<usize>,
+    unit: usize,
+) -> std::result::Result<Piece<T>, String> {
+    match (kind, axis, start, len) {
+        (CheckpointKind::Tensor, ..) if pieces.len() == 1 => Ok(pieces.remove(0).1),
+        (CheckpointKind::Stack, Some(axis), ..) => assemble::stack(pieces, axis, unit),
+        (CheckpointKind::Slice, Some(axis), Some(start), Some(len)) if pieces.len() == 1 => {
+            assemble::slice(pieces.remove(0).1, axis, start, len, unit)
+        }
+        _ => Err(format!("the manifest's checkpoint entry of kind {kind:?} is incomplete")),
+    }
+}
+
+fn to_spatial(shape: Vec<usize>, blocks: Vec<rdu_checkpoint::Q8Block>) -> Q8Weight {
+    Q8Weight { shape, blocks: blocks.into_iter().map(|b| Q8Block { d: b.d, qs: b.qs }).collect() }
+}

@@ -1,0 +1,102 @@
+//! Q8_0 storage: quantised on load over a dense checkpoint, kept as blocks from a Q8_0 GGUF, within Q8_0 error of the dense run.
+
+mod common;
+
+use common::gguf::{write_gguf, Data};
+use common::*;
+use rdu_host::{Host, WeightsSource};
+
+const TOKENS: [u32; 3] = [2, 11, 6];
+
+fn logits(host: &mut Host, tokens: &[u32]) -> Vec<Vec<f32>> {
+    tokens.iter().enumerate().map(|(pos, &t)| host.step(&[t], pos).unwrap().logits.as_f32().unwrap().to_vec()).collect()
+}
+
+#[test]
+fn q8_0_storage_over_a_dense_checkpoint_quantises_on_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    let values = values();
+    let hf = tmp.path().join("hf");
+    write_safetensors(&hf, &checkpoint_tensors(&values));
+    let dense_dir = write_bundle(&tmp.path().join("dense"), Variant::Dense);
+    let q8_dir = write_bundle(&tmp.path().join("q8"), Variant::Q8);
+    let mut dense = Host::load(&dense_dir, &WeightsSource::Hf(hf.clone()), &mut |_, _, _| {}).unwrap();
+    let mut q8 = Host::load(&q8_dir, &WeightsSource::Hf(hf), &mut |_, _, _| {}).unwrap();
+
+    let w = q8.weights();
+    assert_eq!(w.q8.keys().collect::<Vec<_>>(), ["W0", "W1", "Wout"]);
+    assert!(!w.dense.contains_key("W0") && w.dense.contains_key("E"));
+    let want_blocks = rdu_checkpoint::quantize_q8_0(&values["W1"], &[D, D]).unwrap();
+    let got: Vec<(f32, [i8; 32])> = w.q8["W1"].blocks.iter().map(|b| (b.d, b.qs)).collect();
+    let want: Vec<(f32, [i8; 32])> = want_blocks.blocks.iter().map(|b| (b.d, b.qs)).collect();
+    assert_eq!(got, want, "W1 holds ggml's Q8_0 blocks of its slice");
+
+    let (got_dense, got_q8) = (logits(&mut dense, &TOKENS), logits(&mut q8, &TOKENS));
+    let want_q8 = reference(&q8_values(&values), &TOKENS);
+    let mut worst = 0.0f32;
+    for pos in 0..TOKENS.len() {
+        assert_close(&got_q8[pos], &want_q8[pos], 1e-5, &format!("q8 logits at position {pos}"));
+        // Q8_0 keeps every weight within half a step (amax/254) of its value: the logits move by
+        // at most a few hundredths here, and they do move.
+        assert_close(&got_q8[pos], &got_dense[pos], 0.05, &format!("q8 vs dense at position {pos}"));
+        worst = worst.max(max_diff(&got_q8[pos], &got_dense[pos]).0);
+    }
+    assert!(worst > 1e-6, "quantisation changed the numbers (worst difference {worst})");
+}
+
+#[test]
+fn q8_0_gguf_tensors_are_kept_as_their_blocks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let values = values();
+    let tensors: Vec<(String, Vec<usize>, Data)> = checkpoint_tensors(&values)
+        .into_iter()
+        .map(|(name, shape, v)| {
+            let q8 = ["model.layers.0.proj.weight", "model.layers.1.proj_big.weight", "lm_head.weight"];
+            let data = if q8.contains(&name.as_str()) { Data::Q8(v) } else { Data::F32(v) };
+            (name, shape, data)
+        })
+        .collect();
+    let path = tmp.path().join("model.gguf");
+    write_gguf(&path, &tensors);
+    let dir = write_bundle(tmp.path(), Variant::Q8);
+    let mut host = Host::load(&dir, &WeightsSource::Gguf(path.clone()), &mut |_, _, _| {}).unwrap();
+
+    // The blocks are the file's: rdu_checkpoint reads them back identically.
+    let file = rdu_checkpoint::Gguf::open(&path).unwrap();
+    let stored = file.read_q8_0("lm_head.weight").unwrap();
+    let held: Vec<(f32, [i8; 32])> = host.weights().q8["Wout"].blocks.iter().map(|b| (b.d, b.qs)).collect();
+    assert_eq!(held, stored.blocks.iter().map(|b| (b.d, b.qs)).collect::<Vec<_>>());
+    // W1's slice of the stored Q8_0 tensor is its second half of blocks.
+    let big = file.read_q8_0("model.layers.1.proj_big.weight").unwrap();
+    let held: Vec<f32> = host.weights().q8["W1"].blocks.iter().map(|b| b.d).collect();
+    assert_eq!(held, big.blocks[D..].iter().map(|b| b.d).collect::<Vec<_>>());
+
+    let got = logits(&mut host, &TOKENS);
+    let mut want_values = q8_values(&values);
+    // W1 was quantised inside its [64, 32] tensor; row blocks do not cross rows, so the slice is the same.
+    want_values.insert("W1".into(), big.dequantize()[D * D..].to_vec());
+    let want = reference(&want_values, &TOKENS);
+    for pos in 0..TOKENS.len() {
+        assert_close(&got[pos], &want[pos], 1e-5, &format!("gguf q8 logits at position {pos}"));
+    }
+}
+
+#[test]
+fn dense_storage_over_q8_0_gguf_tensors_dequantises() {
+    let tmp = tempfile::tempdir().unwrap();
+    let values = values();
+    let tensors: Vec<(String, Vec<usize>, Data)> = checkpoint_tensors(&values)
+        .into_iter()
+        .map(|(name, shape, v)| {
+            let data = if name == "lm_head.weight" { Data::Q8(v) } else { Data::F32(v) };
+            (name, shape, data)
+        })
+        .collect();
+    let path = tmp.path().join("model.gguf");
+    write_gguf(&path, &tensors);
+    let dir = write_bundle(tmp.path(), Variant::Dense);
+    let host = Host::load(&dir, &WeightsSource::Gguf(path), &mut |_, _, _| {}).unwrap();
+    let want = rdu_checkpoint::quantize_q8_0(&values["Wout"], &[VOCAB, D]).unwrap().dequantize();
+    assert_eq!(host.weights().dense["Wout"].as_f32().unwrap(), want.as_slice());
+    assert!(host.weights().q8.is_empty());
+}
