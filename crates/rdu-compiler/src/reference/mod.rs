@@ -25,13 +25,15 @@ type Map = BTreeMap<String, Arc<Tensor>>;
 struct Lifted {
     graph: Graph,
     decls: Vec<(DeclKind, String, Vec<usize>)>,
+    /// Weights stored Q8_0: the runner reads them as their dequantised blocks.
+    q8: std::collections::BTreeSet<String>,
 }
 
 fn lift_source(what: &str, source: &Source) -> Result<Lifted, String> {
     let program = parse(&source.text).map_err(|d| format!("{what}: authored program does not parse: {}", d[0]))?;
     let graph = lift(&program).map_err(|r| format!("{what}: authored program does not lift: {}", r.diagnostics[0]))?;
     let decls = program.decls().map(|d| (d.kind, d.name.text.clone(), d.ty.shape.clone())).collect();
-    Ok(Lifted { graph, decls })
+    Ok(Lifted { graph, decls, q8: source.q8.clone() })
 }
 
 /// The programs of one cut, lifted.
@@ -127,7 +129,10 @@ impl<'w> Reference<'w> {
         for (kind, name, shape) in &program.decls {
             match kind {
                 DeclKind::Weight if !self.loaded.contains_key(name) => {
-                    let t = self.weights.weight(name, shape)?;
+                    let mut t = self.weights.weight(name, shape)?;
+                    if program.q8.contains(name) {
+                        t = stored_q8(t)?;
+                    }
                     self.loaded.insert(name.clone(), Arc::new(t));
                 }
                 DeclKind::Shared if self.shared.get(name).is_none_or(|t| t.shape != *shape) => {
@@ -175,6 +180,14 @@ impl Bindings for Env<'_> {
     fn tensor(&self, name: &str) -> Option<Arc<Tensor>> {
         self.layers.iter().find_map(|m| m.get(name).cloned())
     }
+}
+
+/// A weight as a Q8_0 deployment stores it: quantised to blocks, read back dequantised.
+fn stored_q8(t: Tensor) -> Result<Tensor, String> {
+    let shape = t.shape.clone();
+    let values = t.into_f32();
+    let q = rdu_checkpoint::quantize_q8_0(&values, &shape).map_err(|e| e.to_string())?;
+    Ok(Tensor::f32(shape, q.dequantize()))
 }
 
 /// `cos{r}` / `sin{r}` of `shape` `[rows, dim/2]` for rotation `r` of the spec.
