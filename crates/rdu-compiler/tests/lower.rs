@@ -1,48 +1,173 @@
-//! Lowering and certification of every kind of the presets.
+//! Lowering and certification (issue 4 acceptance): every kind of every real preset at its
+//! real shapes (decode, ctx 4096, Q8_0 and dense, SN50 and SN40L); a miscompiled kind is
+//! caught; a kind that needs more units than the chip has is sectioned, not rejected.
 
-use rdu_compiler::certify::certify;
+use rdu_compiler::certify::{certify, CertifyFault};
 use rdu_compiler::front::lift;
 use rdu_compiler::lang::parse;
 use rdu_compiler::lower::lower;
-use rdu_compiler::lower::streamed::{layer_kinds_for, Storage};
+use rdu_compiler::lower::streamed::{
+    layer_kinds, lower_decode_streamed, lower_forward_streamed, LowerOptions, Storage,
+};
 use rdu_compiler::model::author::source_of;
 use rdu_compiler::model::presets;
 use rdu_compiler::model::spec::Cut;
 use rdu_spatial::chip::Chip;
+use rdu_spatial::program::Lit;
 
-fn certify_kinds(name: &str, cut: Cut, storage: Storage, chip: &str) {
-    let spec = presets::resolve(name).unwrap();
-    let chip = Chip::builtin(chip).unwrap();
-    for kind in layer_kinds_for(&spec, cut, &storage) {
-        let src = source_of(&spec, kind.representative(), cut, &storage);
-        let program = parse(&src.text).unwrap();
-        let graph = lift(&program).unwrap();
-        let t = std::time::Instant::now();
-        let lowered = lower(&kind.name, &program, &graph, &src.q8, &chip, &mut |_, _| {});
-        let cert = certify(&lowered, &graph, &chip, 1).unwrap_or_else(|e| panic!("{name} {}: {e}", kind.name));
-        eprintln!(
-            "{name} {} sections {} err {:e} in {:?}",
-            kind.name,
-            lowered.sections.len(),
-            cert.max_abs_err,
-            t.elapsed()
-        );
-    }
+fn opts<'a>(
+    chip: &str,
+    storage: Storage,
+    progress: &'a mut dyn FnMut(rdu_compiler::lower::streamed::Progress<'_>),
+) -> LowerOptions<'a> {
+    LowerOptions { chip: Chip::builtin(chip).expect("builtin chip"), storage, seed: 7, progress }
 }
 
-#[test]
-fn tiny_presets_certify() {
-    for name in presets::names().into_iter().filter(|n| n.starts_with("tiny-")) {
-        for storage in [Storage::AllQ8, Storage::Dense] {
-            certify_kinds(name, Cut::Decode { ctx: 64 }, storage.clone(), "sn50");
-            certify_kinds(name, Cut::Forward { seq: 7 }, storage, "sn40l");
+/// Decode at ctx 4096, Q8_0 and dense, SN50 and SN40L: every kind certified, the kinds the
+/// same as `layer_kinds`.
+fn lower_real(name: &str) {
+    let spec = presets::resolve(name).expect("preset");
+    for storage in [Storage::AllQ8, Storage::Dense] {
+        let expected: Vec<Vec<usize>> = layer_kinds(&spec, &storage).into_iter().map(|k| k.layers).collect();
+        for chip in ["sn50", "sn40l"] {
+            let model = lower_decode_streamed(&spec, 4096, opts(chip, storage.clone(), &mut |_| {}))
+                .unwrap_or_else(|e| panic!("{name} {chip} {}: {e}", storage.label()));
+            let layers: Vec<Vec<usize>> = model.kinds.iter().map(|k| k.layers.clone()).collect();
+            assert_eq!(layers, expected, "{name}: lowered kinds differ from layer_kinds");
+            for k in &model.kinds {
+                let c = &k.program.certificate;
+                assert!(
+                    c.checks.iter().any(|c| c.starts_with("numbers")),
+                    "{name} {}: no numeric check",
+                    k.program.name
+                );
+                assert!(c.max_abs_err.is_finite(), "{name} {}", k.program.name);
+            }
+            assert_eq!(model.layers.len(), spec.n_layers());
+            let step = model.step_estimate();
+            assert!(step.roofline_fraction > 0.0 && step.roofline_fraction <= 1.0, "{name}: {step:?}");
         }
     }
 }
 
 #[test]
-fn real_presets_certify_at_real_shapes() {
-    for name in ["llama-3.1-8b", "qwen3-next-80b-a3b", "gemma-3-27b-it", "deepseek-v2"] {
-        certify_kinds(name, Cut::Decode { ctx: 4096 }, Storage::AllQ8, "sn50");
+fn qwen3_next_80b_a3b_lowers_and_certifies() {
+    lower_real("qwen3-next-80b-a3b");
+}
+
+#[test]
+fn qwen3_5_27b_lowers_and_certifies() {
+    lower_real("qwen3.5-27b");
+}
+
+#[test]
+fn qwen3_6_35b_a3b_lowers_and_certifies() {
+    lower_real("qwen3.6-35b-a3b");
+}
+
+#[test]
+fn gemma_3_27b_it_lowers_and_certifies() {
+    lower_real("gemma-3-27b-it");
+}
+
+#[test]
+fn gemma_3_270m_lowers_and_certifies() {
+    lower_real("gemma-3-270m");
+}
+
+#[test]
+fn deepseek_v2_lowers_and_certifies() {
+    lower_real("deepseek-v2");
+}
+
+#[test]
+fn deepseek_v2_lite_lowers_and_certifies() {
+    lower_real("deepseek-v2-lite");
+}
+
+#[test]
+fn llama_3_1_8b_lowers_and_certifies() {
+    lower_real("llama-3.1-8b");
+}
+
+#[test]
+fn qwen3_8b_lowers_and_certifies() {
+    lower_real("qwen3-8b");
+}
+
+#[test]
+fn tiny_presets_lower_both_cuts() {
+    for name in presets::names().into_iter().filter(|n| n.starts_with("tiny-")) {
+        let spec = presets::resolve(name).expect("preset");
+        lower_decode_streamed(&spec, 64, opts("sn50", Storage::AllQ8, &mut |_| {}))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        lower_forward_streamed(&spec, 7, opts("sn40l", Storage::Dense, &mut |_| {}))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}
+
+/// The representative of the first kind of `name`, lifted and lowered for `chip`.
+fn lowered_kind(name: &str, chip: &Chip) -> (rdu_spatial::program::SpatialProgram, rdu_compiler::graph::Graph) {
+    let spec = presets::resolve(name).expect("preset");
+    let src = source_of(&spec, 0, Cut::Decode { ctx: 64 }, &Storage::AllQ8);
+    let program = parse(&src.text).expect("parses");
+    let graph = lift(&program).expect("lifts");
+    (lower("kind", &program, &graph, &src.q8, chip, &mut |_, _| {}), graph)
+}
+
+/// SN50 cut down to `units` PCUs and PMUs of `pmu_bytes` each: small enough to tile and
+/// section tiny models.
+fn small_chip(units: u32, pmu_bytes: u32) -> Chip {
+    let text = Chip::builtin_text("sn50").unwrap().replace("value = 2080", &format!("value = {units}"));
+    let text = text.replace("value = 207_692", &format!("value = {pmu_bytes}"));
+    Chip::from_toml_str(&text, "small.toml").expect("the small chip loads")
+}
+
+#[test]
+fn a_corrupted_tile_bound_is_caught() {
+    let chip = small_chip(2080, 256);
+    let (mut program, graph) = lowered_kind("tiny-llama", &chip);
+    certify(&program, &graph, &chip, 1).expect("the lowered program certifies");
+    let tiled = program
+        .sections
+        .iter_mut()
+        .flat_map(|s| &mut s.stages)
+        .flat_map(|st| &mut st.ops)
+        .find_map(|op| op.tiling.as_mut().filter(|t| t.tiles.len() > 1))
+        .expect("a tiled op");
+    tiled.tiles[1].0 += 1;
+    let fault = certify(&program, &graph, &chip, 1).expect_err("a gap between tiles must not certify");
+    assert!(matches!(&fault, CertifyFault::Structure(m) if m.contains("tiles do not cover")), "{fault}");
+}
+
+#[test]
+fn a_wrong_kernel_attribute_is_caught_by_the_numbers() {
+    let chip = Chip::builtin("sn50").unwrap();
+    let (mut program, graph) = lowered_kind("tiny-qwen3", &chip);
+    let attend = program
+        .sections
+        .iter_mut()
+        .flat_map(|s| &mut s.stages)
+        .flat_map(|st| &mut st.ops)
+        .find(|op| op.op == "attend")
+        .expect("an attend op");
+    for (key, value) in &mut attend.attrs {
+        if key == "scale" {
+            *value = Lit::Float(0.3);
+        }
+    }
+    let fault = certify(&program, &graph, &chip, 1).expect_err("a wrong softmax scale must not certify");
+    assert!(matches!(fault, CertifyFault::Numbers { .. }), "{fault}");
+}
+
+#[test]
+fn a_kind_larger_than_the_chip_is_sectioned() {
+    let small = small_chip(6, 4096);
+    let (program, graph) = lowered_kind("tiny-qwen3-next", &small);
+    assert!(program.sections.len() > 1, "a 6-unit chip needs several sections");
+    certify(&program, &graph, &small, 1).expect("the sectioned program certifies");
+    for s in &program.sections {
+        assert!(s.stages.iter().map(|st| st.pcus).sum::<u32>() <= 6);
+        assert!(s.stages.iter().map(|st| st.pmus).sum::<u32>() <= 6);
     }
 }
