@@ -171,3 +171,33 @@ fn a_kind_larger_than_the_chip_is_sectioned() {
         assert!(s.stages.iter().map(|st| st.pmus).sum::<u32>() <= 6);
     }
 }
+
+#[test]
+fn kind_programs_do_not_depend_on_depth() {
+    let base = presets::resolve("tiny-qwen3.5").expect("preset");
+    let mut deep = base.clone();
+    deep.layers = (0..64).map(|l| base.layers[l % 4].clone()).collect();
+    let mut shallow = base.clone();
+    shallow.layers =
+        layer_kinds(&deep, &Storage::AllQ8).iter().map(|k| deep.layers[k.representative()].clone()).collect();
+    assert_eq!(shallow.layers.len(), 2);
+    let files = |spec: &rdu_compiler::model::spec::ModelSpec| {
+        let model = lower_decode_streamed(spec, 64, opts("sn50", Storage::AllQ8, &mut |_| {})).expect("lowers");
+        let dir = tempfile::tempdir().unwrap();
+        model.bundle().unwrap().write(&dir.path().join("b"), false).unwrap();
+        let mut out = std::collections::BTreeMap::new();
+        for e in std::fs::read_dir(dir.path().join("b/programs")).unwrap() {
+            let e = e.unwrap();
+            out.insert(e.file_name().into_string().unwrap(), std::fs::read(e.path()).unwrap());
+        }
+        out
+    };
+    let (deep_files, shallow_files) = (files(&deep), files(&shallow));
+    assert_eq!(deep_files.keys().collect::<Vec<_>>(), shallow_files.keys().collect::<Vec<_>>());
+    for (name, bytes) in &deep_files {
+        // The head reads the last layer's output, `xo{L-1}`: the one name that depends on depth.
+        if !name.starts_with("head.") {
+            assert_eq!(bytes, &shallow_files[name], "{name} differs between 64 layers and one per kind");
+        }
+    }
+}

@@ -225,3 +225,24 @@ impl Program {
         })
     }
 }
+
+impl Program {
+    /// Renames every name the program declares, binds or reads (not attribute words), by `f`.
+    pub fn rename(&mut self, f: &dyn Fn(&str) -> String) {
+        let mut apply = |n: &mut Name| n.text = f(&n.text);
+        for item in &mut self.items {
+            match item {
+                Item::Decl(d) => apply(&mut d.name),
+                Item::Stmt(s) => {
+                    s.binders.iter_mut().for_each(&mut apply);
+                    for a in &mut s.args {
+                        if let Arg::Name(n) = a {
+                            apply(n);
+                        }
+                    }
+                }
+                Item::Output(n) => apply(n),
+            }
+        }
+    }
+}

@@ -146,7 +146,8 @@ fn lower_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Result<
     let mut layers = vec![None; spec.n_layers()];
     for (i, group) in groups.iter().enumerate() {
         progress(Progress::Program { index: i + 1, total, name: &group.name });
-        let rep = &layer_sources[group.representative()];
+        let canon = canonical(&layer_sources[group.representative()], group.representative(), &group.name, cut)?;
+        let rep = &canon;
         let part = lower_part(&group.name, rep, rep, &chip, seed, progress)?;
         for &l in &group.layers {
             let map = renaming(rep, &layer_sources[l])
@@ -179,6 +180,23 @@ fn lower_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Result<
         layer_sources,
         lowering_seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// A kind's program as the bundle carries it: its representative's program with every
+/// per-layer name rebound to layer 0 (`rebind(name, rep, 0)`), so that the program does not
+/// depend on which layer happens to come first — a model and the same model with more layers
+/// of a kind carry byte-identical kind programs.
+fn canonical(rep: &Source, layer: usize, kind: &str, cut: Cut) -> Result<Source, StreamedReject> {
+    use super::kinds::rebind;
+    let mut program = parse(&rep.text)
+        .map_err(|d| StreamedReject::Front { program: kind.to_string(), refusal: Refusal { diagnostics: d } })?;
+    program.rename(&|n| rebind(n, layer, 0));
+    let cut = match cut {
+        Cut::Forward { seq } => format!("forward over {seq} tokens"),
+        Cut::Decode { ctx } => format!("decode against {ctx} positions"),
+    };
+    let text = format!("# layer kind {kind}, {cut}; names as in layer 0\n{}", crate::lang::print(&program));
+    Ok(Source { text, q8: rep.q8.iter().map(|n| rebind(n, layer, 0)).collect() })
 }
 
 /// The embedding or head source certification runs: the real one, or — for a vocabulary
