@@ -258,6 +258,17 @@ fn bad_input_is_one_line_and_exit_code_1() {
 }
 
 #[test]
+fn an_unwritable_bundle_path_names_its_cause_once() {
+    let dir = temp();
+    let file = dir.path().join("plain");
+    std::fs::write(&file, "a file, not a directory").expect("write");
+    let err = user_error(&["lower", "tiny-llama", "--ctx", "64", "-o", path(&file.join("bundle"))]);
+    assert!(err.contains("plain"), "{err}");
+    let cause = err.rsplit(": ").next().expect("a cause");
+    assert_eq!(err.matches(cause).count(), 1, "the cause is repeated: {err}");
+}
+
+#[test]
 fn dump_after_tile_prints_tiled_spatial_text() {
     let out = ok(&["lower", "tiny-llama", "--ctx", "64", "--dump-after", "tile"]);
     assert!(out.contains("# attention_dense after tile"), "{out}");
