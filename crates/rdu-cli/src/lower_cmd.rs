@@ -1,7 +1,7 @@
 //! `rdu lower`: lower every layer kind once, certify it, and write the bundle.
 
 use crate::model_arg::{resolve, CutArg, StorageArg};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use rdu_compiler::lower::streamed::{
@@ -83,7 +83,8 @@ pub fn run(args: &LowerArgs) -> Result<()> {
     }
     if let Some(dir) = &args.out {
         let bundle = model.bundle().map_err(anyhow::Error::msg)?;
-        bundle.write(dir, args.force).with_context(|| format!("writing the bundle to {}", dir.display()))?;
+        // A `BundleError` already prints its cause: format it once rather than chaining it.
+        bundle.write(dir, args.force).map_err(|e| anyhow::anyhow!("writing the bundle to {}: {e}", dir.display()))?;
     }
     if args.json {
         println!("{}", summary_json(&model));

@@ -2,10 +2,13 @@
 //! kind, and prove them. This file parses the command line and dispatches; each command
 //! lives in its own module and only renders what the libraries compute.
 
+mod check_cmd;
+mod fit_cmd;
 mod lower_cmd;
 mod model_arg;
 mod program_cmds;
 mod run_cmd;
+mod show_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -36,6 +39,12 @@ enum Command {
     Lower(lower_cmd::LowerArgs),
     /// Run a model: prompt tokens in, greedy tokens and logits out
     Run(run_cmd::RunArgs),
+    /// Parse and lift a program file; print every diagnostic with its source line
+    Check(check_cmd::CheckArgs),
+    /// Summarise a bundle, or print one of its spatial programs
+    Show(show_cmd::ShowArgs),
+    /// Memory of a decode deployment on one chip: weights and KV/state against HBM and DDR
+    Fit(fit_cmd::FitArgs),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +62,9 @@ fn main() -> ExitCode {
         Command::Source(args) => program_cmds::source(&args),
         Command::Run(args) => run_cmd::run(&args),
         Command::Lower(args) => lower_cmd::run(&args),
+        Command::Check(args) => check_cmd::run(&args),
+        Command::Show(args) => show_cmd::run(&args),
+        Command::Fit(args) => fit_cmd::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -109,7 +109,7 @@ pub fn source(args: &SourceArgs) -> Result<()> {
 }
 
 /// `0-2, 4-6, 8` for [0, 1, 2, 4, 5, 6, 8].
-fn ranges(layers: &[usize]) -> String {
+pub(crate) fn ranges(layers: &[usize]) -> String {
     let mut parts = Vec::new();
     let mut i = 0;
     while i < layers.len() {

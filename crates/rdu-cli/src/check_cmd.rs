@@ -1,0 +1,65 @@
+//! `rdu check`: parse and lift a program file and render every diagnostic with its source line.
+//! It renders only; what is wrong is decided by `lang::parse` and `front::lift`.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use codespan_reporting::diagnostic::{Diagnostic as Report, Label};
+use codespan_reporting::files::SimpleFile;
+use codespan_reporting::term::{self, termcolor::ColorChoice, termcolor::StandardStream, Config};
+use rdu_compiler::front::lift;
+use rdu_compiler::lang::{parse, Diagnostic};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct CheckArgs {
+    /// A program file in the rdu language (`docs/LANGUAGE.md`), e.g. the output of `rdu source`
+    file: PathBuf,
+}
+
+pub fn run(args: &CheckArgs) -> Result<()> {
+    let shown = args.file.display().to_string();
+    let text = std::fs::read_to_string(&args.file).with_context(|| format!("cannot read {shown}"))?;
+    let (diagnostics, stage) = match parse(&text) {
+        Err(syntax) => (syntax, "parse"),
+        Ok(program) => match lift(&program) {
+            Ok(_) => return Ok(()),
+            Err(refusal) => (refusal.diagnostics, "lift"),
+        },
+    };
+    render(&shown, &text, &diagnostics);
+    let n = diagnostics.len();
+    bail!("{shown}: {n} error{} found; the program does not {stage}", if n == 1 { "" } else { "s" })
+}
+
+/// Every diagnostic on stderr with its source snippet; coloured only on a terminal.
+fn render(name: &str, text: &str, diagnostics: &[Diagnostic]) {
+    let color = if std::io::stderr().is_terminal() { ColorChoice::Auto } else { ColorChoice::Never };
+    let stderr = StandardStream::stderr(color);
+    let mut out = stderr.lock();
+    let file = SimpleFile::new(name, text);
+    let config = Config::default();
+    for d in diagnostics {
+        if term::emit(&mut out, &config, &file, &report(d, text.len())).is_err() {
+            // A span outside the file: still say what is wrong, without the snippet.
+            let _ = writeln!(out, "{d}");
+        }
+    }
+}
+
+fn report(d: &Diagnostic, len: usize) -> Report<()> {
+    let clamp = |r: std::ops::Range<usize>| r.start.min(len)..r.end.min(len);
+    let mut labels = vec![Label::primary((), clamp(d.span.range()))];
+    labels.extend(d.labels.iter().map(|(span, msg)| Label::secondary((), clamp(span.range())).with_message(msg)));
+    let note = match (d.index, &d.binder) {
+        (Some(i), Some(b)) => Some(format!("in statement {i} (binding `{b}`)")),
+        (Some(i), None) => Some(format!("in statement {i}")),
+        (None, Some(b)) => Some(format!("concerns `{b}`")),
+        (None, None) => None,
+    };
+    Report::error()
+        .with_code(d.code)
+        .with_message(&d.message)
+        .with_labels(labels)
+        .with_notes(note.into_iter().collect())
+}

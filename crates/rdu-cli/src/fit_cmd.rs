@@ -1,0 +1,250 @@
+//! `rdu fit`: the memory a decode deployment holds on one chip — weights as stored, KV caches
+//! and carried state — placed in the chip's HBM and then its DDR. It does not lower anything:
+//! it reads the declarations of every authored program.
+//!
+//! Counting, stated once: a weight in the program's Q8_0 set is held as Q8_0 blocks (34
+//! bytes per 32 elements), any other weight as bf16; carried state as bf16; a shared table
+//! (RoPE) once, as f32. A tensor named by several programs (the embedding table `E` of a
+//! tied head) is counted once.
+
+use crate::model_arg::{resolve, StorageArg};
+use anyhow::{anyhow, bail, Result};
+use clap::Args;
+use rdu_compiler::lang::ast::DeclKind;
+use rdu_compiler::lang::{parse, Source};
+use rdu_compiler::lower::streamed::layer_kinds_for;
+use rdu_compiler::model::author::{embed_source, head_source, source_of};
+use rdu_compiler::model::spec::Cut;
+use rdu_spatial::chip::Chip;
+use rdu_spatial::memory::{place, tensor_bytes, MemoryDemand, MemoryFit, TensorFormat};
+use serde_json::json;
+use std::collections::BTreeSet;
+
+#[derive(Args)]
+pub struct FitArgs {
+    /// A preset name, a config.json, or a directory holding one
+    model: String,
+    /// KV-cache positions of the decode cut
+    #[arg(long, default_value_t = 4096)]
+    ctx: usize,
+    /// Target chip: sn50, sn40l, or a chip description file (TOML)
+    #[arg(long, default_value = "sn50")]
+    chip: String,
+    /// Which weights are stored Q8_0
+    #[arg(long, value_enum, default_value = "auto")]
+    storage: StorageArg,
+    /// Print one JSON object: {"model", "chip", "ctx", "storage", "parts", "weight_bytes", "state_bytes", ...}
+    #[arg(long)]
+    json: bool,
+}
+
+/// What one program (or all layers of one kind) adds to the demand.
+#[derive(Default)]
+struct Part {
+    name: String,
+    layers: usize,
+    params: u64,
+    weight_bytes: u64,
+    q8_bytes: u64,
+    state_bytes: u64,
+    shared_bytes: u64,
+}
+
+/// Sums declarations across programs, counting each tensor name once.
+#[derive(Default)]
+struct Tally {
+    seen: BTreeSet<String>,
+}
+
+impl Tally {
+    fn add(&mut self, part: &mut Part, source: &Source, what: &str) -> Result<()> {
+        let program = parse(&source.text).map_err(|d| {
+            anyhow!(
+                "the authored {what} program does not parse: {}",
+                d.first().map_or(String::new(), |d| d.to_string())
+            )
+        })?;
+        for decl in program.decls() {
+            if decl.kind == DeclKind::Input || !self.seen.insert(decl.name.text.clone()) {
+                continue;
+            }
+            let shape: Vec<u64> = decl.ty.shape.iter().map(|&d| d as u64).collect();
+            let bytes = |format| tensor_bytes(&shape, format).map_err(|e| anyhow!("{what}: `{}`: {e}", decl.name));
+            match decl.kind {
+                DeclKind::Weight if source.q8.contains(&decl.name.text) => {
+                    let b = bytes(TensorFormat::Q8_0)?;
+                    part.weight_bytes += b;
+                    part.q8_bytes += b;
+                    part.params += shape.iter().product::<u64>();
+                }
+                DeclKind::Weight => {
+                    part.weight_bytes += bytes(TensorFormat::DenseBf16)?;
+                    part.params += shape.iter().product::<u64>();
+                }
+                DeclKind::State => part.state_bytes += bytes(TensorFormat::DenseBf16)?,
+                DeclKind::Shared => part.shared_bytes += bytes(TensorFormat::F32)?,
+                DeclKind::Input => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+pub fn run(args: &FitArgs) -> Result<()> {
+    if args.ctx == 0 {
+        bail!("--ctx must be at least 1");
+    }
+    let spec = resolve(&args.model)?;
+    let chip = Chip::resolve(&args.chip)?;
+    let cut = Cut::Decode { ctx: args.ctx };
+    let storage = args.storage.storage();
+    let mut tally = Tally::default();
+
+    let mut parts = Vec::new();
+    let mut embed = Part { name: "embed".into(), ..Part::default() };
+    tally.add(&mut embed, &embed_source(&spec, cut, &storage), "embedding")?;
+    parts.push(embed);
+    for kind in layer_kinds_for(&spec, cut, &storage) {
+        let mut part = Part { name: kind.name.clone(), layers: kind.layers.len(), ..Part::default() };
+        for &l in &kind.layers {
+            tally.add(&mut part, &source_of(&spec, l, cut, &storage), &format!("layer {l}"))?;
+        }
+        parts.push(part);
+    }
+    let mut head = Part { name: "head".into(), ..Part::default() };
+    tally.add(&mut head, &head_source(&spec, cut, &storage), "head")?;
+    parts.push(head);
+
+    let sum = |f: fn(&Part) -> u64| parts.iter().map(f).sum::<u64>();
+    let demand = MemoryDemand {
+        weight_bytes: sum(|p| p.weight_bytes) + sum(|p| p.shared_bytes),
+        state_bytes: sum(|p| p.state_bytes),
+    };
+    let report = Report {
+        model: &spec.name,
+        chip: &chip,
+        ctx: args.ctx,
+        storage: storage.label(),
+        tied: spec.head.tied,
+        fit: place(&chip, demand),
+        parts,
+    };
+    if args.json {
+        print_json(&report);
+    } else {
+        print_text(&report);
+    }
+    Ok(())
+}
+
+struct Report<'a> {
+    model: &'a str,
+    chip: &'a Chip,
+    ctx: usize,
+    storage: &'static str,
+    /// The head reads the embedding table `E` (counted under `embed`).
+    tied: bool,
+    parts: Vec<Part>,
+    fit: MemoryFit,
+}
+
+impl Report<'_> {
+    fn params(&self) -> u64 {
+        self.parts.iter().map(|p| p.params).sum()
+    }
+}
+
+fn print_json(r: &Report) {
+    let fit = &r.fit;
+    let parts: Vec<_> = r
+        .parts
+        .iter()
+        .map(|p| {
+            json!({"name": p.name, "layers": p.layers, "params": p.params, "weight_bytes": p.weight_bytes,
+                   "q8_bytes": p.q8_bytes, "state_bytes": p.state_bytes, "shared_bytes": p.shared_bytes})
+        })
+        .collect();
+    let out = json!({
+        "model": r.model,
+        "chip": r.chip.name,
+        "chips": 1,
+        "ctx": r.ctx,
+        "storage": r.storage,
+        "tied_head": r.tied,
+        "parts": parts,
+        "params": r.params(),
+        "weight_bytes": fit.demand.weight_bytes,
+        "state_bytes": fit.demand.state_bytes,
+        "total_bytes": fit.demand.total(),
+        "hbm_capacity": fit.hbm_capacity,
+        "ddr_capacity": fit.ddr_capacity,
+        "hbm_bytes": fit.hbm_bytes,
+        "ddr_bytes": fit.ddr_bytes,
+        "spills_to_ddr": fit.spills_to_ddr,
+        "fits_hbm": !fit.spills_to_ddr && fit.fits,
+        "fits": fit.fits,
+        "shortfall_bytes": fit.shortfall,
+    });
+    println!("{out}");
+}
+
+fn print_text(r: &Report) {
+    let (fit, parts) = (&r.fit, &r.parts);
+    println!(
+        "{} on one {}: decode, ctx {}, storage {}, {} parameters",
+        r.model,
+        r.chip.name,
+        r.ctx,
+        r.storage,
+        count(r.params())
+    );
+    println!("  {:<28} {:>6} {:>10} {:>12} {:>12}", "program", "layers", "params", "weights", "state");
+    for p in parts {
+        let layers = if p.layers == 0 { "-".to_string() } else { p.layers.to_string() };
+        let name = if p.name == "head" && r.tied { "head (tied: E under embed)" } else { &p.name };
+        let row = (count(p.params), gb(p.weight_bytes), gb(p.state_bytes));
+        println!("  {name:<28} {layers:>6} {:>10} {:>12} {:>12}", row.0, row.1, row.2);
+    }
+    let shared: u64 = parts.iter().map(|p| p.shared_bytes).sum();
+    let q8: u64 = parts.iter().map(|p| p.q8_bytes).sum();
+    let d = &fit.demand;
+    println!(
+        "  weights {} ({} as Q8_0, the rest bf16; shared tables {}), state {} (bf16), total {}",
+        gb(d.weight_bytes),
+        gb(q8),
+        gb(shared),
+        gb(d.state_bytes),
+        gb(d.total())
+    );
+    println!("  HBM {:>10} of {:>10}", gb(fit.hbm_bytes), gb(fit.hbm_capacity));
+    println!("  DDR {:>10} of {:>10}", gb(fit.ddr_bytes), gb(fit.ddr_capacity));
+    let verdict = if !fit.fits {
+        format!("does not fit: {} more than HBM and DDR hold", gb(fit.shortfall))
+    } else if fit.spills_to_ddr {
+        format!("fits with a spill: {} beyond HBM lives in DDR and streams at DDR bandwidth", gb(fit.ddr_bytes))
+    } else {
+        format!("fits in HBM with {} to spare", gb(fit.hbm_capacity - fit.hbm_bytes))
+    };
+    println!("  {verdict}");
+}
+
+/// Decimal gigabytes, as chip vendors state capacities.
+fn gb(bytes: u64) -> String {
+    if bytes == 0 {
+        "0".to_string()
+    } else if bytes >= 10_000_000 {
+        format!("{:.2} GB", bytes as f64 / 1e9)
+    } else {
+        format!("{:.2} MB", bytes as f64 / 1e6)
+    }
+}
+
+/// `80.1 B`, `3.2 M`, `1234`.
+fn count(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000_000 => format!("{:.2} B", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{:.2} M", n as f64 / 1e6),
+        n if n >= 1_000 => format!("{:.1} K", n as f64 / 1e3),
+        n => n.to_string(),
+    }
+}
