@@ -198,7 +198,7 @@ fn lower_then_show_a_bundle() {
     let dot = std::fs::read_to_string(dot).expect("the dot file");
     assert!(dot.starts_with("digraph bundle {") && dot.ends_with("}\n"), "{dot}");
     assert!(dot.contains("label=\"section 0\"") && dot.contains("\"attention_dense/s0\""), "{dot}");
-    assert!(dot.contains("-> \"attention_dense/out:xo2\""), "{dot}");
+    assert!(dot.contains("-> \"attention_dense/out:xo0\""), "{dot}");
 
     let err = user_error(&["show", path(dir.path())]);
     assert!(err.contains("manifest.json"), "{err}");
