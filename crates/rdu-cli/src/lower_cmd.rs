@@ -142,11 +142,12 @@ fn summary_json(model: &StreamedModel) -> Value {
 
 fn print_summary(model: &StreamedModel, out: Option<&PathBuf>) {
     println!(
-        "{} → {} ({} layers, {} kinds, storage {}), lowered and certified in {:.2}s",
+        "{} → {} ({} layers, {} kind{}, storage {}), lowered and certified in {:.2}s",
         model.spec.name,
         model.chip.name,
         model.spec.n_layers(),
         model.kinds.len(),
+        if model.kinds.len() == 1 { "" } else { "s" },
         model.storage.label(),
         model.lowering_seconds
     );

@@ -349,12 +349,21 @@ fn fit_counts_a_tied_embedding_once() {
 #[test]
 fn readme_commands_exist_and_run() {
     let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
-    let first = "cargo run --release -p rdu-cli -- kinds qwen3-next-80b-a3b";
+    let first = "cargo run --release -p rdu-cli -- lower qwen3-next-80b-a3b -o qwen3-next.bundle";
     assert!(readme.lines().any(|l| l.trim() == first), "README lost `{first}`");
     assert!(readme.lines().any(|l| l.trim() == "cargo test --workspace"), "README lost `cargo test --workspace`");
-    let args: Vec<&str> = first.split(" -- ").nth(1).expect("arguments after --").split_whitespace().collect();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let bundle = dir.path().join("qwen3-next.bundle");
+    let args: Vec<&str> = first
+        .split(" -- ")
+        .nth(1)
+        .expect("arguments after --")
+        .split_whitespace()
+        .map(|a| if a == "qwen3-next.bundle" { bundle.to_str().expect("utf-8 path") } else { a })
+        .collect();
     let out = ok(&args);
-    assert!(out.starts_with("qwen3-next-80b-a3b: 48 layers, 2 kinds"), "{out}");
+    assert!(out.starts_with("qwen3-next-80b-a3b → sn50 (48 layers, 2 kinds"), "{out}");
+    assert!(bundle.join("manifest.json").exists() && bundle.join("programs/deltanet_moe.spatial").exists());
     for command in ["rdu check FILE.rdu", "rdu show BUNDLE", "rdu fit MODEL"] {
         assert!(readme.contains(command), "the README's command table lacks `{command}`");
     }
