@@ -162,3 +162,21 @@ fn deepseek_v2_matches_transformers() {
 fn deepseek_v2_without_q_lora_matches_transformers() {
     check_model("deepseek_v2_noqlora");
 }
+
+#[test]
+fn a_checkpoint_missing_a_tensor_is_a_one_line_error_naming_it() {
+    let dir = fixture("llama");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let bytes = std::fs::read(dir.join("model.safetensors")).expect("fixture");
+    // The same checkpoint under a config that asks for a third layer it does not have.
+    let config = std::fs::read_to_string(dir.join("config.json"))
+        .expect("config")
+        .replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3");
+    std::fs::write(tmp.path().join("config.json"), config).unwrap();
+    std::fs::write(tmp.path().join("model.safetensors"), bytes).unwrap();
+    let spec = from_config_path(tmp.path()).expect("config");
+    let weights = HfWeights::open(&spec, tmp.path()).expect("opens");
+    let err = Reference::new(&spec, Storage::Dense, &weights).forward(&[1, 2]).err().expect("missing layer 2");
+    assert!(err.contains("model.layers.2.") && err.contains(&tmp.path().display().to_string()), "{err}");
+    assert!(!err.contains('\n'), "{err}");
+}

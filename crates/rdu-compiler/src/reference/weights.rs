@@ -16,19 +16,20 @@ pub trait WeightSource {
 pub struct HfWeights {
     spec: ModelSpec,
     tensors: SafeTensors,
+    dir: String,
 }
 
 impl HfWeights {
     pub fn open(spec: &ModelSpec, dir: &Path) -> Result<HfWeights, String> {
         let tensors = SafeTensors::open(dir).map_err(|e| e.to_string())?;
-        Ok(HfWeights { spec: spec.clone(), tensors })
+        Ok(HfWeights { spec: spec.clone(), tensors, dir: dir.display().to_string() })
     }
 
     fn read(&self, name: &str) -> Result<(Vec<usize>, Vec<f32>), String> {
         let shape = self
             .tensors
             .shape(name)
-            .ok_or_else(|| format!("checkpoint has no tensor `{name}` (the model's config needs it)"))?
+            .ok_or_else(|| format!("{}: checkpoint has no tensor `{name}`, which the model's config needs", self.dir))?
             .to_vec();
         let data = self.tensors.read_f32(name).map_err(|e| e.to_string())?;
         Ok((shape, data))
@@ -73,7 +74,8 @@ impl WeightSource for HfWeights {
         };
         if got_shape != shape {
             return Err(format!(
-                "checkpoint tensor `{what}` has shape {got_shape:?} but the model's config implies {shape:?} for `{name}`"
+                "{}: checkpoint tensor `{what}` has shape {got_shape:?} but the model's config implies {shape:?} for `{name}`",
+                self.dir
             ));
         }
         Ok(Tensor::f32(got_shape, data))
