@@ -65,9 +65,12 @@ impl Bpe {
             .ok_or_else(|| vocab.err("no `tokenizer.ggml.merges` array, which a `gpt2` tokenizer needs".into()))?;
         let mut ranks = HashMap::with_capacity(merges.len());
         for (rank, m) in merges.iter().enumerate() {
-            let (a, b) = m
-                .get(1..)
-                .and_then(|rest| rest.find(' ').map(|at| (&m[..at + 1], &rest[at + 1..])))
+            // The first token is at least one character, so a merge of " " with " " splits right.
+            let first = m.chars().next().map_or(0, char::len_utf8);
+            let (a, b) = m[first..]
+                .find(' ')
+                .map(|at| (&m[..first + at], &m[first + at + 1..]))
+                .filter(|(_, b)| !b.is_empty())
                 .ok_or_else(|| vocab.err(format!("merge {rank} {m:?} is not two tokens separated by a space")))?;
             ranks.entry((a.to_string(), b.to_string())).or_insert(rank as u32);
         }
@@ -123,9 +126,12 @@ impl Bpe {
                 Some(id) => out.push(id),
                 None => {
                     for c in part.chars() {
-                        let id = self.vocab.text_token(c.encode_utf8(&mut [0; 4])).or(self.vocab.unk).ok_or_else(|| {
-                            self.vocab.err(format!("{word:?}: {c:?} is not in the vocabulary and there is no unknown token"))
-                        })?;
+                        let id =
+                            self.vocab.text_token(c.encode_utf8(&mut [0; 4])).or(self.vocab.unk).ok_or_else(|| {
+                                self.vocab.err(format!(
+                                    "{word:?}: {c:?} is not in the vocabulary and there is no unknown token"
+                                ))
+                            })?;
                         out.push(id);
                     }
                 }

@@ -39,12 +39,15 @@ impl HfTokenizer {
         let json: Value = serde_json::from_str(&text).map_err(|e| err(format!("not JSON: {e}")))?;
         let inner = tokenizers::Tokenizer::from_bytes(text.as_bytes())
             .map_err(|e| err(format!("the tokenizers crate cannot load it: {e}")))?;
-        let style = if json["decoder"].to_string().contains("ByteLevel") || json["pre_tokenizer"].to_string().contains("ByteLevel") {
+        let style = if json["decoder"].to_string().contains("ByteLevel")
+            || json["pre_tokenizer"].to_string().contains("ByteLevel")
+        {
             PieceStyle::ByteLevel
         } else {
             PieceStyle::Metaspace
         };
-        let special = inner.get_added_tokens_decoder().into_iter().filter(|(_, t)| t.special).map(|(id, _)| id).collect();
+        let special =
+            inner.get_added_tokens_decoder().into_iter().filter(|(_, t)| t.special).map(|(id, _)| id).collect();
         let to_byte = byte_to_char().iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
         let dir = path.parent().unwrap_or(Path::new("."));
         let config = read_json(&dir.join("tokenizer_config.json"));
@@ -93,9 +96,9 @@ impl HfTokenizer {
 
     /// The whole text, through the tokenizer's own decoder (special tokens skipped).
     pub fn decode(&self, ids: &[u32]) -> String {
-        self.inner
-            .decode(ids, true)
-            .unwrap_or_else(|_| String::from_utf8_lossy(&ids.iter().flat_map(|&id| self.piece_bytes(id)).collect::<Vec<u8>>()).into_owned())
+        self.inner.decode(ids, true).unwrap_or_else(|_| {
+            String::from_utf8_lossy(&ids.iter().flat_map(|&id| self.piece_bytes(id)).collect::<Vec<u8>>()).into_owned()
+        })
     }
 
     /// The bytes one token stands for, for streaming; special tokens give nothing.

@@ -26,9 +26,9 @@ impl Tokenizer {
     /// The tokenizer stored in a GGUF file's `tokenizer.ggml.*` metadata.
     pub fn from_gguf(gguf: &Gguf) -> Result<Tokenizer> {
         let err = |problem: String| HostError::Tokenizer { file: gguf.file().to_string(), problem };
-        let model = gguf
-            .get_str("tokenizer.ggml.model")?
-            .ok_or_else(|| err("no `tokenizer.ggml.model`; the file carries no tokenizer, pass a tokenizer.json".into()))?;
+        let model = gguf.get_str("tokenizer.ggml.model")?.ok_or_else(|| {
+            err("no `tokenizer.ggml.model`; the file carries no tokenizer, pass a tokenizer.json".into())
+        })?;
         match model {
             "llama" => Ok(Tokenizer::Spm(spm::Spm::from_gguf(gguf)?)),
             "gpt2" => Ok(Tokenizer::Bpe(bpe::Bpe::from_gguf(gguf)?)),
@@ -56,7 +56,10 @@ impl Tokenizer {
     pub fn decode(&self, ids: &[u32]) -> String {
         match self {
             Tokenizer::Spm(t) => String::from_utf8_lossy(&t.decode_bytes(ids)).into_owned(),
-            Tokenizer::Bpe(_) => String::from_utf8_lossy(&ids.iter().flat_map(|&id| self.piece_bytes(id)).collect::<Vec<u8>>()).into_owned(),
+            Tokenizer::Bpe(_) => {
+                String::from_utf8_lossy(&ids.iter().flat_map(|&id| self.piece_bytes(id)).collect::<Vec<u8>>())
+                    .into_owned()
+            }
             Tokenizer::Hf(t) => t.decode(ids),
         }
     }

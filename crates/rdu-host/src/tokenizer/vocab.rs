@@ -73,7 +73,9 @@ impl Vocab {
                 .iter()
                 .map(|&t| TokenType::from_gguf(t).ok_or_else(|| err(format!("token type {t} is not one of 0..=6"))))
                 .collect::<Result<_>>()?,
-            Some(raw) => return Err(err(format!("`tokenizer.ggml.token_type` has {} entries for {n} tokens", raw.len()))),
+            Some(raw) => {
+                return Err(err(format!("`tokenizer.ggml.token_type` has {} entries for {n} tokens", raw.len())))
+            }
         };
         let scores = match gguf.get_f32_array("tokenizer.ggml.scores")? {
             None => vec![0.0; n],
