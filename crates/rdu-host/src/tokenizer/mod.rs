@@ -15,9 +15,9 @@ use std::path::Path;
 /// A text ↔ token-id mapping loaded from a checkpoint.
 pub enum Tokenizer {
     /// GGUF `tokenizer.ggml.model = llama`.
-    Spm(spm::Spm),
+    Spm(Box<spm::Spm>),
     /// GGUF `tokenizer.ggml.model = gpt2`.
-    Bpe(bpe::Bpe),
+    Bpe(Box<bpe::Bpe>),
     /// A HF `tokenizer.json`.
     Hf(Box<hf::HfTokenizer>),
 }
@@ -30,8 +30,8 @@ impl Tokenizer {
             err("no `tokenizer.ggml.model`; the file carries no tokenizer, pass a tokenizer.json".into())
         })?;
         match model {
-            "llama" => Ok(Tokenizer::Spm(spm::Spm::from_gguf(gguf)?)),
-            "gpt2" => Ok(Tokenizer::Bpe(bpe::Bpe::from_gguf(gguf)?)),
+            "llama" => Ok(Tokenizer::Spm(Box::new(spm::Spm::from_gguf(gguf)?))),
+            "gpt2" => Ok(Tokenizer::Bpe(Box::new(bpe::Bpe::from_gguf(gguf)?))),
             other => Err(err(format!("tokenizer.ggml.model `{other}` is not supported; supported: llama, gpt2"))),
         }
     }
