@@ -143,3 +143,45 @@ fn tokenizer_json_errors_name_the_file() {
     assert!(err.contains("tokenizers crate cannot load it"), "{err}");
     assert!(!err.contains('\n'), "{err}");
 }
+
+#[test]
+fn tokenizer_json_sentencepiece_style_with_byte_fallback() {
+    use serde_json::json;
+    let tokens = [
+        "<unk>", "<s>", "</s>", "▁", "t", "h", "e", "c", "a", "▁t", "he", "▁the", "▁c", "at", "▁cat", "<0xC3>",
+        "<0xA9>",
+    ];
+    let vocab: serde_json::Map<String, serde_json::Value> =
+        tokens.iter().enumerate().map(|(i, t)| (t.to_string(), json!(i))).collect();
+    let added: Vec<serde_json::Value> = (0..3)
+        .map(|i| {
+            json!({"id": i, "content": tokens[i], "single_word": false, "lstrip": false, "rstrip": false,
+                        "normalized": false, "special": true})
+        })
+        .collect();
+    let doc = json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": added, "normalizer": null,
+        "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false},
+        "post_processor": null,
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+            {"type": "ByteFallback"}, {"type": "Fuse"},
+            {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+        "model": {"type": "BPE", "dropout": null, "unk_token": "<unk>", "continuing_subword_prefix": null,
+                  "end_of_word_suffix": null, "fuse_unk": true, "byte_fallback": true, "ignore_merges": false,
+                  "vocab": vocab, "merges": ["▁ t", "h e", "▁t he", "▁ c", "a t", "▁c at"]}
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tokenizer.json");
+    std::fs::write(&path, serde_json::to_string(&doc).unwrap()).unwrap();
+    std::fs::write(dir.path().join("config.json"), r#"{"bos_token_id": 1, "eos_token_id": [2]}"#).unwrap();
+    let tok = Tokenizer::from_tokenizer_json(&path).unwrap();
+    assert_eq!((tok.bos(), tok.eos()), (Some(1), vec![2]));
+    let ids = tok.encode("the cat é", true).unwrap();
+    assert_eq!(ids, vec![1, 11, 14, 3, 15, 16]);
+    assert_eq!(tok.decode(&ids), "the cat é");
+    assert_eq!(tok.decode_piece(14), " cat");
+    let mut stream = StreamDecoder::new();
+    let streamed: String = ids.iter().map(|&i| stream.push(&tok, i)).collect();
+    assert_eq!(streamed, " the cat é", "pieces keep their spaces; the byte pair streams as one character");
+}
