@@ -162,7 +162,7 @@ impl Vocab {
         frags
     }
 
-    /// Checks that every id is in the vocabulary.
+    /// The text of token `id`, or `None` outside the vocabulary.
     pub fn check_id(&self, id: u32) -> Option<&str> {
         self.tokens.get(id as usize).map(String::as_str)
     }
