@@ -51,6 +51,8 @@ pub enum HostError {
     NoOutput { program: String, name: String },
     #[error("sampling: {problem}")]
     Sampling { problem: String },
+    #[error("{file}: tokenizer: {problem}")]
+    Tokenizer { file: String, problem: String },
 }
 
 /// Shorthand used throughout the crate.

@@ -7,7 +7,8 @@
 //! Codemap, in the order a step's data flows: [`weights`] (checkpoint → dense or Q8_0
 //! tensors), `assemble` (stack and slice), [`shared`] (RoPE tables), [`states`] (carried
 //! state), `check` (load-time binding checks), `plan` (a step's inputs and limits), `env`
-//! (a program's view of the host), [`host`] (load and step), [`sample`] (next token).
+//! (a program's view of the host), [`host`] (load and step), [`sample`] (next token), [`tokenizer`]
+//! (text ↔ ids).
 
 mod assemble;
 mod check;
@@ -18,10 +19,12 @@ mod plan;
 pub mod sample;
 pub mod shared;
 pub mod states;
+pub mod tokenizer;
 pub mod weights;
 
 pub use error::{HostError, Result};
 pub use host::{Host, StepOutput};
 pub use sample::{greedy, Sampler, Sampling};
 pub use states::States;
+pub use tokenizer::{StreamDecoder, Tokenizer};
 pub use weights::{Progress, Weights, WeightsSource};

@@ -9,6 +9,7 @@
 
 pub mod bundle;
 pub mod gguf;
+pub mod gguf_meta;
 pub mod reference;
 
 use std::collections::BTreeMap;

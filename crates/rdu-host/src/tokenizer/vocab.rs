@@ -1,0 +1,178 @@
+//! The GGUF vocabulary shared by the SPM and BPE tokenizers: tokens, types, scores, special ids and the split on special tokens.
+
+use crate::error::{HostError, Result};
+use rdu_checkpoint::Gguf;
+use std::collections::HashMap;
+
+/// `tokenizer.ggml.token_type` values (llama.cpp's `llama_token_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenType {
+    Normal,
+    Unknown,
+    Control,
+    UserDefined,
+    Unused,
+    Byte,
+}
+
+impl TokenType {
+    fn from_gguf(value: i64) -> Option<TokenType> {
+        Some(match value {
+            0 | 1 => TokenType::Normal,
+            2 => TokenType::Unknown,
+            3 => TokenType::Control,
+            4 => TokenType::UserDefined,
+            5 => TokenType::Unused,
+            6 => TokenType::Byte,
+            _ => return None,
+        })
+    }
+}
+
+/// A piece of input text after splitting on user-defined tokens.
+#[derive(Debug, PartialEq)]
+pub enum Fragment<'a> {
+    Text(&'a str),
+    Token(u32),
+}
+
+/// Tokens, their types and scores, the text → id index and the special ids of a GGUF file.
+pub struct Vocab {
+    pub file: String,
+    pub tokens: Vec<String>,
+    pub types: Vec<TokenType>,
+    pub scores: Vec<f32>,
+    pub index: HashMap<String, u32>,
+    pub bos: Option<u32>,
+    pub eos: Vec<u32>,
+    pub unk: Option<u32>,
+    /// `tokenizer.ggml.add_bos_token`: whether the model expects a BOS (the caller decides).
+    pub add_bos: bool,
+    /// User-defined tokens, longest text first: matched verbatim in the input before splitting.
+    specials: Vec<u32>,
+}
+
+impl Vocab {
+    /// Reads `tokenizer.ggml.{tokens,token_type,scores,*_token_id,add_bos_token}`.
+    pub fn from_gguf(gguf: &Gguf, add_bos_default: bool) -> Result<Vocab> {
+        let file = gguf.file().to_string();
+        let err = |problem: String| HostError::Tokenizer { file: file.clone(), problem };
+        let tokens: Vec<String> = gguf
+            .get_str_array("tokenizer.ggml.tokens")?
+            .ok_or_else(|| err("no `tokenizer.ggml.tokens` array; use a GGUF converted with its tokenizer".into()))?
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        if tokens.is_empty() {
+            return Err(err("`tokenizer.ggml.tokens` is empty".into()));
+        }
+        let n = tokens.len();
+        let types = match gguf.get_i64_array("tokenizer.ggml.token_type")? {
+            None => vec![TokenType::Normal; n],
+            Some(raw) if raw.len() == n => raw
+                .iter()
+                .map(|&t| TokenType::from_gguf(t).ok_or_else(|| err(format!("token type {t} is not one of 0..=6"))))
+                .collect::<Result<_>>()?,
+            Some(raw) => {
+                return Err(err(format!("`tokenizer.ggml.token_type` has {} entries for {n} tokens", raw.len())))
+            }
+        };
+        let scores = match gguf.get_f32_array("tokenizer.ggml.scores")? {
+            None => vec![0.0; n],
+            Some(s) if s.len() == n => s,
+            Some(s) => return Err(err(format!("`tokenizer.ggml.scores` has {} entries for {n} tokens", s.len()))),
+        };
+        let id = |key: &str| -> Result<Option<u32>> {
+            match gguf.get_i64(key)? {
+                None => Ok(None),
+                Some(-1) => Ok(None),
+                Some(v) if v >= 0 && (v as usize) < n => Ok(Some(v as u32)),
+                Some(v) => Err(err(format!("`{key}` is {v}, outside the vocabulary of {n} tokens"))),
+            }
+        };
+        let bos = id("tokenizer.ggml.bos_token_id")?;
+        let unk = id("tokenizer.ggml.unknown_token_id")?;
+        let mut eos = Vec::new();
+        for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
+            if let Some(t) = id(key)? {
+                if !eos.contains(&t) {
+                    eos.push(t);
+                }
+            }
+        }
+        let add_bos = gguf.get_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(add_bos_default);
+        let mut index = HashMap::with_capacity(n);
+        for (i, t) in tokens.iter().enumerate() {
+            // The first of duplicate texts wins, as in llama.cpp's `token_to_id`.
+            index.entry(t.clone()).or_insert(i as u32);
+        }
+        let mut specials: Vec<u32> = (0..n as u32)
+            .filter(|&i| types[i as usize] == TokenType::UserDefined && !tokens[i as usize].is_empty())
+            .collect();
+        specials.sort_by_key(|&i| std::cmp::Reverse(tokens[i as usize].len()));
+        Ok(Vocab { file, tokens, types, scores, index, bos, eos, unk, add_bos, specials })
+    }
+
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn err(&self, problem: String) -> HostError {
+        HostError::Tokenizer { file: self.file.clone(), problem }
+    }
+
+    /// The id of `text` if it is a token that plain text may produce (normal or user-defined).
+    pub fn text_token(&self, text: &str) -> Option<u32> {
+        let &id = self.index.get(text)?;
+        matches!(self.types[id as usize], TokenType::Normal | TokenType::UserDefined).then_some(id)
+    }
+
+    /// The BOS id, or an error saying the file has none.
+    pub fn require_bos(&self) -> Result<u32> {
+        self.bos.ok_or_else(|| self.err("BOS requested but `tokenizer.ggml.bos_token_id` is absent".into()))
+    }
+
+    /// Splits `text` on every occurrence of a user-defined token, longest tokens first.
+    pub fn split_specials<'a>(&self, text: &'a str) -> Vec<Fragment<'a>> {
+        let mut frags = vec![Fragment::Text(text)];
+        for &id in &self.specials {
+            let pat = self.tokens[id as usize].as_str();
+            if !text.contains(pat) {
+                continue;
+            }
+            let mut next = Vec::with_capacity(frags.len());
+            for frag in frags {
+                let Fragment::Text(mut rest) = frag else {
+                    next.push(frag);
+                    continue;
+                };
+                while let Some(at) = rest.find(pat) {
+                    if at > 0 {
+                        next.push(Fragment::Text(&rest[..at]));
+                    }
+                    next.push(Fragment::Token(id));
+                    rest = &rest[at + pat.len()..];
+                }
+                if !rest.is_empty() {
+                    next.push(Fragment::Text(rest));
+                }
+            }
+            frags = next;
+        }
+        frags
+    }
+
+    /// The text of token `id`, or `None` outside the vocabulary.
+    pub fn check_id(&self, id: u32) -> Option<&str> {
+        self.tokens.get(id as usize).map(String::as_str)
+    }
+}
+
+/// Parses a `<0xXX>` byte token.
+pub fn parse_byte_token(text: &str) -> Option<u8> {
+    let hex = text.strip_prefix("<0x")?.strip_suffix('>')?;
+    if hex.len() != 2 {
+        return None;
+    }
+    u8::from_str_radix(hex, 16).ok()
+}
