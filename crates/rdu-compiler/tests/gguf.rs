@@ -60,7 +60,10 @@ fn llama_imports() {
         assert_eq!((spec.vocab, spec.d_model, spec.n_layers(), spec.max_ctx), (256, 64, 2, 256));
         assert!(!spec.head.tied, "llama has output.weight");
         assert_eq!(spec.rotations.len(), 1);
-        assert_eq!((spec.rotations[0].style, spec.rotations[0].base, spec.rotations[0].dim), (RopeStyle::Interleaved, 1e4, 16));
+        assert_eq!(
+            (spec.rotations[0].style, spec.rotations[0].base, spec.rotations[0].dim),
+            (RopeStyle::Interleaved, 1e4, 16)
+        );
         let Mixer::Attention { heads, kv_heads, head_dim, qk_norm, .. } = spec.layers[0].mixer else {
             panic!("attention expected")
         };

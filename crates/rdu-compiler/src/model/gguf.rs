@@ -47,10 +47,7 @@ pub fn from_gguf(gguf: &Gguf, name: &str) -> Result<ModelSpec> {
         "qwen3moe" => Family::Qwen3Moe,
         "gemma3" => Family::Gemma3,
         other => {
-            return Err(m.err(
-                "general.architecture",
-                format!("unknown architecture `{other}`; supported: {supported}"),
-            ))
+            return Err(m.err("general.architecture", format!("unknown architecture `{other}`; supported: {supported}")))
         }
     };
     let key = |k: &str| format!("{arch}.{k}");
@@ -91,10 +88,7 @@ pub fn from_gguf(gguf: &Gguf, name: &str) -> Result<ModelSpec> {
         if scaling != RopeScaling::None {
             return Err(m.err("rope_freqs.weight", "given together with rope.scaling.type; use one"));
         }
-        let factors = m
-            .gguf
-            .read_f32("rope_freqs.weight")
-            .map_err(|e| m.err("rope_freqs.weight", e.to_string()))?;
+        let factors = m.gguf.read_f32("rope_freqs.weight").map_err(|e| m.err("rope_freqs.weight", e.to_string()))?;
         if factors.len() != rotary_dim / 2 {
             return Err(m.err(
                 "rope_freqs.weight",
@@ -227,7 +221,9 @@ fn rope_scaling(m: &Meta, arch: &str) -> Result<RopeScaling> {
             }
             Ok(RopeScaling::Linear { factor })
         }
-        Some(other) => Err(m.err(&type_key, format!("rope scaling `{other}` is not supported; supported: none, linear"))),
+        Some(other) => {
+            Err(m.err(&type_key, format!("rope scaling `{other}` is not supported; supported: none, linear")))
+        }
     }
 }
 
@@ -251,7 +247,9 @@ fn gemma_pattern(m: &Meta, key: &str, n_layers: usize) -> Result<Vec<bool>> {
             let n = n as usize;
             Ok((0..n_layers).map(|il| il % n < n - 1).collect())
         }
-        None => Err(m.err(key, format!("expected a period or an array of bools, found a {}", value.value_type().name()))),
+        None => {
+            Err(m.err(key, format!("expected a period or an array of bools, found a {}", value.value_type().name())))
+        }
     }
 }
 
