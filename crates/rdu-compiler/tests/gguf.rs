@@ -8,7 +8,7 @@ use rdu_checkpoint::Gguf;
 use rdu_compiler::error::Error;
 use rdu_compiler::model::gguf::{from_gguf, from_gguf_path};
 use rdu_compiler::model::naming::{checkpoint_source, TensorSource};
-use rdu_compiler::model::spec::{Dialect, Family, Mixer, RopeStyle};
+use rdu_compiler::model::spec::{Dialect, Family, Mixer, RopeScaling, RopeStyle};
 use rdu_compiler::reference::{GgufWeights, Reference};
 use std::path::PathBuf;
 
@@ -177,6 +177,11 @@ fn q8_0_storage_is_as_stored() {
 
 /// A minimal GGUF v3 file: metadata only (u32, f32 and string values), no tensors.
 fn gguf_bytes(kv: &[(String, Value)]) -> Vec<u8> {
+    gguf_with_f32(kv, None)
+}
+
+/// A minimal GGUF v3 file with metadata and at most one 1-D F32 tensor.
+fn gguf_with_f32(kv: &[(String, Value)], tensor: Option<(&str, &[f32])>) -> Vec<u8> {
     fn string(out: &mut Vec<u8>, s: &str) {
         out.extend((s.len() as u64).to_le_bytes());
         out.extend(s.as_bytes());
@@ -184,7 +189,7 @@ fn gguf_bytes(kv: &[(String, Value)]) -> Vec<u8> {
     let mut out = Vec::new();
     out.extend(b"GGUF");
     out.extend(3u32.to_le_bytes());
-    out.extend(0u64.to_le_bytes());
+    out.extend((tensor.is_some() as u64).to_le_bytes());
     out.extend((kv.len() as u64).to_le_bytes());
     for (key, value) in kv {
         string(&mut out, key);
@@ -202,6 +207,15 @@ fn gguf_bytes(kv: &[(String, Value)]) -> Vec<u8> {
                 string(&mut out, s);
             }
         }
+    }
+    if let Some((name, values)) = tensor {
+        string(&mut out, name);
+        out.extend(1u32.to_le_bytes());
+        out.extend((values.len() as u64).to_le_bytes());
+        out.extend(0u32.to_le_bytes()); // F32
+        out.extend(0u64.to_le_bytes());
+        out.resize(out.len().next_multiple_of(32), 0);
+        out.extend(values.iter().flat_map(|v| v.to_le_bytes()));
     }
     out
 }
@@ -244,6 +258,21 @@ fn minimal_metadata_imports() {
     let spec = import(&llama_kv("llama")).expect("import");
     assert_eq!((spec.vocab, spec.n_layers(), spec.layers[0].norms.eps), (256, 2, 1e-5));
     assert!(spec.head.tied, "no output.weight tensor");
+}
+
+#[test]
+fn rope_freqs_become_rotation_factors() {
+    let factors = [1.0f32, 1.0, 2.5, 8.0, 8.0, 8.0, 8.0, 8.0];
+    let kv = llama_kv("llama");
+    let gguf = Gguf::from_bytes("freqs.gguf", gguf_with_f32(&kv, Some(("rope_freqs.weight", &factors)))).expect("GGUF");
+    let spec = from_gguf(&gguf, "freqs").expect("import");
+    let rot = &spec.rotations[0];
+    assert_eq!(rot.scaling, RopeScaling::Factors { factors: factors.to_vec() });
+    assert_eq!(rot.rope_spec().scaling, rdu_spatial::rope::RopeScaling::Factors { factors: factors.to_vec() });
+    // A table of the wrong length is an error naming the tensor.
+    let gguf =
+        Gguf::from_bytes("bad.gguf", gguf_with_f32(&kv, Some(("rope_freqs.weight", &factors[..5])))).expect("GGUF");
+    assert_eq!(config_error(from_gguf(&gguf, "bad")).0, "rope_freqs.weight");
 }
 
 #[test]
