@@ -49,7 +49,7 @@ impl CutArg {
     }
 }
 
-/// A preset name, a config.json, or a directory holding one.
+/// A preset name, a config.json, a directory holding one, or a `.gguf` file.
 pub fn resolve(model: &str) -> Result<ModelSpec> {
     Ok(presets::resolve(model)?)
 }
@@ -58,14 +58,20 @@ pub fn resolve(model: &str) -> Result<ModelSpec> {
 pub enum Weights {
     /// A HF checkpoint directory.
     Hf(Box<rdu_compiler::reference::HfWeights>),
+    /// A llama.cpp GGUF file (the path is the MODEL argument).
+    Gguf(Box<rdu_compiler::reference::GgufWeights>),
     /// No checkpoint: seeded random weights.
     None,
 }
 
-/// The spec and, for a HF directory with safetensors, its weights.
+/// The spec and, for a HF directory with safetensors or a GGUF file, its weights.
 pub fn resolve_with_weights(model: &str) -> Result<(ModelSpec, Weights)> {
     let spec = resolve(model)?;
     let dir = std::path::Path::new(model);
+    if dir.is_file() && dir.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+        let weights = rdu_compiler::reference::GgufWeights::open(&spec, dir).map_err(anyhow::Error::msg)?;
+        return Ok((spec, Weights::Gguf(Box::new(weights))));
+    }
     let has_weights =
         dir.is_dir() && (dir.join("model.safetensors").exists() || dir.join("model.safetensors.index.json").exists());
     if !has_weights {

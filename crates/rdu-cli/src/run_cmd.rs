@@ -23,7 +23,7 @@ pub enum Engine {
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// A HF model directory (config.json + safetensors), a preset (seeded random weights), or a config.json
+    /// A HF model directory (config.json + safetensors), a .gguf file, a preset (seeded random weights), or a config.json
     model: String,
     /// Prompt token ids, comma-separated
     #[arg(long, value_delimiter = ',', required = true)]
@@ -80,12 +80,14 @@ pub fn run(args: &RunArgs) -> Result<()> {
     }
     let storage = match (args.storage, &weights) {
         (StorageArg::Auto, Weights::Hf(_)) => Storage::Dense,
+        (StorageArg::Auto, Weights::Gguf(w)) => w.storage(),
         (s, _) => s.storage(),
     };
     let vocab = spec.vocab;
     let seeded = SeededWeights { seed: args.seed, unit_offset: spec.head.norm_unit_offset };
     let (reference_weights, host_weights): (&dyn WeightSource, WeightsSource) = match &weights {
         Weights::Hf(w) => (w.as_ref(), WeightsSource::Hf(PathBuf::from(&args.model))),
+        Weights::Gguf(w) => (w.as_ref(), WeightsSource::Gguf(PathBuf::from(&args.model))),
         Weights::None => (&seeded, WeightsSource::Seeded { seed: args.seed, unit_offset: spec.head.norm_unit_offset }),
     };
     let mut reference = Reference::new(&spec, storage.clone(), reference_weights);

@@ -3,6 +3,7 @@
 
 pub mod author;
 pub mod config;
+pub mod gguf;
 pub mod naming;
 pub mod presets;
 pub mod spec;

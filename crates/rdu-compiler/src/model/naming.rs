@@ -17,8 +17,9 @@ pub enum TensorSource {
 /// The checkpoint source of the program weight `name` (`Wq3`, `E`, `nf`, `Wout`), or `None`
 /// when `name` is not a weight the author declares for this model.
 pub fn checkpoint_source(spec: &ModelSpec, name: &str) -> Option<TensorSource> {
-    let Dialect::Hf { prefix } = &spec.dialect else {
-        return None;
+    let prefix = match &spec.dialect {
+        Dialect::Hf { prefix } => prefix,
+        Dialect::Gguf => return gguf_source(spec, name).map(TensorSource::Tensor),
     };
     let one = |s: String| Some(TensorSource::Tensor(s));
     match name {
@@ -122,4 +123,90 @@ pub fn checkpoint_source(spec: &ModelSpec, name: &str) -> Option<TensorSource> {
             }
         }
     }
+}
+
+/// The GGUF tensor (llama.cpp names) holding the program weight `name`. Experts are already
+/// stacked in GGUF files, so every weight is one tensor.
+fn gguf_source(spec: &ModelSpec, name: &str) -> Option<String> {
+    match name {
+        "E" => return Some("token_embd.weight".into()),
+        "nf" => return Some("output_norm.weight".into()),
+        "Wout" if !spec.head.tied => return Some("output.weight".into()),
+        _ => {}
+    }
+    let base = name.trim_end_matches(|c: char| c.is_ascii_digit());
+    let layer: usize = name[base.len()..].parse().ok()?;
+    let spec_layer = spec.layers.get(layer)?;
+    let norms = &spec_layer.norms;
+    // Qwen3-Next/3.5 store the pre-FFN norm (HF post_attention_layernorm) as ATTN_POST_NORM.
+    let hybrid = matches!(spec.family, Family::Qwen3Next | Family::Qwen35);
+    let tensor = match base {
+        "an" => "attn_norm.weight",
+        "pan" if norms.post_attn => "post_attention_norm.weight",
+        "fn" if hybrid => "post_attention_norm.weight",
+        "fn" => "ffn_norm.weight",
+        "pfn" if norms.post_ffn => "post_ffw_norm.weight",
+        _ => {
+            let mixer = match &spec_layer.mixer {
+                Mixer::Attention { .. } => match base {
+                    "Wq" => Some("attn_q.weight"),
+                    "Wk" => Some("attn_k.weight"),
+                    "Wv" => Some("attn_v.weight"),
+                    "Wo" => Some("attn_output.weight"),
+                    "bq" => Some("attn_q.bias"),
+                    "bk" => Some("attn_k.bias"),
+                    "bv" => Some("attn_v.bias"),
+                    "qn" => Some("attn_q_norm.weight"),
+                    "kn" => Some("attn_k_norm.weight"),
+                    _ => None,
+                },
+                Mixer::Mla { .. } => match base {
+                    "Wq" => Some("attn_q.weight"),
+                    "Wqa" => Some("attn_q_a.weight"),
+                    "qan" => Some("attn_q_a_norm.weight"),
+                    "Wqb" => Some("attn_q_b.weight"),
+                    "Wkva" => Some("attn_kv_a_mqa.weight"),
+                    "kvn" => Some("attn_kv_a_norm.weight"),
+                    "Wkb" => Some("attn_k_b.weight"),
+                    "Wvb" => Some("attn_v_b.weight"),
+                    "Wo" => Some("attn_output.weight"),
+                    _ => None,
+                },
+                Mixer::GatedDeltaNet { .. } => match base {
+                    "Wqkv" => Some("attn_qkv.weight"),
+                    "Wz" => Some("attn_gate.weight"),
+                    "Wb" => Some("ssm_beta.weight"),
+                    "Wa" => Some("ssm_alpha.weight"),
+                    "Wba" => Some("ssm_ba.weight"),
+                    "cw" => Some("ssm_conv1d.weight"),
+                    "dtb" => Some("ssm_dt.bias"),
+                    "ssma" => Some("ssm_a"),
+                    "gn" => Some("ssm_norm.weight"),
+                    "Wo" => Some("ssm_out.weight"),
+                    _ => None,
+                },
+            };
+            match (mixer, &spec_layer.ffn) {
+                (Some(m), _) => m,
+                (None, Ffn::Dense { .. }) => match base {
+                    "Wg" => "ffn_gate.weight",
+                    "Wu" => "ffn_up.weight",
+                    "Wd" => "ffn_down.weight",
+                    _ => return None,
+                },
+                (None, Ffn::Moe { .. }) => match base {
+                    "Wr" => "ffn_gate_inp.weight",
+                    "Weg" => "ffn_gate_exps.weight",
+                    "Weu" => "ffn_up_exps.weight",
+                    "Wed" => "ffn_down_exps.weight",
+                    "Wsg" => "ffn_gate_shexp.weight",
+                    "Wsu" => "ffn_up_shexp.weight",
+                    "Wsd" => "ffn_down_shexp.weight",
+                    "Wsgate" => "ffn_gate_inp_shexp.weight",
+                    _ => return None,
+                },
+            }
+        }
+    };
+    Some(format!("blk.{layer}.{tensor}"))
 }

@@ -54,12 +54,16 @@ pub fn config_text(name: &str) -> Option<&'static str> {
     PRESETS.iter().find(|(n, _)| *n == name).map(|(_, text)| *text)
 }
 
-/// What a `--model` argument names: a preset, a config.json, or a directory holding one.
+/// What a `--model` argument names: a preset, a config.json, a directory holding one, or a
+/// `.gguf` file.
 pub fn resolve(model_arg: &str) -> Result<ModelSpec> {
     if let Some(spec) = load(model_arg) {
         return spec;
     }
     let path = Path::new(model_arg);
+    if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+        return crate::model::gguf::from_gguf_path(path);
+    }
     if path.is_file() || path.join("config.json").is_file() {
         return config::from_config_path(path);
     }

@@ -231,9 +231,28 @@ pub struct Rotation {
 #[serde(rename_all = "snake_case")]
 pub enum RopeScaling {
     None,
-    Linear { factor: f64 },
-    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max: usize },
-    Yarn { factor: f64, original_max: usize, beta_fast: f64, beta_slow: f64, mscale: f64, mscale_all_dim: f64 },
+    Linear {
+        factor: f64,
+    },
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_max: usize,
+    },
+    Yarn {
+        factor: f64,
+        original_max: usize,
+        beta_fast: f64,
+        beta_slow: f64,
+        mscale: f64,
+        mscale_all_dim: f64,
+    },
+    /// Frequency divisors read from the checkpoint (GGUF llama3's `rope_freqs.weight`):
+    /// `inv_freq_i / factors[i]`, one per rotated pair.
+    Factors {
+        factors: Vec<f32>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -281,6 +300,7 @@ impl Rotation {
                 mscale: *mscale,
                 mscale_all_dim: *mscale_all_dim,
             },
+            RopeScaling::Factors { factors } => S::Factors { factors: factors.clone() },
         };
         rdu_spatial::rope::RopeSpec { base: self.base, dim: self.dim, scaling }
     }

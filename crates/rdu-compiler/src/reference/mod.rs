@@ -8,7 +8,7 @@
 
 mod weights;
 
-pub use weights::{HfWeights, SeededWeights, WeightSource};
+pub use weights::{GgufWeights, HfWeights, SeededWeights, WeightSource};
 
 use crate::front::lift;
 use crate::graph::{eval, Bindings, Graph, Tensor};

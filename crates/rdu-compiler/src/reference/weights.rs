@@ -3,8 +3,9 @@
 
 use crate::graph::Tensor;
 use crate::model::naming::{checkpoint_source, TensorSource};
-use crate::model::spec::ModelSpec;
-use rdu_checkpoint::SafeTensors;
+use crate::model::spec::{Cut, ModelSpec};
+use crate::model::storage::Storage;
+use rdu_checkpoint::{GgmlType, Gguf, SafeTensors};
 use std::path::Path;
 
 /// Gives the dense f32 values of a program weight, by its program name and declared shape.
@@ -79,6 +80,71 @@ impl WeightSource for HfWeights {
             ));
         }
         Ok(Tensor::f32(got_shape, data))
+    }
+}
+
+/// A llama.cpp GGUF file: every program weight is one tensor (experts already stacked),
+/// read dequantised to dense f32.
+pub struct GgufWeights {
+    spec: ModelSpec,
+    gguf: Gguf,
+}
+
+impl GgufWeights {
+    pub fn open(spec: &ModelSpec, path: &Path) -> Result<GgufWeights, String> {
+        let gguf = Gguf::open(path).map_err(|e| e.to_string())?;
+        Ok(GgufWeights { spec: spec.clone(), gguf })
+    }
+
+    /// The GGUF file, already open.
+    pub fn new(spec: &ModelSpec, gguf: Gguf) -> GgufWeights {
+        GgufWeights { spec: spec.clone(), gguf }
+    }
+
+    pub fn gguf(&self) -> &Gguf {
+        &self.gguf
+    }
+
+    /// Storage as stored: exactly the weights the author declares `q8` whose GGUF tensor is
+    /// Q8_0 (other quantised types are read dequantised to dense).
+    pub fn storage(&self) -> Storage {
+        use crate::model::author::{embed_source, head_source, source_of};
+        let (spec, cut, all) = (&self.spec, Cut::Decode { ctx: 1 }, Storage::AllQ8);
+        let mut declared = embed_source(spec, cut, &all).q8;
+        declared.extend(head_source(spec, cut, &all).q8);
+        for l in 0..spec.n_layers() {
+            declared.extend(source_of(spec, l, cut, &all).q8);
+        }
+        let q8 = declared
+            .into_iter()
+            .filter(|n| {
+                matches!(checkpoint_source(spec, n), Some(TensorSource::Tensor(t))
+                    if self.gguf.tensor(&t).is_some_and(|t| t.ggml_type == GgmlType::Q8_0))
+            })
+            .collect();
+        Storage::Exactly(q8)
+    }
+}
+
+impl WeightSource for GgufWeights {
+    fn weight(&self, name: &str, shape: &[usize]) -> Result<Tensor, String> {
+        let tensor = match checkpoint_source(&self.spec, name) {
+            Some(TensorSource::Tensor(t)) => t,
+            Some(other) => return Err(format!("program weight `{name}` maps to {other:?}, not one GGUF tensor")),
+            None => return Err(format!("no GGUF tensor is known for program weight `{name}`")),
+        };
+        let info = self
+            .gguf
+            .tensor(&tensor)
+            .ok_or_else(|| format!("{}: no tensor `{tensor}` (the model's metadata needs it)", self.gguf.file()))?;
+        if info.shape != shape {
+            return Err(format!(
+                "GGUF tensor `{tensor}` has shape {:?} but the model's metadata implies {shape:?} for `{name}`",
+                info.shape
+            ));
+        }
+        let data = self.gguf.read_f32(&tensor).map_err(|e| e.to_string())?;
+        Ok(Tensor::f32(shape.to_vec(), data))
     }
 }
 

@@ -1,0 +1,142 @@
+//! The spatial engine on llama.cpp GGUF files: the fixture files in
+//! `tests/data/fixtures/gguf/` imported, lowered with storage as stored (Q8_0 weights kept as
+//! blocks and folded by `from_q8`), written as a bundle, read back by the host from the GGUF
+//! file, and run through the simulator — forward and token-by-token decode logits within 1e-4
+//! of transformers (original weights for F32 files, Q8_0-dequantised weights for Q8_0 files),
+//! with llama.cpp's argmax at every position. Plus `rdu run FILE.gguf` with both engines.
+
+use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_forward_streamed, LowerOptions};
+use rdu_compiler::model::gguf::from_gguf_path;
+use rdu_compiler::reference::GgufWeights;
+use rdu_host::{Host, WeightsSource};
+use rdu_spatial::chip::Chip;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const TOL: f32 = 1e-4;
+
+fn dir(arch: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/fixtures/gguf").join(arch)
+}
+
+fn file(arch: &str, quant: &str) -> PathBuf {
+    dir(arch).join(format!("tiny-{arch}-{quant}.gguf"))
+}
+
+fn npy_f32(path: &Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    npyz::NpyFile::new(&bytes[..]).expect("npy").into_vec::<f32>().expect("f32 npy")
+}
+
+fn npy_ids(path: &Path) -> Vec<u32> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let npy = npyz::NpyFile::new(&bytes[..]).expect("npy");
+    npy.into_vec::<i64>().expect("i64 npy").into_iter().map(|v| v as u32).collect()
+}
+
+fn assert_close(what: &str, got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
+    let (mut worst, mut at) = (0f32, 0);
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let d = (g - w).abs();
+        if d > worst || d.is_nan() {
+            (worst, at) = (d, i);
+        }
+    }
+    assert!(worst <= TOL, "{what}: max |diff| {worst:e} at {at} (got {}, want {})", got[at], want[at]);
+    worst
+}
+
+fn argmax(row: &[f32]) -> usize {
+    (0..row.len()).fold(0, |b, i| if row[i] > row[b] { i } else { b })
+}
+
+fn check(arch: &str, quant: &str) {
+    let path = file(arch, quant);
+    let spec = from_gguf_path(&path).expect("import");
+    let storage = GgufWeights::open(&spec, &path).expect("open").storage();
+    let tokens = npy_ids(&dir(arch).join("tokens.npy"));
+    let want = npy_f32(&dir(arch).join(if quant == "f32" { "logits_hf_f32.npy" } else { "logits_hf_q8deq.npy" }));
+    let llamacpp = npy_f32(&dir(arch).join(format!("logits_llamacpp_{quant}.npy")));
+    let vocab = spec.vocab;
+    let source = WeightsSource::Gguf(path.clone());
+    let chip = || Chip::builtin("sn50").expect("chip");
+    let tmp = tempfile::tempdir().expect("temp dir");
+
+    // Forward: one step over the whole prompt.
+    let opts = LowerOptions { chip: chip(), storage: storage.clone(), seed: 0, progress: &mut |_| {} };
+    let model = lower_forward_streamed(&spec, tokens.len(), opts).unwrap_or_else(|e| panic!("{arch}/{quant}: {e}"));
+    let bundle_dir = tmp.path().join("forward");
+    model.bundle().expect("bundle").write(&bundle_dir, false).expect("write");
+    let mut host = Host::load(&bundle_dir, &source, &mut |_, _, _| {}).expect("load");
+    let logits = host.step(&tokens, 0).unwrap_or_else(|e| panic!("{arch}/{quant}: {e}")).logits;
+    let logits = logits.as_f32().expect("f32");
+    let forward = assert_close(&format!("{arch}/{quant} forward"), logits, &want);
+    for (pos, row) in logits.chunks(vocab).enumerate() {
+        let ll = &llamacpp[pos * vocab..(pos + 1) * vocab];
+        assert_eq!(argmax(row), argmax(ll), "{arch}/{quant}: argmax differs from llama.cpp at {pos}");
+    }
+
+    // Decode: token by token.
+    let opts = LowerOptions { chip: chip(), storage, seed: 0, progress: &mut |_| {} };
+    let model = lower_decode_streamed(&spec, tokens.len(), opts).unwrap_or_else(|e| panic!("{arch}/{quant}: {e}"));
+    let bundle_dir = tmp.path().join("decode");
+    model.bundle().expect("bundle").write(&bundle_dir, false).expect("write");
+    let mut host = Host::load(&bundle_dir, &source, &mut |_, _, _| {}).expect("load");
+    let mut decode = 0f32;
+    for (pos, &tok) in tokens.iter().enumerate() {
+        let row = host.step(&[tok], pos).expect("step").logits.as_f32().expect("f32").to_vec();
+        let d = assert_close(&format!("{arch}/{quant} decode at {pos}"), &row, &want[pos * vocab..(pos + 1) * vocab]);
+        decode = decode.max(d);
+        assert_eq!(argmax(&row), argmax(&llamacpp[pos * vocab..(pos + 1) * vocab]), "{arch}/{quant} decode argmax");
+    }
+    eprintln!("{arch}/{quant} spatial: forward max |diff| {forward:e}, decode {decode:e}");
+}
+
+#[test]
+fn llama_f32() {
+    check("llama", "f32");
+}
+
+#[test]
+fn llama_q8_0() {
+    check("llama", "q8_0");
+}
+
+#[test]
+fn gemma3_f32() {
+    check("gemma3", "f32");
+}
+
+#[test]
+fn gemma3_q8_0() {
+    check("gemma3", "q8_0");
+}
+
+/// `rdu run FILE.gguf --tokens … --logits` with both engines and both cuts: the rows match
+/// the fixture's transformers logits.
+#[test]
+fn rdu_run_reads_gguf() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    for (arch, quant, reference) in [("gemma3", "q8_0", "logits_hf_q8deq.npy"), ("llama", "f32", "logits_hf_f32.npy")] {
+        let want = npy_f32(&dir(arch).join(reference));
+        let tokens = npy_ids(&dir(arch).join("tokens.npy"));
+        let prompt: Vec<String> = tokens[..4].iter().map(u32::to_string).collect();
+        for engine in ["spatial", "reference"] {
+            for cut in ["decode", "forward"] {
+                let out = tmp.path().join(format!("{arch}-{engine}-{cut}.npy"));
+                let status = Command::new(env!("CARGO_BIN_EXE_rdu"))
+                    .arg("run")
+                    .arg(file(arch, quant))
+                    .args(["--tokens", &prompt.join(","), "--engine", engine, "--cut", cut, "--json", "--logits"])
+                    .arg(&out)
+                    .output()
+                    .expect("run rdu");
+                assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+                let got = npy_f32(&out);
+                assert_close(&format!("rdu run {arch}/{quant} {engine} {cut}"), &got, &want[..got.len()]);
+                assert_eq!(got.len(), 4 * 256);
+            }
+        }
+    }
+}
