@@ -26,11 +26,27 @@ pub struct RunArgs {
     /// A HF model directory (config.json + safetensors), a .gguf file, a preset (seeded random weights), or a config.json
     model: String,
     /// Prompt token ids, comma-separated
-    #[arg(long, value_delimiter = ',', required = true)]
+    #[arg(long, value_delimiter = ',', required_unless_present = "prompt", conflicts_with = "prompt")]
     tokens: Vec<u32>,
-    /// Tokens to generate greedily after the prompt
+    /// Prompt text, tokenized with the model's tokenizer (GGUF, or tokenizer.json in a HF directory);
+    /// the generated text streams to stdout, then prompt and decode tokens/s to stderr
+    #[arg(long)]
+    prompt: Option<String>,
+    /// Tokens to generate after the prompt (generation stops early at an end-of-sequence token)
     #[arg(short = 'n', default_value_t = 0)]
     n: usize,
+    /// Sampling temperature; 0 (the default) is greedy
+    #[arg(long, default_value_t = 0.0)]
+    temp: f32,
+    /// Sample among the K most likely tokens only (0: all)
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    /// Sample among the smallest set of tokens whose probability reaches P
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    /// Seed of the sampler (and of the random weights of a preset or a bare config)
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
     #[arg(long, value_enum, default_value = "spatial")]
     engine: Engine,
     /// Run this bundle (from `rdu lower -o`) instead of lowering now
@@ -48,9 +64,6 @@ pub struct RunArgs {
     /// Target chip of the lowering: sn50, sn40l, or a chip file
     #[arg(long, default_value = "sn50")]
     chip: String,
-    /// Seed of the random weights of a preset or a bare config
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
     /// Write the computed logits rows as float32 [rows, vocab] to this .npy file
     #[arg(long)]
     logits: Option<PathBuf>,
@@ -64,19 +77,35 @@ type StepFn<'a> = Box<dyn FnMut(&[u32], usize) -> Result<Vec<Vec<f32>>> + 'a>;
 
 pub fn run(args: &RunArgs) -> Result<()> {
     let (spec, weights) = resolve_with_weights(&args.model)?;
-    if args.tokens.is_empty() {
-        bail!("--tokens needs at least one token id");
+    let tokenizer = tokenizer_of(&args.model)?;
+    let prompt_ids: Vec<u32> = match (&args.prompt, &tokenizer) {
+        (Some(text), Some(tok)) => tok.encode(text, tok.add_bos_default()).map_err(|e| anyhow!("{e}"))?,
+        (Some(_), None) => bail!("--prompt needs a tokenizer (a GGUF file, or tokenizer.json in a HF directory); give --tokens instead"),
+        (None, _) => args.tokens.clone(),
+    };
+    if prompt_ids.is_empty() {
+        bail!("the prompt has no tokens");
     }
-    if let Some(&bad) = args.tokens.iter().find(|&&t| t as usize >= spec.vocab) {
+    if let Some(&bad) = prompt_ids.iter().find(|&&t| t as usize >= spec.vocab) {
         bail!("token id {bad} is out of range: {} has a vocabulary of {} tokens", spec.name, spec.vocab);
     }
-    let total = args.tokens.len() + args.n;
+    let mut sampler = rdu_host::Sampler::new(rdu_host::Sampling {
+        temperature: args.temp,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        seed: args.seed,
+    })
+    .map_err(|e| anyhow!("{e}"))?;
+    let eos: Vec<u32> = tokenizer.as_ref().map(|t| t.eos()).unwrap_or_default();
+    let streaming = args.prompt.is_some() && !args.json;
+    let mut stream = rdu_host::StreamDecoder::new();
+    let total = prompt_ids.len() + args.n;
     let ctx = args.ctx.unwrap_or(total);
     if ctx == 0 {
         bail!("--ctx must be at least 1");
     }
     if args.cut == CutArg::Decode && total > ctx {
-        bail!("prompt ({}) plus -n {} needs {total} positions but --ctx is {ctx}", args.tokens.len(), args.n);
+        bail!("prompt ({}) plus -n {} needs {total} positions but --ctx is {ctx}", prompt_ids.len(), args.n);
     }
     let storage = match (args.storage, &weights) {
         (StorageArg::Auto, Weights::Hf(_)) => Storage::Dense,
@@ -108,7 +137,22 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let mut logits: Vec<Vec<f32>> = Vec::new();
     let mut positions = Vec::new();
     let mut generated = Vec::new();
-    let mut seq = args.tokens.clone();
+    let mut seq = prompt_ids.clone();
+    let started = std::time::Instant::now();
+    let mut prompt_seconds = 0f64;
+    let mut choose = |row: &[f32], generated: &mut Vec<u32>| -> Result<bool> {
+        let next = sampler.sample(row).map_err(|e| anyhow!("{e}"))?;
+        if eos.contains(&next) {
+            return Ok(false);
+        }
+        generated.push(next);
+        if streaming {
+            use std::io::Write;
+            print!("{}", stream.push(tokenizer.as_ref().expect("streaming has a tokenizer"), next));
+            let _ = std::io::stdout().flush();
+        }
+        Ok(true)
+    };
     match args.cut {
         CutArg::Forward => loop {
             let all = step(&seq, 0)?;
@@ -117,15 +161,16 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 positions.push(p);
                 logits.push(row);
             }
+            if prompt_seconds == 0.0 {
+                prompt_seconds = started.elapsed().as_secs_f64();
+            }
+            if generated.len() == args.n || !choose(logits.last().expect("a row"), &mut generated)? {
+                break;
+            }
             if generated.len() == args.n {
                 break;
             }
-            let next = rdu_host::greedy(logits.last().expect("a row")).map_err(|e| anyhow!("{e}"))?;
-            generated.push(next);
-            if generated.len() == args.n {
-                break;
-            }
-            seq.push(next);
+            seq.push(*generated.last().expect("just generated"));
         },
         CutArg::Decode => {
             let mut pos = 0;
@@ -134,12 +179,15 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 positions.push(pos);
                 logits.push(row);
                 pos += 1;
-                if pos == seq.len() && generated.len() < args.n {
-                    let next = rdu_host::greedy(logits.last().expect("a row")).map_err(|e| anyhow!("{e}"))?;
-                    generated.push(next);
-                    if generated.len() < args.n {
-                        seq.push(next);
-                    }
+                if pos == prompt_ids.len() {
+                    prompt_seconds = started.elapsed().as_secs_f64();
+                }
+                if pos == seq.len()
+                    && generated.len() < args.n
+                    && choose(logits.last().expect("a row"), &mut generated)?
+                    && generated.len() < args.n
+                {
+                    seq.push(*generated.last().expect("just generated"));
                 }
             }
         }
@@ -147,13 +195,39 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if let Some(path) = &args.logits {
         write_npy(path, &logits, vocab).with_context(|| format!("writing {}", path.display()))?;
     }
+    let decode_seconds = started.elapsed().as_secs_f64() - prompt_seconds;
     if args.json {
-        println!("{}", json!({"prompt": args.tokens, "generated": generated, "positions": positions}));
+        println!("{}", json!({"prompt": prompt_ids, "generated": generated, "positions": positions}));
+    } else if streaming {
+        println!("{}", stream.finish());
+        eprintln!(
+            "prompt: {} tokens in {:.2}s ({:.1} tok/s, incl. lowering); decode: {} tokens in {:.2}s ({:.1} tok/s)",
+            prompt_ids.len(),
+            prompt_seconds,
+            prompt_ids.len() as f64 / prompt_seconds.max(1e-9),
+            generated.len(),
+            decode_seconds,
+            generated.len() as f64 / decode_seconds.max(1e-9)
+        );
     } else {
-        println!("prompt:    {:?}", args.tokens);
+        println!("prompt:    {prompt_ids:?}");
         println!("generated: {generated:?}");
     }
     Ok(())
+}
+
+/// The model's tokenizer, when it has one: a GGUF file's, or `tokenizer.json` in a HF directory.
+fn tokenizer_of(model: &str) -> Result<Option<rdu_host::Tokenizer>> {
+    let path = std::path::Path::new(model);
+    if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+        let gguf = rdu_checkpoint::Gguf::open(path)?;
+        return Ok(Some(rdu_host::Tokenizer::from_gguf(&gguf).map_err(|e| anyhow!("{e}"))?));
+    }
+    let json = path.join("tokenizer.json");
+    if path.is_dir() && json.exists() {
+        return Ok(Some(rdu_host::Tokenizer::from_tokenizer_json(&json).map_err(|e| anyhow!("{e}"))?));
+    }
+    Ok(None)
 }
 
 /// The spatial engine: a bundle (given, or lowered now into a temporary directory and read
