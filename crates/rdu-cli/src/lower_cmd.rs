@@ -1,6 +1,6 @@
 //! `rdu lower`: lower every layer kind once, certify it, and write the bundle.
 
-use crate::model_arg::{resolve, CutArg, StorageArg};
+use crate::model_arg::{resolve_with_weights, storage_of, CutArg, StorageArg};
 use anyhow::{bail, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -54,7 +54,8 @@ pub fn run(args: &LowerArgs) -> Result<()> {
             bail!("unknown pass `{pass}` for --dump-after: choose one of {}", PASSES.join(", "));
         }
     }
-    let spec = resolve(&args.model)?;
+    let (spec, weights) = resolve_with_weights(&args.model)?;
+    let storage = storage_of(args.storage, &weights);
     let chip = Chip::resolve(&args.chip)?;
     let cut = args.cut.cut(args.ctx, args.seq)?;
     let bar = ProgressBar::new(0);
@@ -71,7 +72,7 @@ pub fn run(args: &LowerArgs) -> Result<()> {
         }
         Progress::Pass { .. } => {}
     };
-    let opts = LowerOptions { chip, storage: args.storage.storage(), seed: args.seed, progress: &mut progress };
+    let opts = LowerOptions { chip, storage, seed: args.seed, progress: &mut progress };
     let model = match cut {
         rdu_compiler::model::spec::Cut::Forward { seq } => lower_forward_streamed(&spec, seq, opts),
         rdu_compiler::model::spec::Cut::Decode { ctx } => lower_decode_streamed(&spec, ctx, opts),

@@ -80,3 +80,13 @@ pub fn resolve_with_weights(model: &str) -> Result<(ModelSpec, Weights)> {
     let weights = rdu_compiler::reference::HfWeights::open(&spec, dir).map_err(anyhow::Error::msg)?;
     Ok((spec, Weights::Hf(Box::new(weights))))
 }
+
+/// The storage a command lowers for: `auto` is as the checkpoint stores its weights (dense
+/// safetensors; a GGUF's Q8_0 tensors), and Q8_0 for a preset or a bare config.
+pub fn storage_of(arg: StorageArg, weights: &Weights) -> Storage {
+    match (arg, weights) {
+        (StorageArg::Auto, Weights::Hf(_)) => Storage::Dense,
+        (StorageArg::Auto, Weights::Gguf(w)) => w.storage(),
+        (s, _) => s.storage(),
+    }
+}

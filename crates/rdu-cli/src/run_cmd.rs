@@ -2,7 +2,7 @@
 //! simulator) or the reference engine (each layer's program through the reference
 //! interpreter), writing logits rows and a JSON summary on request.
 
-use crate::model_arg::{resolve_with_weights, CutArg, StorageArg, Weights};
+use crate::model_arg::{resolve_with_weights, storage_of, CutArg, StorageArg, Weights};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
 use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_forward_streamed, LowerOptions, Storage};
@@ -80,7 +80,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let tokenizer = tokenizer_of(&args.model)?;
     let prompt_ids: Vec<u32> = match (&args.prompt, &tokenizer) {
         (Some(text), Some(tok)) => tok.encode(text, tok.add_bos_default()).map_err(|e| anyhow!("{e}"))?,
-        (Some(_), None) => bail!("--prompt needs a tokenizer (a GGUF file, or tokenizer.json in a HF directory); give --tokens instead"),
+        (Some(_), None) => bail!(
+            "--prompt needs a tokenizer (a GGUF file, or tokenizer.json in a HF directory); give --tokens instead"
+        ),
         (None, _) => args.tokens.clone(),
     };
     if prompt_ids.is_empty() {
@@ -107,11 +109,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if args.cut == CutArg::Decode && total > ctx {
         bail!("prompt ({}) plus -n {} needs {total} positions but --ctx is {ctx}", prompt_ids.len(), args.n);
     }
-    let storage = match (args.storage, &weights) {
-        (StorageArg::Auto, Weights::Hf(_)) => Storage::Dense,
-        (StorageArg::Auto, Weights::Gguf(w)) => w.storage(),
-        (s, _) => s.storage(),
-    };
+    let storage = storage_of(args.storage, &weights);
     let vocab = spec.vocab;
     let seeded = SeededWeights { seed: args.seed, unit_offset: spec.head.norm_unit_offset };
     let (reference_weights, host_weights): (&dyn WeightSource, WeightsSource) = match &weights {

