@@ -195,9 +195,6 @@ fn kind_programs_do_not_depend_on_depth() {
     let (deep_files, shallow_files) = (files(&deep), files(&shallow));
     assert_eq!(deep_files.keys().collect::<Vec<_>>(), shallow_files.keys().collect::<Vec<_>>());
     for (name, bytes) in &deep_files {
-        // The head reads the last layer's output, `xo{L-1}`: the one name that depends on depth.
-        if !name.starts_with("head.") {
-            assert_eq!(bytes, &shallow_files[name], "{name} differs between 64 layers and one per kind");
-        }
+        assert_eq!(bytes, &shallow_files[name], "{name} differs between 64 layers and one per kind");
     }
 }

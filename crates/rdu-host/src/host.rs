@@ -79,7 +79,15 @@ impl Host {
             let label = format!("layer {} (kind {})", layer.layer, layer.kind);
             calls.push(Call::new(label, index, &programs[index], Some(&layer.bind)));
         }
-        calls.push(Call::new("head program".into(), 1, &programs[1], None));
+        let head_bind = (!m.programs.head.bind.is_empty()).then(|| {
+            // Names the bind leaves out are the bundle's own.
+            let mut bind = m.programs.head.bind.clone();
+            for name in &m.programs.head.declared {
+                bind.entry(name.clone()).or_insert_with(|| name.clone());
+            }
+            bind
+        });
+        calls.push(Call::new("head program".into(), 1, &programs[1], head_bind.as_ref()));
         let mut produced = BTreeSet::new();
         for call in &calls {
             let u = Use { label: &call.label, program: &programs[call.program], bind: &call.bind };

@@ -95,6 +95,10 @@ pub struct ProgramEntry {
     pub digest: String,
     /// Every tensor name the program declares (inputs, weights, shared, states) and outputs.
     pub declared: Vec<String>,
+    /// How the program's names bind to the bundle's (empty: every name is the bundle's own).
+    /// The head reads the last layer's output under a depth-independent name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "unique::map")]
+    pub bind: BTreeMap<String, String>,
     pub certificate: CertificateEntry,
     pub cost: CostEntry,
 }

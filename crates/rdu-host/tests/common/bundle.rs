@@ -187,6 +187,7 @@ pub fn write_bundle(parent: &Path, variant: Variant) -> PathBuf {
 
 fn program(name: &str, declared: Vec<String>) -> ProgramEntry {
     ProgramEntry {
+        bind: Default::default(),
         name: name.into(),
         file_source: format!("programs/{name}.rdu"),
         file_spatial: format!("programs/{name}.spatial"),

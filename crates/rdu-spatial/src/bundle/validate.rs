@@ -115,8 +115,12 @@ impl Ctx<'_> {
             self.files(field, &program.file_source, &program.file_spatial);
             self.records(field, &program.certificate, &program.cost);
             self.declared(field, &program.declared);
-            for name in program.declared.iter().filter(|n| !names.contains(*n)) {
-                self.out.push(BundleError::Unresolved { field: format!("{field}.declared"), tensor: name.clone() });
+            let bound = |n: &String| program.bind.get(n).cloned().unwrap_or_else(|| n.clone());
+            for name in program.declared.iter().map(bound).filter(|n| !names.contains(n)) {
+                self.out.push(BundleError::Unresolved { field: format!("{field}.declared"), tensor: name });
+            }
+            for name in program.bind.keys().filter(|k| !program.declared.contains(k)) {
+                self.invalid(format!("{field}.bind"), format!("binds `{name}`, which the program does not declare"));
             }
         }
         for kind in &p.kinds {

@@ -28,6 +28,7 @@ impl StreamedModel {
                 file_spatial: spatial,
                 digest: part.digest.clone(),
                 declared: part.declared.clone(),
+                bind: part.bind.clone(),
                 certificate: CertificateEntry {
                     checks: part.certificate.checks.clone(),
                     seed: part.certificate.seed,
@@ -62,10 +63,12 @@ impl StreamedModel {
             .map(|b| LayerEntry { layer: b.layer, kind: b.kind.clone(), bind: b.bind.clone() })
             .collect();
         let mut tables = Tables::default();
-        for source in
-            std::iter::once(&self.embed.source).chain(&self.layer_sources).chain(std::iter::once(&self.head.source))
-        {
-            tables.add(self, source)?;
+        let none = BTreeMap::new();
+        let sources = std::iter::once((&self.embed.source, &none))
+            .chain(self.layer_sources.iter().map(|s| (s, &none)))
+            .chain(std::iter::once((&self.head.source, &self.head.bind)));
+        for (source, bind) in sources {
+            tables.add(self, source, bind)?;
         }
         let (mode, ctx, seq) = match self.cut {
             Cut::Forward { seq } => (CutMode::Forward, None, Some(seq)),
@@ -101,11 +104,17 @@ struct Tables {
 }
 
 impl Tables {
-    fn add(&mut self, model: &StreamedModel, source: &crate::lang::Source) -> Result<(), String> {
+    /// Records the declarations of `source`, each under the bundle name `bind` gives it.
+    fn add(
+        &mut self,
+        model: &StreamedModel,
+        source: &crate::lang::Source,
+        bind: &BTreeMap<String, String>,
+    ) -> Result<(), String> {
         let program = parse(&source.text).map_err(|d| d[0].to_string())?;
         let spec = &model.spec;
         for d in program.decls() {
-            let name = d.name.text.clone();
+            let name = bind.get(&d.name.text).cloned().unwrap_or_else(|| d.name.text.clone());
             let shape = d.ty.shape.clone();
             match d.kind {
                 DeclKind::Weight => {

@@ -46,6 +46,8 @@ pub struct ProgramPart {
     pub cost: StepCost,
     /// Every tensor the program reads or produces by name (all but its temporaries).
     pub declared: Vec<String>,
+    /// Names that differ from the bundle's (the head's depth-independent input); empty otherwise.
+    pub bind: BTreeMap<String, String>,
 }
 
 /// One lowered, certified layer program, standing for every layer of its kind.
@@ -159,14 +161,13 @@ fn lower_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Result<
         kinds.push(LayerKind { program: part, layers: group.layers.clone() });
     }
     progress(Progress::Program { index: total - 1, total, name: "head" });
-    let head = lower_part(
-        "head",
-        &head_source(spec, cut, &storage),
-        &certify_source(spec, cut, &storage, false),
-        &chip,
-        seed,
-        progress,
-    )?;
+    // The head reads the last layer's output under a name that does not depend on depth.
+    let last = crate::model::author::hidden_name(spec.n_layers());
+    let head_input = |src: Source| rename_source(&src, &last, HEAD_INPUT);
+    let head_src = head_input(head_source(spec, cut, &storage))?;
+    let checked = head_input(certify_source(spec, cut, &storage, false))?;
+    let mut head = lower_part("head", &head_src, &checked, &chip, seed, progress)?;
+    head.bind.insert(HEAD_INPUT.to_string(), last);
     let layers = layers.into_iter().map(|b| b.expect("every layer belongs to a kind")).collect();
     Ok(StreamedModel {
         spec: spec.clone(),
@@ -180,6 +181,18 @@ fn lower_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Result<
         layer_sources,
         lowering_seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// The head program's name for its input, the last layer's output.
+pub const HEAD_INPUT: &str = "xl";
+
+/// `source` with the name `from` renamed `to` (comments kept).
+fn rename_source(source: &Source, from: &str, to: &str) -> Result<Source, StreamedReject> {
+    let mut program = parse(&source.text)
+        .map_err(|d| StreamedReject::Front { program: "head".to_string(), refusal: Refusal { diagnostics: d } })?;
+    program.rename(&|n| if n == from { to.to_string() } else { n.to_string() });
+    let comment: String = source.text.lines().take_while(|l| l.starts_with('#')).map(|l| format!("{l}\n")).collect();
+    Ok(Source { text: format!("{comment}{}", crate::lang::print(&program)), q8: source.q8.clone() })
 }
 
 /// A kind's program as the bundle carries it: its representative's program with every
@@ -259,6 +272,7 @@ fn lower_part(
         certificate,
         cost,
         declared,
+        bind: BTreeMap::new(),
     })
 }
 

@@ -82,6 +82,7 @@ pub fn sample() -> Bundle {
 
 fn program(name: &str, declared: &[&str]) -> ProgramEntry {
     ProgramEntry {
+        bind: Default::default(),
         name: name.into(),
         file_source: format!("programs/{name}.rdu"),
         file_spatial: format!("programs/{name}.spatial"),
