@@ -22,6 +22,7 @@ pub const TOLERANCE: f64 = 1e-4;
 pub struct Certificate {
     pub checks: Vec<String>,
     pub seed: u64,
+    /// The loosest absolute bound any result was held to: `TOLERANCE · max(1, max|ref|)`.
     pub tolerance: f64,
     /// The largest absolute difference between simulator and reference over every result.
     pub max_abs_err: f64,
@@ -53,24 +54,31 @@ pub fn certify(program: &SpatialProgram, graph: &Graph, chip: &Chip, seed: u64) 
         eval(graph, &inputs).map_err(|e| CertifyFault::Engine { engine: "reference", message: e.to_string() })?;
     let simulated =
         simulate(program, &inputs).map_err(|e| CertifyFault::Engine { engine: "simulator", message: e.to_string() })?;
-    let mut max_abs_err = 0f64;
+    let (mut max_abs_err, mut tolerance) = (0f64, TOLERANCE);
     let results = reference.outputs.iter().map(|(n, t)| (n, t, simulated.outputs.get(n)));
     let states = reference.states.iter().map(|(n, t)| (n, t, simulated.states.get(n)));
     for (name, want, got) in results.chain(states) {
         let Some(got) = got else {
             return Err(CertifyFault::Engine { engine: "simulator", message: format!("produced no `{name}`") });
         };
-        max_abs_err = max_abs_err.max(compare(name, got, want)?);
+        let (err, bound) = compare(name, got, want)?;
+        max_abs_err = max_abs_err.max(err);
+        tolerance = tolerance.max(bound);
     }
     checks.push(format!(
-        "numbers ({} results and states at real shapes)",
+        "numbers ({} results and states at real shapes, each within {TOLERANCE:e} of its scale max(1, max|ref|))",
         reference.outputs.len() + reference.states.len()
     ));
-    Ok(Certificate { checks, seed, tolerance: TOLERANCE, max_abs_err })
+    Ok(Certificate { checks, seed, tolerance, max_abs_err })
 }
 
-/// The largest absolute difference of one result, or the fault naming the worst element.
-fn compare(name: &str, got: &rdu_spatial::sim::SimTensor, want: &crate::graph::Tensor) -> Result<f64, CertifyFault> {
+/// The largest absolute difference of one result and the bound it was held to, or the fault
+/// naming the worst element.
+fn compare(
+    name: &str,
+    got: &rdu_spatial::sim::SimTensor,
+    want: &crate::graph::Tensor,
+) -> Result<(f64, f64), CertifyFault> {
     let engine = |m: String| CertifyFault::Engine { engine: "simulator", message: m };
     if got.shape != want.shape {
         return Err(engine(format!("`{name}` has shape {:?}, the reference {:?}", got.shape, want.shape)));
@@ -100,7 +108,7 @@ fn compare(name: &str, got: &rdu_spatial::sim::SimTensor, want: &crate::graph::T
             bound,
         });
     }
-    Ok(worst.0)
+    Ok((worst.0, bound))
 }
 
 /// The structure and resource checks alone (for a program too large to validate numerically
