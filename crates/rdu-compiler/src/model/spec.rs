@@ -227,33 +227,9 @@ pub struct Rotation {
     pub scaling: RopeScaling,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RopeScaling {
-    None,
-    Linear {
-        factor: f64,
-    },
-    Llama3 {
-        factor: f64,
-        low_freq_factor: f64,
-        high_freq_factor: f64,
-        original_max: usize,
-    },
-    Yarn {
-        factor: f64,
-        original_max: usize,
-        beta_fast: f64,
-        beta_slow: f64,
-        mscale: f64,
-        mscale_all_dim: f64,
-    },
-    /// Frequency divisors read from the checkpoint (GGUF llama3's `rope_freqs.weight`):
-    /// `inv_freq_i / factors[i]`, one per rotated pair.
-    Factors {
-        factors: Vec<f32>,
-    },
-}
+/// How a rotation's frequencies are scaled: the same description the RoPE table builder
+/// (shared with the host, which computes the tables from the manifest) takes.
+pub use rdu_spatial::rope::RopeScaling;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Embed {
@@ -282,26 +258,6 @@ pub enum Cut {
 impl Rotation {
     /// The rotation as the RoPE table builder (shared with the host) describes it.
     pub fn rope_spec(&self) -> rdu_spatial::rope::RopeSpec {
-        use rdu_spatial::rope::RopeScaling as S;
-        let scaling = match &self.scaling {
-            RopeScaling::None => S::None,
-            RopeScaling::Linear { factor } => S::Linear { factor: *factor },
-            RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max } => S::Llama3 {
-                factor: *factor,
-                low_freq_factor: *low_freq_factor,
-                high_freq_factor: *high_freq_factor,
-                original_max: *original_max,
-            },
-            RopeScaling::Yarn { factor, original_max, beta_fast, beta_slow, mscale, mscale_all_dim } => S::Yarn {
-                factor: *factor,
-                original_max: *original_max,
-                beta_fast: *beta_fast,
-                beta_slow: *beta_slow,
-                mscale: *mscale,
-                mscale_all_dim: *mscale_all_dim,
-            },
-            RopeScaling::Factors { factors } => S::Factors { factors: factors.clone() },
-        };
-        rdu_spatial::rope::RopeSpec { base: self.base, dim: self.dim, scaling }
+        rdu_spatial::rope::RopeSpec { base: self.base, dim: self.dim, scaling: self.scaling.clone() }
     }
 }
