@@ -368,3 +368,21 @@ fn readme_commands_exist_and_run() {
         assert!(readme.contains(command), "the README's command table lacks `{command}`");
     }
 }
+
+#[test]
+fn run_with_a_prompt_tokenizes_samples_deterministically_and_streams() {
+    let gguf = repo().join("tests/data/fixtures/gguf/gemma3/tiny-gemma3-q8_0.gguf");
+    let gguf = gguf.to_str().expect("utf-8 path");
+    let args = ["run", gguf, "--prompt", "hello", "-n", "3", "--temp", "0.7", "--top-p", "0.9", "--seed", "1", "--json"];
+    let first: Value = serde_json::from_str(ok(&args).trim()).expect("json");
+    // The fixture's vocabulary is byte tokens: "▁hello" is 3 + 5 bytes.
+    assert_eq!(first["prompt"].as_array().expect("prompt").len(), 8);
+    assert_eq!(first["generated"].as_array().expect("generated").len(), 3);
+    let second: Value = serde_json::from_str(ok(&args).trim()).expect("json");
+    assert_eq!(first, second, "a seeded sampler repeats itself");
+    let out = rdu(&["run", gguf, "--prompt", "hello", "-n", "2"]);
+    assert!(out.status.success());
+    assert!(stderr(&out).contains("decode: 2 tokens"), "{}", stderr(&out));
+    let err = user_error(&["run", "tiny-llama", "--prompt", "hi"]);
+    assert!(err.contains("--prompt needs a tokenizer"), "{err}");
+}
