@@ -373,7 +373,8 @@ fn readme_commands_exist_and_run() {
 fn run_with_a_prompt_tokenizes_samples_deterministically_and_streams() {
     let gguf = repo().join("tests/data/fixtures/gguf/gemma3/tiny-gemma3-q8_0.gguf");
     let gguf = gguf.to_str().expect("utf-8 path");
-    let args = ["run", gguf, "--prompt", "hello", "-n", "3", "--temp", "0.7", "--top-p", "0.9", "--seed", "1", "--json"];
+    let args =
+        ["run", gguf, "--prompt", "hello", "-n", "3", "--temp", "0.7", "--top-p", "0.9", "--seed", "1", "--json"];
     let first: Value = serde_json::from_str(ok(&args).trim()).expect("json");
     // The fixture's vocabulary is byte tokens: "▁hello" is 3 + 5 bytes.
     assert_eq!(first["prompt"].as_array().expect("prompt").len(), 8);
