@@ -150,6 +150,8 @@ impl<'s> LayerCtx<'s> {
     }
 
     /// Slots of a KV cache: the context, or a ring of the window for windowed layers.
+    /// (A prefill step of C rows over a ring will need `window + C − 1` slots, so that a
+    /// chunk's later rows do not overwrite keys its earlier rows still attend to.)
     pub fn cache_slots(&self) -> usize {
         let ctx = self.table_rows();
         match self.layer.window {
