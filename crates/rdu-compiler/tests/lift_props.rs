@@ -10,39 +10,10 @@ use rdu_compiler::lang::ast::{self, Arg, Attr, Decl, DeclKind, Item, Literal, Na
 use rdu_compiler::lang::parse;
 use std::collections::BTreeMap;
 
-const OPS: &[&str] = &[
-    "add",
-    "sub",
-    "mul",
-    "scale",
-    "neg",
-    "exp",
-    "sigmoid",
-    "silu",
-    "softplus",
-    "gelu_tanh",
-    "rms_norm",
-    "l2_norm",
-    "linear",
-    "linear_heads",
-    "embed",
-    "argmax",
-    "reshape",
-    "slice",
-    "concat",
-    "transpose",
-    "rope",
-    "cache_put",
-    "attend",
-    "attend_mla",
-    "conv_step",
-    "conv_shift",
-    "delta_scan",
-    "delta_step",
-    "route",
-    "experts",
-    "matmul",
-];
+/// Every op of the language, and one it does not have.
+fn ops() -> Vec<&'static str> {
+    rdu_compiler::front::OPS.iter().copied().chain(["matmul"]).collect()
+}
 const KEYS: &[&str] = &[
     "by",
     "eps",
@@ -102,7 +73,7 @@ fn stmt() -> impl Strategy<Value = Stmt> {
     (
         prop::collection::vec(name(), 1..4),
         prop::bool::weighted(0.25),
-        prop::sample::select(OPS),
+        prop::sample::select(ops()),
         prop::collection::vec(arg, 0..7),
         prop::collection::vec(attr, 0..5),
     )
@@ -177,7 +148,7 @@ fn mutate(mut p: Program, pick: usize, what: u8, name: &str, lit: Literal) -> Pr
     let at = stmt_items[pick % stmt_items.len()];
     match &mut p.items[at] {
         Item::Stmt(s) => match what % 6 {
-            0 => s.op = Name::new(OPS[pick % OPS.len()]),
+            0 => s.op = Name::new(ops()[pick % ops().len()]),
             1 if !s.args.is_empty() => {
                 let k = pick % s.args.len();
                 s.args[k] = Arg::Name(Name::new(name));

@@ -29,6 +29,7 @@ mod ops;
 mod statement;
 
 pub use lift::lift;
+pub use ops::OPS;
 
 use crate::lang::Diagnostic;
 use std::fmt;

@@ -4,7 +4,7 @@
 use crate::graph::{Act, KMap, Op, RopeStyle};
 
 /// Every op of the language, by name.
-pub(super) const OPS: &[&str] = &[
+pub const OPS: &[&str] = &[
     "add",
     "sub",
     "mul",

@@ -25,6 +25,19 @@ fn pre_tokenizer(pre: &str) -> Option<(&'static str, bool)> {
 }
 
 /// GPT-2's byte → printable character table.
+/// A byte-level piece back to its bytes: each mapped character to its byte, any other
+/// character as its own UTF-8.
+pub fn unmap_bytes(text: &str, to_byte: &HashMap<char, u8>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len());
+    for c in text.chars() {
+        match to_byte.get(&c) {
+            Some(&b) => out.push(b),
+            None => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+        }
+    }
+    out
+}
+
 pub fn byte_to_char() -> [char; 256] {
     let mut table = ['\0'; 256];
     let mut extra = 0u32;
@@ -144,16 +157,7 @@ impl Bpe {
     pub fn piece_bytes(&self, id: u32) -> Vec<u8> {
         let Some(text) = self.vocab.check_id(id) else { return Vec::new() };
         match self.vocab.types[id as usize] {
-            TokenType::Normal => {
-                let mut out = Vec::with_capacity(text.len());
-                for c in text.chars() {
-                    match self.to_byte.get(&c) {
-                        Some(&b) => out.push(b),
-                        None => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
-                    }
-                }
-                out
-            }
+            TokenType::Normal => unmap_bytes(text, &self.to_byte),
             TokenType::UserDefined | TokenType::Unknown => text.as_bytes().to_vec(),
             TokenType::Byte => parse_byte_token(text).map(|b| vec![b]).unwrap_or_default(),
             TokenType::Control | TokenType::Unused => Vec::new(),

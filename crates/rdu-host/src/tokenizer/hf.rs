@@ -108,16 +108,7 @@ impl HfTokenizer {
         }
         let Some(text) = self.inner.id_to_token(id) else { return Vec::new() };
         match self.style {
-            PieceStyle::ByteLevel => {
-                let mut out = Vec::with_capacity(text.len());
-                for c in text.chars() {
-                    match self.to_byte.get(&c) {
-                        Some(&b) => out.push(b),
-                        None => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
-                    }
-                }
-                out
-            }
+            PieceStyle::ByteLevel => super::bpe::unmap_bytes(&text, &self.to_byte),
             PieceStyle::Metaspace => match parse_byte_token(&text) {
                 Some(b) => vec![b],
                 None => text.replace(SPACE_MARK, " ").into_bytes(),

@@ -1,7 +1,7 @@
 //! `lower_forward_streamed` and `lower_decode_streamed`: author, lift, lower and certify each
 //! layer kind ONCE (plus the embedding and the head), and bind every layer to its kind.
 
-use super::kinds::{layer_kinds_for, renaming, Storage};
+use super::kinds::{kinds_of_sources, renaming, Storage};
 use crate::certify::{certify, Certificate, CertifyFault};
 use crate::front::{lift, Refusal};
 use crate::lang::{parse, shape_digest, Source};
@@ -131,9 +131,9 @@ pub fn lower_decode_streamed(
 fn lower_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Result<StreamedModel, StreamedReject> {
     let started = std::time::Instant::now();
     let LowerOptions { chip, storage, seed, progress } = opts;
-    let groups = layer_kinds_for(spec, cut, &storage);
-    let total = groups.len() + 2;
     let layer_sources: Vec<Source> = (0..spec.n_layers()).map(|l| source_of(spec, l, cut, &storage)).collect();
+    let groups = kinds_of_sources(spec, &layer_sources);
+    let total = groups.len() + 2;
 
     progress(Progress::Program { index: 0, total, name: "embed" });
     let embed = lower_part(

@@ -2,7 +2,7 @@
 //! binds a kind's program to each of its layers.
 //! It does not lower anything itself.
 
-use crate::lang::{shape_digest, Digest};
+use crate::lang::{shape_digest, Digest, Source};
 use crate::model::author::source_of;
 use crate::model::spec::{Cut, ModelSpec};
 use std::collections::BTreeMap;
@@ -39,10 +39,16 @@ pub fn layer_kinds(spec: &ModelSpec, storage: &Storage) -> Vec<KindGroup> {
 
 /// `layer_kinds` for the programs of a given cut.
 pub fn layer_kinds_for(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Vec<KindGroup> {
+    let sources: Vec<Source> = (0..spec.n_layers()).map(|l| source_of(spec, l, cut, storage)).collect();
+    kinds_of_sources(spec, &sources)
+}
+
+/// The kinds of a model whose layers' programs are `sources` (one per layer, in order).
+pub(crate) fn kinds_of_sources(spec: &ModelSpec, sources: &[Source]) -> Vec<KindGroup> {
     let mut kinds: Vec<KindGroup> = Vec::new();
     let mut by_digest: BTreeMap<Digest, usize> = BTreeMap::new();
-    for (l, layer) in spec.layers.iter().enumerate() {
-        let digest = shape_digest(&source_of(spec, l, cut, storage));
+    for ((l, layer), source) in spec.layers.iter().enumerate().zip(sources) {
+        let digest = shape_digest(source);
         match by_digest.get(&digest) {
             Some(&k) => kinds[k].layers.push(l),
             None => {
