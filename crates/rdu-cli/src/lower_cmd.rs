@@ -76,6 +76,10 @@ pub fn run(args: &LowerArgs) -> Result<()> {
     let model = match cut {
         rdu_compiler::model::spec::Cut::Forward { seq } => lower_forward_streamed(&spec, seq, opts),
         rdu_compiler::model::spec::Cut::Decode { ctx } => lower_decode_streamed(&spec, ctx, opts),
+        other => Err(rdu_compiler::lower::streamed::StreamedReject::Invalid(format!(
+            "the {} cut is not lowered yet",
+            other.word()
+        ))),
     };
     bar.finish_and_clear();
     let model = model.map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -109,6 +113,9 @@ fn summary_json(model: &StreamedModel) -> Value {
     let cut = match model.cut {
         rdu_compiler::model::spec::Cut::Forward { seq } => json!({"mode": "forward", "seq": seq}),
         rdu_compiler::model::spec::Cut::Decode { ctx } => json!({"mode": "decode", "ctx": ctx}),
+        other => {
+            json!({"mode": other.word(), "ctx": other.ctx(), "batch": other.batch(), "tp": other.tp(), "chunk": other.chunk()})
+        }
     };
     let kinds: Vec<Value> = model
         .kinds

@@ -253,6 +253,89 @@ pub enum Cut {
     Forward { seq: usize },
     /// One token against a cache of `ctx` positions.
     Decode { ctx: usize },
+    /// `batch` sequences, one token each, every weight read once for all of them; each
+    /// sequence its own cache of `ctx` positions.
+    Batched { batch: usize, ctx: usize },
+    /// One token over `tp` chips, every chip its share of the heads and FFN columns.
+    Tp { tp: usize, ctx: usize },
+    /// Both: `batch` sequences over `tp` chips (the serving shape).
+    BatchedTp { batch: usize, tp: usize, ctx: usize },
+    /// `chunk` tokens of one sequence, rows in order, over the decode step's own state.
+    Prefill { chunk: usize, ctx: usize },
+}
+
+impl Cut {
+    /// Hidden-state rows one step processes.
+    pub fn rows(self) -> usize {
+        match self {
+            Cut::Forward { seq } => seq,
+            Cut::Decode { .. } | Cut::Tp { .. } => 1,
+            Cut::Batched { batch, .. } | Cut::BatchedTp { batch, .. } => batch,
+            Cut::Prefill { chunk, .. } => chunk,
+        }
+    }
+
+    /// The positions a carried cache holds; `None` for a forward step (no state).
+    pub fn ctx(self) -> Option<usize> {
+        match self {
+            Cut::Forward { .. } => None,
+            Cut::Decode { ctx }
+            | Cut::Batched { ctx, .. }
+            | Cut::Tp { ctx, .. }
+            | Cut::BatchedTp { ctx, .. }
+            | Cut::Prefill { ctx, .. } => Some(ctx),
+        }
+    }
+
+    /// Sequences per step when they are stacked (`_s{b}` states); `None` for one sequence.
+    pub fn batch(self) -> Option<usize> {
+        match self {
+            Cut::Batched { batch, .. } | Cut::BatchedTp { batch, .. } => Some(batch),
+            _ => None,
+        }
+    }
+
+    /// Chips a layer program runs over (1 unless tensor-parallel).
+    pub fn tp(self) -> usize {
+        match self {
+            Cut::Tp { tp, .. } | Cut::BatchedTp { tp, .. } => tp,
+            _ => 1,
+        }
+    }
+
+    /// Rows of one prefill chunk.
+    pub fn chunk(self) -> Option<usize> {
+        match self {
+            Cut::Prefill { chunk, .. } => Some(chunk),
+            _ => None,
+        }
+    }
+
+    /// The cut in words, for program comments: `decode`, `batched decode`, ...
+    pub fn word(self) -> &'static str {
+        match self {
+            Cut::Forward { .. } => "forward",
+            Cut::Decode { .. } => "decode",
+            Cut::Batched { .. } => "batched decode",
+            Cut::Tp { .. } => "tensor-parallel decode",
+            Cut::BatchedTp { .. } => "batched tensor-parallel decode",
+            Cut::Prefill { .. } => "prefill",
+        }
+    }
+
+    /// The cut with its sizes, for a kind program's comment line.
+    pub fn describe(self) -> String {
+        match self {
+            Cut::Forward { seq } => format!("forward over {seq} tokens"),
+            Cut::Decode { ctx } => format!("decode against {ctx} positions"),
+            Cut::Batched { batch, ctx } => format!("batched decode of {batch} sequences against {ctx} positions"),
+            Cut::Tp { tp, ctx } => format!("decode over {tp} chips against {ctx} positions"),
+            Cut::BatchedTp { batch, tp, ctx } => {
+                format!("batched decode of {batch} sequences over {tp} chips against {ctx} positions")
+            }
+            Cut::Prefill { chunk, ctx } => format!("prefill of {chunk} rows against {ctx} positions"),
+        }
+    }
 }
 
 impl Rotation {

@@ -70,15 +70,21 @@ impl StreamedModel {
         for (source, bind) in sources {
             tables.add(self, source, bind)?;
         }
-        let (mode, ctx, seq) = match self.cut {
-            Cut::Forward { seq } => (CutMode::Forward, None, Some(seq)),
-            Cut::Decode { ctx } => (CutMode::Decode, Some(ctx), None),
+        let (mode, seq) = match self.cut {
+            Cut::Forward { seq } => (CutMode::Forward, Some(seq)),
+            Cut::Decode { .. } => (CutMode::Decode, None),
+            Cut::Batched { .. } => (CutMode::Batched, None),
+            Cut::Tp { .. } => (CutMode::Tp, None),
+            Cut::BatchedTp { .. } => (CutMode::BatchedTp, None),
+            Cut::Prefill { .. } => (CutMode::Prefill, None),
         };
+        let tp =
+            (self.cut.tp() > 1 || matches!(self.cut, Cut::Tp { .. } | Cut::BatchedTp { .. })).then(|| self.cut.tp());
         let manifest = Manifest {
             format: FORMAT.to_string(),
             version: VERSION,
             model: self.spec.name.clone(),
-            cut: CutEntry { mode, ctx, seq, batch: None, tp: None, chunk: None },
+            cut: CutEntry { mode, ctx: self.cut.ctx(), seq, batch: self.cut.batch(), tp, chunk: self.cut.chunk() },
             chip: self.chip.name.clone(),
             storage: self.storage.label().to_string(),
             programs: Programs { embed, head, kinds },
@@ -163,10 +169,7 @@ impl Tables {
                 }
             }
         }
-        let rows = match model.cut {
-            Cut::Forward { seq } => seq,
-            Cut::Decode { .. } => 1,
-        };
+        let rows = model.cut.rows();
         for out in program.outputs() {
             let width = if out.text == "logits" { spec.vocab } else { spec.d_model };
             self.activations

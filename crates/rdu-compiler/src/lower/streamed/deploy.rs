@@ -204,11 +204,8 @@ fn canonical(rep: &Source, layer: usize, kind: &str, cut: Cut) -> Result<Source,
     let mut program = parse(&rep.text)
         .map_err(|d| StreamedReject::Front { program: kind.to_string(), refusal: Refusal { diagnostics: d } })?;
     program.rename(&|n| rebind(n, layer, 0));
-    let cut = match cut {
-        Cut::Forward { seq } => format!("forward over {seq} tokens"),
-        Cut::Decode { ctx } => format!("decode against {ctx} positions"),
-    };
-    let text = format!("# layer kind {kind}, {cut}; names as in layer 0\n{}", crate::lang::print(&program));
+    let text =
+        format!("# layer kind {kind}, {}; names as in layer 0\n{}", cut.describe(), crate::lang::print(&program));
     Ok(Source { text, q8: rep.q8.iter().map(|n| rebind(n, layer, 0)).collect() })
 }
 
@@ -314,10 +311,7 @@ impl StreamedModel {
             reconfigurations += 1;
         }
         seconds += reconfigurations as f64 * self.chip.reconfiguration;
-        let rows = match self.cut {
-            Cut::Forward { seq } => seq,
-            Cut::Decode { .. } => 1,
-        };
+        let rows = self.cut.rows();
         StepEstimate {
             seconds,
             roofline_seconds,

@@ -62,7 +62,7 @@ pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) ->
 pub fn embed_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
     let mut w = Writer::new(None, storage);
     let n = rows(cut);
-    let seed = matches!(cut, Cut::Decode { .. }).then_some("[1]");
+    let seed = cut.ctx().is_some().then_some("[1]");
     w.input("tok", "i32", &[n], seed);
     let table = w.projection("E", &[spec.vocab, spec.d_model]);
     match spec.embed.scale {
@@ -102,17 +102,11 @@ pub fn hidden_name(layer: usize) -> String {
 }
 
 fn rows(cut: Cut) -> usize {
-    match cut {
-        Cut::Forward { seq } => seq,
-        Cut::Decode { .. } => 1,
-    }
+    cut.rows()
 }
 
 fn cut_word(cut: Cut) -> &'static str {
-    match cut {
-        Cut::Forward { .. } => "forward",
-        Cut::Decode { .. } => "decode",
-    }
+    cut.word()
 }
 
 /// What every mixer and FFN writer needs to know about the layer it writes.
@@ -133,20 +127,17 @@ impl<'s> LayerCtx<'s> {
     fn pos_seed(&self) -> &'static str {
         match self.cut {
             Cut::Forward { .. } => "0",
-            Cut::Decode { .. } => "1",
+            _ => "1",
         }
     }
 
     pub fn decode(&self) -> bool {
-        matches!(self.cut, Cut::Decode { .. })
+        self.cut.ctx().is_some()
     }
 
     /// Rows of the RoPE tables: every position a step can see.
     pub fn table_rows(&self) -> usize {
-        match self.cut {
-            Cut::Forward { seq } => seq,
-            Cut::Decode { ctx } => ctx,
-        }
+        self.cut.ctx().unwrap_or(self.rows)
     }
 
     /// Slots of a KV cache: the context, or a ring of the window for windowed layers.
