@@ -1,6 +1,6 @@
 //! `rdu lower`: lower every layer kind once, certify it, and write the bundle.
 
-use crate::model_arg::{resolve_with_weights, storage_of, CutArg, StorageArg};
+use crate::model_arg::{resolve_with_weights, storage_of, CutArg, CutSizes, StorageArg};
 use anyhow::{bail, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -19,12 +19,8 @@ pub struct LowerArgs {
     /// What one step processes
     #[arg(long, value_enum, default_value = "decode")]
     cut: CutArg,
-    /// KV-cache positions of the decode cut
-    #[arg(long, default_value_t = 4096)]
-    ctx: usize,
-    /// Tokens of one forward step
-    #[arg(long, default_value_t = 128)]
-    seq: usize,
+    #[command(flatten)]
+    sizes: CutSizes,
     /// Target chip: sn50, sn40l, or a chip description file (TOML)
     #[arg(long, default_value = "sn50")]
     chip: String,
@@ -57,7 +53,7 @@ pub fn run(args: &LowerArgs) -> Result<()> {
     let (spec, weights) = resolve_with_weights(&args.model)?;
     let storage = storage_of(args.storage, &weights);
     let chip = Chip::resolve(&args.chip)?;
-    let cut = args.cut.cut(args.ctx, args.seq)?;
+    let cut = args.cut.cut(&args.sizes)?;
     let bar = ProgressBar::new(0);
     bar.set_style(ProgressStyle::with_template("{spinner} lowering {pos}/{len} {msg} [{elapsed}]").expect("template"));
     let mut dumps = Vec::new();

@@ -32,19 +32,51 @@ pub enum CutArg {
     Forward,
     /// One token against a KV cache / carried state
     Decode,
+    /// --batch sequences per step, one token each, every weight read once for all
+    Batched,
+    /// One token over --tp chips (tensor parallel)
+    Tp,
+    /// --batch sequences over --tp chips: the serving shape
+    BatchedTp,
+    /// --chunk tokens of one sequence per step, over the decode step's state
+    Prefill,
+}
+
+/// The sizes of a cut: `--ctx --seq --batch --tp --chunk`.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct CutSizes {
+    /// KV-cache positions of the decode, batched, tp and prefill cuts
+    #[arg(long, default_value_t = 4096)]
+    pub ctx: usize,
+    /// Tokens of one forward step
+    #[arg(long, default_value_t = 128)]
+    pub seq: usize,
+    /// Sequences per step of the batched cuts
+    #[arg(long, default_value_t = 8)]
+    pub batch: usize,
+    /// Chips of the tensor-parallel cuts
+    #[arg(long, default_value_t = 8)]
+    pub tp: usize,
+    /// Rows per step of the prefill cut
+    #[arg(long, default_value_t = 512)]
+    pub chunk: usize,
 }
 
 impl CutArg {
-    pub fn cut(self, ctx: usize, seq: usize) -> Result<Cut> {
-        if ctx == 0 {
-            bail!("--ctx must be at least 1");
-        }
-        if seq == 0 {
-            bail!("--seq must be at least 1");
+    pub fn cut(self, sizes: &CutSizes) -> Result<Cut> {
+        let CutSizes { ctx, seq, batch, tp, chunk } = *sizes;
+        for (flag, value) in [("--ctx", ctx), ("--seq", seq), ("--batch", batch), ("--tp", tp), ("--chunk", chunk)] {
+            if value == 0 {
+                bail!("{flag} must be at least 1");
+            }
         }
         Ok(match self {
             CutArg::Forward => Cut::Forward { seq },
             CutArg::Decode => Cut::Decode { ctx },
+            CutArg::Batched => Cut::Batched { batch, ctx },
+            CutArg::Tp => Cut::Tp { tp, ctx },
+            CutArg::BatchedTp => Cut::BatchedTp { batch, tp, ctx },
+            CutArg::Prefill => Cut::Prefill { chunk, ctx },
         })
     }
 }

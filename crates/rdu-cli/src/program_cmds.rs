@@ -1,6 +1,6 @@
 //! `rdu presets`, `rdu kinds` and `rdu source`: what the author writes and how it groups.
 
-use crate::model_arg::{resolve, CutArg, StorageArg};
+use crate::model_arg::{resolve, CutArg, CutSizes, StorageArg};
 use anyhow::{bail, Result};
 use clap::Args;
 use rdu_compiler::lower::streamed::layer_kinds;
@@ -32,12 +32,8 @@ pub struct SourceArgs {
     part: Option<String>,
     #[arg(long, value_enum, default_value = "decode")]
     cut: CutArg,
-    /// KV-cache positions of the decode cut
-    #[arg(long, default_value_t = 4096)]
-    ctx: usize,
-    /// Sequence length of the forward cut
-    #[arg(long, default_value_t = 16)]
-    seq: usize,
+    #[command(flatten)]
+    sizes: CutSizes,
     #[arg(long, value_enum, default_value = "auto")]
     storage: StorageArg,
 }
@@ -92,7 +88,7 @@ pub fn kinds(args: &KindsArgs) -> Result<()> {
 
 pub fn source(args: &SourceArgs) -> Result<()> {
     let spec = resolve(&args.model)?;
-    let cut = args.cut.cut(args.ctx, args.seq)?;
+    let cut = args.cut.cut(&args.sizes)?;
     let storage = args.storage.storage();
     let src = match (args.layer, args.part.as_deref()) {
         (_, Some("embed")) => embed_source(&spec, cut, &storage),

@@ -2,7 +2,7 @@
 //! simulator) or the reference engine (each layer's program through the reference
 //! interpreter), writing logits rows and a JSON summary on request.
 
-use crate::model_arg::{resolve_with_weights, storage_of, CutArg, StorageArg, Weights};
+use crate::model_arg::{resolve_with_weights, storage_of, StorageArg, Weights};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
 use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_forward_streamed, LowerOptions, Storage};
@@ -19,6 +19,15 @@ pub enum Engine {
     Spatial,
     /// The reference interpreter over each layer's authored program (slow, obviously right)
     Reference,
+}
+
+/// How `rdu run` steps through a sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RunCut {
+    /// The whole sequence at every step, causally, without a cache
+    Forward,
+    /// One token per step against the carried state
+    Decode,
 }
 
 #[derive(Args)]
@@ -54,7 +63,7 @@ pub struct RunArgs {
     bundle: Option<PathBuf>,
     /// forward: the whole sequence each step, no cache; decode: one token at a time with the cache
     #[arg(long, value_enum, default_value = "decode")]
-    cut: CutArg,
+    cut: RunCut,
     /// KV-cache positions for the decode cut (default: prompt + generated tokens)
     #[arg(long)]
     ctx: Option<usize>,
@@ -106,7 +115,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if ctx == 0 {
         bail!("--ctx must be at least 1");
     }
-    if args.cut == CutArg::Decode && total > ctx {
+    if args.cut == RunCut::Decode && total > ctx {
         bail!("prompt ({}) plus -n {} needs {total} positions but --ctx is {ctx}", prompt_ids.len(), args.n);
     }
     let storage = storage_of(args.storage, &weights);
@@ -119,11 +128,11 @@ pub fn run(args: &RunArgs) -> Result<()> {
     };
     let mut reference = Reference::new(&spec, storage.clone(), reference_weights);
     let mut step: StepFn<'_> = match (args.engine, args.cut) {
-        (Engine::Reference, CutArg::Forward) => Box::new(|toks: &[u32], _pos: usize| {
+        (Engine::Reference, RunCut::Forward) => Box::new(|toks: &[u32], _pos: usize| {
             let out = reference.forward(toks).map_err(|e| anyhow!(e))?;
             Ok(rows(out.logits.as_f32().unwrap_or_default(), vocab))
         }),
-        (Engine::Reference, CutArg::Decode) => {
+        (Engine::Reference, RunCut::Decode) => {
             let mut decoder = reference.decoder(ctx).map_err(|e| anyhow!(e))?;
             Box::new(move |toks: &[u32], pos: usize| {
                 let out = decoder.step(toks[0], pos).map_err(|e| anyhow!(e))?;
@@ -152,7 +161,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         Ok(true)
     };
     match args.cut {
-        CutArg::Forward => loop {
+        RunCut::Forward => loop {
             let all = step(&seq, 0)?;
             let first_new = if logits.is_empty() { 0 } else { seq.len() - 1 };
             for (p, row) in all.into_iter().enumerate().skip(first_new) {
@@ -170,7 +179,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             }
             seq.push(*generated.last().expect("just generated"));
         },
-        CutArg::Decode => {
+        RunCut::Decode => {
             let mut pos = 0;
             while pos < seq.len() {
                 let row = step(&seq[pos..pos + 1], pos)?.remove(0);
@@ -234,7 +243,7 @@ fn spatial_engine<'a>(
     args: &'a RunArgs,
     spec: &'a ModelSpec,
     storage: Storage,
-    cut: CutArg,
+    cut: RunCut,
     ctx: usize,
     weights: WeightsSource,
 ) -> Result<StepFn<'a>> {
@@ -262,7 +271,7 @@ fn spatial_engine<'a>(
         Ok(())
     };
     match cut {
-        CutArg::Decode => {
+        RunCut::Decode => {
             let dir = tmp.path().join("decode");
             lower_into(&dir, None)?;
             let mut host = load(&dir, &weights)?;
@@ -272,7 +281,7 @@ fn spatial_engine<'a>(
                 Ok(rows(out.logits.as_f32().unwrap_or_default(), vocab))
             }))
         }
-        CutArg::Forward => Ok(Box::new(move |toks: &[u32], _pos: usize| {
+        RunCut::Forward => Ok(Box::new(move |toks: &[u32], _pos: usize| {
             // A forward bundle serves one sequence length: lower one per length.
             let dir = tmp.path().join(format!("forward-{}", toks.len()));
             lower_into(&dir, Some(toks.len()))?;
