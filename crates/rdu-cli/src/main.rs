@@ -2,6 +2,7 @@
 //! kind, and prove them. This file parses the command line and dispatches; each command
 //! lives in its own module and only renders what the libraries compute.
 
+mod batch_run;
 mod check_cmd;
 mod fit_cmd;
 mod lower_cmd;

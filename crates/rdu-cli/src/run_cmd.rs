@@ -33,58 +33,67 @@ pub enum RunCut {
 #[derive(Args)]
 pub struct RunArgs {
     /// A HF model directory (config.json + safetensors), a .gguf file, a preset (seeded random weights), or a config.json
-    model: String,
+    pub(crate) model: String,
     /// Prompt token ids, comma-separated
-    #[arg(long, value_delimiter = ',', required_unless_present = "prompt", conflicts_with = "prompt")]
-    tokens: Vec<u32>,
+    #[arg(long, value_delimiter = ',', required_unless_present_any = ["prompt", "batch_prompts"], conflicts_with = "prompt")]
+    pub(crate) tokens: Vec<u32>,
     /// Prompt text, tokenized with the model's tokenizer (GGUF, or tokenizer.json in a HF directory);
     /// the generated text streams to stdout, then prompt and decode tokens/s to stderr
     #[arg(long)]
-    prompt: Option<String>,
+    pub(crate) prompt: Option<String>,
     /// Tokens to generate after the prompt (generation stops early at an end-of-sequence token)
     #[arg(short = 'n', default_value_t = 0)]
-    n: usize,
+    pub(crate) n: usize,
     /// Sampling temperature; 0 (the default) is greedy
     #[arg(long, default_value_t = 0.0)]
-    temp: f32,
+    pub(crate) temp: f32,
     /// Sample among the K most likely tokens only (0: all)
     #[arg(long, default_value_t = 0)]
-    top_k: usize,
+    pub(crate) top_k: usize,
     /// Sample among the smallest set of tokens whose probability reaches P
     #[arg(long, default_value_t = 1.0)]
-    top_p: f32,
+    pub(crate) top_p: f32,
     /// Seed of the sampler (and of the random weights of a preset or a bare config)
     #[arg(long, default_value_t = 0)]
-    seed: u64,
+    pub(crate) seed: u64,
     #[arg(long, value_enum, default_value = "spatial")]
-    engine: Engine,
+    pub(crate) engine: Engine,
     /// Run this bundle (from `rdu lower -o`) instead of lowering now
     #[arg(long)]
-    bundle: Option<PathBuf>,
+    pub(crate) bundle: Option<PathBuf>,
     /// forward: the whole sequence each step, no cache; decode: one token at a time with the cache
     #[arg(long, value_enum, default_value = "decode")]
-    cut: RunCut,
+    pub(crate) cut: RunCut,
     /// KV-cache positions for the decode cut (default: prompt + generated tokens)
     #[arg(long)]
-    ctx: Option<usize>,
+    pub(crate) ctx: Option<usize>,
     /// Which weights are stored Q8_0 (auto: as the checkpoint stores them; Q8_0 for a preset)
     #[arg(long, value_enum, default_value = "auto")]
-    storage: StorageArg,
+    pub(crate) storage: StorageArg,
     /// Target chip of the lowering: sn50, sn40l, or a chip file
     #[arg(long, default_value = "sn50")]
-    chip: String,
+    pub(crate) chip: String,
     /// Write the computed logits rows as float32 [rows, vocab] to this .npy file
     #[arg(long)]
-    logits: Option<PathBuf>,
-    /// Print one JSON object: {"prompt", "generated", "positions"}
+    pub(crate) logits: Option<PathBuf>,
+    /// Print one JSON object: {"prompt", "generated", "positions"} (with --batch-prompts:
+    /// {"sequences": [{"prompt", "generated", "positions"}, ...]})
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
+    /// Run several sequences at once through a batched bundle: FILE holds one prompt per line
+    /// as comma-separated token ids; each sequence gets exactly what it would get alone.
+    /// `{b}` in --logits is replaced by the sequence's index
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["tokens", "prompt"])]
+    pub(crate) batch_prompts: Option<PathBuf>,
 }
 
 /// Computes the logits rows of `tokens`, the first of which is at position `pos`.
 type StepFn<'a> = Box<dyn FnMut(&[u32], usize) -> Result<Vec<Vec<f32>>> + 'a>;
 
 pub fn run(args: &RunArgs) -> Result<()> {
+    if let Some(file) = &args.batch_prompts {
+        return crate::batch_run::run(args, file);
+    }
     let (spec, weights) = resolve_with_weights(&args.model)?;
     let tokenizer = tokenizer_of(&args.model)?;
     let prompt_ids: Vec<u32> = match (&args.prompt, &tokenizer) {
@@ -291,12 +300,12 @@ fn spatial_engine<'a>(
     }
 }
 
-fn rows(flat: &[f32], vocab: usize) -> Vec<Vec<f32>> {
+pub(crate) fn rows(flat: &[f32], vocab: usize) -> Vec<Vec<f32>> {
     flat.chunks(vocab).map(<[f32]>::to_vec).collect()
 }
 
 /// float32 `[rows, vocab]`, C order.
-fn write_npy(path: &std::path::Path, rows: &[Vec<f32>], vocab: usize) -> Result<()> {
+pub(crate) fn write_npy(path: &std::path::Path, rows: &[Vec<f32>], vocab: usize) -> Result<()> {
     use npyz::WriterBuilder;
     let file = std::io::BufWriter::new(std::fs::File::create(path)?);
     let mut writer = npyz::WriteOptions::<f32>::new()

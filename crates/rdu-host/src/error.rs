@@ -45,6 +45,10 @@ pub enum HostError {
     RowsPastContext { pos: usize, end: usize, ctx: usize },
     #[error("the bundle steps {rows} token(s) at a time but {given} were given; pass exactly {rows}")]
     Rows { rows: usize, given: usize },
+    #[error(
+        "the bundle steps {sequences} sequence(s) at a time but {given} position(s) were given; pass one per sequence"
+    )]
+    Positions { sequences: usize, given: usize },
     #[error("{program}: {source}; the bundle and its checkpoint disagree, re-lower the bundle")]
     Simulate { program: String, source: SimError },
     #[error("{program} produced no `{name}`; re-lower the bundle")]

@@ -104,8 +104,16 @@ impl Host {
     /// Bad tokens and positions are refused before anything runs; if a program fails mid-step,
     /// the layers already run keep this step's state updates — [`Host::reset`] before starting over.
     pub fn step(&mut self, tokens: &[u32], pos: usize) -> Result<StepOutput> {
-        self.plan.check(tokens, pos)?;
-        let mut step = self.plan.inputs(tokens, pos);
+        let positions = vec![pos; self.plan.sequences];
+        self.step_at(tokens, &positions)
+    }
+
+    /// Runs one step of a batched bundle: row `b` of `tokens` is sequence `b`'s token at
+    /// `positions[b]`; each sequence reads and updates only its own states (`_s{b}`).
+    /// A bundle of one sequence takes one position.
+    pub fn step_at(&mut self, tokens: &[u32], positions: &[usize]) -> Result<StepOutput> {
+        self.plan.check(tokens, positions)?;
+        let mut step = self.plan.inputs(tokens, positions);
         for call in &self.calls {
             let mut states = BTreeMap::new();
             for (kind, layer) in &call.states {
@@ -138,6 +146,11 @@ impl Host {
         self.states.reset();
     }
 
+    /// Zeroes sequence `b`'s states in a batched bundle: that slot starts a new sequence.
+    pub fn reset_sequence(&mut self, b: usize) {
+        self.states.reset_sequence(b);
+    }
+
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
     }
@@ -145,6 +158,11 @@ impl Host {
     /// Token ids per step.
     pub fn rows(&self) -> usize {
         self.plan.rows
+    }
+
+    /// Sequences per step, each with its own position and states: the batch, or 1.
+    pub fn sequences(&self) -> usize {
+        self.plan.sequences
     }
 
     /// Positions the bundle's caches and RoPE tables hold.

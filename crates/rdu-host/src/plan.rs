@@ -15,10 +15,12 @@ use crate::error::{HostError, Result};
 #[derive(Clone, Debug, PartialEq)]
 enum Feed {
     Tokens(String),
-    /// A position input: a scalar, or one consecutive position per row.
+    /// A position input: a scalar, or one consecutive position per row; `seq` is the
+    /// sequence of a batched step whose position it is (`pos_s{b}`), `None` for `pos`.
     Position {
         name: String,
         per_row: bool,
+        seq: Option<usize>,
     },
 }
 
@@ -31,6 +33,8 @@ pub(crate) struct Plan {
     pub ctx: usize,
     /// Consecutive positions one step covers: `rows`, or 1 when every row is its own sequence.
     pub span: usize,
+    /// Sequences of one step, each with its own position: the batch, or 1.
+    pub sequences: usize,
     pub vocab: usize,
     /// The head's output that holds the logits.
     pub logits: String,
@@ -48,16 +52,17 @@ impl Plan {
                 return Err(fail(&input.name, format!("has dtype {}; token and position inputs are i32", input.dtype)));
             }
             let name = input.name.clone();
-            let is_pos = name == "pos" || name.strip_prefix("pos_s").is_some_and(|b| b.parse::<usize>().is_ok());
+            let seq = name.strip_prefix("pos_s").and_then(|b| b.parse::<usize>().ok());
+            let is_pos = name == "pos" || seq.is_some();
             match (name.as_str(), input.shape.as_slice()) {
                 ("tok" | "toks", &[n]) => {
                     rows = Some(n);
                     feeds.push(Feed::Tokens(name));
                 }
-                (_, []) if is_pos => feeds.push(Feed::Position { name, per_row: false }),
+                (_, []) if is_pos => feeds.push(Feed::Position { name, per_row: false, seq }),
                 (_, &[n]) if is_pos => {
                     per_row.push((name.clone(), n));
-                    feeds.push(Feed::Position { name, per_row: true });
+                    feeds.push(Feed::Position { name, per_row: true, seq });
                 }
                 _ => {
                     let problem = format!(
@@ -74,6 +79,13 @@ impl Plan {
         }
         let batched = matches!(manifest.cut.mode, CutMode::Batched | CutMode::BatchedTp);
         let span = if batched { 1 } else { rows };
+        let sequences = if batched { rows } else { 1 };
+        if let Some(b) = feeds.iter().find_map(|f| match f {
+            Feed::Position { seq: Some(b), .. } if *b >= sequences => Some(*b),
+            _ => None,
+        }) {
+            return Err(fail(&format!("pos_s{b}"), format!("names sequence {b} of a step of {sequences}")));
+        }
         let ctx = manifest.cut.ctx.or(manifest.cut.seq).unwrap_or(rows);
         let logits = match head.outputs.as_slice() {
             outs if outs.iter().any(|o| o == "logits") => "logits".to_string(),
@@ -82,37 +94,47 @@ impl Plan {
         };
         let vocab = vocab(embed, manifest, &logits)
             .ok_or_else(|| fail("tok", "neither the embedding table nor the logits give the vocabulary".into()))?;
-        Ok(Plan { rows, ctx, span, vocab, logits, feeds })
+        Ok(Plan { rows, ctx, span, sequences, vocab, logits, feeds })
     }
 
-    /// Refuses a step that would run past the context, a wrong number of tokens or an unknown token.
-    pub fn check(&self, tokens: &[u32], pos: usize) -> Result<()> {
+    /// Refuses a step that would run past the context, a wrong number of tokens or positions,
+    /// or an unknown token. `positions` holds each sequence's position (one for a single sequence).
+    pub fn check(&self, tokens: &[u32], positions: &[usize]) -> Result<()> {
         if tokens.len() != self.rows {
             return Err(HostError::Rows { rows: self.rows, given: tokens.len() });
+        }
+        if positions.len() != self.sequences {
+            return Err(HostError::Positions { sequences: self.sequences, given: positions.len() });
         }
         if let Some(&token) = tokens.iter().find(|&&t| t as usize >= self.vocab || i32::try_from(t).is_err()) {
             return Err(HostError::Token { token, vocab: self.vocab });
         }
-        if pos >= self.ctx {
-            return Err(HostError::PastContext { pos, ctx: self.ctx });
-        }
-        let end = pos.saturating_add(self.span);
-        if end > self.ctx || i32::try_from(end).is_err() {
-            return Err(HostError::RowsPastContext { pos, end, ctx: self.ctx });
+        for &pos in positions {
+            if pos >= self.ctx {
+                return Err(HostError::PastContext { pos, ctx: self.ctx });
+            }
+            let end = pos.saturating_add(self.span);
+            if end > self.ctx || i32::try_from(end).is_err() {
+                return Err(HostError::RowsPastContext { pos, end, ctx: self.ctx });
+            }
         }
         Ok(())
     }
 
     /// The runtime inputs of a checked step, by name.
-    pub fn inputs(&self, tokens: &[u32], pos: usize) -> BTreeMap<String, SimTensor> {
+    pub fn inputs(&self, tokens: &[u32], positions: &[usize]) -> BTreeMap<String, SimTensor> {
+        let pos = positions[0];
         // `check` bounds every token by the vocabulary and every position by an i32 end.
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
         let mut out = BTreeMap::new();
         for feed in &self.feeds {
             let (name, tensor) = match feed {
                 Feed::Tokens(name) => (name, SimTensor::i32(vec![ids.len()], ids.clone())),
-                Feed::Position { name, per_row: false } => (name, SimTensor::scalar_i32(pos as i32)),
-                Feed::Position { name, per_row: true } => {
+                Feed::Position { name, per_row: false, seq: Some(b) } => {
+                    (name, SimTensor::scalar_i32(positions[*b] as i32))
+                }
+                Feed::Position { name, per_row: false, seq: None } => (name, SimTensor::scalar_i32(pos as i32)),
+                Feed::Position { name, per_row: true, .. } => {
                     // Consecutive positions, or the same one for every row when each row is its own sequence.
                     let positions = (0..self.rows).map(|r| (pos + r.min(self.span - 1)) as i32).collect();
                     (name, SimTensor::i32(vec![self.rows], positions))

@@ -22,7 +22,18 @@ impl States {
 
     /// Zeroes every state, reusing its memory: the next step starts a new sequence.
     pub fn reset(&mut self) {
-        for (name, shape) in &self.shapes {
+        self.reset_where(|_| true);
+    }
+
+    /// Zeroes the states of sequence `b` of a batched bundle (`..._s{b}`): its slot starts a
+    /// new sequence while the others go on.
+    pub fn reset_sequence(&mut self, b: usize) {
+        let suffix = format!("_s{b}");
+        self.reset_where(|name| name.ends_with(&suffix));
+    }
+
+    fn reset_where(&mut self, pick: impl Fn(&str) -> bool) {
+        for (name, shape) in self.shapes.iter().filter(|(n, _)| pick(n)) {
             match self.tensors.get_mut(name).map(|t| &mut t.data) {
                 Some(SimData::F32(v)) => v.fill(0.0),
                 _ => {

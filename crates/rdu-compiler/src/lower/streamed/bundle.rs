@@ -150,7 +150,7 @@ impl Tables {
                         TensorEntry { shape, dtype: "f32".into(), storage, checkpoint, slices: Vec::new() },
                     );
                 }
-                DeclKind::Input if name == "tok" || name == "pos" => {
+                DeclKind::Input if is_runtime_input(&name) => {
                     self.inputs.insert(name.clone(), InputEntry { name, dtype: d.ty.dtype.keyword().into(), shape });
                 }
                 DeclKind::Input => {
@@ -177,4 +177,9 @@ impl Tables {
         }
         Ok(())
     }
+}
+
+/// Token and position inputs the host supplies every step: `tok`, `toks`, `pos`, `pos_s{b}`.
+fn is_runtime_input(name: &str) -> bool {
+    matches!(name, "tok" | "toks" | "pos") || name.strip_prefix("pos_s").is_some_and(|b| b.parse::<usize>().is_ok())
 }

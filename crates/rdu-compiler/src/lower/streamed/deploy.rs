@@ -128,7 +128,31 @@ pub fn lower_decode_streamed(
     lower_streamed(spec, Cut::Decode { ctx }, opts)
 }
 
-fn lower_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Result<StreamedModel, StreamedReject> {
+/// Lower `spec` as an SN50 BATCHED decode deployment: `batch` sequences per step, each with
+/// its own token, position and carried state (`_s{b}`), every weight read once for all of
+/// them. The same three kinds of program as [`lower_decode_streamed`] — the embedding
+/// lookups, one program per layer kind, the head — over the stacked `batch × d` hidden
+/// states (`X`, `bxo{l}`); the token ids `toks` and each sequence's `pos_s{b}` are runtime inputs.
+pub fn lower_batched_decode_streamed(
+    spec: &ModelSpec,
+    batch: usize,
+    ctx: usize,
+    opts: LowerOptions<'_>,
+) -> Result<StreamedModel, StreamedReject> {
+    if batch == 0 {
+        return Err(StreamedReject::Invalid("a batch holds at least 1 sequence".into()));
+    }
+    if ctx == 0 {
+        return Err(StreamedReject::Invalid("the context must hold at least 1 position".into()));
+    }
+    lower_streamed(spec, Cut::Batched { batch, ctx }, opts)
+}
+
+pub(super) fn lower_streamed(
+    spec: &ModelSpec,
+    cut: Cut,
+    opts: LowerOptions<'_>,
+) -> Result<StreamedModel, StreamedReject> {
     let started = std::time::Instant::now();
     let LowerOptions { chip, storage, seed, progress } = opts;
     let layer_sources: Vec<Source> = (0..spec.n_layers()).map(|l| source_of(spec, l, cut, &storage)).collect();
@@ -162,7 +186,7 @@ fn lower_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Result<
     }
     progress(Progress::Program { index: total - 1, total, name: "head" });
     // The head reads the last layer's output under a name that does not depend on depth.
-    let last = crate::model::author::hidden_name(spec.n_layers());
+    let last = crate::model::author::hidden_name_for(cut, spec.n_layers());
     let head_input = |src: Source| rename_source(&src, &last, HEAD_INPUT);
     let head_src = head_input(head_source(spec, cut, &storage))?;
     let checked = head_input(certify_source(spec, cut, &storage, false))?;
@@ -200,13 +224,15 @@ fn rename_source(source: &Source, from: &str, to: &str) -> Result<Source, Stream
 /// depend on which layer happens to come first — a model and the same model with more layers
 /// of a kind carry byte-identical kind programs.
 fn canonical(rep: &Source, layer: usize, kind: &str, cut: Cut) -> Result<Source, StreamedReject> {
-    use super::kinds::rebind;
+    use super::kinds::{rebind_via, SINGLE, STACKED};
+    let hidden = if cut.batch().is_some() { STACKED } else { SINGLE };
+    let rebind = |n: &str| rebind_via(n, layer, 0, hidden);
     let mut program = parse(&rep.text)
         .map_err(|d| StreamedReject::Front { program: kind.to_string(), refusal: Refusal { diagnostics: d } })?;
-    program.rename(&|n| rebind(n, layer, 0));
+    program.rename(&|n| rebind(n));
     let text =
         format!("# layer kind {kind}, {}; names as in layer 0\n{}", cut.describe(), crate::lang::print(&program));
-    Ok(Source { text, q8: rep.q8.iter().map(|n| rebind(n, layer, 0)).collect() })
+    Ok(Source { text, q8: rep.q8.iter().map(|n| rebind(n)).collect() })
 }
 
 /// The embedding or head source certification runs: the real one, or — for a vocabulary

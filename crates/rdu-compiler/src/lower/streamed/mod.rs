@@ -9,8 +9,8 @@ mod deploy;
 mod kinds;
 
 pub use deploy::{
-    lower_decode_streamed, lower_forward_streamed, LayerBinding, LayerKind, LowerOptions, ProgramPart, Progress,
-    StepEstimate, StreamedModel, StreamedReject,
+    lower_batched_decode_streamed, lower_decode_streamed, lower_forward_streamed, LayerBinding, LayerKind,
+    LowerOptions, ProgramPart, Progress, StepEstimate, StreamedModel, StreamedReject,
 };
 pub use kinds::{
     layer_kinds, layer_kinds_for, rebind, rebind_via, renaming, HiddenNames, KindGroup, Storage, KINDS_CTX, SINGLE,

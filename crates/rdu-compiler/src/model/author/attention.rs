@@ -28,10 +28,6 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     };
     let (qn, kn) = if qk_norm { (Some(w.weight("qn", &[hd])), Some(w.weight("kn", &[hd]))) } else { (None, None) };
     let (cos, sin, rot) = ctx.rope_tables(w);
-    let caches = ctx.decode().then(|| {
-        let slots = ctx.cache_slots();
-        (w.state("Kc", &[slots, kv_heads, hd]), w.state("Vc", &[slots, kv_heads, hd]))
-    });
 
     let q = linear(w, "q", hn, &wq, bq.as_deref());
     let k = linear(w, "k", hn, &wk, bk.as_deref());
@@ -55,18 +51,26 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
         _ => (qh, kh),
     };
     let rope = [("dim", rot.to_string()), ("style", ctx.rope_style().to_string())];
-    let qr = w.op("qr", "rope", &[&qh, &cos, &sin, "pos"], &rope);
-    let kr = w.op("kr", "rope", &[&kh, &cos, &sin, "pos"], &rope);
     let mut attrs = vec![("scale", float(scale))];
     attrs.extend(ctx.window_attr());
-    let a = match caches {
-        Some((kc, vc)) => {
-            w.update(&kc, "cache_put", &[&kc, &kr, "pos"], &[]);
-            w.update(&vc, "cache_put", &[&vc, &vh, "pos"], &[]);
-            w.op("a", "attend", &[&qr, &kc, &vc, "pos"], &attrs)
+    // Positions and caches are each sequence's own.
+    let a = ctx.per_sequence(w, "a", &[("qh", &qh), ("kh", &kh), ("vh", &vh)], |w, seq, x| {
+        let (qh, kh, vh, pos) = (&x[0], &x[1], &x[2], seq.pos.as_str());
+        let caches = ctx.decode().then(|| {
+            let slots = ctx.cache_slots();
+            (w.state("Kc", &[slots, kv_heads, hd]), w.state("Vc", &[slots, kv_heads, hd]))
+        });
+        let qr = w.op("qr", "rope", &[qh, &cos, &sin, pos], &rope);
+        let kr = w.op("kr", "rope", &[kh, &cos, &sin, pos], &rope);
+        match caches {
+            Some((kc, vc)) => {
+                w.update(&kc, "cache_put", &[&kc, &kr, pos], &[]);
+                w.update(&vc, "cache_put", &[&vc, vh, pos], &[]);
+                w.op("a", "attend", &[&qr, &kc, &vc, pos], &attrs)
+            }
+            None => w.op("a", "attend", &[&qr, &kr, vh, pos], &attrs),
         }
-        None => w.op("a", "attend", &[&qr, &kr, &vh, "pos"], &attrs),
-    };
+    });
     let af = w.op("af", "reshape", &[&a, &list(&[n, heads * hd])], &[]);
     let af = match gate {
         Some(gf) => {

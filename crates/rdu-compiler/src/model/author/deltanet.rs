@@ -66,18 +66,21 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     let alog = w.weight(if gguf { "ssma" } else { "Alog" }, &[nv]);
     let gn = w.weight("gn", &[dv]);
     let wo = w.projection("Wo", &[d, vd]);
-    let states = ctx.decode().then(|| (w.state("Cv", &[kernel - 1, conv]), w.state("Sd", &[nv, dk, dv])));
 
     // Causal depthwise conv + SiLU.
     let cwk = if gguf { cw } else { w.op("cwk", "reshape", &[&cw, &list(&[conv, kernel])], &[]) };
-    let cv = match &states {
-        Some((cstate, _)) => {
-            let cv = w.op("cv", "conv_step", &[&mixed, &cwk, cstate], &[]);
-            w.update(cstate, "conv_shift", &[cstate, &mixed], &[]);
-            cv
+    // The conv and recurrent states are each sequence's own.
+    let cv = ctx.per_sequence(w, "cv", &[("mix", &mixed)], |w, _, x| {
+        let mixed = &x[0];
+        match ctx.decode().then(|| w.state("Cv", &[kernel - 1, conv])) {
+            Some(cstate) => {
+                let cv = w.op("cv", "conv_step", &[mixed, &cwk, &cstate], &[]);
+                w.update(&cstate, "conv_shift", &[&cstate, mixed], &[]);
+                cv
+            }
+            None => w.op("cv", "conv_step", &[mixed, &cwk], &[]),
         }
-        None => w.op("cv", "conv_step", &[&mixed, &cwk], &[]),
-    };
+    });
     let cs = w.op("cs", "silu", &[&cv], &[]);
     let qc = w.op("qc", "slice", &[&cs], &slice(1, 0, kd));
     let kc = w.op("kc", "slice", &[&cs], &slice(1, kd, kd));
@@ -101,10 +104,11 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     let sp = w.op("sp", "softplus", &[&ad], &[]);
     let g = w.op("g", "mul", &[&sp, &neg_a], &[]);
 
-    let o = match &states {
-        Some((_, sd)) => w.update_with("o", sd, "delta_step", &[sd, &qs, &kl, &vh, &g, &beta], &[]),
-        None => w.op("o", "delta_scan", &[&qs, &kl, &vh, &g, &beta], &[]),
-    };
+    let inputs = [("qs", qs.as_str()), ("kl", &kl), ("vh", &vh), ("g", &g), ("bt", &beta)];
+    let o = ctx.per_sequence(w, "o", &inputs, |w, _, x| match ctx.decode().then(|| w.state("Sd", &[nv, dk, dv])) {
+        Some(sd) => w.update_with("o", &sd, "delta_step", &[&sd, &x[0], &x[1], &x[2], &x[3], &x[4]], &[]),
+        None => w.op("o", "delta_scan", &[&x[0], &x[1], &x[2], &x[3], &x[4]], &[]),
+    });
     // Gated RMSNorm: plain weight, normalise first, then multiply by silu(z).
     let on = w.op("on", "rms_norm", &[&o, &gn], &super::norm_attrs(ctx.layer.norms.eps, false));
     let zs = w.op("zs", "silu", &[&z], &[]);

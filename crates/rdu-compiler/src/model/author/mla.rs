@@ -35,7 +35,6 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     };
     let wo = w.projection("Wo", &[d, heads * v_dim]);
     let (cos, sin, rot) = ctx.rope_tables(w);
-    let cache = ctx.decode().then(|| w.state("Lc", &[ctx.cache_slots(), kvr + rope]));
 
     // Query.
     let q = match q_weights {
@@ -50,7 +49,10 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     let qnp = w.op("qnp", "slice", &[&qh], &slice(2, 0, nope));
     let qpe = w.op("qpe", "slice", &[&qh], &slice(2, nope, rope));
     let rope_attrs = [("dim", rot.to_string()), ("style", ctx.rope_style().to_string())];
-    let qpr = w.op("qpr", "rope", &[&qpe, &cos, &sin, "pos"], &rope_attrs);
+    // Positions (and below, the latent cache) are each sequence's own.
+    let qpr = ctx.per_sequence(w, "qpr", &[("qpe", &qpe)], |w, seq, x| {
+        w.op("qpr", "rope", &[&x[0], &cos, &sin, &seq.pos], &rope_attrs)
+    });
 
     // Latent and rope key.
     let ckv = w.op("ckv", "linear", &[hn, &wkva], &[]);
@@ -58,7 +60,9 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     let kpe = w.op("kpe", "slice", &[&ckv], &slice(1, kvr, rope));
     let cn = w.op("cn", "rms_norm", &[&c, &kvn], &ctx.norm_attrs());
     let kph = w.op("kph", "reshape", &[&kpe, &list(&[n, 1, rope])], &[]);
-    let kpr = w.op("kpr", "rope", &[&kph, &cos, &sin, "pos"], &rope_attrs);
+    let kpr = ctx.per_sequence(w, "kpr", &[("kph", &kph)], |w, seq, x| {
+        w.op("kpr", "rope", &[&x[0], &cos, &sin, &seq.pos], &rope_attrs)
+    });
     let kpf = w.op("kpf", "reshape", &[&kpr, &list(&[n, rope])], &[]);
     let lat = w.op("lat", "concat", &[&cn, &kpf], &[("axis", "1".into())]);
 
@@ -77,13 +81,16 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     let qc = w.op("qc", "concat", &[&qab, &qpr], &[("axis", "2".into())]);
     let mut attrs = vec![("scale", float(scale)), ("latent", kvr.to_string())];
     attrs.extend(ctx.window_attr());
-    let u = match cache {
-        Some(lc) => {
-            w.update(&lc, "cache_put", &[&lc, &lat, "pos"], &[]);
-            w.op("u", "attend_mla", &[&qc, &lc, "pos"], &attrs)
+    let u = ctx.per_sequence(w, "u", &[("qc", &qc), ("lat", &lat)], |w, seq, x| {
+        let (qc, lat, pos) = (&x[0], &x[1], seq.pos.as_str());
+        match ctx.decode().then(|| w.state("Lc", &[ctx.cache_slots(), kvr + rope])) {
+            Some(lc) => {
+                w.update(&lc, "cache_put", &[&lc, lat, pos], &[]);
+                w.op("u", "attend_mla", &[qc, &lc, pos], &attrs)
+            }
+            None => w.op("u", "attend_mla", &[qc, lat, pos], &attrs),
         }
-        None => w.op("u", "attend_mla", &[&qc, &lat, "pos"], &attrs),
-    };
+    });
     let oh = w.op("oh", "linear_heads", &[&u, &wuv], &[]);
     let of = w.op("of", "reshape", &[&oh, &list(&[n, heads * v_dim])], &[]);
     w.op("mo", "linear", &[&of, &wo], &[])

@@ -18,7 +18,7 @@ pub use writer::Q8_BLOCK;
 use crate::lang::Source;
 use crate::model::spec::{Cut, Layer, Mixer, ModelSpec, Norms};
 use crate::model::storage::Storage;
-use writer::{float, Writer};
+use writer::{float, list, Writer};
 
 /// The program of layer `layer` of `spec` for one step of `cut`.
 ///
@@ -32,7 +32,9 @@ pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) ->
     w.input(&ctx.hidden_in, "f32", &[n, d], None);
     if lspec.rotation.is_some() {
         // Positions only matter to mixers with RoPE (a DeltaNet layer never reads one).
-        w.input("pos", "i32", &[], Some(ctx.pos_seed()));
+        for seq in ctx.sequences() {
+            w.input(&seq.pos, "i32", &[], Some(ctx.pos_seed()));
+        }
     }
 
     // Mixer block.
@@ -49,7 +51,7 @@ pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) ->
     let hf = norm(&mut w, "hf", &resid, "fn", d, &lspec.norms, lspec.norms.pre_ffn);
     let ffn_out = ffn::write(&mut w, &ctx, &hf);
     let ffn_out = norm(&mut w, "pf", &ffn_out, "pfn", d, &lspec.norms, lspec.norms.post_ffn);
-    let out = format!("xo{layer}");
+    let out = hidden_name_for(cut, layer + 1);
     w.bind_exact(&out, "add", &[&resid, &ffn_out], &[]);
     w.output(&out);
 
@@ -62,17 +64,18 @@ pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) ->
 pub fn embed_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
     let mut w = Writer::new(None, storage);
     let n = rows(cut);
-    let seed = cut.ctx().is_some().then_some("[1]");
-    w.input("tok", "i32", &[n], seed);
+    let seed = cut.ctx().is_some().then(|| list(&vec![1; n]));
+    let (tok, x) = (token_input(cut), hidden_name_for(cut, 0));
+    w.input(tok, "i32", &[n], seed.as_deref());
     let table = w.projection("E", &[spec.vocab, spec.d_model]);
     match spec.embed.scale {
         Some(s) => {
-            w.bind_exact("e", "embed", &["tok", &table], &[]);
-            w.bind_exact("x", "scale", &["e"], &[("by", float(s))]);
+            w.bind_exact("e", "embed", &[tok, &table], &[]);
+            w.bind_exact(&x, "scale", &["e"], &[("by", float(s))]);
         }
-        None => w.bind_exact("x", "embed", &["tok", &table], &[]),
+        None => w.bind_exact(&x, "embed", &[tok, &table], &[]),
     }
-    w.output("x");
+    w.output(&x);
     w.finish(&format!("{} embedding of {}", cut_word(cut), spec.name))
 }
 
@@ -81,7 +84,7 @@ pub fn head_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
     let mut w = Writer::new(None, storage);
     let n = rows(cut);
     let d = spec.d_model;
-    let input = hidden_name(spec.n_layers());
+    let input = hidden_name_for(cut, spec.n_layers());
     w.input(&input, "f32", &[n, d], None);
     let nf = w.weight("nf", &[d]);
     let attrs = norm_attrs(spec.head.norm_eps, spec.head.norm_unit_offset);
@@ -101,12 +104,43 @@ pub fn hidden_name(layer: usize) -> String {
     }
 }
 
+/// The hidden-state input of layer `layer` under `cut`: a batched step stacks its sequences'
+/// rows as `X` for the first layer and `bxo{layer-1}` after (`rebind_via` with `STACKED`).
+pub fn hidden_name_for(cut: Cut, layer: usize) -> String {
+    match (cut.batch(), layer) {
+        (None, _) => hidden_name(layer),
+        (Some(_), 0) => "X".to_string(),
+        (Some(_), l) => format!("bxo{}", l - 1),
+    }
+}
+
+/// The embedding program's token input: `toks` for a batched step, `tok` otherwise.
+pub fn token_input(cut: Cut) -> &'static str {
+    if cut.batch().is_some() {
+        "toks"
+    } else {
+        "tok"
+    }
+}
+
+/// The position input of sequence `b` of a batched step; `pos` when the step is one sequence.
+pub fn position_input(b: Option<usize>) -> String {
+    b.map(|b| format!("pos_s{b}")).unwrap_or_else(|| "pos".to_string())
+}
+
 fn rows(cut: Cut) -> usize {
     cut.rows()
 }
 
 fn cut_word(cut: Cut) -> &'static str {
     cut.word()
+}
+
+/// One sequence of a step: its index in a batched step (`None` for the only one) and its
+/// position input.
+pub(crate) struct Sequence {
+    pub index: Option<usize>,
+    pub pos: String,
 }
 
 /// What every mixer and FFN writer needs to know about the layer it writes.
@@ -121,7 +155,47 @@ pub(crate) struct LayerCtx<'s> {
 
 impl<'s> LayerCtx<'s> {
     fn new(spec: &'s ModelSpec, layer: &'s Layer, l: usize, cut: Cut) -> LayerCtx<'s> {
-        LayerCtx { spec, layer, cut, rows: rows(cut), hidden_in: hidden_name(l) }
+        LayerCtx { spec, layer, cut, rows: rows(cut), hidden_in: hidden_name_for(cut, l) }
+    }
+
+    /// The sequences of one step: the whole step, or each row of a batched step.
+    pub fn sequences(&self) -> Vec<Sequence> {
+        match self.cut.batch() {
+            None => vec![Sequence { index: None, pos: position_input(None) }],
+            Some(batch) => (0..batch).map(|b| Sequence { index: Some(b), pos: position_input(Some(b)) }).collect(),
+        }
+    }
+
+    /// Writes the part of a step that reads or carries one sequence's state (positions,
+    /// caches, recurrences) once per sequence. `inputs` are (base, name) of `[N, ...]` tensors;
+    /// for a batched step each sequence gets its row of every input (`{base}s{l}_s{b}`) and
+    /// names its tensors with its suffix, and the results are stacked back as `out{l}`. A
+    /// step of one sequence writes the part once, over the inputs as they are.
+    pub fn per_sequence(
+        &self,
+        w: &mut Writer<'_>,
+        out: &str,
+        inputs: &[(&str, &str)],
+        mut part: impl FnMut(&mut Writer<'_>, &Sequence, &[String]) -> String,
+    ) -> String {
+        let seqs = self.sequences();
+        if self.cut.batch().is_none() {
+            let names: Vec<String> = inputs.iter().map(|(_, n)| n.to_string()).collect();
+            return part(w, &seqs[0], &names);
+        }
+        let mut results = Vec::new();
+        for seq in &seqs {
+            w.sequence(seq.index);
+            let b = seq.index.expect("a batched sequence has an index");
+            let rows: Vec<String> = inputs
+                .iter()
+                .map(|(base, name)| w.op(&format!("{base}s"), "slice", &[name], &attention::slice(0, b, 1)))
+                .collect();
+            results.push(part(w, seq, &rows));
+            w.sequence(None);
+        }
+        let refs: Vec<&str> = results.iter().map(String::as_str).collect();
+        w.op(out, "concat", &refs, &[("axis", "0".into())])
     }
 
     fn pos_seed(&self) -> &'static str {

@@ -11,6 +11,8 @@ pub const Q8_BLOCK: usize = 32;
 
 pub(crate) struct Writer<'a> {
     suffix: String,
+    /// `_s{b}` while writing sequence `b`'s part of a batched step (see [`Writer::sequence`]).
+    seq: String,
     decls: Vec<String>,
     stmts: Vec<String>,
     outputs: Vec<String>,
@@ -41,6 +43,7 @@ impl<'a> Writer<'a> {
     pub fn new(layer: Option<usize>, storage: &'a Storage) -> Writer<'a> {
         Writer {
             suffix: layer.map(|l| l.to_string()).unwrap_or_default(),
+            seq: String::new(),
             decls: Vec::new(),
             stmts: Vec::new(),
             outputs: Vec::new(),
@@ -49,10 +52,16 @@ impl<'a> Writer<'a> {
         }
     }
 
-    /// The per-layer name of `base`.
+    /// The per-layer name of `base` (with the sequence suffix inside a batched sequence's part).
     pub fn name(&self, base: &str) -> String {
         debug_assert!(!base.ends_with(|c: char| c.is_ascii_digit()), "base name `{base}` ends in a digit");
-        format!("{base}{}", self.suffix)
+        format!("{base}{}{}", self.suffix, self.seq)
+    }
+
+    /// Names given from now on belong to sequence `b` of a batched step (`Kc3_s1`), or to
+    /// the whole step again with `None`.
+    pub fn sequence(&mut self, b: Option<usize>) {
+        self.seq = b.map(|b| format!("_s{b}")).unwrap_or_default();
     }
 
     fn decl(&mut self, kind: &str, name: &str, dtype: &str, shape: &[usize], seed: Option<&str>) {
