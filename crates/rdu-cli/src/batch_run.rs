@@ -98,7 +98,7 @@ pub fn run(args: &RunArgs, file: &Path) -> Result<()> {
     let mut seqs = prompts
         .into_iter()
         .map(|prompt| {
-            let sampler = Sampler::new(sampling.clone()).map_err(|e| anyhow!("{e}"))?;
+            let sampler = Sampler::new(sampling).map_err(|e| anyhow!("{e}"))?;
             Ok(Sequence {
                 prompt,
                 generated: Vec::new(),
