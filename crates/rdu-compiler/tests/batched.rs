@@ -1,0 +1,116 @@
+//! Batched decode (issue 6): every kind of every real preset certified at its real shapes for
+//! a batch of 8 sequences (ctx 4096, Q8_0, SN50), the kinds exactly the decode cut's, and the
+//! batched programs' structure: per-sequence states and positions, one weight read for all.
+
+use rdu_compiler::lower::streamed::{layer_kinds, lower_batched_decode_streamed, LowerOptions, Storage};
+use rdu_compiler::model::author::source_of;
+use rdu_compiler::model::presets;
+use rdu_compiler::model::spec::Cut;
+use rdu_spatial::chip::Chip;
+
+const BATCH: usize = 8;
+
+fn lower_batched(name: &str) {
+    let spec = presets::resolve(name).expect("preset");
+    let storage = Storage::AllQ8;
+    let expected: Vec<Vec<usize>> = layer_kinds(&spec, &storage).into_iter().map(|k| k.layers).collect();
+    let opts = LowerOptions { chip: Chip::builtin("sn50").expect("chip"), storage, seed: 3, progress: &mut |_| {} };
+    let model = lower_batched_decode_streamed(&spec, BATCH, 4096, opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let layers: Vec<Vec<usize>> = model.kinds.iter().map(|k| k.layers.clone()).collect();
+    assert_eq!(layers, expected, "{name}: batched kinds differ from the decode cut's");
+    for k in &model.kinds {
+        let c = &k.program.certificate;
+        assert!(c.checks.iter().any(|c| c.starts_with("numbers")), "{name} {}: no numeric check", k.program.name);
+        // Every state is a sequence's own: `_s0` .. `_s7`, one per sequence and base name.
+        let states: Vec<&str> = k
+            .program
+            .spatial
+            .tensors
+            .iter()
+            .filter(|t| t.role == rdu_spatial::program::Role::State)
+            .map(|t| t.name.as_str())
+            .collect();
+        assert!(!states.is_empty(), "{name} {}: a decode layer carries state", k.program.name);
+        for b in 0..BATCH {
+            let own = states.iter().filter(|s| s.ends_with(&format!("_s{b}"))).count();
+            assert_eq!(own * BATCH, states.len(), "{name} {}: sequence {b} has {own} states", k.program.name);
+        }
+    }
+    let step = model.step_estimate();
+    assert!(step.roofline_fraction > 0.0 && step.roofline_fraction <= 1.0, "{name}: {step:?}");
+    let manifest = model.bundle().expect("bundle").manifest;
+    assert_eq!(manifest.cut.batch, Some(BATCH));
+    let inputs: Vec<&str> = manifest.inputs.iter().map(|i| i.name.as_str()).collect();
+    assert!(inputs.contains(&"toks"), "{name}: {inputs:?}");
+    for b in 0..BATCH {
+        assert!(inputs.contains(&format!("pos_s{b}").as_str()), "{name}: {inputs:?}");
+    }
+}
+
+#[test]
+fn qwen3_next_80b_a3b_batched() {
+    lower_batched("qwen3-next-80b-a3b");
+}
+
+#[test]
+fn qwen3_5_27b_batched() {
+    lower_batched("qwen3.5-27b");
+}
+
+#[test]
+fn qwen3_6_35b_a3b_batched() {
+    lower_batched("qwen3.6-35b-a3b");
+}
+
+#[test]
+fn gemma_3_27b_it_batched() {
+    lower_batched("gemma-3-27b-it");
+}
+
+#[test]
+fn gemma_3_270m_batched() {
+    lower_batched("gemma-3-270m");
+}
+
+#[test]
+fn deepseek_v2_batched() {
+    lower_batched("deepseek-v2");
+}
+
+#[test]
+fn deepseek_v2_lite_batched() {
+    lower_batched("deepseek-v2-lite");
+}
+
+#[test]
+fn llama_3_1_8b_batched() {
+    lower_batched("llama-3.1-8b");
+}
+
+#[test]
+fn qwen3_8b_batched() {
+    lower_batched("qwen3-8b");
+}
+
+/// A batched layer reads each weight once for all its sequences: the batched program of a
+/// layer declares exactly the decode program's weights.
+#[test]
+fn a_batched_layer_reads_the_decode_layers_weights() {
+    for name in presets::names() {
+        let spec = presets::resolve(name).expect("preset");
+        for l in 0..spec.n_layers().min(4) {
+            let weights = |cut| {
+                let src = source_of(&spec, l, cut, &Storage::AllQ8);
+                let mut w: Vec<String> =
+                    src.text.lines().filter(|s| s.starts_with("weight ")).map(String::from).collect();
+                w.sort();
+                (w, src.q8)
+            };
+            assert_eq!(
+                weights(Cut::Batched { batch: 3, ctx: 64 }),
+                weights(Cut::Decode { ctx: 64 }),
+                "{name} layer {l}"
+            );
+        }
+    }
+}
