@@ -3,7 +3,8 @@
 //! it reads the declarations of every authored program.
 //!
 //! Counting, stated once: a weight in the program's Q8_0 set is held as Q8_0 blocks (34
-//! bytes per 32 elements), any other weight as bf16; carried state as bf16; a shared table
+//! bytes per 32 elements), any other weight as bf16; carried state as f32 (as the programs
+//! declare it and `rdu_spatial::memory` counts it), once per sequence of a batch; a shared table
 //! (RoPE) once, as f32. A tensor named by several programs (the embedding table `E` of a
 //! tied head) is counted once.
 
@@ -27,6 +28,9 @@ pub struct FitArgs {
     /// KV-cache positions of the decode cut
     #[arg(long, default_value_t = 4096)]
     ctx: usize,
+    /// Sequences decoded together (each holds its own KV cache and state)
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
     /// Target chip: sn50, sn40l, or a chip description file (TOML)
     #[arg(long, default_value = "sn50")]
     chip: String,
@@ -81,7 +85,7 @@ impl Tally {
                     part.weight_bytes += bytes(TensorFormat::DenseBf16)?;
                     part.params += shape.iter().product::<u64>();
                 }
-                DeclKind::State => part.state_bytes += bytes(TensorFormat::DenseBf16)?,
+                DeclKind::State => part.state_bytes += bytes(TensorFormat::F32)?,
                 DeclKind::Shared => part.shared_bytes += bytes(TensorFormat::F32)?,
                 DeclKind::Input => {}
             }
@@ -94,9 +98,15 @@ pub fn run(args: &FitArgs) -> Result<()> {
     if args.ctx == 0 {
         bail!("--ctx must be at least 1");
     }
+    if args.batch == 0 {
+        bail!("--batch must be at least 1");
+    }
     let spec = resolve(&args.model)?;
     let chip = Chip::resolve(&args.chip)?;
-    let cut = Cut::Decode { ctx: args.ctx };
+    let cut = match args.batch {
+        1 => Cut::Decode { ctx: args.ctx },
+        batch => Cut::Batched { batch, ctx: args.ctx },
+    };
     let storage = args.storage.storage();
     let mut tally = Tally::default();
 
@@ -124,6 +134,7 @@ pub fn run(args: &FitArgs) -> Result<()> {
         model: &spec.name,
         chip: &chip,
         ctx: args.ctx,
+        batch: args.batch,
         storage: storage.label(),
         tied: spec.head.tied,
         fit: place(&chip, demand),
@@ -141,6 +152,7 @@ struct Report<'a> {
     model: &'a str,
     chip: &'a Chip,
     ctx: usize,
+    batch: usize,
     storage: &'static str,
     /// The head reads the embedding table `E` (counted under `embed`).
     tied: bool,
@@ -169,6 +181,7 @@ fn print_json(r: &Report) {
         "chip": r.chip.name,
         "chips": 1,
         "ctx": r.ctx,
+        "batch": r.batch,
         "storage": r.storage,
         "tied_head": r.tied,
         "parts": parts,
@@ -191,9 +204,10 @@ fn print_json(r: &Report) {
 fn print_text(r: &Report) {
     let (fit, parts) = (&r.fit, &r.parts);
     println!(
-        "{} on one {}: decode, ctx {}, storage {}, {} parameters",
+        "{} on one {}: decode of {} sequence(s), ctx {}, storage {}, {} parameters",
         r.model,
         r.chip.name,
+        r.batch,
         r.ctx,
         r.storage,
         count(r.params())
@@ -209,7 +223,7 @@ fn print_text(r: &Report) {
     let q8: u64 = parts.iter().map(|p| p.q8_bytes).sum();
     let d = &fit.demand;
     println!(
-        "  weights {} ({} as Q8_0, the rest bf16; shared tables {}), state {} (bf16), total {}",
+        "  weights {} ({} as Q8_0, the rest bf16; shared tables {}), state {} (f32), total {}",
         gb(d.weight_bytes),
         gb(q8),
         gb(shared),

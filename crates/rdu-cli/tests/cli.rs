@@ -4,42 +4,10 @@
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn rdu(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rdu"))
-        .args(args)
-        .env_remove("RUST_BACKTRACE")
-        .output()
-        .expect("the rdu binary runs")
-}
+mod common;
 
-fn stdout(out: &Output) -> String {
-    String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8(out.stderr.clone()).expect("stderr is UTF-8")
-}
-
-/// Runs `args`, asserts success, returns stdout.
-fn ok(args: &[&str]) -> String {
-    let out = rdu(args);
-    assert!(out.status.success(), "rdu {args:?} failed:\n{}", stderr(&out));
-    stdout(&out)
-}
-
-/// Runs `args`, asserts exit code 1 with one `error: ...` line on stderr and no panic; returns that line.
-fn user_error(args: &[&str]) -> String {
-    let out = rdu(args);
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "rdu {args:?} should exit 1; stderr:\n{err}");
-    assert!(!err.contains("panicked") && !err.contains("backtrace"), "rdu {args:?} panicked:\n{err}");
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 1, "rdu {args:?} should print one line on stderr, got:\n{err}");
-    assert!(lines[0].starts_with("error: "), "rdu {args:?}: {err}");
-    lines[0].to_string()
-}
+use common::{ok, rdu, stderr, stdout, user_error};
 
 /// The repository root (tests run in the crate's directory).
 fn repo() -> PathBuf {
@@ -322,8 +290,13 @@ fn fit_llama_8b_fits_in_hbm() {
     let v = fit("llama-3.1-8b");
     let weights = v["weight_bytes"].as_u64().expect("weights");
     assert!((8_000_000_000..9_000_000_000).contains(&weights), "≈8.5 GB of Q8_0: {weights}");
-    // 32 layers of K and V, 4096 positions, 8 kv heads of 128, bf16.
-    assert_eq!(v["state_bytes"], 32 * 2 * 4096 * 8 * 128 * 2u64);
+    // 32 layers of K and V, 4096 positions, 8 kv heads of 128, f32 as the programs declare them.
+    assert_eq!(v["state_bytes"], 32 * 2 * 4096 * 8 * 128 * 4u64);
+    // A batch of 8 holds 8 caches and the same weights.
+    let batched: Value =
+        serde_json::from_str(&ok(&["fit", "llama-3.1-8b", "--batch", "8", "--json"])).expect("JSON");
+    assert_eq!(batched["state_bytes"], 8 * 32 * 2 * 4096 * 8 * 128 * 4u64);
+    assert_eq!(batched["weight_bytes"], v["weight_bytes"]);
     assert_eq!((v["fits_hbm"].as_bool(), v["spills_to_ddr"].as_bool()), (Some(true), Some(false)));
     let dense: Value =
         serde_json::from_str(&ok(&["fit", "llama-3.1-8b", "--storage", "dense", "--json"])).expect("JSON");
