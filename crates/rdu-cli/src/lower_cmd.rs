@@ -88,7 +88,7 @@ pub fn run(args: &LowerArgs) -> Result<()> {
     }
     if let Some(dir) = &args.out {
         let bundle = model.bundle().map_err(anyhow::Error::msg)?;
-        // A `BundleError` already prints its cause: format it once rather than chaining it.
+        // A `BundleError` names its file and cause in one message.
         bundle.write(dir, args.force).map_err(|e| anyhow::anyhow!("writing the bundle to {}: {e}", dir.display()))?;
     }
     if args.json {

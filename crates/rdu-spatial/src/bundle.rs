@@ -27,8 +27,9 @@ pub struct Bundle {
 /// Why a bundle could not be written, read or trusted; every message names the file or field.
 #[derive(Debug, thiserror::Error)]
 pub enum BundleError {
-    #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    /// The I/O error is part of the message (not a `source`), so a cause chain prints it once.
+    #[error("{path}: {error}")]
+    Io { path: String, error: std::io::Error },
     #[error("{path}: {message}")]
     Json { path: String, message: String },
     #[error("{path} exists and is not an rdu bundle; pass --force to replace it")]
@@ -170,7 +171,7 @@ fn fail_point(point: FailPoint) -> Result<(), BundleError> {
     #[cfg(test)]
     if FAIL_AT.with(|f| f.get()) == Some(point) {
         let source = std::io::Error::other(format!("injected failure at {point:?}"));
-        return Err(BundleError::Io { path: "<test>".into(), source });
+        return Err(BundleError::Io { path: "<test>".into(), error: source });
     }
     let _ = point;
     Ok(())
@@ -233,7 +234,7 @@ fn collect_files(dir: &Path, prefix: &str, files: &mut BTreeMap<String, String>)
 }
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> BundleError + '_ {
-    move |source| BundleError::Io { path: path.display().to_string(), source }
+    move |error| BundleError::Io { path: path.display().to_string(), error }
 }
 
 fn json(path: &str, e: serde_json::Error) -> BundleError {

@@ -77,8 +77,9 @@ pub struct Chip {
 /// A chip file that could not be loaded; every message names the file and, where there is one, the key.
 #[derive(Debug, thiserror::Error)]
 pub enum ChipError {
-    #[error("cannot read chip file {file}: {source}")]
-    Io { file: String, source: std::io::Error },
+    /// The I/O error is part of the message (not a `source`), so a cause chain prints it once.
+    #[error("cannot read chip file {file}: {error}")]
+    Io { file: String, error: std::io::Error },
     #[error("{file}: not valid TOML: {message}")]
     Parse { file: String, message: String },
     #[error("{file}: missing `{key}`; every chip file gives {expected}")]
@@ -103,7 +104,7 @@ impl Chip {
     /// A chip read from a user TOML file.
     pub fn from_file(path: &Path) -> Result<Chip, ChipError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ChipError::Io { file: file.clone(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|error| ChipError::Io { file: file.clone(), error })?;
         Chip::from_toml_str(&text, &file)
     }
 
