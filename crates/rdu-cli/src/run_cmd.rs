@@ -229,6 +229,10 @@ fn tokenizer_of(model: &str) -> Result<Option<rdu_host::Tokenizer>> {
     let path = std::path::Path::new(model);
     if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
         let gguf = rdu_checkpoint::Gguf::open(path)?;
+        if gguf.get("tokenizer.ggml.model").is_none() {
+            // Weights only: --tokens works, --prompt is refused below.
+            return Ok(None);
+        }
         return Ok(Some(rdu_host::Tokenizer::from_gguf(&gguf).map_err(|e| anyhow!("{e}"))?));
     }
     let json = path.join("tokenizer.json");

@@ -9,7 +9,7 @@
 #[path = "../../rdu-compiler/tests/support/hf_to_gguf.rs"]
 mod hf_to_gguf;
 
-use hf_to_gguf::{convert, Quant, Target};
+use hf_to_gguf::{convert, convert_with, Quant, Target};
 use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_forward_streamed, LowerOptions, Storage};
 use rdu_compiler::model::gguf::from_gguf_path;
 use rdu_compiler::reference::{GgufWeights, Reference};
@@ -148,6 +148,18 @@ fn qwen3next_t80_f32() {
 #[test]
 fn qwen35moe_tiled_f32() {
     check_f32("qwen3_next", Target::Qwen35Moe);
+}
+
+/// An older converter's file, unit axes squeezed (the shared-expert gate [1, H] as [H]): the
+/// host reads it into the declared shape.
+#[test]
+fn qwen3next_squeezed_f32() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let path = tmp.path().join("squeezed.gguf");
+    convert_with(&fixture("qwen3_next"), Target::Qwen3Next, Quant::F32, &path, &|_| {}, true);
+    let tokens = npy_ids(&fixture("qwen3_next").join("tokens.npy"));
+    let (forward, _) = spatial(&path, &tokens, tmp.path());
+    assert_close("squeezed qwen3next forward", &forward, &npy_f32(&fixture("qwen3_next").join("logits_full.npy")));
 }
 
 #[test]

@@ -9,7 +9,7 @@
 #[path = "support/hf_to_gguf.rs"]
 mod hf_to_gguf;
 
-use hf_to_gguf::{convert, convert_edited, Quant, Target};
+use hf_to_gguf::{convert, convert_edited, convert_with, Quant, Target};
 use rdu_checkpoint::GgufValue;
 use rdu_compiler::error::Error;
 use rdu_compiler::lower::streamed::Storage;
@@ -288,4 +288,20 @@ fn yarn_metadata_gives_deepseeks_softmax_scale_and_frequencies() {
     let (gf, wf) = (rdu_spatial::rope::inv_freq(&got), rdu_spatial::rope::inv_freq(&want));
     assert_eq!(gf, wf, "YaRN frequencies");
     assert_eq!(rdu_spatial::rope::attention_factor(&got), rdu_spatial::rope::attention_factor(&want));
+}
+
+#[test]
+fn squeezed_unit_axes_read_the_same() {
+    // An older converter's file: the shared-expert gate [1, H] stored as [H].
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let out = tmp.path().join("squeezed.gguf");
+    convert_with(&fixture("qwen3_next"), Target::Qwen3Next, Quant::F32, &out, &|_| {}, true);
+    let gguf = rdu_checkpoint::Gguf::open(&out).expect("GGUF");
+    assert_eq!(gguf.tensor("blk.0.ffn_gate_inp_shexp.weight").expect("gate").shape, vec![64]);
+    let spec = from_gguf_path(&out).expect("import");
+    let weights = GgufWeights::open(&spec, &out).expect("open");
+    let tokens = npy_ids(fixture("qwen3_next").join("tokens.npy"));
+    let logits = Reference::new(&spec, Storage::Dense, &weights).forward(&tokens).expect("forward").logits;
+    let want = npy_f32(fixture("qwen3_next").join("logits_full.npy"));
+    assert_close("squeezed qwen3next forward", logits.as_f32().expect("f32"), &want);
 }

@@ -65,6 +65,12 @@ pub fn convert(dir: &Path, target: Target, quant: Quant, out: &Path) {
 
 /// [`convert`], with `edit` applied to the metadata before it is written (for error tests).
 pub fn convert_edited(dir: &Path, target: Target, quant: Quant, out: &Path, edit: &dyn Fn(&mut Kvs)) {
+    convert_with(dir, target, quant, out, edit, false);
+}
+
+/// [`convert_edited`]; with `squeeze`, every tensor loses its unit axes, as older versions of
+/// llama.cpp's converter wrote them (e.g. the shared-expert gate `[1, H]` as `[H]`).
+pub fn convert_with(dir: &Path, target: Target, quant: Quant, out: &Path, edit: &dyn Fn(&mut Kvs), squeeze: bool) {
     let config: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).expect("config.json")).expect("json");
     let st = SafeTensors::open(dir).expect("safetensors");
@@ -79,7 +85,10 @@ pub fn convert_edited(dir: &Path, target: Target, quant: Quant, out: &Path, edit
     for (k, v) in kvs {
         writer = writer.kv(&k, v);
     }
-    for (name, t) in tensors {
+    for (name, mut t) in tensors {
+        if squeeze && t.shape.len() > 1 {
+            t.shape.retain(|&d| d != 1);
+        }
         let dims: Vec<u64> = t.shape.iter().rev().map(|&d| d as u64).collect();
         let quantise = quant != Quant::F32
             && t.shape.len() >= 2
