@@ -305,3 +305,39 @@ fn squeezed_unit_axes_read_the_same() {
     let want = npy_f32(fixture("qwen3_next").join("logits_full.npy"));
     assert_close("squeezed qwen3next forward", logits.as_f32().expect("f32"), &want);
 }
+
+#[test]
+fn qwen35_is_the_dense_hybrid() {
+    // The qwen35moe conversion relabelled `qwen35` (the dense Qwen3.5 / 3.6): every layer's
+    // FFN is the dense SwiGLU of feed_forward_length, the DeltaNet value heads tiled.
+    let rename = |kvs: &mut hf_to_gguf::Kvs| {
+        for (k, v) in kvs.iter_mut() {
+            if let Some(rest) = k.strip_prefix("qwen35moe.") {
+                *k = format!("qwen35.{rest}");
+            }
+            if k == "general.architecture" {
+                *v = GgufValue::String("qwen35".into());
+            }
+        }
+    };
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let out = tmp.path().join("qwen35.gguf");
+    convert_edited(&fixture("qwen3_next"), Target::Qwen35Moe, Quant::F32, &out, &rename);
+    let spec = from_gguf_path(&out).expect("import");
+    assert_eq!(spec.family, Family::Qwen35);
+    for layer in &spec.layers {
+        assert_eq!(
+            layer.ffn,
+            rdu_compiler::model::spec::Ffn::Dense { hidden: 128, act: rdu_compiler::model::spec::Act::Silu }
+        );
+    }
+    let layouts: Vec<_> = spec
+        .layers
+        .iter()
+        .map(|l| match l.mixer {
+            Mixer::GatedDeltaNet { layout, .. } => Some(layout),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(layouts, vec![Some(GdnLayout::SplitTiled); 3].into_iter().chain([None]).collect::<Vec<_>>());
+}
