@@ -5,6 +5,7 @@
 use crate::model_arg::{resolve_with_weights, storage_of, StorageArg, Weights};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
 use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_forward_streamed, LowerOptions, Storage};
 use rdu_compiler::model::spec::ModelSpec;
 use rdu_compiler::reference::{Reference, SeededWeights, WeightSource};
@@ -237,6 +238,10 @@ fn tokenizer_of(model: &str) -> Result<Option<rdu_host::Tokenizer>> {
     let path = std::path::Path::new(model);
     if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
         let gguf = rdu_checkpoint::Gguf::open(path)?;
+        if gguf.get("tokenizer.ggml.model").is_none() {
+            // Weights only: --tokens works, --prompt is refused below.
+            return Ok(None);
+        }
         return Ok(Some(rdu_host::Tokenizer::from_gguf(&gguf).map_err(|e| anyhow!("{e}"))?));
     }
     let json = path.join("tokenizer.json");
@@ -257,8 +262,16 @@ fn spatial_engine<'a>(
     weights: WeightsSource,
 ) -> Result<StepFn<'a>> {
     let vocab = spec.vocab;
-    let load = |dir: &std::path::Path, weights: &WeightsSource| -> Result<Host> {
-        Host::load(dir, weights, &mut |_, _, _| {}).map_err(|e| anyhow!("{e}"))
+    let json = args.json;
+    let load = move |dir: &std::path::Path, weights: &WeightsSource| -> Result<Host> {
+        let bar = load_bar(json);
+        let host = Host::load(dir, weights, &mut |done, total, name| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+            bar.set_message(name.to_string());
+        });
+        bar.finish_and_clear();
+        host.map_err(|e| anyhow!("{e}"))
     };
     if let Some(dir) = &args.bundle {
         let mut host = load(dir, &weights)?;
@@ -298,6 +311,17 @@ fn spatial_engine<'a>(
             Ok(rows(out.logits.as_f32().unwrap_or_default(), vocab))
         })),
     }
+}
+
+/// A bar over the checkpoint tensors the host loads (read, dequantised or quantised, checked):
+/// drawn on stderr only when it is a terminal, never with `--json`.
+fn load_bar(json: bool) -> ProgressBar {
+    let bar = if json { ProgressBar::hidden() } else { ProgressBar::new(0) };
+    let style = ProgressStyle::with_template("{bar:30} loading weights {pos}/{len} tensors {msg} [{elapsed}]");
+    if let Ok(style) = style {
+        bar.set_style(style);
+    }
+    bar
 }
 
 pub(crate) fn rows(flat: &[f32], vocab: usize) -> Vec<Vec<f32>> {

@@ -293,8 +293,7 @@ fn fit_llama_8b_fits_in_hbm() {
     // 32 layers of K and V, 4096 positions, 8 kv heads of 128, f32 as the programs declare them.
     assert_eq!(v["state_bytes"], 32 * 2 * 4096 * 8 * 128 * 4u64);
     // A batch of 8 holds 8 caches and the same weights.
-    let batched: Value =
-        serde_json::from_str(&ok(&["fit", "llama-3.1-8b", "--batch", "8", "--json"])).expect("JSON");
+    let batched: Value = serde_json::from_str(&ok(&["fit", "llama-3.1-8b", "--batch", "8", "--json"])).expect("JSON");
     assert_eq!(batched["state_bytes"], 8 * 32 * 2 * 4096 * 8 * 128 * 4u64);
     assert_eq!(batched["weight_bytes"], v["weight_bytes"]);
     assert_eq!((v["fits_hbm"].as_bool(), v["spills_to_ddr"].as_bool()), (Some(true), Some(false)));

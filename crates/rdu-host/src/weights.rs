@@ -132,6 +132,12 @@ impl Reader {
             }
             _ => self.assemble(name, entry, q8)?,
         };
+        // GGUF writers differ on unit axes (llama.cpp's converter once squeezed every tensor,
+        // e.g. a shared-expert gate [1, H] stored as [H]); the values are laid out the same.
+        let shape = match self {
+            Reader::Gguf(_) if squeezed(&shape) == squeezed(&entry.shape) => entry.shape.clone(),
+            _ => shape,
+        };
         if shape != entry.shape {
             return Err(HostError::TensorShape {
                 file: self.file(),
@@ -237,6 +243,11 @@ fn cut<T: Clone>(
         }
         _ => Err(format!("the manifest's checkpoint entry of kind {kind:?} is incomplete")),
     }
+}
+
+/// A shape without its unit axes.
+fn squeezed(shape: &[usize]) -> Vec<usize> {
+    shape.iter().copied().filter(|&d| d != 1).collect()
 }
 
 fn to_spatial(shape: Vec<usize>, blocks: Vec<rdu_checkpoint::Q8Block>) -> Q8Weight {

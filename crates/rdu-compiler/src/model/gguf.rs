@@ -2,14 +2,20 @@
 //! the programs are written for the weights as the converter stored them (llama q/k rows
 //! permuted to interleaved RoPE, Gemma norms holding w+1, stacked experts).
 //!
-//! Handled `general.architecture` values: `llama`, `qwen3`, `qwen3moe`, `gemma3`. Every
-//! failure is an [`Error::Config`] whose field is the metadata key (or tensor) at fault.
+//! Handled `general.architecture` values: `llama`, `qwen3`, `qwen3moe`, `gemma3` here, and
+//! `deepseek2` (absorbed MLA: `attn_k_b`/`attn_v_b`, YaRN, leading dense blocks, stacked
+//! experts) and the Gated DeltaNet hybrids `qwen3next`, `qwen35`, `qwen35moe` in the
+//! submodules. Every failure is an [`Error::Config`] whose field is the metadata key (or
+//! tensor) at fault.
 //!
 //! Defaults follow llama.cpp's loader: `head_count_kv` = `head_count`, `key_length` =
 //! `embedding_length / head_count`, `rope.dimension_count` = `key_length`, `rope.freq_base`
 //! 10000; Gemma 3 slides on layer `il` iff `il % 6 < 5` unless the file carries
 //! `attention.sliding_window_pattern` (a period, or one bool per layer), and its sliding
 //! layers use `rope.freq_base_swa` (default 10000) without scaling.
+
+mod deepseek2;
+mod hybrid;
 
 use std::path::Path;
 
@@ -21,7 +27,8 @@ use crate::model::spec::{
 };
 
 /// The `general.architecture` values [`from_gguf`] understands.
-pub const ARCHITECTURES: &[&str] = &["llama", "qwen3", "qwen3moe", "gemma3"];
+pub const ARCHITECTURES: &[&str] =
+    &["llama", "qwen3", "qwen3moe", "gemma3", "deepseek2", "qwen3next", "qwen35", "qwen35moe"];
 
 /// Reads the GGUF file at `path` and builds its spec, named after the file's stem.
 pub fn from_gguf_path(path: impl AsRef<Path>) -> Result<ModelSpec> {
@@ -46,6 +53,8 @@ pub fn from_gguf(gguf: &Gguf, name: &str) -> Result<ModelSpec> {
         "qwen3" => Family::Qwen3,
         "qwen3moe" => Family::Qwen3Moe,
         "gemma3" => Family::Gemma3,
+        "deepseek2" => return deepseek2::build(&m, name),
+        "qwen3next" | "qwen35" | "qwen35moe" => return hybrid::build(&m, &arch, name),
         other => {
             return Err(m.err("general.architecture", format!("unknown architecture `{other}`; supported: {supported}")))
         }
@@ -170,20 +179,43 @@ pub fn from_gguf(gguf: &Gguf, name: &str) -> Result<ModelSpec> {
         })
         .collect();
 
-    let tied = m.gguf.tensor("output.weight").is_none();
     // √d_model computed in f32, as the runtime does.
     let embed = Embed { scale: gemma.then(|| f64::from((d_model as f32).sqrt())) };
+    let shape = Shape { family, vocab, d_model, eps, max_ctx };
+    finish(&m, name, shape, layers, rotations, embed)
+}
+
+/// What every architecture's spec needs besides its layers and rotations.
+struct Shape {
+    family: Family,
+    vocab: usize,
+    d_model: usize,
+    eps: f64,
+    max_ctx: usize,
+}
+
+/// The spec: a GGUF file's head is tied iff it has no `output.weight`; its norms hold their
+/// weights as stored (never `1 + w`); BOS and EOS come from the tokenizer metadata.
+fn finish(
+    m: &Meta,
+    name: &str,
+    shape: Shape,
+    layers: Vec<Layer>,
+    rotations: Vec<Rotation>,
+    embed: Embed,
+) -> Result<ModelSpec> {
+    let tied = m.gguf.tensor("output.weight").is_none();
     let eos = m.u32("tokenizer.ggml.eos_token_id")?.into_iter().collect();
     Ok(ModelSpec {
         name: name.to_string(),
-        family,
-        vocab,
-        d_model,
+        family: shape.family,
+        vocab: shape.vocab,
+        d_model: shape.d_model,
         layers,
         rotations,
         embed,
-        head: Head { tied, norm_eps: eps, norm_unit_offset: false },
-        max_ctx,
+        head: Head { tied, norm_eps: shape.eps, norm_unit_offset: false },
+        max_ctx: shape.max_ctx,
         dialect: Dialect::Gguf,
         bos: m.u32("tokenizer.ggml.bos_token_id")?,
         eos,
@@ -269,6 +301,19 @@ impl Meta<'_> {
 
     fn str(&self, key: &str) -> Result<Option<&str>> {
         self.gguf.get_str(key).map_err(|e| self.err(key, e.to_string()))
+    }
+
+    fn bool(&self, key: &str) -> Result<Option<bool>> {
+        self.gguf.get_bool(key).map_err(|e| self.err(key, e.to_string()))
+    }
+
+    /// An unsigned count that may be 0.
+    fn u64(&self, key: &str) -> Result<Option<u64>> {
+        self.gguf.get_u64(key).map_err(|e| self.err(key, e.to_string()))
+    }
+
+    fn has_tensor(&self, name: &str) -> bool {
+        self.gguf.tensor(name).is_some()
     }
 
     fn u32(&self, key: &str) -> Result<Option<u32>> {

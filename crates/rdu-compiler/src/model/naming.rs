@@ -173,6 +173,8 @@ fn gguf_source(spec: &ModelSpec, name: &str) -> Option<String> {
                     _ => None,
                 },
                 Mixer::GatedDeltaNet { .. } => match base {
+                    // Legacy Qwen3-Next files: the raw grouped in_proj_qkvz.
+                    "Wqkvz" => Some("ssm_in.weight"),
                     "Wqkv" => Some("attn_qkv.weight"),
                     "Wz" => Some("attn_gate.weight"),
                     "Wb" => Some("ssm_beta.weight"),

@@ -136,6 +136,13 @@ pub enum GdnLayout {
     Grouped,
     /// Qwen3.5 HF: `in_proj_qkv` (q all | k all | v all), `in_proj_z`, `in_proj_b`, `in_proj_a`.
     Split,
+    /// Qwen3-Next GGUF: `attn_qkv` (q all | k all | v all) and `attn_gate` (z) as in `Split`,
+    /// but `ssm_ba` still grouped by key head as in `Grouped`.
+    SplitGroupedBa,
+    /// Qwen3.5 GGUF: the `Split` projections with the value heads reordered from grouped to
+    /// tiled by llama.cpp's converter, so that value head `h` uses key head `h mod k_heads`
+    /// (`kmap=tiled`) instead of `h / (v_heads / k_heads)`.
+    SplitTiled,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -137,7 +137,10 @@ impl WeightSource for GgufWeights {
             .gguf
             .tensor(&tensor)
             .ok_or_else(|| format!("{}: no tensor `{tensor}` (the model's metadata needs it)", self.gguf.file()))?;
-        if info.shape != shape {
+        // GGUF writers differ on unit axes (llama.cpp's converter once squeezed every tensor,
+        // e.g. a shared-expert gate [1, H] stored as [H]); the values are laid out the same.
+        let squeezed = |s: &[usize]| s.iter().copied().filter(|&d| d != 1).collect::<Vec<_>>();
+        if squeezed(&info.shape) != squeezed(shape) {
             return Err(format!(
                 "GGUF tensor `{tensor}` has shape {:?} but the model's metadata implies {shape:?} for `{name}`",
                 info.shape

@@ -2,6 +2,7 @@
 //! l2-normalised q/k, the gated delta rule, a gated RMSNorm and the output projection.
 
 use super::attention::slice;
+use super::deltanet_gguf::{kmap_attr, split_grouped_ba, Dims};
 use super::writer::{float, list, Writer};
 use super::LayerCtx;
 use crate::model::spec::{Dialect, GdnLayout, Mixer};
@@ -46,7 +47,11 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
             let a = w.op("a", "reshape", &[&ag, &list(&[n, nv])], &[]);
             (mixed, z, b, a)
         }
-        GdnLayout::Split => {
+        GdnLayout::SplitGroupedBa => {
+            let dims = Dims { rows: n, d_model: d, k_heads: nk, v_heads: nv, k_dim: dk, v_dim: dv };
+            split_grouped_ba(w, hn, &dims)
+        }
+        GdnLayout::Split | GdnLayout::SplitTiled => {
             let wqkv = w.projection("Wqkv", &[conv, d]);
             let wz = w.projection("Wz", &[vd, d]);
             let wb = w.projection("Wb", &[nv, d]);
@@ -106,8 +111,10 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
 
     let inputs = [("qs", qs.as_str()), ("kl", &kl), ("vh", &vh), ("g", &g), ("bt", &beta)];
     let o = ctx.per_sequence(w, "o", &inputs, |w, _, x| match ctx.decode().then(|| w.state("Sd", &[nv, dk, dv])) {
-        Some(sd) => w.update_with("o", &sd, "delta_step", &[&sd, &x[0], &x[1], &x[2], &x[3], &x[4]], &[]),
-        None => w.op("o", "delta_scan", &[&x[0], &x[1], &x[2], &x[3], &x[4]], &[]),
+        Some(sd) => {
+            w.update_with("o", &sd, "delta_step", &[&sd, &x[0], &x[1], &x[2], &x[3], &x[4]], &kmap_attr(layout))
+        }
+        None => w.op("o", "delta_scan", &[&x[0], &x[1], &x[2], &x[3], &x[4]], &kmap_attr(layout)),
     });
     // Gated RMSNorm: plain weight, normalise first, then multiply by silu(z).
     let on = w.op("on", "rms_norm", &[&o, &gn], &super::norm_attrs(ctx.layer.norms.eps, false));

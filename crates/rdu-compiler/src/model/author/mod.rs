@@ -9,6 +9,7 @@
 
 mod attention;
 mod deltanet;
+mod deltanet_gguf;
 mod ffn;
 mod mla;
 mod writer;

@@ -1,0 +1,208 @@
+//! The spatial engine on `deepseek2`, `qwen3next` and `qwen35moe` GGUF files made from the
+//! transformers fixtures by the test-side converter (`rdu-compiler/tests/support/hf_to_gguf.rs`,
+//! llama.cpp's transforms): imported, lowered with storage as stored, written as a bundle,
+//! read back by the host from the GGUF file and run through the simulator. F32 files: forward
+//! and token-by-token decode within 1e-4 of transformers. Q8_0 files (weights kept as blocks,
+//! folded by `from_q8`): within 1e-4 of the reference runner on the F32 file of their
+//! dequantised values. Plus `rdu run FILE.gguf` on a converted file.
+
+#[path = "../../rdu-compiler/tests/support/hf_to_gguf.rs"]
+mod hf_to_gguf;
+
+use hf_to_gguf::{convert, convert_with, Quant, Target};
+use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_forward_streamed, LowerOptions, Storage};
+use rdu_compiler::model::gguf::from_gguf_path;
+use rdu_compiler::reference::{GgufWeights, Reference};
+use rdu_host::{Host, WeightsSource};
+use rdu_spatial::chip::Chip;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const TOL: f32 = 1e-4;
+
+fn fixture(arch: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/fixtures/hf").join(arch)
+}
+
+fn npy_f32(path: &Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    npyz::NpyFile::new(&bytes[..]).expect("npy").into_vec::<f32>().expect("f32 npy")
+}
+
+fn npy_ids(path: &Path) -> Vec<u32> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let npy = npyz::NpyFile::new(&bytes[..]).expect("npy");
+    npy.into_vec::<i64>().expect("i64 npy").into_iter().map(|v| v as u32).collect()
+}
+
+fn assert_close(what: &str, got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
+    let (mut worst, mut at) = (0f32, 0);
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let d = (g - w).abs();
+        if d > worst || d.is_nan() {
+            (worst, at) = (d, i);
+        }
+    }
+    assert!(worst <= TOL, "{what}: max |diff| {worst:e} at {at} (got {}, want {})", got[at], want[at]);
+    worst
+}
+
+fn gguf(dir: &Path, arch: &str, target: Target, quant: Quant) -> PathBuf {
+    let out = dir.join(format!("{arch}-{target:?}-{quant:?}.gguf").to_lowercase());
+    convert(&fixture(arch), target, quant, &out);
+    out
+}
+
+/// The spatial engine's forward logits and token-by-token decode rows of `tokens`.
+fn spatial(path: &Path, tokens: &[u32], tmp: &Path) -> (Vec<f32>, Vec<Vec<f32>>) {
+    let spec = from_gguf_path(path).expect("import");
+    let storage = GgufWeights::open(&spec, path).expect("open").storage();
+    let source = WeightsSource::Gguf(path.to_path_buf());
+    let chip = || Chip::builtin("sn50").expect("chip");
+    let opts = LowerOptions { chip: chip(), storage: storage.clone(), seed: 0, progress: &mut |_| {} };
+    let model = lower_forward_streamed(&spec, tokens.len(), opts).unwrap_or_else(|e| panic!("{}: {e}", spec.name));
+    let dir = tmp.join(format!("{}-forward", spec.name));
+    model.bundle().expect("bundle").write(&dir, false).expect("write");
+    let mut host = Host::load(&dir, &source, &mut |_, _, _| {}).expect("load");
+    let forward = host.step(tokens, 0).expect("step").logits.as_f32().expect("f32").to_vec();
+
+    let opts = LowerOptions { chip: chip(), storage, seed: 0, progress: &mut |_| {} };
+    let model = lower_decode_streamed(&spec, tokens.len(), opts).unwrap_or_else(|e| panic!("{}: {e}", spec.name));
+    let dir = tmp.join(format!("{}-decode", spec.name));
+    model.bundle().expect("bundle").write(&dir, false).expect("write");
+    let mut host = Host::load(&dir, &source, &mut |_, _, _| {}).expect("load");
+    let decode = tokens
+        .iter()
+        .enumerate()
+        .map(|(pos, &tok)| host.step(&[tok], pos).expect("step").logits.as_f32().expect("f32").to_vec())
+        .collect();
+    (forward, decode)
+}
+
+/// F32 file: forward and decode against transformers.
+fn check_f32(arch: &str, target: Target) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let path = gguf(tmp.path(), arch, target, Quant::F32);
+    let tokens = npy_ids(&fixture(arch).join("tokens.npy"));
+    let (forward, decode) = spatial(&path, &tokens, tmp.path());
+    let fw = assert_close(
+        &format!("{arch} as {target:?} forward"),
+        &forward,
+        &npy_f32(&fixture(arch).join("logits_full.npy")),
+    );
+    let want = npy_f32(&fixture(arch).join("logits_step.npy"));
+    let vocab = want.len() / tokens.len();
+    let mut dw = 0f32;
+    for (pos, row) in decode.iter().enumerate() {
+        let w = &want[pos * vocab..(pos + 1) * vocab];
+        dw = dw.max(assert_close(&format!("{arch} as {target:?} decode at {pos}"), row, w));
+    }
+    eprintln!("{arch} as {target:?} (spatial): forward max |diff| {fw:e}, decode {dw:e}");
+}
+
+/// Q8_0 file, storage as stored: against the reference runner on its dequantised values.
+fn check_q8(arch: &str, target: Target) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let path = gguf(tmp.path(), arch, target, Quant::Q8_0);
+    let deq = gguf(tmp.path(), arch, target, Quant::Q8_0Dequantized);
+    let spec = from_gguf_path(&path).expect("import");
+    let Storage::Exactly(set) = GgufWeights::open(&spec, &path).expect("open").storage() else { panic!("as stored") };
+    assert!(set.len() > 10, "the file's matrices are Q8_0: {set:?}");
+    let tokens = npy_ids(&fixture(arch).join("tokens.npy"));
+    let (forward, decode) = spatial(&path, &tokens, tmp.path());
+    let deq_spec = from_gguf_path(&deq).expect("import");
+    let deq_weights = GgufWeights::open(&deq_spec, &deq).expect("open");
+    let mut reference = Reference::new(&deq_spec, Storage::Dense, &deq_weights);
+    let want = reference.forward(&tokens).expect("forward").logits.into_f32();
+    let fw = assert_close(&format!("{arch} as {target:?} Q8_0 forward"), &forward, &want);
+    let vocab = spec.vocab;
+    let mut dw = 0f32;
+    for (pos, row) in decode.iter().enumerate() {
+        let w = &want[pos * vocab..(pos + 1) * vocab];
+        dw = dw.max(assert_close(&format!("{arch} as {target:?} Q8_0 decode at {pos}"), row, w));
+    }
+    eprintln!("{arch} as {target:?} Q8_0 (spatial, from_q8) vs dequantised reference: forward {fw:e}, decode {dw:e}");
+}
+
+#[test]
+fn deepseek2_f32() {
+    check_f32("deepseek_v2", Target::Deepseek2);
+}
+
+#[test]
+fn deepseek2_without_q_lora_f32() {
+    check_f32("deepseek_v2_noqlora", Target::Deepseek2);
+}
+
+#[test]
+fn qwen3next_f32() {
+    check_f32("qwen3_next", Target::Qwen3Next);
+}
+
+#[test]
+fn qwen3next_t80_f32() {
+    check_f32("qwen3_next_T80", Target::Qwen3Next);
+}
+
+#[test]
+fn qwen35moe_tiled_f32() {
+    check_f32("qwen3_next", Target::Qwen35Moe);
+}
+
+/// An older converter's file, unit axes squeezed (the shared-expert gate [1, H] as [H]): the
+/// host reads it into the declared shape.
+#[test]
+fn qwen3next_squeezed_f32() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let path = tmp.path().join("squeezed.gguf");
+    convert_with(&fixture("qwen3_next"), Target::Qwen3Next, Quant::F32, &path, &|_| {}, true);
+    let tokens = npy_ids(&fixture("qwen3_next").join("tokens.npy"));
+    let (forward, _) = spatial(&path, &tokens, tmp.path());
+    assert_close("squeezed qwen3next forward", &forward, &npy_f32(&fixture("qwen3_next").join("logits_full.npy")));
+}
+
+#[test]
+fn deepseek2_q8_0() {
+    check_q8("deepseek_v2", Target::Deepseek2);
+}
+
+#[test]
+fn qwen3next_q8_0() {
+    check_q8("qwen3_next", Target::Qwen3Next);
+}
+
+#[test]
+fn qwen35moe_q8_0() {
+    check_q8("qwen3_next", Target::Qwen35Moe);
+}
+
+/// `rdu run FILE.gguf --tokens … --json --logits` on a converted file, both engines: the rows
+/// match transformers, and nothing but the JSON line reaches stdout (no progress bar).
+#[test]
+fn rdu_run_reads_converted_gguf() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    for (arch, target) in [("deepseek_v2", Target::Deepseek2), ("qwen3_next", Target::Qwen35Moe)] {
+        let path = gguf(tmp.path(), arch, target, Quant::F32);
+        let want = npy_f32(&fixture(arch).join("logits_full.npy"));
+        let tokens = npy_ids(&fixture(arch).join("tokens.npy"));
+        let prompt: Vec<String> = tokens[..5].iter().map(u32::to_string).collect();
+        for engine in ["spatial", "reference"] {
+            let out = tmp.path().join(format!("{arch}-{engine}.npy"));
+            let run = Command::new(env!("CARGO_BIN_EXE_rdu"))
+                .arg("run")
+                .arg(&path)
+                .args(["--tokens", &prompt.join(","), "--engine", engine, "--json", "--logits"])
+                .arg(&out)
+                .output()
+                .expect("run rdu");
+            assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+            let stdout = String::from_utf8_lossy(&run.stdout);
+            assert_eq!(stdout.lines().count(), 1, "one JSON line: {stdout}");
+            serde_json::from_str::<serde_json::Value>(stdout.trim()).expect("JSON");
+            assert!(!String::from_utf8_lossy(&run.stderr).contains("loading weights"), "no bar with --json");
+            let got = npy_f32(&out);
+            assert_close(&format!("rdu run {arch} as {target:?} {engine}"), &got, &want[..got.len()]);
+        }
+    }
+}

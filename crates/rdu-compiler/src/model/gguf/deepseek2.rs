@@ -1,0 +1,213 @@
+//! `deepseek2` (DeepSeek-V2 / V2-Lite) as llama.cpp's converter writes it: multi-head latent
+//! attention with `kv_b` split per head into `attn_k_b` (W_UKᵀ) and `attn_v_b` (W_UV) for the
+//! absorbed form, `attn_q` or the q-lora pair `attn_q_a`/`attn_q_b`, interleaved RoPE over the
+//! `rope.dimension_count` rope dims with optional YaRN, `leading_dense_block_count` dense
+//! layers, then stacked routed experts plus ungated shared experts.
+//!
+//! Metadata as llama.cpp reads it: `attention.key_length_mla` = qk_nope + qk_rope and
+//! `attention.value_length_mla` = v_head_dim (`key_length` / `value_length` describe the
+//! 576-wide MQA view and are only checked); `rope.scaling.yarn_log_multiplier` holds
+//! `0.1·mscale_all_dim` (the converter's legacy pre-scaling for this architecture) and llama.cpp
+//! takes `mscale = mscale_all_dim`, so RoPE magnitudes stay 1 and the softmax scale is
+//! `(0.1·mscale_all_dim·ln factor + 1)² / √(qk_nope + qk_rope)`. Routing: softmax
+//! (`expert_gating_func` 1 or absent), top-k, renormalised iff `expert_weights_norm`, then
+//! multiplied by `expert_weights_scale` (absent or 0: 1); `expert_group_count` /
+//! `expert_group_used_count` give group-limited greedy selection.
+
+use super::{finish, vocab, Meta, Shape};
+use crate::error::Result;
+use crate::model::spec::{
+    Act, Embed, Family, Ffn, Layer, Mixer, ModelSpec, Norms, RopeScaling, RopeStyle, Rotation, Router, SharedExpert,
+};
+
+const ARCH: &str = "deepseek2";
+
+fn key(k: &str) -> String {
+    format!("{ARCH}.{k}")
+}
+
+pub(super) fn build(m: &Meta, name: &str) -> Result<ModelSpec> {
+    let d_model = m.req_usize(&key("embedding_length"))?;
+    let n_layers = m.req_usize(&key("block_count"))?;
+    let heads = m.req_usize(&key("attention.head_count"))?;
+    let eps = m.req_f32_as_f64(&key("attention.layer_norm_rms_epsilon"))?;
+    let max_ctx = m.req_usize(&key("context_length"))?;
+    let vocab = vocab(m, ARCH)?;
+
+    // Attention.
+    let kv_lora_rank = m.req_usize(&key("attention.kv_lora_rank"))?;
+    let q_lora_rank = m.usize(&key("attention.q_lora_rank"))?;
+    let qk_rope = m.req_usize(&key("rope.dimension_count"))?;
+    if !qk_rope.is_multiple_of(2) {
+        return Err(m.err(&key("rope.dimension_count"), format!("{qk_rope} must be even")));
+    }
+    let Some(qk) = m.usize(&key("attention.key_length_mla"))? else {
+        let field = key("attention.key_length_mla");
+        let message = "missing: a file from before llama.cpp's absorbed MLA (one `attn_kv_b` per layer) is not \
+                       supported; convert it again with a current convert_hf_to_gguf.py";
+        return Err(m.err(&field, message));
+    };
+    if qk <= qk_rope {
+        return Err(m.err(&key("attention.key_length_mla"), format!("{qk} must exceed rope.dimension_count {qk_rope}")));
+    }
+    let qk_nope = qk - qk_rope;
+    let v_dim = m.req_usize(&key("attention.value_length_mla"))?;
+    if let Some(k) = m.usize(&key("attention.key_length"))? {
+        if k != kv_lora_rank + qk_rope {
+            let message = format!("{k} differs from kv_lora_rank + rope.dimension_count = {}", kv_lora_rank + qk_rope);
+            return Err(m.err(&key("attention.key_length"), message));
+        }
+    }
+    for il in 0..n_layers {
+        let kv_b = format!("blk.{il}.attn_kv_b.weight");
+        if m.has_tensor(&kv_b) && !m.has_tensor(&format!("blk.{il}.attn_k_b.weight")) {
+            return Err(m.err(&kv_b, "an unsplit kv_b is not supported; convert the model again for attn_k_b/attn_v_b"));
+        }
+        let bias = format!("blk.{il}.exp_probs_b.bias");
+        if m.has_tensor(&bias) {
+            return Err(m.err(&bias, "expert selection bias (DeepSeek-V3 style routing) is not supported"));
+        }
+    }
+
+    // RoPE: interleaved pairs, optionally YaRN.
+    let base = m.f32_as_f64(&key("rope.freq_base"))?.unwrap_or(10_000.0);
+    let scaling = rope_scaling(m)?;
+    let scale = yarn_softmax_factor(&scaling) / (qk as f64).sqrt();
+    let rotation = Rotation { base, dim: qk_rope, style: RopeStyle::Interleaved, scaling };
+    let mixer = Mixer::Mla { heads, q_lora_rank, kv_lora_rank, qk_nope, qk_rope, v_dim, scale };
+
+    // Feed-forward: leading dense blocks, then routed + shared experts.
+    let leading = m.u64(&key("leading_dense_block_count"))?.unwrap_or(0);
+    let leading = usize::try_from(leading).unwrap_or(usize::MAX).min(n_layers);
+    let dense = match leading {
+        0 => None,
+        _ => Some(Ffn::Dense { hidden: m.req_usize(&key("feed_forward_length"))?, act: Act::Silu }),
+    };
+    let moe = if leading < n_layers { Some(moe(m)?) } else { None };
+    let norms = Norms { eps, unit_offset: false, pre_attn: true, post_attn: false, pre_ffn: true, post_ffn: false };
+    let mut layers = Vec::with_capacity(n_layers);
+    for il in 0..n_layers {
+        // `dense` is set when some layer is below `leading`, `moe` when some is not.
+        let ffn = if il < leading { dense.clone() } else { moe.clone() };
+        let ffn = ffn.ok_or_else(|| m.missing(&key("leading_dense_block_count")))?;
+        layers.push(Layer { mixer: mixer.clone(), rotation: Some(0), window: None, ffn, norms: norms.clone() });
+    }
+    let shape = Shape { family: Family::DeepseekV2, vocab, d_model, eps, max_ctx };
+    finish(m, name, shape, layers, vec![rotation], Embed { scale: None })
+}
+
+/// `rope.scaling.*`: none, linear, or YaRN with llama.cpp's deepseek2 reading of the
+/// log multiplier.
+fn rope_scaling(m: &Meta) -> Result<RopeScaling> {
+    let type_key = key("rope.scaling.type");
+    let positive = |k: &str, default: Option<f64>| -> Result<f64> {
+        let v = match (m.f32_as_f64(k)?, default) {
+            (Some(v), _) | (None, Some(v)) => v,
+            (None, None) => return Err(m.missing(k)),
+        };
+        if !(v.is_finite() && v > 0.0) {
+            return Err(m.err(k, format!("must be a finite number greater than 0, found {v}")));
+        }
+        Ok(v)
+    };
+    match m.str(&type_key)? {
+        None | Some("none") => Ok(RopeScaling::None),
+        Some("linear") => Ok(RopeScaling::Linear { factor: positive(&key("rope.scaling.factor"), None)? }),
+        Some("yarn") => {
+            for (k, what) in
+                [("rope.scaling.yarn_ext_factor", "ext_factor"), ("rope.scaling.attn_factor", "attn_factor")]
+            {
+                if let Some(v) = m.f32_as_f64(&key(k))? {
+                    if v != 1.0 {
+                        return Err(m.err(&key(k), format!("a yarn {what} of {v} is not supported (only 1)")));
+                    }
+                }
+            }
+            let factor = positive(&key("rope.scaling.factor"), None)?;
+            let original_max = m.req_usize(&key("rope.scaling.original_context_length"))?;
+            let mscale_all_dim = match m.f32_as_f64(&key("rope.scaling.yarn_log_multiplier"))? {
+                // The converter writes 0.1·mscale_all_dim for deepseek2; llama.cpp divides it back.
+                Some(v) if v.is_finite() && v >= 0.0 => v / 0.1,
+                Some(v) => {
+                    return Err(m.err(&key("rope.scaling.yarn_log_multiplier"), format!("{v} must be at least 0")))
+                }
+                None => 0.0,
+            };
+            Ok(RopeScaling::Yarn {
+                factor,
+                original_max,
+                beta_fast: positive(&key("rope.scaling.yarn_beta_fast"), Some(32.0))?,
+                beta_slow: positive(&key("rope.scaling.yarn_beta_slow"), Some(1.0))?,
+                // llama.cpp assumes mscale = mscale_all_dim for deepseek2 (RoPE magnitude 1).
+                mscale: if mscale_all_dim == 0.0 { 1.0 } else { mscale_all_dim },
+                mscale_all_dim,
+            })
+        }
+        Some(other) => Err(m.err(
+            &type_key,
+            format!("rope scaling `{other}` is not supported for {ARCH}; supported: none, linear, yarn"),
+        )),
+    }
+}
+
+/// YaRN's correction of the softmax scale, `m²` with `m = 0.1·mscale_all_dim·ln(factor) + 1`
+/// (1 without YaRN or without a log multiplier).
+fn yarn_softmax_factor(scaling: &RopeScaling) -> f64 {
+    match *scaling {
+        RopeScaling::Yarn { factor, mscale_all_dim, .. } if mscale_all_dim != 0.0 && factor > 1.0 => {
+            let m = 0.1 * mscale_all_dim * factor.ln() + 1.0;
+            m * m
+        }
+        _ => 1.0,
+    }
+}
+
+/// The routed + shared expert block of the MoE layers.
+fn moe(m: &Meta) -> Result<Ffn> {
+    let experts = m.req_usize(&key("expert_count"))?;
+    let top_k = m.req_usize(&key("expert_used_count"))?;
+    if top_k > experts {
+        return Err(m.err(&key("expert_used_count"), format!("{top_k} exceeds expert_count {experts}")));
+    }
+    let expert_hidden = m.req_usize(&key("expert_feed_forward_length"))?;
+    match m.u32(&key("expert_gating_func"))? {
+        None | Some(1) => {}
+        Some(2) => return Err(m.err(&key("expert_gating_func"), "sigmoid expert gating is not supported")),
+        Some(other) => return Err(m.err(&key("expert_gating_func"), format!("unknown gating function {other}"))),
+    }
+    let (groups, topk_groups) = match m.usize(&key("expert_group_count"))? {
+        None | Some(1) => (1, 1),
+        Some(groups) => (groups, m.req_usize(&key("expert_group_used_count"))?),
+    };
+    if !experts.is_multiple_of(groups) {
+        return Err(m.err(&key("expert_group_count"), format!("{groups} groups do not divide {experts} experts")));
+    }
+    if topk_groups > groups || top_k > topk_groups * (experts / groups) {
+        return Err(
+            m.err(&key("expert_group_used_count"), "the selected groups hold fewer experts than expert_used_count")
+        );
+    }
+    let norm_topk = m.bool(&key("expert_weights_norm"))?.unwrap_or(false);
+    let scaling = match m.f32_as_f64(&key("expert_weights_scale"))? {
+        None => 1.0,
+        Some(0.0) => 1.0,
+        Some(s) if s > 0.0 => s,
+        Some(s) => return Err(m.err(&key("expert_weights_scale"), format!("{s} must be greater than 0"))),
+    };
+    let shared = match m.u64(&key("expert_shared_count"))? {
+        None | Some(0) => None,
+        Some(n) => {
+            let hidden = usize::try_from(n).ok().and_then(|n| n.checked_mul(expert_hidden));
+            let hidden = hidden.ok_or_else(|| m.err(&key("expert_shared_count"), "shared expert size overflows"))?;
+            Some(SharedExpert { hidden, gated: false })
+        }
+    };
+    Ok(Ffn::Moe {
+        experts,
+        top_k,
+        expert_hidden,
+        act: Act::Silu,
+        shared,
+        router: Router { norm_topk, scaling, groups, topk_groups },
+    })
+}
