@@ -192,7 +192,7 @@ fn rename_source(source: &Source, from: &str, to: &str) -> Result<Source, Stream
         .map_err(|d| StreamedReject::Front { program: "head".to_string(), refusal: Refusal { diagnostics: d } })?;
     program.rename(&|n| if n == from { to.to_string() } else { n.to_string() });
     let comment: String = source.text.lines().take_while(|l| l.starts_with('#')).map(|l| format!("{l}\n")).collect();
-    Ok(Source { text: format!("{comment}{}", crate::lang::print(&program)), q8: source.q8.clone() })
+    Ok(Source { text: format!("{comment}{}", crate::lang::print(&program)), q8: source.q8.clone(), slices: source.slices.clone() })
 }
 
 /// A kind's program as the bundle carries it: its representative's program with every
@@ -206,7 +206,11 @@ fn canonical(rep: &Source, layer: usize, kind: &str, cut: Cut) -> Result<Source,
     program.rename(&|n| rebind(n, layer, 0));
     let text =
         format!("# layer kind {kind}, {}; names as in layer 0\n{}", cut.describe(), crate::lang::print(&program));
-    Ok(Source { text, q8: rep.q8.iter().map(|n| rebind(n, layer, 0)).collect() })
+    Ok(Source {
+        text,
+        q8: rep.q8.iter().map(|n| rebind(n, layer, 0)).collect(),
+        slices: rep.slices.iter().map(|(n, s)| (rebind(n, layer, 0), s.clone())).collect(),
+    })
 }
 
 /// The embedding or head source certification runs: the real one, or — for a vocabulary

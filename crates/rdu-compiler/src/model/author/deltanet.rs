@@ -2,6 +2,7 @@
 //! l2-normalised q/k, the gated delta rule, a gated RMSNorm and the output projection.
 
 use super::attention::slice;
+use super::split::Run;
 use super::writer::{float, list, Writer};
 use super::LayerCtx;
 use crate::model::spec::{Dialect, GdnLayout, Mixer};
@@ -18,15 +19,53 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     };
     let (n, d) = (ctx.rows, ctx.spec.d_model);
     let r = nv / nk;
+    let gguf = matches!(ctx.spec.dialect, Dialect::Gguf);
+    // Each chip its key heads and their value heads. The conv channels are q | k | v heads in
+    // both layouts (`mix` concatenates them), so a chip holds three runs of them.
+    let (full_kd, full_vd) = (nk * dk, nv * dv);
+    let full_conv = 2 * full_kd + full_vd;
+    let conv_runs = [
+        Run::heads(nk, dk),
+        Run { offset: full_kd, count: nk, unit: dk },
+        Run { offset: 2 * full_kd, count: nv, unit: dv },
+    ];
+    let (v_heads, per_v_head) = ([Run::heads(nv, dv)], [Run::heads(nv, 1)]);
+    let projections = match layout {
+        GdnLayout::Grouped => Err((
+            w.projection_split("Wqkvz", &[full_conv + full_vd, d], 0, &[Run::heads(nk, 2 * dk + 2 * r * dv)]),
+            w.projection_split("Wba", &[2 * nv, d], 0, &[Run::heads(nk, 2 * r)]),
+        )),
+        GdnLayout::Split => Ok((
+            w.projection_split("Wqkv", &[full_conv, d], 0, &conv_runs),
+            w.projection_split("Wz", &[full_vd, d], 0, &v_heads),
+            w.projection_split("Wb", &[nv, d], 0, &per_v_head),
+            w.projection_split("Wa", &[nv, d], 0, &per_v_head),
+        )),
+    };
+    // HF stores conv1d as [conv, 1, K]; GGUF squeezes it to [conv, K].
+    let cw = if gguf {
+        w.weight_split("cw", &[full_conv, kernel], 0, &conv_runs)
+    } else {
+        w.weight_split("cw", &[full_conv, 1, kernel], 0, &conv_runs)
+    };
+    let dtb = w.weight_split("dtb", &[nv], 0, &per_v_head);
+    // HF stores A_log; GGUF stores ssm_a = −exp(A_log).
+    let alog = w.weight_split(if gguf { "ssma" } else { "Alog" }, &[nv], 0, &per_v_head);
+    let gn = w.weight("gn", &[dv]);
+    let wo = w.projection_split("Wo", &[d, full_vd], 1, &v_heads);
+    let states = ctx.decode().then(|| {
+        (
+            w.state_split("Cv", &[kernel - 1, full_conv], 1, &conv_runs),
+            w.state_split("Sd", &[nv, dk, dv], 0, &per_v_head),
+        )
+    });
+    let (nk, nv) = (ctx.local(nk), ctx.local(nv));
     let (kd, vd) = (nk * dk, nv * dv);
     let conv = 2 * kd + vd;
-    let gguf = matches!(ctx.spec.dialect, Dialect::Gguf);
 
     // Projections → mixed qkv [N, conv], z [N, nv, dv], b and a [N, nv].
-    let (mixed, z, b, a) = match layout {
-        GdnLayout::Grouped => {
-            let wqkvz = w.projection("Wqkvz", &[2 * kd + 2 * vd, d]);
-            let wba = w.projection("Wba", &[2 * nv, d]);
+    let (mixed, z, b, a) = match projections {
+        Err((wqkvz, wba)) => {
             let p = w.op("p", "linear", &[hn, &wqkvz], &[]);
             let pg = w.op("pg", "reshape", &[&p, &list(&[n, nk, 2 * dk + 2 * r * dv])], &[]);
             let qg = w.op("qg", "slice", &[&pg], &slice(2, 0, dk));
@@ -46,11 +85,7 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
             let a = w.op("a", "reshape", &[&ag, &list(&[n, nv])], &[]);
             (mixed, z, b, a)
         }
-        GdnLayout::Split => {
-            let wqkv = w.projection("Wqkv", &[conv, d]);
-            let wz = w.projection("Wz", &[vd, d]);
-            let wb = w.projection("Wb", &[nv, d]);
-            let wa = w.projection("Wa", &[nv, d]);
+        Ok((wqkv, wz, wb, wa)) => {
             let mixed = w.op("mix", "linear", &[hn, &wqkv], &[]);
             let zf = w.op("zf", "linear", &[hn, &wz], &[]);
             let z = w.op("z", "reshape", &[&zf, &list(&[n, nv, dv])], &[]);
@@ -59,14 +94,6 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
             (mixed, z, b, a)
         }
     };
-    // HF stores conv1d as [conv, 1, K]; GGUF squeezes it to [conv, K].
-    let cw = if gguf { w.weight("cw", &[conv, kernel]) } else { w.weight("cw", &[conv, 1, kernel]) };
-    let dtb = w.weight("dtb", &[nv]);
-    // HF stores A_log; GGUF stores ssm_a = −exp(A_log).
-    let alog = w.weight(if gguf { "ssma" } else { "Alog" }, &[nv]);
-    let gn = w.weight("gn", &[dv]);
-    let wo = w.projection("Wo", &[d, vd]);
-    let states = ctx.decode().then(|| (w.state("Cv", &[kernel - 1, conv]), w.state("Sd", &[nv, dk, dv])));
 
     // Causal depthwise conv + SiLU.
     let cwk = if gguf { cw } else { w.op("cwk", "reshape", &[&cw, &list(&[conv, kernel])], &[]) };
