@@ -187,7 +187,7 @@ fn lower_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Result<
 pub const HEAD_INPUT: &str = "xl";
 
 /// `source` with the name `from` renamed `to` (comments kept).
-fn rename_source(source: &Source, from: &str, to: &str) -> Result<Source, StreamedReject> {
+pub(super) fn rename_source(source: &Source, from: &str, to: &str) -> Result<Source, StreamedReject> {
     let mut program = parse(&source.text)
         .map_err(|d| StreamedReject::Front { program: "head".to_string(), refusal: Refusal { diagnostics: d } })?;
     program.rename(&|n| if n == from { to.to_string() } else { n.to_string() });
@@ -199,7 +199,7 @@ fn rename_source(source: &Source, from: &str, to: &str) -> Result<Source, Stream
 /// per-layer name rebound to layer 0 (`rebind(name, rep, 0)`), so that the program does not
 /// depend on which layer happens to come first — a model and the same model with more layers
 /// of a kind carry byte-identical kind programs.
-fn canonical(rep: &Source, layer: usize, kind: &str, cut: Cut) -> Result<Source, StreamedReject> {
+pub(super) fn canonical(rep: &Source, layer: usize, kind: &str, cut: Cut) -> Result<Source, StreamedReject> {
     use super::kinds::rebind;
     let mut program = parse(&rep.text)
         .map_err(|d| StreamedReject::Front { program: kind.to_string(), refusal: Refusal { diagnostics: d } })?;
@@ -215,7 +215,7 @@ fn canonical(rep: &Source, layer: usize, kind: &str, cut: Cut) -> Result<Source,
 
 /// The embedding or head source certification runs: the real one, or — for a vocabulary
 /// larger than `CERTIFY_VOCAB_ROWS` — the same program over the first rows of the table.
-fn certify_source(spec: &ModelSpec, cut: Cut, storage: &Storage, embed: bool) -> Source {
+pub(super) fn certify_source(spec: &ModelSpec, cut: Cut, storage: &Storage, embed: bool) -> Source {
     let mut small = spec.clone();
     small.vocab = spec.vocab.min(CERTIFY_VOCAB_ROWS);
     if embed {
@@ -227,7 +227,7 @@ fn certify_source(spec: &ModelSpec, cut: Cut, storage: &Storage, embed: bool) ->
 
 /// Parse, lift, lower and certify one program. `checked` is what certification runs: the
 /// program itself, or (embedding and head of a large vocabulary) the same program on fewer rows.
-fn lower_part(
+pub(super) fn lower_part(
     name: &str,
     source: &Source,
     checked: &Source,
