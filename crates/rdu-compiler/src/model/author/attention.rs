@@ -34,8 +34,8 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     let (qn, kn) = if qk_norm { (Some(w.weight("qn", &[hd])), Some(w.weight("kn", &[hd]))) } else { (None, None) };
     let (cos, sin, rot) = ctx.rope_tables(w);
     let caches = ctx.decode().then(|| {
-        let full = [ctx.cache_slots(), kv_runs[0].count, hd];
-        (w.state_split("Kc", &full, 1, &kv_runs), w.state_split("Vc", &full, 1, &kv_runs))
+        let (full, by_kv_head) = ([ctx.cache_slots(), kv_runs[0].count, hd], [Run::heads(kv_runs[0].count, 1)]);
+        (w.state_split("Kc", &full, 1, &by_kv_head), w.state_split("Vc", &full, 1, &by_kv_head))
     });
 
     let q = linear(w, "q", hn, &wq, bq.as_deref());
