@@ -5,7 +5,8 @@ use anyhow::{bail, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use rdu_compiler::lower::streamed::{
-    lower_decode_streamed, lower_forward_streamed, lower_tp_decode_streamed, LowerOptions, ProgramPart, Progress, StreamedModel,
+    lower_decode_streamed, lower_forward_streamed, lower_tp_decode_streamed, LowerOptions, ProgramPart, Progress,
+    StreamedModel,
 };
 use rdu_compiler::lower::PASSES;
 use rdu_spatial::chip::Chip;

@@ -86,7 +86,8 @@ fn check(arch: &str) {
             continue;
         }
         widths += 1;
-        let model = lower_tp_decode_streamed(&spec, tp, ctx, opts(&mut |_| {})).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let model =
+            lower_tp_decode_streamed(&spec, tp, ctx, opts(&mut |_| {})).unwrap_or_else(|e| panic!("{arch}: {e}"));
         assert_eq!(model.kinds.len(), one.kinds.len(), "{arch} tp {tp}: kinds differ from decode");
         for (k, d) in model.kinds.iter().zip(&one.kinds) {
             assert_eq!(k.layers, d.layers, "{arch} tp {tp}: kind {} groups other layers", k.program.name);

@@ -53,10 +53,8 @@ fn a_refused_width_names_the_dimension() {
 fn tp_kinds_are_the_decode_kinds_on_every_real_preset() {
     for name in real_presets() {
         let spec = presets::resolve(name).unwrap();
-        let decode: Vec<Vec<usize>> = layer_kinds_for(&spec, Cut::Decode { ctx: 4096 }, &Storage::AllQ8)
-            .into_iter()
-            .map(|k| k.layers)
-            .collect();
+        let decode: Vec<Vec<usize>> =
+            layer_kinds_for(&spec, Cut::Decode { ctx: 4096 }, &Storage::AllQ8).into_iter().map(|k| k.layers).collect();
         let widths = admitted_widths(&spec, 16, &Storage::AllQ8);
         assert!(widths.len() > 1, "{name} admits no width but 1");
         for tp in widths {
@@ -145,7 +143,10 @@ fn deepseek_v2_lite_certifies_at_tp_8() {
 
 /// Layer 0 of `name` at `tp` chips: the lowered per-chip program and graph, and the unsplit
 /// decode program and graph (names as in layer 0).
-fn split_kind(name: &str, tp: usize) -> (SpatialProgram, rdu_compiler::graph::Graph, SpatialProgram, rdu_compiler::graph::Graph) {
+fn split_kind(
+    name: &str,
+    tp: usize,
+) -> (SpatialProgram, rdu_compiler::graph::Graph, SpatialProgram, rdu_compiler::graph::Graph) {
     let spec = presets::resolve(name).expect("preset");
     let chip = Chip::builtin("sn50").unwrap();
     let storage = if admits_tp(&spec, tp, &Storage::AllQ8).is_ok() { Storage::AllQ8 } else { Storage::Dense };
@@ -153,7 +154,8 @@ fn split_kind(name: &str, tp: usize) -> (SpatialProgram, rdu_compiler::graph::Gr
     let src = source_of(&spec, 0, Cut::Tp { tp, ctx: 64 }, &storage);
     let program = parse(&src.text).unwrap();
     let graph = lift(&program).unwrap();
-    let split = lower_split("kind", &program, &graph, &src.q8, Split { chips: tp, slices: &src.slices }, &chip, &mut |_, _| {});
+    let split =
+        lower_split("kind", &program, &graph, &src.q8, Split { chips: tp, slices: &src.slices }, &chip, &mut |_, _| {});
     let whole = source_of(&spec, 0, Cut::Decode { ctx: 64 }, &storage);
     let whole_program = parse(&whole.text).unwrap();
     let whole_graph = lift(&whole_program).unwrap();
@@ -179,12 +181,20 @@ fn a_miscompiled_split_is_caught() {
         let s = &mut overlap.tp.as_mut().unwrap().splits[0];
         s.parts[1] = s.parts[0].clone();
         let fault = certify_tp(&overlap, &graph, &unsplit, &whole, &chip, 3).expect_err("overlapping slices");
-        assert!(matches!(&fault, CertifyFault::Structure(m) if m.contains("do not partition") || m.contains("stop at")), "{name}: {fault}");
+        assert!(
+            matches!(&fault, CertifyFault::Structure(m) if m.contains("do not partition") || m.contains("stop at")),
+            "{name}: {fault}"
+        );
 
         // An all-reduce dropped: the partial sum reaches the residual add.
         let mut dropped = program.clone();
-        let op = dropped.sections.iter_mut().flat_map(|s| &mut s.stages).flat_map(|st| &mut st.ops)
-            .find(|op| op.op == "all_reduce").expect("an all_reduce");
+        let op = dropped
+            .sections
+            .iter_mut()
+            .flat_map(|s| &mut s.stages)
+            .flat_map(|st| &mut st.ops)
+            .find(|op| op.op == "all_reduce")
+            .expect("an all_reduce");
         op.op = "scale".into();
         op.attrs = vec![("by".into(), Lit::Float(1.0))];
         let fault = certify_tp(&dropped, &graph, &unsplit, &whole, &chip, 3).expect_err("no all-reduce");

@@ -16,10 +16,10 @@ mod env;
 mod error;
 pub mod host;
 mod plan;
-mod tensor_parallel;
 pub mod sample;
 pub mod shared;
 pub mod states;
+mod tensor_parallel;
 pub mod tokenizer;
 pub mod weights;
 

@@ -35,13 +35,15 @@ impl Chips {
             if let Some(full) = weights.dense.remove(name) {
                 let values = full.as_f32().ok_or_else(|| fail("is not f32".into()))?;
                 for (c, chip) in chips.iter_mut().enumerate() {
-                    let (axis, ranges) = chip_ranges(&entry.slices, c).ok_or_else(|| fail(format!("no slice for chip {c}")))?;
+                    let (axis, ranges) =
+                        chip_ranges(&entry.slices, c).ok_or_else(|| fail(format!("no slice for chip {c}")))?;
                     let (shape, v) = take(&full.shape, values, axis, &ranges).map_err(fail)?;
                     chip.dense.insert(name.clone(), SimTensor::f32(shape, v));
                 }
             } else if let Some(full) = weights.q8.remove(name) {
                 for (c, chip) in chips.iter_mut().enumerate() {
-                    let (axis, ranges) = chip_ranges(&entry.slices, c).ok_or_else(|| fail(format!("no slice for chip {c}")))?;
+                    let (axis, ranges) =
+                        chip_ranges(&entry.slices, c).ok_or_else(|| fail(format!("no slice for chip {c}")))?;
                     chip.q8.insert(name.clone(), take_q8(&full, axis, &ranges).map_err(fail)?);
                 }
             }
@@ -64,36 +66,37 @@ impl Chips {
         states: &[(String, String)],
     ) -> std::result::Result<BTreeMap<String, SimTensor>, SimError> {
         let group = AllReduce::new(self.weights.len());
-        let results: Vec<std::result::Result<BTreeMap<String, SimTensor>, SimError>> =
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = self
-                    .weights
-                    .iter()
-                    .zip(self.states.iter_mut())
-                    .enumerate()
-                    .map(|(c, (local, store))| {
-                        let group = &group;
-                        scope.spawn(move || {
-                            let mut taken = BTreeMap::new();
-                            for (kind, layer) in states {
-                                if let Some(t) = store.take(layer) {
-                                    taken.insert(kind.clone(), t);
-                                }
+        let results: Vec<std::result::Result<BTreeMap<String, SimTensor>, SimError>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = self
+                .weights
+                .iter()
+                .zip(self.states.iter_mut())
+                .enumerate()
+                .map(|(c, (local, store))| {
+                    let group = &group;
+                    scope.spawn(move || {
+                        let mut taken = BTreeMap::new();
+                        for (kind, layer) in states {
+                            if let Some(t) = store.take(layer) {
+                                taken.insert(kind.clone(), t);
                             }
-                            let env = Env { local: Some(local), ..*env };
-                            let result = simulate_chip(program, &env, &mut taken, true, group, c);
-                            for (kind, layer) in states {
-                                store.put(layer, taken.remove(kind));
-                            }
-                            result
-                        })
+                        }
+                        let env = Env { local: Some(local), ..*env };
+                        let result = simulate_chip(program, &env, &mut taken, true, group, c);
+                        for (kind, layer) in states {
+                            store.put(layer, taken.remove(kind));
+                        }
+                        result
                     })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|_| Err(SimError::Invalid { message: "a chip's thread panicked".into() })))
-                    .collect()
-            });
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| Err(SimError::Invalid { message: "a chip's thread panicked".into() }))
+                })
+                .collect()
+        });
         // The cause, not the other chips' "another chip failed".
         let failed = |e: &SimError| e.to_string().contains("another chip failed");
         if let Some(e) = results.iter().filter_map(|r| r.as_ref().err()).find(|e| !failed(e)) {

@@ -25,14 +25,20 @@ pub fn check_split(split: &TpSplit, full: &[usize], local: Option<usize>, chips:
         let mut held = 0usize;
         for &(s, e) in ranges {
             if s >= e || e > extent {
-                return Err(format!("chip {c}'s range {s}..{e} of `{name}` axis {} is outside 0..{extent}", split.axis));
+                return Err(format!(
+                    "chip {c}'s range {s}..{e} of `{name}` axis {} is outside 0..{extent}",
+                    split.axis
+                ));
             }
             held += e - s;
             all.push((s, e));
         }
         if let Some(local) = local {
             if held != local {
-                return Err(format!("chip {c} holds {held} of `{name}` axis {}, the program declares {local}", split.axis));
+                return Err(format!(
+                    "chip {c} holds {held} of `{name}` axis {}, the program declares {local}",
+                    split.axis
+                ));
             }
         }
     }
@@ -136,7 +142,9 @@ mod tests {
     #[test]
     fn splits_partition_or_replicate_exactly() {
         assert!(check_split(&split(vec![vec![(0, 2)], vec![(2, 4)]]), &[4, 3], Some(2), 2).is_ok());
-        assert!(check_split(&split(vec![vec![(0, 2)], vec![(0, 2)], vec![(2, 4)], vec![(2, 4)]]), &[4], None, 4).is_ok());
+        assert!(
+            check_split(&split(vec![vec![(0, 2)], vec![(0, 2)], vec![(2, 4)], vec![(2, 4)]]), &[4], None, 4).is_ok()
+        );
         let overlap = check_split(&split(vec![vec![(0, 3)], vec![(2, 4)]]), &[4], None, 2).unwrap_err();
         assert!(overlap.contains("overlap"), "{overlap}");
         assert!(check_split(&split(vec![vec![(0, 2)], vec![(3, 4)]]), &[4], None, 2).unwrap_err().contains("gap"));

@@ -98,7 +98,8 @@ pub fn certify_tp(
             })?;
             let want = match splits.get(name.as_str()) {
                 Some(s) => {
-                    let data = want.as_f32().ok_or_else(|| CertifyFault::Structure(format!("state `{name}` is not f32")))?;
+                    let data =
+                        want.as_f32().ok_or_else(|| CertifyFault::Structure(format!("state `{name}` is not f32")))?;
                     let (shape, v) = take(want.shape(), data, s.axis, &s.parts[c]).map_err(CertifyFault::Structure)?;
                     crate::graph::Tensor::f32(shape, v)
                 }
@@ -138,7 +139,10 @@ fn check_slices(program: &SpatialProgram, full: &SpatialProgram, chips: usize) -
                 }
             }
             None if t.shape != whole.shape => {
-                return Err(format!("`{}` is {:?} on a chip but {:?} whole, and has no slices", t.name, t.shape, whole.shape))
+                return Err(format!(
+                    "`{}` is {:?} on a chip but {:?} whole, and has no slices",
+                    t.name, t.shape, whole.shape
+                ))
             }
             None => {}
         }
@@ -186,12 +190,19 @@ fn check_partials(program: &SpatialProgram) -> Result<(), String> {
         let result = match op.op.as_str() {
             "all_reduce" => match args.first().map(|a| a.1) {
                 Some(Class::Partial) => Class::Replicated,
-                Some(c) => return Err(format!("{at} sums a value that is not a partial sum ({c:?}): it would be counted once per chip")),
+                Some(c) => {
+                    return Err(format!(
+                        "{at} sums a value that is not a partial sum ({c:?}): it would be counted once per chip"
+                    ))
+                }
                 None => return Err(format!("{at} has no operand")),
             },
             "linear" | "linear_heads" if args.len() >= 2 && contracts_split(args[1].0) => {
                 if args[0].1 != Class::Local {
-                    return Err(format!("{at} contracts the split `{}` with a value that is not split alike", args[1].0));
+                    return Err(format!(
+                        "{at} contracts the split `{}` with a value that is not split alike",
+                        args[1].0
+                    ));
                 }
                 Class::Partial
             }

@@ -8,9 +8,9 @@ pub mod work;
 
 use crate::graph::Graph;
 use crate::lang::ast::Program;
+use crate::lang::Slices;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::program::SpatialProgram;
-use crate::lang::Slices;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The passes of `lower`, in order; `--dump-after` takes one of these names.

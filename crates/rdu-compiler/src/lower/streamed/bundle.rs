@@ -163,10 +163,7 @@ impl Tables {
                         None => return Err(format!("no checkpoint tensor is known for `{name}` of {}", spec.name)),
                     };
                     let storage = if source.q8.contains(&name) { TensorStorage::Q8_0 } else { TensorStorage::Dense };
-                    self.tensors.insert(
-                        name,
-                        TensorEntry { shape, dtype: "f32".into(), storage, checkpoint, slices },
-                    );
+                    self.tensors.insert(name, TensorEntry { shape, dtype: "f32".into(), storage, checkpoint, slices });
                 }
                 DeclKind::Input if name == "tok" || name == "pos" => {
                     self.inputs.insert(name.clone(), InputEntry { name, dtype: d.ty.dtype.keyword().into(), shape });

@@ -192,7 +192,11 @@ pub(super) fn rename_source(source: &Source, from: &str, to: &str) -> Result<Sou
         .map_err(|d| StreamedReject::Front { program: "head".to_string(), refusal: Refusal { diagnostics: d } })?;
     program.rename(&|n| if n == from { to.to_string() } else { n.to_string() });
     let comment: String = source.text.lines().take_while(|l| l.starts_with('#')).map(|l| format!("{l}\n")).collect();
-    Ok(Source { text: format!("{comment}{}", crate::lang::print(&program)), q8: source.q8.clone(), slices: source.slices.clone() })
+    Ok(Source {
+        text: format!("{comment}{}", crate::lang::print(&program)),
+        q8: source.q8.clone(),
+        slices: source.slices.clone(),
+    })
 }
 
 /// A kind's program as the bundle carries it: its representative's program with every

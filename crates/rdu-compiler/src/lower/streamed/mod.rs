@@ -13,8 +13,8 @@ pub use deploy::{
     lower_decode_streamed, lower_forward_streamed, LayerBinding, LayerKind, LowerOptions, ProgramPart, Progress,
     StepEstimate, StreamedModel, StreamedReject,
 };
-pub use tp::lower_tp_decode_streamed;
 pub use kinds::{
     layer_kinds, layer_kinds_for, rebind, rebind_via, renaming, HiddenNames, KindGroup, Storage, KINDS_CTX, SINGLE,
     STACKED,
 };
+pub use tp::lower_tp_decode_streamed;

@@ -6,8 +6,8 @@
 //! (`certify::certify_tp`).
 
 use super::deploy::{
-    canonical, certify_source, lower_part, rename_source, LayerBinding, LayerKind, LowerOptions, ProgramPart,
-    Progress, StreamedModel, StreamedReject, HEAD_INPUT,
+    canonical, certify_source, lower_part, rename_source, LayerBinding, LayerKind, LowerOptions, ProgramPart, Progress,
+    StreamedModel, StreamedReject, HEAD_INPUT,
 };
 use super::kinds::{kinds_of_sources, renaming};
 use crate::certify::certify_tp;
