@@ -23,6 +23,10 @@ use writer::{float, Writer};
 
 /// The program of layer `layer` of `spec` for one step of `cut`.
 ///
+/// For a tensor-parallel cut the program is one chip's share (every chip runs it on its own
+/// slices, listed in `Source::slices`), with an `all_reduce` after the mixer and after the FFN;
+/// the width must be one the model admits (`fit::admits_tp`).
+///
 /// Panics if `layer` is out of range (callers iterate `0..spec.n_layers()`).
 pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) -> Source {
     let lspec = &spec.layers[layer];
