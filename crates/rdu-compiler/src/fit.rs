@@ -31,7 +31,7 @@ pub fn admits_tp(spec: &ModelSpec, tp: usize, storage: &Storage) -> Result<(), T
     let name = &spec.name;
     for (l, layer) in spec.layers.iter().enumerate() {
         let at = |what: &str, n: usize| format!("does not divide the {n} {what} of {name} (layer {l})");
-        let divides = |n: usize| n % tp == 0;
+        let divides = |n: usize| n.is_multiple_of(tp);
         // (name of the weight whose `in` axis is split, its full `in` extent)
         let mut row_split: Vec<(&str, usize)> = Vec::new();
         match &layer.mixer {
@@ -39,7 +39,7 @@ pub fn admits_tp(spec: &ModelSpec, tp: usize, storage: &Storage) -> Result<(), T
                 if !divides(*heads) {
                     return refuse(Some(l), at("attention heads", *heads));
                 }
-                if !divides(*kv_heads) && tp % kv_heads != 0 {
+                if !divides(*kv_heads) && !tp.is_multiple_of(*kv_heads) {
                     let why = format!(
                         "does not divide the {kv_heads} kv heads of {name} (layer {l}), nor is it a multiple of them"
                     );
@@ -86,8 +86,8 @@ pub fn admits_tp(spec: &ModelSpec, tp: usize, storage: &Storage) -> Result<(), T
         for (base, extent) in row_split {
             let weight = format!("{base}{l}");
             // A projection is declared `q8` (may be stored Q8_0) when its `in` axis holds whole blocks.
-            let stored_q8 = extent % Q8_BLOCK == 0 && storage.stores_q8(&weight);
-            if stored_q8 && (extent / tp) % Q8_BLOCK != 0 {
+            let stored_q8 = extent.is_multiple_of(Q8_BLOCK) && storage.stores_q8(&weight);
+            if stored_q8 && !(extent / tp).is_multiple_of(Q8_BLOCK) {
                 return refuse(
                     Some(l),
                     format!(

@@ -109,7 +109,7 @@ pub fn take_q8(w: &Q8Weight, axis: usize, ranges: &[(usize, usize)]) -> Result<Q
     let mut block_shape = w.shape.clone();
     block_shape[rank - 1] /= QK8_0;
     let block_ranges: Vec<(usize, usize)> = if axis == rank - 1 {
-        if let Some(&(s, e)) = ranges.iter().find(|(s, e)| s % QK8_0 != 0 || e % QK8_0 != 0) {
+        if let Some(&(s, e)) = ranges.iter().find(|(s, e)| !s.is_multiple_of(QK8_0) || !e.is_multiple_of(QK8_0)) {
             return Err(format!("range {s}..{e} splits the Q8_0 blocks of {QK8_0} values"));
         }
         ranges.iter().map(|(s, e)| (s / QK8_0, e / QK8_0)).collect()
@@ -158,7 +158,7 @@ mod tests {
         let w = Q8Weight::quantize(&[2, 64], &values).unwrap();
         let right = take_q8(&w, 1, &[(32, 64)]).unwrap();
         assert_eq!(right.shape, vec![2, 32]);
-        assert_eq!(right.blocks, vec![w.blocks[1].clone(), w.blocks[3].clone()]);
+        assert_eq!(right.blocks, vec![w.blocks[1], w.blocks[3]]);
         assert!(take_q8(&w, 1, &[(16, 48)]).is_err());
         assert_eq!(take_q8(&w, 0, &[(1, 2)]).unwrap().blocks, w.blocks[2..].to_vec());
     }

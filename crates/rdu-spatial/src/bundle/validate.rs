@@ -265,8 +265,11 @@ fn tensor_problem(entry: &TensorEntry, chips: usize) -> Option<String> {
     }
     if entry.storage == TensorStorage::Q8_0 {
         let last = rank.saturating_sub(1);
-        let split_block =
-            entry.slices.iter().flatten().any(|s| s.axis == last && (s.start % 32 != 0 || s.len % 32 != 0));
+        let split_block = entry
+            .slices
+            .iter()
+            .flatten()
+            .any(|s| s.axis == last && (!s.start.is_multiple_of(32) || !s.len.is_multiple_of(32)));
         if split_block {
             return Some("slices split its Q8_0 blocks: ranges of the last axis must be multiples of 32".into());
         }

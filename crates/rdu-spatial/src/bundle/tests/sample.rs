@@ -128,7 +128,7 @@ fn layer(l: usize, kind: &str, io: &[(&str, &str)], rep: usize) -> LayerEntry {
     LayerEntry { layer: l, kind: kind.into(), bind }
 }
 
-fn tensor(shape: &[usize], storage: TensorStorage, name: &str, slices: Vec<Slice>) -> TensorEntry {
+fn tensor(shape: &[usize], storage: TensorStorage, name: &str, slices: Vec<Vec<Slice>>) -> TensorEntry {
     TensorEntry {
         shape: shape.to_vec(),
         dtype: "f32".into(),
