@@ -263,6 +263,9 @@ fn tensor_problem(entry: &TensorEntry, chips: usize) -> Option<String> {
     if entry.storage == TensorStorage::Q8_0 && entry.shape.last().is_none_or(|d| d % 32 != 0) {
         return Some(format!("shape {:?} cannot be Q8_0: the last dimension is not a multiple of 32", entry.shape));
     }
+    if let Some(problem) = slices_problem(&entry.slices, &entry.shape, chips) {
+        return Some(problem);
+    }
     if entry.storage == TensorStorage::Q8_0 {
         let last = rank.saturating_sub(1);
         let split_block = entry
@@ -274,7 +277,7 @@ fn tensor_problem(entry: &TensorEntry, chips: usize) -> Option<String> {
             return Some("slices split its Q8_0 blocks: ranges of the last axis must be multiples of 32".into());
         }
     }
-    slices_problem(&entry.slices, &entry.shape, chips)
+    None
 }
 
 /// What is wrong with the per-chip slices of a tensor or state of `shape`, if anything: one

@@ -130,6 +130,13 @@ fn tensors_are_checked_against_their_shapes_and_the_chips() {
     let err = problem(|b| b.manifest.states[0].slices[1] = vec![Slice { axis: 1, start: 0, len: 1 }]);
     assert!(err.to_string().contains("states.Kc0"), "{err}");
     let err = problem(|b| {
+        b.manifest.tensors.get_mut("Wo2").unwrap().slices = vec![
+            vec![Slice { axis: 1, start: 0, len: 16 }, Slice { axis: 1, start: 32, len: 16 }],
+            vec![Slice { axis: 1, start: 16, len: 16 }, Slice { axis: 1, start: 48, len: 16 }],
+        ];
+    });
+    assert!(err.to_string().contains("split its Q8_0 blocks"), "{err}");
+    let err = problem(|b| {
         let t = b.manifest.tensors.get_mut("an0").unwrap();
         t.storage = TensorStorage::Q8_0;
         t.shape = vec![48];
