@@ -13,6 +13,8 @@ use rdu_compiler::model::config::from_config_path;
 use rdu_compiler::model::spec::ModelSpec;
 use rdu_host::{Host, WeightsSource};
 use rdu_spatial::chip::Chip;
+use rdu_spatial::manifest::chip_ranges;
+use rdu_spatial::tensor_parallel::take;
 use std::path::{Path, PathBuf};
 
 /// Max absolute difference allowed against transformers and against one chip.
@@ -52,14 +54,22 @@ fn opts(progress: &mut dyn FnMut(rdu_compiler::lower::streamed::Progress<'_>)) -
 
 /// Every logits row of the prompt decoded token by token, then of the fixture's generated
 /// tokens fed back (teacher-forced, so that every width sees the same positions).
-fn decode_rows(model: &StreamedModel, dir: &Path, tokens: &[u32], gen_ids: &[u32], out: &Path) -> Vec<Vec<f32>> {
+fn decode_rows(
+    model: &StreamedModel,
+    dir: &Path,
+    tokens: &[u32],
+    gen_ids: &[u32],
+    out: &Path,
+) -> (Vec<Vec<f32>>, Host) {
     model.bundle().expect("bundle").write(out, false).expect("write");
     let mut host = Host::load(out, &WeightsSource::Hf(dir.to_path_buf()), &mut |_, _, _| {}).expect("load");
     let feed: Vec<u32> = tokens.iter().chain(&gen_ids[..gen_ids.len() - 1]).copied().collect();
-    feed.iter()
+    let rows = feed
+        .iter()
         .enumerate()
         .map(|(pos, &tok)| host.step(&[tok], pos).expect("step").logits.as_f32().expect("f32").to_vec())
-        .collect()
+        .collect();
+    (rows, host)
 }
 
 fn check(arch: &str) {
@@ -74,7 +84,7 @@ fn check(arch: &str) {
     want.extend(npy_f32(&dir.join("gen_logits.npy"))[vocab..].iter().copied());
 
     let one = lower_decode_streamed(&spec, ctx, opts(&mut |_| {})).unwrap_or_else(|e| panic!("{arch}: {e}"));
-    let one_chip = decode_rows(&one, &dir, &tokens, &gen_ids, &tmp.path().join("tp1"));
+    let (one_chip, one_host) = decode_rows(&one, &dir, &tokens, &gen_ids, &tmp.path().join("tp1"));
     let mut widths = 0;
     for tp in [2, 4] {
         if let Err(refusal) = admits_tp(&spec, tp, &Storage::Dense) {
@@ -93,10 +103,23 @@ fn check(arch: &str) {
             assert_eq!(k.layers, d.layers, "{arch} tp {tp}: kind {} groups other layers", k.program.name);
             assert!(k.program.spatial.tp.as_ref().is_some_and(|t| t.chips as usize == tp && t.all_reduce.len() == 2));
         }
-        let rows = decode_rows(&model, &dir, &tokens, &gen_ids, &tmp.path().join(format!("tp{tp}")));
+        let (rows, host) = decode_rows(&model, &dir, &tokens, &gen_ids, &tmp.path().join(format!("tp{tp}")));
         for (pos, row) in rows.iter().enumerate() {
             max_diff(&format!("{arch} tp {tp} vs tp 1 at {pos}"), row, &one_chip[pos]);
             max_diff(&format!("{arch} tp {tp} vs transformers at {pos}"), row, &want[pos * vocab..(pos + 1) * vocab]);
+        }
+        // Every chip's carried state is its slice of the one-chip state (a replicated one whole).
+        assert_eq!(host.chips(), tp);
+        for entry in &host.manifest().states {
+            let whole = one_host.state(&entry.name).expect("one-chip state");
+            for c in 0..tp {
+                let got = host.chip_state(c, &entry.name).expect("chip state");
+                let want = match chip_ranges(&entry.slices, c) {
+                    Some((axis, ranges)) => take(&whole.shape, whole.as_f32().unwrap(), axis, &ranges).unwrap().1,
+                    None => whole.as_f32().unwrap().to_vec(),
+                };
+                max_diff(&format!("{arch} tp {tp} chip {c} state {}", entry.name), got.as_f32().unwrap(), &want);
+            }
         }
     }
     assert!(widths > 0, "{arch}: no width of 2 and 4 is admitted, nothing was compared");
