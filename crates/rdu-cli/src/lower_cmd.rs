@@ -37,7 +37,7 @@ pub struct LowerArgs {
     /// Print one JSON object summarising the lowering
     #[arg(long)]
     json: bool,
-    /// Print every program's spatial form after this pass (select, from_q8, fuse, tile, section, place)
+    /// Print every program's spatial form after this pass (select, from_q8, fuse, tile, section, place, tensor_parallel)
     #[arg(long, value_name = "PASS")]
     dump_after: Option<String>,
     /// Seed of the certification inputs
@@ -103,7 +103,7 @@ fn part_json(p: &ProgramPart) -> Value {
         "digest": p.digest,
         "certified": true,
         "certificate": {"checks": p.certificate.checks, "seed": p.certificate.seed, "tolerance": p.certificate.tolerance, "max_abs_err": p.certificate.max_abs_err},
-        "cost": {"seconds": p.cost.seconds, "hbm_bytes": p.cost.hbm_bytes, "flops": p.cost.flops, "pcus": p.cost.pcus, "pmus": p.cost.pmus, "sections": p.cost.sections.len()},
+        "cost": {"seconds": p.cost.seconds, "hbm_bytes": p.cost.hbm_bytes, "flops": p.cost.flops, "pcus": p.cost.pcus, "pmus": p.cost.pmus, "sections": p.cost.sections.len(), "link_bytes": p.cost.link_bytes},
     })
 }
 
