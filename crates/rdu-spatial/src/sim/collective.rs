@@ -108,3 +108,50 @@ impl Collective for AllReduce {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_chip_gets_the_same_sum_again_and_again() {
+        let group = AllReduce::new(3);
+        let sums: Vec<Vec<Vec<f32>>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..3)
+                .map(|c| {
+                    let group = &group;
+                    s.spawn(move || {
+                        (0..4)
+                            .map(|round| {
+                                let mut x = SimTensor::f32(vec![2], vec![c as f32 + round as f32, 1.0]);
+                                group.all_reduce(c, &mut x).unwrap();
+                                x.as_f32().unwrap().to_vec()
+                            })
+                            .collect()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for chip in &sums {
+            for (round, sum) in chip.iter().enumerate() {
+                assert_eq!(sum, &vec![3.0 + 3.0 * round as f32, 3.0]);
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_chip_releases_the_others() {
+        let group = AllReduce::new(2);
+        let results: Vec<Result<(), SimError>> = std::thread::scope(|s| {
+            let waiting = s.spawn(|| group.all_reduce(0, &mut SimTensor::f32(vec![1], vec![1.0])));
+            let failing = s.spawn(|| {
+                group.abort("chip 1 could not bind a weight");
+                Err(SimError::Invalid { message: "failed".into() })
+            });
+            vec![waiting.join().unwrap(), failing.join().unwrap()]
+        });
+        let err = results[0].as_ref().unwrap_err().to_string();
+        assert!(err.contains("another chip failed: chip 1 could not bind a weight"), "{err}");
+    }
+}
