@@ -69,10 +69,11 @@ fn fit_reports_memory_per_chip_and_the_admitted_widths() {
     assert!(w8 >= share && w8 < share + 4_000_000, "{w8} per chip vs {share}");
 }
 
-#[test]
-fn a_q8_0_gguf_sliced_per_chip_matches_transformers() {
-    let dir = repo().join("tests/data/fixtures/gguf/llama");
-    let gguf = dir.join("tiny-llama-q8_0.gguf");
+/// A Q8_0 GGUF file decoded at `--tp 1` and `--tp 2`: both within 1e-4 of transformers'
+/// logits on the dequantised weights, and of each other.
+fn gguf_at_tp_2(arch: &str) {
+    let dir = repo().join("tests/data/fixtures/gguf").join(arch);
+    let gguf = dir.join(format!("tiny-{arch}-q8_0.gguf"));
     let meta: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
     let tokens: Vec<String> = meta["tokens"].as_array().unwrap().iter().map(|t| t.to_string()).collect();
     let tokens = tokens.join(",");
@@ -85,13 +86,23 @@ fn a_q8_0_gguf_sliced_per_chip_matches_transformers() {
         ok(&args);
         let got = npy_f32(&out);
         let d = max_diff(&got, &want);
-        assert!(d <= 1e-4, "tp {tp}: max |diff| {d:e} against transformers (Q8_0 dequantised)");
+        assert!(d <= 1e-4, "{arch} tp {tp}: max |diff| {d:e} against transformers (Q8_0 dequantised)");
         runs.push(got);
     }
-    assert!(max_diff(&runs[0], &runs[1]) <= 1e-4);
+    assert!(max_diff(&runs[0], &runs[1]) <= 1e-4, "{arch}");
     // Four chips would split the output projection's 64 input columns into 16: not whole blocks.
     let line = user_error(&["run", gguf.to_str().unwrap(), "--tokens", &tokens, "--tp", "4"]);
-    assert!(line.contains("Q8_0 blocks of Wo0"), "{line}");
+    assert!(line.contains("Q8_0 blocks of Wo0"), "{arch}: {line}");
+}
+
+#[test]
+fn a_q8_0_llama_gguf_sliced_per_chip_matches_transformers() {
+    gguf_at_tp_2("llama");
+}
+
+#[test]
+fn a_q8_0_gemma3_gguf_with_one_kv_head_replicated_matches_transformers() {
+    gguf_at_tp_2("gemma3");
 }
 
 #[test]
