@@ -256,3 +256,23 @@ fn tp_programs_and_bundles_round_trip_and_are_deterministic() {
         );
     }
 }
+
+#[test]
+fn every_tiny_preset_certifies_at_every_admitted_width_up_to_4() {
+    for name in presets::names().into_iter().filter(|n| n.starts_with("tiny-")) {
+        let spec = presets::resolve(name).unwrap();
+        let widths = admitted_widths(&spec, 4, &Storage::Dense);
+        assert!(widths.contains(&2), "{name} admits no split at all: {widths:?}");
+        for tp in widths.into_iter().filter(|&tp| tp > 1) {
+            let model = lower_tp_decode_streamed(&spec, tp, 16, opts(Storage::Dense, &mut |_| {}))
+                .unwrap_or_else(|e| panic!("{name} tp {tp}: {e}"));
+            for k in &model.kinds {
+                let checks = &k.program.certificate.checks;
+                assert!(
+                    checks.iter().any(|c| c.starts_with(&format!("numbers over {tp} chips"))),
+                    "{name}: {checks:?}"
+                );
+            }
+        }
+    }
+}
