@@ -1,6 +1,8 @@
 //! `rdu fit`: the memory a decode deployment holds on one chip — weights as stored, KV caches
-//! and carried state — placed in the chip's HBM and then its DDR. It does not lower anything:
-//! it reads the declarations of every authored program.
+//! and carried state — placed in the chip's HBM and then its DDR; with `--tp T`, on each of T
+//! chips (its slices of every layer; the embedding and head replicated), after checking that
+//! the model admits T (`fit::admits_tp`). It does not lower anything: it reads the
+//! declarations of every authored program.
 //!
 //! Counting, stated once: a weight in the program's Q8_0 set is held as Q8_0 blocks (34
 //! bytes per 32 elements), any other weight as bf16; carried state as f32 (as the programs
@@ -11,6 +13,7 @@
 use crate::model_arg::{resolve, StorageArg};
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
+use rdu_compiler::fit::{admits_tp, admitted_widths};
 use rdu_compiler::lang::ast::DeclKind;
 use rdu_compiler::lang::{parse, Source};
 use rdu_compiler::lower::streamed::layer_kinds_for;
@@ -40,7 +43,14 @@ pub struct FitArgs {
     /// Print one JSON object: {"model", "chip", "ctx", "storage", "parts", "weight_bytes", "state_bytes", ...}
     #[arg(long)]
     json: bool,
+    /// Tensor-parallel width: whether the model admits T chips (the reason if not), and the
+    /// memory each chip holds (its slices of every layer, the replicated embedding and head)
+    #[arg(long, value_name = "T")]
+    tp: Option<usize>,
 }
+
+/// Widths `rdu fit` lists as admitted.
+const MAX_LISTED_TP: usize = 64;
 
 /// What one program (or all layers of one kind) adds to the demand.
 #[derive(Default)]
@@ -108,16 +118,25 @@ pub fn run(args: &FitArgs) -> Result<()> {
         batch => Cut::Batched { batch, ctx: args.ctx },
     };
     let storage = args.storage.storage();
+    if let Some(tp) = args.tp {
+        admits_tp(&spec, tp, &storage)?;
+    }
+    // Each chip holds its share of every layer; the embedding and head are replicated.
+    let layer_cut = match (args.tp, args.batch) {
+        (Some(tp), 1) => Cut::Tp { tp, ctx: args.ctx },
+        (Some(tp), batch) => Cut::BatchedTp { batch, tp, ctx: args.ctx },
+        (None, _) => cut,
+    };
     let mut tally = Tally::default();
 
     let mut parts = Vec::new();
     let mut embed = Part { name: "embed".into(), ..Part::default() };
     tally.add(&mut embed, &embed_source(&spec, cut, &storage), "embedding")?;
     parts.push(embed);
-    for kind in layer_kinds_for(&spec, cut, &storage) {
+    for kind in layer_kinds_for(&spec, layer_cut, &storage) {
         let mut part = Part { name: kind.name.clone(), layers: kind.layers.len(), ..Part::default() };
         for &l in &kind.layers {
-            tally.add(&mut part, &source_of(&spec, l, cut, &storage), &format!("layer {l}"))?;
+            tally.add(&mut part, &source_of(&spec, l, layer_cut, &storage), &format!("layer {l}"))?;
         }
         parts.push(part);
     }
@@ -139,6 +158,8 @@ pub fn run(args: &FitArgs) -> Result<()> {
         tied: spec.head.tied,
         fit: place(&chip, demand),
         parts,
+        chips: args.tp.unwrap_or(1),
+        admitted: admitted_widths(&spec, MAX_LISTED_TP, &storage),
     };
     if args.json {
         print_json(&report);
@@ -158,6 +179,10 @@ struct Report<'a> {
     tied: bool,
     parts: Vec<Part>,
     fit: MemoryFit,
+    /// Chips the demand is per (tensor parallel), 1 otherwise.
+    chips: usize,
+    /// Tensor-parallel widths up to `MAX_LISTED_TP` the model admits.
+    admitted: Vec<usize>,
 }
 
 impl Report<'_> {
@@ -179,7 +204,8 @@ fn print_json(r: &Report) {
     let out = json!({
         "model": r.model,
         "chip": r.chip.name,
-        "chips": 1,
+        "chips": r.chips,
+        "tp_admitted": r.admitted,
         "ctx": r.ctx,
         "batch": r.batch,
         "storage": r.storage,
@@ -203,10 +229,13 @@ fn print_json(r: &Report) {
 
 fn print_text(r: &Report) {
     let (fit, parts) = (&r.fit, &r.parts);
+    let on = match r.chips {
+        1 => format!("one {}", r.chip.name),
+        n => format!("each of {n} {} chips (tensor parallel)", r.chip.name),
+    };
     println!(
-        "{} on one {}: decode of {} sequence(s), ctx {}, storage {}, {} parameters",
+        "{} on {on}: decode of {} sequence(s), ctx {}, storage {}, {} parameters",
         r.model,
-        r.chip.name,
         r.batch,
         r.ctx,
         r.storage,
@@ -240,6 +269,8 @@ fn print_text(r: &Report) {
         format!("fits in HBM with {} to spare", gb(fit.hbm_capacity - fit.hbm_bytes))
     };
     println!("  {verdict}");
+    let widths: Vec<String> = r.admitted.iter().map(usize::to_string).collect();
+    println!("  tensor-parallel widths admitted (up to {MAX_LISTED_TP}): {}", widths.join(", "));
 }
 
 /// Decimal gigabytes, as chip vendors state capacities.

@@ -5,8 +5,8 @@ use anyhow::{bail, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use rdu_compiler::lower::streamed::{
-    lower_batched_decode_streamed, lower_decode_streamed, lower_forward_streamed, LowerOptions, ProgramPart, Progress,
-    StreamedModel,
+    lower_batched_decode_streamed, lower_decode_streamed, lower_forward_streamed, lower_tp_decode_streamed,
+    LowerOptions, ProgramPart, Progress, StreamedModel,
 };
 use rdu_compiler::lower::PASSES;
 use rdu_spatial::chip::Chip;
@@ -37,7 +37,7 @@ pub struct LowerArgs {
     /// Print one JSON object summarising the lowering
     #[arg(long)]
     json: bool,
-    /// Print every program's spatial form after this pass (select, from_q8, fuse, tile, section, place)
+    /// Print every program's spatial form after this pass (select, from_q8, fuse, tile, section, place, tensor_parallel)
     #[arg(long, value_name = "PASS")]
     dump_after: Option<String>,
     /// Seed of the certification inputs
@@ -76,6 +76,7 @@ pub fn run(args: &LowerArgs) -> Result<()> {
         rdu_compiler::model::spec::Cut::Batched { batch, ctx } => {
             lower_batched_decode_streamed(&spec, batch, ctx, opts)
         }
+        rdu_compiler::model::spec::Cut::Tp { tp, ctx } => lower_tp_decode_streamed(&spec, tp, ctx, opts),
         other => Err(rdu_compiler::lower::streamed::StreamedReject::Invalid(format!(
             "the {} cut is not lowered yet",
             other.word()
@@ -105,7 +106,7 @@ fn part_json(p: &ProgramPart) -> Value {
         "digest": p.digest,
         "certified": true,
         "certificate": {"checks": p.certificate.checks, "seed": p.certificate.seed, "tolerance": p.certificate.tolerance, "max_abs_err": p.certificate.max_abs_err},
-        "cost": {"seconds": p.cost.seconds, "hbm_bytes": p.cost.hbm_bytes, "flops": p.cost.flops, "pcus": p.cost.pcus, "pmus": p.cost.pmus, "sections": p.cost.sections.len()},
+        "cost": {"seconds": p.cost.seconds, "hbm_bytes": p.cost.hbm_bytes, "flops": p.cost.flops, "pcus": p.cost.pcus, "pmus": p.cost.pmus, "sections": p.cost.sections.len(), "link_bytes": p.cost.link_bytes},
     })
 }
 

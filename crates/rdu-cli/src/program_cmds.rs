@@ -6,6 +6,7 @@ use clap::Args;
 use rdu_compiler::lower::streamed::layer_kinds;
 use rdu_compiler::model::author::{embed_source, head_source, source_of};
 use rdu_compiler::model::presets;
+use rdu_compiler::model::spec::Cut;
 use serde_json::json;
 
 #[derive(Args)]
@@ -90,6 +91,9 @@ pub fn source(args: &SourceArgs) -> Result<()> {
     let spec = resolve(&args.model)?;
     let cut = args.cut.cut(&args.sizes)?;
     let storage = args.storage.storage();
+    if matches!(cut, Cut::Tp { .. } | Cut::BatchedTp { .. }) {
+        rdu_compiler::fit::admits_tp(&spec, cut.tp(), &storage)?;
+    }
     let src = match (args.layer, args.part.as_deref()) {
         (_, Some("embed")) => embed_source(&spec, cut, &storage),
         (_, Some(_)) => head_source(&spec, cut, &storage),

@@ -6,7 +6,9 @@ use crate::model_arg::{resolve_with_weights, storage_of, StorageArg, Weights};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_forward_streamed, LowerOptions, Storage};
+use rdu_compiler::lower::streamed::{
+    lower_decode_streamed, lower_forward_streamed, lower_tp_decode_streamed, LowerOptions, Storage,
+};
 use rdu_compiler::model::spec::ModelSpec;
 use rdu_compiler::reference::{Reference, SeededWeights, WeightSource};
 use rdu_host::{Host, WeightsSource};
@@ -86,6 +88,11 @@ pub struct RunArgs {
     /// `{b}` in --logits is replaced by the sequence's index
     #[arg(long, value_name = "FILE", conflicts_with_all = ["tokens", "prompt"])]
     pub(crate) batch_prompts: Option<PathBuf>,
+    /// Decode over T chips (tensor parallel): each layer's heads and FFN columns split over T
+    /// threads with a real all-reduce (the spatial engine's decode cut; with --batch-prompts,
+    /// the batched tensor-parallel cut)
+    #[arg(long, value_name = "T")]
+    pub(crate) tp: Option<usize>,
 }
 
 /// Computes the logits rows of `tokens`, the first of which is at position `pos`.
@@ -129,6 +136,14 @@ pub fn run(args: &RunArgs) -> Result<()> {
         bail!("prompt ({}) plus -n {} needs {total} positions but --ctx is {ctx}", prompt_ids.len(), args.n);
     }
     let storage = storage_of(args.storage, &weights);
+    if let Some(tp) = args.tp {
+        if args.engine != Engine::Spatial || args.cut != RunCut::Decode {
+            bail!("--tp runs the spatial engine's decode cut; drop --engine reference / --cut forward");
+        }
+        if args.bundle.is_none() {
+            rdu_compiler::fit::admits_tp(&spec, tp, &storage)?;
+        }
+    }
     let vocab = spec.vocab;
     let seeded = SeededWeights { seed: args.seed, unit_offset: spec.head.norm_unit_offset };
     let (reference_weights, host_weights): (&dyn WeightSource, WeightsSource) = match &weights {
@@ -284,9 +299,10 @@ fn spatial_engine<'a>(
     let tmp = tempfile::tempdir().context("creating a temporary bundle directory")?;
     let lower_into = move |dir: &std::path::Path, seq: Option<usize>| -> Result<()> {
         let opts = LowerOptions { chip: chip.clone(), storage: storage.clone(), seed: 0, progress: &mut |_| {} };
-        let model = match seq {
-            Some(seq) => lower_forward_streamed(spec, seq, opts),
-            None => lower_decode_streamed(spec, ctx, opts),
+        let model = match (seq, args.tp) {
+            (Some(seq), _) => lower_forward_streamed(spec, seq, opts),
+            (None, Some(tp)) => lower_tp_decode_streamed(spec, tp, ctx, opts),
+            (None, None) => lower_decode_streamed(spec, ctx, opts),
         }
         .map_err(|e| anyhow!("{e}"))?;
         model.bundle().map_err(|e| anyhow!(e))?.write(dir, true)?;

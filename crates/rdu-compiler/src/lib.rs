@@ -9,6 +9,7 @@
 
 pub mod certify;
 pub mod error;
+pub mod fit;
 pub mod front;
 pub mod graph;
 pub mod lang;

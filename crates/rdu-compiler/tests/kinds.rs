@@ -174,7 +174,7 @@ fn authored_programs_round_trip_through_printer_and_parser() {
                 let p = parse(&src.text).unwrap_or_else(|d| panic!("{name}: {}\n{}", d[0], src.text));
                 let printed = print(&p);
                 assert_eq!(parse(&printed).expect("printed program parses"), p, "{name}");
-                let reprinted = Source { text: printed, q8: src.q8.clone() };
+                let reprinted = Source { text: printed, q8: src.q8.clone(), slices: src.slices.clone() };
                 assert_eq!(shape_digest(&reprinted), shape_digest(&src), "{name}: printing changed the digest");
             }
         }

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use rdu_spatial::manifest::{Manifest, TensorStorage};
+use rdu_spatial::manifest::{chip_shape, Manifest, TensorStorage};
 use rdu_spatial::{Role, SpatialProgram, Storage};
 
 use crate::error::{HostError, Result};
@@ -56,7 +56,7 @@ pub(crate) fn check(manifest: &Manifest, u: &Use<'_>, produced: &mut BTreeSet<St
             let role = role.as_str();
             return Err(fail(format!("the manifest lists it among {}, but the program declares a {role}", def.list)));
         }
-        if def.shape != decl.shape.as_slice() {
+        if def.shape != decl.shape {
             return Err(HostError::BindingShape {
                 program: u.label.to_string(),
                 tensor: decl.name.clone(),
@@ -92,24 +92,30 @@ fn unbound(u: &Use<'_>, tensor: &str) -> HostError {
 /// Where the manifest defines a bundle tensor, and how.
 struct Def<'m> {
     list: &'static str,
-    shape: &'m [usize],
+    /// As one chip declares it (a tensor-parallel split tensor: its share).
+    shape: Vec<usize>,
     dtype: &'m str,
     storage: Storage,
 }
 
 fn lookup<'m>(m: &'m Manifest, name: &str) -> Option<Def<'m>> {
-    let dense = |list, shape: &'m [usize]| Def { list, shape, dtype: "f32", storage: Storage::Dense };
+    let dense = |list, shape: &'m [usize]| Def { list, shape: shape.to_vec(), dtype: "f32", storage: Storage::Dense };
     if let Some(t) = m.tensors.get(name) {
         let storage = match t.storage {
             TensorStorage::Dense => Storage::Dense,
             TensorStorage::Q8_0 => Storage::Q8_0,
         };
-        return Some(Def { list: "tensors", shape: &t.shape, dtype: &t.dtype, storage });
+        return Some(Def { list: "tensors", shape: chip_shape(&t.shape, &t.slices), dtype: &t.dtype, storage });
     }
     if let Some(i) = m.inputs.iter().find(|i| i.name == name) {
-        return Some(Def { list: "inputs", shape: &i.shape, dtype: &i.dtype, storage: Storage::Dense });
+        return Some(Def { list: "inputs", shape: i.shape.clone(), dtype: &i.dtype, storage: Storage::Dense });
     }
-    let states = m.states.iter().find(|s| s.name == name).map(|s| dense("states", &s.shape));
+    let states = m.states.iter().find(|s| s.name == name).map(|s| Def {
+        list: "states",
+        shape: chip_shape(&s.shape, &s.slices),
+        dtype: "f32",
+        storage: Storage::Dense,
+    });
     let shared = || m.shared.iter().find(|s| s.name == name).map(|s| dense("shared", &s.shape));
     let activations = || m.activations.iter().find(|a| a.name == name).map(|a| dense("activations", &a.shape));
     states.or_else(shared).or_else(activations)

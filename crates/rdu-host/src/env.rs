@@ -9,12 +9,15 @@ use crate::weights::Weights;
 
 /// One program's view of the host: this step's inputs and activations, the weights, the shared
 /// tables. States are not here — they travel through `simulate_in_place`'s state map.
+#[derive(Clone, Copy)]
 pub(crate) struct Env<'a> {
     /// Kind tensor name → bundle tensor name.
     pub bind: &'a BTreeMap<String, String>,
     /// This step's runtime inputs and the activations earlier programs produced.
     pub step: &'a BTreeMap<String, SimTensor>,
     pub weights: &'a Weights,
+    /// A chip's own slices of the split weights (tensor-parallel kind programs), read first.
+    pub local: Option<&'a Weights>,
     pub shared: &'a BTreeMap<String, SimTensor>,
 }
 
@@ -27,11 +30,18 @@ impl Env<'_> {
 impl SimBindings for Env<'_> {
     fn tensor(&self, name: &str) -> Option<Cow<'_, SimTensor>> {
         let name = self.target(name);
-        let found = self.step.get(name).or_else(|| self.weights.dense.get(name)).or_else(|| self.shared.get(name));
+        let local = || self.local.and_then(|w| w.dense.get(name));
+        let found = self
+            .step
+            .get(name)
+            .or_else(local)
+            .or_else(|| self.weights.dense.get(name))
+            .or_else(|| self.shared.get(name));
         found.map(Cow::Borrowed)
     }
 
     fn q8(&self, name: &str) -> Option<Cow<'_, Q8Weight>> {
-        self.weights.q8.get(self.target(name)).map(Cow::Borrowed)
+        let name = self.target(name);
+        self.local.and_then(|w| w.q8.get(name)).or_else(|| self.weights.q8.get(name)).map(Cow::Borrowed)
     }
 }

@@ -53,6 +53,8 @@ pub enum HostError {
     Simulate { program: String, source: SimError },
     #[error("{program} produced no `{name}`; re-lower the bundle")]
     NoOutput { program: String, name: String },
+    #[error("tensor-parallel slices of `{tensor}`: {problem}; re-lower the bundle for this checkpoint")]
+    Slice { tensor: String, problem: String },
     #[error("sampling: {problem}")]
     Sampling { problem: String },
     #[error("{file}: tokenizer: {problem}")]

@@ -18,6 +18,7 @@ use crate::error::{HostError, Result};
 use crate::plan::Plan;
 use crate::shared;
 use crate::states::States;
+use crate::tensor_parallel::Chips;
 use crate::weights::{Progress, Weights, WeightsSource};
 
 /// A bundle ready to run: programs parsed and bindings checked, weights loaded, states zeroed.
@@ -30,6 +31,8 @@ pub struct Host {
     weights: Weights,
     shared: BTreeMap<String, SimTensor>,
     states: States,
+    /// A tensor-parallel bundle's chips: their slices and states (layer states live there).
+    chips: Option<Chips>,
 }
 
 /// What one step produced.
@@ -94,10 +97,11 @@ impl Host {
             check(m, &u, &mut produced)?;
         }
         let plan = Plan::new(&dir, m, &programs[0], &programs[1])?;
-        let weights = Weights::load(m, weights, progress)?;
+        let mut weights = Weights::load(m, weights, progress)?;
         let shared = shared::compute(m, &dir)?;
-        let states = States::new(&m.states);
-        Ok(Host { manifest: bundle.manifest, programs, calls, plan, weights, shared, states })
+        let chips = Chips::new(m, &mut weights)?;
+        let states = if chips.is_some() { States::new(&[]) } else { States::new(&m.states) };
+        Ok(Host { manifest: bundle.manifest, programs, calls, plan, weights, shared, states, chips })
     }
 
     /// Runs one step: `tokens` (exactly [`Host::rows`] ids) at position `pos`, updating every state.
@@ -121,11 +125,19 @@ impl Host {
                     states.insert(kind.clone(), t);
                 }
             }
-            let env = Env { bind: &call.bind, step: &step, weights: &self.weights, shared: &self.shared };
-            let result = simulate_in_place(&self.programs[call.program], &env, &mut states);
-            for (kind, layer) in &call.states {
-                self.states.put(layer, states.remove(kind));
-            }
+            let env = Env { bind: &call.bind, step: &step, weights: &self.weights, local: None, shared: &self.shared };
+            let program = &self.programs[call.program];
+            let result = match (&mut self.chips, &program.tp) {
+                // Each chip takes and puts back its own share of the layer's states.
+                (Some(chips), Some(_)) => chips.run(program, &env, &call.states),
+                _ => {
+                    let result = simulate_in_place(program, &env, &mut states);
+                    for (kind, layer) in &call.states {
+                        self.states.put(layer, states.remove(kind));
+                    }
+                    result
+                }
+            };
             let mut outputs = result.map_err(|source| HostError::Simulate { program: call.label.clone(), source })?;
             for (kind, bundle) in &call.outputs {
                 let t = outputs
@@ -144,6 +156,19 @@ impl Host {
     /// Zeroes every state: the next step starts a new sequence.
     pub fn reset(&mut self) {
         self.states.reset();
+        if let Some(chips) = &mut self.chips {
+            chips.reset();
+        }
+    }
+
+    /// Chips a step runs on (1 unless the bundle is tensor-parallel).
+    pub fn chips(&self) -> usize {
+        self.chips.as_ref().map_or(1, |c| c.weights.len())
+    }
+
+    /// Chip `chip`'s share of the carried state `name` (tensor-parallel bundles).
+    pub fn chip_state(&self, chip: usize, name: &str) -> Option<&SimTensor> {
+        self.chips.as_ref()?.states.get(chip)?.get(name)
     }
 
     /// Zeroes sequence `b`'s states in a batched bundle: that slot starts a new sequence.

@@ -7,7 +7,7 @@
 //! Codemap, in the order a step's data flows: [`weights`] (checkpoint → dense or Q8_0
 //! tensors), `assemble` (stack and slice), [`shared`] (RoPE tables), [`states`] (carried
 //! state), `check` (load-time binding checks), `plan` (a step's inputs and limits), `env`
-//! (a program's view of the host), [`host`] (load and step), [`sample`] (next token), [`tokenizer`]
+//! (a program's view of the host), `tensor_parallel` (chips' slices and threads), [`host`] (load and step), [`sample`] (next token), [`tokenizer`]
 //! (text ↔ ids).
 
 mod assemble;
@@ -19,6 +19,7 @@ mod plan;
 pub mod sample;
 pub mod shared;
 pub mod states;
+mod tensor_parallel;
 pub mod tokenizer;
 pub mod weights;
 

@@ -2,7 +2,7 @@
 //!
 //! It never transforms values beyond dequantising, quantising to the storage the manifest
 //! declares, stacking and slicing (DESIGN §3: the author writes programs for the weights as
-//! stored). Tensor-parallel `slices` are not applied: the simulator runs every chip's share as one.
+//! stored). Tensor-parallel `slices` are applied after loading, by `tensor_parallel::Chips` (whole tensors in, every chip's slices out).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -13,6 +13,7 @@ pub mod program;
 pub mod q8;
 pub mod rope;
 pub mod sim;
+pub mod tensor_parallel;
 pub mod text;
 
 pub use program::{

@@ -161,9 +161,10 @@ pub struct TensorEntry {
     pub dtype: String,
     pub storage: TensorStorage,
     pub checkpoint: Checkpoint,
-    /// Per chip under tensor parallelism: the part each chip loads. Empty when every chip loads it whole.
+    /// Per chip under tensor parallelism: the ranges of the (full) `shape` each chip loads,
+    /// concatenated in order. Empty when every chip loads it whole.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub slices: Vec<Slice>,
+    pub slices: Vec<Vec<Slice>>,
 }
 
 /// How the tensor is held on the chip.
@@ -204,7 +205,7 @@ pub enum CheckpointKind {
     Slice,
 }
 
-/// One chip's part of a split tensor: `len` rows or columns from `start` along `axis`.
+/// One range of a chip's part of a split tensor: `len` rows or columns from `start` along `axis`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Slice {
@@ -225,7 +226,12 @@ pub struct InputEntry {
 #[serde(deny_unknown_fields)]
 pub struct StateEntry {
     pub name: String,
+    /// The whole state (as on one chip).
     pub shape: Vec<usize>,
+    /// Under tensor parallelism, each chip's ranges of `shape` (as for tensors); empty when
+    /// every chip holds the whole state (a replicated latent cache) or there is one chip.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slices: Vec<Vec<Slice>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -258,6 +264,27 @@ pub enum RopeTable {
 pub struct ActivationEntry {
     pub name: String,
     pub shape: Vec<usize>,
+}
+
+/// The shape one chip holds of a tensor or state of (whole) `shape` split by `slices`: the
+/// whole shape when there are no slices.
+pub fn chip_shape(shape: &[usize], slices: &[Vec<Slice>]) -> Vec<usize> {
+    let mut local = shape.to_vec();
+    if let Some(first) = slices.first() {
+        if let Some(axis) = first.first().map(|s| s.axis) {
+            if let Some(extent) = local.get_mut(axis) {
+                *extent = first.iter().map(|s| s.len).sum();
+            }
+        }
+    }
+    local
+}
+
+/// Chip `chip`'s ranges of `slices` as half-open `(start, end)` pairs along their axis.
+pub fn chip_ranges(slices: &[Vec<Slice>], chip: usize) -> Option<(usize, Vec<(usize, usize)>)> {
+    let ranges = slices.get(chip)?;
+    let axis = ranges.first()?.axis;
+    Some((axis, ranges.iter().map(|s| (s.start, s.start + s.len)).collect()))
 }
 
 impl From<&StepCost> for CostEntry {

@@ -151,12 +151,14 @@ pub struct TpInfo {
     pub all_reduce: Vec<String>,
 }
 
-/// One split tensor: chip `c` holds `parts[c]` (a half-open range) of `axis`.
+/// One split tensor: chip `c` holds the half-open ranges `parts[c]` of `axis` of the full
+/// (one-chip) tensor, concatenated in order (a fused projection's q, k and v heads are
+/// several ranges; replicated kv heads give several chips the same range).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TpSplit {
     pub tensor: String,
     pub axis: usize,
-    pub parts: Vec<(usize, usize)>,
+    pub parts: Vec<Vec<(usize, usize)>>,
 }
 
 impl SpatialProgram {

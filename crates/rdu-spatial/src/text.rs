@@ -43,7 +43,7 @@ pub fn print(program: &SpatialProgram) -> String {
     if let Some(tp) = &program.tp {
         let _ = writeln!(out, "tp chips={}", tp.chips);
         for split in &tp.splits {
-            let _ = writeln!(out, "split {} axis={} {}", split.tensor, split.axis, ranges(&split.parts));
+            let _ = writeln!(out, "split {} axis={} {}", split.tensor, split.axis, chip_ranges(&split.parts));
         }
         for stage in &tp.all_reduce {
             let _ = writeln!(out, "all_reduce {stage}");
@@ -131,6 +131,11 @@ fn decl_line(decl: &TensorDecl) -> String {
 
 fn ranges(parts: &[(usize, usize)]) -> String {
     format!("[{}]", parts.iter().map(|(s, e)| format!("{s}..{e}")).collect::<Vec<_>>().join(", "))
+}
+
+/// Every chip's ranges: `[[0..4, 8..12], [4..8, 12..16]]`.
+fn chip_ranges(chips: &[Vec<(usize, usize)>]) -> String {
+    format!("[{}]", chips.iter().map(|p| ranges(p)).collect::<Vec<_>>().join(", "))
 }
 
 fn float_text(f: f64) -> String {

@@ -91,8 +91,21 @@ impl Inputs {
         }
     }
 
+    /// The simulator's view of a dense tensor, or a Q8_0 weight's blocks (tensor-parallel slicing).
+    pub(super) fn sim_dense(&self, name: &str) -> Option<&SimTensor> {
+        self.dense.get(name).map(|(_, t)| t)
+    }
+
+    pub(super) fn sim_q8(&self, name: &str) -> Option<&Q8Weight> {
+        self.q8.get(name).map(|(_, q)| q)
+    }
+
+    pub(super) fn is_stacked(&self, name: &str) -> bool {
+        self.experts.contains_key(name)
+    }
+
     /// Expert `e` of a stacked weight: dense values, and its Q8_0 blocks when stored so.
-    fn expert_values(&self, name: &str, e: usize) -> Option<(Vec<usize>, Vec<f32>, Option<Q8Weight>)> {
+    pub(super) fn expert_values(&self, name: &str, e: usize) -> Option<(Vec<usize>, Vec<f32>, Option<Q8Weight>)> {
         let (shape, q8) = self.experts.get(name)?;
         let values = seeded_weight(self.seed, &format!("{name}/{e}"), shape, false);
         if *q8 {

@@ -6,6 +6,9 @@
 
 mod bindings;
 mod structure;
+mod tensor_parallel;
+
+pub use tensor_parallel::certify_tp;
 
 use crate::graph::{eval, Graph};
 use bindings::Inputs;

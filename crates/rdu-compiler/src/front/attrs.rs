@@ -137,6 +137,7 @@ fn build(stmt: &Stmt, a: &mut Attrs<'_>) -> Option<Op> {
         "mul" => Op::Mul,
         "scale" => Op::Scale { by: a.float("by")? },
         "neg" => Op::Neg,
+        "all_reduce" => Op::AllReduce,
         "exp" => Op::Exp,
         "sigmoid" => Op::Sigmoid,
         "silu" => Op::Silu,

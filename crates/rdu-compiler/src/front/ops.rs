@@ -35,6 +35,7 @@ pub const OPS: &[&str] = &[
     "delta_step",
     "route",
     "experts",
+    "all_reduce",
 ];
 
 /// The op named `name` with placeholder attributes (for its arity and outputs), if it exists.
@@ -71,6 +72,7 @@ pub(super) fn prototype(name: &str) -> Option<Op> {
         "delta_step" => Op::DeltaStep { kmap: KMap::Grouped },
         "route" => Op::Route { k: n, norm: false, scale: f, groups: n, topk_groups: n },
         "experts" => Op::Experts { act: Act::Silu },
+        "all_reduce" => Op::AllReduce,
         _ => return None,
     })
 }

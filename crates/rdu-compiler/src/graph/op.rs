@@ -134,6 +134,8 @@ pub enum Op {
     Experts {
         act: Act,
     },
+    /// The sum of the operand over the chips of a tensor-parallel program (identity on one chip).
+    AllReduce,
 }
 
 impl Op {
@@ -170,6 +172,7 @@ impl Op {
             Op::DeltaStep { .. } => "delta_step",
             Op::Route { .. } => "route",
             Op::Experts { .. } => "experts",
+            Op::AllReduce => "all_reduce",
         }
     }
 
@@ -189,7 +192,8 @@ impl Op {
             | Op::Reshape { .. }
             | Op::Slice { .. }
             | Op::Transpose { .. }
-            | Op::Route { .. } => (1, 1),
+            | Op::Route { .. }
+            | Op::AllReduce => (1, 1),
             Op::RmsNorm { .. } | Op::LinearHeads | Op::Embed | Op::ConvShift => (2, 2),
             Op::Linear | Op::ConvStep => (2, 3),
             Op::Concat { .. } => (2, usize::MAX),

@@ -49,6 +49,36 @@ pub fn shape_digest(source: &Source) -> Digest {
     for name in verbatim {
         frame(&mut h, name.as_bytes());
     }
+    if !source.slices.is_empty() {
+        // Tensor-parallel slices: which chip loads which rows is part of the program.
+        h.update(b"slices");
+        h.update(&(source.slices.len() as u64).to_le_bytes());
+        let canon = Canon::of(&source.text);
+        let mut keyed: Vec<(Option<usize>, &str, &super::Slices)> = source
+            .slices
+            .iter()
+            .map(|(n, s)| (canon.as_ref().and_then(|c| c.bound.get(n.as_str()).copied()), n.as_str(), s))
+            .collect();
+        // Bound names by canonical index (their spelling differs between layers), others by name.
+        keyed.sort_by_key(|&(i, n, _)| (i.unwrap_or(usize::MAX), if i.is_some() { "" } else { n }));
+        for (index, name, s) in keyed {
+            match index {
+                Some(i) => {
+                    h.update(&(i as u64).to_le_bytes());
+                }
+                None => frame(&mut h, name.as_bytes()),
+            }
+            h.update(&(s.axis as u64).to_le_bytes());
+            h.update(&(s.parts.len() as u64).to_le_bytes());
+            for chip in &s.parts {
+                h.update(&(chip.len() as u64).to_le_bytes());
+                for (a, b) in chip {
+                    h.update(&(*a as u64).to_le_bytes());
+                    h.update(&(*b as u64).to_le_bytes());
+                }
+            }
+        }
+    }
     Digest(*h.finalize().as_bytes())
 }
 
@@ -80,7 +110,9 @@ pub fn renaming(from: &Source, to: &Source) -> Option<BTreeMap<String, String>> 
     }
     let mapped: BTreeSet<String> = from.q8.iter().map(|n| map.get(n).unwrap_or(n).clone()).collect();
     let unbound_agree = from.q8.iter().all(|n| a.bound.contains_key(n.as_str()) || !b.bound.contains_key(n.as_str()));
-    (mapped == to.q8 && unbound_agree).then_some(map)
+    let slices_agree = from.slices.len() == to.slices.len()
+        && from.slices.iter().all(|(n, s)| to.slices.get(map.get(n).unwrap_or(n)) == Some(s));
+    (mapped == to.q8 && unbound_agree && slices_agree).then_some(map)
 }
 
 /// One token of the canonical stream.

@@ -31,7 +31,7 @@ pub fn cost_input(program: &SpatialProgram) -> CostInput {
                             hbm_bytes: w.hbm_bytes,
                             ddr_bytes: 0,
                             sram_bytes: w.sram_bytes,
-                            link_bytes: 0,
+                            link_bytes: w.link_bytes,
                             pcus: stage.pcus,
                             pmus: stage.pmus,
                             tiles,

@@ -8,12 +8,21 @@ pub mod work;
 
 use crate::graph::Graph;
 use crate::lang::ast::Program;
+use crate::lang::Slices;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::program::SpatialProgram;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The passes of `lower`, in order; `--dump-after` takes one of these names.
-pub const PASSES: [&str; 6] = ["select", "from_q8", "fuse", "tile", "section", "place"];
+pub const PASSES: [&str; 7] = ["select", "from_q8", "fuse", "tile", "section", "place", "tensor_parallel"];
+
+/// How a program is split over chips: their number and every chip's slices of each split
+/// tensor (`lang::Source::slices`). One chip, nothing split, for every cut but tensor-parallel.
+#[derive(Clone, Copy, Debug)]
+pub struct Split<'s> {
+    pub chips: usize,
+    pub slices: &'s BTreeMap<String, Slices>,
+}
 
 /// Lowers one lifted program for `chip`. `stored_q8` is the program's Q8_0 set; `dump` is
 /// called after every pass with its name and the program so far (for `--dump-after`).
@@ -22,6 +31,20 @@ pub fn lower(
     program: &Program,
     graph: &Graph,
     stored_q8: &BTreeSet<String>,
+    chip: &Chip,
+    dump: &mut dyn FnMut(&str, &SpatialProgram),
+) -> SpatialProgram {
+    let none = BTreeMap::new();
+    lower_split(name, program, graph, stored_q8, Split { chips: 1, slices: &none }, chip, dump)
+}
+
+/// `lower` for a program that runs over `split.chips` chips, each on its slices.
+pub fn lower_split(
+    name: &str,
+    program: &Program,
+    graph: &Graph,
+    stored_q8: &BTreeSet<String>,
+    split: Split<'_>,
     chip: &Chip,
     dump: &mut dyn FnMut(&str, &SpatialProgram),
 ) -> SpatialProgram {
@@ -37,5 +60,7 @@ pub fn lower(
     dump("section", &p);
     passes::place::place(&mut p, chip);
     dump("place", &p);
+    passes::tensor_parallel::tensor_parallel(&mut p, split.chips, split.slices);
+    dump("tensor_parallel", &p);
     p
 }

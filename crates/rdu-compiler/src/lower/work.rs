@@ -11,6 +11,8 @@ pub struct Work {
     pub flops: u64,
     pub hbm_bytes: u64,
     pub sram_bytes: u64,
+    /// Bytes this chip sends over the chip-to-chip link (all-reduces).
+    pub link_bytes: u64,
 }
 
 impl std::ops::AddAssign for Work {
@@ -18,6 +20,7 @@ impl std::ops::AddAssign for Work {
         self.flops += o.flops;
         self.hbm_bytes += o.hbm_bytes;
         self.sram_bytes += o.sram_bytes;
+        self.link_bytes += o.link_bytes;
     }
 }
 
@@ -47,7 +50,7 @@ pub fn op_work(program: &SpatialProgram, op: &KernelOp) -> Work {
     let sram_bytes = op.outs.iter().filter_map(|o| decl(o)).map(|t| numel(&t.shape) * 4).sum::<u64>();
     let hbm_of =
         |t: &TensorDecl| if matches!(t.role, Role::Weight | Role::State | Role::Shared) { stored_bytes(t) } else { 0 };
-    let mut work = Work { flops: out_elems, hbm_bytes: 0, sram_bytes };
+    let mut work = Work { flops: out_elems, hbm_bytes: 0, sram_bytes, link_bytes: 0 };
     match op.op.as_str() {
         "linear" | "linear_heads" => {
             let w = tensor_args.get(1);
@@ -85,6 +88,12 @@ pub fn op_work(program: &SpatialProgram, op: &KernelOp) -> Work {
                 q.map(|q| (q.shape[0] as u64, q.shape[1] as u64, q.shape[2] as u64)).unwrap_or((1, 1, 1));
             let dv = out.map(|o| *o.shape.last().unwrap_or(&1) as u64).unwrap_or(1);
             work.flops = 2 * rows * heads * slots * (dk + dv);
+        }
+        "all_reduce" => {
+            // A ring all-reduce sends 2(tp − 1)/tp of the tensor from every chip (reduce-scatter,
+            // then all-gather), as f32; one chip sends nothing.
+            let chips = program.tp.as_ref().map_or(1, |t| t.chips.max(1) as u64);
+            work.link_bytes = out_elems * 4 * 2 * (chips - 1) / chips;
         }
         "delta_step" | "delta_scan" | "conv_step" | "conv_shift" | "cache_put" => {
             // States are read and written back.

@@ -160,7 +160,10 @@ pub fn bundle_rows(variant: Variant, rows: Rows) -> Bundle {
             InputEntry { name: "tok".into(), dtype: "i32".into(), shape: vec![rows.n] },
             InputEntry { name: "pos".into(), dtype: "i32".into(), shape: pos_shape },
         ],
-        states: ["K0", "K1"].iter().map(|n| StateEntry { name: n.to_string(), shape: vec![CTX, 1, D] }).collect(),
+        states: ["K0", "K1"]
+            .iter()
+            .map(|n| StateEntry { name: n.to_string(), shape: vec![CTX, 1, D], slices: Vec::new() })
+            .collect(),
         shared: vec![shared("cos0", RopeTable::Cos), shared("sin0", RopeTable::Sin)],
         activations: vec![activation("x", D), activation("xo0", D), activation("xo1", D), activation("logits", VOCAB)],
     };

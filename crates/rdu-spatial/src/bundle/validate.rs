@@ -4,7 +4,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Bundle, BundleError};
 use crate::manifest::{CertificateEntry, CheckpointKind, CostEntry, CutMode, Manifest, TensorEntry, TensorStorage};
-use crate::manifest::{FORMAT, VERSION};
+use crate::manifest::{Slice, FORMAT, VERSION};
+use crate::program::TpSplit;
+use crate::tensor_parallel::check_split;
 
 /// Every problem of `bundle`, in manifest order.
 pub fn problems(bundle: &Bundle) -> Vec<BundleError> {
@@ -219,6 +221,11 @@ impl Ctx<'_> {
                 self.invalid(format!("tensors.{name}"), problem);
             }
         }
+        for state in &self.m.states {
+            if let Some(problem) = slices_problem(&state.slices, &state.shape, chips) {
+                self.invalid(format!("states.{}", state.name), problem);
+            }
+        }
         for shared in &self.m.shared {
             let Some(rope) = &shared.rope else { continue };
             if shared.shape.len() != 2 || shared.shape[1] * 2 != rope.spec.dim {
@@ -256,14 +263,51 @@ fn tensor_problem(entry: &TensorEntry, chips: usize) -> Option<String> {
     if entry.storage == TensorStorage::Q8_0 && entry.shape.last().is_none_or(|d| d % 32 != 0) {
         return Some(format!("shape {:?} cannot be Q8_0: the last dimension is not a multiple of 32", entry.shape));
     }
-    if !entry.slices.is_empty() && entry.slices.len() != chips {
-        return Some(format!("has {} slices for {chips} chips; give one per chip or none", entry.slices.len()));
+    if let Some(problem) = slices_problem(&entry.slices, &entry.shape, chips) {
+        return Some(problem);
     }
-    let outside = entry
-        .slices
-        .iter()
-        .position(|s| s.axis >= rank || s.len == 0 || s.start.saturating_add(s.len) > entry.shape[s.axis]);
-    outside.map(|chip| format!("slices[{chip}] lies outside shape {:?}", entry.shape))
+    if entry.storage == TensorStorage::Q8_0 {
+        let last = rank.saturating_sub(1);
+        let split_block = entry
+            .slices
+            .iter()
+            .flatten()
+            .any(|s| s.axis == last && (!s.start.is_multiple_of(32) || !s.len.is_multiple_of(32)));
+        if split_block {
+            return Some("slices split its Q8_0 blocks: ranges of the last axis must be multiples of 32".into());
+        }
+    }
+    None
+}
+
+/// What is wrong with the per-chip slices of a tensor or state of `shape`, if anything: one
+/// list per chip, in bounds, along one axis, the same extent on every chip, and together a
+/// partition of the axis (or an exact replication of one, as replicated kv heads are).
+pub(super) fn slices_problem(slices: &[Vec<Slice>], shape: &[usize], chips: usize) -> Option<String> {
+    if slices.is_empty() {
+        return None;
+    }
+    if slices.len() != chips {
+        return Some(format!("has {} slices for {chips} chips; give one per chip or none", slices.len()));
+    }
+    let outside = slices.iter().position(|chip| {
+        chip.is_empty()
+            || chip.iter().any(|s| s.axis >= shape.len() || s.len == 0 || s.start.saturating_add(s.len) > shape[s.axis])
+    });
+    if let Some(chip) = outside {
+        return Some(format!("slices[{chip}] lies outside shape {shape:?}"));
+    }
+    let axis = slices[0][0].axis;
+    if slices.iter().flatten().any(|s| s.axis != axis) {
+        return Some("slices cut more than one axis; give every range along one axis".into());
+    }
+    let split = TpSplit {
+        tensor: "the tensor".into(),
+        axis,
+        parts: slices.iter().map(|c| c.iter().map(|s| (s.start, s.start + s.len)).collect()).collect(),
+    };
+    let local = split.parts[0].iter().map(|(a, b)| b - a).sum();
+    check_split(&split, shape, Some(local), chips).err()
 }
 
 fn checkpoint_needs(kind: CheckpointKind) -> &'static str {

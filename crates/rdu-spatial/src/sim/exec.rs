@@ -4,6 +4,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use super::bind::SimBindings;
+use super::collective::Collective;
 use super::ops::{dispatch, ArgVal, Call};
 use super::tensor::SimTensor;
 use super::SimError;
@@ -16,9 +17,10 @@ pub(super) fn run(
     bindings: &dyn SimBindings,
     states: &mut BTreeMap<String, SimTensor>,
     in_place: bool,
+    collective: Option<(&dyn Collective, usize)>,
 ) -> Result<BTreeMap<String, SimTensor>, SimError> {
     let decls: BTreeMap<&str, &TensorDecl> = program.tensors.iter().map(|d| (d.name.as_str(), d)).collect();
-    let mut ex = Exec { bindings, decls, env: BTreeMap::new() };
+    let mut ex = Exec { bindings, decls, env: BTreeMap::new(), collective };
     if in_place {
         for decl in program.tensors.iter().filter(|d| d.role == Role::State) {
             if let Some(t) = states.remove(&decl.name) {
@@ -65,6 +67,7 @@ struct Exec<'p, 'b> {
     bindings: &'b dyn SimBindings,
     decls: BTreeMap<&'p str, &'p TensorDecl>,
     env: BTreeMap<String, Val<'b>>,
+    collective: Option<(&'b dyn Collective, usize)>,
 }
 
 impl<'p, 'b> Exec<'p, 'b> {
@@ -121,7 +124,7 @@ impl<'p, 'b> Exec<'p, 'b> {
             });
         }
         check_storage(op, &args)?;
-        let mut call = Call { op, args, bindings: self.bindings, inplace };
+        let mut call = Call { op, args, bindings: self.bindings, inplace, collective: self.collective };
         let result = dispatch(&mut call);
         if let (Err(_), Some(state)) = (&result, call.inplace.take()) {
             // A state taken for an in-place update goes back when the kernel refuses the op.

@@ -2,10 +2,13 @@
 //! order, tiled ops tile by tile into a zeroed output, Q8_0 weights folded block by block —
 //! with f32 accumulation, as the chip would. It is also the host's runtime engine.
 //!
-//! Tensor-parallel metadata (`tp`) is not interpreted: the program's ops are run as one chip.
+//! A tensor-parallel program runs on one thread per chip (`simulate_chip`), each with its own
+//! slices bound, `all_reduce` summing over them through a [`Collective`]; without one (or on
+//! one chip) `all_reduce` is the identity.
 
 mod attention;
 mod bind;
+mod collective;
 mod elementwise;
 mod exec;
 mod matmul;
@@ -21,6 +24,7 @@ mod tensor;
 use std::collections::BTreeMap;
 
 pub use bind::{MapBindings, SimBindings, WeightSlab};
+pub use collective::{AllReduce, Collective};
 pub use tensor::{strides, SimData, SimTensor};
 
 use crate::program::SpatialProgram;
@@ -52,8 +56,26 @@ pub enum SimError {
 /// Runs one step of `program`; `env` supplies every input, weight, shared and state tensor.
 pub fn simulate(program: &SpatialProgram, env: &dyn SimBindings) -> Result<SimOut, SimError> {
     let mut states = BTreeMap::new();
-    let outputs = exec::run(program, env, &mut states, false)?;
+    let outputs = exec::run(program, env, &mut states, false, None)?;
     Ok(SimOut { outputs, states })
+}
+
+/// One chip's step of a tensor-parallel program: `env` binds this chip's slices, `states`
+/// (when `in_place`) its share of the carried state, and every `all_reduce` sums over the
+/// group through `collective`. On failure the group is aborted, so the other chips return too.
+pub fn simulate_chip(
+    program: &SpatialProgram,
+    env: &dyn SimBindings,
+    states: &mut BTreeMap<String, SimTensor>,
+    in_place: bool,
+    collective: &dyn Collective,
+    chip: usize,
+) -> Result<BTreeMap<String, SimTensor>, SimError> {
+    let result = exec::run(program, env, states, in_place, Some((collective, chip)));
+    if let Err(e) = &result {
+        collective.abort(&e.to_string());
+    }
+    result
 }
 
 /// Runs one step with the states held by the caller: each state found in `states` is read from
@@ -64,7 +86,7 @@ pub fn simulate_in_place(
     env: &dyn SimBindings,
     states: &mut BTreeMap<String, SimTensor>,
 ) -> Result<BTreeMap<String, SimTensor>, SimError> {
-    exec::run(program, env, states, true)
+    exec::run(program, env, states, true, None)
 }
 
 /// A kernel's complaint, before the executor says which op made it.

@@ -46,8 +46,19 @@ pub(super) fn dispatch(call: &mut Call<'_>) -> Outs {
         "delta_step" => recurrent::delta(call, true),
         "route" => moe::route(call),
         "experts" => moe::experts(call),
+        "all_reduce" => all_reduce(call),
         other => invalid(format!("unknown op `{other}`")),
     }
+}
+
+/// `all_reduce(x)`: the sum of `x` over the chips (the value itself on one chip).
+fn all_reduce(call: &mut Call<'_>) -> Outs {
+    call.expect(1, 1, &[])?;
+    let mut x = call.f32(0)?.0.clone();
+    if let Some((group, chip)) = call.collective {
+        group.all_reduce(chip, &mut x)?;
+    }
+    Ok(vec![x])
 }
 
 /// A resolved argument.
@@ -84,6 +95,8 @@ pub(super) struct Call<'e> {
     pub bindings: &'e dyn SimBindings,
     /// The state an update writes, taken out of the environment to be written in place.
     pub inplace: Option<SimTensor>,
+    /// The chips' collective and this chip's index (tensor-parallel programs).
+    pub collective: Option<(&'e dyn super::Collective, usize)>,
 }
 
 impl<'e> Call<'e> {

@@ -57,7 +57,7 @@ fn item(cur: &mut Cursor<'_>, p: &mut SpatialProgram) -> Res<()> {
             if keyword == "split" {
                 cur.key("axis")?;
                 let axis = cur.count("an axis")?;
-                tp.splits.push(TpSplit { tensor: name, axis, parts: ranges(cur)? });
+                tp.splits.push(TpSplit { tensor: name, axis, parts: chip_ranges(cur)? });
             } else {
                 tp.all_reduce.push(name);
             }
@@ -194,6 +194,25 @@ fn op(cur: &mut Cursor<'_>) -> Res<KernelOp> {
 }
 
 /// `[s..e, ...]`.
+/// Every chip's ranges, `[[s..e, ...], ...]`; the flat `[s..e, ...]` gives each chip one range.
+fn chip_ranges(cur: &mut Cursor<'_>) -> Res<Vec<Vec<(usize, usize)>>> {
+    if matches!(cur.peek2(), Some(Tok::Punct('['))) && matches!(cur.peek(), Some(Tok::Punct('['))) {
+        cur.punct('[')?;
+        let mut chips = Vec::new();
+        if cur.eat(']') {
+            return Ok(chips);
+        }
+        loop {
+            chips.push(ranges(cur)?);
+            if cur.eat(']') {
+                return Ok(chips);
+            }
+            cur.punct(',')?;
+        }
+    }
+    Ok(ranges(cur)?.into_iter().map(|r| vec![r]).collect())
+}
+
 fn ranges(cur: &mut Cursor<'_>) -> Res<Vec<(usize, usize)>> {
     cur.punct('[')?;
     let mut out = Vec::new();

@@ -53,7 +53,7 @@ pub fn infer(op: &Op, inputs: &[&Type]) -> Result<Vec<Type>, TypeError> {
     match op {
         Op::Add | Op::Sub | Op::Mul => basic::broadcast(&a),
         Op::Neg => Ok(vec![inputs[0].clone()]),
-        Op::Scale { .. } | Op::Exp | Op::Sigmoid | Op::Silu | Op::Softplus | Op::GeluTanh => {
+        Op::Scale { .. } | Op::Exp | Op::Sigmoid | Op::Silu | Op::Softplus | Op::GeluTanh | Op::AllReduce => {
             a.f32(0)?;
             Ok(vec![inputs[0].clone()])
         }

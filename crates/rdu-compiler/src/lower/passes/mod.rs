@@ -4,6 +4,7 @@ pub mod fuse;
 pub mod place;
 pub mod section;
 pub mod select;
+pub mod tensor_parallel;
 pub mod tile;
 
 mod q8;

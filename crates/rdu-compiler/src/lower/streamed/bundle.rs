@@ -9,7 +9,7 @@ use crate::model::spec::Cut;
 use rdu_spatial::bundle::Bundle;
 use rdu_spatial::manifest::{
     ActivationEntry, CertificateEntry, Checkpoint, CheckpointKind, CostEntry, Cut as CutEntry, CutMode, InputEntry,
-    KindEntry, LayerEntry, Manifest, ProgramEntry, Programs, RopeTable, SharedEntry, SharedRope, StateEntry,
+    KindEntry, LayerEntry, Manifest, ProgramEntry, Programs, RopeTable, SharedEntry, SharedRope, Slice, StateEntry,
     TensorEntry, TensorStorage, FORMAT, VERSION,
 };
 use std::collections::BTreeMap;
@@ -99,6 +99,20 @@ impl StreamedModel {
     }
 }
 
+/// The whole shape of a tensor a chip declares as `local`, and every chip's manifest ranges.
+fn whole(local: &[usize], s: &crate::lang::Slices) -> (Vec<usize>, Vec<Vec<Slice>>) {
+    let mut shape = local.to_vec();
+    if let Some(extent) = shape.get_mut(s.axis) {
+        *extent = s.parts.iter().flatten().map(|&(_, end)| end).max().unwrap_or(*extent);
+    }
+    let slices = s
+        .parts
+        .iter()
+        .map(|chip| chip.iter().map(|&(a, b)| Slice { axis: s.axis, start: a, len: b - a }).collect())
+        .collect();
+    (shape, slices)
+}
+
 /// The manifest's tensor tables, gathered from every program's declarations.
 #[derive(Default)]
 struct Tables {
@@ -121,7 +135,11 @@ impl Tables {
         let spec = &model.spec;
         for d in program.decls() {
             let name = bind.get(&d.name.text).cloned().unwrap_or_else(|| d.name.text.clone());
-            let shape = d.ty.shape.clone();
+            // A split tensor is entered whole (as the checkpoint holds it) with every chip's ranges.
+            let (shape, slices) = match source.slices.get(&d.name.text) {
+                Some(s) => whole(&d.ty.shape, s),
+                None => (d.ty.shape.clone(), Vec::new()),
+            };
             match d.kind {
                 DeclKind::Weight => {
                     let checkpoint = match checkpoint_source(spec, &name) {
@@ -145,10 +163,7 @@ impl Tables {
                         None => return Err(format!("no checkpoint tensor is known for `{name}` of {}", spec.name)),
                     };
                     let storage = if source.q8.contains(&name) { TensorStorage::Q8_0 } else { TensorStorage::Dense };
-                    self.tensors.insert(
-                        name,
-                        TensorEntry { shape, dtype: "f32".into(), storage, checkpoint, slices: Vec::new() },
-                    );
+                    self.tensors.insert(name, TensorEntry { shape, dtype: "f32".into(), storage, checkpoint, slices });
                 }
                 DeclKind::Input if is_runtime_input(&name) => {
                     self.inputs.insert(name.clone(), InputEntry { name, dtype: d.ty.dtype.keyword().into(), shape });
@@ -157,7 +172,7 @@ impl Tables {
                     self.activations.insert(name.clone(), ActivationEntry { name, shape });
                 }
                 DeclKind::State => {
-                    self.states.insert(name.clone(), StateEntry { name, shape });
+                    self.states.insert(name.clone(), StateEntry { name, shape, slices });
                 }
                 DeclKind::Shared => {
                     let rotation = name[3..].parse::<usize>().ok().and_then(|r| spec.rotations.get(r));

@@ -211,19 +211,23 @@ pub(super) fn lower_streamed(
 pub const HEAD_INPUT: &str = "xl";
 
 /// `source` with the name `from` renamed `to` (comments kept).
-fn rename_source(source: &Source, from: &str, to: &str) -> Result<Source, StreamedReject> {
+pub(super) fn rename_source(source: &Source, from: &str, to: &str) -> Result<Source, StreamedReject> {
     let mut program = parse(&source.text)
         .map_err(|d| StreamedReject::Front { program: "head".to_string(), refusal: Refusal { diagnostics: d } })?;
     program.rename(&|n| if n == from { to.to_string() } else { n.to_string() });
     let comment: String = source.text.lines().take_while(|l| l.starts_with('#')).map(|l| format!("{l}\n")).collect();
-    Ok(Source { text: format!("{comment}{}", crate::lang::print(&program)), q8: source.q8.clone() })
+    Ok(Source {
+        text: format!("{comment}{}", crate::lang::print(&program)),
+        q8: source.q8.clone(),
+        slices: source.slices.clone(),
+    })
 }
 
 /// A kind's program as the bundle carries it: its representative's program with every
 /// per-layer name rebound to layer 0 (`rebind(name, rep, 0)`), so that the program does not
 /// depend on which layer happens to come first — a model and the same model with more layers
 /// of a kind carry byte-identical kind programs.
-fn canonical(rep: &Source, layer: usize, kind: &str, cut: Cut) -> Result<Source, StreamedReject> {
+pub(super) fn canonical(rep: &Source, layer: usize, kind: &str, cut: Cut) -> Result<Source, StreamedReject> {
     use super::kinds::{rebind_via, SINGLE, STACKED};
     let hidden = if cut.batch().is_some() { STACKED } else { SINGLE };
     let rebind = |n: &str| rebind_via(n, layer, 0, hidden);
@@ -232,12 +236,16 @@ fn canonical(rep: &Source, layer: usize, kind: &str, cut: Cut) -> Result<Source,
     program.rename(&|n| rebind(n));
     let text =
         format!("# layer kind {kind}, {}; names as in layer 0\n{}", cut.describe(), crate::lang::print(&program));
-    Ok(Source { text, q8: rep.q8.iter().map(|n| rebind(n)).collect() })
+    Ok(Source {
+        text,
+        q8: rep.q8.iter().map(|n| rebind(n)).collect(),
+        slices: rep.slices.iter().map(|(n, s)| (rebind(n), s.clone())).collect(),
+    })
 }
 
 /// The embedding or head source certification runs: the real one, or — for a vocabulary
 /// larger than `CERTIFY_VOCAB_ROWS` — the same program over the first rows of the table.
-fn certify_source(spec: &ModelSpec, cut: Cut, storage: &Storage, embed: bool) -> Source {
+pub(super) fn certify_source(spec: &ModelSpec, cut: Cut, storage: &Storage, embed: bool) -> Source {
     let mut small = spec.clone();
     small.vocab = spec.vocab.min(CERTIFY_VOCAB_ROWS);
     if embed {
@@ -249,7 +257,7 @@ fn certify_source(spec: &ModelSpec, cut: Cut, storage: &Storage, embed: bool) ->
 
 /// Parse, lift, lower and certify one program. `checked` is what certification runs: the
 /// program itself, or (embedding and head of a large vocabulary) the same program on fewer rows.
-fn lower_part(
+pub(super) fn lower_part(
     name: &str,
     source: &Source,
     checked: &Source,

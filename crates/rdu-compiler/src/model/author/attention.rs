@@ -1,6 +1,7 @@
 //! Multi-head attention with GQA, optional q/k norm, output gate, partial rotary and q/k/v
 //! biases (Llama, Qwen2/3, Gemma 3, Qwen3-Next/3.5 gated attention).
 
+use super::split::Run;
 use super::writer::{float, list, Writer};
 use super::LayerCtx;
 use crate::model::spec::Mixer;
@@ -12,16 +13,20 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
         unreachable!("attention::write on a non-attention layer")
     };
     let (n, d, hd) = (ctx.rows, ctx.spec.d_model, head_dim);
-    let q_rows = heads * hd * if output_gate { 2 } else { 1 };
-    let wq = w.projection("Wq", &[q_rows, d]);
-    let wk = w.projection("Wk", &[kv_heads * hd, d]);
-    let wv = w.projection("Wv", &[kv_heads * hd, d]);
-    let wo = w.projection("Wo", &[d, heads * hd]);
+    let q_unit = hd * if output_gate { 2 } else { 1 };
+    // Each chip its heads (and their kv heads); the full model on one chip.
+    let (q_heads, kv_runs) = ([Run::heads(heads, q_unit)], [Run::heads(kv_heads, hd)]);
+    let wq = w.projection_split("Wq", &[heads * q_unit, d], 0, &q_heads);
+    let wk = w.projection_split("Wk", &[kv_heads * hd, d], 0, &kv_runs);
+    let wv = w.projection_split("Wv", &[kv_heads * hd, d], 0, &kv_runs);
+    let wo = w.projection_split("Wo", &[d, heads * hd], 1, &[Run::heads(heads, hd)]);
+    let (heads, kv_heads) = (ctx.local(heads), ctx.local_kv(kv_heads));
     let (bq, bk, bv) = if qkv_bias {
+        let full_kv = kv_runs[0].count * hd;
         (
-            Some(w.weight("bq", &[q_rows])),
-            Some(w.weight("bk", &[kv_heads * hd])),
-            Some(w.weight("bv", &[kv_heads * hd])),
+            Some(w.weight_split("bq", &[q_heads[0].count * q_unit], 0, &q_heads)),
+            Some(w.weight_split("bk", &[full_kv], 0, &kv_runs)),
+            Some(w.weight_split("bv", &[full_kv], 0, &kv_runs)),
         )
     } else {
         (None, None, None)
@@ -57,8 +62,8 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     let a = ctx.per_sequence(w, "a", &[("qh", &qh), ("kh", &kh), ("vh", &vh)], |w, seq, x| {
         let (qh, kh, vh, pos) = (&x[0], &x[1], &x[2], seq.pos.as_str());
         let caches = ctx.decode().then(|| {
-            let slots = ctx.cache_slots();
-            (w.state("Kc", &[slots, kv_heads, hd]), w.state("Vc", &[slots, kv_heads, hd]))
+            let (full, by_kv_head) = ([ctx.cache_slots(), kv_runs[0].count, hd], [Run::heads(kv_runs[0].count, 1)]);
+            (w.state_split("Kc", &full, 1, &by_kv_head), w.state_split("Vc", &full, 1, &by_kv_head))
         });
         let qr = w.op("qr", "rope", &[qh, &cos, &sin, pos], &rope);
         let kr = w.op("kr", "rope", &[kh, &cos, &sin, pos], &rope);

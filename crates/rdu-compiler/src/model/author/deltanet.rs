@@ -3,6 +3,7 @@
 
 use super::attention::slice;
 use super::deltanet_gguf::{kmap_attr, split_grouped_ba, Dims};
+use super::split::Run;
 use super::writer::{float, list, Writer};
 use super::LayerCtx;
 use crate::model::spec::{Dialect, GdnLayout, Mixer};
@@ -19,15 +20,58 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     };
     let (n, d) = (ctx.rows, ctx.spec.d_model);
     let r = nv / nk;
+    let gguf = matches!(ctx.spec.dialect, Dialect::Gguf);
+    // Each chip its key heads and their value heads. The conv channels are q | k | v heads in
+    // every layout (`mix` concatenates them), so a chip holds three runs of them. Value head
+    // `h` uses key head `h / r` (grouped: one run of value heads) or `h mod nk` (tiled: `r`
+    // runs of `nk` value heads, chip `c` taking the same share of each).
+    let (full_kd, full_vd) = (nk * dk, nv * dv);
+    let full_conv = 2 * full_kd + full_vd;
+    let value_runs = |offset: usize, unit: usize| -> Vec<Run> {
+        match layout {
+            GdnLayout::SplitTiled => (0..r).map(|t| Run { offset: offset + t * nk * unit, count: nk, unit }).collect(),
+            _ => vec![Run { offset, count: nv, unit }],
+        }
+    };
+    let mut conv_runs = vec![Run::heads(nk, dk), Run { offset: full_kd, count: nk, unit: dk }];
+    conv_runs.extend(value_runs(2 * full_kd, dv));
+    let (v_heads, per_v_head) = (value_runs(0, dv), value_runs(0, 1));
+    let projections = match layout {
+        GdnLayout::Grouped => Projections::Grouped(
+            w.projection_split("Wqkvz", &[full_conv + full_vd, d], 0, &[Run::heads(nk, 2 * dk + 2 * r * dv)]),
+            w.projection_split("Wba", &[2 * nv, d], 0, &[Run::heads(nk, 2 * r)]),
+        ),
+        GdnLayout::SplitGroupedBa => Projections::SplitGroupedBa(
+            w.projection_split("Wqkv", &[full_conv, d], 0, &conv_runs),
+            w.projection_split("Wz", &[full_vd, d], 0, &v_heads),
+            w.projection_split("Wba", &[2 * nv, d], 0, &[Run::heads(nk, 2 * r)]),
+        ),
+        GdnLayout::Split | GdnLayout::SplitTiled => Projections::Split(
+            w.projection_split("Wqkv", &[full_conv, d], 0, &conv_runs),
+            w.projection_split("Wz", &[full_vd, d], 0, &v_heads),
+            w.projection_split("Wb", &[nv, d], 0, &per_v_head),
+            w.projection_split("Wa", &[nv, d], 0, &per_v_head),
+        ),
+    };
+    // HF stores conv1d as [conv, 1, K]; GGUF squeezes it to [conv, K].
+    let cw = if gguf {
+        w.weight_split("cw", &[full_conv, kernel], 0, &conv_runs)
+    } else {
+        w.weight_split("cw", &[full_conv, 1, kernel], 0, &conv_runs)
+    };
+    let dtb = w.weight_split("dtb", &[nv], 0, &per_v_head);
+    // HF stores A_log; GGUF stores ssm_a = −exp(A_log).
+    let alog = w.weight_split(if gguf { "ssma" } else { "Alog" }, &[nv], 0, &per_v_head);
+    let gn = w.weight("gn", &[dv]);
+    let wo = w.projection_split("Wo", &[d, full_vd], 1, &v_heads);
+    let (full_nv, full_conv_runs, state_heads) = (nv, conv_runs.clone(), per_v_head.clone());
+    let (nk, nv) = (ctx.local(nk), ctx.local(nv));
     let (kd, vd) = (nk * dk, nv * dv);
     let conv = 2 * kd + vd;
-    let gguf = matches!(ctx.spec.dialect, Dialect::Gguf);
 
     // Projections → mixed qkv [N, conv], z [N, nv, dv], b and a [N, nv].
-    let (mixed, z, b, a) = match layout {
-        GdnLayout::Grouped => {
-            let wqkvz = w.projection("Wqkvz", &[2 * kd + 2 * vd, d]);
-            let wba = w.projection("Wba", &[2 * nv, d]);
+    let (mixed, z, b, a) = match projections {
+        Projections::Grouped(wqkvz, wba) => {
             let p = w.op("p", "linear", &[hn, &wqkvz], &[]);
             let pg = w.op("pg", "reshape", &[&p, &list(&[n, nk, 2 * dk + 2 * r * dv])], &[]);
             let qg = w.op("qg", "slice", &[&pg], &slice(2, 0, dk));
@@ -47,15 +91,11 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
             let a = w.op("a", "reshape", &[&ag, &list(&[n, nv])], &[]);
             (mixed, z, b, a)
         }
-        GdnLayout::SplitGroupedBa => {
-            let dims = Dims { rows: n, d_model: d, k_heads: nk, v_heads: nv, k_dim: dk, v_dim: dv };
-            split_grouped_ba(w, hn, &dims)
+        Projections::SplitGroupedBa(wqkv, wz, wba) => {
+            let dims = Dims { rows: n, k_heads: nk, v_heads: nv, v_dim: dv };
+            split_grouped_ba(w, hn, &dims, [&wqkv, &wz, &wba])
         }
-        GdnLayout::Split | GdnLayout::SplitTiled => {
-            let wqkv = w.projection("Wqkv", &[conv, d]);
-            let wz = w.projection("Wz", &[vd, d]);
-            let wb = w.projection("Wb", &[nv, d]);
-            let wa = w.projection("Wa", &[nv, d]);
+        Projections::Split(wqkv, wz, wb, wa) => {
             let mixed = w.op("mix", "linear", &[hn, &wqkv], &[]);
             let zf = w.op("zf", "linear", &[hn, &wz], &[]);
             let z = w.op("z", "reshape", &[&zf, &list(&[n, nv, dv])], &[]);
@@ -64,20 +104,13 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
             (mixed, z, b, a)
         }
     };
-    // HF stores conv1d as [conv, 1, K]; GGUF squeezes it to [conv, K].
-    let cw = if gguf { w.weight("cw", &[conv, kernel]) } else { w.weight("cw", &[conv, 1, kernel]) };
-    let dtb = w.weight("dtb", &[nv]);
-    // HF stores A_log; GGUF stores ssm_a = −exp(A_log).
-    let alog = w.weight(if gguf { "ssma" } else { "Alog" }, &[nv]);
-    let gn = w.weight("gn", &[dv]);
-    let wo = w.projection("Wo", &[d, vd]);
 
     // Causal depthwise conv + SiLU.
     let cwk = if gguf { cw } else { w.op("cwk", "reshape", &[&cw, &list(&[conv, kernel])], &[]) };
     // The conv and recurrent states are each sequence's own.
     let cv = ctx.per_sequence(w, "cv", &[("mix", &mixed)], |w, _, x| {
         let mixed = &x[0];
-        match ctx.decode().then(|| w.state("Cv", &[kernel - 1, conv])) {
+        match ctx.decode().then(|| w.state_split("Cv", &[kernel - 1, full_conv], 1, &full_conv_runs)) {
             Some(cstate) => {
                 let cv = w.op("cv", "conv_step", &[mixed, &cwk, &cstate], &[]);
                 w.update(&cstate, "conv_shift", &[&cstate, mixed], &[]);
@@ -110,11 +143,12 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     let g = w.op("g", "mul", &[&sp, &neg_a], &[]);
 
     let inputs = [("qs", qs.as_str()), ("kl", &kl), ("vh", &vh), ("g", &g), ("bt", &beta)];
-    let o = ctx.per_sequence(w, "o", &inputs, |w, _, x| match ctx.decode().then(|| w.state("Sd", &[nv, dk, dv])) {
-        Some(sd) => {
-            w.update_with("o", &sd, "delta_step", &[&sd, &x[0], &x[1], &x[2], &x[3], &x[4]], &kmap_attr(layout))
+    let kmap = kmap_attr(layout);
+    let o = ctx.per_sequence(w, "o", &inputs, |w, _, x| {
+        match ctx.decode().then(|| w.state_split("Sd", &[full_nv, dk, dv], 0, &state_heads)) {
+            Some(sd) => w.update_with("o", &sd, "delta_step", &[&sd, &x[0], &x[1], &x[2], &x[3], &x[4]], &kmap),
+            None => w.op("o", "delta_scan", &[&x[0], &x[1], &x[2], &x[3], &x[4]], &kmap),
         }
-        None => w.op("o", "delta_scan", &[&x[0], &x[1], &x[2], &x[3], &x[4]], &kmap_attr(layout)),
     });
     // Gated RMSNorm: plain weight, normalise first, then multiply by silu(z).
     let on = w.op("on", "rms_norm", &[&o, &gn], &super::norm_attrs(ctx.layer.norms.eps, false));
@@ -122,4 +156,14 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     let og = w.op("og", "mul", &[&on, &zs], &[]);
     let of = w.op("of", "reshape", &[&og, &list(&[n, vd])], &[]);
     w.op("mo", "linear", &[&of, &wo], &[])
+}
+
+/// The in-projections of each layout, declared (with their splits) before the statements.
+enum Projections {
+    /// `Wqkvz`, `Wba`: grouped by key head (HF Qwen3-Next).
+    Grouped(String, String),
+    /// `Wqkv`, `Wz`, `Wba` (llama.cpp's Qwen3-Next).
+    SplitGroupedBa(String, String, String),
+    /// `Wqkv`, `Wz`, `Wb`, `Wa` (Qwen3.5/3.6, HF and llama.cpp).
+    Split(String, String, String, String),
 }

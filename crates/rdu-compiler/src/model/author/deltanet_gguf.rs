@@ -6,30 +6,29 @@ use super::attention::slice;
 use super::writer::{list, Writer};
 use crate::model::spec::GdnLayout;
 
-/// The sizes a projection layout needs.
+/// The sizes a projection layout needs (local to a chip under tensor parallelism).
 pub(super) struct Dims {
     pub rows: usize,
-    pub d_model: usize,
     pub k_heads: usize,
     pub v_heads: usize,
-    pub k_dim: usize,
     pub v_dim: usize,
 }
 
 /// Qwen3-Next GGUF: `Wqkv` (q all | k all | v all) and `Wz` as in the split layout, `Wba`
-/// grouped by key head (`[b (r) | a (r)]` per group). Returns mixed qkv `[N, conv]`,
-/// z `[N, nv, dv]`, b and a `[N, nv]`.
-pub(super) fn split_grouped_ba(w: &mut Writer<'_>, hn: &str, dims: &Dims) -> (String, String, String, String) {
-    let Dims { rows: n, d_model: d, k_heads: nk, v_heads: nv, k_dim: dk, v_dim: dv } = *dims;
+/// grouped by key head (`[b (r) | a (r)]` per group), declared by the caller. Returns mixed
+/// qkv `[N, conv]`, z `[N, nv, dv]`, b and a `[N, nv]`.
+pub(super) fn split_grouped_ba(
+    w: &mut Writer<'_>,
+    hn: &str,
+    dims: &Dims,
+    [wqkv, wz, wba]: [&str; 3],
+) -> (String, String, String, String) {
+    let Dims { rows: n, k_heads: nk, v_heads: nv, v_dim: dv } = *dims;
     let r = nv / nk;
-    let conv = 2 * nk * dk + nv * dv;
-    let wqkv = w.projection("Wqkv", &[conv, d]);
-    let wz = w.projection("Wz", &[nv * dv, d]);
-    let wba = w.projection("Wba", &[2 * nv, d]);
-    let mixed = w.op("mix", "linear", &[hn, &wqkv], &[]);
-    let zf = w.op("zf", "linear", &[hn, &wz], &[]);
+    let mixed = w.op("mix", "linear", &[hn, wqkv], &[]);
+    let zf = w.op("zf", "linear", &[hn, wz], &[]);
     let z = w.op("z", "reshape", &[&zf, &list(&[n, nv, dv])], &[]);
-    let ba = w.op("ba", "linear", &[hn, &wba], &[]);
+    let ba = w.op("ba", "linear", &[hn, wba], &[]);
     let bag = w.op("bag", "reshape", &[&ba, &list(&[n, nk, 2 * r])], &[]);
     let bg = w.op("bg", "slice", &[&bag], &slice(2, 0, r));
     let ag = w.op("ag", "slice", &[&bag], &slice(2, r, r));

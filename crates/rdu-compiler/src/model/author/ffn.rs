@@ -2,6 +2,7 @@
 //! top-k, optional renormalisation and scaling, group-limited greedy, shared expert with or
 //! without its sigmoid gate).
 
+use super::split::Run;
 use super::writer::{float, Writer};
 use super::LayerCtx;
 use crate::model::spec::{Act, Ffn};
@@ -12,10 +13,12 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hf: &str) -> String 
     match &ctx.layer.ffn {
         Ffn::Dense { hidden, act } => mlp(w, ["Wg", "Wu", "Wd"], ["fg", "fu", "fa", "fm", "fo"], hf, d, *hidden, *act),
         Ffn::Moe { experts, top_k, expert_hidden, act, shared, router } => {
+            // The router is replicated; each chip holds its columns of every expert.
             let wr = w.projection("Wr", &[*experts, d]);
-            let weg = w.projection("Weg", &[*experts, *expert_hidden, d]);
-            let weu = w.projection("Weu", &[*experts, *expert_hidden, d]);
-            let wed = w.projection("Wed", &[*experts, d, *expert_hidden]);
+            let cols = [Run::columns(*expert_hidden)];
+            let weg = w.projection_split("Weg", &[*experts, *expert_hidden, d], 1, &cols);
+            let weu = w.projection_split("Weu", &[*experts, *expert_hidden, d], 1, &cols);
+            let wed = w.projection_split("Wed", &[*experts, d, *expert_hidden], 2, &cols);
             let rl = w.op("rl", "linear", &[hf, &wr], &[]);
             let attrs = [
                 ("k", top_k.to_string()),
@@ -41,7 +44,8 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hf: &str) -> String 
     }
 }
 
-/// `down(act(gate(x)) ⊙ up(x))` with the given weight and value base names.
+/// `down(act(gate(x)) ⊙ up(x))` with the given weight and value base names; on a chip of a
+/// tensor-parallel layer, its columns of `hidden` (a partial sum of the output).
 fn mlp(
     w: &mut Writer<'_>,
     weights: [&str; 3],
@@ -51,9 +55,10 @@ fn mlp(
     hidden: usize,
     act: Act,
 ) -> String {
-    let wg = w.projection(weights[0], &[hidden, d]);
-    let wu = w.projection(weights[1], &[hidden, d]);
-    let wd = w.projection(weights[2], &[d, hidden]);
+    let cols = [Run::columns(hidden)];
+    let wg = w.projection_split(weights[0], &[hidden, d], 0, &cols);
+    let wu = w.projection_split(weights[1], &[hidden, d], 0, &cols);
+    let wd = w.projection_split(weights[2], &[d, hidden], 1, &cols);
     let g = w.op(values[0], "linear", &[x, &wg], &[]);
     let u = w.op(values[1], "linear", &[x, &wu], &[]);
     let a = w.op(values[2], act.op(), &[&g], &[]);

@@ -2,6 +2,7 @@
 //! normalised latent and the rotated rope key (`kv_lora + qk_rope` values per position).
 
 use super::attention::slice;
+use super::split::Run;
 use super::writer::{float, list, Writer};
 use super::LayerCtx;
 use crate::model::spec::{Dialect, Mixer};
@@ -15,25 +16,31 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     };
     let (n, d) = (ctx.rows, ctx.spec.d_model);
     let qk = nope + rope;
+    // Each chip its heads; the latent (q_a, kv_a and the cache) is replicated on every chip.
+    let by_heads = |unit: usize| [Run::heads(heads, unit)];
     let q_weights = match q_lora_rank {
         Some(ql) => {
             let wqa = w.projection("Wqa", &[ql, d]);
             let qan = w.weight("qan", &[ql]);
-            let wqb = w.projection("Wqb", &[heads * qk, ql]);
+            let wqb = w.projection_split("Wqb", &[heads * qk, ql], 0, &by_heads(qk));
             Err((wqa, qan, wqb, ql))
         }
-        None => Ok(w.projection("Wq", &[heads * qk, d])),
+        None => Ok(w.projection_split("Wq", &[heads * qk, d], 0, &by_heads(qk))),
     };
     let wkva = w.projection("Wkva", &[kvr + rope, d]);
     let kvn = w.weight("kvn", &[kvr]);
     let gguf = matches!(ctx.spec.dialect, Dialect::Gguf);
     let up = if gguf {
         // llama.cpp splits kv_b per head: attn_k_b = W_UKᵀ [h, kvr, nope], attn_v_b = W_UV [h, v, kvr].
-        Ok((w.projection("Wkb", &[heads, kvr, nope]), w.projection("Wvb", &[heads, v_dim, kvr])))
+        Ok((
+            w.projection_split("Wkb", &[heads, kvr, nope], 0, &by_heads(1)),
+            w.projection_split("Wvb", &[heads, v_dim, kvr], 0, &by_heads(1)),
+        ))
     } else {
-        Err(w.projection("Wkvb", &[heads * (nope + v_dim), kvr]))
+        Err(w.projection_split("Wkvb", &[heads * (nope + v_dim), kvr], 0, &by_heads(nope + v_dim)))
     };
-    let wo = w.projection("Wo", &[d, heads * v_dim]);
+    let wo = w.projection_split("Wo", &[d, heads * v_dim], 1, &by_heads(v_dim));
+    let heads = ctx.local(heads);
     let (cos, sin, rot) = ctx.rope_tables(w);
 
     // Query.

@@ -12,6 +12,7 @@ mod deltanet;
 mod deltanet_gguf;
 mod ffn;
 mod mla;
+mod split;
 mod writer;
 
 pub use writer::Q8_BLOCK;
@@ -23,11 +24,18 @@ use writer::{float, list, Writer};
 
 /// The program of layer `layer` of `spec` for one step of `cut`.
 ///
+/// For a tensor-parallel cut the program is one chip's share (every chip runs it on its own
+/// slices, listed in `Source::slices`), with an `all_reduce` after the mixer and after the FFN;
+/// the width must be one the model admits (`fit::admits_tp`).
+///
 /// Panics if `layer` is out of range (callers iterate `0..spec.n_layers()`).
 pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) -> Source {
     let lspec = &spec.layers[layer];
-    let mut w = Writer::new(Some(layer), storage);
     let ctx = LayerCtx::new(spec, lspec, layer, cut);
+    let mut w = Writer::new(Some(layer), storage);
+    if ctx.tensor_parallel() {
+        w = w.tensor_parallel(ctx.tp);
+    }
     let d = spec.d_model;
     let n = ctx.rows;
     w.input(&ctx.hidden_in, "f32", &[n, d], None);
@@ -45,12 +53,14 @@ pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) ->
         Mixer::Mla { .. } => mla::write(&mut w, &ctx, &hn),
         Mixer::GatedDeltaNet { .. } => deltanet::write(&mut w, &ctx, &hn),
     };
+    let mixed = ctx.all_reduce(&mut w, "mar", &mixed);
     let mixed = norm(&mut w, "pa", &mixed, "pan", d, &lspec.norms, lspec.norms.post_attn);
     let resid = w.op("ra", "add", &[&ctx.hidden_in, &mixed], &[]);
 
     // Feed-forward block.
     let hf = norm(&mut w, "hf", &resid, "fn", d, &lspec.norms, lspec.norms.pre_ffn);
     let ffn_out = ffn::write(&mut w, &ctx, &hf);
+    let ffn_out = ctx.all_reduce(&mut w, "far", &ffn_out);
     let ffn_out = norm(&mut w, "pf", &ffn_out, "pfn", d, &lspec.norms, lspec.norms.post_ffn);
     let out = hidden_name_for(cut, layer + 1);
     w.bind_exact(&out, "add", &[&resid, &ffn_out], &[]);
@@ -152,11 +162,14 @@ pub(crate) struct LayerCtx<'s> {
     /// Rows per step: 1 for decode, the sequence length for forward.
     pub rows: usize,
     pub hidden_in: String,
+    /// Chips the layer is split over (1 unless the cut is tensor-parallel): every `*_split`
+    /// declaration holds one chip's share, `local_*` give the per-chip sizes.
+    pub tp: usize,
 }
 
 impl<'s> LayerCtx<'s> {
     fn new(spec: &'s ModelSpec, layer: &'s Layer, l: usize, cut: Cut) -> LayerCtx<'s> {
-        LayerCtx { spec, layer, cut, rows: rows(cut), hidden_in: hidden_name_for(cut, l) }
+        LayerCtx { spec, layer, cut, rows: rows(cut), hidden_in: hidden_name_for(cut, l), tp: cut.tp() }
     }
 
     /// The sequences of one step: the whole step, or each row of a batched step.
@@ -197,6 +210,31 @@ impl<'s> LayerCtx<'s> {
         }
         let refs: Vec<&str> = results.iter().map(String::as_str).collect();
         w.op(out, "concat", &refs, &[("axis", "0".into())])
+    }
+
+    /// Whether the program is one chip's share of a tensor-parallel layer (`all_reduce`s written).
+    pub fn tensor_parallel(&self) -> bool {
+        matches!(self.cut, Cut::Tp { .. } | Cut::BatchedTp { .. })
+    }
+
+    /// Heads (or columns) of `n` one chip holds.
+    pub fn local(&self, n: usize) -> usize {
+        n / self.tp
+    }
+
+    /// KV heads of `kv` one chip holds: its share, or one replicated head when chips outnumber them.
+    pub fn local_kv(&self, kv: usize) -> usize {
+        (kv / self.tp).max(1)
+    }
+
+    /// `base{l} = all_reduce(x)` in a tensor-parallel program (the sum of every chip's partial
+    /// `x`); `x` unchanged on one chip.
+    pub fn all_reduce(&self, w: &mut Writer<'_>, base: &str, x: &str) -> String {
+        if self.tensor_parallel() {
+            w.op(base, "all_reduce", &[x], &[])
+        } else {
+            x.to_string()
+        }
     }
 
     fn pos_seed(&self) -> &'static str {

@@ -1,9 +1,10 @@
 //! `Writer`: accumulates one program's declarations and statements in canonical text form,
 //! suffixing every per-layer name with the layer index and collecting the Q8_0 set.
 
-use crate::lang::Source;
+use super::split::{local_extent, parts, Run};
+use crate::lang::{Slices, Source};
 use crate::model::storage::Storage;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 /// Weights whose last (`in`) axis is a multiple of this may be stored as Q8_0 blocks.
@@ -18,6 +19,9 @@ pub(crate) struct Writer<'a> {
     outputs: Vec<String>,
     q8: BTreeSet<String>,
     storage: &'a Storage,
+    /// Chips of a tensor-parallel program (`None`: one chip, nothing is split).
+    tp: Option<usize>,
+    slices: BTreeMap<String, Slices>,
 }
 
 /// Formats an f64 attribute value so that it re-lexes as a float (`1e-6`, `0.25`, `8.0`).
@@ -49,7 +53,26 @@ impl<'a> Writer<'a> {
             outputs: Vec::new(),
             q8: BTreeSet::new(),
             storage,
+            tp: None,
+            slices: BTreeMap::new(),
         }
+    }
+
+    /// Writes the per-chip program of `tp` chips: `*_split` declarations take each chip's slices.
+    pub fn tensor_parallel(mut self, tp: usize) -> Self {
+        self.tp = Some(tp);
+        self
+    }
+
+    /// The local shape of `full` split along `axis` by `runs`, recording every chip's slices of
+    /// `name` (one chip: the full shape, nothing recorded).
+    fn split_shape(&mut self, name: &str, full: &[usize], axis: usize, runs: &[Run]) -> Vec<usize> {
+        let Some(tp) = self.tp else { return full.to_vec() };
+        debug_assert!(runs.iter().all(|r| r.offset + r.count * r.unit <= full[axis]), "{name}: runs past {full:?}");
+        let mut shape = full.to_vec();
+        shape[axis] = local_extent(tp, runs);
+        self.slices.insert(name.to_string(), Slices { axis, parts: parts(tp, runs) });
+        shape
     }
 
     /// The per-layer name of `base` (with the sequence suffix inside a batched sequence's part).
@@ -93,6 +116,12 @@ impl<'a> Writer<'a> {
     /// whole Q8_0 blocks, and in the Q8_0 set when the storage says it is stored so.
     pub fn projection(&mut self, base: &str, shape: &[usize]) -> String {
         let name = self.name(base);
+        self.declare_projection(&name, shape);
+        name
+    }
+
+    fn declare_projection(&mut self, name: &str, shape: &[usize]) {
+        let name = name.to_string();
         let blockable = shape.last().is_some_and(|d| d % Q8_BLOCK == 0);
         if blockable {
             self.decl("weight", &name, "q8", shape, None);
@@ -102,6 +131,30 @@ impl<'a> Writer<'a> {
         } else {
             self.decl("weight", &name, "f32", shape, None);
         }
+    }
+
+    /// A weight read dense, split over the chips of a tensor-parallel program along `axis` by `runs`.
+    pub fn weight_split(&mut self, base: &str, full: &[usize], axis: usize, runs: &[Run]) -> String {
+        let name = self.name(base);
+        let shape = self.split_shape(&name, full, axis, runs);
+        self.decl("weight", &name, "f32", &shape, None);
+        name
+    }
+
+    /// A projection split over the chips of a tensor-parallel program along `axis` by `runs`;
+    /// declared `q8` when each chip's `in` axis holds whole Q8_0 blocks.
+    pub fn projection_split(&mut self, base: &str, full: &[usize], axis: usize, runs: &[Run]) -> String {
+        let name = self.name(base);
+        let shape = self.split_shape(&name, full, axis, runs);
+        self.declare_projection(&name, &shape);
+        name
+    }
+
+    /// A state split over the chips of a tensor-parallel program along `axis` by `runs`.
+    pub fn state_split(&mut self, base: &str, full: &[usize], axis: usize, runs: &[Run]) -> String {
+        let name = self.name(base);
+        let shape = self.split_shape(&name, full, axis, runs);
+        self.decl("state", &name, "f32", &shape, None);
         name
     }
 
@@ -167,6 +220,6 @@ impl<'a> Writer<'a> {
             text.push_str(line);
             text.push('\n');
         }
-        Source { text, q8: self.q8 }
+        Source { text, q8: self.q8, slices: self.slices }
     }
 }

@@ -32,7 +32,7 @@ pub fn sample() -> Bundle {
             format!("an{l}"),
             tensor(&[64], TensorStorage::Dense, &format!("blk.{l}.attn_norm.weight"), vec![]),
         );
-        let halves = |axis| (0..2).map(|c| Slice { axis, start: 32 * c, len: 32 }).collect();
+        let halves = |axis| (0..2).map(|c| vec![Slice { axis, start: 32 * c, len: 32 }]).collect();
         let wq = tensor(&[64, 64], TensorStorage::Q8_0, &format!("blk.{l}.attn_q.weight"), halves(0));
         tensors.insert(format!("Wq{l}"), wq);
         tensors.insert(
@@ -61,7 +61,13 @@ pub fn sample() -> Bundle {
             InputEntry { name: "tok".into(), dtype: "i32".into(), shape: vec![1] },
             InputEntry { name: "pos".into(), dtype: "i32".into(), shape: vec![] },
         ],
-        states: (0..3).map(|l| StateEntry { name: format!("Kc{l}"), shape: vec![16, 2, 16] }).collect(),
+        states: (0..3)
+            .map(|l| StateEntry {
+                name: format!("Kc{l}"),
+                shape: vec![16, 2, 16],
+                slices: (0..2).map(|c| vec![Slice { axis: 1, start: c, len: 1 }]).collect(),
+            })
+            .collect(),
         shared: vec![SharedEntry {
             name: "cos0".into(),
             shape: vec![16, 8],
@@ -122,7 +128,7 @@ fn layer(l: usize, kind: &str, io: &[(&str, &str)], rep: usize) -> LayerEntry {
     LayerEntry { layer: l, kind: kind.into(), bind }
 }
 
-fn tensor(shape: &[usize], storage: TensorStorage, name: &str, slices: Vec<Slice>) -> TensorEntry {
+fn tensor(shape: &[usize], storage: TensorStorage, name: &str, slices: Vec<Vec<Slice>>) -> TensorEntry {
     TensorEntry {
         shape: shape.to_vec(),
         dtype: "f32".into(),

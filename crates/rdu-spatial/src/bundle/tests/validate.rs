@@ -115,8 +115,27 @@ fn unsafe_and_colliding_file_paths_are_rejected() {
 fn tensors_are_checked_against_their_shapes_and_the_chips() {
     let err = problem(|b| b.manifest.tensors.get_mut("Wq0").unwrap().slices.pop().map(drop).unwrap());
     assert!(err.to_string().contains("tensors.Wq0: has 1 slices for 2 chips"), "{err}");
-    let err = problem(|b| b.manifest.tensors.get_mut("Wo1").unwrap().slices[1] = Slice { axis: 1, start: 48, len: 32 });
+    let err =
+        problem(|b| b.manifest.tensors.get_mut("Wo1").unwrap().slices[1] = vec![Slice { axis: 1, start: 48, len: 32 }]);
     assert!(err.to_string().contains("slices[1] lies outside shape [64, 64]"), "{err}");
+    // Both chips the same half: the slices do not partition the columns.
+    let err =
+        problem(|b| b.manifest.tensors.get_mut("Wo1").unwrap().slices[1] = vec![Slice { axis: 1, start: 0, len: 32 }]);
+    assert!(err.to_string().contains("stop at 32 of 64"), "{err}");
+    let err = problem(|b| {
+        b.manifest.tensors.get_mut("Wq2").unwrap().slices =
+            vec![vec![Slice { axis: 0, start: 0, len: 16 }], vec![Slice { axis: 0, start: 16, len: 48 }]];
+    });
+    assert!(err.to_string().contains("holds 48"), "{err}");
+    let err = problem(|b| b.manifest.states[0].slices[1] = vec![Slice { axis: 1, start: 0, len: 1 }]);
+    assert!(err.to_string().contains("states.Kc0"), "{err}");
+    let err = problem(|b| {
+        b.manifest.tensors.get_mut("Wo2").unwrap().slices = vec![
+            vec![Slice { axis: 1, start: 0, len: 16 }, Slice { axis: 1, start: 32, len: 16 }],
+            vec![Slice { axis: 1, start: 16, len: 16 }, Slice { axis: 1, start: 48, len: 16 }],
+        ];
+    });
+    assert!(err.to_string().contains("split its Q8_0 blocks"), "{err}");
     let err = problem(|b| {
         let t = b.manifest.tensors.get_mut("an0").unwrap();
         t.storage = TensorStorage::Q8_0;

@@ -1,0 +1,138 @@
+//! `rdu` with `--tp T` as a user runs it: a refused width is one line naming the dimension;
+//! a Q8_0 GGUF checkpoint sliced per chip (whole blocks) gives transformers' logits; a tp
+//! bundle written by `rdu lower` runs with `rdu run --bundle` and generates what one chip does.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn rdu(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rdu")).args(args).env_remove("RUST_BACKTRACE").output().expect("rdu runs")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = rdu(args);
+    assert!(out.status.success(), "rdu {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// Exit code 1, one `error: ...` line on stderr, no panic; returns the line.
+fn user_error(args: &[&str]) -> String {
+    let out = rdu(args);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "rdu {args:?} should exit 1; stderr:\n{err}");
+    assert!(!err.contains("panicked"), "rdu {args:?} panicked:\n{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "rdu {args:?} should print one line, got:\n{err}");
+    assert!(lines[0].starts_with("error: "), "{err}");
+    lines[0].to_string()
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn npy_f32(path: &Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    npyz::NpyFile::new(&bytes[..]).expect("npy").into_vec::<f32>().expect("f32 npy")
+}
+
+fn max_diff(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len());
+    got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max)
+}
+
+#[test]
+fn a_refused_width_is_one_line_naming_the_dimension() {
+    let line = user_error(&["lower", "llama-3.1-8b", "--cut", "tp", "--tp", "3"]);
+    assert_eq!(line, "error: --tp 3 does not divide the 32 attention heads of llama-3.1-8b (layer 0)");
+    let line = user_error(&["run", "tiny-qwen3-next", "--tokens", "1,2", "--tp", "4"]);
+    assert!(line.contains("--tp 4") && line.contains("2 DeltaNet key heads"), "{line}");
+    let line = user_error(&["fit", "qwen3-next-80b-a3b", "--tp", "32"]);
+    assert!(line.contains("--tp 32 does not divide"), "{line}");
+    let line = user_error(&["source", "llama-3.1-8b", "--layer", "0", "--cut", "tp", "--tp", "5"]);
+    assert!(line.contains("32 attention heads"), "{line}");
+}
+
+#[test]
+fn fit_reports_memory_per_chip_and_the_admitted_widths() {
+    let one: Value = serde_json::from_str(&ok(&["fit", "llama-3.1-8b", "--storage", "q8", "--json"])).unwrap();
+    let eight: Value =
+        serde_json::from_str(&ok(&["fit", "llama-3.1-8b", "--storage", "q8", "--tp", "8", "--json"])).unwrap();
+    assert_eq!(eight["chips"], 8);
+    assert_eq!(one["tp_admitted"], serde_json::json!([1, 2, 4, 8, 16, 32]));
+    let (w1, w8) = (one["weight_bytes"].as_u64().unwrap(), eight["weight_bytes"].as_u64().unwrap());
+    // Each chip holds an eighth of the layers plus the replicated embedding, head, norms and
+    // RoPE tables (those last two a few MB).
+    let spine = one["parts"][0]["weight_bytes"].as_u64().unwrap() + one["parts"][2]["weight_bytes"].as_u64().unwrap();
+    let share = spine + (w1 - spine) / 8;
+    assert!(w8 >= share && w8 < share + 4_000_000, "{w8} per chip vs {share}");
+}
+
+/// A Q8_0 GGUF file decoded at `--tp 1` and `--tp 2`: both within 1e-4 of transformers'
+/// logits on the dequantised weights, and of each other.
+fn gguf_at_tp_2(arch: &str) {
+    let dir = repo().join("tests/data/fixtures/gguf").join(arch);
+    let gguf = dir.join(format!("tiny-{arch}-q8_0.gguf"));
+    let meta: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
+    let tokens: Vec<String> = meta["tokens"].as_array().unwrap().iter().map(|t| t.to_string()).collect();
+    let tokens = tokens.join(",");
+    let tmp = tempfile::tempdir().unwrap();
+    let want = npy_f32(&dir.join("logits_hf_q8deq.npy"));
+    let mut runs = Vec::new();
+    for tp in ["1", "2"] {
+        let out = tmp.path().join(format!("tp{tp}.npy"));
+        let args = ["run", gguf.to_str().unwrap(), "--tokens", &tokens, "--tp", tp, "--logits", out.to_str().unwrap()];
+        ok(&args);
+        let got = npy_f32(&out);
+        let d = max_diff(&got, &want);
+        assert!(d <= 1e-4, "{arch} tp {tp}: max |diff| {d:e} against transformers (Q8_0 dequantised)");
+        runs.push(got);
+    }
+    assert!(max_diff(&runs[0], &runs[1]) <= 1e-4, "{arch}");
+    // Four chips would split the output projection's 64 input columns into 16: not whole blocks.
+    let line = user_error(&["run", gguf.to_str().unwrap(), "--tokens", &tokens, "--tp", "4"]);
+    assert!(line.contains("Q8_0 blocks of Wo0"), "{arch}: {line}");
+}
+
+#[test]
+fn a_q8_0_llama_gguf_sliced_per_chip_matches_transformers() {
+    gguf_at_tp_2("llama");
+}
+
+#[test]
+fn a_q8_0_gemma3_gguf_with_one_kv_head_replicated_matches_transformers() {
+    gguf_at_tp_2("gemma3");
+}
+
+#[test]
+fn a_tp_bundle_runs_from_disk_and_generates_what_one_chip_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bundle = tmp.path().join("tp2");
+    let summary: Value = serde_json::from_str(&ok(&[
+        "lower",
+        "tiny-qwen3.5",
+        "--cut",
+        "tp",
+        "--tp",
+        "2",
+        "--ctx",
+        "16",
+        "--json",
+        "-o",
+        bundle.to_str().unwrap(),
+    ]))
+    .unwrap();
+    assert_eq!(summary["cut"]["mode"], "tensor-parallel decode");
+    let kinds: Value = serde_json::from_str(&ok(&["kinds", "tiny-qwen3.5", "--json"])).unwrap();
+    let layers = |v: &Value| -> Vec<Value> { v.as_array().unwrap().iter().map(|k| k["layers"].clone()).collect() };
+    assert_eq!(layers(&summary["kinds"]), layers(&kinds["kinds"]), "the tp kinds are the decode kinds");
+    let run = |extra: &[&str]| -> Value {
+        let mut args = vec!["run", "tiny-qwen3.5", "--tokens", "3,1,4,1,5", "-n", "6", "--ctx", "16", "--json"];
+        args.extend_from_slice(extra);
+        serde_json::from_str(&ok(&args)).unwrap()
+    };
+    let one = run(&[]);
+    assert_eq!(run(&["--bundle", bundle.to_str().unwrap()])["generated"], one["generated"]);
+    assert_eq!(run(&["--tp", "2"])["generated"], one["generated"]);
+}

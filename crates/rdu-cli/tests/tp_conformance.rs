@@ -1,0 +1,166 @@
+//! Tensor-parallel decode against tensor-parallel width 1 and against transformers: every
+//! fixture model lowered for `--tp 2` and `--tp 4` where it admits the width (each kind
+//! certified over its chips), written as a bundle, read back by the host with the HF
+//! checkpoint and run on chip threads with a real all-reduce — token-by-token decode logits
+//! and the 8 generated positions within 1e-4 of the one-chip decode bundle's and of
+//! `tests/data/fixtures/hf/*`. A width a fixture does not admit is refused naming the dimension.
+
+use rdu_compiler::fit::admits_tp;
+use rdu_compiler::lower::streamed::{
+    lower_decode_streamed, lower_tp_decode_streamed, LowerOptions, Storage, StreamedModel, StreamedReject,
+};
+use rdu_compiler::model::config::from_config_path;
+use rdu_compiler::model::spec::ModelSpec;
+use rdu_host::{Host, WeightsSource};
+use rdu_spatial::chip::Chip;
+use rdu_spatial::manifest::chip_ranges;
+use rdu_spatial::tensor_parallel::take;
+use std::path::{Path, PathBuf};
+
+/// Max absolute difference allowed against transformers and against one chip.
+const TOL: f32 = 1e-4;
+
+fn fixture(arch: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/fixtures/hf").join(arch)
+}
+
+fn npy_f32(path: &Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    npyz::NpyFile::new(&bytes[..]).expect("npy").into_vec::<f32>().expect("f32 npy")
+}
+
+fn npy_ids(path: &Path) -> Vec<u32> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let ids = npyz::NpyFile::new(&bytes[..]).expect("npy").into_vec::<i64>().expect("i64 npy");
+    ids.into_iter().map(|v| v as u32).collect()
+}
+
+fn max_diff(what: &str, got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
+    let (mut worst, mut at) = (0f32, 0);
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let d = (g - w).abs();
+        if d > worst || d.is_nan() {
+            (worst, at) = (d, i);
+        }
+    }
+    assert!(worst <= TOL, "{what}: max |diff| {worst:e} at {at} (got {}, want {})", got[at], want[at]);
+    worst
+}
+
+fn opts(progress: &mut dyn FnMut(rdu_compiler::lower::streamed::Progress<'_>)) -> LowerOptions<'_> {
+    LowerOptions { chip: Chip::builtin("sn50").expect("chip"), storage: Storage::Dense, seed: 0, progress }
+}
+
+/// Every logits row of the prompt decoded token by token, then of the fixture's generated
+/// tokens fed back (teacher-forced, so that every width sees the same positions).
+fn decode_rows(
+    model: &StreamedModel,
+    dir: &Path,
+    tokens: &[u32],
+    gen_ids: &[u32],
+    out: &Path,
+) -> (Vec<Vec<f32>>, Host) {
+    model.bundle().expect("bundle").write(out, false).expect("write");
+    let mut host = Host::load(out, &WeightsSource::Hf(dir.to_path_buf()), &mut |_, _, _| {}).expect("load");
+    let feed: Vec<u32> = tokens.iter().chain(&gen_ids[..gen_ids.len() - 1]).copied().collect();
+    let rows = feed
+        .iter()
+        .enumerate()
+        .map(|(pos, &tok)| host.step(&[tok], pos).expect("step").logits.as_f32().expect("f32").to_vec())
+        .collect();
+    (rows, host)
+}
+
+fn check(arch: &str) {
+    let dir = fixture(arch);
+    let spec: ModelSpec = from_config_path(&dir.join("config.json")).expect("config");
+    let tokens = npy_ids(&dir.join("tokens.npy"));
+    let gen_ids = npy_ids(&dir.join("gen_ids.npy"));
+    let vocab = spec.vocab;
+    let ctx = tokens.len() + gen_ids.len();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let mut want = npy_f32(&dir.join("logits_step.npy"));
+    want.extend(npy_f32(&dir.join("gen_logits.npy"))[vocab..].iter().copied());
+
+    let one = lower_decode_streamed(&spec, ctx, opts(&mut |_| {})).unwrap_or_else(|e| panic!("{arch}: {e}"));
+    let (one_chip, one_host) = decode_rows(&one, &dir, &tokens, &gen_ids, &tmp.path().join("tp1"));
+    let mut widths = 0;
+    for tp in [2, 4] {
+        if let Err(refusal) = admits_tp(&spec, tp, &Storage::Dense) {
+            // Refused up front, naming the dimension, and the lowering says the same.
+            let line = refusal.to_string();
+            assert!(line.starts_with(&format!("--tp {tp} ")) && !line.contains('\n'), "{arch}: {line}");
+            let err = lower_tp_decode_streamed(&spec, tp, ctx, opts(&mut |_| {})).expect_err("refused");
+            assert!(matches!(&err, StreamedReject::Invalid(m) if *m == line), "{arch}: {err}");
+            continue;
+        }
+        widths += 1;
+        let model =
+            lower_tp_decode_streamed(&spec, tp, ctx, opts(&mut |_| {})).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        assert_eq!(model.kinds.len(), one.kinds.len(), "{arch} tp {tp}: kinds differ from decode");
+        for (k, d) in model.kinds.iter().zip(&one.kinds) {
+            assert_eq!(k.layers, d.layers, "{arch} tp {tp}: kind {} groups other layers", k.program.name);
+            assert!(k.program.spatial.tp.as_ref().is_some_and(|t| t.chips as usize == tp && t.all_reduce.len() == 2));
+        }
+        let (rows, host) = decode_rows(&model, &dir, &tokens, &gen_ids, &tmp.path().join(format!("tp{tp}")));
+        for (pos, row) in rows.iter().enumerate() {
+            max_diff(&format!("{arch} tp {tp} vs tp 1 at {pos}"), row, &one_chip[pos]);
+            max_diff(&format!("{arch} tp {tp} vs transformers at {pos}"), row, &want[pos * vocab..(pos + 1) * vocab]);
+        }
+        // Every chip's carried state is its slice of the one-chip state (a replicated one whole).
+        assert_eq!(host.chips(), tp);
+        for entry in &host.manifest().states {
+            let whole = one_host.state(&entry.name).expect("one-chip state");
+            for c in 0..tp {
+                let got = host.chip_state(c, &entry.name).expect("chip state");
+                let want = match chip_ranges(&entry.slices, c) {
+                    Some((axis, ranges)) => take(&whole.shape, whole.as_f32().unwrap(), axis, &ranges).unwrap().1,
+                    None => whole.as_f32().unwrap().to_vec(),
+                };
+                max_diff(&format!("{arch} tp {tp} chip {c} state {}", entry.name), got.as_f32().unwrap(), &want);
+            }
+        }
+    }
+    assert!(widths > 0, "{arch}: no width of 2 and 4 is admitted, nothing was compared");
+}
+
+#[test]
+fn llama() {
+    check("llama");
+}
+
+#[test]
+fn qwen3() {
+    check("qwen3");
+}
+
+#[test]
+fn qwen3_next() {
+    check("qwen3_next");
+}
+
+#[test]
+fn qwen3_next_t80() {
+    check("qwen3_next_T80");
+}
+
+#[test]
+fn gemma3_text() {
+    check("gemma3_text");
+}
+
+#[test]
+fn gemma3_text_t80() {
+    check("gemma3_text_T80");
+}
+
+#[test]
+fn deepseek_v2() {
+    check("deepseek_v2");
+}
+
+#[test]
+fn deepseek_v2_noqlora() {
+    check("deepseek_v2_noqlora");
+}

@@ -1,0 +1,333 @@
+//! Certification of a tensor-parallel layer program — translation validation of the split.
+//!
+//! The program is one chip's share (SPMD). It is run on every chip at once, one thread each,
+//! with a real all-reduce between them (`rdu_spatial::sim::AllReduce`), every chip's weights
+//! and states cut from the SAME seeded full-size tensors by its slices; then
+//! (a) every chip's outputs must match the reference interpreter of the UNSPLIT program of
+//! the layer on the full tensors, and (b) every chip's final states must match its slice of
+//! the unsplit program's final states — within `TOLERANCE` of each tensor's scale.
+//! Structure: the slices partition each split tensor (or replicate it exactly), and no
+//! output, state or nonlinear op reads a partial sum that was not all-reduced.
+
+use super::bindings::Inputs;
+use super::{compare, structure, Certificate, CertifyFault, TOLERANCE};
+use crate::graph::{eval, Graph};
+use rdu_spatial::chip::Chip;
+use rdu_spatial::program::{Arg, Role, SpatialProgram, Storage, TpSplit};
+use rdu_spatial::q8::Q8Weight;
+use rdu_spatial::sim::{simulate_chip, AllReduce, Collective, SimBindings, SimTensor, WeightSlab};
+use rdu_spatial::tensor_parallel::{check_split, take, take_q8};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+/// Certifies `program` (one chip's share, lowered from `graph`, its `tp` filled) against the
+/// unsplit program `full` (lowered from `full_graph`: same names, full shapes).
+pub fn certify_tp(
+    program: &SpatialProgram,
+    graph: &Graph,
+    full: &SpatialProgram,
+    full_graph: &Graph,
+    chip: &Chip,
+    seed: u64,
+) -> Result<Certificate, CertifyFault> {
+    let tp = program.tp.as_ref().ok_or_else(|| CertifyFault::Structure("no tensor-parallel layout".into()))?;
+    let chips = tp.chips as usize;
+    let mut checks = Vec::new();
+    structure::check(program, graph).map_err(CertifyFault::Structure)?;
+    checks.push("structure".to_string());
+    structure::resources(program, chip).map_err(CertifyFault::Resources)?;
+    checks.push("resources".to_string());
+    check_slices(program, full, chips).map_err(CertifyFault::Structure)?;
+    checks.push(format!(
+        "slices: the {} split tensors are partitioned (or exactly replicated) over {chips} chips, in bounds",
+        tp.splits.len()
+    ));
+    check_partials(program).map_err(CertifyFault::Structure)?;
+    checks.push(format!(
+        "partial sums: every partial sum is all-reduced ({} all-reduce stages) before a nonlinear op, output or state reads it",
+        tp.all_reduce.len()
+    ));
+
+    let inputs = Inputs::new(full, full_graph, seed);
+    let reference =
+        eval(full_graph, &inputs).map_err(|e| CertifyFault::Engine { engine: "reference", message: e.to_string() })?;
+    let splits: BTreeMap<&str, &TpSplit> = tp.splits.iter().map(|s| (s.tensor.as_str(), s)).collect();
+    let group = AllReduce::new(chips);
+    let runs: Vec<Result<_, CertifyFault>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..chips)
+            .map(|c| {
+                let (inputs, splits, group) = (&inputs, &splits, &group);
+                scope.spawn(move || {
+                    let fail = |message: String| {
+                        group.abort(&message);
+                        CertifyFault::Engine { engine: "simulator", message: format!("chip {c}: {message}") }
+                    };
+                    let env = ChipInputs::new(inputs, program, splits, c).map_err(fail)?;
+                    let mut states = BTreeMap::new();
+                    let outputs = simulate_chip(program, &env, &mut states, false, group, c)
+                        .map_err(|e| CertifyFault::Engine { engine: "simulator", message: format!("chip {c}: {e}") })?;
+                    Ok((outputs, states))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(CertifyFault::Engine { engine: "simulator", message: "a chip's thread panicked".into() })
+                })
+            })
+            .collect()
+    });
+    let (mut max_abs_err, mut tolerance) = (0f64, TOLERANCE);
+    for (c, run) in runs.into_iter().enumerate() {
+        let (outputs, states) = run?;
+        for (name, want) in &reference.outputs {
+            let got = outputs.get(name).ok_or_else(|| CertifyFault::Engine {
+                engine: "simulator",
+                message: format!("chip {c} produced no `{name}`"),
+            })?;
+            let (err, bound) = compare(&format!("{name} (chip {c})"), got, want)?;
+            max_abs_err = max_abs_err.max(err);
+            tolerance = tolerance.max(bound);
+        }
+        for (name, want) in &reference.states {
+            let got = states.get(name).ok_or_else(|| CertifyFault::Engine {
+                engine: "simulator",
+                message: format!("chip {c} left no state `{name}`"),
+            })?;
+            let want = match splits.get(name.as_str()) {
+                Some(s) => {
+                    let data =
+                        want.as_f32().ok_or_else(|| CertifyFault::Structure(format!("state `{name}` is not f32")))?;
+                    let (shape, v) = take(want.shape(), data, s.axis, &s.parts[c]).map_err(CertifyFault::Structure)?;
+                    crate::graph::Tensor::f32(shape, v)
+                }
+                None => want.clone(),
+            };
+            let (err, bound) = compare(&format!("{name} (chip {c})"), got, &want)?;
+            max_abs_err = max_abs_err.max(err);
+            tolerance = tolerance.max(bound);
+        }
+    }
+    checks.push(format!(
+        "numbers over {chips} chips with a real all-reduce: every chip's {} results match the unsplit program's and its {} \
+         states its slice of the unsplit program's, each within {TOLERANCE:e} of its scale max(1, max|ref|)",
+        reference.outputs.len(),
+        reference.states.len()
+    ));
+    Ok(Certificate { checks, seed, tolerance, max_abs_err })
+}
+
+/// Every split is in bounds of the full tensor, gives each chip the declared local extent, and
+/// partitions (or exactly replicates) the full axis; every other declared tensor is whole.
+fn check_slices(program: &SpatialProgram, full: &SpatialProgram, chips: usize) -> Result<(), String> {
+    let tp = program.tp.as_ref().ok_or("no tensor-parallel layout")?;
+    for t in program.tensors.iter().filter(|t| t.role.is_bound()) {
+        let whole = full.decl(&t.name).ok_or_else(|| format!("`{}` is not a tensor of the unsplit program", t.name))?;
+        match tp.splits.iter().find(|s| s.tensor == t.name) {
+            Some(split) => {
+                if !matches!(t.role, Role::Weight | Role::State) {
+                    return Err(format!("the {} `{}` is split; only weights and states are", t.role.as_str(), t.name));
+                }
+                let local = t.shape.get(split.axis).copied();
+                check_split(split, &whole.shape, local, chips)?;
+                let mut rest = t.shape.clone();
+                rest[split.axis] = whole.shape[split.axis];
+                if rest != whole.shape {
+                    return Err(format!("`{}` is {:?} on a chip, {:?} whole", t.name, t.shape, whole.shape));
+                }
+            }
+            None if t.shape != whole.shape => {
+                return Err(format!(
+                    "`{}` is {:?} on a chip but {:?} whole, and has no slices",
+                    t.name, t.shape, whole.shape
+                ))
+            }
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+/// What a value is on the chips.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    /// The same on every chip.
+    Replicated,
+    /// Each chip its own heads or columns.
+    Local,
+    /// Each chip a summand of the value: only sums, reshapes and scalings by replicated values
+    /// may read it, until `all_reduce` turns it into the replicated sum.
+    Partial,
+}
+
+/// Follows every value through the program: products contracting a split axis give partial
+/// sums; only linear ops may carry them, `all_reduce` must sum them (and nothing else), and no
+/// output or state may hold one.
+fn check_partials(program: &SpatialProgram) -> Result<(), String> {
+    let tp = program.tp.as_ref().ok_or("no tensor-parallel layout")?;
+    let split_axis = |n: &str| tp.splits.iter().find(|s| s.tensor == n).map(|s| s.axis);
+    let mut class: BTreeMap<String, Class> = BTreeMap::new();
+    for t in program.tensors.iter().filter(|t| t.role.is_bound()) {
+        let c = if split_axis(&t.name).is_some() { Class::Local } else { Class::Replicated };
+        class.insert(t.name.clone(), c);
+    }
+    for (stage, op) in program.ops() {
+        let at = format!("stage {} op `{}`", stage.name, op.op);
+        let args: Vec<(&str, Class)> = op
+            .args
+            .iter()
+            .filter_map(|a| match a {
+                Arg::Tensor(n) => Some((n.as_str(), class.get(n).copied().unwrap_or(Class::Replicated))),
+                Arg::Lit(_) => None,
+            })
+            .collect();
+        let any = |c: Class| args.iter().any(|a| a.1 == c);
+        let rank = |n: &str| program.decl(n).map_or(0, |d| d.shape.len());
+        // A product whose weight is split along its contracted (last) axis sums over a split.
+        let contracts_split = |w: &str| split_axis(w).is_some_and(|axis| axis + 1 == rank(w));
+        let result = match op.op.as_str() {
+            "all_reduce" => match args.first().map(|a| a.1) {
+                Some(Class::Partial) => Class::Replicated,
+                Some(c) => {
+                    return Err(format!(
+                        "{at} sums a value that is not a partial sum ({c:?}): it would be counted once per chip"
+                    ))
+                }
+                None => return Err(format!("{at} has no operand")),
+            },
+            "linear" | "linear_heads" if args.len() >= 2 && contracts_split(args[1].0) => {
+                if args[0].1 != Class::Local {
+                    return Err(format!(
+                        "{at} contracts the split `{}` with a value that is not split alike",
+                        args[1].0
+                    ));
+                }
+                Class::Partial
+            }
+            "experts" if args.iter().skip(3).any(|a| contracts_split(a.0)) => {
+                if args[0].1 == Class::Partial {
+                    return Err(format!("{at} reads a partial sum"));
+                }
+                Class::Partial
+            }
+            "add" | "sub" if any(Class::Partial) => {
+                if args.iter().all(|a| a.1 == Class::Partial) {
+                    Class::Partial
+                } else {
+                    return Err(format!("{at} adds a partial sum to a value that is not one"));
+                }
+            }
+            "mul" if any(Class::Partial) => {
+                if args.iter().filter(|a| a.1 == Class::Partial).count() == 1 && !any(Class::Local) {
+                    Class::Partial
+                } else {
+                    return Err(format!("{at} multiplies a partial sum by a value that is not replicated"));
+                }
+            }
+            "reshape" | "scale" | "neg" | "slice" | "transpose" | "concat" if any(Class::Partial) => {
+                if args.iter().all(|a| a.1 == Class::Partial) {
+                    Class::Partial
+                } else {
+                    return Err(format!("{at} mixes a partial sum with other values"));
+                }
+            }
+            _ if any(Class::Partial) => {
+                return Err(format!("{at} reads a partial sum before it is all-reduced"));
+            }
+            _ if any(Class::Local) => Class::Local,
+            _ => Class::Replicated,
+        };
+        for (k, out) in op.outs.iter().enumerate() {
+            let is_state = op.update && k + 1 == op.outs.len();
+            if is_state {
+                let want = class.get(out).copied().unwrap_or(Class::Replicated);
+                if result == Class::Partial || (want == Class::Replicated && result == Class::Local) {
+                    return Err(format!("{at} writes a {result:?} value into the {want:?} state `{out}`"));
+                }
+            } else {
+                class.insert(out.clone(), result);
+            }
+        }
+    }
+    for out in &program.outputs {
+        if class.get(out).copied() != Some(Class::Replicated) {
+            return Err(format!("output `{out}` is not the same on every chip (not all-reduced)"));
+        }
+    }
+    Ok(())
+}
+
+/// One chip's bindings: its slices of the full seeded tensors (stacked experts cut one expert
+/// at a time, as they are generated).
+struct ChipInputs<'a> {
+    full: &'a Inputs,
+    splits: &'a BTreeMap<&'a str, &'a TpSplit>,
+    chip: usize,
+    dense: BTreeMap<String, SimTensor>,
+    q8: BTreeMap<String, Q8Weight>,
+}
+
+impl<'a> ChipInputs<'a> {
+    fn new(
+        full: &'a Inputs,
+        program: &SpatialProgram,
+        splits: &'a BTreeMap<&'a str, &'a TpSplit>,
+        chip: usize,
+    ) -> Result<ChipInputs<'a>, String> {
+        let (mut dense, mut q8) = (BTreeMap::new(), BTreeMap::new());
+        for t in program.tensors.iter().filter(|t| t.role.is_bound()) {
+            let Some(split) = splits.get(t.name.as_str()) else { continue };
+            if full.is_stacked(&t.name) {
+                continue;
+            }
+            let ranges = &split.parts[chip];
+            if t.storage == Storage::Q8_0 {
+                let w = full.sim_q8(&t.name).ok_or_else(|| format!("no seeded Q8_0 `{}`", t.name))?;
+                q8.insert(t.name.clone(), take_q8(w, split.axis, ranges)?);
+            } else if let Some(w) = full.sim_q8(&t.name) {
+                // Stored Q8_0 whole but read dense on a chip: its exact dequantised values.
+                let values = w.dequantize();
+                let (shape, v) = take(&w.shape, &values, split.axis, ranges)?;
+                dense.insert(t.name.clone(), SimTensor::f32(shape, v));
+            } else {
+                let w = full.sim_dense(&t.name).ok_or_else(|| format!("no seeded `{}`", t.name))?;
+                let values = w.as_f32().ok_or_else(|| format!("`{}` is split but not f32", t.name))?;
+                let (shape, v) = take(&w.shape, values, split.axis, ranges)?;
+                dense.insert(t.name.clone(), SimTensor::f32(shape, v));
+            }
+        }
+        Ok(ChipInputs { full, splits, chip, dense, q8 })
+    }
+}
+
+impl SimBindings for ChipInputs<'_> {
+    fn tensor(&self, name: &str) -> Option<Cow<'_, SimTensor>> {
+        match self.dense.get(name) {
+            Some(t) => Some(Cow::Borrowed(t)),
+            None if self.splits.contains_key(name) => None,
+            None => SimBindings::tensor(self.full, name),
+        }
+    }
+
+    fn q8(&self, name: &str) -> Option<Cow<'_, Q8Weight>> {
+        match self.q8.get(name) {
+            Some(w) => Some(Cow::Borrowed(w)),
+            None if self.splits.contains_key(name) => None,
+            None => SimBindings::q8(self.full, name),
+        }
+    }
+
+    fn expert(&self, name: &str, expert: usize) -> Option<WeightSlab<'_>> {
+        let Some(split) = self.splits.get(name) else { return self.full.expert(name, expert) };
+        // The stacked axis 0 is the expert; the split axis of one expert is one less.
+        let axis = split.axis.checked_sub(1)?;
+        let (shape, values, q8) = self.full.expert_values(name, expert)?;
+        let ranges = &split.parts[self.chip];
+        Some(match q8 {
+            Some(q) => WeightSlab::Q8(Cow::Owned(take_q8(&q, axis, ranges).ok()?.blocks)),
+            None => WeightSlab::Dense(Cow::Owned(take(&shape, &values, axis, ranges).ok()?.1)),
+        })
+    }
+}

@@ -1,0 +1,133 @@
+//! `lower_tp_decode_streamed`: a decode deployment over `tp` chips (DESIGN §8). The embedding
+//! and the head are the decode programs, on the replicated spine; each layer kind is ONE
+//! program that every chip runs on its own slices (its heads, its FFN and expert columns),
+//! with an all-reduce after the mixer and after the FFN. A kind is certified by running it on
+//! all its chips against the reference interpreter of the unsplit decode program
+//! (`certify::certify_tp`).
+
+use super::deploy::{
+    canonical, certify_source, lower_part, rename_source, LayerBinding, LayerKind, LowerOptions, ProgramPart, Progress,
+    StreamedModel, StreamedReject, HEAD_INPUT,
+};
+use super::kinds::{kinds_of_sources, renaming};
+use crate::certify::certify_tp;
+use crate::fit::admits_tp;
+use crate::front::{lift, Refusal};
+use crate::lang::{parse, shape_digest, Source};
+use crate::lower::{cost::program_cost, lower, lower_split, Split};
+use crate::model::author::{embed_source, head_source, source_of};
+use crate::model::spec::{Cut, ModelSpec};
+use rdu_spatial::chip::Chip;
+use rdu_spatial::program::Role;
+use std::collections::BTreeMap;
+
+/// Lower `spec` as a TENSOR-PARALLEL decode deployment over `tp` chips against a cache of
+/// `ctx` positions. `tp` must be a width the model admits with its storage
+/// (`fit::admits_tp`); otherwise the refusal, one line naming the dimension, is
+/// `StreamedReject::Invalid`. Each kind program carries its chips' slices (`Source::slices`,
+/// the spatial program's `tp`), so the manifest says which rows or columns of which checkpoint
+/// tensor each chip loads.
+pub fn lower_tp_decode_streamed(
+    spec: &ModelSpec,
+    tp: usize,
+    ctx: usize,
+    opts: LowerOptions<'_>,
+) -> Result<StreamedModel, StreamedReject> {
+    if ctx == 0 {
+        return Err(StreamedReject::Invalid("the context must hold at least 1 position".into()));
+    }
+    admits_tp(spec, tp, &opts.storage).map_err(|r| StreamedReject::Invalid(r.to_string()))?;
+    let started = std::time::Instant::now();
+    let LowerOptions { chip, storage, seed, progress } = opts;
+    let (cut, decode) = (Cut::Tp { tp, ctx }, Cut::Decode { ctx });
+    let layer_sources: Vec<Source> = (0..spec.n_layers()).map(|l| source_of(spec, l, cut, &storage)).collect();
+    let groups = kinds_of_sources(spec, &layer_sources);
+    let total = groups.len() + 2;
+
+    progress(Progress::Program { index: 0, total, name: "embed" });
+    let embed = lower_part(
+        "embed",
+        &embed_source(spec, decode, &storage),
+        &certify_source(spec, decode, &storage, true),
+        &chip,
+        seed,
+        progress,
+    )?;
+    let mut kinds = Vec::new();
+    let mut layers = vec![None; spec.n_layers()];
+    for (i, group) in groups.iter().enumerate() {
+        progress(Progress::Program { index: i + 1, total, name: &group.name });
+        let rep = group.representative();
+        let canon = canonical(&layer_sources[rep], rep, &group.name, cut)?;
+        let whole = canonical(&source_of(spec, rep, decode, &storage), rep, &group.name, decode)?;
+        let part = lower_tp_part(&group.name, &canon, &whole, tp, &chip, seed, progress)?;
+        for &l in &group.layers {
+            let map = renaming(&canon, &layer_sources[l])
+                .ok_or_else(|| StreamedReject::Binding { layer: l, kind: group.name.clone() })?;
+            let bind =
+                part.declared.iter().map(|n| (n.clone(), map.get(n).cloned().unwrap_or_else(|| n.clone()))).collect();
+            layers[l] = Some(LayerBinding { layer: l, kind: group.name.clone(), bind });
+        }
+        kinds.push(LayerKind { program: part, layers: group.layers.clone() });
+    }
+    progress(Progress::Program { index: total - 1, total, name: "head" });
+    let last = crate::model::author::hidden_name(spec.n_layers());
+    let head_src = rename_source(&head_source(spec, decode, &storage), &last, HEAD_INPUT)?;
+    let checked = rename_source(&certify_source(spec, decode, &storage, false), &last, HEAD_INPUT)?;
+    let mut head = lower_part("head", &head_src, &checked, &chip, seed, progress)?;
+    head.bind.insert(HEAD_INPUT.to_string(), last);
+    let layers = layers.into_iter().map(|b| b.expect("every layer belongs to a kind")).collect();
+    Ok(StreamedModel {
+        spec: spec.clone(),
+        cut,
+        chip,
+        storage,
+        embed,
+        kinds,
+        head,
+        layers,
+        layer_sources,
+        lowering_seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Parse, lift, lower over `tp` chips and certify one kind program (`source`, one chip's share)
+/// against `whole`, the unsplit decode program of the same layer under the same names.
+fn lower_tp_part(
+    name: &str,
+    source: &Source,
+    whole: &Source,
+    tp: usize,
+    chip: &Chip,
+    seed: u64,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<ProgramPart, StreamedReject> {
+    let front = |src: &Source| -> Result<_, StreamedReject> {
+        let program = parse(&src.text)
+            .map_err(|d| StreamedReject::Front { program: name.to_string(), refusal: Refusal { diagnostics: d } })?;
+        let graph = lift(&program).map_err(|refusal| StreamedReject::Front { program: name.to_string(), refusal })?;
+        Ok((program, graph))
+    };
+    let (program, graph) = front(source)?;
+    let split = Split { chips: tp, slices: &source.slices };
+    let spatial = lower_split(name, &program, &graph, &source.q8, split, chip, &mut |pass, p| {
+        progress(Progress::Pass { program: name, pass, spatial: p })
+    });
+    let (whole_program, whole_graph) = front(whole)?;
+    let unsplit = lower(name, &whole_program, &whole_graph, &whole.q8, chip, &mut |_, _| {});
+    let certificate = certify_tp(&spatial, &graph, &unsplit, &whole_graph, chip, seed)
+        .map_err(|fault| StreamedReject::Certification { program: name.to_string(), fault })?;
+    let cost = program_cost(&spatial, chip)
+        .map_err(|e| StreamedReject::Cost { program: name.to_string(), message: e.to_string() })?;
+    let declared = spatial.tensors.iter().filter(|t| t.role != Role::Temp).map(|t| t.name.clone()).collect();
+    Ok(ProgramPart {
+        name: name.to_string(),
+        source: source.clone(),
+        digest: shape_digest(source).hex(),
+        spatial,
+        certificate,
+        cost,
+        declared,
+        bind: BTreeMap::new(),
+    })
+}

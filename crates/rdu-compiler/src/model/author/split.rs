@@ -1,0 +1,73 @@
+//! How a tensor-parallel layer splits a tensor over its chips (Megatron-style, SPMD: every
+//! chip runs the same program on its own slices). An axis is described as runs of heads (or
+//! columns): a run of `count` heads of `unit` values each; chip `c` holds its `count / tp`
+//! consecutive heads of every run, in order — or, when `tp` is a multiple of `count` (kv heads
+//! fewer than chips), the one head `c / (tp / count)`, replicated on `tp / count` chips.
+//!
+//! `fit::admits_tp` decides which widths a model admits; the author only writes admitted ones.
+
+/// `count` heads (or columns) of `unit` values each, starting at `offset` along an axis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Run {
+    pub offset: usize,
+    pub count: usize,
+    pub unit: usize,
+}
+
+impl Run {
+    /// `count` heads of `unit` values from the start of the axis.
+    pub fn heads(count: usize, unit: usize) -> Run {
+        Run { offset: 0, count, unit }
+    }
+
+    /// `n` columns from the start of the axis.
+    pub fn columns(n: usize) -> Run {
+        Run { offset: 0, count: n, unit: 1 }
+    }
+
+    /// Heads a chip holds of this run.
+    fn local(&self, tp: usize) -> usize {
+        if tp > self.count {
+            1
+        } else {
+            self.count / tp
+        }
+    }
+}
+
+/// Values of the axis one chip holds.
+pub(crate) fn local_extent(tp: usize, runs: &[Run]) -> usize {
+    runs.iter().map(|r| r.local(tp) * r.unit).sum()
+}
+
+/// Every chip's half-open ranges of the axis, in order.
+pub(crate) fn parts(tp: usize, runs: &[Run]) -> Vec<Vec<(usize, usize)>> {
+    (0..tp)
+        .map(|c| {
+            runs.iter()
+                .map(|r| {
+                    let n = r.local(tp);
+                    let first = if tp > r.count { c / (tp / r.count) } else { c * n };
+                    (r.offset + first * r.unit, r.offset + (first + n) * r.unit)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads_split_evenly_and_kv_heads_replicate() {
+        assert_eq!(parts(2, &[Run::heads(4, 3)]), vec![vec![(0, 6)], vec![(6, 12)]]);
+        // 2 kv heads over 4 chips: chips 0, 1 hold head 0; chips 2, 3 head 1.
+        assert_eq!(parts(4, &[Run::heads(2, 5)]), vec![vec![(0, 5)], vec![(0, 5)], vec![(5, 10)], vec![(5, 10)]]);
+        assert_eq!(local_extent(4, &[Run::heads(2, 5)]), 5);
+        // Several runs: q, k and v heads of a fused projection.
+        let runs = [Run::heads(2, 4), Run { offset: 8, count: 2, unit: 4 }, Run { offset: 16, count: 4, unit: 2 }];
+        assert_eq!(parts(2, &runs)[1], vec![(4, 8), (12, 16), (20, 24)]);
+        assert_eq!(local_extent(2, &runs), 12);
+    }
+}

@@ -1,0 +1,278 @@
+//! Tensor-parallel decode (issue 6): which widths a model admits and why not; the kinds of a
+//! tp cut are the decode cut's; every kind of every real preset certifies at tp 8 (translation
+//! validation of the split over 8 chips with a real all-reduce); a miscompiled split is caught;
+//! the cost model charges the all-reduces over the link.
+
+use rdu_compiler::certify::{certify_tp, CertifyFault};
+use rdu_compiler::fit::{admits_tp, admitted_widths};
+use rdu_compiler::front::lift;
+use rdu_compiler::lang::parse;
+use rdu_compiler::lower::cost::program_cost;
+use rdu_compiler::lower::streamed::{
+    layer_kinds_for, lower_decode_streamed, lower_tp_decode_streamed, rebind, LowerOptions, Storage, StreamedReject,
+};
+use rdu_compiler::lower::{lower, lower_split, Split};
+use rdu_compiler::model::author::source_of;
+use rdu_compiler::model::presets;
+use rdu_compiler::model::spec::Cut;
+use rdu_spatial::chip::Chip;
+use rdu_spatial::program::{Lit, SpatialProgram};
+
+fn opts<'a>(
+    storage: Storage,
+    progress: &'a mut dyn FnMut(rdu_compiler::lower::streamed::Progress<'_>),
+) -> LowerOptions<'a> {
+    LowerOptions { chip: Chip::builtin("sn50").expect("builtin chip"), storage, seed: 7, progress }
+}
+
+fn real_presets() -> Vec<&'static str> {
+    presets::names().into_iter().filter(|n| !n.starts_with("tiny-")).collect()
+}
+
+#[test]
+fn a_refused_width_names_the_dimension() {
+    let llama = presets::resolve("llama-3.1-8b").unwrap();
+    let err = admits_tp(&llama, 3, &Storage::AllQ8).unwrap_err().to_string();
+    assert_eq!(err, "--tp 3 does not divide the 32 attention heads of llama-3.1-8b (layer 0)");
+    // 8 kv heads: 16 and 32 chips replicate them; 24 divides neither them nor the heads.
+    assert_eq!(admitted_widths(&llama, 64, &Storage::AllQ8), vec![1, 2, 4, 8, 16, 32]);
+    assert!(admits_tp(&llama, 0, &Storage::AllQ8).unwrap_err().to_string().contains("at least one chip"));
+    let next = presets::resolve("qwen3-next-80b-a3b").unwrap();
+    let err = admits_tp(&next, 32, &Storage::AllQ8).unwrap_err().to_string();
+    assert!(err.contains("16 attention heads") || err.contains("DeltaNet key heads"), "{err}");
+    // DeepSeek-V2-Lite's 1408 expert columns over 8 chips are 176 each: whole Q8_0 blocks only when dense.
+    let lite = presets::resolve("deepseek-v2-lite").unwrap();
+    let err = admits_tp(&lite, 8, &Storage::AllQ8).unwrap_err().to_string();
+    assert!(err.contains("Q8_0 blocks of Wd0") && err.contains("10944"), "{err}");
+    admits_tp(&lite, 8, &Storage::Dense).expect("dense weights have no blocks to split");
+    let err = lower_tp_decode_streamed(&llama, 3, 64, opts(Storage::AllQ8, &mut |_| {})).unwrap_err();
+    assert!(matches!(&err, StreamedReject::Invalid(m) if m.contains("32 attention heads")), "{err}");
+}
+
+#[test]
+fn tp_kinds_are_the_decode_kinds_on_every_real_preset() {
+    for name in real_presets() {
+        let spec = presets::resolve(name).unwrap();
+        let decode: Vec<Vec<usize>> =
+            layer_kinds_for(&spec, Cut::Decode { ctx: 4096 }, &Storage::AllQ8).into_iter().map(|k| k.layers).collect();
+        let widths = admitted_widths(&spec, 16, &Storage::AllQ8);
+        assert!(widths.len() > 1, "{name} admits no width but 1");
+        for tp in widths {
+            let kinds: Vec<Vec<usize>> = layer_kinds_for(&spec, Cut::Tp { tp, ctx: 4096 }, &Storage::AllQ8)
+                .into_iter()
+                .map(|k| k.layers)
+                .collect();
+            assert_eq!(kinds, decode, "{name} at tp {tp}: the kinds differ from decode's");
+        }
+    }
+}
+
+/// Every kind of `name` certified over 8 chips at its real shapes (decode, ctx 4096, SN50),
+/// Q8_0 where 8 chips keep whole blocks, else dense.
+fn lower_real_tp8(name: &str) {
+    let spec = presets::resolve(name).expect("preset");
+    let storage = if admits_tp(&spec, 8, &Storage::AllQ8).is_ok() { Storage::AllQ8 } else { Storage::Dense };
+    if let Err(refusal) = admits_tp(&spec, 8, &storage) {
+        // Refused for a dimension: it must say which.
+        assert!(refusal.to_string().contains("does not divide"), "{name}: {refusal}");
+        return;
+    }
+    let model = lower_tp_decode_streamed(&spec, 8, 4096, opts(storage.clone(), &mut |_| {}))
+        .unwrap_or_else(|e| panic!("{name} tp 8: {e}"));
+    let decode: Vec<Vec<usize>> =
+        layer_kinds_for(&spec, Cut::Decode { ctx: 4096 }, &storage).into_iter().map(|k| k.layers).collect();
+    assert_eq!(model.kinds.iter().map(|k| k.layers.clone()).collect::<Vec<_>>(), decode, "{name}");
+    for k in &model.kinds {
+        let c = &k.program.certificate;
+        for check in ["slices", "partial sums", "numbers over 8 chips"] {
+            assert!(c.checks.iter().any(|x| x.starts_with(check)), "{name} {}: no `{check}` check", k.program.name);
+        }
+        assert!(c.max_abs_err.is_finite(), "{name} {}", k.program.name);
+        let tp = k.program.spatial.tp.as_ref().expect("a tp layout");
+        assert_eq!((tp.chips, tp.all_reduce.len()), (8, 2), "{name} {}", k.program.name);
+        assert!(k.program.cost.link_bytes > 0, "{name}: the all-reduces cost no link traffic");
+    }
+    let step = model.step_estimate();
+    assert!(step.roofline_fraction > 0.0 && step.roofline_fraction <= 1.0, "{name}: {step:?}");
+}
+
+#[test]
+fn llama_3_1_8b_certifies_at_tp_8() {
+    lower_real_tp8("llama-3.1-8b");
+}
+
+#[test]
+fn qwen3_8b_certifies_at_tp_8() {
+    lower_real_tp8("qwen3-8b");
+}
+
+#[test]
+fn qwen3_next_80b_a3b_certifies_at_tp_8() {
+    lower_real_tp8("qwen3-next-80b-a3b");
+}
+
+#[test]
+fn qwen3_5_27b_certifies_at_tp_8() {
+    lower_real_tp8("qwen3.5-27b");
+}
+
+#[test]
+fn qwen3_6_35b_a3b_certifies_at_tp_8() {
+    lower_real_tp8("qwen3.6-35b-a3b");
+}
+
+#[test]
+fn gemma_3_27b_it_certifies_at_tp_8() {
+    lower_real_tp8("gemma-3-27b-it");
+}
+
+#[test]
+fn gemma_3_270m_is_refused_at_tp_8() {
+    lower_real_tp8("gemma-3-270m");
+}
+
+#[test]
+fn deepseek_v2_certifies_at_tp_8() {
+    lower_real_tp8("deepseek-v2");
+}
+
+#[test]
+fn deepseek_v2_lite_certifies_at_tp_8() {
+    lower_real_tp8("deepseek-v2-lite");
+}
+
+/// Layer 0 of `name` at `tp` chips: the lowered per-chip program and graph, and the unsplit
+/// decode program and graph (names as in layer 0).
+fn split_kind(
+    name: &str,
+    tp: usize,
+) -> (SpatialProgram, rdu_compiler::graph::Graph, SpatialProgram, rdu_compiler::graph::Graph) {
+    let spec = presets::resolve(name).expect("preset");
+    let chip = Chip::builtin("sn50").unwrap();
+    let storage = if admits_tp(&spec, tp, &Storage::AllQ8).is_ok() { Storage::AllQ8 } else { Storage::Dense };
+    admits_tp(&spec, tp, &storage).expect("an admitted width");
+    let src = source_of(&spec, 0, Cut::Tp { tp, ctx: 64 }, &storage);
+    let program = parse(&src.text).unwrap();
+    let graph = lift(&program).unwrap();
+    let split =
+        lower_split("kind", &program, &graph, &src.q8, Split { chips: tp, slices: &src.slices }, &chip, &mut |_, _| {});
+    let whole = source_of(&spec, 0, Cut::Decode { ctx: 64 }, &storage);
+    let whole_program = parse(&whole.text).unwrap();
+    let whole_graph = lift(&whole_program).unwrap();
+    let unsplit = lower("kind", &whole_program, &whole_graph, &whole.q8, &chip, &mut |_, _| {});
+    (split, graph, unsplit, whole_graph)
+}
+
+#[test]
+fn a_miscompiled_split_is_caught() {
+    let chip = Chip::builtin("sn50").unwrap();
+    for name in ["tiny-llama", "tiny-qwen3-next", "tiny-deepseek-v2"] {
+        let (program, graph, unsplit, whole) = split_kind(name, 2);
+        certify_tp(&program, &graph, &unsplit, &whole, &chip, 3).unwrap_or_else(|e| panic!("{name}: {e}"));
+
+        // Two chips swap their heads of the first split weight: each computes another chip's share.
+        let mut swapped = program.clone();
+        swapped.tp.as_mut().unwrap().splits[0].parts.swap(0, 1);
+        let fault = certify_tp(&swapped, &graph, &unsplit, &whole, &chip, 3).expect_err("swapped slices");
+        assert!(matches!(fault, CertifyFault::Numbers { .. }), "{name}: {fault}");
+
+        // Both chips load the same rows: the slices no longer partition the tensor.
+        let mut overlap = program.clone();
+        let s = &mut overlap.tp.as_mut().unwrap().splits[0];
+        s.parts[1] = s.parts[0].clone();
+        let fault = certify_tp(&overlap, &graph, &unsplit, &whole, &chip, 3).expect_err("overlapping slices");
+        assert!(
+            matches!(&fault, CertifyFault::Structure(m) if m.contains("do not partition") || m.contains("stop at")),
+            "{name}: {fault}"
+        );
+
+        // An all-reduce dropped: the partial sum reaches the residual add.
+        let mut dropped = program.clone();
+        let op = dropped
+            .sections
+            .iter_mut()
+            .flat_map(|s| &mut s.stages)
+            .flat_map(|st| &mut st.ops)
+            .find(|op| op.op == "all_reduce")
+            .expect("an all_reduce");
+        op.op = "scale".into();
+        op.attrs = vec![("by".into(), Lit::Float(1.0))];
+        let fault = certify_tp(&dropped, &graph, &unsplit, &whole, &chip, 3).expect_err("no all-reduce");
+        assert!(matches!(&fault, CertifyFault::Structure(m) if m.contains("partial sum")), "{name}: {fault}");
+    }
+}
+
+#[test]
+fn the_link_carries_two_ring_all_reduces_per_layer() {
+    let chip = Chip::builtin("sn50").unwrap();
+    let spec = presets::resolve("tiny-llama").unwrap();
+    for tp in [2usize, 4] {
+        let (program, ..) = split_kind("tiny-llama", tp);
+        let cost = program_cost(&program, &chip).unwrap();
+        // Ring all-reduce: each chip sends 2(tp−1)/tp of the f32 hidden row, twice a layer.
+        let per = (spec.d_model * 4 * 2 * (tp - 1) / tp) as u64;
+        assert_eq!(cost.link_bytes, 2 * per, "tp {tp}");
+        let one = lower_decode_streamed(&spec, 64, opts(Storage::AllQ8, &mut |_| {})).unwrap();
+        assert_eq!(one.kinds[0].program.cost.link_bytes, 0);
+        // Each chip streams its share of the layer's weights.
+        assert!(cost.hbm_bytes < one.kinds[0].program.cost.hbm_bytes);
+    }
+}
+
+#[test]
+fn tp_programs_and_bundles_round_trip_and_are_deterministic() {
+    let spec = presets::resolve("tiny-qwen3.5").unwrap();
+    let lowered = || lower_tp_decode_streamed(&spec, 2, 64, opts(Storage::AllQ8, &mut |_| {})).expect("lowers");
+    let (a, b) = (lowered(), lowered());
+    let mut texts = String::new();
+    for k in &a.kinds {
+        let text = rdu_spatial::text::print(&k.program.spatial);
+        assert_eq!(rdu_spatial::text::parse(&text).expect("parses"), k.program.spatial);
+        texts.push_str(&text);
+    }
+    // The fused q | k | v projection of a DeltaNet layer: three runs per chip.
+    let wqkv = texts.lines().find(|l| l.starts_with("split Wqkv0 axis=0")).expect("Wqkv0 is split");
+    assert_eq!(wqkv.matches("..").count(), 6, "{wqkv}");
+    let dir = tempfile::tempdir().unwrap();
+    a.bundle().unwrap().write(&dir.path().join("a"), false).unwrap();
+    b.bundle().unwrap().write(&dir.path().join("b"), false).unwrap();
+    let opened = rdu_spatial::bundle::Bundle::open(&dir.path().join("a")).expect("a valid bundle");
+    let m = &opened.manifest;
+    assert_eq!(m.cut.tp, Some(2));
+    // Every layer's split weights and states carry two chips' slices; the replicated norms none.
+    for l in 0..spec.n_layers() {
+        let an = &m.tensors[&format!("an{l}")];
+        assert!(an.slices.is_empty());
+        let wo = &m.tensors[&format!("Wo{l}")];
+        assert_eq!(wo.slices.len(), 2, "Wo{l}");
+    }
+    let delta_state = m.states.iter().find(|s| s.name == rebind("Sd0", 0, 0)).expect("a DeltaNet state");
+    assert_eq!(delta_state.slices.len(), 2);
+    for f in ["manifest.json", "programs/deltanet_dense.spatial"] {
+        assert_eq!(
+            std::fs::read(dir.path().join("a").join(f)).unwrap(),
+            std::fs::read(dir.path().join("b").join(f)).unwrap(),
+            "{f} differs between two lowerings"
+        );
+    }
+}
+
+#[test]
+fn every_tiny_preset_certifies_at_every_admitted_width_up_to_4() {
+    for name in presets::names().into_iter().filter(|n| n.starts_with("tiny-")) {
+        let spec = presets::resolve(name).unwrap();
+        let widths = admitted_widths(&spec, 4, &Storage::Dense);
+        assert!(widths.contains(&2), "{name} admits no split at all: {widths:?}");
+        for tp in widths.into_iter().filter(|&tp| tp > 1) {
+            let model = lower_tp_decode_streamed(&spec, tp, 16, opts(Storage::Dense, &mut |_| {}))
+                .unwrap_or_else(|e| panic!("{name} tp {tp}: {e}"));
+            for k in &model.kinds {
+                let checks = &k.program.certificate.checks;
+                assert!(
+                    checks.iter().any(|c| c.starts_with(&format!("numbers over {tp} chips"))),
+                    "{name}: {checks:?}"
+                );
+            }
+        }
+    }
+}

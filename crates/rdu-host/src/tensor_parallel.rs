@@ -1,0 +1,112 @@
+//! Tensor-parallel runs: a bundle whose kind programs run over `cut.tp` chips. Every chip
+//! holds its slices of each split weight (cut once, at load, from the checkpoint tensor — a
+//! Q8_0 tensor keeps whole blocks) and its share of each layer's state; a kind program runs on
+//! one thread per chip, `all_reduce` summing over them through a shared buffer and barrier
+//! (`rdu_spatial::sim::AllReduce`). The embedding and head run once, on the replicated spine.
+
+use std::collections::BTreeMap;
+
+use rdu_spatial::manifest::{chip_ranges, chip_shape, Manifest, StateEntry};
+use rdu_spatial::sim::{simulate_chip, AllReduce, SimError};
+use rdu_spatial::tensor_parallel::{take, take_q8};
+use rdu_spatial::{SimTensor, SpatialProgram};
+
+use crate::env::Env;
+use crate::error::{HostError, Result};
+use crate::states::States;
+use crate::weights::Weights;
+
+/// Every chip's own tensors.
+pub(crate) struct Chips {
+    /// Per chip: its slices of every split weight (replicated weights stay in the host's store).
+    pub weights: Vec<Weights>,
+    /// Per chip: its share of every state (a replicated state, e.g. an MLA latent cache, whole).
+    pub states: Vec<States>,
+}
+
+impl Chips {
+    /// The chips of a tensor-parallel manifest (`None` for any other cut). Split weights move
+    /// out of `weights` into each chip's slices.
+    pub fn new(m: &Manifest, weights: &mut Weights) -> Result<Option<Chips>> {
+        let Some(n) = m.cut.tp.filter(|_| m.cut.mode == rdu_spatial::manifest::CutMode::Tp) else { return Ok(None) };
+        let mut chips: Vec<Weights> = (0..n).map(|_| Weights::default()).collect();
+        for (name, entry) in m.tensors.iter().filter(|(_, e)| !e.slices.is_empty()) {
+            let fail = |problem: String| HostError::Slice { tensor: name.clone(), problem };
+            if let Some(full) = weights.dense.remove(name) {
+                let values = full.as_f32().ok_or_else(|| fail("is not f32".into()))?;
+                for (c, chip) in chips.iter_mut().enumerate() {
+                    let (axis, ranges) =
+                        chip_ranges(&entry.slices, c).ok_or_else(|| fail(format!("no slice for chip {c}")))?;
+                    let (shape, v) = take(&full.shape, values, axis, &ranges).map_err(fail)?;
+                    chip.dense.insert(name.clone(), SimTensor::f32(shape, v));
+                }
+            } else if let Some(full) = weights.q8.remove(name) {
+                for (c, chip) in chips.iter_mut().enumerate() {
+                    let (axis, ranges) =
+                        chip_ranges(&entry.slices, c).ok_or_else(|| fail(format!("no slice for chip {c}")))?;
+                    chip.q8.insert(name.clone(), take_q8(&full, axis, &ranges).map_err(fail)?);
+                }
+            }
+        }
+        let local: Vec<StateEntry> = m
+            .states
+            .iter()
+            .map(|s| StateEntry { name: s.name.clone(), shape: chip_shape(&s.shape, &s.slices), slices: Vec::new() })
+            .collect();
+        let states = (0..n).map(|_| States::new(&local)).collect();
+        Ok(Some(Chips { weights: chips, states }))
+    }
+
+    /// Runs one call of a kind program on every chip; returns chip 0's outputs (every chip's
+    /// are the same: the program's results are all-reduced).
+    pub fn run(
+        &mut self,
+        program: &SpatialProgram,
+        env: &Env<'_>,
+        states: &[(String, String)],
+    ) -> std::result::Result<BTreeMap<String, SimTensor>, SimError> {
+        let group = AllReduce::new(self.weights.len());
+        let results: Vec<std::result::Result<BTreeMap<String, SimTensor>, SimError>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = self
+                .weights
+                .iter()
+                .zip(self.states.iter_mut())
+                .enumerate()
+                .map(|(c, (local, store))| {
+                    let group = &group;
+                    scope.spawn(move || {
+                        let mut taken = BTreeMap::new();
+                        for (kind, layer) in states {
+                            if let Some(t) = store.take(layer) {
+                                taken.insert(kind.clone(), t);
+                            }
+                        }
+                        let env = Env { local: Some(local), ..*env };
+                        let result = simulate_chip(program, &env, &mut taken, true, group, c);
+                        for (kind, layer) in states {
+                            store.put(layer, taken.remove(kind));
+                        }
+                        result
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| Err(SimError::Invalid { message: "a chip's thread panicked".into() }))
+                })
+                .collect()
+        });
+        // The cause, not the other chips' "another chip failed".
+        let failed = |e: &SimError| e.to_string().contains("another chip failed");
+        if let Some(e) = results.iter().filter_map(|r| r.as_ref().err()).find(|e| !failed(e)) {
+            return Err(e.clone());
+        }
+        results.into_iter().next().unwrap_or_else(|| Err(SimError::Invalid { message: "no chips".into() }))
+    }
+
+    /// Zeroes every chip's states.
+    pub fn reset(&mut self) {
+        self.states.iter_mut().for_each(States::reset);
+    }
+}

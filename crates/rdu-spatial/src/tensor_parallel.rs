@@ -1,0 +1,165 @@
+//! Tensor parallelism on the target: every chip of a tensor-parallel program runs the same
+//! spatial program on its own slices of the split tensors (`TpSplit`: ranges of one axis of the
+//! full tensor, concatenated), and `all_reduce` sums the partial results over the chips
+//! (`sim::AllReduce`). This module checks a split against its full tensor and cuts a chip's
+//! slice out of a full tensor — dense values, or Q8_0 blocks when the split axis keeps whole
+//! blocks — for certification and for the host.
+
+use crate::program::TpSplit;
+use crate::q8::{Q8Weight, QK8_0};
+
+/// Checks that `split` of a tensor of shape `full` over `chips` chips is in bounds, gives
+/// every chip `local` values of the axis, and covers the axis exactly: its distinct ranges
+/// partition it, each held by the same number of chips (one for a partition, several for
+/// replicated kv heads).
+pub fn check_split(split: &TpSplit, full: &[usize], local: Option<usize>, chips: usize) -> Result<(), String> {
+    let name = &split.tensor;
+    let Some(&extent) = full.get(split.axis) else {
+        return Err(format!("split of `{name}` along axis {} of a tensor of rank {}", split.axis, full.len()));
+    };
+    if split.parts.len() != chips {
+        return Err(format!("`{name}` is split over {} chips, the program runs on {chips}", split.parts.len()));
+    }
+    let mut all: Vec<(usize, usize)> = Vec::new();
+    for (c, ranges) in split.parts.iter().enumerate() {
+        let mut held = 0usize;
+        for &(s, e) in ranges {
+            if s >= e || e > extent {
+                return Err(format!(
+                    "chip {c}'s range {s}..{e} of `{name}` axis {} is outside 0..{extent}",
+                    split.axis
+                ));
+            }
+            held += e - s;
+            all.push((s, e));
+        }
+        if let Some(local) = local {
+            if held != local {
+                return Err(format!(
+                    "chip {c} holds {held} of `{name}` axis {}, the program declares {local}",
+                    split.axis
+                ));
+            }
+        }
+    }
+    all.sort_unstable();
+    let mut distinct = all.clone();
+    distinct.dedup();
+    let mut next = 0;
+    for &(s, e) in &distinct {
+        if s != next {
+            return Err(format!(
+                "the chips' slices of `{name}` axis {} do not partition it: {} at {next}",
+                split.axis,
+                if s < next { "overlap" } else { "gap" }
+            ));
+        }
+        next = e;
+    }
+    if next != extent {
+        return Err(format!("the chips' slices of `{name}` axis {} stop at {next} of {extent}", split.axis));
+    }
+    let copies = |r: &(usize, usize)| all.iter().filter(|a| *a == r).count();
+    let first = copies(&distinct[0]);
+    if distinct.iter().any(|r| copies(r) != first) {
+        return Err(format!("the chips' slices of `{name}` replicate some ranges more often than others"));
+    }
+    Ok(())
+}
+
+/// The values of the half-open `ranges` of `axis` of a row-major tensor of `shape`,
+/// concatenated along `axis`: the sliced shape and values.
+pub fn take<T: Copy>(
+    shape: &[usize],
+    data: &[T],
+    axis: usize,
+    ranges: &[(usize, usize)],
+) -> Result<(Vec<usize>, Vec<T>), String> {
+    let Some(&extent) = shape.get(axis) else {
+        return Err(format!("axis {axis} of a tensor of rank {}", shape.len()));
+    };
+    if shape.iter().product::<usize>() != data.len() {
+        return Err(format!("{} values for shape {shape:?}", data.len()));
+    }
+    if let Some(&(s, e)) = ranges.iter().find(|&&(s, e)| s > e || e > extent) {
+        return Err(format!("range {s}..{e} outside 0..{extent} of axis {axis}"));
+    }
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let local: usize = ranges.iter().map(|(s, e)| e - s).sum();
+    let mut out = Vec::with_capacity(outer * local * inner);
+    for o in 0..outer {
+        let base = o * extent * inner;
+        for &(s, e) in ranges {
+            out.extend_from_slice(&data[base + s * inner..base + e * inner]);
+        }
+    }
+    let mut sliced = shape.to_vec();
+    sliced[axis] = local;
+    Ok((sliced, out))
+}
+
+/// A chip's slice of a Q8_0 weight: its blocks, cut along `axis` (along the last axis only at
+/// whole blocks — a range that would split a block is an error).
+pub fn take_q8(w: &Q8Weight, axis: usize, ranges: &[(usize, usize)]) -> Result<Q8Weight, String> {
+    let rank = w.shape.len();
+    if rank == 0 || axis >= rank {
+        return Err(format!("axis {axis} of a Q8_0 weight of shape {:?}", w.shape));
+    }
+    let mut block_shape = w.shape.clone();
+    block_shape[rank - 1] /= QK8_0;
+    let block_ranges: Vec<(usize, usize)> = if axis == rank - 1 {
+        if let Some(&(s, e)) = ranges.iter().find(|(s, e)| !s.is_multiple_of(QK8_0) || !e.is_multiple_of(QK8_0)) {
+            return Err(format!("range {s}..{e} splits the Q8_0 blocks of {QK8_0} values"));
+        }
+        ranges.iter().map(|(s, e)| (s / QK8_0, e / QK8_0)).collect()
+    } else {
+        ranges.to_vec()
+    };
+    let (mut shape, blocks) = take(&block_shape, &w.blocks, axis, &block_ranges)?;
+    shape[rank - 1] *= QK8_0;
+    Ok(Q8Weight { shape, blocks })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(parts: Vec<Vec<(usize, usize)>>) -> TpSplit {
+        TpSplit { tensor: "W".into(), axis: 0, parts }
+    }
+
+    #[test]
+    fn take_concatenates_ranges_of_an_inner_axis() {
+        // [2, 4]: rows 0..2 of columns {0, 2..4}.
+        let data: Vec<i32> = (0..8).collect();
+        let (shape, v) = take(&[2, 4], &data, 1, &[(0, 1), (2, 4)]).unwrap();
+        assert_eq!(shape, vec![2, 3]);
+        assert_eq!(v, vec![0, 2, 3, 4, 6, 7]);
+        assert!(take(&[2, 4], &data, 1, &[(3, 5)]).is_err());
+    }
+
+    #[test]
+    fn splits_partition_or_replicate_exactly() {
+        assert!(check_split(&split(vec![vec![(0, 2)], vec![(2, 4)]]), &[4, 3], Some(2), 2).is_ok());
+        assert!(
+            check_split(&split(vec![vec![(0, 2)], vec![(0, 2)], vec![(2, 4)], vec![(2, 4)]]), &[4], None, 4).is_ok()
+        );
+        let overlap = check_split(&split(vec![vec![(0, 3)], vec![(2, 4)]]), &[4], None, 2).unwrap_err();
+        assert!(overlap.contains("overlap"), "{overlap}");
+        assert!(check_split(&split(vec![vec![(0, 2)], vec![(3, 4)]]), &[4], None, 2).unwrap_err().contains("gap"));
+        assert!(check_split(&split(vec![vec![(0, 2)], vec![(2, 5)]]), &[4], None, 2).is_err());
+        assert!(check_split(&split(vec![vec![(0, 2)], vec![(0, 2)], vec![(2, 4)]]), &[4], None, 3).is_err());
+    }
+
+    #[test]
+    fn q8_slices_keep_whole_blocks() {
+        let values: Vec<f32> = (0..2 * 64).map(|i| i as f32 / 7.0).collect();
+        let w = Q8Weight::quantize(&[2, 64], &values).unwrap();
+        let right = take_q8(&w, 1, &[(32, 64)]).unwrap();
+        assert_eq!(right.shape, vec![2, 32]);
+        assert_eq!(right.blocks, vec![w.blocks[1], w.blocks[3]]);
+        assert!(take_q8(&w, 1, &[(16, 48)]).is_err());
+        assert_eq!(take_q8(&w, 0, &[(1, 2)]).unwrap().blocks, w.blocks[2..].to_vec());
+    }
+}
