@@ -1,5 +1,6 @@
-//! `rdu run --batch-prompts FILE`: several sequences stepped together through one batched
-//! bundle (`lower_batched_decode_streamed`), each with its own position and states.
+//! `rdu run --batch-prompts FILE [--tp T]`: several sequences stepped together through one
+//! batched bundle (`lower_batched_decode_streamed`, or `lower_batched_tp_decode_streamed` over
+//! `T` chips), each with its own position and states.
 //!
 //! All sequences start at position 0 and advance one position per step; a sequence whose
 //! prompt is shorter starts generating earlier, and a finished sequence keeps stepping
@@ -9,7 +10,7 @@
 use crate::model_arg::{resolve_with_weights, storage_of, Weights};
 use crate::run_cmd::{rows, write_npy, Engine, RunArgs, RunCut};
 use anyhow::{anyhow, bail, Context, Result};
-use rdu_compiler::lower::streamed::{lower_batched_decode_streamed, LowerOptions};
+use rdu_compiler::lower::streamed::{lower_batched_decode_streamed, lower_batched_tp_decode_streamed, LowerOptions};
 use rdu_host::{Host, Sampler, Sampling, WeightsSource};
 use rdu_spatial::chip::Chip;
 use serde_json::json;
@@ -79,7 +80,11 @@ pub fn run(args: &RunArgs, file: &Path) -> Result<()> {
         None => {
             let chip = Chip::resolve(&args.chip)?;
             let opts = LowerOptions { chip, storage, seed: 0, progress: &mut |_| {} };
-            let model = lower_batched_decode_streamed(&spec, batch, ctx, opts).map_err(|e| anyhow!("{e}"))?;
+            let model = match args.tp {
+                Some(tp) => lower_batched_tp_decode_streamed(&spec, batch, tp, ctx, opts),
+                None => lower_batched_decode_streamed(&spec, batch, ctx, opts),
+            }
+            .map_err(|e| anyhow!("{e}"))?;
             let dir = tmp.path().join("batched");
             model.bundle().map_err(|e| anyhow!(e))?.write(&dir, true)?;
             dir

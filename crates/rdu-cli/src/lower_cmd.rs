@@ -77,6 +77,9 @@ pub fn run(args: &LowerArgs) -> Result<()> {
             lower_batched_decode_streamed(&spec, batch, ctx, opts)
         }
         rdu_compiler::model::spec::Cut::Tp { tp, ctx } => lower_tp_decode_streamed(&spec, tp, ctx, opts),
+        rdu_compiler::model::spec::Cut::BatchedTp { batch, tp, ctx } => {
+            rdu_compiler::lower::streamed::lower_batched_tp_decode_streamed(&spec, batch, tp, ctx, opts)
+        }
         other => Err(rdu_compiler::lower::streamed::StreamedReject::Invalid(format!(
             "the {} cut is not lowered yet",
             other.word()

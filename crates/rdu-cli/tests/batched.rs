@@ -9,7 +9,9 @@
 mod common;
 
 use common::{argmax, assert_close, fixture, npy_f32, npy_ids, FIXTURES};
-use rdu_compiler::lower::streamed::{lower_batched_decode_streamed, lower_decode_streamed, LowerOptions, Storage};
+use rdu_compiler::lower::streamed::{
+    lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed, LowerOptions, Storage,
+};
 use rdu_compiler::model::config::from_config_path;
 use rdu_host::{Host, WeightsSource};
 use rdu_spatial::chip::Chip;
@@ -39,29 +41,15 @@ fn alone(bundle: &Path, weights: &WeightsSource, prompt: &[u32]) -> (Vec<u32>, V
     (seq[prompt.len()..prompt.len() + GEN].to_vec(), rows)
 }
 
-fn check(arch: &str) {
-    let dir = fixture(arch);
-    let spec = from_config_path(&dir.join("config.json")).expect("config");
-    let weights = WeightsSource::Hf(dir.clone());
-    let tokens = npy_ids(&dir.join("tokens.npy"));
-    let vocab = spec.vocab;
-    // Three prompts of different lengths: the fixture's, a shorter one, a reordered one.
-    let short: Vec<u32> = tokens.iter().rev().take(5).copied().collect();
-    let mid: Vec<u32> = tokens.iter().skip(3).take(tokens.len() / 2).copied().collect();
-    let prompts = [tokens.clone(), short, mid];
-    let ctx = tokens.len() + GEN + LATE;
-    let tmp = tempfile::tempdir().expect("temp dir");
-
-    let mut quiet = |_: rdu_compiler::lower::streamed::Progress<'_>| {};
-    let model = lower_batched_decode_streamed(&spec, prompts.len(), ctx, opts(&mut quiet))
-        .unwrap_or_else(|e| panic!("{arch}: {e}"));
-    let batched = tmp.path().join("batched");
-    model.bundle().expect("bundle").write(&batched, false).expect("write");
-    let model = lower_decode_streamed(&spec, ctx, opts(&mut quiet)).unwrap_or_else(|e| panic!("{arch}: {e}"));
-    let decode = tmp.path().join("decode");
-    model.bundle().expect("bundle").write(&decode, false).expect("write");
-
-    let mut host = Host::load(&batched, &weights, &mut |_, _, _| {}).expect("load");
+/// Steps `prompts` through the batched bundle `bundle` greedily, sequence 2 joining
+/// [`LATE`] steps late in a reset slot: each sequence's tokens and logits rows.
+fn run_batch(
+    bundle: &Path,
+    weights: &WeightsSource,
+    prompts: &[Vec<u32>],
+    vocab: usize,
+) -> (Vec<Vec<u32>>, Vec<Vec<Vec<f32>>>) {
+    let mut host = Host::load(bundle, weights, &mut |_, _, _| {}).expect("load");
     assert_eq!(host.sequences(), 3);
     let start = [0, 0, LATE];
     let mut seqs: Vec<Vec<u32>> = prompts.to_vec();
@@ -90,6 +78,33 @@ fn check(arch: &str) {
         }
     }
 
+    (seqs, rows)
+}
+
+fn check(arch: &str) {
+    let dir = fixture(arch);
+    let spec = from_config_path(&dir.join("config.json")).expect("config");
+    let weights = WeightsSource::Hf(dir.clone());
+    let tokens = npy_ids(&dir.join("tokens.npy"));
+    let vocab = spec.vocab;
+    // Three prompts of different lengths: the fixture's, a shorter one, a reordered one.
+    let short: Vec<u32> = tokens.iter().rev().take(5).copied().collect();
+    let mid: Vec<u32> = tokens.iter().skip(3).take(tokens.len() / 2).copied().collect();
+    let prompts = [tokens.clone(), short, mid];
+    let ctx = tokens.len() + GEN + LATE;
+    let tmp = tempfile::tempdir().expect("temp dir");
+
+    let mut quiet = |_: rdu_compiler::lower::streamed::Progress<'_>| {};
+    let model = lower_batched_decode_streamed(&spec, prompts.len(), ctx, opts(&mut quiet))
+        .unwrap_or_else(|e| panic!("{arch}: {e}"));
+    let batched = tmp.path().join("batched");
+    model.bundle().expect("bundle").write(&batched, false).expect("write");
+    let model = lower_decode_streamed(&spec, ctx, opts(&mut quiet)).unwrap_or_else(|e| panic!("{arch}: {e}"));
+    let decode = tmp.path().join("decode");
+    model.bundle().expect("bundle").write(&decode, false).expect("write");
+
+    let (seqs, rows) = run_batch(&batched, &weights, &prompts, vocab);
+
     // The fixture's prompt: transformers' greedy tokens and their logits.
     let gen_ids = npy_ids(&dir.join("gen_ids.npy"));
     let want_gen = npy_f32(&dir.join("gen_logits.npy"));
@@ -106,6 +121,46 @@ fn check(arch: &str) {
         for (pos, (got, want)) in rows[b].iter().zip(&alone_rows).enumerate() {
             assert_close(&format!("{arch} sequence {b} at {pos}"), got, want);
         }
+    }
+}
+
+/// The same batch over 2 chips (where the model admits it): every row within 1e-4 of one chip's.
+fn check_tp(arch: &str) {
+    let dir = fixture(arch);
+    let spec = from_config_path(&dir.join("config.json")).expect("config");
+    if rdu_compiler::fit::admits_tp(&spec, 2, &Storage::Dense).is_err() {
+        return;
+    }
+    let weights = WeightsSource::Hf(dir.clone());
+    let tokens = npy_ids(&dir.join("tokens.npy"));
+    let prompts = [tokens.clone(), tokens[..4].to_vec(), tokens.iter().rev().take(7).copied().collect()];
+    let ctx = tokens.len() + GEN + LATE;
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let mut quiet = |_: rdu_compiler::lower::streamed::Progress<'_>| {};
+    let one = lower_batched_decode_streamed(&spec, 3, ctx, opts(&mut quiet)).expect("batched");
+    one.bundle().expect("bundle").write(&tmp.path().join("one"), false).expect("write");
+    let two = lower_batched_tp_decode_streamed(&spec, 3, 2, ctx, opts(&mut quiet)).expect("batched-tp");
+    two.bundle().expect("bundle").write(&tmp.path().join("two"), false).expect("write");
+    let (ids1, rows1) = run_batch(&tmp.path().join("one"), &weights, &prompts, spec.vocab);
+    let (ids2, rows2) = run_batch(&tmp.path().join("two"), &weights, &prompts, spec.vocab);
+    assert_eq!(ids2, ids1, "{arch}: batched tp 2 tokens differ from one chip's");
+    for b in 0..3 {
+        for (pos, (got, want)) in rows2[b].iter().zip(&rows1[b]).enumerate() {
+            assert_close(&format!("{arch} tp 2 sequence {b} at {pos}"), got, want);
+        }
+    }
+    // And the fixture's own prompt over 2 chips still matches transformers.
+    let want_gen = npy_f32(&dir.join("gen_logits.npy"));
+    for k in 0..GEN {
+        let row = &rows2[0][tokens.len() - 1 + k];
+        assert_close(&format!("{arch} tp 2 generation {k}"), row, &want_gen[k * spec.vocab..(k + 1) * spec.vocab]);
+    }
+}
+
+#[test]
+fn every_fixture_batched_over_two_chips_matches_one_chip() {
+    for arch in FIXTURES {
+        check_tp(arch);
     }
 }
 

@@ -174,6 +174,9 @@ impl Host {
     /// Zeroes sequence `b`'s states in a batched bundle: that slot starts a new sequence.
     pub fn reset_sequence(&mut self, b: usize) {
         self.states.reset_sequence(b);
+        if let Some(chips) = &mut self.chips {
+            chips.states.iter_mut().for_each(|s| s.reset_sequence(b));
+        }
     }
 
     pub fn manifest(&self) -> &Manifest {

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use rdu_spatial::manifest::{chip_ranges, chip_shape, Manifest, StateEntry};
+use rdu_spatial::manifest::{chip_ranges, chip_shape, CutMode, Manifest, StateEntry};
 use rdu_spatial::sim::{simulate_chip, AllReduce, SimError};
 use rdu_spatial::tensor_parallel::{take, take_q8};
 use rdu_spatial::{SimTensor, SpatialProgram};
@@ -28,7 +28,8 @@ impl Chips {
     /// The chips of a tensor-parallel manifest (`None` for any other cut). Split weights move
     /// out of `weights` into each chip's slices.
     pub fn new(m: &Manifest, weights: &mut Weights) -> Result<Option<Chips>> {
-        let Some(n) = m.cut.tp.filter(|_| m.cut.mode == rdu_spatial::manifest::CutMode::Tp) else { return Ok(None) };
+        let tensor_parallel = matches!(m.cut.mode, CutMode::Tp | CutMode::BatchedTp);
+        let Some(n) = m.cut.tp.filter(|_| tensor_parallel) else { return Ok(None) };
         let mut chips: Vec<Weights> = (0..n).map(|_| Weights::default()).collect();
         for (name, entry) in m.tensors.iter().filter(|(_, e)| !e.slices.is_empty()) {
             let fail = |problem: String| HostError::Slice { tensor: name.clone(), problem };

@@ -17,4 +17,4 @@ pub use kinds::{
     layer_kinds, layer_kinds_for, rebind, rebind_via, renaming, HiddenNames, KindGroup, Storage, KINDS_CTX, SINGLE,
     STACKED,
 };
-pub use tp::lower_tp_decode_streamed;
+pub use tp::{lower_batched_tp_decode_streamed, lower_tp_decode_streamed};

@@ -33,13 +33,41 @@ pub fn lower_tp_decode_streamed(
     ctx: usize,
     opts: LowerOptions<'_>,
 ) -> Result<StreamedModel, StreamedReject> {
+    lower_tp_streamed(spec, Cut::Tp { tp, ctx }, opts)
+}
+
+/// Lower `spec` as a BATCHED, TENSOR-PARALLEL decode deployment — `batch` sequences per step
+/// over `tp` chips, the serving shape: [`super::lower_batched_decode_streamed`]'s stacked
+/// programs (`X`/`bxo{l}`, `toks`, `pos_s{b}`, states `_s{b}`) with every layer kind
+/// [`lower_tp_decode_streamed`]'s program over the chips, certified over the chips against the
+/// unsplit batched program.
+pub fn lower_batched_tp_decode_streamed(
+    spec: &ModelSpec,
+    batch: usize,
+    tp: usize,
+    ctx: usize,
+    opts: LowerOptions<'_>,
+) -> Result<StreamedModel, StreamedReject> {
+    if batch == 0 {
+        return Err(StreamedReject::Invalid("a batch holds at least 1 sequence".into()));
+    }
+    lower_tp_streamed(spec, Cut::BatchedTp { batch, tp, ctx }, opts)
+}
+
+/// `cut` is `Tp` or `BatchedTp`; its one-chip counterpart (`Decode` or `Batched`) gives the
+/// replicated embedding and head and the unsplit programs the kinds are certified against.
+fn lower_tp_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Result<StreamedModel, StreamedReject> {
+    let (tp, ctx) = (cut.tp(), cut.ctx().unwrap_or(0));
     if ctx == 0 {
         return Err(StreamedReject::Invalid("the context must hold at least 1 position".into()));
     }
     admits_tp(spec, tp, &opts.storage).map_err(|r| StreamedReject::Invalid(r.to_string()))?;
     let started = std::time::Instant::now();
     let LowerOptions { chip, storage, seed, progress } = opts;
-    let (cut, decode) = (Cut::Tp { tp, ctx }, Cut::Decode { ctx });
+    let decode = match cut.batch() {
+        Some(batch) => Cut::Batched { batch, ctx },
+        None => Cut::Decode { ctx },
+    };
     let layer_sources: Vec<Source> = (0..spec.n_layers()).map(|l| source_of(spec, l, cut, &storage)).collect();
     let groups = kinds_of_sources(spec, &layer_sources);
     let total = groups.len() + 2;
@@ -71,7 +99,7 @@ pub fn lower_tp_decode_streamed(
         kinds.push(LayerKind { program: part, layers: group.layers.clone() });
     }
     progress(Progress::Program { index: total - 1, total, name: "head" });
-    let last = crate::model::author::hidden_name(spec.n_layers());
+    let last = crate::model::author::hidden_name_for(cut, spec.n_layers());
     let head_src = rename_source(&head_source(spec, decode, &storage), &last, HEAD_INPUT)?;
     let checked = rename_source(&certify_source(spec, decode, &storage, false), &last, HEAD_INPUT)?;
     let mut head = lower_part("head", &head_src, &checked, &chip, seed, progress)?;
