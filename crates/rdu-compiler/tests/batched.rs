@@ -114,3 +114,81 @@ fn a_batched_layer_reads_the_decode_layers_weights() {
         }
     }
 }
+
+/// The serving shape: every kind of `name` certified for a batch of 8 sequences over 8 chips
+/// at its real shapes (ctx 4096, SN50), against the unsplit batched program — Q8_0 where 8
+/// chips keep whole blocks, else dense; a model that admits no 8-chip split is refused by name.
+fn lower_batched_tp8(name: &str) {
+    use rdu_compiler::fit::admits_tp;
+    use rdu_compiler::lower::streamed::lower_batched_tp_decode_streamed;
+    let spec = presets::resolve(name).expect("preset");
+    let storage = if admits_tp(&spec, 8, &Storage::AllQ8).is_ok() { Storage::AllQ8 } else { Storage::Dense };
+    let opts = LowerOptions {
+        chip: Chip::builtin("sn50").expect("chip"),
+        storage: storage.clone(),
+        seed: 5,
+        progress: &mut |_| {},
+    };
+    if let Err(refusal) = admits_tp(&spec, 8, &storage) {
+        let err = lower_batched_tp_decode_streamed(&spec, BATCH, 8, 4096, opts).expect_err("refused").to_string();
+        assert_eq!(err, refusal.to_string());
+        return;
+    }
+    let expected: Vec<Vec<usize>> = layer_kinds(&spec, &storage).into_iter().map(|k| k.layers).collect();
+    let model = lower_batched_tp_decode_streamed(&spec, BATCH, 8, 4096, opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let layers: Vec<Vec<usize>> = model.kinds.iter().map(|k| k.layers.clone()).collect();
+    assert_eq!(layers, expected, "{name}: batched-tp kinds differ from the decode cut's");
+    for k in &model.kinds {
+        let checks = &k.program.certificate.checks;
+        assert!(checks.iter().any(|c| c.starts_with("numbers over 8 chips")), "{name} {}: {checks:?}", k.program.name);
+        let tp = k.program.spatial.tp.as_ref().expect("a tp program");
+        assert_eq!((tp.chips, tp.all_reduce.len()), (8, 2), "{name} {}", k.program.name);
+    }
+    let manifest = model.bundle().expect("bundle").manifest;
+    assert_eq!((manifest.cut.batch, manifest.cut.tp), (Some(BATCH), Some(8)));
+}
+
+#[test]
+fn llama_3_1_8b_batched_tp() {
+    lower_batched_tp8("llama-3.1-8b");
+}
+
+#[test]
+fn qwen3_next_80b_a3b_batched_tp() {
+    lower_batched_tp8("qwen3-next-80b-a3b");
+}
+
+#[test]
+fn qwen3_5_27b_batched_tp() {
+    lower_batched_tp8("qwen3.5-27b");
+}
+
+#[test]
+fn qwen3_6_35b_a3b_batched_tp() {
+    lower_batched_tp8("qwen3.6-35b-a3b");
+}
+
+#[test]
+fn gemma_3_27b_it_batched_tp() {
+    lower_batched_tp8("gemma-3-27b-it");
+}
+
+#[test]
+fn gemma_3_270m_batched_tp() {
+    lower_batched_tp8("gemma-3-270m");
+}
+
+#[test]
+fn deepseek_v2_batched_tp() {
+    lower_batched_tp8("deepseek-v2");
+}
+
+#[test]
+fn deepseek_v2_lite_batched_tp() {
+    lower_batched_tp8("deepseek-v2-lite");
+}
+
+#[test]
+fn qwen3_8b_batched_tp() {
+    lower_batched_tp8("qwen3-8b");
+}
