@@ -5,7 +5,8 @@ use anyhow::{bail, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use rdu_compiler::lower::streamed::{
-    lower_decode_streamed, lower_forward_streamed, LowerOptions, ProgramPart, Progress, StreamedModel,
+    lower_decode_streamed, lower_forward_streamed, lower_prefill_streamed, LowerOptions, ProgramPart, Progress,
+    StreamedModel,
 };
 use rdu_compiler::lower::PASSES;
 use rdu_spatial::chip::Chip;
@@ -72,6 +73,7 @@ pub fn run(args: &LowerArgs) -> Result<()> {
     let model = match cut {
         rdu_compiler::model::spec::Cut::Forward { seq } => lower_forward_streamed(&spec, seq, opts),
         rdu_compiler::model::spec::Cut::Decode { ctx } => lower_decode_streamed(&spec, ctx, opts),
+        rdu_compiler::model::spec::Cut::Prefill { chunk, ctx } => lower_prefill_streamed(&spec, chunk, ctx, opts),
         other => Err(rdu_compiler::lower::streamed::StreamedReject::Invalid(format!(
             "the {} cut is not lowered yet",
             other.word()

@@ -49,6 +49,12 @@ pub enum HostError {
     Simulate { program: String, source: SimError },
     #[error("{program} produced no `{name}`; re-lower the bundle")]
     NoOutput { program: String, name: String },
+    #[error(
+        "the states cannot move between these bundles: {problem}; lower both with the same model, --ctx and storage"
+    )]
+    StatesMismatch { problem: String },
+    #[error("this host's states were handed to another host (Host::take_states); put them back before stepping")]
+    StatesMoved,
     #[error("sampling: {problem}")]
     Sampling { problem: String },
     #[error("{file}: tokenizer: {problem}")]

@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::Arc;
 
 use rdu_spatial::bundle::{is_bundle, Bundle};
 use rdu_spatial::manifest::Manifest;
@@ -27,7 +28,7 @@ pub struct Host {
     /// The embedding, every layer in order, the head.
     calls: Vec<Call>,
     plan: Plan,
-    weights: Weights,
+    weights: Arc<Weights>,
     shared: BTreeMap<String, SimTensor>,
     states: States,
 }
@@ -56,6 +57,27 @@ impl Host {
     /// Opens and validates the bundle in `bundle_dir`, parses its programs, checks every
     /// binding, then loads the weights (`progress` after each tensor), shared tables and states.
     pub fn load(bundle_dir: &Path, weights: &WeightsSource, progress: Progress<'_>) -> Result<Host> {
+        Host::load_with(bundle_dir, weights, None, progress)
+    }
+
+    /// As [`Host::load`], but shares `other`'s weights (held once, not loaded again) when the
+    /// two bundles read the same checkpoint tensors — a prefill and a decode bundle of one
+    /// model do; otherwise loads them from `weights`.
+    pub fn load_sharing(
+        bundle_dir: &Path,
+        other: &Host,
+        weights: &WeightsSource,
+        progress: Progress<'_>,
+    ) -> Result<Host> {
+        Host::load_with(bundle_dir, weights, Some(other), progress)
+    }
+
+    fn load_with(
+        bundle_dir: &Path,
+        weights: &WeightsSource,
+        share: Option<&Host>,
+        progress: Progress<'_>,
+    ) -> Result<Host> {
         let dir = bundle_dir.display().to_string();
         if !is_bundle(bundle_dir) {
             return Err(HostError::NotABundle { dir });
@@ -94,7 +116,10 @@ impl Host {
             check(m, &u, &mut produced)?;
         }
         let plan = Plan::new(&dir, m, &programs[0], &programs[1])?;
-        let weights = Weights::load(m, weights, progress)?;
+        let weights = match share {
+            Some(other) if other.manifest.tensors == m.tensors => Arc::clone(&other.weights),
+            _ => Arc::new(Weights::load(m, weights, progress)?),
+        };
         let shared = shared::compute(m, &dir)?;
         let states = States::new(&m.states);
         Ok(Host { manifest: bundle.manifest, programs, calls, plan, weights, shared, states })
@@ -105,6 +130,9 @@ impl Host {
     /// the layers already run keep this step's state updates — [`Host::reset`] before starting over.
     pub fn step(&mut self, tokens: &[u32], pos: usize) -> Result<StepOutput> {
         self.plan.check(tokens, pos)?;
+        if !self.states.is_held() {
+            return Err(HostError::StatesMoved);
+        }
         let mut step = self.plan.inputs(tokens, pos);
         for call in &self.calls {
             let mut states = BTreeMap::new();
@@ -131,6 +159,28 @@ impl Host {
             name: self.plan.logits.clone(),
         })?;
         Ok(StepOutput { logits })
+    }
+
+    /// Moves every carried state out of this host (nothing is copied), e.g. from a prefill
+    /// bundle's host to the decode bundle's host of the same sequence. Until states are put
+    /// back, [`Host::step`] refuses to run.
+    pub fn take_states(&mut self) -> States {
+        self.states.take_all()
+    }
+
+    /// Moves `states` into this host, replacing its own. They must declare exactly this
+    /// bundle's states (names and shapes): a prefill and a decode bundle of one model lowered
+    /// with the same `ctx` and storage do.
+    pub fn put_states(&mut self, states: States) -> Result<()> {
+        self.states.put_all(states).map_err(|problem| HostError::StatesMismatch { problem })
+    }
+
+    /// Refuses, before anything runs, a pair of hosts whose states could not move between them.
+    pub fn check_states_match(&self, other: &Host) -> Result<()> {
+        match crate::states::mismatch(self.states.shapes(), other.states.shapes()) {
+            Some(problem) => Err(HostError::StatesMismatch { problem }),
+            None => Ok(()),
+        }
     }
 
     /// Zeroes every state: the next step starts a new sequence.

@@ -128,7 +128,11 @@ pub fn lower_decode_streamed(
     lower_streamed(spec, Cut::Decode { ctx }, opts)
 }
 
-fn lower_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Result<StreamedModel, StreamedReject> {
+pub(super) fn lower_streamed(
+    spec: &ModelSpec,
+    cut: Cut,
+    opts: LowerOptions<'_>,
+) -> Result<StreamedModel, StreamedReject> {
     let started = std::time::Instant::now();
     let LowerOptions { chip, storage, seed, progress } = opts;
     let layer_sources: Vec<Source> = (0..spec.n_layers()).map(|l| source_of(spec, l, cut, &storage)).collect();

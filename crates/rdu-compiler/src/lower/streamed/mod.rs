@@ -7,6 +7,7 @@
 mod bundle;
 mod deploy;
 mod kinds;
+mod prefill;
 
 pub use deploy::{
     lower_decode_streamed, lower_forward_streamed, LayerBinding, LayerKind, LowerOptions, ProgramPart, Progress,
@@ -16,3 +17,4 @@ pub use kinds::{
     layer_kinds, layer_kinds_for, rebind, rebind_via, renaming, HiddenNames, KindGroup, Storage, KINDS_CTX, SINGLE,
     STACKED,
 };
+pub use prefill::lower_prefill_streamed;

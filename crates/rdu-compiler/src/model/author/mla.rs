@@ -78,6 +78,12 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     let mut attrs = vec![("scale", float(scale)), ("latent", kvr.to_string())];
     attrs.extend(ctx.window_attr());
     let u = match cache {
+        Some(lc) if ctx.prefill() => {
+            // As attention: the chunk's own latents are attended to before they are written.
+            let u = w.op("u", "attend_mla", &[&qc, &lc, "pos", &lat], &attrs);
+            w.update(&lc, "cache_put", &[&lc, &lat, "pos"], &[]);
+            u
+        }
         Some(lc) => {
             w.update(&lc, "cache_put", &[&lc, &lat, "pos"], &[]);
             w.op("u", "attend_mla", &[&qc, &lc, "pos"], &attrs)
