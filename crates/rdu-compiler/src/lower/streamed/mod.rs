@@ -17,4 +17,4 @@ pub use kinds::{
     layer_kinds, layer_kinds_for, rebind, rebind_via, renaming, HiddenNames, KindGroup, Storage, KINDS_CTX, SINGLE,
     STACKED,
 };
-pub use prefill::lower_prefill_streamed;
+pub use prefill::{lower_prefill_streamed, CERTIFY_CHUNK_ROWS};
