@@ -97,13 +97,18 @@ fn qwen3_8b_lowers_and_certifies() {
 }
 
 #[test]
-fn tiny_presets_lower_both_cuts() {
+fn tiny_presets_lower_every_cut() {
     for name in presets::names().into_iter().filter(|n| n.starts_with("tiny-")) {
         let spec = presets::resolve(name).expect("preset");
         lower_decode_streamed(&spec, 64, opts("sn50", Storage::AllQ8, &mut |_| {}))
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         lower_forward_streamed(&spec, 7, opts("sn40l", Storage::Dense, &mut |_| {}))
             .unwrap_or_else(|e| panic!("{name}: {e}"));
+        // Prefill chunks shorter and longer than the sliding windows (16, 32) of the tiny presets.
+        for chunk in [3, 8, 20] {
+            lower_prefill_streamed(&spec, chunk, 64, opts("sn50", Storage::AllQ8, &mut |_| {}))
+                .unwrap_or_else(|e| panic!("{name} prefill {chunk}: {e}"));
+        }
     }
 }
 
