@@ -55,6 +55,8 @@ pub enum HostError {
     StatesMismatch { problem: String },
     #[error("this host's states were handed to another host (Host::take_states); put them back before stepping")]
     StatesMoved,
+    #[error("the states given hold nothing: they were already handed to another host")]
+    StatesEmpty,
     #[error("sampling: {problem}")]
     Sampling { problem: String },
     #[error("{file}: tokenizer: {problem}")]

@@ -172,6 +172,9 @@ impl Host {
     /// bundle's states (names and shapes): a prefill and a decode bundle of one model lowered
     /// with the same `ctx` and storage do.
     pub fn put_states(&mut self, states: States) -> Result<()> {
+        if !states.is_held() {
+            return Err(HostError::StatesEmpty);
+        }
         self.states.put_all(states).map_err(|problem| HostError::StatesMismatch { problem })
     }
 
