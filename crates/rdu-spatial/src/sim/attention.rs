@@ -186,7 +186,7 @@ enum Src {
 fn sources(lo: usize, p: usize, s: usize, chunk: &BTreeMap<usize, usize>) -> Vec<(Src, f32)> {
     let cached = || (lo..=p).filter(|t| !chunk.contains_key(t));
     let rows = (lo..=p).filter_map(|t| chunk.get(&t).map(|&r| (Src::Row(r), 1.0)));
-    let (first, last) = (cached().next(), cached().last());
+    let (first, last) = (cached().next(), cached().next_back());
     let from_cache: Vec<(Src, f32)> = match (first, last) {
         (Some(a), Some(b)) if b - a < s => cached().map(|t| (Src::Slot(t % s), 1.0)).collect(),
         (Some(_), Some(_)) => {
