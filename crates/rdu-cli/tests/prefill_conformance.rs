@@ -216,3 +216,50 @@ fn mismatched_bundles_and_chunks_are_refused() {
         "{err}"
     );
 }
+
+/// `rdu lower --cut prefill --chunk C`: a certified bundle whose manifest says `prefill` with its
+/// chunk, whose runtime inputs are one token and one position per row, and whose `--json` kinds
+/// are the decode cut's kinds (names and layers).
+#[test]
+fn lower_writes_a_prefill_bundle_with_the_decode_kinds() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let kinds = |cut: &[&str], out: Option<&Path>| -> Vec<(String, Vec<usize>)> {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rdu"));
+        cmd.args(["lower", "tiny-gemma3", "--ctx", "40", "--json"]).args(cut);
+        if let Some(dir) = out {
+            cmd.args(["-o", dir.to_str().expect("utf-8")]);
+        }
+        let out = cmd.output().expect("rdu runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        let kinds = json["kinds"].as_array().expect("kinds");
+        kinds
+            .iter()
+            .map(|k| {
+                (
+                    k["name"].as_str().expect("name").to_string(),
+                    serde_json::from_value(k["layers"].clone()).expect("layers"),
+                )
+            })
+            .collect()
+    };
+    let dir = tmp.path().join("prefill");
+    let prefill = kinds(&["--cut", "prefill", "--chunk", "20"], Some(&dir));
+    assert_eq!(prefill, kinds(&["--cut", "decode"], None));
+    assert!(prefill.len() >= 2, "{prefill:?}");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest")).expect("json");
+    assert_eq!(manifest["cut"], serde_json::json!({"mode": "prefill", "ctx": 40, "chunk": 20}));
+    let inputs: Vec<(String, Vec<usize>)> = manifest["inputs"]
+        .as_array()
+        .expect("inputs")
+        .iter()
+        .map(|i| {
+            (i["name"].as_str().expect("name").to_string(), serde_json::from_value(i["shape"].clone()).expect("shape"))
+        })
+        .collect();
+    assert_eq!(inputs, [("pos".to_string(), vec![20]), ("tok".to_string(), vec![20])]);
+    let logits =
+        manifest["activations"].as_array().expect("activations").iter().find(|a| a["name"] == "logits").cloned();
+    assert_eq!(logits.expect("logits")["shape"], serde_json::json!([1, 256]));
+}
