@@ -5,8 +5,8 @@ use anyhow::{bail, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use rdu_compiler::lower::streamed::{
-    lower_batched_decode_streamed, lower_decode_streamed, lower_forward_streamed, lower_tp_decode_streamed,
-    LowerOptions, ProgramPart, Progress, StreamedModel,
+    lower_batched_decode_streamed, lower_decode_streamed, lower_forward_streamed, lower_prefill_streamed,
+    lower_tp_decode_streamed, LowerOptions, ProgramPart, Progress, StreamedModel,
 };
 use rdu_compiler::lower::PASSES;
 use rdu_spatial::chip::Chip;
@@ -80,10 +80,7 @@ pub fn run(args: &LowerArgs) -> Result<()> {
         rdu_compiler::model::spec::Cut::BatchedTp { batch, tp, ctx } => {
             rdu_compiler::lower::streamed::lower_batched_tp_decode_streamed(&spec, batch, tp, ctx, opts)
         }
-        other => Err(rdu_compiler::lower::streamed::StreamedReject::Invalid(format!(
-            "the {} cut is not lowered yet",
-            other.word()
-        ))),
+        rdu_compiler::model::spec::Cut::Prefill { chunk, ctx } => lower_prefill_streamed(&spec, chunk, ctx, opts),
     };
     bar.finish_and_clear();
     let model = model.map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -7,11 +7,12 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use rdu_compiler::lower::streamed::{
-    lower_decode_streamed, lower_forward_streamed, lower_tp_decode_streamed, LowerOptions, Storage,
+    lower_decode_streamed, lower_forward_streamed, lower_prefill_streamed, lower_tp_decode_streamed, LowerOptions,
+    Storage,
 };
 use rdu_compiler::model::spec::ModelSpec;
 use rdu_compiler::reference::{Reference, SeededWeights, WeightSource};
-use rdu_host::{Host, WeightsSource};
+use rdu_host::{Host, Session, WeightsSource};
 use rdu_spatial::chip::Chip;
 use serde_json::json;
 use std::path::PathBuf;
@@ -70,6 +71,11 @@ pub struct RunArgs {
     /// KV-cache positions for the decode cut (default: prompt + generated tokens)
     #[arg(long)]
     pub(crate) ctx: Option<usize>,
+    /// Prefill the prompt C tokens a step through a prefill bundle, then decode through a decode
+    /// bundle over the same state (spatial engine; the rest of a prompt that is not a multiple
+    /// of C is decoded token by token); --logits then holds the last row of each chunk
+    #[arg(long, value_name = "C")]
+    pub(crate) chunk: Option<usize>,
     /// Which weights are stored Q8_0 (auto: as the checkpoint stores them; Q8_0 for a preset)
     #[arg(long, value_enum, default_value = "auto")]
     pub(crate) storage: StorageArg,
@@ -152,6 +158,15 @@ pub fn run(args: &RunArgs) -> Result<()> {
         Weights::None => (&seeded, WeightsSource::Seeded { seed: args.seed, unit_offset: spec.head.norm_unit_offset }),
     };
     let mut reference = Reference::new(&spec, storage.clone(), reference_weights);
+    let mut prefill: Option<(usize, StepFn<'_>)> = None;
+    if let Some(chunk) = args.chunk {
+        if chunk == 0 {
+            bail!("--chunk must be at least 1");
+        }
+        if args.engine != Engine::Spatial || args.cut != RunCut::Decode || args.bundle.is_some() {
+            bail!("--chunk lowers its own prefill and decode bundles: use it with the spatial engine, --cut decode and no --bundle");
+        }
+    }
     let mut step: StepFn<'_> = match (args.engine, args.cut) {
         (Engine::Reference, RunCut::Forward) => Box::new(|toks: &[u32], _pos: usize| {
             let out = reference.forward(toks).map_err(|e| anyhow!(e))?;
@@ -163,6 +178,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 let out = decoder.step(toks[0], pos).map_err(|e| anyhow!(e))?;
                 Ok(rows(out.logits.as_f32().unwrap_or_default(), vocab))
             })
+        }
+        (Engine::Spatial, _) if args.chunk.is_some() => {
+            let chunk = args.chunk.unwrap_or(1);
+            let (chunked, decode) = chunked_engine(args, &spec, storage, ctx, chunk, host_weights)?;
+            prefill = Some((chunk, chunked));
+            decode
         }
         (Engine::Spatial, cut) => spatial_engine(args, &spec, storage, cut, ctx, host_weights)?,
     };
@@ -206,6 +227,24 @@ pub fn run(args: &RunArgs) -> Result<()> {
         },
         RunCut::Decode => {
             let mut pos = 0;
+            if let Some((chunk, prefill)) = prefill.as_mut() {
+                // Whole chunks of the prompt: one logits row each, the chunk's last.
+                while pos + *chunk <= prompt_ids.len() {
+                    let row = prefill(&seq[pos..pos + *chunk], pos)?.remove(0);
+                    pos += *chunk;
+                    positions.push(pos - 1);
+                    logits.push(row);
+                }
+                if pos > 0 && pos == prompt_ids.len() {
+                    prompt_seconds = started.elapsed().as_secs_f64();
+                    if generated.len() < args.n
+                        && choose(logits.last().expect("a row"), &mut generated)?
+                        && generated.len() < args.n
+                    {
+                        seq.push(*generated.last().expect("just generated"));
+                    }
+                }
+            }
             while pos < seq.len() {
                 let row = step(&seq[pos..pos + 1], pos)?.remove(0);
                 positions.push(pos);
@@ -338,6 +377,46 @@ fn load_bar(json: bool) -> ProgressBar {
         bar.set_style(style);
     }
     bar
+}
+
+/// The spatial engine with chunked prefill: a prefill bundle of `chunk` rows and a decode
+/// bundle, both over `ctx` positions, lowered now and run by one `rdu_host::Session` (the
+/// hosts share the weights and hand the sequence's states to each other). Returns the chunk
+/// step (the logits of the chunk's last row) and the one-token step.
+fn chunked_engine<'a>(
+    args: &'a RunArgs,
+    spec: &'a ModelSpec,
+    storage: Storage,
+    ctx: usize,
+    chunk: usize,
+    weights: WeightsSource,
+) -> Result<(StepFn<'a>, StepFn<'a>)> {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let vocab = spec.vocab;
+    let chip = Chip::resolve(&args.chip)?;
+    let tmp = tempfile::tempdir().context("creating a temporary bundle directory")?;
+    let (prefill_dir, decode_dir) = (tmp.path().join("prefill"), tmp.path().join("decode"));
+    let opts = LowerOptions { chip: chip.clone(), storage: storage.clone(), seed: 0, progress: &mut |_| {} };
+    let model = lower_prefill_streamed(spec, chunk, ctx, opts).map_err(|e| anyhow!("{e}"))?;
+    model.bundle().map_err(|e| anyhow!(e))?.write(&prefill_dir, true)?;
+    let opts = LowerOptions { chip, storage, seed: 0, progress: &mut |_| {} };
+    let model = lower_decode_streamed(spec, ctx, opts).map_err(|e| anyhow!("{e}"))?;
+    model.bundle().map_err(|e| anyhow!(e))?.write(&decode_dir, true)?;
+    let prefill = Host::load(&prefill_dir, &weights, &mut |_, _, _| {}).map_err(|e| anyhow!("{e}"))?;
+    let decode = Host::load_sharing(&decode_dir, &prefill, &weights, &mut |_, _, _| {}).map_err(|e| anyhow!("{e}"))?;
+    drop(tmp);
+    let session = Rc::new(RefCell::new(Session::new(prefill, decode).map_err(|e| anyhow!("{e}"))?));
+    let chunks = Rc::clone(&session);
+    let prefill_step: StepFn<'a> = Box::new(move |toks: &[u32], pos: usize| {
+        let out = chunks.borrow_mut().prefill(toks, pos).map_err(|e| anyhow!("{e}"))?;
+        Ok(rows(out.logits.as_f32().unwrap_or_default(), vocab))
+    });
+    let decode_step: StepFn<'a> = Box::new(move |toks: &[u32], pos: usize| {
+        let out = session.borrow_mut().decode(toks[0], pos).map_err(|e| anyhow!("{e}"))?;
+        Ok(rows(out.logits.as_f32().unwrap_or_default(), vocab))
+    });
+    Ok((prefill_step, decode_step))
 }
 
 pub(crate) fn rows(flat: &[f32], vocab: usize) -> Vec<Vec<f32>> {

@@ -7,7 +7,8 @@ use rdu_compiler::front::lift;
 use rdu_compiler::lang::parse;
 use rdu_compiler::lower::lower;
 use rdu_compiler::lower::streamed::{
-    layer_kinds, lower_decode_streamed, lower_forward_streamed, LowerOptions, Storage,
+    layer_kinds, layer_kinds_for, lower_decode_streamed, lower_forward_streamed, lower_prefill_streamed, LowerOptions,
+    Storage,
 };
 use rdu_compiler::model::author::source_of;
 use rdu_compiler::model::presets;
@@ -96,13 +97,18 @@ fn qwen3_8b_lowers_and_certifies() {
 }
 
 #[test]
-fn tiny_presets_lower_both_cuts() {
+fn tiny_presets_lower_every_cut() {
     for name in presets::names().into_iter().filter(|n| n.starts_with("tiny-")) {
         let spec = presets::resolve(name).expect("preset");
         lower_decode_streamed(&spec, 64, opts("sn50", Storage::AllQ8, &mut |_| {}))
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         lower_forward_streamed(&spec, 7, opts("sn40l", Storage::Dense, &mut |_| {}))
             .unwrap_or_else(|e| panic!("{name}: {e}"));
+        // Prefill chunks shorter and longer than the sliding windows (16, 32) of the tiny presets.
+        for chunk in [3, 8, 20] {
+            lower_prefill_streamed(&spec, chunk, 64, opts("sn50", Storage::AllQ8, &mut |_| {}))
+                .unwrap_or_else(|e| panic!("{name} prefill {chunk}: {e}"));
+        }
     }
 }
 
@@ -197,4 +203,81 @@ fn kind_programs_do_not_depend_on_depth() {
     for (name, bytes) in &deep_files {
         assert_eq!(bytes, &shallow_files[name], "{name} differs between 64 layers and one per kind");
     }
+}
+
+/// Prefill, chunks of 512 over ctx 4096 (Q8_0, SN50): every kind certified at its real shapes,
+/// and the kinds — names and layers — those of the decode cut.
+fn prefill_real(name: &str) {
+    let spec = presets::resolve(name).expect("preset");
+    let started = std::time::Instant::now();
+    let decode: Vec<(String, Vec<usize>)> = layer_kinds_for(&spec, Cut::Decode { ctx: 4096 }, &Storage::AllQ8)
+        .into_iter()
+        .map(|k| (k.name, k.layers))
+        .collect();
+    let model = lower_prefill_streamed(&spec, 512, 4096, opts("sn50", Storage::AllQ8, &mut |_| {}))
+        .unwrap_or_else(|e| panic!("{name} prefill: {e}"));
+    let kinds: Vec<(String, Vec<usize>)> =
+        model.kinds.iter().map(|k| (k.program.name.clone(), k.layers.clone())).collect();
+    assert_eq!(kinds, decode, "{name}: the prefill kinds differ from the decode kinds");
+    for k in &model.kinds {
+        let c = &k.program.certificate;
+        assert!(c.checks.iter().any(|c| c.starts_with("numbers")), "{name} {}: no numeric check", k.program.name);
+        assert!(c.max_abs_err.is_finite(), "{name} {}", k.program.name);
+        // The numbers ran on a shorter chunk of the same kernels, and the structure at full size.
+        assert!(c.checks.iter().any(|c| c.starts_with("numbers checked on 8 of the 512 rows")), "{name}: {c:?}");
+        assert!(c.checks.iter().any(|c| c == "structure and resources at full size"), "{name}: {c:?}");
+    }
+    let step = model.step_estimate();
+    assert!(step.roofline_fraction > 0.0 && step.roofline_fraction <= 1.0, "{name}: {step:?}");
+    eprintln!(
+        "{name}: prefill 512 lowered and certified in {:.1}s; estimated {:.0} tokens/s ({:.0}% of the HBM roofline)",
+        started.elapsed().as_secs_f64(),
+        step.tokens_per_second,
+        step.roofline_fraction * 100.0
+    );
+}
+
+#[test]
+fn qwen3_next_80b_a3b_prefill_512_certifies() {
+    prefill_real("qwen3-next-80b-a3b");
+}
+
+#[test]
+fn qwen3_5_27b_prefill_512_certifies() {
+    prefill_real("qwen3.5-27b");
+}
+
+#[test]
+fn qwen3_6_35b_a3b_prefill_512_certifies() {
+    prefill_real("qwen3.6-35b-a3b");
+}
+
+#[test]
+fn gemma_3_27b_it_prefill_512_certifies() {
+    prefill_real("gemma-3-27b-it");
+}
+
+#[test]
+fn gemma_3_270m_prefill_512_certifies() {
+    prefill_real("gemma-3-270m");
+}
+
+#[test]
+fn deepseek_v2_prefill_512_certifies() {
+    prefill_real("deepseek-v2");
+}
+
+#[test]
+fn deepseek_v2_lite_prefill_512_certifies() {
+    prefill_real("deepseek-v2-lite");
+}
+
+#[test]
+fn llama_3_1_8b_prefill_512_certifies() {
+    prefill_real("llama-3.1-8b");
+}
+
+#[test]
+fn qwen3_8b_prefill_512_certifies() {
+    prefill_real("qwen3-8b");
 }

@@ -55,6 +55,14 @@ pub enum HostError {
     NoOutput { program: String, name: String },
     #[error("tensor-parallel slices of `{tensor}`: {problem}; re-lower the bundle for this checkpoint")]
     Slice { tensor: String, problem: String },
+    #[error(
+        "the states cannot move between these bundles: {problem}; lower both with the same model, --ctx and storage"
+    )]
+    StatesMismatch { problem: String },
+    #[error("this host's states were handed to another host (Host::take_states); put them back before stepping")]
+    StatesMoved,
+    #[error("the states given hold nothing: they were already handed to another host")]
+    StatesEmpty,
     #[error("sampling: {problem}")]
     Sampling { problem: String },
     #[error("{file}: tokenizer: {problem}")]

@@ -7,9 +7,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::Arc;
 
 use rdu_spatial::bundle::{is_bundle, Bundle};
-use rdu_spatial::manifest::Manifest;
+use rdu_spatial::manifest::{CutMode, Manifest};
 use rdu_spatial::{simulate_in_place, text, Role, SimTensor, SpatialProgram};
 
 use crate::check::{check, Use};
@@ -28,7 +29,7 @@ pub struct Host {
     /// The embedding, every layer in order, the head.
     calls: Vec<Call>,
     plan: Plan,
-    weights: Weights,
+    weights: Arc<Weights>,
     shared: BTreeMap<String, SimTensor>,
     states: States,
     /// A tensor-parallel bundle's chips: their slices and states (layer states live there).
@@ -59,6 +60,27 @@ impl Host {
     /// Opens and validates the bundle in `bundle_dir`, parses its programs, checks every
     /// binding, then loads the weights (`progress` after each tensor), shared tables and states.
     pub fn load(bundle_dir: &Path, weights: &WeightsSource, progress: Progress<'_>) -> Result<Host> {
+        Host::load_with(bundle_dir, weights, None, progress)
+    }
+
+    /// As [`Host::load`], but shares `other`'s weights (held once, not loaded again) when the
+    /// two bundles read the same checkpoint tensors — a prefill and a decode bundle of one
+    /// model do; otherwise loads them from `weights`.
+    pub fn load_sharing(
+        bundle_dir: &Path,
+        other: &Host,
+        weights: &WeightsSource,
+        progress: Progress<'_>,
+    ) -> Result<Host> {
+        Host::load_with(bundle_dir, weights, Some(other), progress)
+    }
+
+    fn load_with(
+        bundle_dir: &Path,
+        weights: &WeightsSource,
+        share: Option<&Host>,
+        progress: Progress<'_>,
+    ) -> Result<Host> {
         let dir = bundle_dir.display().to_string();
         if !is_bundle(bundle_dir) {
             return Err(HostError::NotABundle { dir });
@@ -97,9 +119,19 @@ impl Host {
             check(m, &u, &mut produced)?;
         }
         let plan = Plan::new(&dir, m, &programs[0], &programs[1])?;
-        let mut weights = Weights::load(m, weights, progress)?;
+        // A tensor-parallel host cuts every chip's slices out of its own weights.
+        let tensor_parallel = matches!(m.cut.mode, CutMode::Tp | CutMode::BatchedTp);
+        let (weights, chips) = match share {
+            Some(other) if !tensor_parallel && other.manifest.tensors == m.tensors => {
+                (Arc::clone(&other.weights), None)
+            }
+            _ => {
+                let mut loaded = Weights::load(m, weights, progress)?;
+                let chips = Chips::new(m, &mut loaded)?;
+                (Arc::new(loaded), chips)
+            }
+        };
         let shared = shared::compute(m, &dir)?;
-        let chips = Chips::new(m, &mut weights)?;
         let states = if chips.is_some() { States::new(&[]) } else { States::new(&m.states) };
         Ok(Host { manifest: bundle.manifest, programs, calls, plan, weights, shared, states, chips })
     }
@@ -117,6 +149,9 @@ impl Host {
     /// A bundle of one sequence takes one position.
     pub fn step_at(&mut self, tokens: &[u32], positions: &[usize]) -> Result<StepOutput> {
         self.plan.check(tokens, positions)?;
+        if !self.states.is_held() {
+            return Err(HostError::StatesMoved);
+        }
         let mut step = self.plan.inputs(tokens, positions);
         for call in &self.calls {
             let mut states = BTreeMap::new();
@@ -151,6 +186,31 @@ impl Host {
             name: self.plan.logits.clone(),
         })?;
         Ok(StepOutput { logits })
+    }
+
+    /// Moves every carried state out of this host (nothing is copied), e.g. from a prefill
+    /// bundle's host to the decode bundle's host of the same sequence. Until states are put
+    /// back, [`Host::step`] refuses to run.
+    pub fn take_states(&mut self) -> States {
+        self.states.take_all()
+    }
+
+    /// Moves `states` into this host, replacing its own. They must declare exactly this
+    /// bundle's states (names and shapes): a prefill and a decode bundle of one model lowered
+    /// with the same `ctx` and storage do.
+    pub fn put_states(&mut self, states: States) -> Result<()> {
+        if !states.is_held() {
+            return Err(HostError::StatesEmpty);
+        }
+        self.states.put_all(states).map_err(|problem| HostError::StatesMismatch { problem })
+    }
+
+    /// Refuses, before anything runs, a pair of hosts whose states could not move between them.
+    pub fn check_states_match(&self, other: &Host) -> Result<()> {
+        match crate::states::mismatch(self.states.shapes(), other.states.shapes()) {
+            Some(problem) => Err(HostError::StatesMismatch { problem }),
+            None => Ok(()),
+        }
     }
 
     /// Zeroes every state: the next step starts a new sequence.

@@ -7,7 +7,8 @@
 //! Codemap, in the order a step's data flows: [`weights`] (checkpoint → dense or Q8_0
 //! tensors), `assemble` (stack and slice), [`shared`] (RoPE tables), [`states`] (carried
 //! state), `check` (load-time binding checks), `plan` (a step's inputs and limits), `env`
-//! (a program's view of the host), `tensor_parallel` (chips' slices and threads), [`host`] (load and step), [`sample`] (next token), [`tokenizer`]
+//! (a program's view of the host), `tensor_parallel` (chips' slices and threads), [`host`] (load and step), [`session`] (a prefill and a decode
+//! bundle over one sequence's states), [`sample`] (next token), [`tokenizer`]
 //! (text ↔ ids).
 
 mod assemble;
@@ -17,6 +18,7 @@ mod error;
 pub mod host;
 mod plan;
 pub mod sample;
+pub mod session;
 pub mod shared;
 pub mod states;
 mod tensor_parallel;
@@ -26,6 +28,7 @@ pub mod weights;
 pub use error::{HostError, Result};
 pub use host::{Host, StepOutput};
 pub use sample::{greedy, Sampler, Sampling};
+pub use session::Session;
 pub use states::States;
 pub use tokenizer::{StreamDecoder, Tokenizer};
 pub use weights::{Progress, Weights, WeightsSource};

@@ -43,6 +43,32 @@ impl States {
         }
     }
 
+    /// The states' names and shapes, sorted by name.
+    pub fn shapes(&self) -> &BTreeMap<String, Vec<usize>> {
+        &self.shapes
+    }
+
+    /// Whether every declared state is held (false after [`States::take_all`]).
+    pub fn is_held(&self) -> bool {
+        self.tensors.len() == self.shapes.len()
+    }
+
+    /// Moves every state out, leaving this store empty (declared, but holding nothing) until
+    /// [`States::put_all`] hands a store back: nothing is copied.
+    pub(crate) fn take_all(&mut self) -> States {
+        States { tensors: std::mem::take(&mut self.tensors), shapes: self.shapes.clone() }
+    }
+
+    /// Replaces this store's states by `other`'s (moved), which must declare the same names
+    /// and shapes (and, the caller checks, hold every one of them); otherwise says which differs.
+    pub(crate) fn put_all(&mut self, other: States) -> Result<(), String> {
+        if let Some(problem) = mismatch(&self.shapes, &other.shapes) {
+            return Err(problem);
+        }
+        self.tensors = other.tensors;
+        Ok(())
+    }
+
     /// The state `name` (a layer tensor name).
     pub fn get(&self, name: &str) -> Option<&SimTensor> {
         self.tensors.get(name)
@@ -64,4 +90,17 @@ impl States {
         let tensor = tensor.unwrap_or_else(|| SimTensor::zeros(Dtype::F32, shape.clone()));
         self.tensors.insert(name.to_string(), tensor);
     }
+}
+
+/// The first difference between two stores' declared states (names and shapes), if any.
+pub(crate) fn mismatch(ours: &BTreeMap<String, Vec<usize>>, theirs: &BTreeMap<String, Vec<usize>>) -> Option<String> {
+    if let Some(name) = theirs.keys().find(|n| !ours.contains_key(*n)) {
+        return Some(format!("state `{name}` is not a state of this bundle"));
+    }
+    if let Some(name) = ours.keys().find(|n| !theirs.contains_key(*n)) {
+        return Some(format!("state `{name}` of this bundle is missing"));
+    }
+    ours.iter()
+        .find(|(n, s)| theirs[*n] != **s)
+        .map(|(n, s)| format!("state `{n}` has the shape {:?} here but {:?} in the states given", s, theirs[n]))
 }

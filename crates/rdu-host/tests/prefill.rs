@@ -2,9 +2,9 @@
 
 mod common;
 
-use common::bundle::{bundle_rows, write, Rows};
+use common::bundle::{bundle_rows, write, Rows, DECODE};
 use common::*;
-use rdu_host::{Host, HostError, WeightsSource};
+use rdu_host::{Host, HostError, Session, WeightsSource};
 
 const TOKENS: [u32; 4] = [3, 15, 0, 7];
 
@@ -42,4 +42,45 @@ fn a_chunk_running_past_the_context_is_refused() {
     assert!(matches!(host.step(&[1, 2], CTX), Err(HostError::PastContext { .. })));
     // Nothing ran: the states are still zero.
     assert!(host.states().names().all(|n| host.state(n).unwrap().as_f32().unwrap().iter().all(|v| *v == 0.0)));
+}
+
+#[test]
+fn a_session_decodes_on_from_the_state_a_chunk_left() {
+    let want = reference(&seeded_values(5), &TOKENS);
+    let tmp = tempfile::tempdir().unwrap();
+    let prefill = host(tmp.path(), Rows { n: 2, per_row_pos: true });
+    let dir = write(&bundle_rows(Variant::Dense, DECODE), tmp.path(), "decode");
+    let weights = WeightsSource::Seeded { seed: 5, unit_offset: false };
+    let decode = Host::load_sharing(&dir, &prefill, &weights, &mut |_, _, _| panic!("the weights are shared")).unwrap();
+    let mut session = Session::new(prefill, decode).unwrap();
+    assert_eq!((session.chunk(), session.ctx()), (2, CTX));
+    let chunk = session.prefill(&TOKENS[..2], 0).unwrap().logits;
+    assert_close(&chunk.as_f32().unwrap()[VOCAB..], &want[1], 1e-5, "the chunk's last row");
+    for pos in 2..4 {
+        let got = session.decode(TOKENS[pos], pos).unwrap().logits;
+        assert_close(got.as_f32().unwrap(), &want[pos], 1e-5, &format!("decoded position {pos}"));
+    }
+    // The states move back for another chunk: a new sequence from position 0 gives the same rows.
+    session.reset();
+    let again = session.prefill(&TOKENS[..2], 0).unwrap().logits;
+    assert_eq!(again, chunk);
+}
+
+#[test]
+fn states_handed_away_are_not_stepped_until_they_come_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut host = host(tmp.path(), DECODE);
+    host.step(&[3], 0).unwrap();
+    let states = host.take_states();
+    assert!(!host.states().is_held());
+    let err = host.step(&[15], 1).unwrap_err();
+    assert!(matches!(err, HostError::StatesMoved), "{err:?}");
+    assert!(err.to_string().starts_with("this host's states were handed to another host"), "{err}");
+    host.put_states(states).unwrap();
+    host.step(&[15], 1).unwrap();
+    // A store handed away twice holds nothing: refused.
+    let _held = host.take_states();
+    let empty = host.take_states();
+    let err = host.put_states(empty).unwrap_err();
+    assert!(matches!(err, HostError::StatesEmpty), "{err:?}");
 }

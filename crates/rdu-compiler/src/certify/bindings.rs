@@ -50,7 +50,16 @@ impl Inputs {
             let stored_q8 = program.tensors.iter().any(|t| t.name == name && t.storage == Storage::Q8_0);
             let values = match (decl.kind, name.as_str()) {
                 // A decode step at the last position its tables allow: rings wrap, caches are read whole.
-                (DeclKind::Input, "pos") => Data::I32(vec![if has_state { table_rows as i32 - 1 } else { 0 }]),
+                (DeclKind::Input, "pos") if shape.is_empty() => {
+                    Data::I32(vec![if has_state { table_rows as i32 - 1 } else { 0 }])
+                }
+                // A chunk of rows with one position each: the last rows the tables allow, so the
+                // chunk reads the cache before it and its rows wrap the rings.
+                (DeclKind::Input, "pos") => {
+                    let n: usize = shape.iter().product();
+                    let first = if has_state { table_rows.saturating_sub(n) } else { 0 };
+                    Data::I32((0..n).map(|i| (first + i) as i32).collect())
+                }
                 (DeclKind::Input, _) if value.ty.dtype == crate::graph::DType::I32 => {
                     let n: usize = shape.iter().product();
                     Data::I32((0..n).map(|i| ((i as u64 * 7919 + seed) % vocab.max(1) as u64) as i32).collect())

@@ -197,8 +197,11 @@ impl Op {
             Op::RmsNorm { .. } | Op::LinearHeads | Op::Embed | Op::ConvShift => (2, 2),
             Op::Linear | Op::ConvStep => (2, 3),
             Op::Concat { .. } => (2, usize::MAX),
-            Op::Rope { .. } | Op::Attend { .. } => (4, 4),
-            Op::CachePut | Op::AttendMla { .. } => (3, 3),
+            Op::Rope { .. } => (4, 4),
+            // A prefill chunk passes its own keys and values after `pos` (see docs/LANGUAGE.md).
+            Op::Attend { .. } => (4, 6),
+            Op::AttendMla { .. } => (3, 4),
+            Op::CachePut => (3, 3),
             Op::DeltaScan { .. } => (5, 5),
             Op::DeltaStep { .. } | Op::Experts { .. } => (6, 6),
         }

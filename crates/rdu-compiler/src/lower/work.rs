@@ -79,11 +79,17 @@ pub fn op_work(program: &SpatialProgram, op: &KernelOp) -> Work {
             work.flops = 2 * expert_elems * w * rows;
         }
         "attend" | "attend_mla" => {
-            // Every cached position of every kv head is read once per step.
+            // Every cached position of every kv head is read once per step; a prefill chunk's
+            // own keys and values (the arguments after `pos`) are attended to as well.
             let q = tensor_args.first();
             let cache: Vec<&&TensorDecl> = tensor_args.iter().skip(1).filter(|t| t.role == Role::State).collect();
             work.hbm_bytes = cache.iter().map(|t| stored_bytes(t)).sum();
-            let slots = tensor_args.get(1).map(|t| t.shape[0] as u64).unwrap_or(1);
+            let pos_arg = if op.op == "attend" { 3 } else { 2 };
+            let chunk_rows = match op.args.get(pos_arg + 1) {
+                Some(Arg::Tensor(n)) => decl(n).map_or(0, |t| t.shape[0] as u64),
+                _ => 0,
+            };
+            let slots = tensor_args.get(1).map(|t| t.shape[0] as u64).unwrap_or(1) + chunk_rows;
             let (rows, heads, dk) =
                 q.map(|q| (q.shape[0] as u64, q.shape[1] as u64, q.shape[2] as u64)).unwrap_or((1, 1, 1));
             let dv = out.map(|o| *o.shape.last().unwrap_or(&1) as u64).unwrap_or(1);

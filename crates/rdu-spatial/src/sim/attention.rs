@@ -3,6 +3,7 @@
 //! (GQA, window, ring) and `attend_mla` (one shared latent key), tileable along heads.
 
 use rayon::prelude::*;
+use std::collections::BTreeMap;
 
 use super::ops::{Call, Outs};
 use super::region::{region, untiled, Axes};
@@ -77,9 +78,13 @@ pub(super) fn cache_put(call: &mut Call<'_>) -> Outs {
     Ok(vec![cache])
 }
 
-/// Causal softmax attention over a (ring) cache with grouped kv heads and an optional window.
+/// Causal softmax attention over a (ring) cache with grouped kv heads and an optional window;
+/// a prefill chunk passes its own keys and values after `pos`.
 pub(super) fn attend(call: &Call<'_>) -> Outs {
-    call.expect(4, 4, &["scale", "window"])?;
+    call.expect(4, 6, &["scale", "window"])?;
+    if call.args.len() == 5 {
+        return invalid("takes the chunk's keys and values together: 4 or 6 arguments, given 5");
+    }
     let (tq, q) = call.f32(0)?;
     let (tk, k) = call.f32(1)?;
     let (tv, v) = call.f32(2)?;
@@ -95,12 +100,26 @@ pub(super) fn attend(call: &Call<'_>) -> Outs {
     }
     let keys = Kv { data: k, slot: g * dk, group: dk, len: dk };
     let values = Kv { data: v, slot: g * dv, group: dv, len: dv };
-    run(call, q, [n, h, dk], s, h / g, keys, values)
+    let chunk = if call.args.len() == 6 {
+        let (tkn, kn) = call.f32(4)?;
+        let (tvn, vn) = call.f32(5)?;
+        if tkn.shape != [n, g, dk] || tvn.shape != [n, g, dv] {
+            return invalid(format!(
+                "the chunk's k {:?} and v {:?} must be [{n}, {g}, {dk}] and [{n}, {g}, {dv}]",
+                tkn.shape, tvn.shape
+            ));
+        }
+        Some((Kv { data: kn, ..keys }, Kv { data: vn, ..values }))
+    } else {
+        None
+    };
+    run(call, q, [n, h, dk], 3, s, h / g, keys, values, chunk)
 }
 
-/// Absorbed multi-head latent attention: key `C[slot]` (all `c` dims), value its first `latent`.
+/// Absorbed multi-head latent attention: key `C[slot]` (all `c` dims), value its first `latent`;
+/// a prefill chunk passes its own latents after `pos`.
 pub(super) fn attend_mla(call: &Call<'_>) -> Outs {
-    call.expect(3, 3, &["scale", "latent", "window"])?;
+    call.expect(3, 4, &["scale", "latent", "window"])?;
     let (tq, q) = call.f32(0)?;
     let (tc, c) = call.f32(1)?;
     let (&[n, h, dc], &[s, cdim]) = (tq.shape.as_slice(), tc.shape.as_slice()) else {
@@ -112,7 +131,16 @@ pub(super) fn attend_mla(call: &Call<'_>) -> Outs {
     }
     let keys = Kv { data: c, slot: dc, group: 0, len: dc };
     let values = Kv { data: c, slot: dc, group: 0, len: latent };
-    run(call, q, [n, h, dc], s, h.max(1), keys, values)
+    let chunk = if call.args.len() == 4 {
+        let (tcn, cn) = call.f32(3)?;
+        if tcn.shape != [n, dc] {
+            return invalid(format!("the chunk's c {:?} must be [{n}, {dc}]", tcn.shape));
+        }
+        Some((Kv { data: cn, ..keys }, Kv { data: cn, ..values }))
+    } else {
+        None
+    };
+    run(call, q, [n, h, dc], 2, s, h.max(1), keys, values, chunk)
 }
 
 /// Positions of `n` rows from argument `i`: a scalar `pos` (row `r` at `pos + r`) or `i32[n]`.
@@ -138,62 +166,108 @@ struct Kv<'a> {
     len: usize,
 }
 
-impl Kv<'_> {
-    fn at(&self, slot: usize, group: usize) -> &[f32] {
+impl<'a> Kv<'a> {
+    fn at(&self, slot: usize, group: usize) -> &'a [f32] {
         let start = slot * self.slot + group * self.group;
         &self.data[start..start + self.len]
     }
 }
 
-/// Scores `scale · q·k` over the attended positions, softmax in f32, weighted sum of values.
-fn run(call: &Call<'_>, q: &[f32], [n, h, dk]: [usize; 3], s: usize, per_group: usize, keys: Kv, values: Kv) -> Outs {
+/// Where one attended key sits: a cache slot, or a row of the chunk's own keys.
+#[derive(Clone, Copy)]
+enum Src {
+    Slot(usize),
+    Row(usize),
+}
+
+/// The attended keys of a row at `p` (from `lo`), each with its multiplicity: positions held by
+/// the chunk's rows (`chunk`: position → row) are read from them, the others from slot `t mod S`
+/// — with their multiplicity when more positions than slots are read from a ring.
+fn sources(lo: usize, p: usize, s: usize, chunk: &BTreeMap<usize, usize>) -> Vec<(Src, f32)> {
+    let cached = || (lo..=p).filter(|t| !chunk.contains_key(t));
+    let rows = (lo..=p).filter_map(|t| chunk.get(&t).map(|&r| (Src::Row(r), 1.0)));
+    let (first, last) = (cached().next(), cached().next_back());
+    let from_cache: Vec<(Src, f32)> = match (first, last) {
+        (Some(a), Some(b)) if b - a < s => cached().map(|t| (Src::Slot(t % s), 1.0)).collect(),
+        (Some(_), Some(_)) => {
+            let mut count = vec![0usize; s];
+            cached().for_each(|t| count[t % s] += 1);
+            count.iter().enumerate().filter(|(_, &c)| c > 0).map(|(sl, &c)| (Src::Slot(sl), c as f32)).collect()
+        }
+        _ => Vec::new(),
+    };
+    from_cache.into_iter().chain(rows).collect()
+}
+
+/// The key or value `src` points at: in the cache `kv`, or in the chunk's `rows`.
+fn read<'d>(kv: &Kv<'d>, rows: Option<&Kv<'d>>, src: Src, group: usize) -> Result<&'d [f32], SimError> {
+    match (src, rows) {
+        (Src::Slot(sl), _) => Ok(kv.at(sl, group)),
+        (Src::Row(r), Some(rows)) => Ok(rows.at(r, group)),
+        (Src::Row(_), None) => invalid("internal: a chunk row without the chunk's keys"),
+    }
+}
+
+/// Scores `scale · q·k` over the attended positions (`pos` is argument `pos_arg`), softmax in
+/// f32, weighted sum of values.
+#[allow(clippy::too_many_arguments)]
+fn run(
+    call: &Call<'_>,
+    q: &[f32],
+    [n, h, dk]: [usize; 3],
+    pos_arg: usize,
+    s: usize,
+    per_group: usize,
+    keys: Kv,
+    values: Kv,
+    chunk: Option<(Kv, Kv)>,
+) -> Outs {
     let scale = call.req_float("scale")?;
     let window = call.attr_count("window")?;
     if window == Some(0) {
         return invalid("window must be at least 1");
     }
-    let pos = positions(call, call.args.len() - 1, n)?;
+    let pos = positions(call, pos_arg, n)?;
+    let by_position: BTreeMap<usize, usize> = match chunk {
+        Some(_) => pos.iter().enumerate().map(|(r, &p)| (p, r)).collect(),
+        None => BTreeMap::new(),
+    };
+    let row_sources: Vec<Vec<(Src, f32)>> =
+        pos.iter().map(|&p| sources(window.map_or(0, |w| (p + 1).saturating_sub(w)), p, s, &by_position)).collect();
     let dv = values.len;
     let reg = region(call.tiling(), &[n, h, dv], Axes::Only(1), 1)?;
     let items: Vec<(usize, usize)> =
         (0..n).flat_map(|r| reg.tiles.iter().flat_map(move |&(a, b)| (a..b).map(move |j| (r, j)))).collect();
-    let one = |&(r, j): &(usize, usize)| -> Vec<f32> {
-        let p = pos[r];
-        let lo = window.map_or(0, |w| (p + 1).saturating_sub(w));
-        // Slot t mod S of every attended position t, with its multiplicity when a ring wraps.
-        let span = p - lo + 1;
-        let slots: Vec<(usize, f32)> = if span <= s {
-            (lo..=p).map(|t| (t % s, 1.0)).collect()
-        } else {
-            (0..s).map(|sl| (sl, count_congruent(lo, p, sl, s) as f32)).filter(|(_, c)| *c > 0.0).collect()
-        };
+    let one = |&(r, j): &(usize, usize)| -> Result<Vec<f32>, SimError> {
+        let srcs = &row_sources[r];
         let qv = &q[(r * h + j) * dk..(r * h + j + 1) * dk];
         let kvh = j / per_group;
-        let scores: Vec<f32> = slots.iter().map(|&(sl, _)| scale * dot(qv, keys.at(sl, kvh))).collect();
+        let (row_keys, row_values) = (chunk.as_ref().map(|c| &c.0), chunk.as_ref().map(|c| &c.1));
+        let mut scores = Vec::with_capacity(srcs.len());
+        for &(src, _) in srcs {
+            scores.push(scale * dot(qv, read(&keys, row_keys, src, kvh)?));
+        }
         let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let weights: Vec<f32> = scores.iter().zip(&slots).map(|(sc, (_, m))| m * (sc - max).exp()).collect();
+        let weights: Vec<f32> = scores.iter().zip(srcs).map(|(sc, (_, m))| m * (sc - max).exp()).collect();
         let total: f32 = weights.iter().sum();
         let mut o = vec![0.0f32; dv];
-        for (w, &(sl, _)) in weights.iter().zip(&slots) {
+        for (w, &(src, _)) in weights.iter().zip(srcs) {
             let w = w / total;
-            for (acc, val) in o.iter_mut().zip(values.at(sl, kvh)) {
+            for (acc, val) in o.iter_mut().zip(read(&values, row_values, src, kvh)?) {
                 *acc += w * val;
             }
         }
-        o
+        Ok(o)
     };
-    let work: usize = items.len() * dk * pos.iter().map(|p| p.min(&s) + 1).max().unwrap_or(1);
-    let outs: Vec<Vec<f32>> =
-        if work >= 1 << 16 { items.par_iter().map(one).collect() } else { items.iter().map(one).collect() };
+    let work: usize = items.len() * dk * row_sources.iter().map(Vec::len).max().unwrap_or(1);
+    let outs: Vec<Vec<f32>> = if work >= 1 << 16 {
+        items.par_iter().map(one).collect::<Result<_, _>>()?
+    } else {
+        items.iter().map(one).collect::<Result<_, _>>()?
+    };
     let mut y = vec![0.0f32; n * h * dv];
     for (&(r, j), o) in items.iter().zip(outs) {
         y[(r * h + j) * dv..(r * h + j + 1) * dv].copy_from_slice(&o);
     }
     Ok(vec![SimTensor::f32(vec![n, h, dv], y)])
-}
-
-/// How many `t` in `lo..=hi` have `t mod s == slot`.
-fn count_congruent(lo: usize, hi: usize, slot: usize, s: usize) -> usize {
-    let upto = |x: usize| if x < slot { 0 } else { (x - slot) / s + 1 };
-    upto(hi) - if lo == 0 { 0 } else { upto(lo - 1) }
 }

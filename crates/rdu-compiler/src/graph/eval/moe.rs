@@ -5,7 +5,7 @@ use super::elementwise::{gelu_tanh, silu};
 use super::products::dot;
 use super::{f32s, i32s, out, Kernel};
 use crate::graph::{Act, Tensor};
-use std::collections::btree_map::{BTreeMap, Entry};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The indices of the `k` largest of `values`, descending, ties to the lower index.
@@ -58,28 +58,34 @@ pub(super) fn route(logits: &Tensor, k: usize, norm: bool, scale: f64, groups: u
 /// Fetches row `e` of stacked weight `which` (0 = Wg, 1 = Wu, 2 = Wd).
 pub(super) type Rows<'a> = dyn FnMut(usize, usize) -> Result<Arc<Tensor>, String> + 'a;
 
-/// `Σₖ w[n,k] · Wd[e] (act(Wg[e] x) ⊙ Wu[e] x)` with `e = idx[n,k]`, over `ins = [x, w, idx]`;
-/// each selected expert's rows (`[I, D]`, `[I, D]`, `[D, I]`) are fetched once through `rows`.
+/// `Σₖ w[n,k] · Wd[e] (act(Wg[e] x) ⊙ Wu[e] x)` with `e = idx[n,k]`, over `ins = [x, w, idx]`.
+/// Experts are visited in index order, each fetched once through `rows` (`[I, D]`, `[I, D]`,
+/// `[D, I]`), applied to every row that chose it and dropped before the next: a long chunk
+/// holds one expert's weights at a time, not every expert its rows chose. Each row's choices
+/// are then summed in their order, as a row-by-row evaluation would.
 pub(super) fn experts(ins: &[&Tensor], act: Act, n_experts: usize, rows: &mut Rows<'_>) -> Kernel {
     let [x, w, idx] = ins else { return Err("experts takes x, w, idx and three stacked weights".into()) };
     let (n, d) = (x.shape()[0], x.shape()[1]);
     let k = w.shape()[1];
     let (xs, ws, is) = (f32s(x)?, f32s(w)?, i32s(idx)?);
-    let mut fetched: BTreeMap<usize, [Arc<Tensor>; 3]> = BTreeMap::new();
-    let mut data = Vec::with_capacity(n * d);
+    // Expert → the (row, choice) pairs that chose it.
+    let mut users: BTreeMap<usize, Vec<(usize, usize)>> = BTreeMap::new();
     for r in 0..n {
-        let xr = &xs[r * d..(r + 1) * d];
-        let mut acc = vec![0f64; d];
         for c in 0..k {
             let id = is[r * k + c];
             let e = usize::try_from(id).ok().filter(|&e| e < n_experts);
             let e = e.ok_or_else(|| format!("row {r} chose expert {id}, outside the {n_experts} experts"))?;
-            if let Entry::Vacant(slot) = fetched.entry(e) {
-                slot.insert([rows(0, e)?, rows(1, e)?, rows(2, e)?]);
-            }
-            let [wg, wu, wd] = &fetched[&e];
-            let hidden = wg.shape()[0];
-            let (wg, wu, wd) = (f32s(wg)?, f32s(wu)?, f32s(wd)?);
+            users.entry(e).or_default().push((r, c));
+        }
+    }
+    // The down projection of each (row, choice), rounded to f32 as a `linear` would be.
+    let mut down = vec![0f32; n * k * d];
+    for (&e, who) in &users {
+        let [wg, wu, wd] = [rows(0, e)?, rows(1, e)?, rows(2, e)?];
+        let hidden = wg.shape()[0];
+        let (wg, wu, wd) = (f32s(&wg)?, f32s(&wu)?, f32s(&wd)?);
+        for &(r, c) in who {
+            let xr = &xs[r * d..(r + 1) * d];
             // h = act(Wg x) ⊙ (Wu x), each product rounded to f32 as a `linear` would be.
             let h: Vec<f32> = (0..hidden)
                 .map(|i| {
@@ -92,9 +98,19 @@ pub(super) fn experts(ins: &[&Tensor], act: Act, n_experts: usize, rows: &mut Ro
                     a * up
                 })
                 .collect();
+            let out = &mut down[(r * k + c) * d..][..d];
+            for (j, o) in out.iter_mut().enumerate() {
+                *o = dot(&h, &wd[j * hidden..(j + 1) * hidden]) as f32;
+            }
+        }
+    }
+    let mut data = Vec::with_capacity(n * d);
+    for r in 0..n {
+        let mut acc = vec![0f64; d];
+        for c in 0..k {
             let weight = f64::from(ws[r * k + c]);
-            for (o, j) in acc.iter_mut().zip(0..d) {
-                *o += weight * f64::from(dot(&h, &wd[j * hidden..(j + 1) * hidden]) as f32);
+            for (o, &v) in acc.iter_mut().zip(&down[(r * k + c) * d..][..d]) {
+                *o += weight * f64::from(v);
             }
         }
         data.extend(acc.iter().map(|&v| v as f32));

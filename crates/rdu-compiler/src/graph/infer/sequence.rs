@@ -1,6 +1,6 @@
 //! Types of the ops over positions, caches, recurrent state and experts.
 
-use super::{Operands, TypeError};
+use super::{Fault, Operands, Site, TypeError};
 use crate::graph::{DType, Type};
 
 /// `rope(x [N, h, d], cos [P, R/2], sin [P, R/2], pos, dim=R) -> ≡ x`.
@@ -39,8 +39,15 @@ fn window_ok(a: &Operands<'_>, window: Option<usize>) -> Result<(), TypeError> {
     Ok(())
 }
 
-/// `attend(q [N, h, dk], K [S, g, dk], V [S, g, dv], pos) -> [N, h, dv]`.
+/// `attend(q [N, h, dk], K [S, g, dk], V [S, g, dv], pos (, k [N, g, dk], v [N, g, dv])) -> [N, h, dv]`.
 pub(super) fn attend(a: &Operands<'_>, window: Option<usize>) -> Result<Vec<Type>, TypeError> {
+    if a.len() == 5 {
+        return Err(TypeError {
+            fault: Fault::Arity,
+            site: Site::Op,
+            message: "`attend` takes the chunk's keys and values together: 4 or 6 operands, found 5".into(),
+        });
+    }
     let q = a.f32_rank(0, 3, "[N, h, dk]")?;
     let k = a.f32_rank(1, 3, "[S, g, dk]")?;
     if k[0] == 0 || k[1] == 0 || q[1] % k[1] != 0 || k[2] != q[2] {
@@ -51,11 +58,16 @@ pub(super) fn attend(a: &Operands<'_>, window: Option<usize>) -> Result<Vec<Type
         return Err(a.shape_error(2, format!("f32[{}, {}, dv] (the slots and kv heads of K)", k[0], k[1])));
     }
     a.positions(3, q[0])?;
+    if a.len() == 6 {
+        // The chunk's own keys and values: one row per query row, laid out as a slot of K / V.
+        a.f32_exact(4, &[q[0], k[1], k[2]])?;
+        a.f32_exact(5, &[q[0], k[1], v[2]])?;
+    }
     window_ok(a, window)?;
     Ok(vec![Type::f32(&[q[0], q[1], v[2]])])
 }
 
-/// `attend_mla(q [N, h, c], C [S, c], pos, latent=L) -> [N, h, L]`.
+/// `attend_mla(q [N, h, c], C [S, c], pos (, c [N, c]), latent=L) -> [N, h, L]`.
 pub(super) fn attend_mla(a: &Operands<'_>, latent: usize, window: Option<usize>) -> Result<Vec<Type>, TypeError> {
     let q = a.f32_rank(0, 3, "[N, h, c]")?;
     let c = a.f32_rank(1, 2, "[S, c]")?;
@@ -63,6 +75,10 @@ pub(super) fn attend_mla(a: &Operands<'_>, latent: usize, window: Option<usize>)
         return Err(a.shape_error(1, format!("f32[S, {}] with S > 0 (a key per slot, as wide as q)", q[2])));
     }
     a.positions(2, q[0])?;
+    if a.len() == 4 {
+        // The chunk's own latents: one row per query row, laid out as a slot of C.
+        a.f32_exact(3, &[q[0], c[1]])?;
+    }
     if latent == 0 || latent > c[1] {
         return Err(a.attr_error("latent", format!("latent={latent} must be in 1..={} (the key width)", c[1])));
     }

@@ -187,6 +187,8 @@ impl Tables {
         let rows = model.cut.rows();
         for out in program.outputs() {
             let width = if out.text == "logits" { spec.vocab } else { spec.d_model };
+            // A prefill head computes the logits of the chunk's last row only.
+            let rows = if out.text == "logits" && matches!(model.cut, Cut::Prefill { .. }) { 1 } else { rows };
             self.activations
                 .insert(out.text.clone(), ActivationEntry { name: out.text.clone(), shape: vec![rows, width] });
         }

@@ -160,21 +160,17 @@ pub(super) fn lower_streamed(
     let total = groups.len() + 2;
 
     progress(Progress::Program { index: 0, total, name: "embed" });
-    let embed = lower_part(
-        "embed",
-        &embed_source(spec, cut, &storage),
-        &certify_source(spec, cut, &storage, true),
-        &chip,
-        seed,
-        progress,
-    )?;
+    let embed_src = embed_source(spec, cut, &storage);
+    let embed_checked = vocab_reduced(&embed_src, certify_source(spec, cut, &storage, true));
+    let embed = lower_part("embed", &embed_src, embed_checked.as_ref(), &chip, seed, progress)?;
     let mut kinds = Vec::new();
     let mut layers = vec![None; spec.n_layers()];
     for (i, group) in groups.iter().enumerate() {
         progress(Progress::Program { index: i + 1, total, name: &group.name });
         let canon = canonical(&layer_sources[group.representative()], group.representative(), &group.name, cut)?;
         let rep = &canon;
-        let part = lower_part(&group.name, rep, rep, &chip, seed, progress)?;
+        let reduced = super::prefill::reduced_kind(spec, cut, &storage, group.representative(), &group.name)?;
+        let part = lower_part(&group.name, rep, reduced.as_ref(), &chip, seed, progress)?;
         for &l in &group.layers {
             let map = renaming(rep, &layer_sources[l])
                 .ok_or_else(|| StreamedReject::Binding { layer: l, kind: group.name.clone() })?;
@@ -189,8 +185,8 @@ pub(super) fn lower_streamed(
     let last = crate::model::author::hidden_name_for(cut, spec.n_layers());
     let head_input = |src: Source| rename_source(&src, &last, HEAD_INPUT);
     let head_src = head_input(head_source(spec, cut, &storage))?;
-    let checked = head_input(certify_source(spec, cut, &storage, false))?;
-    let mut head = lower_part("head", &head_src, &checked, &chip, seed, progress)?;
+    let checked = vocab_reduced(&head_src, head_input(certify_source(spec, cut, &storage, false))?);
+    let mut head = lower_part("head", &head_src, checked.as_ref(), &chip, seed, progress)?;
     head.bind.insert(HEAD_INPUT.to_string(), last);
     let layers = layers.into_iter().map(|b| b.expect("every layer belongs to a kind")).collect();
     Ok(StreamedModel {
@@ -255,12 +251,47 @@ pub(super) fn certify_source(spec: &ModelSpec, cut: Cut, storage: &Storage, embe
     }
 }
 
-/// Parse, lift, lower and certify one program. `checked` is what certification runs: the
-/// program itself, or (embedding and head of a large vocabulary) the same program on fewer rows.
+/// A smaller program that certification runs numerically in place of the real one, and what
+/// it stands for.
+pub(super) struct Reduced {
+    pub source: Source,
+    /// The certificate's note saying what the numbers covered.
+    pub note: String,
+    /// The reduction must keep every kernel, argument and tile of the real program (fewer rows
+    /// of a prefill chunk do; fewer vocabulary rows do not: their tiles differ). When it does
+    /// not, the real program is certified whole.
+    pub same_kernels: bool,
+}
+
+/// `checked` as the reduction of `source` to the first vocabulary rows, unless it is `source`.
+pub(super) fn vocab_reduced(source: &Source, checked: Source) -> Option<Reduced> {
+    (checked != *source).then(|| Reduced {
+        source: checked,
+        note: format!("numbers checked on the first {CERTIFY_VOCAB_ROWS} vocabulary rows"),
+        same_kernels: false,
+    })
+}
+
+/// Every kernel op of `program` in order, without its literal arguments (a reshape's shape
+/// holds the row count): what two programs over different row counts must share.
+fn kernels(program: &SpatialProgram) -> Vec<rdu_spatial::program::KernelOp> {
+    use rdu_spatial::program::Arg;
+    let ops = program.sections.iter().flat_map(|s| &s.stages).flat_map(|st| &st.ops);
+    ops.map(|op| {
+        let mut op = op.clone();
+        op.args.retain(|a| matches!(a, Arg::Tensor(_)));
+        op
+    })
+    .collect()
+}
+
+/// Parse, lift, lower and certify one program. Certification runs the program itself, or its
+/// `reduced` form (the embedding and head of a large vocabulary on fewer vocabulary rows, a
+/// long prefill chunk on fewer rows), then checks the structure and resources at full size.
 pub(super) fn lower_part(
     name: &str,
     source: &Source,
-    checked: &Source,
+    reduced: Option<&Reduced>,
     chip: &Chip,
     seed: u64,
     progress: &mut dyn FnMut(Progress<'_>),
@@ -275,18 +306,23 @@ pub(super) fn lower_part(
     let spatial = lower(name, &program, &graph, &source.q8, chip, &mut |pass, p| {
         progress(Progress::Pass { program: name, pass, spatial: p })
     });
-    let mut certificate = if checked == source {
-        certify(&spatial, &graph, chip, seed)
-    } else {
-        let (program, graph) = front(checked)?;
-        let reduced = lower(name, &program, &graph, &checked.q8, chip, &mut |_, _| {});
-        certify(&reduced, &graph, chip, seed).map(|mut c| {
-            c.checks.push(format!("numbers checked on the first {CERTIFY_VOCAB_ROWS} vocabulary rows"));
+    let reduced = match reduced {
+        Some(r) => {
+            let (program, graph) = front(&r.source)?;
+            let lowered = lower(name, &program, &graph, &r.source.q8, chip, &mut |_, _| {});
+            (!r.same_kernels || kernels(&lowered) == kernels(&spatial)).then_some((r, lowered, graph))
+        }
+        None => None,
+    };
+    let mut certificate = match &reduced {
+        None => certify(&spatial, &graph, chip, seed),
+        Some((r, lowered, graph)) => certify(lowered, graph, chip, seed).map(|mut c| {
+            c.checks.push(r.note.clone());
             c
-        })
+        }),
     }
     .map_err(|fault| StreamedReject::Certification { program: name.to_string(), fault })?;
-    if checked != source {
+    if reduced.is_some() {
         // Structure and resources of the full-size program itself.
         crate::certify::check_structure(&spatial, &graph, chip)
             .map_err(|fault| StreamedReject::Certification { program: name.to_string(), fault })?;

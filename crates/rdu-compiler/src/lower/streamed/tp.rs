@@ -6,8 +6,8 @@
 //! (`certify::certify_tp`).
 
 use super::deploy::{
-    canonical, certify_source, lower_part, rename_source, LayerBinding, LayerKind, LowerOptions, ProgramPart, Progress,
-    StreamedModel, StreamedReject, HEAD_INPUT,
+    canonical, certify_source, lower_part, rename_source, vocab_reduced, LayerBinding, LayerKind, LowerOptions,
+    ProgramPart, Progress, StreamedModel, StreamedReject, HEAD_INPUT,
 };
 use super::kinds::{kinds_of_sources, renaming};
 use crate::certify::certify_tp;
@@ -73,14 +73,9 @@ fn lower_tp_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Resu
     let total = groups.len() + 2;
 
     progress(Progress::Program { index: 0, total, name: "embed" });
-    let embed = lower_part(
-        "embed",
-        &embed_source(spec, decode, &storage),
-        &certify_source(spec, decode, &storage, true),
-        &chip,
-        seed,
-        progress,
-    )?;
+    let embed_src = embed_source(spec, decode, &storage);
+    let embed_checked = vocab_reduced(&embed_src, certify_source(spec, decode, &storage, true));
+    let embed = lower_part("embed", &embed_src, embed_checked.as_ref(), &chip, seed, progress)?;
     let mut kinds = Vec::new();
     let mut layers = vec![None; spec.n_layers()];
     for (i, group) in groups.iter().enumerate() {
@@ -101,8 +96,9 @@ fn lower_tp_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Resu
     progress(Progress::Program { index: total - 1, total, name: "head" });
     let last = crate::model::author::hidden_name_for(cut, spec.n_layers());
     let head_src = rename_source(&head_source(spec, decode, &storage), &last, HEAD_INPUT)?;
-    let checked = rename_source(&certify_source(spec, decode, &storage, false), &last, HEAD_INPUT)?;
-    let mut head = lower_part("head", &head_src, &checked, &chip, seed, progress)?;
+    let checked =
+        vocab_reduced(&head_src, rename_source(&certify_source(spec, decode, &storage, false), &last, HEAD_INPUT)?);
+    let mut head = lower_part("head", &head_src, checked.as_ref(), &chip, seed, progress)?;
     head.bind.insert(HEAD_INPUT.to_string(), last);
     let layers = layers.into_iter().map(|b| b.expect("every layer belongs to a kind")).collect();
     Ok(StreamedModel {

@@ -68,6 +68,13 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
         let qr = w.op("qr", "rope", &[qh, &cos, &sin, pos], &rope);
         let kr = w.op("kr", "rope", &[kh, &cos, &sin, pos], &rope);
         match caches {
+            Some((kc, vc)) if ctx.prefill() => {
+                // The chunk's own rows are attended to before they are written (ring caches).
+                let a = w.op("a", "attend", &[&qr, &kc, &vc, pos, &kr, vh], &attrs);
+                w.update(&kc, "cache_put", &[&kc, &kr, pos], &[]);
+                w.update(&vc, "cache_put", &[&vc, vh, pos], &[]);
+                a
+            }
             Some((kc, vc)) => {
                 w.update(&kc, "cache_put", &[&kc, &kr, pos], &[]);
                 w.update(&vc, "cache_put", &[&vc, vh, pos], &[]);

@@ -91,6 +91,12 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     let u = ctx.per_sequence(w, "u", &[("qc", &qc), ("lat", &lat)], |w, seq, x| {
         let (qc, lat, pos) = (&x[0], &x[1], seq.pos.as_str());
         match ctx.decode().then(|| w.state("Lc", &[ctx.cache_slots(), kvr + rope])) {
+            Some(lc) if ctx.prefill() => {
+                // As attention: the chunk's own latents are attended to before they are written.
+                let u = w.op("u", "attend_mla", &[qc, &lc, pos, lat], &attrs);
+                w.update(&lc, "cache_put", &[&lc, lat, pos], &[]);
+                u
+            }
             Some(lc) => {
                 w.update(&lc, "cache_put", &[&lc, lat, pos], &[]);
                 w.op("u", "attend_mla", &[qc, &lc, pos], &attrs)

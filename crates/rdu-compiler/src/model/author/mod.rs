@@ -42,7 +42,7 @@ pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) ->
     if lspec.rotation.is_some() {
         // Positions only matter to mixers with RoPE (a DeltaNet layer never reads one).
         for seq in ctx.sequences() {
-            w.input(&seq.pos, "i32", &[], Some(ctx.pos_seed()));
+            w.input(&seq.pos, "i32", &ctx.pos_shape(), ctx.pos_seed());
         }
     }
 
@@ -75,7 +75,8 @@ pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) ->
 pub fn embed_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
     let mut w = Writer::new(None, storage);
     let n = rows(cut);
-    let seed = cut.ctx().is_some().then(|| list(&vec![1; n]));
+    // A prefill chunk's tokens are all given at run time (no seed).
+    let seed = (cut.ctx().is_some() && cut.chunk().is_none()).then(|| list(&vec![1; n]));
     let (tok, x) = (token_input(cut), hidden_name_for(cut, 0));
     w.input(tok, "i32", &[n], seed.as_deref());
     let table = w.projection("E", &[spec.vocab, spec.d_model]);
@@ -90,7 +91,8 @@ pub fn embed_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
     w.finish(&format!("{} embedding of {}", cut_word(cut), spec.name))
 }
 
-/// The head program of `cut`: the last layer's output in, logits `[rows, vocab]` out.
+/// The head program of `cut`: the last layer's output in, logits `[rows, vocab]` out (a
+/// prefill chunk's head reads its last row only: logits `[1, vocab]`).
 pub fn head_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
     let mut w = Writer::new(None, storage);
     let n = rows(cut);
@@ -99,7 +101,16 @@ pub fn head_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
     w.input(&input, "f32", &[n, d], None);
     let nf = w.weight("nf", &[d]);
     let attrs = norm_attrs(spec.head.norm_eps, spec.head.norm_unit_offset);
-    w.bind_exact("hn", "rms_norm", &[&input, &nf], &attrs);
+    let last = match cut {
+        // A prefill chunk's logits are its last row's: the next token follows it.
+        Cut::Prefill { .. } => {
+            let slice = attention::slice(0, n - 1, 1);
+            w.bind_exact("xr", "slice", &[&input], &slice);
+            "xr".to_string()
+        }
+        _ => input,
+    };
+    w.bind_exact("hn", "rms_norm", &[&last, &nf], &attrs);
     let out = w.projection(if spec.head.tied { "E" } else { "Wout" }, &[spec.vocab, d]);
     w.bind_exact("logits", "linear", &["hn", &out], &[]);
     w.output("logits");
@@ -237,10 +248,20 @@ impl<'s> LayerCtx<'s> {
         }
     }
 
-    fn pos_seed(&self) -> &'static str {
+    fn pos_seed(&self) -> Option<&'static str> {
         match self.cut {
-            Cut::Forward { .. } => "0",
-            _ => "1",
+            Cut::Forward { .. } => Some("0"),
+            // A prefill chunk's positions are one per row, all given at run time.
+            Cut::Prefill { .. } => None,
+            _ => Some("1"),
+        }
+    }
+
+    /// `pos`: a scalar (row `i` at `pos + i`), or one position per row of a prefill chunk.
+    fn pos_shape(&self) -> Vec<usize> {
+        match self.cut {
+            Cut::Prefill { chunk, .. } => vec![chunk],
+            _ => Vec::new(),
         }
     }
 
@@ -248,14 +269,22 @@ impl<'s> LayerCtx<'s> {
         self.cut.ctx().is_some()
     }
 
+    /// A prefill chunk: attention reads positions before the chunk from the cache and the
+    /// chunk's own positions from its new rows, then writes the rows (`attend(.., k, v)`
+    /// before `cache_put`), so that a ring of `window` slots is never overwritten by rows the
+    /// chunk still attends to, and the state stays the decode step's.
+    pub fn prefill(&self) -> bool {
+        matches!(self.cut, Cut::Prefill { .. })
+    }
+
     /// Rows of the RoPE tables: every position a step can see.
     pub fn table_rows(&self) -> usize {
         self.cut.ctx().unwrap_or(self.rows)
     }
 
-    /// Slots of a KV cache: the context, or a ring of the window for windowed layers.
-    /// (A prefill step of C rows over a ring will need `window + C − 1` slots, so that a
-    /// chunk's later rows do not overwrite keys its earlier rows still attend to.)
+    /// Slots of a KV cache: the context, or a ring of the window for windowed layers — in every
+    /// cut with a cache (a prefill chunk attends to its own rows before writing them, see
+    /// [`LayerCtx::prefill`], so it needs no more slots than a decode step).
     pub fn cache_slots(&self) -> usize {
         let ctx = self.table_rows();
         match self.layer.window {
