@@ -119,7 +119,7 @@ fn attend_refuses_more_positions_than_slots() {
     let q = Tensor::zeros([1, 1, 1]);
     let k = Tensor::zeros([2, 1, 1]);
     let err = try_run(Op::Attend { scale: 1.0, window: None }, &[&q, &k, &k, &Tensor::scalar_i32(2)]).unwrap_err();
-    assert!(err.message.contains("attends 3 positions but the cache holds 2 slots"), "{err}");
+    assert!(err.message.contains("reads positions 0..=2 from the cache but it holds 2 slots"), "{err}");
     let err = try_run(Op::Attend { scale: 1.0, window: None }, &[&q, &k, &k, &Tensor::scalar_i32(-1)]).unwrap_err();
     assert!(err.message.contains("negative position -1"), "{err}");
 }
