@@ -82,3 +82,21 @@ fn bad_batch_prompts_are_one_line_errors() {
     let err = user_error(&["lower", "tiny-llama", "--cut", "batched", "--batch", "0"]);
     assert!(err.contains("--batch must be at least 1"), "{err}");
 }
+
+#[test]
+fn batch_prompts_over_two_chips_match_one_chip_and_a_refused_width_is_one_line() {
+    let model = fixture("llama");
+    let model = model.to_str().expect("utf-8 path");
+    let tmp = tempfile::tempdir().expect("temp");
+    let prompts = tmp.path().join("prompts.txt");
+    std::fs::write(&prompts, "1,2,3\n4,5,6,7,8\n").expect("write");
+    let file = prompts.to_str().expect("utf-8");
+    let one = json(&ok(&["run", model, "--batch-prompts", file, "-n", "5", "--json"]));
+    let two = json(&ok(&["run", model, "--batch-prompts", file, "-n", "5", "--json", "--tp", "2"]));
+    assert_eq!(one, two);
+    let lowered =
+        json(&ok(&["lower", model, "--cut", "batched-tp", "--batch", "2", "--tp", "2", "--ctx", "16", "--json"]));
+    assert_eq!((lowered["cut"]["batch"].clone(), lowered["cut"]["tp"].clone()), (Value::from(2), Value::from(2)));
+    let err = user_error(&["lower", model, "--cut", "batched-tp", "--batch", "2", "--tp", "3", "--ctx", "16"]);
+    assert!(err.contains("--tp 3 does not divide") && err.contains("heads"), "{err}");
+}
