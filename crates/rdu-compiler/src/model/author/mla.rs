@@ -23,21 +23,21 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
             let wqa = w.projection("Wqa", &[ql, d]);
             let qan = w.weight("qan", &[ql]);
             let wqb = w.projection_split("Wqb", &[heads * qk, ql], 0, &by_heads(qk));
-            Err((wqa, qan, wqb, ql))
+            Query::Lora { wqa, qan, wqb }
         }
-        None => Ok(w.projection_split("Wq", &[heads * qk, d], 0, &by_heads(qk))),
+        None => Query::Direct(w.projection_split("Wq", &[heads * qk, d], 0, &by_heads(qk))),
     };
     let wkva = w.projection("Wkva", &[kvr + rope, d]);
     let kvn = w.weight("kvn", &[kvr]);
     let gguf = matches!(ctx.spec.dialect, Dialect::Gguf);
     let up = if gguf {
         // llama.cpp splits kv_b per head: attn_k_b = W_UKᵀ [h, kvr, nope], attn_v_b = W_UV [h, v, kvr].
-        Ok((
-            w.projection_split("Wkb", &[heads, kvr, nope], 0, &by_heads(1)),
-            w.projection_split("Wvb", &[heads, v_dim, kvr], 0, &by_heads(1)),
-        ))
+        KvUp::PerHead {
+            wkb: w.projection_split("Wkb", &[heads, kvr, nope], 0, &by_heads(1)),
+            wvb: w.projection_split("Wvb", &[heads, v_dim, kvr], 0, &by_heads(1)),
+        }
     } else {
-        Err(w.projection_split("Wkvb", &[heads * (nope + v_dim), kvr], 0, &by_heads(nope + v_dim)))
+        KvUp::Fused(w.projection_split("Wkvb", &[heads * (nope + v_dim), kvr], 0, &by_heads(nope + v_dim)))
     };
     let wo = w.projection_split("Wo", &[d, heads * v_dim], 1, &by_heads(v_dim));
     let heads = ctx.local(heads);
@@ -45,8 +45,8 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
 
     // Query.
     let q = match q_weights {
-        Ok(wq) => w.op("q", "linear", &[hn, &wq], &[]),
-        Err((wqa, qan, wqb, _)) => {
+        Query::Direct(wq) => w.op("q", "linear", &[hn, &wq], &[]),
+        Query::Lora { wqa, qan, wqb } => {
             let qa = w.op("qa", "linear", &[hn, &wqa], &[]);
             let qan_out = w.op("qal", "rms_norm", &[&qa, &qan], &ctx.norm_attrs());
             w.op("q", "linear", &[&qan_out, &wqb], &[])
@@ -75,8 +75,8 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
 
     // Absorb the key up-projection into the query: q_abs_h = W_UK_hᵀ q_nope_h.
     let (wukt, wuv) = match up {
-        Ok((wkb, wvb)) => (wkb, wvb),
-        Err(wkvb) => {
+        KvUp::PerHead { wkb, wvb } => (wkb, wvb),
+        KvUp::Fused(wkvb) => {
             let kvb = w.op("kvb", "reshape", &[&wkvb, &list(&[heads, nope + v_dim, kvr])], &[]);
             let wuk = w.op("wuk", "slice", &[&kvb], &slice(1, 0, nope));
             let wukt = w.op("wukt", "transpose", &[&wuk], &[("perm", list(&[0, 2, 1]))]);
@@ -107,4 +107,17 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     let oh = w.op("oh", "linear_heads", &[&u, &wuv], &[]);
     let of = w.op("of", "reshape", &[&oh, &list(&[n, heads * v_dim])], &[]);
     w.op("mo", "linear", &[&of, &wo], &[])
+}
+
+/// The query projection: direct, or through the low-rank `q_a` (normed) and `q_b`.
+enum Query {
+    Direct(String),
+    Lora { wqa: String, qan: String, wqb: String },
+}
+
+/// The latent's key/value up-projection: HF's fused `kv_b`, or llama.cpp's per-head
+/// `attn_k_b` (W_UKᵀ) and `attn_v_b` (W_UV).
+enum KvUp {
+    Fused(String),
+    PerHead { wkb: String, wvb: String },
 }
