@@ -9,6 +9,9 @@
 #[path = "../../rdu-compiler/tests/support/hf_to_gguf.rs"]
 mod hf_to_gguf;
 
+mod common;
+
+use common::{assert_close, fixture, npy_f32, npy_ids};
 use hf_to_gguf::{convert, convert_with, Quant, Target};
 use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_forward_streamed, LowerOptions, Storage};
 use rdu_compiler::model::gguf::from_gguf_path;
@@ -17,36 +20,6 @@ use rdu_host::{Host, WeightsSource};
 use rdu_spatial::chip::Chip;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-const TOL: f32 = 1e-4;
-
-fn fixture(arch: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/fixtures/hf").join(arch)
-}
-
-fn npy_f32(path: &Path) -> Vec<f32> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    npyz::NpyFile::new(&bytes[..]).expect("npy").into_vec::<f32>().expect("f32 npy")
-}
-
-fn npy_ids(path: &Path) -> Vec<u32> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let npy = npyz::NpyFile::new(&bytes[..]).expect("npy");
-    npy.into_vec::<i64>().expect("i64 npy").into_iter().map(|v| v as u32).collect()
-}
-
-fn assert_close(what: &str, got: &[f32], want: &[f32]) -> f32 {
-    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
-    let (mut worst, mut at) = (0f32, 0);
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let d = (g - w).abs();
-        if d > worst || d.is_nan() {
-            (worst, at) = (d, i);
-        }
-    }
-    assert!(worst <= TOL, "{what}: max |diff| {worst:e} at {at} (got {}, want {})", got[at], want[at]);
-    worst
-}
 
 fn gguf(dir: &Path, arch: &str, target: Target, quant: Quant) -> PathBuf {
     let out = dir.join(format!("{arch}-{target:?}-{quant:?}.gguf").to_lowercase());

@@ -5,15 +5,16 @@
 //! of transformers (original weights for F32 files, Q8_0-dequantised weights for Q8_0 files),
 //! with llama.cpp's argmax at every position. Plus `rdu run FILE.gguf` with both engines.
 
+mod common;
+
+use common::{assert_close, npy_f32, npy_ids};
 use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_forward_streamed, LowerOptions};
 use rdu_compiler::model::gguf::from_gguf_path;
 use rdu_compiler::reference::GgufWeights;
 use rdu_host::{Host, WeightsSource};
 use rdu_spatial::chip::Chip;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-
-const TOL: f32 = 1e-4;
 
 fn dir(arch: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/fixtures/gguf").join(arch)
@@ -21,30 +22,6 @@ fn dir(arch: &str) -> PathBuf {
 
 fn file(arch: &str, quant: &str) -> PathBuf {
     dir(arch).join(format!("tiny-{arch}-{quant}.gguf"))
-}
-
-fn npy_f32(path: &Path) -> Vec<f32> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    npyz::NpyFile::new(&bytes[..]).expect("npy").into_vec::<f32>().expect("f32 npy")
-}
-
-fn npy_ids(path: &Path) -> Vec<u32> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let npy = npyz::NpyFile::new(&bytes[..]).expect("npy");
-    npy.into_vec::<i64>().expect("i64 npy").into_iter().map(|v| v as u32).collect()
-}
-
-fn assert_close(what: &str, got: &[f32], want: &[f32]) -> f32 {
-    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
-    let (mut worst, mut at) = (0f32, 0);
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let d = (g - w).abs();
-        if d > worst || d.is_nan() {
-            (worst, at) = (d, i);
-        }
-    }
-    assert!(worst <= TOL, "{what}: max |diff| {worst:e} at {at} (got {}, want {})", got[at], want[at]);
-    worst
 }
 
 fn argmax(row: &[f32]) -> usize {

@@ -4,48 +4,15 @@
 //! last row of each must be the forward logits at that position), the rest of the prompt and 8
 //! greedy tokens through the decode bundle (`gen_logits.npy`, `gen_ids.npy`), within 1e-4.
 
+mod common;
+
+use common::{argmax, assert_close, fixture, npy_f32, npy_ids};
 use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_prefill_streamed, LowerOptions, Storage};
 use rdu_compiler::model::config::from_config_path;
 use rdu_host::{Host, Session, WeightsSource};
 use rdu_spatial::chip::Chip;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-/// Max absolute difference allowed against transformers on float32 paths.
-const TOL: f32 = 1e-4;
-
-fn fixture(arch: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/fixtures/hf").join(arch)
-}
-
-fn npy_f32(path: &Path) -> Vec<f32> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    npyz::NpyFile::new(&bytes[..]).expect("npy").into_vec::<f32>().expect("f32 npy")
-}
-
-fn npy_ids(path: &Path) -> Vec<u32> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let ids = npyz::NpyFile::new(&bytes[..]).expect("npy").into_vec::<i64>().expect("i64 npy");
-    ids.into_iter().map(|v| v as u32).collect()
-}
-
-/// Asserts `got` within `TOL` of `want`; returns the largest difference.
-fn assert_close(what: &str, got: &[f32], want: &[f32]) -> f32 {
-    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
-    let (mut worst, mut at) = (0f32, 0);
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let d = (g - w).abs();
-        if d > worst || d.is_nan() {
-            (worst, at) = (d, i);
-        }
-    }
-    assert!(worst <= TOL, "{what}: max |diff| {worst:e} at {at} (got {}, transformers {})", got[at], want[at]);
-    worst
-}
-
-fn argmax(row: &[f32]) -> u32 {
-    (0..row.len()).fold(0, |b, i| if row[i] > row[b] { i } else { b }) as u32
-}
 
 fn load(dir: &Path, weights: &WeightsSource, share: Option<&Host>) -> Host {
     match share {

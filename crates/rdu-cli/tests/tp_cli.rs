@@ -2,40 +2,10 @@
 //! a Q8_0 GGUF checkpoint sliced per chip (whole blocks) gives transformers' logits; a tp
 //! bundle written by `rdu lower` runs with `rdu run --bundle` and generates what one chip does.
 
+mod common;
+
+use common::{npy_f32, ok, repo, user_error};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn rdu(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rdu")).args(args).env_remove("RUST_BACKTRACE").output().expect("rdu runs")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = rdu(args);
-    assert!(out.status.success(), "rdu {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).expect("utf-8")
-}
-
-/// Exit code 1, one `error: ...` line on stderr, no panic; returns the line.
-fn user_error(args: &[&str]) -> String {
-    let out = rdu(args);
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert_eq!(out.status.code(), Some(1), "rdu {args:?} should exit 1; stderr:\n{err}");
-    assert!(!err.contains("panicked"), "rdu {args:?} panicked:\n{err}");
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 1, "rdu {args:?} should print one line, got:\n{err}");
-    assert!(lines[0].starts_with("error: "), "{err}");
-    lines[0].to_string()
-}
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn npy_f32(path: &Path) -> Vec<f32> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    npyz::NpyFile::new(&bytes[..]).expect("npy").into_vec::<f32>().expect("f32 npy")
-}
 
 fn max_diff(got: &[f32], want: &[f32]) -> f32 {
     assert_eq!(got.len(), want.len());

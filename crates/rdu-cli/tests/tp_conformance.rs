@@ -5,6 +5,9 @@
 //! and the 8 generated positions within 1e-4 of the one-chip decode bundle's and of
 //! `tests/data/fixtures/hf/*`. A width a fixture does not admit is refused naming the dimension.
 
+mod common;
+
+use common::{assert_close, fixture, npy_f32, npy_ids};
 use rdu_compiler::fit::admits_tp;
 use rdu_compiler::lower::streamed::{
     lower_decode_streamed, lower_tp_decode_streamed, LowerOptions, Storage, StreamedModel, StreamedReject,
@@ -15,38 +18,7 @@ use rdu_host::{Host, WeightsSource};
 use rdu_spatial::chip::Chip;
 use rdu_spatial::manifest::chip_ranges;
 use rdu_spatial::tensor_parallel::take;
-use std::path::{Path, PathBuf};
-
-/// Max absolute difference allowed against transformers and against one chip.
-const TOL: f32 = 1e-4;
-
-fn fixture(arch: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/fixtures/hf").join(arch)
-}
-
-fn npy_f32(path: &Path) -> Vec<f32> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    npyz::NpyFile::new(&bytes[..]).expect("npy").into_vec::<f32>().expect("f32 npy")
-}
-
-fn npy_ids(path: &Path) -> Vec<u32> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let ids = npyz::NpyFile::new(&bytes[..]).expect("npy").into_vec::<i64>().expect("i64 npy");
-    ids.into_iter().map(|v| v as u32).collect()
-}
-
-fn max_diff(what: &str, got: &[f32], want: &[f32]) -> f32 {
-    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
-    let (mut worst, mut at) = (0f32, 0);
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let d = (g - w).abs();
-        if d > worst || d.is_nan() {
-            (worst, at) = (d, i);
-        }
-    }
-    assert!(worst <= TOL, "{what}: max |diff| {worst:e} at {at} (got {}, want {})", got[at], want[at]);
-    worst
-}
+use std::path::Path;
 
 fn opts(progress: &mut dyn FnMut(rdu_compiler::lower::streamed::Progress<'_>)) -> LowerOptions<'_> {
     LowerOptions { chip: Chip::builtin("sn50").expect("chip"), storage: Storage::Dense, seed: 0, progress }
@@ -105,8 +77,12 @@ fn check(arch: &str) {
         }
         let (rows, host) = decode_rows(&model, &dir, &tokens, &gen_ids, &tmp.path().join(format!("tp{tp}")));
         for (pos, row) in rows.iter().enumerate() {
-            max_diff(&format!("{arch} tp {tp} vs tp 1 at {pos}"), row, &one_chip[pos]);
-            max_diff(&format!("{arch} tp {tp} vs transformers at {pos}"), row, &want[pos * vocab..(pos + 1) * vocab]);
+            assert_close(&format!("{arch} tp {tp} vs tp 1 at {pos}"), row, &one_chip[pos]);
+            assert_close(
+                &format!("{arch} tp {tp} vs transformers at {pos}"),
+                row,
+                &want[pos * vocab..(pos + 1) * vocab],
+            );
         }
         // Every chip's carried state is its slice of the one-chip state (a replicated one whole).
         assert_eq!(host.chips(), tp);
@@ -118,7 +94,7 @@ fn check(arch: &str) {
                     Some((axis, ranges)) => take(&whole.shape, whole.as_f32().unwrap(), axis, &ranges).unwrap().1,
                     None => whole.as_f32().unwrap().to_vec(),
                 };
-                max_diff(&format!("{arch} tp {tp} chip {c} state {}", entry.name), got.as_f32().unwrap(), &want);
+                assert_close(&format!("{arch} tp {tp} chip {c} state {}", entry.name), got.as_f32().unwrap(), &want);
             }
         }
     }

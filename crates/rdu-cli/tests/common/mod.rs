@@ -40,8 +40,9 @@ pub fn npy_ids(path: &Path) -> Vec<u32> {
         .collect()
 }
 
-/// Panics with the worst element when `got` and `want` differ by more than [`TOL`].
-pub fn assert_close(what: &str, got: &[f32], want: &[f32]) {
+/// Panics with the worst element when `got` and `want` differ by more than [`TOL`]; returns
+/// the worst absolute difference.
+pub fn assert_close(what: &str, got: &[f32], want: &[f32]) -> f32 {
     assert_eq!(got.len(), want.len(), "{what}: lengths differ");
     let (mut worst, mut at) = (0f32, 0);
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
@@ -51,6 +52,7 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f32]) {
         }
     }
     assert!(worst <= TOL, "{what}: max |diff| {worst:e} at {at} (got {}, want {})", got[at], want[at]);
+    worst
 }
 
 pub fn argmax(row: &[f32]) -> u32 {
@@ -91,4 +93,9 @@ pub fn user_error(args: &[&str]) -> String {
     assert_eq!(lines.len(), 1, "rdu {args:?} should print one line on stderr, got:\n{err}");
     assert!(lines[0].starts_with("error: "), "rdu {args:?}: {err}");
     lines[0].to_string()
+}
+
+/// The repository root (tests run in the crate's directory).
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
