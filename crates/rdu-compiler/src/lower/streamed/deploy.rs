@@ -160,9 +160,7 @@ pub(super) fn lower_streamed(
     let total = groups.len() + 2;
 
     progress(Progress::Program { index: 0, total, name: "embed" });
-    let embed_src = embed_source(spec, cut, &storage);
-    let embed_checked = vocab_reduced(&embed_src, certify_source(spec, cut, &storage, true));
-    let embed = lower_part("embed", &embed_src, embed_checked.as_ref(), &chip, seed, progress)?;
+    let embed = lower_embed(spec, cut, &storage, &chip, seed, progress)?;
     let mut kinds = Vec::new();
     let mut layers = vec![None; spec.n_layers()];
     for (i, group) in groups.iter().enumerate() {
@@ -171,23 +169,11 @@ pub(super) fn lower_streamed(
         let rep = &canon;
         let reduced = super::prefill::reduced_kind(spec, cut, &storage, group.representative(), &group.name)?;
         let part = lower_part(&group.name, rep, reduced.as_ref(), &chip, seed, progress)?;
-        for &l in &group.layers {
-            let map = renaming(rep, &layer_sources[l])
-                .ok_or_else(|| StreamedReject::Binding { layer: l, kind: group.name.clone() })?;
-            let bind =
-                part.declared.iter().map(|n| (n.clone(), map.get(n).cloned().unwrap_or_else(|| n.clone()))).collect();
-            layers[l] = Some(LayerBinding { layer: l, kind: group.name.clone(), bind });
-        }
+        bind_layers(&part, rep, &group.name, &group.layers, &layer_sources, &mut layers)?;
         kinds.push(LayerKind { program: part, layers: group.layers.clone() });
     }
     progress(Progress::Program { index: total - 1, total, name: "head" });
-    // The head reads the last layer's output under a name that does not depend on depth.
-    let last = crate::model::author::hidden_name_for(cut, spec.n_layers());
-    let head_input = |src: Source| rename_source(&src, &last, HEAD_INPUT);
-    let head_src = head_input(head_source(spec, cut, &storage))?;
-    let checked = vocab_reduced(&head_src, head_input(certify_source(spec, cut, &storage, false))?);
-    let mut head = lower_part("head", &head_src, checked.as_ref(), &chip, seed, progress)?;
-    head.bind.insert(HEAD_INPUT.to_string(), last);
+    let head = lower_head(spec, cut, &storage, &chip, seed, progress)?;
     let layers = layers.into_iter().map(|b| b.expect("every layer belongs to a kind")).collect();
     Ok(StreamedModel {
         spec: spec.clone(),
@@ -203,11 +189,65 @@ pub(super) fn lower_streamed(
     })
 }
 
+/// The embedding program of `cut`, lowered and certified (numbers on the first
+/// `CERTIFY_VOCAB_ROWS` rows of a larger table).
+pub(super) fn lower_embed(
+    spec: &ModelSpec,
+    cut: Cut,
+    storage: &Storage,
+    chip: &Chip,
+    seed: u64,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<ProgramPart, StreamedReject> {
+    let source = embed_source(spec, cut, storage);
+    let checked = vocab_reduced(&source, certify_source(spec, cut, storage, true));
+    lower_part("embed", &source, checked.as_ref(), chip, seed, progress)
+}
+
+/// The head program of `cut`, lowered and certified. It reads the last layer's output under a
+/// name that does not depend on depth (`HEAD_INPUT`), bound to it by the manifest.
+pub(super) fn lower_head(
+    spec: &ModelSpec,
+    cut: Cut,
+    storage: &Storage,
+    chip: &Chip,
+    seed: u64,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<ProgramPart, StreamedReject> {
+    let last = crate::model::author::hidden_name_for(cut, spec.n_layers());
+    let head_input = |src: Source| rename_source(&src, &last, HEAD_INPUT);
+    let source = head_input(head_source(spec, cut, storage))?;
+    let checked = vocab_reduced(&source, head_input(certify_source(spec, cut, storage, false))?);
+    let mut head = lower_part("head", &source, checked.as_ref(), chip, seed, progress)?;
+    head.bind.insert(HEAD_INPUT.to_string(), last);
+    Ok(head)
+}
+
+/// Binds every layer of a kind to `part`, the kind's program (`canon`, its representative under
+/// layer-0 names): each declared name mapped to the layer's own through their renaming.
+pub(super) fn bind_layers(
+    part: &ProgramPart,
+    canon: &Source,
+    kind: &str,
+    kind_layers: &[usize],
+    layer_sources: &[Source],
+    layers: &mut [Option<LayerBinding>],
+) -> Result<(), StreamedReject> {
+    for &l in kind_layers {
+        let map = renaming(canon, &layer_sources[l])
+            .ok_or_else(|| StreamedReject::Binding { layer: l, kind: kind.to_string() })?;
+        let bind =
+            part.declared.iter().map(|n| (n.clone(), map.get(n).cloned().unwrap_or_else(|| n.clone()))).collect();
+        layers[l] = Some(LayerBinding { layer: l, kind: kind.to_string(), bind });
+    }
+    Ok(())
+}
+
 /// The head program's name for its input, the last layer's output.
 pub const HEAD_INPUT: &str = "xl";
 
 /// `source` with the name `from` renamed `to` (comments kept).
-pub(super) fn rename_source(source: &Source, from: &str, to: &str) -> Result<Source, StreamedReject> {
+fn rename_source(source: &Source, from: &str, to: &str) -> Result<Source, StreamedReject> {
     let mut program = parse(&source.text)
         .map_err(|d| StreamedReject::Front { program: "head".to_string(), refusal: Refusal { diagnostics: d } })?;
     program.rename(&|n| if n == from { to.to_string() } else { n.to_string() });
@@ -241,7 +281,7 @@ pub(super) fn canonical(rep: &Source, layer: usize, kind: &str, cut: Cut) -> Res
 
 /// The embedding or head source certification runs: the real one, or — for a vocabulary
 /// larger than `CERTIFY_VOCAB_ROWS` — the same program over the first rows of the table.
-pub(super) fn certify_source(spec: &ModelSpec, cut: Cut, storage: &Storage, embed: bool) -> Source {
+fn certify_source(spec: &ModelSpec, cut: Cut, storage: &Storage, embed: bool) -> Source {
     let mut small = spec.clone();
     small.vocab = spec.vocab.min(CERTIFY_VOCAB_ROWS);
     if embed {
@@ -264,7 +304,7 @@ pub(super) struct Reduced {
 }
 
 /// `checked` as the reduction of `source` to the first vocabulary rows, unless it is `source`.
-pub(super) fn vocab_reduced(source: &Source, checked: Source) -> Option<Reduced> {
+fn vocab_reduced(source: &Source, checked: Source) -> Option<Reduced> {
     (checked != *source).then(|| Reduced {
         source: checked,
         note: format!("numbers checked on the first {CERTIFY_VOCAB_ROWS} vocabulary rows"),
@@ -288,7 +328,7 @@ fn kernels(program: &SpatialProgram) -> Vec<rdu_spatial::program::KernelOp> {
 /// Parse, lift, lower and certify one program. Certification runs the program itself, or its
 /// `reduced` form (the embedding and head of a large vocabulary on fewer vocabulary rows, a
 /// long prefill chunk on fewer rows), then checks the structure and resources at full size.
-pub(super) fn lower_part(
+fn lower_part(
     name: &str,
     source: &Source,
     reduced: Option<&Reduced>,

@@ -6,16 +6,16 @@
 //! (`certify::certify_tp`).
 
 use super::deploy::{
-    canonical, certify_source, lower_part, rename_source, vocab_reduced, LayerBinding, LayerKind, LowerOptions,
-    ProgramPart, Progress, StreamedModel, StreamedReject, HEAD_INPUT,
+    bind_layers, canonical, lower_embed, lower_head, LayerKind, LowerOptions, ProgramPart, Progress, StreamedModel,
+    StreamedReject,
 };
-use super::kinds::{kinds_of_sources, renaming};
+use super::kinds::kinds_of_sources;
 use crate::certify::certify_tp;
 use crate::fit::admits_tp;
 use crate::front::{lift, Refusal};
 use crate::lang::{parse, shape_digest, Source};
 use crate::lower::{cost::program_cost, lower, lower_split, Split};
-use crate::model::author::{embed_source, head_source, source_of};
+use crate::model::author::source_of;
 use crate::model::spec::{Cut, ModelSpec};
 use rdu_spatial::chip::Chip;
 use rdu_spatial::program::Role;
@@ -73,9 +73,7 @@ fn lower_tp_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Resu
     let total = groups.len() + 2;
 
     progress(Progress::Program { index: 0, total, name: "embed" });
-    let embed_src = embed_source(spec, decode, &storage);
-    let embed_checked = vocab_reduced(&embed_src, certify_source(spec, decode, &storage, true));
-    let embed = lower_part("embed", &embed_src, embed_checked.as_ref(), &chip, seed, progress)?;
+    let embed = lower_embed(spec, decode, &storage, &chip, seed, progress)?;
     let mut kinds = Vec::new();
     let mut layers = vec![None; spec.n_layers()];
     for (i, group) in groups.iter().enumerate() {
@@ -84,22 +82,12 @@ fn lower_tp_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Resu
         let canon = canonical(&layer_sources[rep], rep, &group.name, cut)?;
         let whole = canonical(&source_of(spec, rep, decode, &storage), rep, &group.name, decode)?;
         let part = lower_tp_part(&group.name, &canon, &whole, tp, &chip, seed, progress)?;
-        for &l in &group.layers {
-            let map = renaming(&canon, &layer_sources[l])
-                .ok_or_else(|| StreamedReject::Binding { layer: l, kind: group.name.clone() })?;
-            let bind =
-                part.declared.iter().map(|n| (n.clone(), map.get(n).cloned().unwrap_or_else(|| n.clone()))).collect();
-            layers[l] = Some(LayerBinding { layer: l, kind: group.name.clone(), bind });
-        }
+        bind_layers(&part, &canon, &group.name, &group.layers, &layer_sources, &mut layers)?;
         kinds.push(LayerKind { program: part, layers: group.layers.clone() });
     }
     progress(Progress::Program { index: total - 1, total, name: "head" });
-    let last = crate::model::author::hidden_name_for(cut, spec.n_layers());
-    let head_src = rename_source(&head_source(spec, decode, &storage), &last, HEAD_INPUT)?;
-    let checked =
-        vocab_reduced(&head_src, rename_source(&certify_source(spec, decode, &storage, false), &last, HEAD_INPUT)?);
-    let mut head = lower_part("head", &head_src, checked.as_ref(), &chip, seed, progress)?;
-    head.bind.insert(HEAD_INPUT.to_string(), last);
+    // The one-chip head, on the replicated spine (its hidden names are this cut's).
+    let head = lower_head(spec, decode, &storage, &chip, seed, progress)?;
     let layers = layers.into_iter().map(|b| b.expect("every layer belongs to a kind")).collect();
     Ok(StreamedModel {
         spec: spec.clone(),
