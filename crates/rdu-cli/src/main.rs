@@ -3,6 +3,7 @@
 //! lives in its own module and only renders what the libraries compute.
 
 mod batch_run;
+mod bundle_arg;
 mod check_cmd;
 mod fit_cmd;
 mod lower_cmd;

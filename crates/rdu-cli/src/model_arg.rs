@@ -122,3 +122,15 @@ pub fn storage_of(arg: StorageArg, weights: &Weights) -> Storage {
         (s, _) => s.storage(),
     }
 }
+
+/// An I/O error in a user's words, without the `(os error N)` tail.
+pub fn io_words(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+        std::io::ErrorKind::NotFound => "no such file or folder".to_string(),
+        _ => {
+            let text = e.to_string();
+            text.split(" (os error").next().unwrap_or(&text).to_string()
+        }
+    }
+}
