@@ -10,7 +10,7 @@
 //! (RoPE) once, as f32. A tensor named by several programs (the embedding table `E` of a
 //! tied head) is counted once.
 
-use crate::model_arg::{resolve, StorageArg};
+use crate::model_arg::{resolve_with_weights, storage_of, StorageArg};
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use rdu_compiler::fit::{admits_tp, admitted_widths};
@@ -111,13 +111,14 @@ pub fn run(args: &FitArgs) -> Result<()> {
     if args.batch == 0 {
         bail!("--batch must be at least 1");
     }
-    let spec = resolve(&args.model)?;
+    let (spec, weights) = resolve_with_weights(&args.model)?;
     let chip = Chip::resolve(&args.chip)?;
     let cut = match args.batch {
         1 => Cut::Decode { ctx: args.ctx },
         batch => Cut::Batched { batch, ctx: args.ctx },
     };
-    let storage = args.storage.storage();
+    // `auto` is as the checkpoint stores its weights, as `rdu lower` reads it.
+    let storage = storage_of(args.storage, &weights);
     if let Some(tp) = args.tp {
         admits_tp(&spec, tp, &storage)?;
     }

@@ -1,6 +1,6 @@
 //! `rdu presets`, `rdu kinds` and `rdu source`: what the author writes and how it groups.
 
-use crate::model_arg::{resolve, CutArg, CutSizes, StorageArg};
+use crate::model_arg::{resolve, resolve_with_weights, storage_of, CutArg, CutSizes, StorageArg};
 use anyhow::{bail, Result};
 use clap::Args;
 use rdu_compiler::lower::streamed::layer_kinds;
@@ -56,14 +56,17 @@ pub fn presets() -> Result<()> {
 }
 
 pub fn kinds(args: &KindsArgs) -> Result<()> {
-    let spec = resolve(&args.model)?;
-    let kinds = layer_kinds(&spec, &args.storage.storage());
+    // `auto` is as the checkpoint stores its weights, as `rdu lower` and `rdu fit` read it.
+    let (spec, weights) = resolve_with_weights(&args.model)?;
+    let storage = storage_of(args.storage, &weights);
+    let kinds = layer_kinds(&spec, &storage);
     if args.json {
         let kinds_json: Vec<_> = kinds
             .iter()
             .map(|k| json!({"name": k.name, "digest": k.digest.hex(), "layers": k.layers, "mixer": k.mixer, "ffn": k.ffn}))
             .collect();
-        let out = json!({"model": spec.name, "n_layers": spec.n_layers(), "kinds": kinds_json});
+        let out =
+            json!({"model": spec.name, "n_layers": spec.n_layers(), "storage": storage.label(), "kinds": kinds_json});
         println!("{out}");
         return Ok(());
     }
@@ -73,7 +76,7 @@ pub fn kinds(args: &KindsArgs) -> Result<()> {
         spec.n_layers(),
         kinds.len(),
         if kinds.len() == 1 { "" } else { "s" },
-        args.storage.storage().label()
+        storage.label()
     );
     for k in &kinds {
         println!(
@@ -88,9 +91,9 @@ pub fn kinds(args: &KindsArgs) -> Result<()> {
 }
 
 pub fn source(args: &SourceArgs) -> Result<()> {
-    let spec = resolve(&args.model)?;
+    let (spec, weights) = resolve_with_weights(&args.model)?;
     let cut = args.cut.cut(&args.sizes)?;
-    let storage = args.storage.storage();
+    let storage = storage_of(args.storage, &weights);
     if matches!(cut, Cut::Tp { .. } | Cut::BatchedTp { .. }) {
         rdu_compiler::fit::admits_tp(&spec, cut.tp(), &storage)?;
     }
