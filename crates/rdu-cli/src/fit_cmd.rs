@@ -242,12 +242,12 @@ fn print_text(r: &Report) {
         r.storage,
         count(r.params())
     );
-    println!("  {:<28} {:>6} {:>10} {:>12} {:>12}", "program", "layers", "params", "weights", "state");
+    println!("  {:<34} {:>6} {:>10} {:>12} {:>12}", "program", "layers", "params", "weights", "state");
     for p in parts {
         let layers = if p.layers == 0 { "-".to_string() } else { p.layers.to_string() };
         let name = if p.name == "head" && r.tied { "head (tied: E under embed)" } else { &p.name };
         let row = (count(p.params), gb(p.weight_bytes), gb(p.state_bytes));
-        println!("  {name:<28} {layers:>6} {:>10} {:>12} {:>12}", row.0, row.1, row.2);
+        println!("  {name:<34} {layers:>6} {:>10} {:>12} {:>12}", row.0, row.1, row.2);
     }
     let shared: u64 = parts.iter().map(|p| p.shared_bytes).sum();
     let q8: u64 = parts.iter().map(|p| p.q8_bytes).sum();
@@ -285,9 +285,11 @@ fn gb(bytes: u64) -> String {
     }
 }
 
-/// `80.1 B`, `3.2 M`, `1234`.
+/// `1.20 T`, `80.10 B`, `3.20 M`, `1234`; `2.83e15` beyond.
 fn count(n: u64) -> String {
     match n {
+        n if n >= 1_000_000_000_000_000 => format!("{:.2e}", n as f64),
+        n if n >= 1_000_000_000_000 => format!("{:.2} T", n as f64 / 1e12),
         n if n >= 1_000_000_000 => format!("{:.2} B", n as f64 / 1e9),
         n if n >= 1_000_000 => format!("{:.2} M", n as f64 / 1e6),
         n if n >= 1_000 => format!("{:.1} K", n as f64 / 1e3),

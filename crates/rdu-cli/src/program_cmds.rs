@@ -44,9 +44,10 @@ pub fn presets() -> Result<()> {
         let spec = resolve(name)?;
         let kinds = layer_kinds(&spec, &StorageArg::Auto.storage());
         println!(
-            "{name:<24} {:<12} {:>3} layers  d_model {:<5}  {} kind{}",
+            "{name:<24} {:<12} {:>3} layer{}  d_model {:<5}  {} kind{}",
             spec.family.as_str(),
             spec.n_layers(),
+            if spec.n_layers() == 1 { " " } else { "s" },
             spec.d_model,
             kinds.len(),
             if kinds.len() == 1 { "" } else { "s" }
@@ -71,18 +72,20 @@ pub fn kinds(args: &KindsArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{}: {} layers, {} kind{} (storage {})",
+        "{}: {} layer{}, {} kind{} (storage {})",
         spec.name,
         spec.n_layers(),
+        if spec.n_layers() == 1 { "" } else { "s" },
         kinds.len(),
         if kinds.len() == 1 { "" } else { "s" },
         storage.label()
     );
     for k in &kinds {
         println!(
-            "  {:<28} {:>3} layers  {}  digest {}",
+            "  {:<34} {:>3} layer{}  {}  digest {}",
             k.name,
             k.layers.len(),
+            if k.layers.len() == 1 { " " } else { "s" },
             ranges(&k.layers),
             &k.digest.hex()[..12]
         );
