@@ -76,7 +76,8 @@ pub fn run(args: &RunArgs, file: &Path) -> Result<()> {
             crate::run_cmd::check_writable(&path)?;
         }
     }
-    let total = prompts.iter().map(|p| p.len()).max().unwrap_or(0) + args.n;
+    let total = prompts.iter().map(|p| p.len()).max().unwrap_or(0).saturating_add(args.n);
+    crate::fit_cmd::check_size("--ctx", args.ctx.unwrap_or(total))?;
     let ctx = args.ctx.or(lowered.and_then(|c| c.ctx)).unwrap_or(total);
     if total > ctx {
         bail!("the longest prompt plus -n {} needs {total} positions but --ctx is {ctx}", args.n);

@@ -49,6 +49,36 @@ pub struct FitArgs {
     tp: Option<usize>,
 }
 
+/// The largest `--ctx`, `--batch`, `--seq` or `--chunk` rdu authors: sizes are written into
+/// program text and multiplied into element counts, which must stay far inside 64 bits.
+pub const MAX_SIZE: usize = 1 << 32;
+
+/// Refuses a size beyond [`MAX_SIZE`], naming the flag, the number and the limit.
+pub fn check_size(flag: &str, value: usize) -> Result<()> {
+    if value > MAX_SIZE {
+        bail!("{flag} {value} is too large: rdu lowers at most {MAX_SIZE} (2^32)");
+    }
+    Ok(())
+}
+
+/// The parameters and the state bytes (f32) of a decode deployment of `ctx` positions: what
+/// the reference engine holds (weights as f32, caches and states as f32).
+pub fn decode_demand(
+    spec: &rdu_compiler::model::spec::ModelSpec,
+    ctx: usize,
+    storage: &rdu_compiler::lower::streamed::Storage,
+) -> Result<(u64, u64)> {
+    let cut = Cut::Decode { ctx };
+    let mut tally = Tally::default();
+    let mut part = Part::default();
+    tally.add(&mut part, &embed_source(spec, cut, storage), "embedding")?;
+    for l in 0..spec.n_layers() {
+        tally.add(&mut part, &source_of(spec, l, cut, storage), &format!("layer {l}"))?;
+    }
+    tally.add(&mut part, &head_source(spec, cut, storage), "head")?;
+    Ok((part.params, part.state_bytes + part.shared_bytes))
+}
+
 /// Widths `rdu fit` lists as admitted.
 const MAX_LISTED_TP: usize = 64;
 
@@ -111,6 +141,8 @@ pub fn run(args: &FitArgs) -> Result<()> {
     if args.batch == 0 {
         bail!("--batch must be at least 1");
     }
+    check_size("--ctx", args.ctx)?;
+    check_size("--batch", args.batch)?;
     let (spec, weights) = resolve_with_weights(&args.model)?;
     let chip = Chip::resolve(&args.chip)?;
     let cut = match args.batch {

@@ -69,6 +69,7 @@ impl CutArg {
             if value == 0 {
                 bail!("{flag} must be at least 1");
             }
+            crate::fit_cmd::check_size(flag, value)?;
         }
         Ok(match self {
             CutArg::Forward => Cut::Forward { seq },
@@ -133,4 +134,12 @@ pub fn io_words(e: &std::io::Error) -> String {
             text.split(" (os error").next().unwrap_or(&text).to_string()
         }
     }
+}
+
+/// Bytes of memory this machine has free (`MemAvailable`), when it says.
+pub fn free_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }

@@ -165,7 +165,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let eos: Vec<u32> = tokenizer.as_ref().map(|t| t.eos()).unwrap_or_default();
     let streaming = args.prompt.is_some() && !args.json;
     let mut stream = rdu_host::StreamDecoder::new();
-    let total = prompt_ids.len() + args.n;
+    let total = prompt_ids.len().saturating_add(args.n);
     let ctx = args.ctx.or(lowered.and_then(|c| c.ctx)).unwrap_or(total);
     if ctx == 0 {
         bail!("--ctx must be at least 1");
@@ -183,7 +183,31 @@ pub fn run(args: &RunArgs) -> Result<()> {
             );
         }
     }
+    if args.ctx.is_none() && ctx > crate::fit_cmd::MAX_SIZE {
+        bail!(
+            "-n {} is too large: the prompt plus -n may hold at most {} positions (2^32)",
+            args.n,
+            crate::fit_cmd::MAX_SIZE
+        );
+    }
+    crate::fit_cmd::check_size("--ctx", ctx)?;
     let storage = storage_of(args.storage, &weights);
+    if args.engine == Engine::Reference {
+        // The reference engine holds every weight and the whole cache as f32: refuse what
+        // this machine cannot hold before allocating it.
+        let (params, state) = crate::fit_cmd::decode_demand(&spec, ctx, &storage)?;
+        let need = params.saturating_mul(4).saturating_add(state);
+        if let Some(free) = crate::model_arg::free_memory() {
+            if need > free {
+                bail!(
+                    "the reference engine would hold {:.1} GB ({} parameters as f32 and the caches of ctx {ctx}), more than the {:.1} GB this machine has free",
+                    need as f64 / 1e9,
+                    params,
+                    free as f64 / 1e9
+                );
+            }
+        }
+    }
     if let Some(tp) = args.tp {
         if args.engine != Engine::Spatial || run_cut != RunCut::Decode {
             bail!("--tp runs the spatial engine's decode cut; drop --engine reference / --cut forward");

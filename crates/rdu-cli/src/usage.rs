@@ -55,7 +55,8 @@ pub fn one_line(e: &clap::Error, argv: &[String]) -> String {
         }
         ErrorKind::InvalidSubcommand => {
             let names: Vec<String> = command.get_subcommands().map(|s| s.get_name().to_string()).collect();
-            format!("unknown command `{}`: the commands are {}", flag.unwrap_or_default(), names.join(", "))
+            let given = string(ContextKind::InvalidSubcommand).or(flag).unwrap_or_default();
+            format!("unknown command `{given}`: the commands are {}", names.join(", "))
         }
         ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             let names: Vec<String> = command.get_subcommands().map(|s| s.get_name().to_string()).collect();
