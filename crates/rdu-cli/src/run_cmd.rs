@@ -141,7 +141,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
         None => args.cut.unwrap_or(RunCut::Decode),
     };
     let chunk_arg = args.chunk.or(lowered.and_then(|c| c.chunk));
-    let tokenizer = tokenizer_of(&args.model)?;
+    // The tokenizer is built only when text must be tokenised: a --tokens run runs on ids.
+    let tokenizer = if args.prompt.is_some() { tokenizer_of(&args.model)? } else { None };
     let prompt_ids: Vec<u32> = match (&args.prompt, &tokenizer) {
         (Some(text), Some(tok)) => tok.encode(text, tok.add_bos_default()).map_err(|e| anyhow!("{e}"))?,
         (Some(_), None) => bail!(
@@ -162,7 +163,10 @@ pub fn run(args: &RunArgs) -> Result<()> {
         seed: args.seed,
     })
     .map_err(|e| anyhow!("{e}"))?;
-    let eos: Vec<u32> = tokenizer.as_ref().map(|t| t.eos()).unwrap_or_default();
+    let eos: Vec<u32> = match &tokenizer {
+        Some(t) => t.eos(),
+        None => end_ids_of(&args.model)?,
+    };
     let streaming = args.prompt.is_some() && !args.json;
     let mut stream = rdu_host::StreamDecoder::new();
     let total = prompt_ids.len().saturating_add(args.n);
@@ -371,6 +375,28 @@ fn tokenizer_of(model: &str) -> Result<Option<rdu_host::Tokenizer>> {
         return Ok(Some(rdu_host::Tokenizer::from_tokenizer_json(&json).map_err(|e| anyhow!("{e}"))?));
     }
     Ok(None)
+}
+
+/// The ids that end generation, read off the model's tokenizer files without building the
+/// tokenizer (empty when there is none). A GGUF file whose tokenizer rdu cannot build still
+/// runs on ids; one line on stderr says that text output is unavailable.
+fn end_ids_of(model: &str) -> Result<Vec<u32>> {
+    let path = std::path::Path::new(model);
+    if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+        let gguf = rdu_checkpoint::Gguf::open(path)?;
+        if gguf.get("tokenizer.ggml.model").is_none() {
+            return Ok(Vec::new());
+        }
+        if let Err(e) = rdu_host::Tokenizer::check_gguf(&gguf) {
+            eprintln!("note: {e}; running on token ids, text output is unavailable");
+        }
+        return rdu_host::Tokenizer::gguf_end_ids(&gguf).map_err(|e| anyhow!("{e}"));
+    }
+    let json = path.join("tokenizer.json");
+    if path.is_dir() && json.exists() {
+        return rdu_host::Tokenizer::tokenizer_json_end_ids(&json).map_err(|e| anyhow!("{e}"));
+    }
+    Ok(Vec::new())
 }
 
 /// The spatial engine: a bundle (given, or lowered now into a temporary directory and read

@@ -12,7 +12,8 @@ mod hf_to_gguf;
 mod common;
 
 use common::{assert_close, fixture, npy_f32, npy_ids};
-use hf_to_gguf::{convert, convert_with, Quant, Target};
+use hf_to_gguf::{convert, convert_edited, convert_with, Quant, Target};
+use rdu_checkpoint::{GgufValue, GgufValueType};
 use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_forward_streamed, LowerOptions, Storage};
 use rdu_compiler::model::gguf::from_gguf_path;
 use rdu_compiler::reference::{GgufWeights, Reference};
@@ -178,4 +179,60 @@ fn rdu_run_reads_converted_gguf() {
             assert_close(&format!("rdu run {arch} as {target:?} {engine}"), &got, &want[..got.len()]);
         }
     }
+}
+
+/// A byte-level `gpt2` vocabulary (the 256 byte characters, token id = byte) with pre-tokeniser
+/// `pre`, added to a converted file's metadata.
+fn with_byte_vocab(pre: &'static str) -> impl Fn(&mut hf_to_gguf::Kvs) {
+    move |kvs: &mut hf_to_gguf::Kvs| {
+        let tokens = rdu_host::tokenizer::byte_to_char().iter().map(|c| GgufValue::String(c.to_string())).collect();
+        kvs.push(("tokenizer.ggml.model".into(), GgufValue::String("gpt2".into())));
+        kvs.push(("tokenizer.ggml.pre".into(), GgufValue::String(pre.into())));
+        kvs.push(("tokenizer.ggml.tokens".into(), GgufValue::Array(GgufValueType::String, tokens)));
+        kvs.push(("tokenizer.ggml.merges".into(), GgufValue::Array(GgufValueType::String, Vec::new())));
+    }
+}
+
+/// A file whose tokenizer rdu cannot build (an unknown `tokenizer.ggml.pre`) still runs on ids:
+/// `--tokens` gives the same rows as transformers and says in one line on stderr that text
+/// output is unavailable; `--prompt` is refused in one line naming the pre-tokeniser. With a
+/// known pre-tokeniser (`qwen35`), `--prompt` tokenises and `--tokens` says nothing.
+#[test]
+fn rdu_run_on_ids_when_the_tokenizer_is_unsupported() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let tokens = npy_ids(&fixture("qwen3_next").join("tokens.npy"));
+    let prompt: Vec<String> = tokens[..4].iter().map(u32::to_string).collect();
+    let want = npy_f32(&fixture("qwen3_next").join("logits_full.npy"));
+    let rdu = |path: &Path, args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_rdu")).arg("run").arg(path).args(args).output().expect("run rdu")
+    };
+    let unknown = tmp.path().join("unknown-pre.gguf");
+    let edit = with_byte_vocab("made-up-pre");
+    convert_edited(&fixture("qwen3_next"), Target::Qwen35Moe, Quant::F32, &unknown, &edit);
+    let logits = tmp.path().join("rows.npy");
+    let logits_arg = logits.to_str().expect("utf-8 path");
+    let run = rdu(&unknown, &["--tokens", &prompt.join(","), "--engine", "reference", "--logits", logits_arg]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains("made-up-pre") && stderr.contains("text output is unavailable"), "{stderr}");
+    let got = npy_f32(&logits);
+    assert_close("rdu run --tokens on an unsupported tokenizer", &got, &want[..got.len()]);
+    assert!(String::from_utf8_lossy(&run.stdout).contains("generated:"));
+
+    let run = rdu(&unknown, &["--prompt", "hi", "--engine", "reference"]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success());
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains("`tokenizer.ggml.pre` `made-up-pre` is not supported"), "{stderr}");
+
+    let known = tmp.path().join("qwen35-pre.gguf");
+    let edit = with_byte_vocab("qwen35");
+    convert_edited(&fixture("qwen3_next"), Target::Qwen35Moe, Quant::F32, &known, &edit);
+    let run = rdu(&known, &["--prompt", "hi", "--engine", "reference", "--json"]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&run.stdout).expect("JSON");
+    assert_eq!(json["prompt"], serde_json::json!([104, 105]), "the bytes of \"hi\"");
+    let run = rdu(&known, &["--tokens", "1,2", "--engine", "reference"]);
+    assert!(run.status.success() && run.stderr.is_empty(), "{}", String::from_utf8_lossy(&run.stderr));
 }

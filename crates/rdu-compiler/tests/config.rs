@@ -733,4 +733,30 @@ fn same_model(whole: &ModelSpec, alone: &ModelSpec, what: &str) {
     assert!(whole.rotations == alone.rotations, "{what}: the rotations differ");
     assert!(whole.embed == alone.embed && whole.head == alone.head, "{what}: the embedding or head differ");
     assert_eq!(prefix(alone), "model.", "{what}: a causal LM's weights live under `model.`");
+/// Every preset config as transformers 5.24 saves it (`config_class.from_dict(preset)
+/// .save_pretrained`, `tests/data/fixtures/tools/save_configs_v5.py`) imports to the preset's
+/// spec: `rope_parameters` for `rope_theta`/`rope_scaling`, `layer_types` for
+/// `full_attention_interval`, and Qwen3-MoE's `num_local_experts` for `num_experts`.
+#[test]
+fn configs_saved_by_transformers_5_import_as_their_presets() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/fixtures/configs_v5");
+    let mut seen = Vec::new();
+    for entry in std::fs::read_dir(&root).expect("configs_v5") {
+        let path = entry.expect("dir entry").path();
+        let name = path.file_stem().and_then(|n| n.to_str()).expect("utf-8 name").to_string();
+        let text = std::fs::read_to_string(&path).expect("read");
+        let saved = from_config_json(&text, &name).unwrap_or_else(|e| panic!("{name} as transformers 5 saves it: {e}"));
+        assert_eq!(saved, preset(&name), "{name}: the saved config differs from the hub config");
+        seen.push((name, serde_json::from_str::<Value>(&text).expect("JSON")));
+    }
+    seen.sort_by(|a, b| a.0.cmp(&b.0));
+    let qwen3_moe = &seen.iter().find(|(n, _)| n == "tiny-qwen3-moe").expect("tiny-qwen3-moe saved").1;
+    assert!(qwen3_moe.get("num_local_experts").is_some() && qwen3_moe.get("num_experts").is_none());
+    let families: std::collections::BTreeSet<String> =
+        seen.iter().map(|(_, v)| v["model_type"].as_str().expect("model_type").to_string()).collect();
+    let every =
+        ["llama", "qwen2", "qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "gemma3", "gemma3_text"];
+    for family in every.into_iter().chain(["deepseek_v2"]) {
+        assert!(families.contains(family), "no saved config of {family}: {families:?}");
+    }
 }

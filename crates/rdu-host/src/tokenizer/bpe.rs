@@ -6,22 +6,116 @@ use fancy_regex::Regex;
 use rdu_checkpoint::Gguf;
 use std::collections::HashMap;
 
-/// GPT-2's pre-tokeniser (llama.cpp `default`, `gpt-2`).
-const GPT2_SPLIT: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
-/// Llama 3's pre-tokeniser (`llama-bpe`, `llama3`).
-const LLAMA3_SPLIT: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-/// Qwen 2's pre-tokeniser (`qwen2`): Llama 3's with single digits.
-const QWEN2_SPLIT: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+// The pre-tokenisers of llama.cpp's vocabulary code (`llm_tokenizer_bpe`), as data: the
+// regexes of each `tokenizer.ggml.pre` type, applied in turn (each one splits the pieces the
+// previous one left, and what it does not match stays a piece of its own).
 
-/// The `tokenizer.ggml.pre` values handled, with their split regex and whether a whole word
-/// that is a token skips the merges (llama.cpp's `ignore_merges`).
-fn pre_tokenizer(pre: &str) -> Option<(&'static str, bool)> {
+/// GPT-2's split (llama.cpp's `gpt-2`; the second step of `default`).
+const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
+/// Llama 3's split (`llama3`, `llama-v3`, `llama-bpe`).
+const LLAMA3: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Qwen 2's split (`qwen2`, `deepseek-r1-qwen`): Llama 3's with single digits.
+const QWEN2: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Qwen 3.5's split (`qwen35`): Qwen 2's with combining marks joining letters.
+const QWEN35: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// llama.cpp's `default`: punctuation runs, then GPT-2's split, then digit runs, then three ASCII digits.
+const DEFAULT: &[&str] = &[r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"];
+/// DeepSeek LLM (`deepseek-llm`, DeepSeek-V2): newlines, then runs of letters of the cased
+/// scripts (an explicit class), runs of ASCII and full-width punctuation, trailing whitespace,
+/// CJK and Hangul runs, digit runs.
+const DEEPSEEK_LLM: &[&str] = &[
+    "[\r\n]",
+    "\\s?[A-Za-z\u{B5}\u{C0}-\u{D6}\u{D8}-\u{F6}\u{F8}-\u{1BA}\u{1BC}-\u{1BF}\u{1C4}-\u{293}\u{295}-\u{2AF}\u{370}-\u{373}\u{376}\u{377}\u{37B}-\u{37D}\u{37F}\u{386}\u{388}-\u{38A}\u{38C}\u{38E}-\u{3A1}\u{3A3}-\u{3F5}\u{3F7}-\u{481}\u{48A}-\u{52F}\u{531}-\u{556}\u{10A0}-\u{10C5}\u{13A0}-\u{13F5}\u{13F8}-\u{13FD}\u{1C90}-\u{1CBA}\u{1CBD}-\u{1CBF}\u{1D00}-\u{1D2B}\u{1D6B}-\u{1D77}\u{1D79}-\u{1D9A}\u{1E00}-\u{1F15}\u{1F18}-\u{1F1D}\u{1F20}-\u{1F45}\u{1F48}-\u{1F4D}\u{1F50}-\u{1F57}\u{1F59}\u{1F5B}\u{1F5D}\u{1F5F}-\u{1F7D}\u{1F80}-\u{1FB4}\u{1FB6}-\u{1FBC}\u{1FBE}\u{1FC2}-\u{1FC4}\u{1FC6}-\u{1FCC}\u{1FD0}-\u{1FD3}\u{1FD6}-\u{1FDB}\u{1FE0}-\u{1FEC}\u{1FF2}-\u{1FF4}\u{1FF6}-\u{1FFC}\u{2102}\u{2107}\u{210A}-\u{2113}\u{2115}\u{2119}-\u{211D}\u{2124}\u{2126}\u{2128}\u{212A}-\u{212D}\u{212F}-\u{2134}\u{2139}\u{213C}-\u{213F}\u{2145}-\u{2149}\u{214E}\u{2183}\u{2184}\u{2C00}-\u{2C7B}\u{2C7E}-\u{2CE4}\u{2CEB}-\u{2CEE}\u{2CF2}\u{2CF3}\u{A640}-\u{A66D}\u{A680}-\u{A69B}\u{A722}-\u{A76F}\u{A771}-\u{A787}\u{A78B}-\u{A78E}\u{AB70}-\u{ABBF}\u{FB00}-\u{FB06}\u{FB13}-\u{FB17}\u{FF21}-\u{FF3A}\u{FF41}-\u{FF5A}\u{10400}-\u{1044F}\u{104B0}-\u{104D3}\u{104D8}-\u{104FB}\u{10C80}-\u{10CB2}\u{10CC0}-\u{10CF2}\u{118A0}-\u{118DF}\u{1E900}-\u{1E943}]+",
+    "\\s?[!-/:-~\u{FF01}-\u{FF0F}\u{FF1A}-\u{FF5E}\u{2018}-\u{201F}\u{3000}-\u{3002}]+",
+    "\\s+$",
+    "[\u{4E00}-\u{9FA5}\u{800}-\u{4E00}\u{AC00}-\u{D7FF}]+",
+    "\\p{N}+",
+];
+/// DeepSeek V3 (`deepseek-v3`): runs of up to three digits, CJK and kana runs, then a split
+/// keeping an ASCII punctuation mark before a Latin word and marks with their letters.
+const DEEPSEEK_V3: &[&str] = &[
+    r"\p{N}{1,3}",
+    "[\u{4E00}-\u{9FA5}\u{3040}-\u{309F}\u{30A0}-\u{30FF}]+",
+    r##"[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"##,
+];
+
+/// The `tokenizer.ggml.pre` values rdu tokenises, as llama.cpp names them.
+pub const SUPPORTED_PRE: &str =
+    "default, gpt-2, llama3, llama-v3, llama-bpe, qwen2, deepseek-r1-qwen, qwen35, deepseek-llm, deepseek-v3";
+
+/// The regexes of `pre`, and whether a piece that is a token skips the merges (llama.cpp's
+/// `ignore_merges`); `None` for a type rdu does not know.
+fn pre_tokenizer(pre: &str) -> Option<(&'static [&'static str], bool)> {
     Some(match pre {
-        "default" | "gpt-2" | "gpt2" => (GPT2_SPLIT, false),
-        "llama-bpe" | "llama3" => (LLAMA3_SPLIT, true),
-        "qwen2" => (QWEN2_SPLIT, false),
+        "default" => (DEFAULT, false),
+        "gpt-2" => (&[GPT2], false),
+        "llama3" | "llama-v3" | "llama-bpe" => (&[LLAMA3], true),
+        "qwen2" | "deepseek-r1-qwen" => (&[QWEN2], false),
+        "qwen35" => (&[QWEN35], false),
+        "deepseek-llm" => (DEEPSEEK_LLM, false),
+        "deepseek-v3" => (DEEPSEEK_V3, false),
         _ => return None,
     })
+}
+
+/// Whether rdu can pre-tokenise `pre` (a file without `tokenizer.ggml.pre` is `default`):
+/// the one-line reason when not.
+pub fn check_pre(pre: Option<&str>) -> std::result::Result<(), String> {
+    let pre = pre.unwrap_or("default");
+    match pre_tokenizer(pre) {
+        Some(_) => Ok(()),
+        None => Err(format!("`tokenizer.ggml.pre` `{pre}` is not supported; supported: {SUPPORTED_PRE}")),
+    }
+}
+
+/// Splits `text` into the pieces BPE merges within, as llama.cpp's `unicode_regex_split` does:
+/// each regex in turn over each piece so far, unmatched stretches kept as pieces.
+/// llama.cpp reads every non-ASCII whitespace character as U+000B, so the regexes run over
+/// that reading (a character class naming U+3000 does not match it; `\s` does).
+fn split<'t>(steps: &[Regex], text: &'t str) -> std::result::Result<Vec<&'t str>, fancy_regex::Error> {
+    let wide_space = |c: char| !c.is_ascii() && c.is_whitespace();
+    let (scan, back): (std::borrow::Cow<'_, str>, Option<Vec<usize>>) = if text.chars().any(wide_space) {
+        // `back[i]`: the byte of `text` at byte `i` of the reading (at character starts).
+        let mut scan = String::with_capacity(text.len());
+        let mut back = vec![0; text.len() + 1];
+        for (at, c) in text.char_indices() {
+            back[scan.len()] = at;
+            scan.push(if wide_space(c) { '\u{B}' } else { c });
+        }
+        back[scan.len()] = text.len();
+        (scan.into(), Some(back))
+    } else {
+        (text.into(), None)
+    };
+    let mut pieces = vec![(0, scan.len())];
+    for re in steps {
+        let mut next = Vec::with_capacity(pieces.len());
+        for (a, b) in pieces {
+            let mut last = a;
+            for m in re.find_iter(&scan[a..b]) {
+                let m = m?;
+                let (start, end) = (a + m.start(), a + m.end());
+                if start > last {
+                    next.push((last, start));
+                }
+                if end > start {
+                    next.push((start, end));
+                }
+                last = end;
+            }
+            if last < b {
+                next.push((last, b));
+            }
+        }
+        pieces = next;
+    }
+    Ok(pieces
+        .into_iter()
+        .map(|(a, b)| match &back {
+            Some(back) => &text[back[a]..back[b]],
+            None => &text[a..b],
+        })
+        .collect())
 }
 
 /// GPT-2's byte → printable character table.
@@ -56,7 +150,7 @@ pub fn byte_to_char() -> [char; 256] {
 /// Byte-level BPE over a GGUF vocabulary with merges.
 pub struct Bpe {
     pub vocab: Vocab,
-    split: Regex,
+    steps: Vec<Regex>,
     ignore_merges: bool,
     ranks: HashMap<(String, String), u32>,
     to_char: [char; 256],
@@ -66,13 +160,13 @@ pub struct Bpe {
 impl Bpe {
     pub fn from_gguf(gguf: &Gguf) -> Result<Bpe> {
         let vocab = Vocab::from_gguf(gguf, false)?;
-        let pre = gguf.get_str("tokenizer.ggml.pre")?.unwrap_or("default");
-        let (pattern, ignore_merges) = pre_tokenizer(pre).ok_or_else(|| {
-            vocab.err(format!(
-                "`tokenizer.ggml.pre` `{pre}` is not supported; supported: default, gpt-2, llama-bpe, llama3, qwen2"
-            ))
-        })?;
-        let split = Regex::new(pattern).map_err(|e| vocab.err(format!("pre-tokeniser regex: {e}")))?;
+        let pre = gguf.get_str("tokenizer.ggml.pre")?;
+        check_pre(pre).map_err(|e| vocab.err(e))?;
+        let (patterns, ignore_merges) = pre_tokenizer(pre.unwrap_or("default")).expect("checked");
+        let steps = patterns
+            .iter()
+            .map(|p| Regex::new(p).map_err(|e| vocab.err(format!("pre-tokeniser regex: {e}"))))
+            .collect::<Result<Vec<_>>>()?;
         let merges = gguf
             .get_str_array("tokenizer.ggml.merges")?
             .ok_or_else(|| vocab.err("no `tokenizer.ggml.merges` array, which a `gpt2` tokenizer needs".into()))?;
@@ -89,7 +183,7 @@ impl Bpe {
         }
         let to_char = byte_to_char();
         let to_byte = to_char.iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
-        Ok(Bpe { vocab, split, ignore_merges, ranks, to_char, to_byte })
+        Ok(Bpe { vocab, steps, ignore_merges, ranks, to_char, to_byte })
     }
 
     pub fn encode(&self, text: &str, add_bos: bool) -> Result<Vec<u32>> {
@@ -101,17 +195,9 @@ impl Bpe {
             match frag {
                 Fragment::Token(id) => out.push(id),
                 Fragment::Text(s) => {
-                    let mut last = 0;
-                    for m in self.split.find_iter(s) {
-                        let m = m.map_err(|e| self.vocab.err(format!("pre-tokeniser: {e}")))?;
-                        if m.start() > last {
-                            self.encode_word(&s[last..m.start()], &mut out)?;
-                        }
-                        self.encode_word(m.as_str(), &mut out)?;
-                        last = m.end();
-                    }
-                    if last < s.len() {
-                        self.encode_word(&s[last..], &mut out)?;
+                    let words = split(&self.steps, s).map_err(|e| self.vocab.err(format!("pre-tokeniser: {e}")))?;
+                    for word in words {
+                        self.encode_word(word, &mut out)?;
                     }
                 }
             }

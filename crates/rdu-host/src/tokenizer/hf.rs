@@ -66,16 +66,29 @@ impl HfTokenizer {
         let bos = by_name(&config["bos_token"])
             .or_else(|| ids(&model_config["bos_token_id"]).first().copied())
             .or_else(|| BOS_NAMES.iter().find_map(|n| inner.token_to_id(n)));
-        let mut eos: Vec<u32> = by_name(&config["eos_token"]).into_iter().collect();
-        for id in ids(&model_config["eos_token_id"]) {
-            if !eos.contains(&id) {
-                eos.push(id);
-            }
-        }
-        if eos.is_empty() {
-            eos.extend(EOS_NAMES.iter().find_map(|n| inner.token_to_id(n)));
-        }
+        let eos = end_ids_by(dir, &|name| inner.token_to_id(name));
         Ok(HfTokenizer { file, inner, style, special, to_byte, bos, eos })
+    }
+
+    /// The ids that end generation, as [`HfTokenizer::open`] finds them, without building the
+    /// tokenizer: token names are looked up in the `added_tokens` and `model.vocab` of the file.
+    pub fn end_ids(path: &Path) -> Result<Vec<u32>> {
+        let file = path.display().to_string();
+        let err = |problem: String| HostError::Tokenizer { file: file.clone(), problem };
+        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
+        let json: Value = serde_json::from_str(&text).map_err(|e| err(format!("not JSON: {e}")))?;
+        let lookup = |name: &str| -> Option<u32> {
+            let added = json["added_tokens"].as_array().into_iter().flatten();
+            let id = added.clone().find(|t| t["content"].as_str() == Some(name)).and_then(|t| t["id"].as_u64());
+            let id = id.or_else(|| match &json["model"]["vocab"] {
+                Value::Object(vocab) => vocab.get(name).and_then(Value::as_u64),
+                // Unigram: [[piece, score], ...], the id is the index.
+                Value::Array(pieces) => pieces.iter().position(|p| p[0].as_str() == Some(name)).map(|i| i as u64),
+                _ => None,
+            });
+            id.map(|id| id as u32)
+        };
+        Ok(end_ids_by(path.parent().unwrap_or(Path::new(".")), &lookup))
     }
 
     pub fn encode(&self, text: &str, add_bos: bool) -> Result<Vec<u32>> {
@@ -119,6 +132,29 @@ impl HfTokenizer {
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }
+}
+
+/// EOS ids: `eos_token` of `tokenizer_config.json` (by name), then `eos_token_id` of
+/// `config.json`; if neither names one, the first of the usual EOS names the vocabulary has.
+fn end_ids_by(dir: &Path, id_of: &dyn Fn(&str) -> Option<u32>) -> Vec<u32> {
+    let config = read_json(&dir.join("tokenizer_config.json"));
+    let model_config = read_json(&dir.join("config.json"));
+    let v = &config["eos_token"];
+    let mut eos: Vec<u32> = v.as_str().or_else(|| v["content"].as_str()).and_then(id_of).into_iter().collect();
+    let listed: Vec<u32> = match &model_config["eos_token_id"] {
+        Value::Number(n) => n.as_u64().map(|n| vec![n as u32]).unwrap_or_default(),
+        Value::Array(a) => a.iter().filter_map(|n| n.as_u64().map(|n| n as u32)).collect(),
+        _ => Vec::new(),
+    };
+    for id in listed {
+        if !eos.contains(&id) {
+            eos.push(id);
+        }
+    }
+    if eos.is_empty() {
+        eos.extend(EOS_NAMES.iter().find_map(|n| id_of(n)));
+    }
+    eos
 }
 
 fn read_json(path: &Path) -> Value {

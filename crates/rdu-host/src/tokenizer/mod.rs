@@ -36,9 +36,36 @@ impl Tokenizer {
         }
     }
 
+    /// Whether rdu can build the tokenizer a GGUF file carries, read off its metadata without
+    /// building it: `Ok(())`, or the one-line reason [`Tokenizer::from_gguf`] would refuse it.
+    pub fn check_gguf(gguf: &Gguf) -> Result<()> {
+        let err = |problem: String| HostError::Tokenizer { file: gguf.file().to_string(), problem };
+        match gguf.get_str("tokenizer.ggml.model")? {
+            None => Err(err("no `tokenizer.ggml.model`; the file carries no tokenizer".into())),
+            Some("llama") => Ok(()),
+            Some("gpt2") => bpe::check_pre(gguf.get_str("tokenizer.ggml.pre")?).map_err(err),
+            Some(other) => Err(err(format!("tokenizer.ggml.model `{other}` is not supported; supported: llama, gpt2"))),
+        }
+    }
+
+    /// The ids that end generation in a GGUF file (EOS, end-of-turn, end-of-message), read off
+    /// its metadata without building its tokenizer; empty when it carries no vocabulary.
+    pub fn gguf_end_ids(gguf: &Gguf) -> Result<Vec<u32>> {
+        match gguf.get_array("tokenizer.ggml.tokens")? {
+            Some(tokens) => vocab::end_ids(gguf, tokens.len()),
+            None => Ok(Vec::new()),
+        }
+    }
+
     /// A HF `tokenizer.json`; BOS/EOS come from `tokenizer_config.json` or `config.json` beside it.
     pub fn from_tokenizer_json(path: impl AsRef<Path>) -> Result<Tokenizer> {
         Ok(Tokenizer::Hf(Box::new(hf::HfTokenizer::open(path.as_ref())?)))
+    }
+
+    /// The ids that end generation for a HF `tokenizer.json`, as [`Tokenizer::from_tokenizer_json`]
+    /// finds them, without building the tokenizer.
+    pub fn tokenizer_json_end_ids(path: impl AsRef<Path>) -> Result<Vec<u32>> {
+        hf::HfTokenizer::end_ids(path.as_ref())
     }
 
     /// Token ids of `text`, with the BOS id first when `add_bos` (an error if there is none).

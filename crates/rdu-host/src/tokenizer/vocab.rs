@@ -82,24 +82,9 @@ impl Vocab {
             Some(s) if s.len() == n => s,
             Some(s) => return Err(err(format!("`tokenizer.ggml.scores` has {} entries for {n} tokens", s.len()))),
         };
-        let id = |key: &str| -> Result<Option<u32>> {
-            match gguf.get_i64(key)? {
-                None => Ok(None),
-                Some(-1) => Ok(None),
-                Some(v) if v >= 0 && (v as usize) < n => Ok(Some(v as u32)),
-                Some(v) => Err(err(format!("`{key}` is {v}, outside the vocabulary of {n} tokens"))),
-            }
-        };
-        let bos = id("tokenizer.ggml.bos_token_id")?;
-        let unk = id("tokenizer.ggml.unknown_token_id")?;
-        let mut eos = Vec::new();
-        for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
-            if let Some(t) = id(key)? {
-                if !eos.contains(&t) {
-                    eos.push(t);
-                }
-            }
-        }
+        let bos = special_id(gguf, "tokenizer.ggml.bos_token_id", n)?;
+        let unk = special_id(gguf, "tokenizer.ggml.unknown_token_id", n)?;
+        let eos = end_ids(gguf, n)?;
         let add_bos = gguf.get_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(add_bos_default);
         let mut index = HashMap::with_capacity(n);
         for (i, t) in tokens.iter().enumerate() {
@@ -166,6 +151,31 @@ impl Vocab {
     pub fn check_id(&self, id: u32) -> Option<&str> {
         self.tokens.get(id as usize).map(String::as_str)
     }
+}
+
+/// A special token id named by `key`, if set (-1 is unset); an error outside the vocabulary of `n`.
+fn special_id(gguf: &Gguf, key: &str, n: usize) -> Result<Option<u32>> {
+    match gguf.get_i64(key)? {
+        None | Some(-1) => Ok(None),
+        Some(v) if v >= 0 && (v as usize) < n => Ok(Some(v as u32)),
+        Some(v) => Err(HostError::Tokenizer {
+            file: gguf.file().to_string(),
+            problem: format!("`{key}` is {v}, outside the vocabulary of {n} tokens"),
+        }),
+    }
+}
+
+/// The ids that end generation, EOS then end-of-turn and end-of-message, for a vocabulary of `n`.
+pub fn end_ids(gguf: &Gguf, n: usize) -> Result<Vec<u32>> {
+    let mut eos = Vec::new();
+    for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
+        if let Some(t) = special_id(gguf, key, n)? {
+            if !eos.contains(&t) {
+                eos.push(t);
+            }
+        }
+    }
+    Ok(eos)
 }
 
 /// Parses a `<0xXX>` byte token.

@@ -32,6 +32,8 @@ pub(super) fn dense_hidden(
 #[derive(Deserialize)]
 pub(super) struct QwenMoe {
     num_experts: Option<usize>,
+    /// transformers 5's name for `num_experts` (Qwen3-MoE's `save_pretrained` writes it).
+    num_local_experts: Option<usize>,
     num_experts_per_tok: Option<usize>,
     moe_intermediate_size: Option<usize>,
     /// Default 1.
@@ -79,7 +81,7 @@ pub(super) struct MoeRule {
 
 impl QwenMoe {
     pub fn rule(&self, ctx: &Ctx, core: &Core, d: &MoeDefaults) -> Result<MoeRule> {
-        let experts = ctx.require(self.num_experts.or(d.experts), "num_experts")?;
+        let experts = ctx.require(self.num_experts.or(self.num_local_experts).or(d.experts), "num_experts")?;
         if d.every_layer {
             ctx.positive(experts, "num_experts")?;
         }
