@@ -236,7 +236,11 @@ fn verify_program(
     if certificate.seed != seed {
         return Err(fault(name, "numbers", "ran with another seed than the certificate's"));
     }
-    checks.extend(certificate.checks.iter().map(|c| c.split(' ').next().unwrap_or(c).to_string()));
+    // A check's name is the first word of its note (`slices: ...`, `partial sums: ...`).
+    checks.extend(certificate.checks.iter().map(|c| match c.split([' ', ':']).next().unwrap_or(c) {
+        "partial" => "partial sums".to_string(),
+        word => word.to_string(),
+    }));
     checks.dedup();
     Ok(ProgramReport { name: name.to_string(), checks, max_abs_err: certificate.max_abs_err })
 }
