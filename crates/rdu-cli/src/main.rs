@@ -12,6 +12,7 @@ mod program_cmds;
 mod run_cmd;
 mod show_cmd;
 mod usage;
+mod verify_cmd;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
@@ -46,6 +47,8 @@ enum Command {
     Check(check_cmd::CheckArgs),
     /// Summarise a bundle, or print one of its spatial programs
     Show(show_cmd::ShowArgs),
+    /// Re-certify a bundle from its own files: structure, resources and numbers of every program
+    Verify(verify_cmd::VerifyArgs),
     /// Memory of a decode deployment on one chip: weights and KV/state against HBM and DDR
     Fit(fit_cmd::FitArgs),
 }
@@ -79,6 +82,7 @@ fn main() -> ExitCode {
         Command::Check(args) => check_cmd::run(&args),
         Command::Show(args) => show_cmd::run(&args),
         Command::Fit(args) => fit_cmd::run(&args),
+        Command::Verify(args) => verify_cmd::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -16,5 +16,6 @@ pub mod lang;
 pub mod lower;
 pub mod model;
 pub mod reference;
+pub mod verify;
 
 pub use error::Error;

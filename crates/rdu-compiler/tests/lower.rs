@@ -181,24 +181,69 @@ fn a_corrupted_tile_bound_is_caught() {
     assert!(matches!(&fault, CertifyFault::Structure(m) if m.contains("tiles do not cover")), "{fault}");
 }
 
+/// The first op `op` of `program`, to corrupt.
+fn first_op<'p>(
+    program: &'p mut rdu_spatial::program::SpatialProgram,
+    op: &str,
+) -> &'p mut rdu_spatial::program::KernelOp {
+    let ops = program.sections.iter_mut().flat_map(|s| &mut s.stages).flat_map(|st| &mut st.ops);
+    ops.into_iter().find(|o| o.op == op).unwrap_or_else(|| panic!("an op `{op}`"))
+}
+
+fn set_attr(op: &mut rdu_spatial::program::KernelOp, key: &str, value: Lit) {
+    let slot = op.attrs.iter_mut().find(|(k, _)| k == key).unwrap_or_else(|| panic!("attribute `{key}`"));
+    slot.1 = value;
+}
+
 #[test]
-fn a_wrong_kernel_attribute_is_caught_by_the_numbers() {
+fn a_wrong_kernel_attribute_is_caught_by_the_structure_check() {
     let chip = Chip::builtin("sn50").unwrap();
     let (mut program, graph) = lowered_kind("tiny-qwen3", &chip);
-    let attend = program
-        .sections
-        .iter_mut()
-        .flat_map(|s| &mut s.stages)
-        .flat_map(|st| &mut st.ops)
-        .find(|op| op.op == "attend")
-        .expect("an attend op");
-    for (key, value) in &mut attend.attrs {
-        if key == "scale" {
-            *value = Lit::Float(0.3);
-        }
-    }
+    set_attr(first_op(&mut program, "attend"), "scale", Lit::Float(0.3));
     let fault = certify(&program, &graph, &chip, 1).expect_err("a wrong softmax scale must not certify");
-    assert!(matches!(fault, CertifyFault::Numbers { .. }), "{fault}");
+    assert!(matches!(&fault, CertifyFault::Structure(m) if m.contains("scale=0.3")), "{fault}");
+}
+
+#[test]
+fn a_sub_tolerance_eps_is_caught_whatever_its_numerical_effect() {
+    let chip = Chip::builtin("sn50").unwrap();
+    let (mut program, graph) = lowered_kind("tiny-llama", &chip);
+    let norm = first_op(&mut program, "rms_norm");
+    let eps = norm.attr("eps").and_then(Lit::as_float).expect("an eps");
+    let other = if eps == 1e-5 { 1e-6 } else { 1e-5 };
+    set_attr(norm, "eps", Lit::Float(other));
+    let fault = certify(&program, &graph, &chip, 1).expect_err("another eps must not certify");
+    assert!(matches!(&fault, CertifyFault::Structure(m) if m.contains(&format!("eps={other:?}"))), "{fault}");
+    // An eps off by one part in a billion changes no result beyond the numeric tolerance —
+    // the numbers alone pass it — and still does not certify.
+    let nearby = eps * (1.0 + 1e-9);
+    set_attr(first_op(&mut program, "rms_norm"), "eps", Lit::Float(nearby));
+    let inputs = rdu_compiler::certify::seeded_inputs(&program, &graph, 1);
+    let reference = rdu_compiler::graph::eval(&graph, &inputs).expect("reference");
+    let simulated = rdu_spatial::sim::simulate(&program, &inputs).expect("simulator");
+    for (name, want) in &reference.outputs {
+        let (got, want) = (simulated.outputs[name].as_f32().unwrap(), want.as_f32().unwrap());
+        let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
+        let worst = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(worst <= 1e-4 * scale, "`{name}` differs by {worst}: the numbers alone would catch this eps");
+    }
+    let fault = certify(&program, &graph, &chip, 1).expect_err("an eps off by 1e-9 relative must not certify");
+    assert!(matches!(&fault, CertifyFault::Structure(m) if m.contains("rms_norm eps=")), "{fault}");
+}
+
+#[test]
+fn a_swapped_operand_or_dropped_statement_is_caught_by_the_structure_check() {
+    let chip = Chip::builtin("sn50").unwrap();
+    let (program, graph) = lowered_kind("tiny-llama", &chip);
+    let mut swapped = program.clone();
+    first_op(&mut swapped, "mul").args.swap(0, 1);
+    let fault = certify(&swapped, &graph, &chip, 1).expect_err("swapped operands must not certify");
+    assert!(matches!(&fault, CertifyFault::Structure(m) if m.contains("reads")), "{fault}");
+    let mut dropped = program.clone();
+    let stage = dropped.sections[0].stages.iter_mut().find(|st| st.ops.len() > 1).expect("a fused stage");
+    stage.ops.pop();
+    let fault = certify(&dropped, &graph, &chip, 1).expect_err("a dropped statement must not certify");
+    assert!(matches!(fault, CertifyFault::Structure(_)), "{fault}");
 }
 
 #[test]

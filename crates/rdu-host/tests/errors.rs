@@ -139,6 +139,7 @@ fn program_that_does_not_parse_is_refused_naming_its_file() {
     let tmp = tempfile::tempdir().unwrap();
     let mut b = bundle(Variant::Dense);
     b.files.insert("programs/blk.spatial".into(), "program blk chip=sn50\ntensor x : f32[1, oops]\n".into());
+    b.rehash();
     let err = error(load(&write(&b, tmp.path(), "bundle"), &seeded()));
     assert!(matches!(&err, HostError::Program { file, .. } if file == "programs/blk.spatial"), "{err:?}");
     assert!(err.to_string().contains("programs/blk.spatial: line 2"), "{err}");

@@ -10,7 +10,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::manifest::{Manifest, FORMAT, VERSION};
+use crate::manifest::{file_blake3, Manifest, FORMAT, VERSION};
 
 mod validate;
 
@@ -60,6 +60,10 @@ pub enum BundleError {
     LayerOrder { idx: usize, layer: usize, n_layers: usize },
     #[error("manifest.json: {field}: {problem}")]
     Invalid { field: String, problem: String },
+    #[error("bundle file `{path}` does not match its hash ({field} in manifest.json): it changed after certification")]
+    Tampered { path: String, field: String },
+    #[error("bundle file `{path}` is not bound to its bytes: manifest.json has no {field}")]
+    Unhashed { path: String, field: String },
 }
 
 impl Bundle {
@@ -109,7 +113,65 @@ impl Bundle {
         let manifest = serde_json::from_str(&text).map_err(|e| json(&shown, e))?;
         let mut files = BTreeMap::new();
         collect_files(dir, "", &mut files)?;
-        Ok(Bundle { manifest, files })
+        let bundle = Bundle { manifest, files };
+        bundle.hash_problems().into_iter().next().map_or(Ok(bundle), Err)
+    }
+
+    /// Every program file the manifest binds to its bytes: (manifest field of the hash, file, recorded hash).
+    pub fn hashed_files(&self) -> Vec<(String, String, String)> {
+        let p = &self.manifest.programs;
+        let mut out = Vec::new();
+        let mut add = |field: String, source: &(String, String), spatial: &(String, String), attached: &[_]| {
+            out.push((format!("{field}.source_blake3"), source.0.clone(), source.1.clone()));
+            out.push((format!("{field}.spatial_blake3"), spatial.0.clone(), spatial.1.clone()));
+            for (i, a) in attached.iter().enumerate() {
+                let a: &crate::manifest::Attached = a;
+                out.push((format!("{field}.certified_against[{i}].blake3"), a.file.clone(), a.blake3.clone()));
+            }
+        };
+        for (field, e) in [("programs.embed", &p.embed), ("programs.head", &p.head)] {
+            let source = (e.file_source.clone(), e.source_blake3.clone());
+            let spatial = (e.file_spatial.clone(), e.spatial_blake3.clone());
+            add(field.to_string(), &source, &spatial, &e.certified_against);
+        }
+        for k in &p.kinds {
+            let source = (k.file_source.clone(), k.source_blake3.clone());
+            let spatial = (k.file_spatial.clone(), k.spatial_blake3.clone());
+            add(format!("programs.kinds[{}]", k.name), &source, &spatial, &k.certified_against);
+        }
+        out
+    }
+
+    /// A missing hash, or a present file whose bytes differ from its recorded hash, one per file.
+    pub fn hash_problems(&self) -> Vec<BundleError> {
+        let mut out = Vec::new();
+        for (field, path, hash) in self.hashed_files() {
+            if hash.is_empty() {
+                out.push(BundleError::Unhashed { path, field });
+            } else if let Some(text) = self.files.get(&path) {
+                if file_blake3(text.as_bytes()) != hash {
+                    out.push(BundleError::Tampered { path, field });
+                }
+            }
+        }
+        out
+    }
+
+    /// Records every program file's hash from the files in memory (after writing or editing them).
+    pub fn rehash(&mut self) {
+        let files = &self.files;
+        let hash = |path: &str| files.get(path).map(|t| file_blake3(t.as_bytes())).unwrap_or_default();
+        let p = &mut self.manifest.programs;
+        for e in [&mut p.embed, &mut p.head] {
+            e.source_blake3 = hash(&e.file_source);
+            e.spatial_blake3 = hash(&e.file_spatial);
+            e.certified_against.iter_mut().for_each(|a| a.blake3 = hash(&a.file));
+        }
+        for k in &mut p.kinds {
+            k.source_blake3 = hash(&k.file_source);
+            k.spatial_blake3 = hash(&k.file_spatial);
+            k.certified_against.iter_mut().for_each(|a| a.blake3 = hash(&a.file));
+        }
     }
 
     /// [`Bundle::read`] then [`Bundle::validate`].

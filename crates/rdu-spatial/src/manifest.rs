@@ -1,4 +1,4 @@
-//! The serde types of a bundle's `manifest.json` (format "rdu-bundle", version 1); checking them is `bundle::validate`.
+//! The serde types of a bundle's `manifest.json` (format "rdu-bundle", version 2); checking them is `bundle::validate`.
 //!
 //! Every map is a `BTreeMap` and every list keeps the order the compiler gave it, so one
 //! manifest always serialises to the same bytes. Optional fields are left out when absent.
@@ -15,7 +15,7 @@ mod json;
 /// The marker in `format` that says a directory is an rdu bundle.
 pub const FORMAT: &str = "rdu-bundle";
 /// The manifest version this build writes and reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// `manifest.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -91,6 +91,15 @@ pub struct ProgramEntry {
     pub file_source: String,
     /// `programs/<name>.spatial`: the lowered program, text form.
     pub file_spatial: String,
+    /// BLAKE3 of `file_source`'s bytes, lowercase hex (empty when absent: refused on reading).
+    #[serde(default)]
+    pub source_blake3: String,
+    /// BLAKE3 of `file_spatial`'s bytes, lowercase hex.
+    #[serde(default)]
+    pub spatial_blake3: String,
+    /// The sources certification ran against besides `file_source` (an unsplit or reduced program).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub certified_against: Vec<Attached>,
     /// `shape_digest` of the source.
     pub digest: String,
     /// Every tensor name the program declares (inputs, weights, shared, states) and outputs.
@@ -110,6 +119,12 @@ pub struct KindEntry {
     pub name: String,
     pub file_source: String,
     pub file_spatial: String,
+    #[serde(default)]
+    pub source_blake3: String,
+    #[serde(default)]
+    pub spatial_blake3: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub certified_against: Vec<Attached>,
     pub digest: String,
     /// The layers this kind runs at, ascending.
     pub layers: Vec<usize>,
@@ -117,6 +132,30 @@ pub struct KindEntry {
     pub declared: Vec<String>,
     pub certificate: CertificateEntry,
     pub cost: CostEntry,
+}
+
+/// A source file certification ran against besides the program's own, bound to its bytes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Attached {
+    /// `unsplit`: the one-chip program a tensor-parallel kind is certified against over its
+    /// chips; `reduced`: the smaller program whose numbers certification checked instead
+    /// (fewer vocabulary rows, fewer rows of a prefill chunk).
+    pub role: AttachedRole,
+    pub file: String,
+    pub blake3: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttachedRole {
+    Unsplit,
+    Reduced,
+}
+
+/// The BLAKE3 hash of `bytes` as the manifest records it: 64 lowercase hex digits.
+pub fn file_blake3(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
 }
 
 /// What certification checked.

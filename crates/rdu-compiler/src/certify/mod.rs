@@ -8,10 +8,16 @@ mod bindings;
 mod structure;
 mod tensor_parallel;
 
+pub use bindings::Inputs;
 pub use tensor_parallel::certify_tp;
 
+/// The seeded inputs, weights and states certification runs `program` (lowered from `graph`)
+/// on: the same values to the reference interpreter and to the simulator.
+pub fn seeded_inputs(program: &SpatialProgram, graph: &Graph, seed: u64) -> Inputs {
+    Inputs::new(program, graph, seed)
+}
+
 use crate::graph::{eval, Graph};
-use bindings::Inputs;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::program::SpatialProgram;
 use rdu_spatial::sim::simulate;

@@ -5,9 +5,76 @@
 use crate::graph::Graph;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::program::{Arg, Role, SpatialProgram, Storage};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Ops lowering inserts that no source statement writes: `dequant` (a view of a Q8_0 weight).
+const LOWERING_OPS: [&str; 1] = ["dequant"];
+
+/// Every kernel op is its source statement, exactly: the kernel ops other than lowering's
+/// own (`LOWERING_OPS`) are the lifted graph's nodes one for one, in order, each with the same
+/// typed op — every attribute equal, bit for bit (eps, scale, offset, window, rope dim and
+/// style, top-k, groups, act, kmap, shapes, axes), so a change below the numeric tolerance
+/// still fails — the same operands in the same order (a dequantised weight standing for its
+/// weight), and the same results.
+pub fn matches_source(program: &SpatialProgram, graph: &Graph) -> Result<(), String> {
+    let mut nodes = graph.nodes.iter();
+    let mut dequantised: BTreeMap<&str, &str> = BTreeMap::new();
+    let names =
+        |ids: &[crate::graph::ValueId]| -> Vec<String> { ids.iter().map(|&v| graph.value(v).name.clone()).collect() };
+    for (s, section) in program.sections.iter().enumerate() {
+        for stage in &section.stages {
+            for op in &stage.ops {
+                let at = format!("section {s} stage {} op `{}`", stage.name, op.op);
+                if LOWERING_OPS.contains(&op.op.as_str()) {
+                    match (op.outs.as_slice(), op.args.as_slice()) {
+                        ([out], [Arg::Tensor(w)]) if !op.update => {
+                            dequantised.insert(out.as_str(), w.as_str());
+                        }
+                        _ => return Err(format!("{at} must read one weight and write one tensor")),
+                    }
+                    continue;
+                }
+                let node = nodes.next().ok_or_else(|| {
+                    format!("{at} has no statement in the source (its {} statements are done)", graph.nodes.len())
+                })?;
+                let kernel = crate::front::kernel_op(op).map_err(|e| format!("{at}: {e}"))?;
+                if kernel != node.op {
+                    return Err(format!("{at} is `{kernel}` but its source statement {} is `{}`", node.stmt, node.op));
+                }
+                let reads: Vec<String> =
+                    op.reads().map(|n| dequantised.get(n).copied().unwrap_or(n).to_string()).collect();
+                let want = names(&node.inputs);
+                if reads != want {
+                    return Err(format!("{at} reads {reads:?} but its source statement {} reads {want:?}", node.stmt));
+                }
+                let outs = names(&node.outputs);
+                if op.outs != outs {
+                    return Err(format!(
+                        "{at} writes {:?} but its source statement {} writes {outs:?}",
+                        op.outs, node.stmt
+                    ));
+                }
+                // Only `<-` may bind a declared state's name.
+                let updates = outs.last().is_some_and(|n| graph.states.iter().any(|st| &st.name == n));
+                if op.update != updates {
+                    return Err(format!(
+                        "{at} {} a state but its source statement {} {}",
+                        if op.update { "updates" } else { "does not update" },
+                        node.stmt,
+                        if updates { "does" } else { "does not" }
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(node) = nodes.next() {
+        return Err(format!("the source's statement {} (`{}`) has no kernel op", node.stmt, node.op.name()));
+    }
+    Ok(())
+}
 
 pub fn check(program: &SpatialProgram, graph: &Graph) -> Result<(), String> {
+    matches_source(program, graph)?;
     let decl = |n: &str| program.tensors.iter().find(|t| t.name == n);
     let mut available: BTreeSet<&str> = program
         .tensors

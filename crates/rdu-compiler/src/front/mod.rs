@@ -71,3 +71,42 @@ impl fmt::Display for Refusal {
 }
 
 impl std::error::Error for Refusal {}
+
+/// The typed op a lowered kernel op stands for, read exactly as the language reads a
+/// statement's op name, attributes and literal arguments (`reshape`'s shape), or every fault
+/// on one line. Certification compares it with the lifted source's node.
+pub fn kernel_op(op: &rdu_spatial::program::KernelOp) -> Result<crate::graph::Op, String> {
+    use crate::lang::ast::{Arg, Attr, Literal, Name, Span, Stmt};
+    use rdu_spatial::program::{Arg as KArg, Lit};
+    fn literal(l: &Lit) -> Literal {
+        match l {
+            Lit::Int(v) => Literal::Int(*v),
+            Lit::Float(v) => Literal::Float(*v),
+            Lit::Word(w) => Literal::Word(w.clone()),
+            Lit::List(items) => Literal::List(items.iter().map(literal).collect()),
+        }
+    }
+    if ops::prototype(&op.op).is_none() {
+        return Err(format!("`{}` is not an op of the language", op.op));
+    }
+    let stmt = Stmt {
+        binders: op.outs.iter().map(Name::new).collect(),
+        update: op.update,
+        op: Name::new(op.op.clone()),
+        args: op
+            .args
+            .iter()
+            .map(|a| match a {
+                KArg::Tensor(n) => Arg::Name(Name::new(n.clone())),
+                KArg::Lit(l) => Arg::Lit(literal(l), Span::default()),
+            })
+            .collect(),
+        attrs: op
+            .attrs
+            .iter()
+            .map(|(k, v)| Attr { key: Name::new(k.clone()), value: literal(v), span: Span::default() })
+            .collect(),
+        span: Span::default(),
+    };
+    attrs::op_of(&stmt).map_err(|faults| faults.into_iter().map(|f| f.message).collect::<Vec<_>>().join("; "))
+}

@@ -173,7 +173,9 @@ pub fn bundle_rows(variant: Variant, rows: Rows) -> Bundle {
         files.insert(format!("programs/{name}.rdu"), format!("# authored source of {name}, not read by the host\n"));
         files.insert(format!("programs/{name}.spatial"), text);
     }
-    Bundle { manifest, files }
+    let mut bundle = Bundle { manifest, files };
+    bundle.rehash();
+    bundle
 }
 
 /// Writes `bundle` to `parent/name` and returns its path.
@@ -194,6 +196,9 @@ fn program(name: &str, declared: Vec<String>) -> ProgramEntry {
         name: name.into(),
         file_source: format!("programs/{name}.rdu"),
         file_spatial: format!("programs/{name}.spatial"),
+        source_blake3: String::new(),
+        spatial_blake3: String::new(),
+        certified_against: Vec::new(),
         digest: format!("test:{name}"),
         declared,
         certificate: CertificateEntry { checks: vec!["structure".into()], seed: 1, tolerance: 1e-4, max_abs_err: 0.0 },
@@ -207,6 +212,9 @@ fn kind(name: &str, layers: Vec<usize>, declared: Vec<String>) -> KindEntry {
         name: p.name,
         file_source: p.file_source,
         file_spatial: p.file_spatial,
+        source_blake3: p.source_blake3,
+        spatial_blake3: p.spatial_blake3,
+        certified_against: p.certified_against,
         digest: p.digest,
         layers,
         declared: p.declared,

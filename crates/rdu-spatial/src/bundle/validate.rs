@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Bundle, BundleError};
+use crate::manifest::{Attached, Slice, FORMAT, VERSION};
 use crate::manifest::{CertificateEntry, CheckpointKind, CostEntry, CutMode, Manifest, TensorEntry, TensorStorage};
-use crate::manifest::{Slice, FORMAT, VERSION};
 use crate::program::TpSplit;
 use crate::tensor_parallel::check_split;
 
@@ -18,6 +18,7 @@ pub fn problems(bundle: &Bundle) -> Vec<BundleError> {
     ctx.programs(&names);
     ctx.layers(&names);
     ctx.tensors();
+    ctx.out.extend(bundle.hash_problems());
     ctx.out
 }
 
@@ -114,7 +115,7 @@ impl Ctx<'_> {
             }
         }
         for (field, program) in [("programs.embed", &p.embed), ("programs.head", &p.head)] {
-            self.files(field, &program.file_source, &program.file_spatial);
+            self.files(field, &program.file_source, &program.file_spatial, &program.certified_against);
             self.records(field, &program.certificate, &program.cost);
             self.declared(field, &program.declared);
             let bound = |n: &String| program.bind.get(n).cloned().unwrap_or_else(|| n.clone());
@@ -127,7 +128,7 @@ impl Ctx<'_> {
         }
         for kind in &p.kinds {
             let field = format!("programs.kinds[{}]", kind.name);
-            self.files(&field, &kind.file_source, &kind.file_spatial);
+            self.files(&field, &kind.file_source, &kind.file_spatial, &kind.certified_against);
             self.records(&field, &kind.certificate, &kind.cost);
             self.declared(&field, &kind.declared);
             let runs: Vec<usize> = self.m.layers.iter().filter(|l| l.kind == kind.name).map(|l| l.layer).collect();
@@ -138,8 +139,10 @@ impl Ctx<'_> {
         }
     }
 
-    fn files(&mut self, field: &str, source: &str, spatial: &str) {
-        for (key, path) in [("file_source", source), ("file_spatial", spatial)] {
+    fn files(&mut self, field: &str, source: &str, spatial: &str, attached: &[Attached]) {
+        let attached = attached.iter().enumerate().map(|(i, a)| (format!("certified_against[{i}].file"), &a.file));
+        let own = [("file_source".to_string(), source), ("file_spatial".to_string(), spatial)];
+        for (key, path) in own.into_iter().chain(attached.map(|(k, p)| (k, p.as_str()))) {
             if !self.bundle.files.contains_key(path) {
                 self.out.push(BundleError::MissingFile { field: format!("{field}.{key}"), path: path.into() });
             }

@@ -8,9 +8,9 @@ use crate::model::naming::{checkpoint_source, TensorSource};
 use crate::model::spec::Cut;
 use rdu_spatial::bundle::Bundle;
 use rdu_spatial::manifest::{
-    ActivationEntry, CertificateEntry, Checkpoint, CheckpointKind, CostEntry, Cut as CutEntry, CutMode, InputEntry,
-    KindEntry, LayerEntry, Manifest, ProgramEntry, Programs, RopeTable, SharedEntry, SharedRope, Slice, StateEntry,
-    TensorEntry, TensorStorage, FORMAT, VERSION,
+    file_blake3, ActivationEntry, Attached, AttachedRole, CertificateEntry, Checkpoint, CheckpointKind, CostEntry,
+    Cut as CutEntry, CutMode, InputEntry, KindEntry, LayerEntry, Manifest, ProgramEntry, Programs, RopeTable,
+    SharedEntry, SharedRope, Slice, StateEntry, TensorEntry, TensorStorage, FORMAT, VERSION,
 };
 use std::collections::BTreeMap;
 
@@ -20,12 +20,32 @@ impl StreamedModel {
         let mut files = BTreeMap::new();
         let mut entry = |part: &ProgramPart| {
             let (src, spatial) = (format!("programs/{}.rdu", part.name), format!("programs/{}.spatial", part.name));
-            files.insert(src.clone(), part.source.text.clone());
-            files.insert(spatial.clone(), rdu_spatial::text::print(&part.spatial));
+            let (src_text, spatial_text) = (part.source.text.clone(), rdu_spatial::text::print(&part.spatial));
+            let (source_blake3, spatial_blake3) =
+                (file_blake3(src_text.as_bytes()), file_blake3(spatial_text.as_bytes()));
+            files.insert(src.clone(), src_text);
+            files.insert(spatial.clone(), spatial_text);
+            let certified_against = part
+                .certified_against
+                .iter()
+                .map(|(role, source)| {
+                    let word = match role {
+                        AttachedRole::Unsplit => "unsplit",
+                        AttachedRole::Reduced => "reduced",
+                    };
+                    let file = format!("programs/{}.{word}.rdu", part.name);
+                    let blake3 = file_blake3(source.text.as_bytes());
+                    files.insert(file.clone(), source.text.clone());
+                    Attached { role: *role, file, blake3 }
+                })
+                .collect();
             ProgramEntry {
                 name: part.name.clone(),
                 file_source: src,
                 file_spatial: spatial,
+                source_blake3,
+                spatial_blake3,
+                certified_against,
                 digest: part.digest.clone(),
                 declared: part.declared.clone(),
                 bind: part.bind.clone(),
@@ -49,6 +69,9 @@ impl StreamedModel {
                     name: e.name,
                     file_source: e.file_source,
                     file_spatial: e.file_spatial,
+                    source_blake3: e.source_blake3,
+                    spatial_blake3: e.spatial_blake3,
+                    certified_against: e.certified_against,
                     digest: e.digest,
                     layers: k.layers.clone(),
                     declared: e.declared,

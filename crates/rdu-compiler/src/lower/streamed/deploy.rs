@@ -10,6 +10,7 @@ use crate::model::author::{embed_source, head_source, source_of};
 use crate::model::spec::{Cut, ModelSpec};
 use rdu_spatial::chip::Chip;
 use rdu_spatial::cost::StepCost;
+use rdu_spatial::manifest::AttachedRole;
 use rdu_spatial::program::{Role, SpatialProgram};
 use std::collections::BTreeMap;
 
@@ -48,6 +49,9 @@ pub struct ProgramPart {
     pub declared: Vec<String>,
     /// Names that differ from the bundle's (the head's depth-independent input); empty otherwise.
     pub bind: BTreeMap<String, String>,
+    /// The sources certification ran against besides `source`: the unsplit program of a
+    /// tensor-parallel kind, the reduced program whose numbers were checked.
+    pub certified_against: Vec<(AttachedRole, Source)>,
 }
 
 /// One lowered, certified layer program, standing for every layer of its kind.
@@ -352,6 +356,7 @@ fn lower_part(
     let cost = program_cost(&spatial, chip)
         .map_err(|e| StreamedReject::Cost { program: name.to_string(), message: e.to_string() })?;
     let declared = spatial.tensors.iter().filter(|t| t.role != Role::Temp).map(|t| t.name.clone()).collect();
+    let certified_against = reduced.iter().map(|(r, _, _)| (AttachedRole::Reduced, r.source.clone())).collect();
     Ok(ProgramPart {
         name: name.to_string(),
         source: source.clone(),
@@ -361,6 +366,7 @@ fn lower_part(
         cost,
         declared,
         bind: BTreeMap::new(),
+        certified_against,
     })
 }
 

@@ -18,6 +18,7 @@ use crate::lower::{cost::program_cost, lower, lower_split, Split};
 use crate::model::author::source_of;
 use crate::model::spec::{Cut, ModelSpec};
 use rdu_spatial::chip::Chip;
+use rdu_spatial::manifest::AttachedRole;
 use rdu_spatial::program::Role;
 use std::collections::BTreeMap;
 
@@ -141,5 +142,6 @@ fn lower_tp_part(
         cost,
         declared,
         bind: BTreeMap::new(),
+        certified_against: vec![(AttachedRole::Unsplit, whole.clone())],
     })
 }

@@ -14,6 +14,7 @@ fn the_documented_example_is_valid_and_canonical() {
     let programs = &manifest.programs;
     let entries = [&programs.embed, &programs.head].map(|p| (p.file_source.clone(), p.file_spatial.clone()));
     let kinds = programs.kinds.iter().map(|k| (k.file_source.clone(), k.file_spatial.clone()));
+    // The example's hashes are those of empty files.
     let files = entries.into_iter().chain(kinds).flat_map(|(a, b)| [a, b]).map(|p| (p, String::new())).collect();
     let bundle = Bundle { manifest, files };
     assert!(bundle.problems().is_empty(), "{:#?}", bundle.problems());

@@ -83,7 +83,9 @@ pub fn sample() -> Bundle {
         files.insert(format!("programs/{name}.rdu"), format!("# {name}: authored source\noutput {name}\n"));
         files.insert(format!("programs/{name}.spatial"), format!("spatial {name}\nsection 0\n"));
     }
-    Bundle { manifest, files }
+    let mut bundle = Bundle { manifest, files };
+    bundle.rehash();
+    bundle
 }
 
 fn program(name: &str, declared: &[&str]) -> ProgramEntry {
@@ -92,6 +94,9 @@ fn program(name: &str, declared: &[&str]) -> ProgramEntry {
         name: name.into(),
         file_source: format!("programs/{name}.rdu"),
         file_spatial: format!("programs/{name}.spatial"),
+        source_blake3: String::new(),
+        spatial_blake3: String::new(),
+        certified_against: Vec::new(),
         digest: format!("blake3:{name}"),
         declared: declared.iter().map(|s| s.to_string()).collect(),
         certificate: certificate(),
@@ -105,6 +110,9 @@ fn kind(name: &str, layers: &[usize], declared: &[&str]) -> KindEntry {
         name: p.name,
         file_source: p.file_source,
         file_spatial: p.file_spatial,
+        source_blake3: p.source_blake3,
+        spatial_blake3: p.spatial_blake3,
+        certified_against: p.certified_against,
         digest: p.digest,
         layers: layers.to_vec(),
         declared: p.declared,

@@ -70,7 +70,7 @@ fn writing_twice_gives_byte_identical_files() {
     sample().write(&a, false).unwrap();
     assert_eq!(first, snapshot(&a), "replacing a bundle with itself changes no byte");
     let manifest = String::from_utf8(first["manifest.json"].clone()).unwrap();
-    assert!(manifest.starts_with("{\n  \"format\": \"rdu-bundle\",\n  \"version\": 1,") && manifest.ends_with("}\n"));
+    assert!(manifest.starts_with("{\n  \"format\": \"rdu-bundle\",\n  \"version\": 2,") && manifest.ends_with("}\n"));
     assert_eq!(entries(tmp.path()), ["a", "b"]);
 }
 
@@ -151,9 +151,9 @@ fn read_rejects_other_formats_and_versions() {
     let dir = tmp.path().join("bundle");
     sample().write(&dir, false).unwrap();
     let manifest = fs::read_to_string(dir.join("manifest.json")).unwrap();
-    fs::write(dir.join("manifest.json"), manifest.replace("\"version\": 1", "\"version\": 2")).unwrap();
+    fs::write(dir.join("manifest.json"), manifest.replace("\"version\": 2", "\"version\": 1")).unwrap();
     let err = Bundle::read(&dir).unwrap_err();
-    assert!(matches!(err, BundleError::Version { found: 2, .. }), "{err}");
+    assert!(matches!(err, BundleError::Version { found: 1, .. }), "{err}");
     fs::write(dir.join("manifest.json"), manifest.replace("rdu-bundle", "other")).unwrap();
     assert!(matches!(Bundle::read(&dir), Err(BundleError::Format { .. })));
     assert!(!is_bundle(&dir));
@@ -183,4 +183,46 @@ fn read_collects_files_the_manifest_does_not_name() {
     bundle.files.insert("docs/README.md".into(), "a bundle\n".into());
     bundle.write(&dir, false).unwrap();
     assert_eq!(Bundle::open(&dir).unwrap(), bundle);
+}
+
+#[test]
+fn reading_refuses_a_file_edited_after_writing_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    sample().write(&dir, false).unwrap();
+    let path = dir.join("programs/attn.spatial");
+    let text = fs::read_to_string(&path).unwrap();
+    fs::write(&path, text.replace("section 0", "section 1")).unwrap();
+    let err = Bundle::read(&dir).unwrap_err();
+    assert!(
+        matches!(&err, BundleError::Tampered { path, field }
+        if path == "programs/attn.spatial" && field == "programs.kinds[attn].spatial_blake3"),
+        "{err:?}"
+    );
+    let line = err.to_string();
+    assert!(!line.contains('\n') && line.contains("programs/attn.spatial"), "{line}");
+    assert!(Bundle::open(&dir).is_err());
+}
+
+#[test]
+fn reading_refuses_a_program_file_without_a_hash() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    sample().write(&dir, false).unwrap();
+    let manifest = fs::read_to_string(dir.join("manifest.json")).unwrap();
+    let head = sample().manifest.programs.head.source_blake3;
+    let cut = manifest.replace(&format!("      \"source_blake3\": \"{head}\",\n"), "");
+    assert_ne!(cut, manifest, "the head's source hash line is in the manifest");
+    fs::write(dir.join("manifest.json"), cut).unwrap();
+    let err = Bundle::read(&dir).unwrap_err();
+    assert!(matches!(&err, BundleError::Unhashed { path, .. } if path == "programs/head.rdu"), "{err:?}");
+}
+
+#[test]
+fn a_bundle_whose_hashes_are_stale_is_not_written() {
+    let mut b = sample();
+    b.files.insert("programs/embed.rdu".into(), "# edited\n".into());
+    assert!(matches!(b.validate(), Err(BundleError::Tampered { path, .. }) if path == "programs/embed.rdu"));
+    b.rehash();
+    assert!(b.validate().is_ok());
 }
