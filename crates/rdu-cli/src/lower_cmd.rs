@@ -128,6 +128,7 @@ fn summary_json(model: &StreamedModel) -> Value {
         })
         .collect();
     let step = model.step_estimate();
+    let serial = model.serial_step_estimate();
     json!({
         "model": model.spec.name,
         "cut": cut,
@@ -145,6 +146,9 @@ fn summary_json(model: &StreamedModel) -> Value {
             "hbm_bytes": step.hbm_bytes,
             "flops": step.flops,
             "reconfigurations": step.reconfigurations,
+            "loops": step.loops,
+            "serial_seconds": serial.seconds,
+            "serial_reconfigurations": serial.reconfigurations,
         },
     })
 }
@@ -184,12 +188,15 @@ fn print_summary(model: &StreamedModel, out: Option<&PathBuf>) {
     row(&model.head, 0);
     let step = model.step_estimate();
     println!(
-        "  step: {:.1} µs ({:.1} tokens/s), HBM roofline {:.1} µs ({:.0}% of roofline), {} reconfigurations",
+        "  step: {:.1} µs ({:.1} tokens/s), HBM roofline {:.1} µs ({:.0}% of roofline), {} reconfigurations, {} loop{} (unlooped {:.1} µs)",
         step.seconds * 1e6,
         step.tokens_per_second,
         step.roofline_seconds * 1e6,
         step.roofline_fraction * 100.0,
-        step.reconfigurations
+        step.reconfigurations,
+        step.loops,
+        if step.loops == 1 { "" } else { "s" },
+        model.serial_step_estimate().seconds * 1e6
     );
     println!(
         "  peak PCUs/PMUs: the most any one section of a program places (the {} has {} PCUs and {} PMUs)",

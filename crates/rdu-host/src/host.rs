@@ -1,7 +1,7 @@
 //! `Host`: a loaded bundle with its weights, shared tables and states, stepped program by program through the simulator.
 //!
-//! A step runs the embedding program, then every layer's kind program bound to that layer's
-//! tensors, then the head. Each program reads its kind's names; [`crate::env`] translates them
+//! A step runs the manifest's `schedule`: the embedding program, then every layer's kind
+//! program bound to that layer's tensors, loop by loop, then the head. Each program reads its kind's names; [`crate::env`] translates them
 //! through the layer's `bind`. A layer's states are moved out of the host's store under their
 //! kind names, updated in place by `simulate_in_place`, and moved back under their layer names.
 
@@ -98,8 +98,10 @@ impl Host {
             programs.push(parse(&kind.file_spatial)?);
         }
         let mut calls = vec![Call::new("embedding program".into(), 0, &programs[0], None)];
-        for layer in &m.layers {
-            // `Bundle::validate` has checked that every layer's kind is defined.
+        // The layers run in the schedule's order: `Bundle::validate` has checked that its loops
+        // run every layer exactly once, in order, each as its own kind (and that kind is defined).
+        for l in m.schedule.layer_order() {
+            let Some(layer) = m.layers.get(l) else { continue };
             let Some(&index) = kinds.get(&layer.kind) else { continue };
             let label = format!("layer {} (kind {})", layer.layer, layer.kind);
             calls.push(Call::new(label, index, &programs[index], Some(&layer.bind)));

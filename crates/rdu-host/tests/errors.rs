@@ -135,6 +135,27 @@ fn invalid_bundle_is_refused_with_the_validation_problem() {
 }
 
 #[test]
+fn schedule_that_does_not_run_every_layer_once_in_order_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = write_bundle(tmp.path(), Variant::Dense);
+    let manifest = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
+    let looped = r#""block": ["blk"], "layers": [0, 1]"#;
+    assert!(manifest.contains(looped), "{manifest}");
+    for (broken, problem) in [
+        ("[0, 0]", "schedule.invocations[1].layers: runs layer 0 where layer 1 comes next"),
+        ("[1, 0]", "schedule.invocations[1].layers: runs layer 1 where layer 0 comes next"),
+        ("[0]", "schedule.invocations: the loops run layers 0..1, but the bundle has 2 layers"),
+    ] {
+        let edited = manifest.replace(looped, &format!(r#""block": ["blk"], "layers": {broken}"#));
+        std::fs::write(dir.join("manifest.json"), edited).unwrap();
+        let err = error(load(&dir, &seeded()));
+        assert!(matches!(err, HostError::Bundle { .. }), "{err:?}");
+        assert!(err.to_string().contains(problem), "{broken}: {err}");
+        assert!(!err.to_string().contains('\n'), "one line: {err}");
+    }
+}
+
+#[test]
 fn program_that_does_not_parse_is_refused_naming_its_file() {
     let tmp = tempfile::tempdir().unwrap();
     let mut b = bundle(Variant::Dense);

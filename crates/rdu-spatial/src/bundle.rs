@@ -36,7 +36,7 @@ pub enum BundleError {
     NotABundle { path: String },
     #[error("{path}: not an rdu bundle manifest (`format` is {found:?}, expected \"{FORMAT}\")")]
     Format { path: String, found: String },
-    #[error("{path}: bundle format version {found} is not supported; this build reads version {VERSION}")]
+    #[error("{path}: bundle format version {found} is not supported; this build reads version {VERSION} (lower the model again to write it)")]
     Version { path: String, found: u64 },
     #[error("bundle file `{path}`: {problem}")]
     BadPath { path: String, problem: String },

@@ -14,7 +14,7 @@ mod json;
 
 /// The marker in `format` that says a directory is an rdu bundle.
 pub const FORMAT: &str = "rdu-bundle";
-/// The manifest version this build writes and reads.
+/// The manifest version this build writes and reads. Version 2 added the file hashes and the `schedule`.
 pub const VERSION: u32 = 2;
 
 /// `manifest.json`.
@@ -32,6 +32,8 @@ pub struct Manifest {
     pub programs: Programs,
     /// One entry per layer, in layer order.
     pub layers: Vec<LayerEntry>,
+    /// How one step runs: its invocations in order and which programs stay resident together.
+    pub schedule: Schedule,
     /// Every checkpoint-backed tensor a program reads, by the name the programs give it.
     #[serde(deserialize_with = "unique::map")]
     pub tensors: BTreeMap<String, TensorEntry>,
@@ -190,6 +192,79 @@ pub struct LayerEntry {
     /// Kind tensor name -> this layer's tensor name.
     #[serde(deserialize_with = "unique::map")]
     pub bind: BTreeMap<String, String>,
+}
+
+/// How one step runs (kernel looping, `docs/SPATIAL.md`): the invocations in order — the
+/// embedding, loops over consecutive layers, the head — and the programs the chip holds
+/// configured together.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Schedule {
+    /// Sets of programs (by name) configured on the chip at once: switching between two
+    /// programs of one set needs no reconfiguration. Every program is in exactly one set.
+    pub resident: Vec<Vec<String>>,
+    /// The step's invocations, in order: `embed`, one or more `loop`s, `head`.
+    pub invocations: Vec<Invocation>,
+}
+
+/// What one invocation runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Run {
+    Embed,
+    /// Consecutive layers as one looped invocation: iteration `i` runs the block's kinds on
+    /// the next `block.len()` layers.
+    Loop,
+    Head,
+}
+
+/// One invocation of a step.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Invocation {
+    pub run: Run,
+    /// A loop's body: the kinds of one iteration's layers, in order (one kind, or a repeating
+    /// block of kinds that are resident together). Empty for `embed` and `head`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub block: Vec<String>,
+    /// A loop's layers, consecutive and ascending, a whole number of blocks: layer
+    /// `layers[i]` runs kind `block[i % block.len()]`. Empty for `embed` and `head`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<usize>,
+}
+
+impl Schedule {
+    /// The plainest schedule of `layers` (one entry per layer, in order): the embedding, one
+    /// loop per run of consecutive layers of one kind, the head; every program resident alone.
+    pub fn by_runs(embed: &str, head: &str, layers: &[LayerEntry]) -> Schedule {
+        let mut invocations = vec![Invocation { run: Run::Embed, block: vec![], layers: vec![] }];
+        let mut kinds: Vec<&String> = Vec::new();
+        for entry in layers {
+            match invocations.last_mut() {
+                Some(last) if last.run == Run::Loop && last.block[0] == entry.kind => last.layers.push(entry.layer),
+                _ => invocations.push(Invocation {
+                    run: Run::Loop,
+                    block: vec![entry.kind.clone()],
+                    layers: vec![entry.layer],
+                }),
+            }
+            if !kinds.contains(&&entry.kind) {
+                kinds.push(&entry.kind);
+            }
+        }
+        invocations.push(Invocation { run: Run::Head, block: vec![], layers: vec![] });
+        let resident = std::iter::once(embed.to_string())
+            .chain(kinds.into_iter().cloned())
+            .chain(std::iter::once(head.to_string()))
+            .map(|n| vec![n])
+            .collect();
+        Schedule { resident, invocations }
+    }
+
+    /// Every layer in the order the schedule runs it.
+    pub fn layer_order(&self) -> impl Iterator<Item = usize> + '_ {
+        self.invocations.iter().flat_map(|i| i.layers.iter().copied())
+    }
 }
 
 /// A tensor the host loads from the checkpoint.

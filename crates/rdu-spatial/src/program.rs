@@ -99,6 +99,13 @@ pub struct Stage {
     pub ops: Vec<KernelOp>,
     pub pcus: u32,
     pub pmus: u32,
+    /// The stage streams its weights ahead of its activations: when the program runs as a
+    /// loop over consecutive layers (the bundle's `schedule`), the next iteration's weight
+    /// stream starts while this iteration's pipeline drains (`docs/SPATIAL.md`, kernel looping).
+    /// Valid only on a stage that reads a prefetchable weight, in a one-section program
+    /// ([`SpatialProgram::prefetch_problems`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prefetch: bool,
 }
 
 /// One op of a stage's chain: `outs = op(args, attrs)` or, with `update`, `..., S <- op(...)`
@@ -170,6 +177,54 @@ impl SpatialProgram {
     /// Every op in execution order, with its stage.
     pub fn ops(&self) -> impl Iterator<Item = (&Stage, &KernelOp)> {
         self.sections.iter().flat_map(|s| s.stages.iter()).flat_map(|st| st.ops.iter().map(move |op| (st, op)))
+    }
+}
+
+/// Ops whose weight reads depend on the activations (which rows of a table, which experts),
+/// so they cannot be streamed ahead of them.
+pub const ACTIVATION_ADDRESSED: &[&str] = &["embed", "experts"];
+
+impl Stage {
+    /// The weight tensors the stage reads whose addresses do not depend on its activations:
+    /// every `role=weight` argument of an op other than [`ACTIVATION_ADDRESSED`], once each, in order.
+    pub fn prefetchable_weights<'p>(&'p self, program: &'p SpatialProgram) -> Vec<&'p TensorDecl> {
+        let mut out: Vec<&TensorDecl> = Vec::new();
+        for op in self.ops.iter().filter(|op| !ACTIVATION_ADDRESSED.contains(&op.op.as_str())) {
+            for name in op.reads() {
+                if let Some(d) = program.decl(name).filter(|d| d.role == Role::Weight) {
+                    if !out.iter().any(|o| o.name == d.name) {
+                        out.push(d);
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+impl SpatialProgram {
+    /// Every misplaced `prefetch` mark, one line each: a marked stage must read a prefetchable
+    /// weight ([`Stage::prefetchable_weights`]), and only a one-section program prefetches (a
+    /// program of several sections reloads the chip between them).
+    pub fn prefetch_problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let sections = self.sections.len();
+        for (idx, section) in self.sections.iter().enumerate() {
+            for stage in section.stages.iter().filter(|s| s.prefetch) {
+                if sections != 1 {
+                    out.push(format!(
+                        "section {idx} stage `{}` prefetches, but the program has {sections} sections; only a one-section program prefetches",
+                        stage.name
+                    ));
+                } else if stage.prefetchable_weights(self).is_empty() {
+                    out.push(format!(
+                        "stage `{}` prefetches but reads no weight it could stream ahead of its activations",
+                        stage.name
+                    ));
+                }
+            }
+        }
+        out
     }
 }
 

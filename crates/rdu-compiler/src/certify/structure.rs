@@ -1,6 +1,7 @@
 //! Structural and resource checks of a lowered program: every read has a source, tiles cover
 //! each output exactly once, states are written back with their shapes, Q8_0 weights are only
-//! read by folding products or `dequant`, and every section fits the chip.
+//! read by folding products or `dequant`, `prefetch` marks sit only on stages that stream a
+//! weight ahead of its activations, and every section fits the chip.
 
 use crate::graph::Graph;
 use rdu_spatial::chip::Chip;
@@ -75,6 +76,11 @@ pub fn matches_source(program: &SpatialProgram, graph: &Graph) -> Result<(), Str
 
 pub fn check(program: &SpatialProgram, graph: &Graph) -> Result<(), String> {
     matches_source(program, graph)?;
+    // A `prefetch` mark streams a stage's weights ahead of its activations: only weights whose
+    // addresses do not depend on them, and only in a one-section program.
+    if let Some(problem) = program.prefetch_problems().into_iter().next() {
+        return Err(problem);
+    }
     let decl = |n: &str| program.tensors.iter().find(|t| t.name == n);
     let mut available: BTreeSet<&str> = program
         .tensors

@@ -154,6 +154,7 @@ pub fn bundle_rows(variant: Variant, rows: Rows) -> Bundle {
         chip: "sn50".into(),
         storage: if variant == Variant::Q8 { "q8".into() } else { "dense".into() },
         programs,
+        schedule: Schedule::by_runs("embed", "head", &[layer(0), layer(1)]),
         layers: vec![layer(0), layer(1)],
         tensors,
         inputs: vec![

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Bundle, BundleError};
-use crate::manifest::{Attached, Slice, FORMAT, VERSION};
+use crate::manifest::{Attached, Run, Slice, FORMAT, VERSION};
 use crate::manifest::{CertificateEntry, CheckpointKind, CostEntry, CutMode, Manifest, TensorEntry, TensorStorage};
 use crate::program::TpSplit;
 use crate::tensor_parallel::check_split;
@@ -17,6 +17,7 @@ pub fn problems(bundle: &Bundle) -> Vec<BundleError> {
     let names = ctx.names();
     ctx.programs(&names);
     ctx.layers(&names);
+    ctx.schedule();
     ctx.tensors();
     ctx.out.extend(bundle.hash_problems());
     ctx.out
@@ -213,6 +214,102 @@ impl Ctx<'_> {
                         tensor: to.clone(),
                     });
                 }
+            }
+        }
+    }
+
+    /// The schedule runs the embedding, then every layer exactly once, in order, in loops over
+    /// whole blocks of the layers' own kinds, then the head; every program is resident in
+    /// exactly one set, and a loop's kinds in one set.
+    fn schedule(&mut self) {
+        let s = &self.m.schedule;
+        let n = s.invocations.len();
+        let mut next = 0usize;
+        let mut covered = n >= 3;
+        for (i, inv) in s.invocations.iter().enumerate() {
+            let field = format!("schedule.invocations[{i}]");
+            let want = if i == 0 {
+                Some(Run::Embed)
+            } else if i + 1 == n {
+                Some(Run::Head)
+            } else {
+                None
+            };
+            let run = match inv.run {
+                Run::Embed => "embed",
+                Run::Loop => "loop",
+                Run::Head => "head",
+            };
+            if want.is_some_and(|w| w != inv.run) || (want.is_none() && inv.run != Run::Loop) || n < 3 {
+                self.invalid(&field, format!("runs {run}; a schedule is embed, then loops over the layers, then head"));
+                continue;
+            }
+            if inv.run != Run::Loop {
+                if !inv.block.is_empty() || !inv.layers.is_empty() {
+                    self.invalid(&field, format!("the {run} invocation has no block or layers"));
+                }
+                continue;
+            }
+            if inv.block.is_empty() || inv.layers.is_empty() || !inv.layers.len().is_multiple_of(inv.block.len()) {
+                let problem = format!(
+                    "loops {} layers over a block of {} kinds; a loop runs a whole number (at least one) of non-empty blocks",
+                    inv.layers.len(),
+                    inv.block.len()
+                );
+                self.invalid(&field, problem);
+                covered = false;
+                break;
+            }
+            for (j, &layer) in inv.layers.iter().enumerate() {
+                if layer != next {
+                    let problem = format!(
+                        "runs layer {layer} where layer {next} comes next; the loops run every layer once, in order"
+                    );
+                    self.invalid(format!("{field}.layers"), problem);
+                    return;
+                }
+                next += 1;
+                let kind = &inv.block[j % inv.block.len()];
+                match self.m.layers.get(layer) {
+                    Some(entry) if entry.kind == *kind => {}
+                    Some(entry) => {
+                        let problem =
+                            format!("runs layer {layer} as kind `{kind}`, but layer {layer} is kind `{}`", entry.kind);
+                        self.invalid(format!("{field}.block"), problem);
+                    }
+                    None => {
+                        let problem = format!("runs layer {layer}, but the bundle has {} layers", self.m.layers.len());
+                        self.invalid(format!("{field}.layers"), problem);
+                        return;
+                    }
+                }
+            }
+        }
+        if covered && next != self.m.layers.len() {
+            let problem = format!("the loops run layers 0..{next}, but the bundle has {} layers", self.m.layers.len());
+            self.invalid("schedule.invocations", problem);
+        }
+        let p = &self.m.programs;
+        let programs: Vec<&String> =
+            [&p.embed.name, &p.head.name].into_iter().chain(p.kinds.iter().map(|k| &k.name)).collect();
+        let mut set_of: BTreeMap<&String, usize> = BTreeMap::new();
+        for (i, set) in s.resident.iter().enumerate() {
+            for name in set {
+                if !programs.contains(&name) {
+                    self.invalid(format!("schedule.resident[{i}]"), format!("names `{name}`, which is not a program"));
+                } else if set_of.insert(name, i).is_some() {
+                    self.invalid(format!("schedule.resident[{i}]"), format!("`{name}` is in more than one set"));
+                }
+            }
+        }
+        for name in programs.iter().filter(|n| !set_of.contains_key(*n)) {
+            self.invalid("schedule.resident", format!("program `{name}` is in no set"));
+        }
+        for (i, inv) in s.invocations.iter().enumerate() {
+            let sets: BTreeSet<Option<&usize>> = inv.block.iter().map(|k| set_of.get(k)).collect();
+            if sets.len() > 1 {
+                let problem = format!("loops over kinds {:?}, which are not resident together", inv.block);
+                self.invalid(format!("schedule.invocations[{i}].block"), problem);
             }
         }
     }

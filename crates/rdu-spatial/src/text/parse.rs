@@ -77,7 +77,11 @@ fn item(cur: &mut Cursor<'_>, p: &mut SpatialProgram) -> Res<()> {
             let pcus = cur.count("a PCU count")?;
             cur.key("pmus")?;
             let pmus = cur.count("a PMU count")?;
-            section.stages.push(Stage { name, ops: vec![], pcus, pmus });
+            let prefetch = cur.peek().is_some();
+            if prefetch && cur.ident("`prefetch`")? != "prefetch" {
+                return Err("expected `prefetch` or the end of the stage line".into());
+            }
+            section.stages.push(Stage { name, ops: vec![], pcus, pmus, prefetch });
         }
         "output" => p.outputs.push(cur.ident("an output name")?),
         "tp" | "split" | "all_reduce" | "tensor" | "section" | "stage" => {

@@ -112,6 +112,7 @@ impl StreamedModel {
             storage: self.storage.label().to_string(),
             programs: Programs { embed, head, kinds },
             layers,
+            schedule: self.schedule(),
             tensors: tables.tensors,
             inputs: tables.inputs.into_values().collect(),
             states: tables.states.into_values().collect(),

@@ -171,7 +171,13 @@ pub(super) fn lower_streamed(
         progress(Progress::Program { index: i + 1, total, name: &group.name });
         let canon = canonical(&layer_sources[group.representative()], group.representative(), &group.name, cut)?;
         let rep = &canon;
-        let part = lower_part(&group.name, rep, None, &chip, seed, progress)?;
+        // Kinds share the chip so that they stay resident together; a kind that does not fit
+        // its share in one section takes the whole chip.
+        let share = super::schedule::kind_chip(&chip, cut, groups.len());
+        let mut part = lower_part(&group.name, rep, None, true, &share, seed, progress)?;
+        if part.cost.sections.len() > 1 && share.pcus != chip.pcus {
+            part = lower_part(&group.name, rep, None, true, &chip, seed, progress)?;
+        }
         bind_layers(&part, rep, &group.name, &group.layers, &layer_sources, &mut layers)?;
         kinds.push(LayerKind { program: part, layers: group.layers.clone() });
     }
@@ -204,7 +210,7 @@ pub(super) fn lower_embed(
 ) -> Result<ProgramPart, StreamedReject> {
     let source = embed_source(spec, cut, storage);
     let checked = vocab_reduced(&source, certify_source(spec, cut, storage, true));
-    lower_part("embed", &source, checked.as_ref(), chip, seed, progress)
+    lower_part("embed", &source, checked.as_ref(), false, chip, seed, progress)
 }
 
 /// The head program of `cut`, lowered and certified. It reads the last layer's output under a
@@ -221,7 +227,7 @@ pub(super) fn lower_head(
     let head_input = |src: Source| rename_source(&src, &last, HEAD_INPUT);
     let source = head_input(head_source(spec, cut, storage))?;
     let checked = vocab_reduced(&source, head_input(certify_source(spec, cut, storage, false))?);
-    let mut head = lower_part("head", &source, checked.as_ref(), chip, seed, progress)?;
+    let mut head = lower_part("head", &source, checked.as_ref(), false, chip, seed, progress)?;
     head.bind.insert(HEAD_INPUT.to_string(), last);
     Ok(head)
 }
@@ -310,13 +316,15 @@ fn vocab_reduced(source: &Source, checked: Source) -> Option<Reduced> {
     })
 }
 
-/// Parse, lift, lower and certify one program. Certification runs the program itself, or its
+/// Parse, lift, lower and certify one program; a `looped` one (a layer kind) has its
+/// weight-streaming stages marked `prefetch` (`schedule::mark_prefetch`). Certification runs the program itself, or its
 /// `reduced` form (the embedding and head of a large vocabulary on fewer vocabulary rows),
 /// then checks the structure and resources at full size.
 fn lower_part(
     name: &str,
     source: &Source,
     reduced: Option<&Reduced>,
+    looped: bool,
     chip: &Chip,
     seed: u64,
     progress: &mut dyn FnMut(Progress<'_>),
@@ -328,13 +336,19 @@ fn lower_part(
         Ok((program, graph))
     };
     let (program, graph) = front(source)?;
-    let spatial = lower(name, &program, &graph, &source.q8, chip, &mut |pass, p| {
+    let mark = |mut p: SpatialProgram| {
+        if looped {
+            super::schedule::mark_prefetch(&mut p);
+        }
+        p
+    };
+    let spatial = mark(lower(name, &program, &graph, &source.q8, chip, &mut |pass, p| {
         progress(Progress::Pass { program: name, pass, spatial: p })
-    });
+    }));
     let reduced = match reduced {
         Some(r) => {
             let (program, graph) = front(&r.source)?;
-            let lowered = lower(name, &program, &graph, &r.source.q8, chip, &mut |_, _| {});
+            let lowered = mark(lower(name, &program, &graph, &r.source.q8, chip, &mut |_, _| {}));
             Some((r, lowered, graph))
         }
         None => None,
@@ -370,8 +384,10 @@ fn lower_part(
     })
 }
 
-/// The estimated cost of one whole step: the embedding, every layer through its kind's
-/// program, the head, and a reconfiguration wherever consecutive programs differ.
+/// The estimated cost of one whole step as the bundle's schedule runs it
+/// ([`StreamedModel::step_estimate`], `schedule.rs`): the embedding, the layers loop by loop
+/// (each iteration's weight stream overlapping the previous one's tail), the head, and a
+/// reconfiguration between consecutive programs that are not resident together.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StepEstimate {
     pub seconds: f64,
@@ -381,42 +397,6 @@ pub struct StepEstimate {
     pub hbm_bytes: u64,
     pub flops: u64,
     pub reconfigurations: usize,
-}
-
-impl StreamedModel {
-    /// The program of every position of one step, in order: embed, each layer's kind, head.
-    fn step_programs(&self) -> Vec<&ProgramPart> {
-        let kind = |name: &str| &self.kinds.iter().find(|k| k.program.name == name).expect("bound kind").program;
-        std::iter::once(&self.embed)
-            .chain(self.layers.iter().map(|b| kind(&b.kind)))
-            .chain(std::iter::once(&self.head))
-            .collect()
-    }
-
-    /// One step's estimate from the cost model.
-    pub fn step_estimate(&self) -> StepEstimate {
-        let programs = self.step_programs();
-        let mut seconds: f64 = programs.iter().map(|p| p.cost.seconds).sum();
-        let roofline_seconds: f64 = programs.iter().map(|p| p.cost.roofline_seconds).sum();
-        // Switching between single-section programs reloads the chip's configuration (a
-        // sectioned program already pays for its own switches every run), and so does the
-        // wrap from the head back to the next step's embedding.
-        let single = |p: &ProgramPart| p.cost.sections.len() == 1;
-        let mut reconfigurations =
-            programs.windows(2).filter(|w| w[0].name != w[1].name && single(w[0]) && single(w[1])).count();
-        if single(programs[0]) && single(programs[programs.len() - 1]) {
-            reconfigurations += 1;
-        }
-        seconds += reconfigurations as f64 * self.chip.reconfiguration;
-        let rows = self.cut.rows();
-        StepEstimate {
-            seconds,
-            roofline_seconds,
-            roofline_fraction: if seconds > 0.0 { roofline_seconds / seconds } else { 0.0 },
-            tokens_per_second: if seconds > 0.0 { rows as f64 / seconds } else { 0.0 },
-            hbm_bytes: programs.iter().map(|p| p.cost.hbm_bytes).sum(),
-            flops: programs.iter().map(|p| p.cost.flops).sum(),
-            reconfigurations,
-        }
-    }
+    /// Looped invocations of the step (kernel looping: one per run of a kind or repeating block).
+    pub loops: usize,
 }

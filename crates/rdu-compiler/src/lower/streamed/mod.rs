@@ -8,6 +8,7 @@ mod bundle;
 mod deploy;
 mod kinds;
 mod prefill;
+mod schedule;
 mod tp;
 
 pub use deploy::{

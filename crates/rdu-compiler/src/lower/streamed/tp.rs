@@ -82,7 +82,13 @@ fn lower_tp_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Resu
         let rep = group.representative();
         let canon = canonical(&layer_sources[rep], rep, &group.name, cut)?;
         let whole = canonical(&source_of(spec, rep, decode, &storage), rep, &group.name, decode)?;
-        let part = lower_tp_part(&group.name, &canon, &whole, tp, &chip, seed, progress)?;
+        // Kinds share the chip so that they stay resident together (`schedule::kind_chip`); a
+        // kind that does not fit its share in one section takes the whole chip.
+        let share = super::schedule::kind_chip(&chip, cut, groups.len());
+        let mut part = lower_tp_part(&group.name, &canon, &whole, tp, &share, seed, progress)?;
+        if part.cost.sections.len() > 1 && share.pcus != chip.pcus {
+            part = lower_tp_part(&group.name, &canon, &whole, tp, &chip, seed, progress)?;
+        }
         bind_layers(&part, &canon, &group.name, &group.layers, &layer_sources, &mut layers)?;
         kinds.push(LayerKind { program: part, layers: group.layers.clone() });
     }
@@ -123,9 +129,11 @@ fn lower_tp_part(
     };
     let (program, graph) = front(source)?;
     let split = Split { chips: tp, slices: &source.slices };
-    let spatial = lower_split(name, &program, &graph, &source.q8, split, chip, &mut |pass, p| {
+    let mut spatial = lower_split(name, &program, &graph, &source.q8, split, chip, &mut |pass, p| {
         progress(Progress::Pass { program: name, pass, spatial: p })
     });
+    // A kind runs looped: its weight-streaming stages prefetch the next layer's weights.
+    super::schedule::mark_prefetch(&mut spatial);
     let (whole_program, whole_graph) = front(whole)?;
     let unsplit = lower(name, &whole_program, &whole_graph, &whole.q8, chip, &mut |_, _| {});
     let certificate = certify_tp(&spatial, &graph, &unsplit, &whole_graph, chip, seed)

@@ -54,6 +54,7 @@ pub fn sample() -> Bundle {
         cut: Cut { mode: CutMode::Tp, ctx: Some(16), seq: None, batch: None, tp: Some(2), chunk: None },
         chip: "sn50".into(),
         storage: "q8".into(),
+        schedule: Schedule::by_runs("embed", "head", &layers),
         programs,
         layers,
         tensors,

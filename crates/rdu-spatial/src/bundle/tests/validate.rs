@@ -38,7 +38,10 @@ fn a_layer_running_an_undefined_kind_is_rejected() {
     bundle.manifest.programs.kinds.retain(|k| k.name != "window");
     let problems = bundle.problems();
     assert!(problems.iter().any(|p| matches!(p, BundleError::UnknownKind { idx: 1, kind } if kind == "window")));
-    assert_eq!(problems.len(), 1, "{problems:#?}");
+    // The schedule runs it too, and keeps it resident.
+    let resident = "manifest.json: schedule.resident[2]: names `window`, which is not a program";
+    assert!(problems.iter().any(|p| p.to_string() == resident), "{problems:#?}");
+    assert_eq!(problems.len(), 2, "{problems:#?}");
 }
 
 #[test]
@@ -178,4 +181,89 @@ fn the_version_and_format_marker_are_checked() {
     assert!(err.to_string().contains("version: is 9"), "{err}");
     let err = problem(|b| b.manifest.format = "nope".into());
     assert!(err.to_string().contains("format: is \"nope\""), "{err}");
+}
+
+mod schedule {
+    use super::*;
+    use crate::manifest::{Invocation, Run};
+
+    fn looped(block: &[&str], layers: &[usize]) -> Invocation {
+        Invocation { run: Run::Loop, block: block.iter().map(|s| s.to_string()).collect(), layers: layers.to_vec() }
+    }
+
+    #[test]
+    fn the_sample_schedule_runs_each_run_of_a_kind_as_one_loop() {
+        let s = &sample().manifest.schedule;
+        assert_eq!(s.layer_order().collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(s.invocations[1], looped(&["attn"], &[0]));
+        assert_eq!(
+            s.resident,
+            [vec!["embed".to_string()], vec!["attn".into()], vec!["window".into()], vec!["head".into()]]
+        );
+    }
+
+    #[test]
+    fn a_block_of_kinds_resident_together_is_one_loop() {
+        let mut bundle = sample();
+        let s = &mut bundle.manifest.schedule;
+        s.resident = vec![vec!["embed".into()], vec!["attn".into(), "window".into()], vec!["head".into()]];
+        s.invocations.splice(1..4, [looped(&["attn", "window"], &[0, 1]), looped(&["attn"], &[2])]);
+        assert!(bundle.problems().is_empty(), "{:#?}", bundle.problems());
+    }
+
+    #[test]
+    fn a_block_of_kinds_not_resident_together_is_refused() {
+        let err = problem(|b| {
+            let s = &mut b.manifest.schedule;
+            s.invocations.splice(1..4, [looped(&["attn", "window"], &[0, 1]), looped(&["attn"], &[2])]);
+        });
+        assert!(err.to_string().contains("schedule.invocations[1].block: loops over kinds"), "{err}");
+        assert!(err.to_string().contains("not resident together"), "{err}");
+    }
+
+    #[test]
+    fn a_schedule_that_skips_repeats_or_reorders_a_layer_is_refused() {
+        let err = problem(|b| b.manifest.schedule.invocations[3] = looped(&["attn"], &[0]));
+        assert_eq!(
+            err.to_string(),
+            "manifest.json: schedule.invocations[3].layers: runs layer 0 where layer 2 comes next; the loops run every layer once, in order"
+        );
+        let err = problem(|b| drop(b.manifest.schedule.invocations.remove(3)));
+        assert!(err.to_string().contains("the loops run layers 0..2, but the bundle has 3 layers"), "{err}");
+        let err = problem(|b| b.manifest.schedule.invocations.swap(1, 3));
+        assert!(err.to_string().contains("runs layer 2 where layer 0 comes next"), "{err}");
+    }
+
+    #[test]
+    fn a_loop_must_run_each_layer_as_its_own_kind_in_whole_blocks() {
+        let err = problem(|b| b.manifest.schedule.invocations[2].block = vec!["attn".into()]);
+        assert!(err.to_string().contains("runs layer 1 as kind `attn`, but layer 1 is kind `window`"), "{err}");
+        let err = problem(|b| {
+            let s = &mut b.manifest.schedule;
+            s.resident = vec![vec!["embed".into()], vec!["attn".into(), "window".into()], vec!["head".into()]];
+            s.invocations.splice(1..4, [looped(&["attn", "window"], &[0, 1, 2])]);
+        });
+        assert!(err.to_string().contains("loops 3 layers over a block of 2 kinds"), "{err}");
+    }
+
+    #[test]
+    fn the_embedding_comes_first_and_the_head_last() {
+        let mut bundle = sample();
+        bundle.manifest.schedule.invocations.swap(0, 4);
+        let problems: Vec<String> = bundle.problems().iter().map(|p| p.to_string()).collect();
+        assert!(problems.iter().any(|p| p.contains("schedule.invocations[0]: runs head")), "{problems:#?}");
+        assert!(problems.iter().any(|p| p.contains("schedule.invocations[4]: runs embed")), "{problems:#?}");
+        let err = problem(|b| b.manifest.schedule.invocations[0].layers = vec![0]);
+        assert!(err.to_string().contains("the embed invocation has no block or layers"), "{err}");
+    }
+
+    #[test]
+    fn every_program_is_resident_in_exactly_one_set() {
+        let err = problem(|b| b.manifest.schedule.resident.pop().map(drop).unwrap_or(()));
+        assert!(err.to_string().contains("program `head` is in no set"), "{err}");
+        let err = problem(|b| b.manifest.schedule.resident[0].push("attn".into()));
+        assert!(err.to_string().contains("`attn` is in more than one set"), "{err}");
+        let err = problem(|b| b.manifest.schedule.resident[0].push("mlp".into()));
+        assert!(err.to_string().contains("names `mlp`, which is not a program"), "{err}");
+    }
 }

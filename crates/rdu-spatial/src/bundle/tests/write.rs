@@ -154,6 +154,10 @@ fn read_rejects_other_formats_and_versions() {
     fs::write(dir.join("manifest.json"), manifest.replace("\"version\": 2", "\"version\": 1")).unwrap();
     let err = Bundle::read(&dir).unwrap_err();
     assert!(matches!(err, BundleError::Version { found: 1, .. }), "{err}");
+    // An old bundle is refused in one line that names both versions and what to do.
+    let message = err.to_string();
+    assert!(message.contains("version 1 is not supported") && message.contains("reads version 2"), "{message}");
+    assert!(message.contains("lower the model again") && !message.contains('\n'), "{message}");
     fs::write(dir.join("manifest.json"), manifest.replace("rdu-bundle", "other")).unwrap();
     assert!(matches!(Bundle::read(&dir), Err(BundleError::Format { .. })));
     assert!(!is_bundle(&dir));
