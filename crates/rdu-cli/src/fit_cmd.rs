@@ -10,11 +10,11 @@
 //! (RoPE) once, as f32. A tensor named by several programs (the embedding table `E` of a
 //! tied head) is counted once.
 
-use crate::model_arg::{resolve, StorageArg};
+use crate::model_arg::{resolve, with_state, StateArg, StorageArg};
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use rdu_compiler::fit::{admits_tp, admitted_widths};
-use rdu_compiler::lang::ast::DeclKind;
+use rdu_compiler::lang::ast::{DType, DeclKind};
 use rdu_compiler::lang::{parse, Source};
 use rdu_compiler::lower::streamed::layer_kinds_for;
 use rdu_compiler::model::author::{embed_source, head_source, source_of};
@@ -40,7 +40,10 @@ pub struct FitArgs {
     /// Which weights are stored Q8_0
     #[arg(long, value_enum, default_value = "auto")]
     storage: StorageArg,
-    /// Print one JSON object: {"model", "chip", "ctx", "storage", "parts", "weight_bytes", "state_bytes", ...}
+    /// How carried state (KV caches, latent caches, recurrent state) is stored: 2 or 4 bytes an element
+    #[arg(long, value_enum, default_value = "bf16")]
+    state: StateArg,
+    /// Print one JSON object: {"model", "chip", "ctx", "storage", "state", "parts", "weight_bytes", "state_bytes", ...}
     #[arg(long)]
     json: bool,
     /// Tensor-parallel width: whether the model admits T chips (the reason if not), and the
@@ -95,6 +98,7 @@ impl Tally {
                     part.weight_bytes += bytes(TensorFormat::DenseBf16)?;
                     part.params += shape.iter().product::<u64>();
                 }
+                DeclKind::State if decl.ty.dtype == DType::Bf16 => part.state_bytes += bytes(TensorFormat::DenseBf16)?,
                 DeclKind::State => part.state_bytes += bytes(TensorFormat::F32)?,
                 DeclKind::Shared => part.shared_bytes += bytes(TensorFormat::F32)?,
                 DeclKind::Input => {}
@@ -111,7 +115,7 @@ pub fn run(args: &FitArgs) -> Result<()> {
     if args.batch == 0 {
         bail!("--batch must be at least 1");
     }
-    let spec = resolve(&args.model)?;
+    let spec = with_state(resolve(&args.model)?, args.state);
     let chip = Chip::resolve(&args.chip)?;
     let cut = match args.batch {
         1 => Cut::Decode { ctx: args.ctx },
@@ -155,6 +159,7 @@ pub fn run(args: &FitArgs) -> Result<()> {
         ctx: args.ctx,
         batch: args.batch,
         storage: storage.label(),
+        state: spec.state.as_str(),
         tied: spec.head.tied,
         fit: place(&chip, demand),
         parts,
@@ -175,6 +180,8 @@ struct Report<'a> {
     ctx: usize,
     batch: usize,
     storage: &'static str,
+    /// How states are stored: `bf16` or `f32`.
+    state: &'static str,
     /// The head reads the embedding table `E` (counted under `embed`).
     tied: bool,
     parts: Vec<Part>,
@@ -209,6 +216,7 @@ fn print_json(r: &Report) {
         "ctx": r.ctx,
         "batch": r.batch,
         "storage": r.storage,
+        "state": r.state,
         "tied_head": r.tied,
         "parts": parts,
         "params": r.params(),
@@ -234,11 +242,12 @@ fn print_text(r: &Report) {
         n => format!("each of {n} {} chips (tensor parallel)", r.chip.name),
     };
     println!(
-        "{} on {on}: decode of {} sequence(s), ctx {}, storage {}, {} parameters",
+        "{} on {on}: decode of {} sequence(s), ctx {}, storage {}, states {}, {} parameters",
         r.model,
         r.batch,
         r.ctx,
         r.storage,
+        r.state,
         count(r.params())
     );
     println!("  {:<28} {:>6} {:>10} {:>12} {:>12}", "program", "layers", "params", "weights", "state");
@@ -252,11 +261,12 @@ fn print_text(r: &Report) {
     let q8: u64 = parts.iter().map(|p| p.q8_bytes).sum();
     let d = &fit.demand;
     println!(
-        "  weights {} ({} as Q8_0, the rest bf16; shared tables {}), state {} (f32), total {}",
+        "  weights {} ({} as Q8_0, the rest bf16; shared tables {}), state {} ({}), total {}",
         gb(d.weight_bytes),
         gb(q8),
         gb(shared),
         gb(d.state_bytes),
+        r.state,
         gb(d.total())
     );
     println!("  HBM {:>10} of {:>10}", gb(fit.hbm_bytes), gb(fit.hbm_capacity));

@@ -4,7 +4,7 @@ use anyhow::{bail, Result};
 use clap::ValueEnum;
 use rdu_compiler::lower::streamed::Storage;
 use rdu_compiler::model::presets;
-use rdu_compiler::model::spec::{Cut, ModelSpec};
+use rdu_compiler::model::spec::{Cut, ModelSpec, StateDtype};
 
 /// Which weights are stored as Q8_0 blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -121,4 +121,28 @@ pub fn storage_of(arg: StorageArg, weights: &Weights) -> Storage {
         (StorageArg::Auto, Weights::Gguf(w)) => w.storage(),
         (s, _) => s.storage(),
     }
+}
+
+/// How the deployment stores carried state (KV caches, latent caches, DeltaNet state).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum StateArg {
+    /// bfloat16, as deployments store them: every value written is rounded (2 bytes an element)
+    Bf16,
+    /// f32 (4 bytes an element): what transformers' own float32 cache holds
+    F32,
+}
+
+impl StateArg {
+    pub fn dtype(self) -> StateDtype {
+        match self {
+            StateArg::Bf16 => StateDtype::Bf16,
+            StateArg::F32 => StateDtype::F32,
+        }
+    }
+}
+
+/// `spec` declaring its states as `state` says.
+pub fn with_state(mut spec: ModelSpec, state: StateArg) -> ModelSpec {
+    spec.state = state.dtype();
+    spec
 }

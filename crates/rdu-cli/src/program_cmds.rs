@@ -1,6 +1,6 @@
 //! `rdu presets`, `rdu kinds` and `rdu source`: what the author writes and how it groups.
 
-use crate::model_arg::{resolve, CutArg, CutSizes, StorageArg};
+use crate::model_arg::{resolve, with_state, CutArg, CutSizes, StateArg, StorageArg};
 use anyhow::{bail, Result};
 use clap::Args;
 use rdu_compiler::lower::streamed::layer_kinds;
@@ -37,6 +37,9 @@ pub struct SourceArgs {
     sizes: CutSizes,
     #[arg(long, value_enum, default_value = "auto")]
     storage: StorageArg,
+    /// How carried state is stored: the element type of the `state` declarations
+    #[arg(long, value_enum, default_value = "bf16")]
+    state: StateArg,
 }
 
 pub fn presets() -> Result<()> {
@@ -88,7 +91,7 @@ pub fn kinds(args: &KindsArgs) -> Result<()> {
 }
 
 pub fn source(args: &SourceArgs) -> Result<()> {
-    let spec = resolve(&args.model)?;
+    let spec = with_state(resolve(&args.model)?, args.state);
     let cut = args.cut.cut(&args.sizes)?;
     let storage = args.storage.storage();
     if matches!(cut, Cut::Tp { .. } | Cut::BatchedTp { .. }) {
