@@ -7,7 +7,7 @@
 //! (its rows are computed and ignored) until every sequence is done. Each sequence has its
 //! own sampler with the same seed, so it gets exactly what it would get alone.
 
-use crate::model_arg::{resolve_with_weights, storage_of, Weights};
+use crate::model_arg::{resolve_with_weights, storage_of, with_state, Weights};
 use crate::run_cmd::{rows, write_npy, Engine, RunArgs, RunCut};
 use anyhow::{anyhow, bail, Context, Result};
 use rdu_compiler::lower::streamed::{lower_batched_decode_streamed, lower_batched_tp_decode_streamed, LowerOptions};
@@ -49,6 +49,7 @@ pub fn run(args: &RunArgs, file: &Path) -> Result<()> {
     }
     let prompts = read_prompts(file)?;
     let (spec, weights) = resolve_with_weights(&args.model)?;
+    let spec = with_state(spec, crate::run_cmd::run_state(args)?);
     let lowered = match &args.bundle {
         Some(dir) => {
             let m = crate::bundle_arg::manifest(dir)?;

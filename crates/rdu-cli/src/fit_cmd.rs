@@ -10,11 +10,11 @@
 //! (RoPE) once, as f32. A tensor named by several programs (the embedding table `E` of a
 //! tied head) is counted once.
 
-use crate::model_arg::{resolve_with_weights, storage_of, StorageArg};
+use crate::model_arg::{resolve_with_weights, storage_of, with_state, StateArg, StorageArg};
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use rdu_compiler::fit::{admits_tp, admitted_widths};
-use rdu_compiler::lang::ast::DeclKind;
+use rdu_compiler::lang::ast::{DType, DeclKind};
 use rdu_compiler::lang::{parse, Source};
 use rdu_compiler::lower::streamed::layer_kinds_for;
 use rdu_compiler::model::author::{embed_source, head_source, source_of};
@@ -40,7 +40,10 @@ pub struct FitArgs {
     /// Which weights are stored Q8_0
     #[arg(long, value_enum, default_value = "auto")]
     storage: StorageArg,
-    /// Print one JSON object: {"model", "chip", "ctx", "storage", "parts", "weight_bytes", "state_bytes", ...}
+    /// How carried state (KV caches, latent caches, recurrent state) is stored: 2 or 4 bytes an element
+    #[arg(long, value_enum, default_value = "bf16")]
+    state: StateArg,
+    /// Print one JSON object: {"model", "chip", "ctx", "storage", "state", "parts", "weight_bytes", "state_bytes", ...}
     #[arg(long)]
     json: bool,
     /// Tensor-parallel width: whether the model admits T chips (the reason if not), and the
@@ -125,6 +128,7 @@ impl Tally {
                     part.weight_bytes += bytes(TensorFormat::DenseBf16)?;
                     part.params += shape.iter().product::<u64>();
                 }
+                DeclKind::State if decl.ty.dtype == DType::Bf16 => part.state_bytes += bytes(TensorFormat::DenseBf16)?,
                 DeclKind::State => part.state_bytes += bytes(TensorFormat::F32)?,
                 DeclKind::Shared => part.shared_bytes += bytes(TensorFormat::F32)?,
                 DeclKind::Input => {}
@@ -144,6 +148,7 @@ pub fn run(args: &FitArgs) -> Result<()> {
     check_size("--ctx", args.ctx)?;
     check_size("--batch", args.batch)?;
     let (spec, weights) = resolve_with_weights(&args.model)?;
+    let spec = with_state(spec, args.state);
     let chip = Chip::resolve(&args.chip)?;
     let cut = match args.batch {
         1 => Cut::Decode { ctx: args.ctx },
@@ -188,6 +193,7 @@ pub fn run(args: &FitArgs) -> Result<()> {
         ctx: args.ctx,
         batch: args.batch,
         storage: storage.label(),
+        state: spec.state.as_str(),
         tied: spec.head.tied,
         fit: place(&chip, demand),
         parts,
@@ -208,6 +214,8 @@ struct Report<'a> {
     ctx: usize,
     batch: usize,
     storage: &'static str,
+    /// How states are stored: `bf16` or `f32`.
+    state: &'static str,
     /// The head reads the embedding table `E` (counted under `embed`).
     tied: bool,
     parts: Vec<Part>,
@@ -242,6 +250,7 @@ fn print_json(r: &Report) {
         "ctx": r.ctx,
         "batch": r.batch,
         "storage": r.storage,
+        "state": r.state,
         "tied_head": r.tied,
         "parts": parts,
         "params": r.params(),
@@ -267,11 +276,12 @@ fn print_text(r: &Report) {
         n => format!("each of {n} {} chips (tensor parallel)", r.chip.name),
     };
     println!(
-        "{} on {on}: decode of {} sequence(s), ctx {}, storage {}, {} parameters",
+        "{} on {on}: decode of {} sequence(s), ctx {}, storage {}, states {}, {} parameters",
         r.model,
         r.batch,
         r.ctx,
         r.storage,
+        r.state,
         count(r.params())
     );
     println!("  {:<34} {:>6} {:>10} {:>12} {:>12}", "program", "layers", "params", "weights", "state");
@@ -285,11 +295,12 @@ fn print_text(r: &Report) {
     let q8: u64 = parts.iter().map(|p| p.q8_bytes).sum();
     let d = &fit.demand;
     println!(
-        "  weights {} ({} as Q8_0, the rest bf16; shared tables {}), state {} (f32), total {}",
+        "  weights {} ({} as Q8_0, the rest bf16; shared tables {}), state {} ({}), total {}",
         gb(d.weight_bytes),
         gb(q8),
         gb(shared),
         gb(d.state_bytes),
+        r.state,
         gb(d.total())
     );
     println!("  HBM {:>10} of {:>10}", gb(fit.hbm_bytes), gb(fit.hbm_capacity));

@@ -1,6 +1,6 @@
 //! `rdu lower`: lower every layer kind once, certify it, and write the bundle.
 
-use crate::model_arg::{resolve_with_weights, storage_of, CutArg, CutSizes, StorageArg};
+use crate::model_arg::{resolve_with_weights, storage_of, with_state, CutArg, CutSizes, StateArg, StorageArg};
 use anyhow::{bail, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -28,6 +28,9 @@ pub struct LowerArgs {
     /// Which weights are stored Q8_0
     #[arg(long, value_enum, default_value = "auto")]
     storage: StorageArg,
+    /// How carried state (KV caches, latent caches, recurrent state) is stored
+    #[arg(long, value_enum, default_value = "bf16")]
+    state: StateArg,
     /// Write the bundle to this directory (atomically; an existing bundle is replaced)
     #[arg(short = 'o', long = "out")]
     out: Option<PathBuf>,
@@ -52,6 +55,7 @@ pub fn run(args: &LowerArgs) -> Result<()> {
         }
     }
     let (spec, weights) = resolve_with_weights(&args.model)?;
+    let spec = with_state(spec, args.state);
     let storage = storage_of(args.storage, &weights);
     let chip = Chip::resolve(&args.chip)?;
     let cut = args.cut.cut(&args.sizes)?;
@@ -134,6 +138,7 @@ fn summary_json(model: &StreamedModel) -> Value {
         "cut": cut,
         "chip": model.chip.name,
         "storage": model.storage.label(),
+        "state": model.spec.state.as_str(),
         "lowering_seconds": model.lowering_seconds,
         "kinds": kinds,
         "embed": part_json(&model.embed),
@@ -155,7 +160,7 @@ fn summary_json(model: &StreamedModel) -> Value {
 
 fn print_summary(model: &StreamedModel, out: Option<&PathBuf>) {
     println!(
-        "{} → {} ({} layer{}, {} kind{}, storage {}), lowered and certified in {:.2}s",
+        "{} → {} ({} layer{}, {} kind{}, storage {}, states {}), lowered and certified in {:.2}s",
         model.spec.name,
         model.chip.name,
         model.spec.n_layers(),
@@ -163,6 +168,7 @@ fn print_summary(model: &StreamedModel, out: Option<&PathBuf>) {
         model.kinds.len(),
         if model.kinds.len() == 1 { "" } else { "s" },
         model.storage.label(),
+        model.spec.state.as_str(),
         model.lowering_seconds
     );
     println!(

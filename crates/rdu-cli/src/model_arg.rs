@@ -4,7 +4,7 @@ use anyhow::{bail, Result};
 use clap::ValueEnum;
 use rdu_compiler::lower::streamed::Storage;
 use rdu_compiler::model::presets;
-use rdu_compiler::model::spec::{Cut, ModelSpec};
+use rdu_compiler::model::spec::{Cut, ModelSpec, StateDtype};
 
 /// Which weights are stored as Q8_0 blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -132,6 +132,21 @@ pub fn io_words(e: &std::io::Error) -> String {
         _ => {
             let text = e.to_string();
             text.split(" (os error").next().unwrap_or(&text).to_string()
+
+/// How the deployment stores carried state (KV caches, latent caches, DeltaNet state).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum StateArg {
+    /// bfloat16, as deployments store them: every value written is rounded (2 bytes an element)
+    Bf16,
+    /// f32 (4 bytes an element): what transformers' own float32 cache holds
+    F32,
+}
+
+impl StateArg {
+    pub fn dtype(self) -> StateDtype {
+        match self {
+            StateArg::Bf16 => StateDtype::Bf16,
+            StateArg::F32 => StateDtype::F32,
         }
     }
 }
@@ -142,4 +157,9 @@ pub fn free_memory() -> Option<u64> {
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
+
+/// `spec` declaring its states as `state` says.
+pub fn with_state(mut spec: ModelSpec, state: StateArg) -> ModelSpec {
+    spec.state = state.dtype();
+    spec
 }

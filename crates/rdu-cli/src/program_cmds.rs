@@ -1,6 +1,6 @@
 //! `rdu presets`, `rdu kinds` and `rdu source`: what the author writes and how it groups.
 
-use crate::model_arg::{resolve, resolve_with_weights, storage_of, CutArg, CutSizes, StorageArg};
+use crate::model_arg::{resolve, resolve_with_weights, storage_of, with_state, CutArg, CutSizes, StateArg, StorageArg};
 use anyhow::{bail, Result};
 use clap::Args;
 use rdu_compiler::lower::streamed::layer_kinds;
@@ -37,6 +37,9 @@ pub struct SourceArgs {
     sizes: CutSizes,
     #[arg(long, value_enum, default_value = "auto")]
     storage: StorageArg,
+    /// How carried state is stored: the element type of the `state` declarations
+    #[arg(long, value_enum, default_value = "bf16")]
+    state: StateArg,
 }
 
 pub fn presets() -> Result<()> {
@@ -95,6 +98,7 @@ pub fn kinds(args: &KindsArgs) -> Result<()> {
 
 pub fn source(args: &SourceArgs) -> Result<()> {
     let (spec, weights) = resolve_with_weights(&args.model)?;
+    let spec = with_state(spec, args.state);
     let cut = args.cut.cut(&args.sizes)?;
     let storage = storage_of(args.storage, &weights);
     if matches!(cut, Cut::Tp { .. } | Cut::BatchedTp { .. }) {

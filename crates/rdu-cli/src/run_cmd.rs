@@ -2,7 +2,7 @@
 //! simulator) or the reference engine (each layer's program through the reference
 //! interpreter), writing logits rows and a JSON summary on request.
 
-use crate::model_arg::{resolve_with_weights, storage_of, StorageArg, Weights};
+use crate::model_arg::{resolve_with_weights, storage_of, with_state, StateArg, StorageArg, Weights};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -10,7 +10,7 @@ use rdu_compiler::lower::streamed::{
     lower_decode_streamed, lower_forward_streamed, lower_prefill_streamed, lower_tp_decode_streamed, LowerOptions,
     Storage,
 };
-use rdu_compiler::model::spec::ModelSpec;
+use rdu_compiler::model::spec::{ModelSpec, StateDtype};
 use rdu_compiler::reference::{Reference, SeededWeights, WeightSource};
 use rdu_host::{Host, Session, WeightsSource};
 use rdu_spatial::chip::Chip;
@@ -105,6 +105,34 @@ pub struct RunArgs {
     /// the batched tensor-parallel cut)
     #[arg(long, value_name = "T")]
     pub(crate) tp: Option<usize>,
+    /// How carried state is stored: bf16 when lowering here (as `rdu lower` does), as the
+    /// bundle stores it with --bundle (a different --state is refused)
+    #[arg(long, value_enum)]
+    pub(crate) state: Option<StateArg>,
+}
+
+/// The state storage a run uses: the bundle's, when it runs one (refusing a `--state` that
+/// differs), else `--state`, bf16 by default like `rdu lower`.
+pub(crate) fn run_state(args: &RunArgs) -> Result<StateArg> {
+    let Some(dir) = &args.bundle else { return Ok(args.state.unwrap_or(StateArg::Bf16)) };
+    let bundle = rdu_spatial::bundle::Bundle::read(dir).map_err(|e| anyhow!("{}: {e}", dir.display()))?;
+    let stored: std::collections::BTreeSet<StateDtype> = bundle.manifest.states.iter().map(|s| s.dtype).collect();
+    let stored = match stored.into_iter().collect::<Vec<_>>().as_slice() {
+        [] => return Ok(args.state.unwrap_or(StateArg::Bf16)),
+        [one] => *one,
+        _ => bail!("{}: the bundle stores some states bf16 and others f32", dir.display()),
+    };
+    let stored = if stored == StateDtype::Bf16 { StateArg::Bf16 } else { StateArg::F32 };
+    match args.state {
+        Some(given) if given != stored => bail!(
+            "{} stores its states {} but --state {} was given: lower the bundle with --state {}, or drop --state",
+            dir.display(),
+            stored.dtype().as_str(),
+            given.dtype().as_str(),
+            given.dtype().as_str()
+        ),
+        _ => Ok(stored),
+    }
 }
 
 impl RunArgs {
@@ -125,6 +153,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         check_writable(path)?;
     }
     let (spec, weights) = resolve_with_weights(&args.model)?;
+    let spec = with_state(spec, run_state(args)?);
     let manifest = match &args.bundle {
         Some(dir) => {
             let m = crate::bundle_arg::manifest(dir)?;

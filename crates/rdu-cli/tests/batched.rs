@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{argmax, assert_close, fixture, npy_f32, npy_ids, FIXTURES};
+use common::{argmax, assert_close, f32_states, fixture, npy_f32, npy_ids, FIXTURES};
 use rdu_compiler::lower::streamed::{
     lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed, LowerOptions, Storage,
 };
@@ -83,7 +83,7 @@ fn run_batch(
 
 fn check(arch: &str) {
     let dir = fixture(arch);
-    let spec = from_config_path(&dir.join("config.json")).expect("config");
+    let spec = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
     let weights = WeightsSource::Hf(dir.clone());
     let tokens = npy_ids(&dir.join("tokens.npy"));
     let vocab = spec.vocab;
@@ -127,7 +127,7 @@ fn check(arch: &str) {
 /// The same batch over 2 chips (where the model admits it): every row within 1e-4 of one chip's.
 fn check_tp(arch: &str) {
     let dir = fixture(arch);
-    let spec = from_config_path(&dir.join("config.json")).expect("config");
+    let spec = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
     if rdu_compiler::fit::admits_tp(&spec, 2, &Storage::Dense).is_err() {
         return;
     }

@@ -247,7 +247,7 @@ fn dump_after_tile_prints_tiled_spatial_text() {
 #[test]
 fn run_a_hf_checkpoint_as_json() {
     let model = repo().join("tests/data/fixtures/hf/llama");
-    let out = ok(&["run", path(&model), "--tokens", "1,17,42", "-n", "2", "--json"]);
+    let out = ok(&["run", path(&model), "--tokens", "1,17,42", "-n", "2", "--json", "--state", "f32"]);
     let v: Value = serde_json::from_str(&out).expect("JSON");
     assert_eq!(v["prompt"], serde_json::json!([1, 17, 42]));
     assert_eq!(v["positions"], serde_json::json!([0, 1, 2, 3]));

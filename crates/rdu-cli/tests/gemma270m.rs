@@ -21,11 +21,11 @@ fn gemma3_270m_tokenizes_generates_and_certifies() {
         return;
     };
     let prompt = "The capital of France is";
-    let (json, _) = rdu(&["run", &file, "--prompt", prompt, "-n", "8", "--json"]);
+    let (json, _) = rdu(&["run", &file, "--prompt", prompt, "-n", "8", "--json", "--state", "f32"]);
     let v: serde_json::Value = serde_json::from_str(json.trim()).expect("json");
     assert_eq!(v["prompt"], serde_json::json!([2, 818, 5279, 529, 7001, 563]));
     assert_eq!(v["generated"][0], 506, "the first generated token is \" the\"");
-    let (text, timing) = rdu(&["run", &file, "--prompt", prompt, "-n", "8"]);
+    let (text, timing) = rdu(&["run", &file, "--prompt", prompt, "-n", "8", "--state", "f32"]);
     assert!(text.starts_with(" the capital of the country of France."), "{text}");
     assert!(timing.contains("tok/s"), "{timing}");
     let (summary, _) = rdu(&["lower", &file, "--json"]);

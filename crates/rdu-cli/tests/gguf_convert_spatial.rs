@@ -11,7 +11,7 @@ mod hf_to_gguf;
 
 mod common;
 
-use common::{assert_close, fixture, npy_f32, npy_ids};
+use common::{assert_close, f32_states, fixture, npy_f32, npy_ids};
 use hf_to_gguf::{convert, convert_edited, convert_with, Quant, Target};
 use rdu_checkpoint::{GgufValue, GgufValueType};
 use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_forward_streamed, LowerOptions, Storage};
@@ -30,7 +30,7 @@ fn gguf(dir: &Path, arch: &str, target: Target, quant: Quant) -> PathBuf {
 
 /// The spatial engine's forward logits and token-by-token decode rows of `tokens`.
 fn spatial(path: &Path, tokens: &[u32], tmp: &Path) -> (Vec<f32>, Vec<Vec<f32>>) {
-    let spec = from_gguf_path(path).expect("import");
+    let spec = f32_states(from_gguf_path(path).expect("import"));
     let storage = GgufWeights::open(&spec, path).expect("open").storage();
     let source = WeightsSource::Gguf(path.to_path_buf());
     let chip = || Chip::builtin("sn50").expect("chip");
@@ -80,12 +80,12 @@ fn check_q8(arch: &str, target: Target) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let path = gguf(tmp.path(), arch, target, Quant::Q8_0);
     let deq = gguf(tmp.path(), arch, target, Quant::Q8_0Dequantized);
-    let spec = from_gguf_path(&path).expect("import");
+    let spec = f32_states(from_gguf_path(&path).expect("import"));
     let Storage::Exactly(set) = GgufWeights::open(&spec, &path).expect("open").storage() else { panic!("as stored") };
     assert!(set.len() > 10, "the file's matrices are Q8_0: {set:?}");
     let tokens = npy_ids(&fixture(arch).join("tokens.npy"));
     let (forward, decode) = spatial(&path, &tokens, tmp.path());
-    let deq_spec = from_gguf_path(&deq).expect("import");
+    let deq_spec = f32_states(from_gguf_path(&deq).expect("import"));
     let deq_weights = GgufWeights::open(&deq_spec, &deq).expect("open");
     let mut reference = Reference::new(&deq_spec, Storage::Dense, &deq_weights);
     let want = reference.forward(&tokens).expect("forward").logits.into_f32();
@@ -166,7 +166,7 @@ fn rdu_run_reads_converted_gguf() {
             let run = Command::new(env!("CARGO_BIN_EXE_rdu"))
                 .arg("run")
                 .arg(&path)
-                .args(["--tokens", &prompt.join(","), "--engine", engine, "--json", "--logits"])
+                .args(["--tokens", &prompt.join(","), "--engine", engine, "--state", "f32", "--json", "--logits"])
                 .arg(&out)
                 .output()
                 .expect("run rdu");

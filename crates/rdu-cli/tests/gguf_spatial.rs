@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{assert_close, npy_f32, npy_ids};
+use common::{assert_close, f32_states, npy_f32, npy_ids};
 use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_forward_streamed, LowerOptions};
 use rdu_compiler::model::gguf::from_gguf_path;
 use rdu_compiler::reference::GgufWeights;
@@ -30,7 +30,7 @@ fn argmax(row: &[f32]) -> usize {
 
 fn check(arch: &str, quant: &str) {
     let path = file(arch, quant);
-    let spec = from_gguf_path(&path).expect("import");
+    let spec = f32_states(from_gguf_path(&path).expect("import"));
     let storage = GgufWeights::open(&spec, &path).expect("open").storage();
     let tokens = npy_ids(&dir(arch).join("tokens.npy"));
     let want = npy_f32(&dir(arch).join(if quant == "f32" { "logits_hf_f32.npy" } else { "logits_hf_q8deq.npy" }));
@@ -105,7 +105,7 @@ fn rdu_run_reads_gguf() {
                 let status = Command::new(env!("CARGO_BIN_EXE_rdu"))
                     .arg("run")
                     .arg(file(arch, quant))
-                    .args(["--tokens", &prompt.join(","), "--engine", engine, "--cut", cut, "--json", "--logits"])
+                    .args(["--tokens", &prompt.join(","), "--engine", engine, "--cut", cut, "--state", "f32", "--json", "--logits"])
                     .arg(&out)
                     .output()
                     .expect("run rdu");

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{argmax, assert_close, fixture, npy_f32, npy_ids};
+use common::{argmax, assert_close, f32_states, fixture, npy_f32, npy_ids};
 use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_prefill_streamed, LowerOptions, Storage};
 use rdu_compiler::model::config::from_config_path;
 use rdu_host::{Host, Session, WeightsSource};
@@ -24,7 +24,7 @@ fn load(dir: &Path, weights: &WeightsSource, share: Option<&Host>) -> Host {
 
 fn check(arch: &str) {
     let dir = fixture(arch);
-    let spec = from_config_path(&dir.join("config.json")).expect("config");
+    let spec = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
     let tokens = npy_ids(&dir.join("tokens.npy"));
     let gen_ids = npy_ids(&dir.join("gen_ids.npy"));
     let (full, want_gen) = (npy_f32(&dir.join("logits_full.npy")), npy_f32(&dir.join("gen_logits.npy")));
@@ -137,6 +137,7 @@ fn run_with_chunks_writes_the_rows_it_computed() {
     let list: Vec<String> = tokens.iter().map(u32::to_string).collect();
     let out = Command::new(env!("CARGO_BIN_EXE_rdu"))
         .args(["run", dir.to_str().expect("utf-8"), "--tokens", &list.join(","), "-n", "8", "--chunk", "5", "--json"])
+        .args(["--state", "f32"])
         .args(["--logits", npy.to_str().expect("utf-8")])
         .output()
         .expect("rdu runs");
@@ -172,7 +173,7 @@ fn mismatched_bundles_and_chunks_are_refused() {
     assert!(err.contains("a chunk of 5 tokens does not fit a context of 4 positions"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 
-    let spec = from_config_path(&dir.join("config.json")).expect("config");
+    let spec = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
     let weights = WeightsSource::Hf(dir.clone());
     let tmp = tempfile::tempdir().expect("temp dir");
     let chip = || Chip::builtin("sn50").expect("chip");

@@ -9,11 +9,11 @@ use rdu_host::{Host, WeightsSource};
 use rdu_spatial::chip::Chip;
 mod common;
 
-use common::{argmax, assert_close, fixture, npy_f32, npy_ids};
+use common::{argmax, assert_close, f32_states, fixture, npy_f32, npy_ids};
 
 fn check(arch: &str) {
     let dir = fixture(arch);
-    let spec = from_config_path(&dir.join("config.json")).expect("config");
+    let spec = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
     let tokens = npy_ids(&dir.join("tokens.npy"));
     let vocab = spec.vocab;
     let chip = || Chip::builtin("sn50").expect("chip");

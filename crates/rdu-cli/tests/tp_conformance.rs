@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{assert_close, fixture, npy_f32, npy_ids};
+use common::{assert_close, f32_states, fixture, npy_f32, npy_ids};
 use rdu_compiler::fit::admits_tp;
 use rdu_compiler::lower::streamed::{
     lower_decode_streamed, lower_tp_decode_streamed, LowerOptions, Storage, StreamedModel, StreamedReject,
@@ -46,7 +46,7 @@ fn decode_rows(
 
 fn check(arch: &str) {
     let dir = fixture(arch);
-    let spec: ModelSpec = from_config_path(&dir.join("config.json")).expect("config");
+    let spec: ModelSpec = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
     let tokens = npy_ids(&dir.join("tokens.npy"));
     let gen_ids = npy_ids(&dir.join("gen_ids.npy"));
     let vocab = spec.vocab;

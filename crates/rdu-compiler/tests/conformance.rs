@@ -72,7 +72,7 @@ fn check_model(arch: &str) {
     let tokens = npy_ids(dir.join("tokens.npy"));
     let t = tokens.len();
     for config in ["config.json", "config.hub_style.json"] {
-        let spec = from_config_path(&dir.join(config)).unwrap_or_else(|e| panic!("{arch}/{config}: {e}"));
+        let spec = f32_states(from_config_path(&dir.join(config)).unwrap_or_else(|e| panic!("{arch}/{config}: {e}")));
         let weights = HfWeights::open(&spec, &dir).unwrap_or_else(|e| panic!("{arch}: {e}"));
         let mut reference = Reference::new(&spec, Storage::Dense, &weights);
 
@@ -174,9 +174,16 @@ fn a_checkpoint_missing_a_tensor_is_a_one_line_error_naming_it() {
         .replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3");
     std::fs::write(tmp.path().join("config.json"), config).unwrap();
     std::fs::write(tmp.path().join("model.safetensors"), bytes).unwrap();
-    let spec = from_config_path(tmp.path()).expect("config");
+    let spec = f32_states(from_config_path(tmp.path()).expect("config"));
     let weights = HfWeights::open(&spec, tmp.path()).expect("opens");
     let err = Reference::new(&spec, Storage::Dense, &weights).forward(&[1, 2]).err().expect("missing layer 2");
     assert!(err.contains("model.layers.2.") && err.contains(&tmp.path().display().to_string()), "{err}");
     assert!(!err.contains('\n'), "{err}");
+}
+
+/// `spec` with its states stored f32, as transformers' float32 cache holds them (the fixtures'
+/// f32 files are the reference within 1e-4).
+fn f32_states(mut spec: rdu_compiler::model::spec::ModelSpec) -> rdu_compiler::model::spec::ModelSpec {
+    spec.state = rdu_compiler::model::spec::StateDtype::F32;
+    spec
 }

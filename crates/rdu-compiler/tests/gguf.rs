@@ -54,7 +54,7 @@ fn argmax(row: &[f32]) -> usize {
 #[test]
 fn llama_imports() {
     for quant in ["f32", "q8_0"] {
-        let spec = from_gguf_path(file("llama", quant)).expect("import");
+        let spec = f32_states(from_gguf_path(file("llama", quant)).expect("import"));
         assert_eq!(spec.name, format!("tiny-llama-{quant}"));
         assert_eq!((spec.family, &spec.dialect), (Family::Llama, &Dialect::Gguf));
         assert_eq!((spec.vocab, spec.d_model, spec.n_layers(), spec.max_ctx), (256, 64, 2, 256));
@@ -81,7 +81,7 @@ fn llama_imports() {
 #[test]
 fn gemma3_imports() {
     for quant in ["f32", "q8_0"] {
-        let spec = from_gguf_path(file("gemma3", quant)).expect("import");
+        let spec = f32_states(from_gguf_path(file("gemma3", quant)).expect("import"));
         assert_eq!(spec.family, Family::Gemma3);
         assert_eq!((spec.vocab, spec.d_model, spec.n_layers()), (256, 64, 4));
         assert!(spec.head.tied, "gemma3 has no output.weight");
@@ -112,7 +112,7 @@ fn gemma3_imports() {
 /// with storage as stored; returns the max |diff| of each.
 fn check_reference(arch: &str, quant: &str) -> (f32, f32) {
     let path = file(arch, quant);
-    let spec = from_gguf_path(&path).expect("import");
+    let spec = f32_states(from_gguf_path(&path).expect("import"));
     let weights = GgufWeights::open(&spec, &path).expect("open");
     let storage = weights.storage();
     let tokens = npy_ids(dir(arch).join("tokens.npy"));
@@ -161,14 +161,14 @@ fn gemma3_q8_0_matches_dequantised_transformers() {
 #[test]
 fn q8_0_storage_is_as_stored() {
     let path = file("llama", "q8_0");
-    let spec = from_gguf_path(&path).expect("import");
+    let spec = f32_states(from_gguf_path(&path).expect("import"));
     let weights = GgufWeights::open(&spec, &path).expect("open");
     let rdu_compiler::lower::streamed::Storage::Exactly(set) = weights.storage() else { panic!("as stored") };
     for name in ["E", "Wout", "Wq0", "Wk1", "Wd1"] {
         assert!(set.contains(name), "{name} is Q8_0 in the file");
     }
     assert!(!set.contains("an0") && !set.contains("nf"), "norms are F32");
-    let f32_spec = from_gguf_path(file("llama", "f32")).expect("import");
+    let f32_spec = f32_states(from_gguf_path(file("llama", "f32")).expect("import"));
     let f32_weights = GgufWeights::open(&f32_spec, &file("llama", "f32")).expect("open");
     assert_eq!(f32_weights.storage(), rdu_compiler::lower::streamed::Storage::Exactly(Default::default()));
 }
@@ -292,4 +292,11 @@ fn missing_key_is_named() {
     let err = import(&kv).unwrap_err().to_string();
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     assert!(err.contains("test.gguf"), "{err}");
+}
+
+/// `spec` with its states stored f32, as transformers' float32 cache holds them (the fixtures'
+/// f32 files are the reference within 1e-4).
+fn f32_states(mut spec: rdu_compiler::model::spec::ModelSpec) -> rdu_compiler::model::spec::ModelSpec {
+    spec.state = rdu_compiler::model::spec::StateDtype::F32;
+    spec
 }

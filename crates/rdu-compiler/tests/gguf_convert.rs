@@ -77,8 +77,8 @@ fn as_gguf(mut spec: ModelSpec, name: &str, layout: GdnLayout) -> ModelSpec {
 fn check(arch: &str, target: Target, layout: GdnLayout) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let path = gguf(tmp.path(), arch, target, Quant::F32);
-    let spec = from_gguf_path(&path).unwrap_or_else(|e| panic!("{arch}: {e}"));
-    let hf = from_config_path(&fixture(arch).join("config.json")).expect("config");
+    let spec = f32_states(from_gguf_path(&path).unwrap_or_else(|e| panic!("{arch}: {e}")));
+    let hf = f32_states(from_config_path(&fixture(arch).join("config.json")).expect("config"));
     let mut want = as_gguf(hf, &spec.name, layout);
     if target == Target::Qwen35Moe {
         // The same model, stored as Qwen3.5-MoE stores it.
@@ -138,14 +138,14 @@ fn check_q8(arch: &str, target: Target, q8_weights: &[&str]) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let q8_path = gguf(tmp.path(), arch, target, Quant::Q8_0);
     let deq_path = gguf(tmp.path(), arch, target, Quant::Q8_0Dequantized);
-    let spec = from_gguf_path(&q8_path).expect("import");
+    let spec = f32_states(from_gguf_path(&q8_path).expect("import"));
     let q8 = GgufWeights::open(&spec, &q8_path).expect("open");
     let Storage::Exactly(set) = q8.storage() else { panic!("storage as stored") };
     for name in q8_weights {
         assert!(set.contains(*name), "{name} is Q8_0 in the file: {set:?}");
     }
     assert!(!set.iter().any(|n| n.starts_with("an") || n.starts_with("Wr")), "norms and routers stay F32: {set:?}");
-    let deq_spec = from_gguf_path(&deq_path).expect("import");
+    let deq_spec = f32_states(from_gguf_path(&deq_path).expect("import"));
     let deq = GgufWeights::open(&deq_spec, &deq_path).expect("open");
     let tokens = npy_ids(fixture(arch).join("tokens.npy"));
     let got = Reference::new(&spec, q8.storage(), &q8).forward(&tokens).expect("forward").logits;
@@ -270,7 +270,7 @@ fn yarn_metadata_gives_deepseeks_softmax_scale_and_frequencies() {
     let tmp = tempfile::tempdir().expect("temp dir");
     let out = tmp.path().join("yarn.gguf");
     convert_edited(&fixture("deepseek_v2"), Target::Deepseek2, Quant::F32, &out, &edit);
-    let spec = from_gguf_path(&out).expect("import");
+    let spec = f32_states(from_gguf_path(&out).expect("import"));
     // The same rope in a config.json, through the HF importer.
     let config = std::fs::read_to_string(fixture("deepseek_v2").join("config.json")).expect("config");
     let mut config: serde_json::Value = serde_json::from_str(&config).expect("json");
@@ -298,7 +298,7 @@ fn squeezed_unit_axes_read_the_same() {
     convert_with(&fixture("qwen3_next"), Target::Qwen3Next, Quant::F32, &out, &|_| {}, true);
     let gguf = rdu_checkpoint::Gguf::open(&out).expect("GGUF");
     assert_eq!(gguf.tensor("blk.0.ffn_gate_inp_shexp.weight").expect("gate").shape, vec![64]);
-    let spec = from_gguf_path(&out).expect("import");
+    let spec = f32_states(from_gguf_path(&out).expect("import"));
     let weights = GgufWeights::open(&spec, &out).expect("open");
     let tokens = npy_ids(fixture("qwen3_next").join("tokens.npy"));
     let logits = Reference::new(&spec, Storage::Dense, &weights).forward(&tokens).expect("forward").logits;
@@ -323,7 +323,7 @@ fn qwen35_is_the_dense_hybrid() {
     let tmp = tempfile::tempdir().expect("temp dir");
     let out = tmp.path().join("qwen35.gguf");
     convert_edited(&fixture("qwen3_next"), Target::Qwen35Moe, Quant::F32, &out, &rename);
-    let spec = from_gguf_path(&out).expect("import");
+    let spec = f32_states(from_gguf_path(&out).expect("import"));
     assert_eq!(spec.family, Family::Qwen35);
     for layer in &spec.layers {
         assert_eq!(
@@ -340,4 +340,11 @@ fn qwen35_is_the_dense_hybrid() {
         })
         .collect();
     assert_eq!(layouts, vec![Some(GdnLayout::SplitTiled); 3].into_iter().chain([None]).collect::<Vec<_>>());
+}
+
+/// `spec` with its states stored f32, as transformers' float32 cache holds them (the fixtures'
+/// f32 files are the reference within 1e-4).
+fn f32_states(mut spec: rdu_compiler::model::spec::ModelSpec) -> rdu_compiler::model::spec::ModelSpec {
+    spec.state = rdu_compiler::model::spec::StateDtype::F32;
+    spec
 }

@@ -93,6 +93,9 @@ fn example_evaluates_one_decode_step() {
         assert_eq!(cache.shape(), &[256, 2, 16]);
         let slot = |s: usize| cache.slice0(s).unwrap().as_f32().unwrap().to_vec();
         assert!(slot(1).iter().any(|v| *v != 0.0), "{name}: slot 1 is written");
+        // The caches are declared `bf16`: what the step writes is rounded to bf16.
+        let rounded = slot(1).iter().all(|&v| rdu_spatial::bf16::round_bf16(v) == v);
+        assert!(rounded, "{name}: a bf16 state holds bf16 values");
         assert!((0..256).filter(|&s| s != 1).all(|s| slot(s).iter().all(|v| *v == 0.0)), "{name}: one slot written");
     }
     // A position past the RoPE table is a runtime error, not a panic.

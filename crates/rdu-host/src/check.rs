@@ -114,7 +114,7 @@ fn lookup<'m>(m: &'m Manifest, name: &str) -> Option<Def<'m>> {
         list: "states",
         shape: chip_shape(&s.shape, &s.slices),
         dtype: "f32",
-        storage: Storage::Dense,
+        storage: s.dtype.storage(),
     });
     let shared = || m.shared.iter().find(|s| s.name == name).map(|s| dense("shared", &s.shape));
     let activations = || m.activations.iter().find(|a| a.name == name).map(|a| dense("activations", &a.shape));
@@ -125,5 +125,6 @@ fn storage_name(storage: Storage) -> &'static str {
     match storage {
         Storage::Dense => "dense",
         Storage::Q8_0 => "q8_0",
+        Storage::Bf16 => "bf16",
     }
 }

@@ -198,8 +198,8 @@ impl Host {
     }
 
     /// Moves `states` into this host, replacing its own. They must declare exactly this
-    /// bundle's states (names and shapes): a prefill and a decode bundle of one model lowered
-    /// with the same `ctx` and storage do.
+    /// bundle's states (names, shapes and state storage): a prefill and a decode bundle of one
+    /// model lowered with the same `ctx`, storage and `--state` do.
     pub fn put_states(&mut self, states: States) -> Result<()> {
         if !states.is_held() {
             return Err(HostError::StatesEmpty);
@@ -209,7 +209,9 @@ impl Host {
 
     /// Refuses, before anything runs, a pair of hosts whose states could not move between them.
     pub fn check_states_match(&self, other: &Host) -> Result<()> {
-        match crate::states::mismatch(self.states.shapes(), other.states.shapes()) {
+        let problem = crate::states::mismatch(self.states.shapes(), other.states.shapes())
+            .or_else(|| crate::states::dtype_mismatch(self.states.dtypes(), other.states.dtypes()));
+        match problem {
             Some(problem) => Err(HostError::StatesMismatch { problem }),
             None => Ok(()),
         }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use rdu_spatial::manifest::StateEntry;
+use rdu_spatial::manifest::{StateDtype, StateEntry};
 use rdu_spatial::{Dtype, SimData, SimTensor};
 
 /// Every state a manifest declares, held between steps.
@@ -10,6 +10,9 @@ use rdu_spatial::{Dtype, SimData, SimTensor};
 pub struct States {
     tensors: BTreeMap<String, SimTensor>,
     shapes: BTreeMap<String, Vec<usize>>,
+    /// How each state is stored. A bf16 state is held as f32 values that bf16 represents
+    /// exactly (the simulator rounds what a step writes into it).
+    dtypes: BTreeMap<String, StateDtype>,
 }
 
 impl States {
@@ -17,7 +20,8 @@ impl States {
     pub fn new(entries: &[StateEntry]) -> States {
         let shapes: BTreeMap<String, Vec<usize>> = entries.iter().map(|e| (e.name.clone(), e.shape.clone())).collect();
         let tensors = shapes.iter().map(|(n, s)| (n.clone(), SimTensor::zeros(Dtype::F32, s.clone()))).collect();
-        States { tensors, shapes }
+        let dtypes = entries.iter().map(|e| (e.name.clone(), e.dtype)).collect();
+        States { tensors, shapes, dtypes }
     }
 
     /// Zeroes every state, reusing its memory: the next step starts a new sequence.
@@ -56,13 +60,22 @@ impl States {
     /// Moves every state out, leaving this store empty (declared, but holding nothing) until
     /// [`States::put_all`] hands a store back: nothing is copied.
     pub(crate) fn take_all(&mut self) -> States {
-        States { tensors: std::mem::take(&mut self.tensors), shapes: self.shapes.clone() }
+        States { tensors: std::mem::take(&mut self.tensors), shapes: self.shapes.clone(), dtypes: self.dtypes.clone() }
     }
 
-    /// Replaces this store's states by `other`'s (moved), which must declare the same names
-    /// and shapes (and, the caller checks, hold every one of them); otherwise says which differs.
+    /// How each state is stored (`f32` or `bf16`), by name.
+    pub fn dtypes(&self) -> &BTreeMap<String, StateDtype> {
+        &self.dtypes
+    }
+
+    /// Replaces this store's states by `other`'s (moved), which must declare the same names,
+    /// shapes and storage (and, the caller checks, hold every one of them); otherwise says
+    /// which differs.
     pub(crate) fn put_all(&mut self, other: States) -> Result<(), String> {
         if let Some(problem) = mismatch(&self.shapes, &other.shapes) {
+            return Err(problem);
+        }
+        if let Some(problem) = dtype_mismatch(&self.dtypes, &other.dtypes) {
             return Err(problem);
         }
         self.tensors = other.tensors;
@@ -103,4 +116,15 @@ pub(crate) fn mismatch(ours: &BTreeMap<String, Vec<usize>>, theirs: &BTreeMap<St
     ours.iter()
         .find(|(n, s)| theirs[*n] != **s)
         .map(|(n, s)| format!("state `{n}` has the shape {:?} here but {:?} in the states given", s, theirs[n]))
+}
+
+/// The first state stored differently in two stores of the same names (f32 here, bf16 there).
+pub(crate) fn dtype_mismatch(
+    ours: &BTreeMap<String, StateDtype>,
+    theirs: &BTreeMap<String, StateDtype>,
+) -> Option<String> {
+    ours.iter().find(|(n, d)| theirs.get(*n).is_some_and(|t| t != *d)).map(|(n, d)| {
+        let theirs = theirs[n].as_str();
+        format!("state `{n}` is stored {} here but {theirs} in the states given", d.as_str())
+    })
 }

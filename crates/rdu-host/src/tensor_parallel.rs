@@ -52,7 +52,12 @@ impl Chips {
         let local: Vec<StateEntry> = m
             .states
             .iter()
-            .map(|s| StateEntry { name: s.name.clone(), shape: chip_shape(&s.shape, &s.slices), slices: Vec::new() })
+            .map(|s| StateEntry {
+                name: s.name.clone(),
+                dtype: s.dtype,
+                shape: chip_shape(&s.shape, &s.slices),
+                slices: Vec::new(),
+            })
             .collect();
         let states = (0..n).map(|_| States::new(&local)).collect();
         Ok(Some(Chips { weights: chips, states }))

@@ -4,6 +4,7 @@
 //! Nothing here knows about model families or the program language: a spatial program is
 //! data, and this crate only reads, writes, checks, costs and executes it.
 
+pub mod bf16;
 pub mod bundle;
 pub mod chip;
 pub mod cost;

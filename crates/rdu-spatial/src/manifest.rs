@@ -340,12 +340,41 @@ pub struct InputEntry {
 #[serde(deny_unknown_fields)]
 pub struct StateEntry {
     pub name: String,
+    /// How the state is stored: `f32`, or `bf16` (every value written is rounded to bf16).
+    pub dtype: StateDtype,
     /// The whole state (as on one chip).
     pub shape: Vec<usize>,
     /// Under tensor parallelism, each chip's ranges of `shape` (as for tensors); empty when
     /// every chip holds the whole state (a replicated latent cache) or there is one chip.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub slices: Vec<Vec<Slice>>,
+}
+
+/// The storage of a carried state: a deployment choice (`rdu lower --state`). bf16 is the
+/// default: deployments store KV caches, latent caches and recurrent state in bf16.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StateDtype {
+    F32,
+    #[default]
+    Bf16,
+}
+
+impl StateDtype {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StateDtype::F32 => "f32",
+            StateDtype::Bf16 => "bf16",
+        }
+    }
+
+    /// How a program declares a state of this dtype: an f32 tensor, dense or `storage=bf16`.
+    pub fn storage(self) -> crate::program::Storage {
+        match self {
+            StateDtype::F32 => crate::program::Storage::Dense,
+            StateDtype::Bf16 => crate::program::Storage::Bf16,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

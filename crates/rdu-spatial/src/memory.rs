@@ -4,7 +4,7 @@
 //! element, the PCUs' native product type), whatever type the checkpoint stores it in.
 //! Q8_0 keeps its blocks as stored: 32 int8 values and one f16 scale, 34 bytes per 32
 //! elements along the last (`in`) dimension. Carried state (KV caches, recurrent state)
-//! is f32.
+//! is held as the deployment declares it: bf16 (`storage=bf16`, 2 bytes) or f32 (4 bytes).
 
 use crate::chip::Chip;
 use crate::cost::CostError;
@@ -23,7 +23,7 @@ pub enum TensorFormat {
     DenseBf16,
     /// Q8_0 blocks along the last dimension.
     Q8_0,
-    /// f32: carried state and anything else kept at full precision.
+    /// f32: state declared f32 and anything else kept at full precision.
     F32,
 }
 
@@ -77,9 +77,9 @@ impl MemoryDemand {
         Ok(())
     }
 
-    /// Add carried state (f32) of `shape`.
-    pub fn add_state(&mut self, shape: &[u64]) -> Result<(), CostError> {
-        let bytes = tensor_bytes(shape, TensorFormat::F32)?;
+    /// Add carried state of `shape` held as `format` (`F32`, or `DenseBf16` for a bf16 state).
+    pub fn add_state(&mut self, shape: &[u64], format: TensorFormat) -> Result<(), CostError> {
+        let bytes = tensor_bytes(shape, format)?;
         self.state_bytes = self.state_bytes.checked_add(bytes).ok_or(CostError::TooLarge { shape: shape.to_vec() })?;
         Ok(())
     }

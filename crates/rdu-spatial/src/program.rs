@@ -56,6 +56,9 @@ pub enum Storage {
     /// Blocks of 32 int8 values and one scale, along the last axis.
     #[allow(non_camel_case_types)]
     Q8_0,
+    /// bfloat16 values of an f32 tensor (a state): the program sees f32, and every value an op
+    /// writes into it is rounded to bf16 (`crate::bf16::round_bf16`); reads widen exactly.
+    Bf16,
 }
 
 /// What a tensor is to the program.

@@ -120,7 +120,11 @@ pub fn lit_text(lit: &Lit) -> String {
 
 fn decl_line(decl: &TensorDecl) -> String {
     let dims = decl.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
-    let storage = if decl.storage == Storage::Q8_0 { " storage=q8_0" } else { "" };
+    let storage = match decl.storage {
+        Storage::Dense => "",
+        Storage::Q8_0 => " storage=q8_0",
+        Storage::Bf16 => " storage=bf16",
+    };
     format!(
         "tensor {} : {}[{dims}]{storage} role={} home={}",
         decl.name,

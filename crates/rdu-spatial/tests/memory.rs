@@ -19,8 +19,10 @@ fn demand_lands_in_hbm_then_ddr() {
     let chip = Chip::builtin("sn50").unwrap();
     let mut demand = MemoryDemand::default();
     demand.add_weight(&[4096, 4096], TensorFormat::Q8_0).unwrap();
-    demand.add_state(&[4096, 8, 128]).unwrap();
+    demand.add_state(&[4096, 8, 128], TensorFormat::F32).unwrap();
     assert_eq!(demand, MemoryDemand { weight_bytes: 4096 * 128 * 34, state_bytes: 4096 * 8 * 128 * 4 });
+    demand.add_state(&[4096, 8, 128], TensorFormat::DenseBf16).unwrap();
+    assert_eq!(demand.state_bytes, 4096 * 8 * 128 * (4 + 2), "a bf16 state is 2 bytes an element");
     let fit = place(&chip, demand);
     assert!(fit.fits && !fit.spills_to_ddr);
     assert_eq!((fit.hbm_bytes, fit.ddr_bytes, fit.shortfall), (demand.total(), 0, 0));

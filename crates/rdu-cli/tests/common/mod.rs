@@ -99,3 +99,10 @@ pub fn user_error(args: &[&str]) -> String {
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
+
+/// `spec` with its states stored f32: what transformers' own float32 cache holds, so that the
+/// fixtures' f32 files (`logits_step.npy`, ...) are the reference within 1e-4.
+pub fn f32_states(mut spec: rdu_compiler::model::spec::ModelSpec) -> rdu_compiler::model::spec::ModelSpec {
+    spec.state = rdu_compiler::model::spec::StateDtype::F32;
+    spec
+}

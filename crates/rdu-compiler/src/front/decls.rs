@@ -1,5 +1,6 @@
 //! Declarations: each becomes a declared value of the graph. Faults: a name declared twice
-//! (E0213), `q8` on anything but a weight (E0204), a seed that does not fit (E0207).
+//! (E0213), `q8` on anything but a weight or `bf16` on anything but a state (E0204), a seed
+//! that does not fit (E0207).
 
 use super::codes;
 use super::lift::{Bound, Ctx, DeclUse};
@@ -26,16 +27,21 @@ impl Ctx {
         }
         let dtype = match decl.ty.dtype {
             ast::DType::I32 => DType::I32,
-            ast::DType::F32 | ast::DType::Q8 => DType::F32,
+            ast::DType::F32 | ast::DType::Q8 | ast::DType::Bf16 => DType::F32,
         };
         let q8 = decl.ty.dtype == ast::DType::Q8;
         if q8 && decl.kind != DeclKind::Weight {
             let message = format!("only weights may be `q8`; declare {} `{name}` as f32", decl.kind.keyword());
             self.composition_fault(codes::DTYPE, message, decl.span, name);
         }
+        let bf16 = decl.ty.dtype == ast::DType::Bf16;
+        if bf16 && decl.kind != DeclKind::State {
+            let message = format!("only states may be `bf16`; declare {} `{name}` as f32", decl.kind.keyword());
+            self.composition_fault(codes::DTYPE, message, decl.span, name);
+        }
         let ty = Type { dtype, shape: decl.ty.shape.clone() };
         let seed = decl.init.as_ref().and_then(|lit| self.seed(decl, &ty, lit));
-        let declaration = Declaration { kind: decl.kind, q8, seed, span: decl.span };
+        let declaration = Declaration { kind: decl.kind, q8, bf16, seed, span: decl.span };
         let value = self.graph.declare(name, ty, declaration);
         self.scope.insert(name.clone(), Bound::Value(value));
         let span = decl.name.span;

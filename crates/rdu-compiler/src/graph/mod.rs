@@ -98,15 +98,17 @@ pub struct Declaration {
     pub kind: DeclKind,
     /// Declared `q8`: a weight the deployment may store as Q8_0 blocks.
     pub q8: bool,
+    /// Declared `bf16`: a state stored as bfloat16 (every value written into it is rounded).
+    pub bf16: bool,
     /// An input's seed value (`input pos : i32[] = 1`). The interpreter does not use it.
     pub seed: Option<Tensor>,
     pub span: Span,
 }
 
 impl Declaration {
-    /// A plain declaration of `kind`: not `q8`, no seed, no span.
+    /// A plain declaration of `kind`: not `q8`, not `bf16`, no seed, no span.
     pub fn of(kind: DeclKind) -> Declaration {
-        Declaration { kind, q8: false, seed: None, span: Span::default() }
+        Declaration { kind, q8: false, bf16: false, seed: None, span: Span::default() }
     }
 }
 

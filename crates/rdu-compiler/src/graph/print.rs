@@ -18,6 +18,9 @@ impl fmt::Display for Graph {
             if decl.q8 {
                 f.write_str(" q8")?;
             }
+            if decl.bf16 {
+                f.write_str(" bf16")?;
+            }
             if let Some(seed) = &decl.seed {
                 write!(f, " seed={seed:?}")?;
             }

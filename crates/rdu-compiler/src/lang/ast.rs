@@ -54,12 +54,14 @@ impl fmt::Display for Name {
 
 /// Element type of a declared tensor. `Q8` marks a weight the deployment MAY store as Q8_0
 /// blocks (its values are f32 to the program); whether it IS stored so is the source's
-/// `q8` set, not the type.
+/// `q8` set, not the type. `Bf16` marks a state stored as bfloat16: its values are f32 to the
+/// program, and every value written into it is rounded to bf16.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum DType {
     F32,
     I32,
     Q8,
+    Bf16,
 }
 
 impl DType {
@@ -68,6 +70,7 @@ impl DType {
             DType::F32 => "f32",
             DType::I32 => "i32",
             DType::Q8 => "q8",
+            DType::Bf16 => "bf16",
         }
     }
     pub fn from_keyword(s: &str) -> Option<DType> {
@@ -75,6 +78,7 @@ impl DType {
             "f32" => DType::F32,
             "i32" => DType::I32,
             "q8" => DType::Q8,
+            "bf16" => DType::Bf16,
             _ => return None,
         })
     }

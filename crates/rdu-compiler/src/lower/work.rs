@@ -28,13 +28,15 @@ fn numel(shape: &[usize]) -> u64 {
     shape.iter().map(|&d| d as u64).product()
 }
 
-/// Bytes of a tensor as stored in memory: Q8_0 blocks, bf16 for dense weights and states
-/// (the stated assumption of `rdu_spatial::memory`), 4 bytes for f32/i32 activations.
+/// Bytes of a tensor as stored in memory: Q8_0 blocks, bf16 for dense weights (the stated
+/// assumption of `rdu_spatial::memory`) and for states declared `bf16`, 4 bytes for f32
+/// states and f32/i32 activations.
 pub fn stored_bytes(t: &TensorDecl) -> u64 {
     let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
     let format = match (t.storage, t.role) {
         (Storage::Q8_0, _) => TensorFormat::Q8_0,
-        (Storage::Dense, Role::Weight | Role::State | Role::Shared) => TensorFormat::DenseBf16,
+        (Storage::Bf16, _) => TensorFormat::DenseBf16,
+        (Storage::Dense, Role::Weight | Role::Shared) => TensorFormat::DenseBf16,
         _ => TensorFormat::F32,
     };
     tensor_bytes(&shape, format).unwrap_or(u64::MAX / 4)

@@ -24,6 +24,7 @@ use rdu_checkpoint::Gguf;
 use crate::error::{Error, Result};
 use crate::model::spec::{
     Act, Dialect, Embed, Family, Ffn, Head, Layer, Mixer, ModelSpec, Norms, RopeScaling, RopeStyle, Rotation, Router,
+    StateDtype,
 };
 
 /// The `general.architecture` values [`from_gguf`] understands.
@@ -219,6 +220,7 @@ fn finish(
         dialect: Dialect::Gguf,
         bos: m.u32("tokenizer.ggml.bos_token_id")?,
         eos,
+        state: StateDtype::default(),
     })
 }
 

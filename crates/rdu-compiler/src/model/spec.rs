@@ -48,6 +48,9 @@ pub enum Dialect {
     Gguf,
 }
 
+/// The storage of carried state (`rdu lower --state`).
+pub use rdu_spatial::manifest::StateDtype;
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelSpec {
     pub name: String,
@@ -63,6 +66,11 @@ pub struct ModelSpec {
     pub dialect: Dialect,
     pub bos: Option<u32>,
     pub eos: Vec<u32>,
+    /// How the deployment stores carried state (KV caches, latent caches, DeltaNet recurrent
+    /// and conv state): bf16 (the default, as deployments do) or f32. A deployment choice, as
+    /// Q8_0 weights are; the author declares every state with it (`state Kc0 : bf16[...]`).
+    #[serde(default)]
+    pub state: StateDtype,
 }
 
 impl ModelSpec {

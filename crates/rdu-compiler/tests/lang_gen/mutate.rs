@@ -67,7 +67,7 @@ pub fn mutate(p: &mut Program, q8: &mut BTreeSet<String>, m: &Mutation) {
                     d.ty.dtype = match d.ty.dtype {
                         DType::F32 => DType::I32,
                         DType::I32 => DType::Q8,
-                        DType::Q8 => DType::F32,
+                        DType::Q8 | DType::Bf16 => DType::F32,
                     }
                 }
                 (Item::Decl(d), Mutation::Dim(_, j)) => d.ty.shape[*j] += 1,

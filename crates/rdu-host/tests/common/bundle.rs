@@ -163,7 +163,12 @@ pub fn bundle_rows(variant: Variant, rows: Rows) -> Bundle {
         ],
         states: ["K0", "K1"]
             .iter()
-            .map(|n| StateEntry { name: n.to_string(), shape: vec![CTX, 1, D], slices: Vec::new() })
+            .map(|n| StateEntry {
+                name: n.to_string(),
+                dtype: StateDtype::F32,
+                shape: vec![CTX, 1, D],
+                slices: Vec::new(),
+            })
             .collect(),
         shared: vec![shared("cos0", RopeTable::Cos), shared("sin0", RopeTable::Sin)],
         activations: vec![activation("x", D), activation("xo0", D), activation("xo1", D), activation("logits", VOCAB)],

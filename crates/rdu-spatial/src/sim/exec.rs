@@ -178,7 +178,7 @@ impl<'p, 'b> Exec<'p, 'b> {
         Ok(())
     }
 
-    fn bind(&mut self, name: &str, value: SimTensor, is_state: bool) -> Result<(), SimError> {
+    fn bind(&mut self, name: &str, mut value: SimTensor, is_state: bool) -> Result<(), SimError> {
         let decl = self.decls.get(name).copied();
         if is_state && decl.map(|d| d.role) != Some(Role::State) {
             return super::invalid(format!("{name} is updated with `<-` but is not a declared state"));
@@ -196,6 +196,12 @@ impl<'p, 'b> Exec<'p, 'b> {
                 let got = format!("{}{:?}", value.dtype().as_str(), value.shape);
                 let want = format!("{}{:?}", d.dtype.as_str(), d.shape);
                 return super::invalid(format!("produces {got} but {name} is declared {want}"));
+            }
+        }
+        if is_state && decl.is_some_and(|d| d.storage == Storage::Bf16) {
+            // What is written into a bf16 state is stored as bf16: every value rounded (RNE).
+            if let Some(values) = value.as_f32_mut() {
+                crate::bf16::round_bf16_slice(values);
             }
         }
         self.env.insert(name.to_string(), Val::Dense(Cow::Owned(value)));

@@ -116,8 +116,9 @@ fn decl(cur: &mut Cursor<'_>) -> Res<TensorDecl> {
         cur.key("storage")?;
         storage = match cur.ident("a storage")?.as_str() {
             "q8_0" => Storage::Q8_0,
+            "bf16" => Storage::Bf16,
             "dense" => Storage::Dense,
-            other => return Err(format!("unknown storage `{other}` (dense or q8_0)")),
+            other => return Err(format!("unknown storage `{other}` (dense, q8_0 or bf16)")),
         };
     }
     cur.key("role")?;

@@ -20,7 +20,7 @@ mod shape;
 mod tests;
 
 use super::{Graph, Node, Op, Origin, Tensor, ValueId};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// Supplies the program's declared tensors (inputs, weights, shared tensors, states) by name.
@@ -80,13 +80,25 @@ type Kernel = Result<Vec<Tensor>, String>;
 pub fn eval(graph: &Graph, env: &dyn Bindings) -> Result<Evaluated, EvalError> {
     graph.verify().map_err(|m| EvalError::new(None, format!("malformed graph: {m}")))?;
     let mut run = Run { graph, env, values: vec![None; graph.values.len()] };
+    // States stored as bf16: a value written into one (an update, which shares the state's
+    // name) is rounded to bf16 exactly as the simulator rounds it (`rdu_spatial::bf16`).
+    let bf16_states: BTreeSet<&str> = graph
+        .declared()
+        .filter(|(_, _, d)| d.kind == crate::lang::ast::DeclKind::State && d.bf16)
+        .map(|(_, v, _)| v.name.as_str())
+        .collect();
     for node in &graph.nodes {
         let outs = run.node(node)?;
-        for (&v, t) in node.outputs.iter().zip(outs) {
+        for (&v, mut t) in node.outputs.iter().zip(outs) {
             if t.shape() != graph.ty(v).shape.as_slice() || t.dtype() != graph.ty(v).dtype {
                 let message =
                     format!("`{}` computed {t:?}, not the {} the graph says", graph.value(v).name, graph.ty(v));
                 return Err(EvalError::new(Some(node.stmt), message));
+            }
+            if bf16_states.contains(graph.value(v).name.as_str()) {
+                if let super::Data::F32(values) = &mut t.data {
+                    rdu_spatial::bf16::round_bf16_slice(values);
+                }
             }
             run.values[v.index()] = Some(Arc::new(t));
         }

@@ -33,11 +33,16 @@ pub fn select(name: &str, chip: &str, program: &Program, graph: &Graph) -> Spati
             Origin::Node { .. } if outputs.contains(value.name.as_str()) => (Role::Output, Home::Hbm),
             Origin::Node { .. } => (Role::Temp, Home::Sram),
         };
+        // A state declared `bf16` is stored as bf16 (`storage=bf16`); the rest dense until `q8`.
+        let storage = match &value.origin {
+            Origin::Decl(d) if d.bf16 => Storage::Bf16,
+            _ => Storage::Dense,
+        };
         tensors.push(TensorDecl {
             name: value.name.clone(),
             dtype,
             shape: value.ty.shape.clone(),
-            storage: Storage::Dense,
+            storage,
             role,
             home,
         });

@@ -3,14 +3,17 @@
 //! checkpoint tensor, state, shared table and activation comes from.
 
 use super::deploy::{ProgramPart, StreamedModel};
-use crate::lang::{ast::DeclKind, parse};
+use crate::lang::{
+    ast::{DType, DeclKind},
+    parse,
+};
 use crate::model::naming::{checkpoint_source, TensorSource};
 use crate::model::spec::Cut;
 use rdu_spatial::bundle::Bundle;
 use rdu_spatial::manifest::{
     file_blake3, ActivationEntry, Attached, AttachedRole, CertificateEntry, Checkpoint, CheckpointKind, CostEntry,
     Cut as CutEntry, CutMode, InputEntry, KindEntry, LayerEntry, Manifest, ProgramEntry, Programs, RopeTable,
-    SharedEntry, SharedRope, Slice, StateEntry, TensorEntry, TensorStorage, FORMAT, VERSION,
+    SharedEntry, SharedRope, Slice, StateDtype, StateEntry, TensorEntry, TensorStorage, FORMAT, VERSION,
 };
 use std::collections::BTreeMap;
 
@@ -196,7 +199,8 @@ impl Tables {
                     self.activations.insert(name.clone(), ActivationEntry { name, shape });
                 }
                 DeclKind::State => {
-                    self.states.insert(name.clone(), StateEntry { name, shape, slices });
+                    let dtype = if d.ty.dtype == DType::Bf16 { StateDtype::Bf16 } else { StateDtype::F32 };
+                    self.states.insert(name.clone(), StateEntry { name, dtype, shape, slices });
                 }
                 DeclKind::Shared => {
                     let rotation = name[3..].parse::<usize>().ok().and_then(|r| spec.rotations.get(r));

@@ -32,7 +32,7 @@ use writer::{float, list, Writer};
 pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) -> Source {
     let lspec = &spec.layers[layer];
     let ctx = LayerCtx::new(spec, lspec, layer, cut);
-    let mut w = Writer::new(Some(layer), storage);
+    let mut w = Writer::new(Some(layer), storage).states(spec.state);
     if ctx.tensor_parallel() {
         w = w.tensor_parallel(ctx.tp);
     }

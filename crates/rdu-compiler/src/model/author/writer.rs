@@ -3,6 +3,7 @@
 
 use super::split::{local_extent, parts, Run};
 use crate::lang::{Slices, Source};
+use crate::model::spec::StateDtype;
 use crate::model::storage::Storage;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -22,6 +23,8 @@ pub(crate) struct Writer<'a> {
     /// Chips of a tensor-parallel program (`None`: one chip, nothing is split).
     tp: Option<usize>,
     slices: BTreeMap<String, Slices>,
+    /// The element type states are declared with (`bf16` or `f32`).
+    state: StateDtype,
 }
 
 /// Formats an f64 attribute value so that it re-lexes as a float (`1e-6`, `0.25`, `8.0`).
@@ -55,7 +58,14 @@ impl<'a> Writer<'a> {
             storage,
             tp: None,
             slices: BTreeMap::new(),
+            state: StateDtype::default(),
         }
+    }
+
+    /// Declares every state with the deployment's state storage (`bf16[...]` or `f32[...]`).
+    pub fn states(mut self, state: StateDtype) -> Self {
+        self.state = state;
+        self
     }
 
     /// Writes the per-chip program of `tp` chips: `*_split` declarations take each chip's slices.
@@ -154,14 +164,14 @@ impl<'a> Writer<'a> {
     pub fn state_split(&mut self, base: &str, full: &[usize], axis: usize, runs: &[Run]) -> String {
         let name = self.name(base);
         let shape = self.split_shape(&name, full, axis, runs);
-        self.decl("state", &name, "f32", &shape, None);
+        self.decl("state", &name, self.state.as_str(), &shape, None);
         name
     }
 
     /// A state carried from step to step.
     pub fn state(&mut self, base: &str, shape: &[usize]) -> String {
         let name = self.name(base);
-        self.decl("state", &name, "f32", shape, None);
+        self.decl("state", &name, self.state.as_str(), shape, None);
         name
     }
 

@@ -2,7 +2,7 @@
 //! [`ModelSpec::rotations`].
 
 use super::fields::Core;
-use crate::model::spec::{Dialect, Embed, Family, Ffn, Head, Layer, Mixer, ModelSpec, Norms, Rotation};
+use crate::model::spec::{Dialect, Embed, Family, Ffn, Head, Layer, Mixer, ModelSpec, Norms, Rotation, StateDtype};
 
 /// A model before its rotations are deduplicated into [`ModelSpec::rotations`].
 pub(super) struct Draft {
@@ -78,6 +78,7 @@ impl Draft {
             dialect: Dialect::Hf { prefix: self.prefix.to_string() },
             bos: self.bos,
             eos: self.eos,
+            state: StateDtype::default(),
         }
     }
 }

@@ -65,6 +65,7 @@ pub fn sample() -> Bundle {
         states: (0..3)
             .map(|l| StateEntry {
                 name: format!("Kc{l}"),
+                dtype: StateDtype::Bf16,
                 shape: vec![16, 2, 16],
                 slices: (0..2).map(|c| vec![Slice { axis: 1, start: c, len: 1 }]).collect(),
             })
