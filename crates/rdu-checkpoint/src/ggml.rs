@@ -122,8 +122,15 @@ impl fmt::Display for GgmlType {
 /// A trailing partial block is ignored; callers pass exactly `n_blocks * type_size` bytes.
 pub(crate) fn dequantize(ty: GgmlType, bytes: &[u8]) -> Option<Vec<f32>> {
     let block_bytes = ty.type_size() as usize;
-    let n_blocks = bytes.len() / block_bytes;
-    let mut out = Vec::with_capacity(n_blocks * ty.block_size() as usize);
+    let mut out = Vec::with_capacity(bytes.len() / block_bytes * ty.block_size() as usize);
+    dequantize_into(ty, bytes, &mut out).then_some(out)
+}
+
+/// Appends the f32 values of the whole blocks of `ty` in `bytes` to `out` — exactly the values
+/// [`crate::Gguf::read_f32`] gives — or returns `false` (appending nothing) if `ty` has no
+/// dequantiser here. This is the reference a consumer widening blocks in place is held to.
+pub fn dequantize_into(ty: GgmlType, bytes: &[u8], out: &mut Vec<f32>) -> bool {
+    let block_bytes = ty.type_size() as usize;
     let block_fn: fn(&[u8], &mut Vec<f32>) = match ty {
         GgmlType::F32 => |b, out| out.push(f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
         GgmlType::F16 => |b, out| out.push(f16::from_le_bytes([b[0], b[1]]).to_f32()),
@@ -134,12 +141,12 @@ pub(crate) fn dequantize(ty: GgmlType, bytes: &[u8]) -> Option<Vec<f32>> {
         GgmlType::Q4_K => crate::kquants::q4_k,
         GgmlType::Q5_K => crate::kquants::q5_k,
         GgmlType::Q6_K => crate::kquants::q6_k,
-        _ => return None,
+        _ => return false,
     };
     for block in bytes.chunks_exact(block_bytes) {
-        block_fn(block, &mut out);
+        block_fn(block, out);
     }
-    Some(out)
+    true
 }
 
 /// Reads the little-endian f16 at `at` as f32.

@@ -13,7 +13,7 @@ mod safetensors;
 mod safetensors_header;
 
 pub use crate::error::{CheckpointError, Result};
-pub use crate::ggml::GgmlType;
+pub use crate::ggml::{dequantize_into, GgmlType};
 pub use crate::gguf::{Gguf, GgufTensor, DEFAULT_ALIGNMENT, MAX_DIMS, MAX_TENSOR_NAME_LEN};
 pub use crate::gguf_value::{
     GgufValue, GgufValueType, MAX_ARRAY_LEN, MAX_NESTING, MAX_STRING_LEN, MAX_TOTAL_ARRAY_ELEMENTS,

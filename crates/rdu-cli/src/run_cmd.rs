@@ -145,6 +145,39 @@ impl RunArgs {
 /// Computes the logits rows of `tokens`, the first of which is at position `pos`.
 type StepFn<'a> = Box<dyn FnMut(&[u32], usize) -> Result<Vec<Vec<f32>>> + 'a>;
 
+/// Seconds spent loading weights and lowering, wherever the engine does it (before the first
+/// step, or inside a step for the forward cut), so that prompt and decode rates exclude them.
+#[derive(Default)]
+struct Clocks {
+    load: std::cell::Cell<f64>,
+    lower: std::cell::Cell<f64>,
+}
+
+impl Clocks {
+    /// Runs `f`, adding its time to `clock`.
+    fn time<T>(clock: &std::cell::Cell<f64>, f: impl FnOnce() -> T) -> T {
+        let t = std::time::Instant::now();
+        let out = f();
+        clock.set(clock.get() + t.elapsed().as_secs_f64());
+        out
+    }
+
+    fn total(&self) -> f64 {
+        self.load.get() + self.lower.get()
+    }
+}
+
+/// The longest prefill chunk `rdu run --prompt` lowers by itself.
+const MAX_AUTO_CHUNK: usize = 512;
+
+/// The chunk `rdu run --prompt` prefills with when `--chunk` is not given: the prompt in as few
+/// equal chunks of at most `MAX_AUTO_CHUNK` rows as it takes (fewer than one chunk's count of
+/// tokens are left to the decode bundle).
+fn auto_chunk(prompt: usize) -> usize {
+    let chunks = prompt.div_ceil(MAX_AUTO_CHUNK).max(1);
+    (prompt / chunks).max(1)
+}
+
 pub fn run(args: &RunArgs) -> Result<()> {
     if let Some(file) = &args.batch_prompts {
         return crate::batch_run::run(args, file);
@@ -258,6 +291,19 @@ pub fn run(args: &RunArgs) -> Result<()> {
     };
     let mut reference = Reference::new(&spec, storage.clone(), reference_weights);
     let mut prefill: Option<(usize, StepFn<'_>)> = None;
+    // A text prompt is prefilled in chunks by default (spatial decode, nothing that needs every
+    // prompt row's logits or a bundle of its own).
+    let chunk = chunk_arg.or_else(|| {
+        let default = args.prompt.is_some()
+            && args.engine == Engine::Spatial
+            && run_cut == RunCut::Decode
+            && args.bundle.is_none()
+            && args.tp.is_none()
+            && args.logits.is_none()
+            && prompt_ids.len() > 1;
+        default.then(|| auto_chunk(prompt_ids.len()))
+    });
+    let clocks = std::rc::Rc::new(Clocks::default());
     if let Some(chunk) = chunk_arg {
         if chunk == 0 {
             bail!("--chunk must be at least 1");
@@ -278,20 +324,31 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 Ok(rows(out.logits.as_f32().unwrap_or_default(), vocab))
             })
         }
-        (Engine::Spatial, _) if chunk_arg.is_some() => {
-            let chunk = chunk_arg.unwrap_or(1);
-            let (chunked, decode) = chunked_engine(args, &spec, storage, ctx, chunk, host_weights)?;
+        (Engine::Spatial, _) if chunk.is_some() => {
+            let chunk = chunk.unwrap_or(1);
+            let (chunked, decode) = chunked_engine(args, &spec, storage, ctx, chunk, host_weights, &clocks)?;
             prefill = Some((chunk, chunked));
             decode
         }
-        (Engine::Spatial, cut) => spatial_engine(args, &spec, storage, cut, ctx, host_weights)?,
+        (Engine::Spatial, cut) => spatial_engine(args, &spec, storage, cut, ctx, host_weights, clocks.clone())?,
     };
     let mut logits: Vec<Vec<f32>> = Vec::new();
+    // Every row is kept for --logits; otherwise only the last (the one sampled from).
+    let keep_all = args.logits.is_some();
+    let keep = |logits: &mut Vec<Vec<f32>>, row: Vec<f32>| {
+        if !keep_all {
+            logits.clear();
+        }
+        logits.push(row);
+    };
     let mut positions = Vec::new();
     let mut generated = Vec::new();
     let mut seq = prompt_ids.clone();
     let started = std::time::Instant::now();
+    // Loading and lowering done inside steps (the forward cut) is not prompt or decode time.
+    let engine_at_start = clocks.total();
     let mut prompt_seconds = 0f64;
+    let mut engine_in_prompt = 0f64;
     let mut choose = |row: &[f32], generated: &mut Vec<u32>| -> Result<bool> {
         let next = sampler.sample(row).map_err(|e| anyhow!("{e}"))?;
         if eos.contains(&next) {
@@ -311,10 +368,11 @@ pub fn run(args: &RunArgs) -> Result<()> {
             let first_new = if logits.is_empty() { 0 } else { seq.len() - 1 };
             for (p, row) in all.into_iter().enumerate().skip(first_new) {
                 positions.push(p);
-                logits.push(row);
+                keep(&mut logits, row);
             }
             if prompt_seconds == 0.0 {
-                prompt_seconds = started.elapsed().as_secs_f64();
+                (prompt_seconds, engine_in_prompt) =
+                    (started.elapsed().as_secs_f64(), clocks.total() - engine_at_start);
             }
             if generated.len() == args.n || !choose(logits.last().expect("a row"), &mut generated)? {
                 break;
@@ -332,10 +390,11 @@ pub fn run(args: &RunArgs) -> Result<()> {
                     let row = prefill(&seq[pos..pos + *chunk], pos)?.remove(0);
                     pos += *chunk;
                     positions.push(pos - 1);
-                    logits.push(row);
+                    keep(&mut logits, row);
                 }
                 if pos > 0 && pos == prompt_ids.len() {
-                    prompt_seconds = started.elapsed().as_secs_f64();
+                    (prompt_seconds, engine_in_prompt) =
+                        (started.elapsed().as_secs_f64(), clocks.total() - engine_at_start);
                     if generated.len() < args.n
                         && choose(logits.last().expect("a row"), &mut generated)?
                         && generated.len() < args.n
@@ -347,10 +406,11 @@ pub fn run(args: &RunArgs) -> Result<()> {
             while pos < seq.len() {
                 let row = step(&seq[pos..pos + 1], pos)?.remove(0);
                 positions.push(pos);
-                logits.push(row);
+                keep(&mut logits, row);
                 pos += 1;
                 if pos == prompt_ids.len() {
-                    prompt_seconds = started.elapsed().as_secs_f64();
+                    (prompt_seconds, engine_in_prompt) =
+                        (started.elapsed().as_secs_f64(), clocks.total() - engine_at_start);
                 }
                 if pos == seq.len()
                     && generated.len() < args.n
@@ -365,21 +425,36 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if let Some(path) = &args.logits {
         write_npy(path, &logits, vocab).with_context(|| format!("writing {}", path.display()))?;
     }
-    let decode_seconds = started.elapsed().as_secs_f64() - prompt_seconds;
+    let engine_in_decode = clocks.total() - engine_at_start - engine_in_prompt;
+    let decode_seconds = (started.elapsed().as_secs_f64() - prompt_seconds - engine_in_decode).max(0.0);
+    let prompt_seconds = (prompt_seconds - engine_in_prompt).max(0.0);
+    // Every generated token but the last is fed back through the model: those are the decode steps.
+    let decode_steps = generated.len().saturating_sub(1);
+    let rate = |n: usize, s: f64| if n == 0 { 0.0 } else { n as f64 / s.max(1e-9) };
     if args.json {
-        println!("{}", json!({"prompt": prompt_ids, "generated": generated, "positions": positions}));
+        let timing = json!({
+            "load_s": clocks.load.get(),
+            "lower_s": clocks.lower.get(),
+            "prompt_tokens": prompt_ids.len(),
+            "prompt_s": prompt_seconds,
+            "prompt_tok_s": rate(prompt_ids.len(), prompt_seconds),
+            "decode_tokens": decode_steps,
+            "decode_s": decode_seconds,
+            "decode_tok_s": rate(decode_steps, decode_seconds),
+        });
+        println!("{}", json!({"prompt": prompt_ids, "generated": generated, "positions": positions, "timing": timing}));
     } else if streaming {
         println!("{}", stream.finish());
         eprintln!(
-            "prompt: {} tokens in {:.2}s ({:.1} tok/s{}); decode: {} tokens in {:.2}s ({:.1} tok/s)",
+            "load: {:.2}s; lowering: {:.2}s; prompt: {} tokens in {:.2}s ({:.1} tok/s); decode: {} tokens, {decode_steps} steps in {:.2}s ({:.1} tok/s)",
+            clocks.load.get(),
+            clocks.lower.get(),
             prompt_ids.len(),
             prompt_seconds,
-            prompt_ids.len() as f64 / prompt_seconds.max(1e-9),
-            // Only the forward cut lowers while the clock runs (a bundle per length).
-            if run_cut == RunCut::Forward && args.bundle.is_none() { ", incl. lowering" } else { "" },
+            rate(prompt_ids.len(), prompt_seconds),
             generated.len(),
             decode_seconds,
-            generated.len() as f64 / decode_seconds.max(1e-9)
+            rate(decode_steps, decode_seconds)
         );
     } else {
         println!("prompt:    {prompt_ids:?}");
@@ -437,15 +512,19 @@ fn spatial_engine<'a>(
     cut: RunCut,
     ctx: usize,
     weights: WeightsSource,
+    clocks: std::rc::Rc<Clocks>,
 ) -> Result<StepFn<'a>> {
     let vocab = spec.vocab;
     let json = args.json;
+    let load_clocks = clocks.clone();
     let load = move |dir: &std::path::Path, weights: &WeightsSource| -> Result<Host> {
         let bar = load_bar(json);
-        let host = Host::load(dir, weights, &mut |done, total, name| {
-            bar.set_length(total as u64);
-            bar.set_position(done as u64);
-            bar.set_message(name.to_string());
+        let host = Clocks::time(&load_clocks.load, || {
+            Host::load(dir, weights, &mut |done, total, name| {
+                bar.set_length(total as u64);
+                bar.set_position(done as u64);
+                bar.set_message(name.to_string());
+            })
         });
         bar.finish_and_clear();
         host.map_err(|e| anyhow!("{e}"))
@@ -474,15 +553,17 @@ fn spatial_engine<'a>(
     let chip = Chip::resolve(args.chip())?;
     let tmp = tempfile::tempdir().context("creating a temporary bundle directory")?;
     let lower_into = move |dir: &std::path::Path, seq: Option<usize>| -> Result<()> {
-        let opts = LowerOptions { chip: chip.clone(), storage: storage.clone(), seed: 0, progress: &mut |_| {} };
-        let model = match (seq, args.tp) {
-            (Some(seq), _) => lower_forward_streamed(spec, seq, opts),
-            (None, Some(tp)) => lower_tp_decode_streamed(spec, tp, ctx, opts),
-            (None, None) => lower_decode_streamed(spec, ctx, opts),
-        }
-        .map_err(|e| anyhow!("{e}"))?;
-        model.bundle().map_err(|e| anyhow!(e))?.write(dir, true)?;
-        Ok(())
+        Clocks::time(&clocks.lower, || {
+            let opts = LowerOptions { chip: chip.clone(), storage: storage.clone(), seed: 0, progress: &mut |_| {} };
+            let model = match (seq, args.tp) {
+                (Some(seq), _) => lower_forward_streamed(spec, seq, opts),
+                (None, Some(tp)) => lower_tp_decode_streamed(spec, tp, ctx, opts),
+                (None, None) => lower_decode_streamed(spec, ctx, opts),
+            }
+            .map_err(|e| anyhow!("{e}"))?;
+            model.bundle().map_err(|e| anyhow!(e))?.write(dir, true)?;
+            Ok(())
+        })
     };
     match cut {
         RunCut::Decode => {
@@ -527,6 +608,7 @@ fn chunked_engine<'a>(
     ctx: usize,
     chunk: usize,
     weights: WeightsSource,
+    clocks: &Clocks,
 ) -> Result<(StepFn<'a>, StepFn<'a>)> {
     use std::cell::RefCell;
     use std::rc::Rc;
@@ -541,9 +623,13 @@ fn chunked_engine<'a>(
         Some(dir) => dir.clone(),
         None => {
             let dir = tmp.path().join("prefill");
-            let opts = LowerOptions { chip: chip.clone(), storage: storage.clone(), seed: 0, progress: &mut |_| {} };
-            let model = lower_prefill_streamed(spec, chunk, ctx, opts).map_err(|e| anyhow!("{e}"))?;
-            model.bundle().map_err(|e| anyhow!(e))?.write(&dir, true)?;
+            Clocks::time(&clocks.lower, || -> Result<()> {
+                let opts =
+                    LowerOptions { chip: chip.clone(), storage: storage.clone(), seed: 0, progress: &mut |_| {} };
+                let model = lower_prefill_streamed(spec, chunk, ctx, opts).map_err(|e| anyhow!("{e}"))?;
+                model.bundle().map_err(|e| anyhow!(e))?.write(&dir, true)?;
+                Ok(())
+            })?;
             dir
         }
     };
@@ -564,14 +650,21 @@ fn chunked_engine<'a>(
         }
         None => {
             let dir = tmp.path().join("decode");
-            let opts = LowerOptions { chip, storage, seed: 0, progress: &mut |_| {} };
-            let model = lower_decode_streamed(spec, ctx, opts).map_err(|e| anyhow!("{e}"))?;
-            model.bundle().map_err(|e| anyhow!(e))?.write(&dir, true)?;
+            Clocks::time(&clocks.lower, || -> Result<()> {
+                let opts = LowerOptions { chip, storage, seed: 0, progress: &mut |_| {} };
+                let model = lower_decode_streamed(spec, ctx, opts).map_err(|e| anyhow!("{e}"))?;
+                model.bundle().map_err(|e| anyhow!(e))?.write(&dir, true)?;
+                Ok(())
+            })?;
             dir
         }
     };
-    let prefill = Host::load(&prefill_dir, &weights, &mut |_, _, _| {}).map_err(|e| anyhow!("{e}"))?;
-    let decode = Host::load_sharing(&decode_dir, &prefill, &weights, &mut |_, _, _| {}).map_err(|e| anyhow!("{e}"))?;
+    let (prefill, decode) = Clocks::time(&clocks.load, || -> Result<(Host, Host)> {
+        let prefill = Host::load(&prefill_dir, &weights, &mut |_, _, _| {}).map_err(|e| anyhow!("{e}"))?;
+        let decode =
+            Host::load_sharing(&decode_dir, &prefill, &weights, &mut |_, _, _| {}).map_err(|e| anyhow!("{e}"))?;
+        Ok((prefill, decode))
+    })?;
     drop(tmp);
     let session = Rc::new(RefCell::new(Session::new(prefill, decode).map_err(|e| anyhow!("{e}"))?));
     let chunks = Rc::clone(&session);

@@ -347,11 +347,19 @@ fn run_with_a_prompt_tokenizes_samples_deterministically_and_streams() {
     let gguf = gguf.to_str().expect("utf-8 path");
     let args =
         ["run", gguf, "--prompt", "hello", "-n", "3", "--temp", "0.7", "--top-p", "0.9", "--seed", "1", "--json"];
-    let first: Value = serde_json::from_str(ok(&args).trim()).expect("json");
+    let mut first: Value = serde_json::from_str(ok(&args).trim()).expect("json");
     // The fixture's vocabulary is byte tokens: "▁hello" is 3 + 5 bytes.
     assert_eq!(first["prompt"].as_array().expect("prompt").len(), 8);
     assert_eq!(first["generated"].as_array().expect("generated").len(), 3);
-    let second: Value = serde_json::from_str(ok(&args).trim()).expect("json");
+    // The prompt is prefilled in one chunk by default: one logits row, its last position.
+    assert_eq!(first["positions"], serde_json::json!([7, 8, 9]));
+    let timing = first.as_object_mut().expect("an object").remove("timing").expect("timing");
+    for key in ["load_s", "lower_s", "prompt_tok_s", "decode_tok_s"] {
+        assert!(timing[key].as_f64().is_some_and(|v| v >= 0.0), "{key}: {timing}");
+    }
+    assert_eq!((timing["prompt_tokens"].as_u64(), timing["decode_tokens"].as_u64()), (Some(8), Some(2)));
+    let mut second: Value = serde_json::from_str(ok(&args).trim()).expect("json");
+    second.as_object_mut().expect("an object").remove("timing");
     assert_eq!(first, second, "a seeded sampler repeats itself");
     let out = rdu(&["run", gguf, "--prompt", "hello", "-n", "2"]);
     assert!(out.status.success());

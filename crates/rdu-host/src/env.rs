@@ -3,6 +3,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use rdu_spatial::sim::PackedWeight;
 use rdu_spatial::{Q8Weight, SimBindings, SimTensor};
 
 use crate::weights::Weights;
@@ -38,6 +39,11 @@ impl SimBindings for Env<'_> {
             .or_else(|| self.weights.dense.get(name))
             .or_else(|| self.shared.get(name));
         found.map(Cow::Borrowed)
+    }
+
+    fn packed(&self, name: &str) -> Option<PackedWeight<'_>> {
+        let name = self.target(name);
+        self.weights.packed.get(name).map(|p| p.weight())
     }
 
     fn q8(&self, name: &str) -> Option<Cow<'_, Q8Weight>> {

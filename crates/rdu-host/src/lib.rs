@@ -31,4 +31,4 @@ pub use sample::{greedy, Sampler, Sampling};
 pub use session::Session;
 pub use states::States;
 pub use tokenizer::{StreamDecoder, Tokenizer};
-pub use weights::{Progress, Weights, WeightsSource};
+pub use weights::{Packed, Progress, Weights, WeightsSource};

@@ -6,9 +6,11 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use rdu_checkpoint::{quantize_q8_0, seeded_weight, GgmlType, Gguf, SafeTensors};
 use rdu_spatial::manifest::{CheckpointKind, Manifest, TensorEntry, TensorStorage};
+use rdu_spatial::sim::{can_pack, PackedWeight};
 use rdu_spatial::{Q8Block, Q8Weight, SimTensor};
 
 use crate::assemble::{self, Piece};
@@ -32,6 +34,49 @@ pub struct Weights {
     pub dense: BTreeMap<String, SimTensor>,
     /// Tensors stored as Q8_0 blocks.
     pub q8: BTreeMap<String, Q8Weight>,
+    /// Tensors read in place from a GGUF file in their stored block format (a Q8_0-declared
+    /// tensor stored Q8_0; a dense-declared one stored Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, F16
+    /// or BF16), widened per row by the simulator to exactly the values `read_f32` gives.
+    pub packed: BTreeMap<String, Packed>,
+}
+
+/// A checkpoint tensor kept in its file's block format, borrowed from the memory-mapped file.
+#[derive(Clone)]
+pub struct Packed {
+    pub shape: Vec<usize>,
+    pub format: GgmlType,
+    file: Arc<Gguf>,
+    checkpoint: String,
+}
+
+impl Packed {
+    /// The tensor's bytes in the file.
+    pub fn bytes(&self) -> &[u8] {
+        // Checked when the tensor was kept (`Reader::pack`).
+        self.file.tensor_bytes(&self.checkpoint).unwrap_or_default()
+    }
+
+    /// The simulator's view of it.
+    pub fn weight(&self) -> PackedWeight<'_> {
+        PackedWeight { shape: &self.shape, format: self.format, bytes: self.bytes() }
+    }
+
+    /// Every value as f32 (what `Gguf::read_f32` gives).
+    pub fn widen(&self) -> Vec<f32> {
+        self.weight().widen_all()
+    }
+}
+
+impl PartialEq for Packed {
+    fn eq(&self, other: &Packed) -> bool {
+        self.shape == other.shape && self.format == other.format && self.bytes() == other.bytes()
+    }
+}
+
+impl std::fmt::Debug for Packed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Packed({} {:?} from {} `{}`)", self.format, self.shape, self.file.file(), self.checkpoint)
+    }
 }
 
 /// Reports loading progress: tensors done, tensors in all, the tensor just loaded.
@@ -46,6 +91,11 @@ impl Weights {
         for (done, (name, entry)) in manifest.tensors.iter().enumerate() {
             if entry.dtype != "f32" {
                 return Err(HostError::TensorDtype { tensor: name.clone(), dtype: entry.dtype.clone() });
+            }
+            if let Some(packed) = reader.pack(entry) {
+                weights.packed.insert(name.clone(), packed);
+                progress(done + 1, total, name);
+                continue;
             }
             match reader.load(name, entry)? {
                 Loaded::Dense(t) => {
@@ -62,7 +112,7 @@ impl Weights {
 
     /// Number of tensors held.
     pub fn len(&self) -> usize {
-        self.dense.len() + self.q8.len()
+        self.dense.len() + self.q8.len() + self.packed.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -72,7 +122,7 @@ impl Weights {
 
 enum Reader {
     Hf { file: String, tensors: SafeTensors },
-    Gguf(Gguf),
+    Gguf(Arc<Gguf>),
     Seeded { seed: u64, unit_offset: bool },
 }
 
@@ -109,7 +159,7 @@ impl Reader {
             WeightsSource::Hf(path) => {
                 Reader::Hf { file: path.display().to_string(), tensors: SafeTensors::open(path)? }
             }
-            WeightsSource::Gguf(path) => Reader::Gguf(Gguf::open(path)?),
+            WeightsSource::Gguf(path) => Reader::Gguf(Arc::new(Gguf::open(path)?)),
             WeightsSource::Seeded { seed, unit_offset } => Reader::Seeded { seed: *seed, unit_offset: *unit_offset },
         })
     }
@@ -120,6 +170,32 @@ impl Reader {
             Reader::Gguf(g) => g.file().to_string(),
             Reader::Seeded { seed, .. } => format!("seeded weights (seed {seed})"),
         }
+    }
+
+    /// The tensor of `entry` kept in place in the file's block format, when it can be: one
+    /// whole GGUF tensor of at least two axes (not stacked, sliced or split over chips) in a
+    /// format the simulator reads in place — Q8_0 for a Q8_0-declared tensor.
+    fn pack(&self, entry: &TensorEntry) -> Option<Packed> {
+        let Reader::Gguf(gguf) = self else { return None };
+        let c = &entry.checkpoint;
+        if c.kind != CheckpointKind::Tensor || c.names.len() != 1 || !entry.slices.is_empty() || entry.shape.len() < 2 {
+            return None;
+        }
+        let info = gguf.tensor(&c.names[0])?;
+        let q8 = entry.storage == TensorStorage::Q8_0;
+        let format_fits = if q8 { info.ggml_type == GgmlType::Q8_0 } else { can_pack(info.ggml_type) };
+        if !format_fits || squeezed(&info.shape) != squeezed(&entry.shape) {
+            return None;
+        }
+        let packed = Packed {
+            shape: entry.shape.clone(),
+            format: info.ggml_type,
+            file: Arc::clone(gguf),
+            checkpoint: c.names[0].clone(),
+        };
+        gguf.tensor_bytes(&c.names[0]).ok()?;
+        packed.weight().check().ok()?;
+        Some(packed)
     }
 
     /// The tensor `name` of the manifest, assembled from its checkpoint tensors and held as its storage says.

@@ -61,11 +61,12 @@ fn q8_0_gguf_tensors_are_kept_as_their_blocks() {
     let dir = write_bundle(tmp.path(), Variant::Q8);
     let mut host = Host::load(&dir, &WeightsSource::Gguf(path.clone()), &mut |_, _, _| {}).unwrap();
 
-    // The blocks are the file's: rdu_checkpoint reads them back identically.
+    // A whole Q8_0 tensor is read in place: the held bytes are the file's own.
     let file = rdu_checkpoint::Gguf::open(&path).unwrap();
-    let stored = file.read_q8_0("lm_head.weight").unwrap();
-    let held: Vec<(f32, [i8; 32])> = host.weights().q8["Wout"].blocks.iter().map(|b| (b.d, b.qs)).collect();
-    assert_eq!(held, stored.blocks.iter().map(|b| (b.d, b.qs)).collect::<Vec<_>>());
+    let held = &host.weights().packed["Wout"];
+    assert_eq!(held.format, rdu_checkpoint::GgmlType::Q8_0);
+    assert_eq!(held.bytes(), file.tensor_bytes("lm_head.weight").unwrap());
+    assert!(!host.weights().q8.contains_key("Wout"));
     // W1's slice of the stored Q8_0 tensor is its second half of blocks.
     let big = file.read_q8_0("model.layers.1.proj_big.weight").unwrap();
     let held: Vec<f32> = host.weights().q8["W1"].blocks.iter().map(|b| b.d).collect();
@@ -95,8 +96,16 @@ fn dense_storage_over_q8_0_gguf_tensors_dequantises() {
     let path = tmp.path().join("model.gguf");
     write_gguf(&path, &tensors);
     let dir = write_bundle(tmp.path(), Variant::Dense);
-    let host = Host::load(&dir, &WeightsSource::Gguf(path), &mut |_, _, _| {}).unwrap();
+    let mut host = Host::load(&dir, &WeightsSource::Gguf(path), &mut |_, _, _| {}).unwrap();
+    // Kept as the file's blocks, widened to exactly the dequantised values.
     let want = rdu_checkpoint::quantize_q8_0(&values["Wout"], &[VOCAB, D]).unwrap().dequantize();
-    assert_eq!(host.weights().dense["Wout"].as_f32().unwrap(), want.as_slice());
-    assert!(host.weights().q8.is_empty());
+    assert_eq!(host.weights().packed["Wout"].widen(), want);
+    assert!(host.weights().q8.is_empty() && !host.weights().dense.contains_key("Wout"));
+    let mut want_values = values.clone();
+    want_values.insert("Wout".into(), want);
+    let got = logits(&mut host, &TOKENS);
+    let want = reference(&want_values, &TOKENS);
+    for pos in 0..TOKENS.len() {
+        assert_close(&got[pos], &want[pos], 1e-5, &format!("dense over q8_0 gguf at position {pos}"));
+    }
 }

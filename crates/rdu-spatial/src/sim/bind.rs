@@ -3,6 +3,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use super::packed::PackedWeight;
 use super::tensor::SimTensor;
 use crate::q8::{Q8Block, Q8Weight};
 
@@ -18,6 +19,14 @@ pub trait SimBindings {
 
     /// A weight stored as Q8_0 blocks by name.
     fn q8(&self, name: &str) -> Option<Cow<'_, Q8Weight>>;
+
+    /// A weight kept in its checkpoint's block format, read in place (looked up before
+    /// [`SimBindings::tensor`] and [`SimBindings::q8`] for a declared weight): a Q8_0-declared
+    /// weight as file Q8_0 blocks, a dense-declared one in any format [`super::can_pack`]
+    /// accepts, widened per row inside the product to exactly the values the file holds.
+    fn packed(&self, _name: &str) -> Option<PackedWeight<'_>> {
+        None
+    }
 
     /// Expert `expert` of the stacked weight `name` (`[E, ...]`): its row-major slab, as stored.
     fn expert(&self, name: &str, expert: usize) -> Option<WeightSlab<'_>> {

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use super::bind::SimBindings;
 use super::collective::Collective;
 use super::ops::{dispatch, ArgVal, Call};
+use super::packed::PackedWeight;
 use super::tensor::SimTensor;
 use super::SimError;
 use crate::program::{Arg, KernelOp, Role, SpatialProgram, Storage, TensorDecl};
@@ -57,10 +58,17 @@ pub(super) fn run(
     Ok(outputs)
 }
 
-/// A value of the environment: dense, or a weight as Q8_0 blocks.
+/// A value of the environment: dense, a weight as Q8_0 blocks, or a weight read in place in
+/// its checkpoint's block format (`q8`: declared `storage=q8_0`).
 pub(super) enum Val<'b> {
     Dense(Cow<'b, SimTensor>),
     Q8(Cow<'b, Q8Weight>),
+    Packed { w: PackedWeight<'b>, q8: bool },
+}
+
+/// Ops that read a weight argument (always argument 1) packed, row by row.
+fn reads_packed(op: &str, arg: usize) -> bool {
+    arg == 1 && matches!(op, "linear" | "linear_heads" | "embed")
 }
 
 struct Exec<'p, 'b> {
@@ -94,6 +102,14 @@ impl<'p, 'b> Exec<'p, 'b> {
                 }
             }
         }
+        // A packed weight read by any other op is widened (or reblocked) for it, once.
+        for (i, arg) in op.args.iter().enumerate() {
+            if let Arg::Tensor(name) = arg {
+                if !reads_packed(&op.op, i) {
+                    self.unpack(name);
+                }
+            }
+        }
         // An update whose first argument is the state it writes takes it by value (in place).
         let state_first = matches!(op.args.first(), Some(Arg::Tensor(n)) if n == last);
         let inplace = if op.update && state_first && matches!(op.op.as_str(), "cache_put" | "delta_step") {
@@ -115,6 +131,7 @@ impl<'p, 'b> Exec<'p, 'b> {
                 Arg::Tensor(name) => match self.env.get(name.as_str()) {
                     Some(Val::Dense(t)) => ArgVal::Dense(t),
                     Some(Val::Q8(w)) => ArgVal::Q8(w),
+                    Some(Val::Packed { w, q8 }) => ArgVal::Packed(*w, *q8),
                     None if i == 0 && inplace.is_some() => ArgVal::Taken,
                     None => match self.decls.get(name.as_str()) {
                         Some(decl) if decl.role.is_bound() => ArgVal::Stacked(decl),
@@ -154,7 +171,21 @@ impl<'p, 'b> Exec<'p, 'b> {
         let missing = || SimError::Missing { name: name.to_string(), role: decl.role.as_str().to_string() };
         let bad = |message: String| SimError::Binding { name: name.to_string(), message };
         let numel = checked_numel(&decl.shape).ok_or_else(|| bad("declared shape is too large".into()))?;
-        let val = if decl.storage == Storage::Q8_0 {
+        let q8 = decl.storage == Storage::Q8_0;
+        if let Some(w) = self.bindings.packed(name) {
+            let fits = w.shape == decl.shape.as_slice()
+                && (!q8 || w.format == rdu_checkpoint::GgmlType::Q8_0)
+                && decl.dtype == crate::program::Dtype::F32;
+            if let Err(problem) = w.check() {
+                return Err(bad(problem));
+            }
+            if !fits {
+                return Err(bad(format!("{} {:?}, declared {:?}", w.format, w.shape, decl.shape)));
+            }
+            self.env.insert(name.to_string(), Val::Packed { w, q8 });
+            return Ok(());
+        }
+        let val = if q8 {
             let w = self.bindings.q8(name).ok_or_else(missing)?;
             let last = decl.shape.last().copied().unwrap_or(0);
             if w.shape != decl.shape || last % QK8_0 != 0 || w.blocks.len() * QK8_0 != numel {
@@ -176,6 +207,17 @@ impl<'p, 'b> Exec<'p, 'b> {
         };
         self.env.insert(name.to_string(), val);
         Ok(())
+    }
+
+    /// Replaces a packed weight by its widened values (or, declared Q8_0, its blocks).
+    fn unpack(&mut self, name: &str) {
+        if let Some(Val::Packed { w, q8 }) = self.env.get(name) {
+            let val = match (q8, w.to_q8()) {
+                (true, Some(blocks)) => Val::Q8(Cow::Owned(blocks)),
+                _ => Val::Dense(Cow::Owned(SimTensor::f32(w.shape.to_vec(), w.widen_all()))),
+            };
+            self.env.insert(name.to_string(), val);
+        }
     }
 
     fn bind(&mut self, name: &str, mut value: SimTensor, is_state: bool) -> Result<(), SimError> {
@@ -216,7 +258,7 @@ fn decl_role(decl: Option<&TensorDecl>) -> &'static str {
 /// A Q8_0 weight may only be read by an op that folds it, or by `dequant`.
 fn check_storage(op: &KernelOp, args: &[ArgVal<'_>]) -> Result<(), SimError> {
     let is_q8 = |a: &ArgVal<'_>| match a {
-        ArgVal::Q8(_) => true,
+        ArgVal::Q8(_) | ArgVal::Packed(_, true) => true,
         ArgVal::Stacked(d) => d.storage == Storage::Q8_0,
         _ => false,
     };

@@ -15,6 +15,7 @@ mod matmul;
 mod moe;
 mod norm;
 mod ops;
+mod packed;
 mod products;
 mod recurrent;
 mod region;
@@ -25,6 +26,9 @@ use std::collections::BTreeMap;
 
 pub use bind::{MapBindings, SimBindings, WeightSlab};
 pub use collective::{AllReduce, Collective};
+pub use packed::{
+    can_pack, dot_q8_row_plain, dot_q8_row_with, q8_kernel, widen_row, widen_row_plain, PackedWeight, Q8Kernel,
+};
 pub use tensor::{strides, SimData, SimTensor};
 
 use crate::program::SpatialProgram;

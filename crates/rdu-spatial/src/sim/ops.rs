@@ -1,6 +1,7 @@
 //! One op's call: its resolved arguments and attributes, typed accessors, and the op table.
 
 use super::bind::SimBindings;
+use super::packed::PackedWeight;
 use super::tensor::SimTensor;
 use super::{attention, elementwise as ew, invalid, moe, norm, products, recurrent, shape, SimError};
 use crate::program::{KernelOp, Lit, TensorDecl, Tiling};
@@ -65,6 +66,8 @@ fn all_reduce(call: &mut Call<'_>) -> Outs {
 pub(super) enum ArgVal<'e> {
     Dense(&'e SimTensor),
     Q8(&'e Q8Weight),
+    /// A weight read in place in its block format; `true` when declared `storage=q8_0`.
+    Packed(PackedWeight<'e>, bool),
     Lit(&'e Lit),
     /// A bound stacked weight not yet read (`experts` reads it one expert at a time).
     Stacked(&'e TensorDecl),
@@ -77,6 +80,7 @@ pub(super) enum ArgVal<'e> {
 pub(super) enum Weight<'e> {
     Dense(&'e SimTensor, &'e [f32]),
     Q8(&'e Q8Weight),
+    Packed(PackedWeight<'e>),
 }
 
 impl Weight<'_> {
@@ -84,6 +88,7 @@ impl Weight<'_> {
         match self {
             Weight::Dense(t, _) => &t.shape,
             Weight::Q8(w) => &w.shape,
+            Weight::Packed(w) => w.shape,
         }
     }
 }
@@ -122,6 +127,7 @@ impl<'e> Call<'e> {
         match self.args.get(i) {
             Some(ArgVal::Dense(t)) => Ok(t),
             Some(ArgVal::Q8(_)) => invalid(format!("argument {i} is a q8_0 weight; this op reads it dense")),
+            Some(ArgVal::Packed(..)) => invalid(format!("argument {i} is a packed weight; this op reads it dense")),
             Some(ArgVal::Lit(_)) => invalid(format!("argument {i} must be a tensor, not a literal")),
             Some(ArgVal::Stacked(d)) => invalid(format!("{} cannot be read here", d.name)),
             Some(ArgVal::Taken) => invalid(format!("argument {i} was taken by the update")),
@@ -151,6 +157,7 @@ impl<'e> Call<'e> {
     pub(super) fn weight(&self, i: usize) -> Result<Weight<'e>, SimError> {
         match self.args.get(i) {
             Some(ArgVal::Q8(w)) => Ok(Weight::Q8(w)),
+            Some(ArgVal::Packed(w, _)) => Ok(Weight::Packed(*w)),
             _ => self.f32(i).map(|(t, d)| Weight::Dense(t, d)),
         }
     }

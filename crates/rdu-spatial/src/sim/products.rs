@@ -5,6 +5,7 @@ use rayon::prelude::*;
 
 use super::matmul::{products, Rows};
 use super::ops::{Call, Outs, Weight};
+use super::packed::widen_row;
 use super::region::{region, untiled, Axes};
 use super::tensor::SimTensor;
 use super::{invalid, SimError};
@@ -105,6 +106,11 @@ pub(super) fn embed(call: &Call<'_>) -> Outs {
                         *o = block.d * block.qs[c % QK8_0] as f32;
                     }
                 }
+                Weight::Packed(p) => {
+                    let mut full = vec![0.0f32; d];
+                    widen_row(p.format, p.row(row), &mut full);
+                    dst.copy_from_slice(&full[s..t]);
+                }
             }
         }
     }
@@ -141,6 +147,13 @@ pub(super) fn rows_of(w: Weight<'_>, first: usize, count: usize) -> Result<Rows<
             .get(first * cols..(first + count) * cols)
             .map(|data| Rows::Dense { data, cols })
             .map_or_else(|| invalid("weight rows out of range"), Ok),
+        Weight::Packed(p) => {
+            let rb = p.row_bytes();
+            let bytes = first.checked_mul(rb).zip((first + count).checked_mul(rb)).and_then(|(a, b)| p.bytes.get(a..b));
+            bytes
+                .map(|bytes| Rows::Packed { format: p.format, bytes, cols })
+                .map_or_else(|| invalid("weight rows out of range"), Ok)
+        }
         Weight::Q8(q) => {
             let nb = cols / QK8_0;
             q.blocks

@@ -1,0 +1,561 @@
+//! Weights kept as their checkpoint stores them — ggml blocks along the last axis, read in
+//! place (e.g. from a memory-mapped GGUF file) — and the row kernels that read them.
+//!
+//! A dense-declared weight kept packed is widened row by row inside the product, each value
+//! exactly what [`rdu_checkpoint::dequantize_into`] (the reference's reading of the file)
+//! gives; a Q8_0-declared weight kept packed is folded block by block as `Q8Weight` is.
+
+use rdu_checkpoint::{dequantize_into, GgmlType};
+
+use crate::q8::{Q8Block, Q8Weight, QK8_0};
+
+/// A weight in a ggml block format, `shape` row-major with blocks along the last axis.
+#[derive(Clone, Copy, Debug)]
+pub struct PackedWeight<'a> {
+    pub shape: &'a [usize],
+    pub format: GgmlType,
+    pub bytes: &'a [u8],
+}
+
+/// Whether the simulator can read a weight of this format in place.
+pub fn can_pack(format: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(format, F16 | BF16 | Q8_0 | Q4_0 | Q5_0 | Q4_K | Q5_K | Q6_K)
+}
+
+impl<'a> PackedWeight<'a> {
+    /// Values per row (the last axis).
+    pub fn cols(&self) -> usize {
+        self.shape.last().copied().unwrap_or(0)
+    }
+
+    /// Rows: the product of every axis but the last.
+    pub fn rows(&self) -> usize {
+        self.shape.iter().rev().skip(1).product()
+    }
+
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.cols() / self.format.block_size() as usize * self.format.type_size() as usize
+    }
+
+    /// Why the bytes cannot hold the shape in this format, if they cannot.
+    pub fn check(&self) -> Result<(), String> {
+        let block = self.format.block_size() as usize;
+        if !can_pack(self.format) {
+            return Err(format!("{} cannot be read in place", self.format));
+        }
+        if self.shape.is_empty() || self.cols() % block != 0 {
+            return Err(format!("{:?} does not hold whole {} blocks along its last axis", self.shape, self.format));
+        }
+        let want = self.rows().checked_mul(self.row_bytes());
+        if want != Some(self.bytes.len()) {
+            return Err(format!("{} bytes do not hold {} {:?}", self.bytes.len(), self.format, self.shape));
+        }
+        Ok(())
+    }
+
+    /// Rows `first..first + count` as their own weight (`shape` must be `[count, cols]`).
+    pub fn rows_of(&self, first: usize, count: usize, shape: &'a [usize]) -> Option<PackedWeight<'a>> {
+        let rb = self.row_bytes();
+        let bytes = self.bytes.get(first.checked_mul(rb)?..first.checked_add(count)?.checked_mul(rb)?)?;
+        Some(PackedWeight { shape, format: self.format, bytes })
+    }
+
+    /// Row `j`'s bytes.
+    pub fn row(&self, j: usize) -> &'a [u8] {
+        let rb = self.row_bytes();
+        &self.bytes[j * rb..(j + 1) * rb]
+    }
+
+    /// Every value as f32, as the reference reads them.
+    pub fn widen_all(&self) -> Vec<f32> {
+        let mut out = Vec::with_capacity(self.rows() * self.cols());
+        dequantize_into(self.format, self.bytes, &mut out);
+        out
+    }
+
+    /// The weight as owned Q8_0 blocks (a Q8_0-declared weight read by an op that needs them).
+    pub fn to_q8(&self) -> Option<Q8Weight> {
+        (self.format == GgmlType::Q8_0).then(|| Q8Weight {
+            shape: self.shape.to_vec(),
+            blocks: self.bytes.chunks_exact(34).map(q8_block).collect(),
+        })
+    }
+}
+
+/// One 34-byte Q8_0 block of the file as the simulator's block (the f16 scale widened).
+#[inline(always)]
+fn q8_block(b: &[u8]) -> Q8Block {
+    let mut qs = [0i8; QK8_0];
+    for (q, &v) in qs.iter_mut().zip(&b[2..34]) {
+        *q = v as i8;
+    }
+    Q8Block { d: f16(b), qs }
+}
+
+#[inline(always)]
+fn f16(b: &[u8]) -> f32 {
+    half::f16::from_le_bytes([b[0], b[1]]).to_f32()
+}
+
+/// Widens one row (`bytes` of `format`) into `out` (`out.len()` values): the reference's values.
+pub fn widen_row(format: GgmlType, bytes: &[u8], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU supports AVX2 and FMA, checked just above.
+        if unsafe { widen_row_avx2(format, bytes, out) } {
+            return;
+        }
+    }
+    widen_row_plain(format, bytes, out)
+}
+
+/// The portable widening: the reference dequantiser itself.
+pub fn widen_row_plain(format: GgmlType, bytes: &[u8], out: &mut [f32]) {
+    if !widen_fast(format, bytes, out) {
+        let mut v = Vec::with_capacity(out.len());
+        dequantize_into(format, bytes, &mut v);
+        out.copy_from_slice(&v);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn widen_row_avx2(format: GgmlType, bytes: &[u8], out: &mut [f32]) -> bool {
+    widen_fast(format, bytes, out)
+}
+
+/// The hot formats widened with fixed-size loops the compiler vectorises (the same f32
+/// operations in the same order as `rdu_checkpoint`'s dequantisers, so the same values);
+/// `false` for a format left to the reference dequantiser.
+#[inline(always)]
+fn widen_fast(format: GgmlType, bytes: &[u8], out: &mut [f32]) -> bool {
+    match format {
+        GgmlType::Q8_0 => {
+            for (b, o) in bytes.chunks_exact(34).zip(out.chunks_exact_mut(32)) {
+                let d = f16(b);
+                for (o, &q) in o.iter_mut().zip(&b[2..34]) {
+                    *o = f32::from(q as i8) * d;
+                }
+            }
+        }
+        GgmlType::Q5_0 => {
+            for (b, o) in bytes.chunks_exact(22).zip(out.chunks_exact_mut(32)) {
+                let d = f16(b);
+                let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+                let qs = &b[6..22];
+                let (lo, hi) = o.split_at_mut(16);
+                for j in 0..16 {
+                    let high = (((qh >> j) & 1) << 4) as u8;
+                    lo[j] = f32::from(i16::from((qs[j] & 0xF) | high) - 16) * d;
+                    let high = (((qh >> (j + 16)) & 1) << 4) as u8;
+                    hi[j] = f32::from(i16::from((qs[j] >> 4) | high) - 16) * d;
+                }
+            }
+        }
+        GgmlType::Q4_K => {
+            for (b, o) in bytes.chunks_exact(144).zip(out.chunks_exact_mut(256)) {
+                let (d, dmin) = (f16(&b[0..2]), f16(&b[2..4]));
+                let scales = &b[4..16];
+                let qs = &b[16..144];
+                for chunk in 0..4 {
+                    let q = &qs[32 * chunk..32 * chunk + 32];
+                    let (d1, m1) = sub_block(d, dmin, scales, 2 * chunk);
+                    let (d2, m2) = sub_block(d, dmin, scales, 2 * chunk + 1);
+                    let (lo, hi) = o[64 * chunk..64 * chunk + 64].split_at_mut(32);
+                    for l in 0..32 {
+                        lo[l] = d1 * f32::from(q[l] & 0xF) - m1;
+                        hi[l] = d2 * f32::from(q[l] >> 4) - m2;
+                    }
+                }
+            }
+        }
+        GgmlType::Q6_K => {
+            for (b, o) in bytes.chunks_exact(210).zip(out.chunks_exact_mut(256)) {
+                let d = f16(&b[208..210]);
+                let scales = &b[192..208];
+                for half in 0..2 {
+                    let ql = &b[64 * half..64 * half + 64];
+                    let qh = &b[128 + 32 * half..128 + 32 * half + 32];
+                    let y = &mut o[128 * half..128 * half + 128];
+                    for k in 0..4 {
+                        // Element 128·half + 32k + l; its scale is sub-block (32k + l) / 16.
+                        let (s0, s1) = (scales[8 * half + 2 * k] as i8, scales[8 * half + 2 * k + 1] as i8);
+                        let (ds0, ds1) = (d * f32::from(s0), d * f32::from(s1));
+                        for l in 0..32 {
+                            let q = match k {
+                                0 => (ql[l] & 0xF) | ((qh[l] & 3) << 4),
+                                1 => (ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4),
+                                2 => (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4),
+                                _ => (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4),
+                            };
+                            let ds = if l < 16 { ds0 } else { ds1 };
+                            y[32 * k + l] = ds * f32::from(i16::from(q) - 32);
+                        }
+                    }
+                }
+            }
+        }
+        GgmlType::BF16 => {
+            for (b, o) in bytes.chunks_exact(2).zip(out.iter_mut()) {
+                *o = half::bf16::from_le_bytes([b[0], b[1]]).to_f32();
+            }
+        }
+        _ => return false,
+    }
+    true
+}
+
+/// Scale `d·sc` and offset `dmin·m` of Q4_K sub-block `j` from its 12 packed 6-bit bytes.
+#[inline(always)]
+fn sub_block(d: f32, dmin: f32, scales: &[u8], j: usize) -> (f32, f32) {
+    let (sc, m) = if j < 4 {
+        (scales[j] & 63, scales[j + 4] & 63)
+    } else {
+        ((scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4), (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4))
+    };
+    (d * f32::from(sc), dmin * f32::from(m))
+}
+
+/// One row of file Q8_0 blocks (34 bytes each) times `x`: the sums of `q8::dot_row`.
+#[inline(always)]
+pub fn dot_q8_row_plain(row: &[u8], x: &[f32]) -> f32 {
+    let mut total = [0.0f32; 8];
+    for (b, xs) in row.chunks_exact(34).zip(x.chunks_exact(QK8_0)) {
+        let d = f16(b);
+        let mut acc = [0.0f32; 8];
+        for lane in 0..4 {
+            for j in 0..8 {
+                acc[j] += f32::from(b[2 + lane * 8 + j] as i8) * xs[lane * 8 + j];
+            }
+        }
+        for j in 0..8 {
+            total[j] += d * acc[j];
+        }
+    }
+    ((total[0] + total[4]) + (total[1] + total[5])) + ((total[2] + total[6]) + (total[3] + total[7]))
+}
+
+/// `dot_q8_row_plain` with AVX2 and FMA: the sums of `q8::dot_row_avx2`, read in place.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_q8_row_avx2(row: &[u8], x: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = (row.len() / 34).min(x.len() / QK8_0);
+    let mut total = _mm256_setzero_ps();
+    let f = |v: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+    for i in 0..n {
+        // SAFETY: block i spans bytes 34i..34i+34 of `row` and floats 32i..32i+32 of `x`.
+        let (b, xp) = (row.as_ptr().add(34 * i), x.as_ptr().add(32 * i));
+        let d = _mm256_set1_ps(f16_scale(b));
+        let (lo, hi) = (_mm_loadu_si128(b.add(2) as *const __m128i), _mm_loadu_si128(b.add(18) as *const __m128i));
+        let mut acc = _mm256_mul_ps(f(lo), _mm256_loadu_ps(xp));
+        acc = _mm256_fmadd_ps(f(_mm_srli_si128(lo, 8)), _mm256_loadu_ps(xp.add(8)), acc);
+        acc = _mm256_fmadd_ps(f(hi), _mm256_loadu_ps(xp.add(16)), acc);
+        acc = _mm256_fmadd_ps(f(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(xp.add(24)), acc);
+        total = _mm256_fmadd_ps(d, acc, total);
+    }
+    let mut l = [0.0f32; 8];
+    _mm256_storeu_ps(l.as_mut_ptr(), total);
+    ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]))
+}
+
+/// `dot_q8_row_avx2` with AVX-512: two blocks of 16 lanes each per step, the same per-block
+/// sums as eight lanes (the two halves of each 16-lane product added lane by lane, which
+/// reassociates each lane's four products as two pairs).
+///
+/// # Safety
+/// The CPU must support AVX-512 F and BW, and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+pub unsafe fn dot_q8_row_avx512(row: &[u8], x: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = (row.len() / 34).min(x.len() / QK8_0);
+    let mut total = _mm512_setzero_ps();
+    for i in 0..n {
+        // SAFETY: block i spans bytes 34i..34i+34 of `row` and floats 32i..32i+32 of `x`.
+        let (b, xp) = (row.as_ptr().add(34 * i), x.as_ptr().add(32 * i));
+        let d = _mm512_set1_ps(f16_scale(b));
+        let lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(b.add(2) as *const __m128i)));
+        let hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(b.add(18) as *const __m128i)));
+        let acc = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xp.add(16)), _mm512_mul_ps(lo, _mm512_loadu_ps(xp)));
+        total = _mm512_fmadd_ps(d, acc, total);
+    }
+    _mm512_reduce_add_ps(total)
+}
+
+/// The block's f16 scale (its first two bytes) as f32.
+///
+/// # Safety
+/// `b` must point at two readable bytes.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "f16c")]
+unsafe fn f16_scale(b: *const u8) -> f32 {
+    use std::arch::x86_64::*;
+    let bits = u16::from_le_bytes([*b, *b.add(1)]);
+    // f16 → f32 is exact, so this is the value `half` gives.
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+}
+
+/// A dense-declared row kept in `format` times `x`, fused (the row is never written out) for
+/// Q5_0, Q4_K and Q8_0: each value is widened exactly as the reference widens it and
+/// multiply-added into eight lanes in the order `q8::dot_dense_avx2` uses, so the result is
+/// bit-identical to widening the row and taking `q8::dot` of it. `None` for other formats.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_widened_avx2(format: GgmlType, row: &[u8], x: &[f32]) -> Option<f32> {
+    use std::arch::x86_64::*;
+    let mut acc = _mm256_setzero_ps();
+    // Eight bytes (signed) → eight f32, times the scale: exactly `f32::from(q) * d`.
+    let f8 = |v: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+    match format {
+        GgmlType::Q5_0 => {
+            let n = (row.len() / 22).min(x.len() / 32);
+            let shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+            let bit = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
+            let (low4, sixteen) = (_mm_set1_epi8(0x0F), _mm256_set1_epi8(16));
+            for i in 0..n {
+                let (b, xp) = (row.as_ptr().add(22 * i), x.as_ptr().add(32 * i));
+                let d = _mm256_set1_ps(f16_scale(b));
+                let qh = u32::from_le_bytes([*b.add(2), *b.add(3), *b.add(4), *b.add(5)]);
+                // 0xFF in byte j where bit j of qh is set.
+                let bits = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), shuf);
+                let high =
+                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_or_si256(bits, bit), _mm256_set1_epi64x(-1)), sixteen);
+                let qs = _mm_loadu_si128(b.add(6) as *const __m128i);
+                let nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), low4), _mm_and_si128(qs, low4));
+                let q = _mm256_sub_epi8(_mm256_or_si256(nib, high), sixteen);
+                let (lo, hi) = (_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+                acc = _mm256_fmadd_ps(_mm256_mul_ps(f8(lo), d), _mm256_loadu_ps(xp), acc);
+                acc = _mm256_fmadd_ps(_mm256_mul_ps(f8(_mm_srli_si128(lo, 8)), d), _mm256_loadu_ps(xp.add(8)), acc);
+                acc = _mm256_fmadd_ps(_mm256_mul_ps(f8(hi), d), _mm256_loadu_ps(xp.add(16)), acc);
+                acc = _mm256_fmadd_ps(_mm256_mul_ps(f8(_mm_srli_si128(hi, 8)), d), _mm256_loadu_ps(xp.add(24)), acc);
+            }
+        }
+        GgmlType::Q8_0 => {
+            let n = (row.len() / 34).min(x.len() / 32);
+            for i in 0..n {
+                let (b, xp) = (row.as_ptr().add(34 * i), x.as_ptr().add(32 * i));
+                let d = _mm256_set1_ps(f16_scale(b));
+                let (lo, hi) =
+                    (_mm_loadu_si128(b.add(2) as *const __m128i), _mm_loadu_si128(b.add(18) as *const __m128i));
+                acc = _mm256_fmadd_ps(_mm256_mul_ps(f8(lo), d), _mm256_loadu_ps(xp), acc);
+                acc = _mm256_fmadd_ps(_mm256_mul_ps(f8(_mm_srli_si128(lo, 8)), d), _mm256_loadu_ps(xp.add(8)), acc);
+                acc = _mm256_fmadd_ps(_mm256_mul_ps(f8(hi), d), _mm256_loadu_ps(xp.add(16)), acc);
+                acc = _mm256_fmadd_ps(_mm256_mul_ps(f8(_mm_srli_si128(hi, 8)), d), _mm256_loadu_ps(xp.add(24)), acc);
+            }
+        }
+        GgmlType::Q4_K => {
+            let n = (row.len() / 144).min(x.len() / 256);
+            // Eight unsigned nibbles (as bytes) → eight f32.
+            let u8f = |v: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+            let low4 = _mm_set1_epi8(0x0F);
+            for i in 0..n {
+                let b = std::slice::from_raw_parts(row.as_ptr().add(144 * i), 144);
+                let xp = x.as_ptr().add(256 * i);
+                let (d, dmin) = (f16(&b[0..2]), f16(&b[2..4]));
+                let scales = &b[4..16];
+                for chunk in 0..4 {
+                    let (d1, m1) = sub_block(d, dmin, scales, 2 * chunk);
+                    let (d2, m2) = sub_block(d, dmin, scales, 2 * chunk + 1);
+                    let q = b.as_ptr().add(16 + 32 * chunk);
+                    for (half, (dd, mm)) in [(d1, m1), (d2, m2)].into_iter().enumerate() {
+                        let (dv, mv) = (_mm256_set1_ps(dd), _mm256_set1_ps(mm));
+                        let xs = xp.add(64 * chunk + 32 * half);
+                        for part in 0..2 {
+                            let raw = _mm_loadu_si128(q.add(16 * part) as *const __m128i);
+                            let nib = if half == 0 {
+                                _mm_and_si128(raw, low4)
+                            } else {
+                                _mm_and_si128(_mm_srli_epi16(raw, 4), low4)
+                            };
+                            // d·q − m, rounded after the product as the reference rounds it.
+                            let w0 = _mm256_sub_ps(_mm256_mul_ps(dv, u8f(nib)), mv);
+                            let w1 = _mm256_sub_ps(_mm256_mul_ps(dv, u8f(_mm_srli_si128(nib, 8))), mv);
+                            acc = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xs.add(16 * part)), acc);
+                            acc = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xs.add(16 * part + 8)), acc);
+                        }
+                    }
+                }
+            }
+        }
+        _ => return None,
+    }
+    let mut l = [0.0f32; 8];
+    _mm256_storeu_ps(l.as_mut_ptr(), acc);
+    Some(((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7])))
+}
+
+/// Which Q8_0 row kernel this CPU runs (chosen once, at first use).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Q8Kernel {
+    Plain,
+    Avx2,
+    Avx512,
+}
+
+/// The widest Q8_0 row kernel the CPU supports.
+pub fn q8_kernel() -> Q8Kernel {
+    use std::sync::OnceLock;
+    static KERNEL: OnceLock<Q8Kernel> = OnceLock::new();
+    *KERNEL.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("f16c")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                return Q8Kernel::Avx512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+                && std::arch::is_x86_feature_detected!("f16c")
+            {
+                return Q8Kernel::Avx2;
+            }
+        }
+        Q8Kernel::Plain
+    })
+}
+
+/// A row of file Q8_0 blocks times `x` with `kernel`.
+#[inline(always)]
+pub fn dot_q8_row_with(kernel: Q8Kernel, row: &[u8], x: &[f32]) -> f32 {
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `q8_kernel` chose this kernel only on a CPU that supports it.
+        Q8Kernel::Avx512 => unsafe { dot_q8_row_avx512(row, x) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        Q8Kernel::Avx2 => unsafe { dot_q8_row_avx2(row, x) },
+        _ => dot_q8_row_plain(row, x),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic bytes with every f16 scale field set to a finite value.
+    fn blocks(format: GgmlType, n: usize, seed: u32) -> Vec<u8> {
+        let mut s = seed | 1;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s
+        };
+        let size = format.type_size() as usize;
+        let mut out: Vec<u8> = (0..n * size).map(|_| next() as u8).collect();
+        let scale = |v: u32| half::f16::from_f32((v % 1000) as f32 / 997.0 - 0.3).to_le_bytes();
+        let scales: &[usize] = match format {
+            GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0 => &[0],
+            GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+            GgmlType::Q6_K => &[208],
+            _ => &[],
+        };
+        for b in out.chunks_exact_mut(size) {
+            for &at in scales {
+                b[at..at + 2].copy_from_slice(&scale(next()));
+            }
+        }
+        if matches!(format, GgmlType::F16 | GgmlType::BF16) {
+            for b in out.chunks_exact_mut(2) {
+                let v = (next() % 2000) as f32 / 1000.0 - 1.0;
+                let bits = if format == GgmlType::F16 {
+                    half::f16::from_f32(v).to_le_bytes()
+                } else {
+                    half::bf16::from_f32(v).to_le_bytes()
+                };
+                b.copy_from_slice(&bits);
+            }
+        }
+        out
+    }
+
+    /// Every format's widening — the vectorised kernel this CPU runs and the portable one —
+    /// gives exactly the reference dequantiser's values.
+    #[test]
+    fn widening_is_exactly_the_reference_dequantisation() {
+        use GgmlType::*;
+        for format in [Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, F16, BF16] {
+            let cols = 512;
+            let n_blocks = cols / format.block_size() as usize;
+            let bytes = blocks(format, n_blocks, 7 + format as u32);
+            let mut want = Vec::new();
+            assert!(dequantize_into(format, &bytes, &mut want), "{format}");
+            let (mut fast, mut plain) = (vec![0.0f32; cols], vec![0.0f32; cols]);
+            widen_row(format, &bytes, &mut fast);
+            widen_row_plain(format, &bytes, &mut plain);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&fast), bits(&want), "{format}: the dispatched kernel");
+            assert_eq!(bits(&plain), bits(&want), "{format}: the portable kernel");
+        }
+    }
+
+    /// The fused widen-and-dot kernels equal widening the row and `q8::dot` of it, bit for bit.
+    #[test]
+    fn fused_dots_equal_the_widened_dot() {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
+        {
+            for format in [GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K] {
+                let cols = 512;
+                let bytes = blocks(format, cols / format.block_size() as usize, 9 + format as u32);
+                let x: Vec<f32> = (0..cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+                let mut w = Vec::new();
+                dequantize_into(format, &bytes, &mut w);
+                // SAFETY: the CPU supports AVX2, FMA and F16C, checked above.
+                let fused = unsafe { dot_widened_avx2(format, &bytes, &x) }.expect("a fused format");
+                assert_eq!(fused.to_bits(), crate::q8::dot(&w, &x).to_bits(), "{format}");
+            }
+        }
+    }
+
+    /// The Q8_0 row kernels (portable, AVX2, AVX-512 where the CPU has them) agree on the same
+    /// rows within f32 reassociation: |Δ| ≤ 2⁻¹⁹ · Σ|wᵢ·xᵢ| (each of the 640 terms' rounding
+    /// errors bounded by a few ulps of the running sum), and the portable one equals
+    /// `q8::dot_row` on the same blocks exactly.
+    #[test]
+    fn q8_row_kernels_agree_on_the_same_tiles() {
+        let cols = 640;
+        let bytes = blocks(GgmlType::Q8_0, 20 * cols / 32, 3);
+        let w = PackedWeight { shape: &[20, 640], format: GgmlType::Q8_0, bytes: &bytes };
+        w.check().expect("20 rows of 640");
+        let q8 = w.to_q8().expect("q8_0");
+        let wv = w.widen_all();
+        let x: Vec<f32> = (0..cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+        for j in 0..20 {
+            let row = w.row(j);
+            let plain = dot_q8_row_plain(row, &x);
+            assert_eq!(plain, crate::q8::dot_row(&q8.blocks[j * 20..(j + 1) * 20], &x));
+            let scale: f32 = wv[j * cols..(j + 1) * cols].iter().zip(&x).map(|(a, b)| (a * b).abs()).sum();
+            let bound = scale * 2f32.powi(-19);
+            let mut kernels = vec![Q8Kernel::Plain];
+            #[cfg(target_arch = "x86_64")]
+            {
+                if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                    kernels.push(Q8Kernel::Avx2);
+                }
+                if q8_kernel() == Q8Kernel::Avx512 {
+                    kernels.push(Q8Kernel::Avx512);
+                }
+            }
+            for k in kernels {
+                let got = dot_q8_row_with(k, row, &x);
+                assert!((got - plain).abs() <= bound, "{k:?} row {j}: {got} vs {plain} (bound {bound})");
+            }
+        }
+    }
+}
