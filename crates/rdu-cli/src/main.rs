@@ -8,6 +8,7 @@ mod fit_cmd;
 mod lower_cmd;
 mod model_arg;
 mod program_cmds;
+mod report;
 mod run_cmd;
 mod show_cmd;
 
@@ -44,6 +45,8 @@ enum Command {
     Check(check_cmd::CheckArgs),
     /// Summarise a bundle, or print one of its spatial programs
     Show(show_cmd::ShowArgs),
+    /// Write one self-contained HTML page showing a bundle: chip maps, layers by kind, where a step goes
+    Report(report::ReportArgs),
     /// Memory of a decode deployment on one chip: weights and KV/state against HBM and DDR
     Fit(fit_cmd::FitArgs),
 }
@@ -66,6 +69,7 @@ fn main() -> ExitCode {
         Command::Check(args) => check_cmd::run(&args),
         Command::Show(args) => show_cmd::run(&args),
         Command::Fit(args) => fit_cmd::run(&args),
+        Command::Report(args) => report::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
