@@ -9,6 +9,7 @@ mod fit_cmd;
 mod lower_cmd;
 mod model_arg;
 mod program_cmds;
+mod report;
 mod run_cmd;
 mod show_cmd;
 mod usage;
@@ -49,6 +50,8 @@ enum Command {
     Show(show_cmd::ShowArgs),
     /// Re-certify a bundle from its own files: structure, resources and numbers of every program
     Verify(verify_cmd::VerifyArgs),
+    /// Write one self-contained HTML page showing a bundle: chip maps, layers by kind, where a step goes
+    Report(report::ReportArgs),
     /// Memory of a decode deployment on one chip: weights and KV/state against HBM and DDR
     Fit(fit_cmd::FitArgs),
 }
@@ -83,6 +86,7 @@ fn main() -> ExitCode {
         Command::Show(args) => show_cmd::run(&args),
         Command::Fit(args) => fit_cmd::run(&args),
         Command::Verify(args) => verify_cmd::run(&args),
+        Command::Report(args) => report::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

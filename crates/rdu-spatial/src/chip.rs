@@ -9,7 +9,7 @@ pub const BUILTINS: [(&str, &str); 2] =
 
 /// Every figure a chip file must give, with its fixed unit. A figure is a table
 /// `{ value, unit, source | assumption }`.
-pub const FIGURES: [(&str, &str); 19] = [
+pub const FIGURES: [(&str, &str); 22] = [
     ("pcus", "units"),
     ("pmus", "units"),
     ("sram_bytes", "bytes"),
@@ -29,6 +29,9 @@ pub const FIGURES: [(&str, &str); 19] = [
     ("reconfiguration", "s"),
     ("pipeline_fill", "cycles"),
     ("synchronisation", "s"),
+    ("mesh_rows", "tiles"),
+    ("mesh_cols", "tiles"),
+    ("hop", "cycles"),
 ];
 
 /// Where a figure comes from.
@@ -70,6 +73,11 @@ pub struct Chip {
     pub pipeline_fill_cycles: f64,
     /// Seconds of barrier at the end of every section run.
     pub synchronisation: f64,
+    /// The unit mesh: `mesh_rows` × `mesh_cols` tiles, each one PCU and one PMU.
+    pub mesh_rows: u32,
+    pub mesh_cols: u32,
+    /// Cycles for data to cross one tile of the mesh (one switch hop).
+    pub hop_cycles: f64,
     /// The provenance of every figure, by key.
     pub provenance: BTreeMap<String, Provenance>,
 }
@@ -149,6 +157,9 @@ impl Chip {
             reconfiguration: ctx.figure("reconfiguration")?,
             pipeline_fill_cycles: ctx.figure("pipeline_fill")?,
             synchronisation: ctx.figure("synchronisation")?,
+            mesh_rows: ctx.count("mesh_rows")?,
+            mesh_cols: ctx.count("mesh_cols")?,
+            hop_cycles: ctx.figure("hop")?,
             provenance: std::mem::take(&mut ctx.provenance),
         };
         chip.check_consistency(file)?;
@@ -165,8 +176,24 @@ impl Chip {
         self.pmu_bytes_per_cycle * self.clock_hz
     }
 
-    /// Per-unit figures may not promise more than the chip's totals.
+    /// Tiles of the unit mesh.
+    pub fn mesh_tiles(&self) -> u64 {
+        u64::from(self.mesh_rows) * u64::from(self.mesh_cols)
+    }
+
+    /// Per-unit figures may not promise more than the chip's totals, and the mesh holds every unit.
     fn check_consistency(&self, file: &str) -> Result<(), ChipError> {
+        let units = self.pcus.max(self.pmus);
+        if self.mesh_tiles() < u64::from(units) {
+            return Err(ChipError::Invalid {
+                file: file.into(),
+                key: "mesh_rows".into(),
+                problem: format!(
+                    "x `mesh_cols` = {} tiles, fewer than the chip's {units} PCUs or PMUs (one of each per tile)",
+                    self.mesh_tiles()
+                ),
+            });
+        }
         let over = |key: &str, per_unit: f64, units: u32, total: f64, total_key: &str| {
             if per_unit * f64::from(units) > total * 1.001 {
                 return Err(ChipError::Invalid {

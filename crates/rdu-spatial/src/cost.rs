@@ -5,7 +5,8 @@
 //! A section runs its stages as one pipeline: the slowest stage (or the HBM, DDR or link
 //! traffic all its stages share, if that takes longer), plus the fill — every other
 //! stage's first tile, `pipeline_fill` cycles per stage and the link latency of every stage
-//! with all-reduce traffic — plus one barrier. A step spanning several sections reloads
+//! with all-reduce traffic, and the mesh hops from the previous stage's region to its own
+//! (`hop` cycles each, from the placement) — plus one barrier. A step spanning several sections reloads
 //! each of them once per step. It does not model contention inside the mesh or SRAM
 //! capacity (certification checks that a section fits).
 
@@ -43,6 +44,10 @@ pub struct StageWork {
     pub pmus: u32,
     /// Tiles the stage streams; the first one fills the pipeline.
     pub tiles: u32,
+    /// Mesh hops from the previous stage of the section to this one (from the placement);
+    /// the first tile crosses them, one `hop` of cycles each.
+    #[serde(default)]
+    pub hops: u32,
 }
 
 /// What limits a stage or a section.
@@ -183,7 +188,8 @@ fn section(chip: &Chip, idx: usize, work: &[StageWork], precision: Precision) ->
     for (i, (cost, w)) in stages.iter_mut().zip(work).enumerate() {
         let first_tile = if i == slowest { 0.0 } else { cost.seconds / f64::from(w.tiles) };
         let latency = if w.link_bytes > 0 { chip.link_latency } else { 0.0 };
-        cost.fill_seconds = first_tile + per_stage_fill + latency;
+        let hops = f64::from(w.hops) * chip.hop_cycles / chip.clock_hz;
+        cost.fill_seconds = first_tile + per_stage_fill + latency + hops;
     }
     let shared = |bytes: fn(&StageWork) -> u64, bandwidth: f64| work.iter().map(bytes).sum::<u64>() as f64 / bandwidth;
     let (steady_seconds, bound) = slowest_of([

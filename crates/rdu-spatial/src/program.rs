@@ -109,6 +109,55 @@ pub struct Stage {
     /// ([`SpatialProgram::prefetch_problems`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub prefetch: bool,
+    /// Where on the chip's unit mesh the stage sits (set by placement; `None` before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<Region>,
+}
+
+/// A stage's place on the chip's mesh of tiles (`Chip::mesh_rows` × `Chip::mesh_cols`, each
+/// tile one PCU and one PMU): the half-open runs of PCU and PMU indices it holds, in the
+/// mesh's serpentine order (row 0 left to right, row 1 right to left, …), so a run is a
+/// connected strip of the mesh and consecutive runs touch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Region {
+    pub pcu: (u32, u32),
+    pub pmu: (u32, u32),
+}
+
+impl Region {
+    /// The mesh tile `(row, column)` of serpentine index `index` on a mesh `cols` wide.
+    pub fn tile(index: u32, cols: u32) -> (u32, u32) {
+        let (row, col) = (index / cols, index % cols);
+        if row % 2 == 0 {
+            (row, col)
+        } else {
+            (row, cols - 1 - col)
+        }
+    }
+
+    /// The mean `(row, column)` of the tiles of the run `start..end` (`None` when empty).
+    pub fn centroid(run: (u32, u32), cols: u32) -> Option<(f64, f64)> {
+        if run.1 <= run.0 {
+            return None;
+        }
+        let n = f64::from(run.1 - run.0);
+        let (mut r, mut c) = (0.0, 0.0);
+        for i in run.0..run.1 {
+            let (row, col) = Region::tile(i, cols);
+            r += f64::from(row);
+            c += f64::from(col);
+        }
+        Some((r / n, c / n))
+    }
+
+    /// Mesh hops between this stage and `next`: the Manhattan distance between the centroids
+    /// of their PCU runs (where the work is), rounded up; at least 1 between two stages.
+    pub fn hops_to(&self, next: &Region, cols: u32) -> u32 {
+        match (Region::centroid(self.pcu, cols), Region::centroid(next.pcu, cols)) {
+            (Some(a), Some(b)) => (((a.0 - b.0).abs() + (a.1 - b.1).abs()).ceil() as u32).max(1),
+            _ => 1,
+        }
+    }
 }
 
 /// One op of a stage's chain: `outs = op(args, attrs)` or, with `update`, `..., S <- op(...)`

@@ -5,7 +5,7 @@
 //! tensor xo0 : f32[1, 64] role=input home=hbm
 //! tensor Wq1 : f32[64, 64] storage=q8_0 role=weight home=hbm
 //! section 0
-//! stage s0 pcus=4 pmus=2 prefetch
+//! stage s0 pcus=4 pmus=2 pcu=0..4 pmu=0..2 prefetch
 //!   h1 = rms_norm(xo0, an1, eps=1e-6, offset=0)
 //!   q1 = linear(h1, Wq1) fold=q8 tile(axis=1, [0..32, 32..64])
 //! output xo1
@@ -56,8 +56,11 @@ pub fn print(program: &SpatialProgram) -> String {
     for (idx, section) in program.sections.iter().enumerate() {
         let _ = writeln!(out, "section {idx}");
         for stage in &section.stages {
-            let prefetch = if stage.prefetch { " prefetch" } else { "" };
-            let _ = writeln!(out, "stage {} pcus={} pmus={}{prefetch}", stage.name, stage.pcus, stage.pmus);
+            let _ = write!(out, "stage {} pcus={} pmus={}", stage.name, stage.pcus, stage.pmus);
+            if let Some(r) = &stage.region {
+                let _ = write!(out, " pcu={}..{} pmu={}..{}", r.pcu.0, r.pcu.1, r.pmu.0, r.pmu.1);
+            }
+            out.push_str(if stage.prefetch { " prefetch\n" } else { "\n" });
             for op in &stage.ops {
                 let _ = writeln!(out, "  {}", op_line(op));
             }

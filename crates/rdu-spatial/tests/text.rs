@@ -122,7 +122,7 @@ fn decl() -> impl Strategy<Value = TensorDecl> {
 
 fn program() -> impl Strategy<Value = SpatialProgram> {
     let stage = (ident(), prop::collection::vec(op(), 0..4), any::<u32>(), any::<u32>(), any::<bool>())
-        .prop_map(|(name, ops, pcus, pmus, prefetch)| Stage { name, ops, pcus, pmus, prefetch });
+        .prop_map(|(name, ops, pcus, pmus, prefetch)| Stage { name, ops, pcus, pmus, prefetch, region: None });
     let section = prop::collection::vec(stage, 0..3).prop_map(|stages| Section { stages });
     let split = (ident(), 0usize..4, prop::collection::vec(ranges(), 0..4)).prop_map(|(tensor, axis, parts)| TpSplit {
         tensor,

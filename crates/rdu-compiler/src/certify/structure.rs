@@ -186,6 +186,38 @@ pub fn resources(program: &SpatialProgram, chip: &Chip) -> Result<(), String> {
         if sram > chip.sram_bytes {
             return Err(format!("section {s} needs {sram} bytes of SRAM; {} has {}", chip.name, chip.sram_bytes));
         }
+        placement(s, &section.stages, chip)?;
+    }
+    Ok(())
+}
+
+/// Every stage of a section has its region of the mesh: runs that cover exactly its PCU and
+/// PMU counts, lie inside the chip (its units and its mesh), and overlap no other stage's.
+fn placement(s: usize, stages: &[rdu_spatial::program::Stage], chip: &Chip) -> Result<(), String> {
+    let mut taken: Vec<(&str, &str, (u32, u32))> = Vec::new();
+    for st in stages {
+        let Some(r) = &st.region else {
+            return Err(format!("section {s} stage `{}` has no region on the chip's mesh", st.name));
+        };
+        for (unit, run, count, available) in [("PCU", r.pcu, st.pcus, chip.pcus), ("PMU", r.pmu, st.pmus, chip.pmus)] {
+            let limit = u64::from(available).min(chip.mesh_tiles());
+            if run.1 < run.0 || run.1 - run.0 != count {
+                return Err(format!(
+                    "section {s} stage `{}`: its {unit} run {}..{} does not hold its {count} {unit}s",
+                    st.name, run.0, run.1
+                ));
+            }
+            if u64::from(run.1) > limit {
+                return Err(format!(
+                    "section {s} stage `{}`: its {unit} run {}..{} lies outside the chip's {limit} {unit}s",
+                    st.name, run.0, run.1
+                ));
+            }
+            if let Some((other, ..)) = taken.iter().find(|(_, u, o)| *u == unit && run.0 < o.1 && o.0 < run.1) {
+                return Err(format!("section {s}: stages `{other}` and `{}` overlap on the mesh ({unit}s)", st.name));
+            }
+            taken.push((&st.name, unit, run));
+        }
     }
     Ok(())
 }

@@ -35,6 +35,7 @@ pub fn cost_input(program: &SpatialProgram) -> CostInput {
                             pcus: stage.pcus,
                             pmus: stage.pmus,
                             tiles,
+                            hops: 0,
                         }
                     })
                     .collect()
@@ -43,7 +44,16 @@ pub fn cost_input(program: &SpatialProgram) -> CostInput {
     }
 }
 
-/// The estimated cost of one step of `program` on `chip`.
+/// The estimated cost of one step of `program` on `chip`: `cost_input` with the mesh hops
+/// between consecutive placed stages of each section.
 pub fn program_cost(program: &SpatialProgram, chip: &Chip) -> Result<StepCost, CostError> {
-    estimate(chip, &cost_input(program), Precision::Bf16)
+    let mut input = cost_input(program);
+    for (section, work) in program.sections.iter().zip(&mut input.sections) {
+        for (i, w) in work.iter_mut().enumerate().skip(1) {
+            if let (Some(prev), Some(this)) = (&section.stages[i - 1].region, &section.stages[i].region) {
+                w.hops = prev.hops_to(this, chip.mesh_cols);
+            }
+        }
+    }
+    estimate(chip, &input, Precision::Bf16)
 }

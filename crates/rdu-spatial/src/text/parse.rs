@@ -4,7 +4,8 @@ use super::cursor::{show, Cursor, Res};
 use super::lex::{tokens, Tok};
 use super::TextError;
 use crate::program::{
-    Arg, Dtype, Home, KernelOp, Lit, Role, Section, SpatialProgram, Stage, Storage, TensorDecl, Tiling, TpInfo, TpSplit,
+    Arg, Dtype, Home, KernelOp, Lit, Region, Role, Section, SpatialProgram, Stage, Storage, TensorDecl, Tiling, TpInfo,
+    TpSplit,
 };
 
 /// Parses a whole program.
@@ -77,11 +78,19 @@ fn item(cur: &mut Cursor<'_>, p: &mut SpatialProgram) -> Res<()> {
             let pcus = cur.count("a PCU count")?;
             cur.key("pmus")?;
             let pmus = cur.count("a PMU count")?;
+            let region = if matches!(cur.peek(), Some(Tok::Ident(k)) if k == "pcu") {
+                cur.key("pcu")?;
+                let pcu = unit_run(cur)?;
+                cur.key("pmu")?;
+                Some(Region { pcu, pmu: unit_run(cur)? })
+            } else {
+                None
+            };
             let prefetch = cur.peek().is_some();
             if prefetch && cur.ident("`prefetch`")? != "prefetch" {
-                return Err("expected `prefetch` or the end of the stage line".into());
+                return Err("expected `pcu=`, `prefetch` or the end of the stage line".into());
             }
-            section.stages.push(Stage { name, ops: vec![], pcus, pmus, prefetch });
+            section.stages.push(Stage { name, ops: vec![], pcus, pmus, prefetch, region });
         }
         "output" => p.outputs.push(cur.ident("an output name")?),
         "tp" | "split" | "all_reduce" | "tensor" | "section" | "stage" => {
@@ -216,6 +225,20 @@ fn chip_ranges(cur: &mut Cursor<'_>) -> Res<Vec<Vec<(usize, usize)>>> {
         }
     }
     Ok(ranges(cur)?.into_iter().map(|r| vec![r]).collect())
+}
+
+/// A run of unit indices `s..e` (a stage's region), `s <= e`.
+fn unit_run(cur: &mut Cursor<'_>) -> Res<(u32, u32)> {
+    let start = cur.count("a unit index")?;
+    match cur.next() {
+        Some(Tok::DotDot) => {}
+        other => return Err(format!("expected `..`, found {}", show(other))),
+    }
+    let end = cur.count("a unit index")?;
+    if end < start {
+        return Err(format!("the unit run {start}..{end} ends before it starts"));
+    }
+    Ok((start, end))
 }
 
 fn ranges(cur: &mut Cursor<'_>) -> Res<Vec<(usize, usize)>> {

@@ -48,5 +48,5 @@ fn group(ops: Vec<KernelOp>) -> Vec<Stage> {
 }
 
 fn stage(index: usize, ops: Vec<KernelOp>) -> Stage {
-    Stage { name: format!("s{index}"), ops, pcus: 1, pmus: 1, prefetch: false }
+    Stage { name: format!("s{index}"), ops, pcus: 1, pmus: 1, prefetch: false, region: None }
 }

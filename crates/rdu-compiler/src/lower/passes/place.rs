@@ -1,11 +1,14 @@
 //! Placement: share each section's PCUs and PMUs among its stages so the pipeline is
 //! balanced — every stage gets its minimum, and the rest goes to stages in proportion to
-//! their FLOPs (PCUs) and the bytes they stream (PMUs).
+//! their FLOPs (PCUs) and the bytes they stream (PMUs) — then give every stage its region of
+//! the chip's unit mesh: consecutive runs of PCUs and of PMUs in the mesh's serpentine order,
+//! stage after stage, so each stage is a connected strip and the next stage starts where it
+//! ends (`rdu_spatial::program::Region`).
 
 use super::super::work::{op_work, Work};
 use super::section::minimum_units;
 use rdu_spatial::chip::Chip;
-use rdu_spatial::program::SpatialProgram;
+use rdu_spatial::program::{Region, SpatialProgram};
 
 /// Assigns `pcus` and `pmus` to every stage of every section.
 pub fn place(program: &mut SpatialProgram, chip: &Chip) {
@@ -32,9 +35,13 @@ pub fn place(program: &mut SpatialProgram, chip: &Chip) {
             &mins.iter().map(|m| m.1).collect::<Vec<_>>(),
             &works.iter().map(|w| w.hbm_bytes + w.sram_bytes).collect::<Vec<_>>(),
         );
+        let (mut pcu, mut pmu) = (0u32, 0u32);
         for (i, stage) in program.sections[s].stages.iter_mut().enumerate() {
             stage.pcus = pcus[i];
             stage.pmus = pmus[i];
+            let region = Region { pcu: (pcu, pcu.saturating_add(pcus[i])), pmu: (pmu, pmu.saturating_add(pmus[i])) };
+            (pcu, pmu) = (region.pcu.1, region.pmu.1);
+            stage.region = Some(region);
         }
     }
 }

@@ -50,7 +50,14 @@ pub fn select(name: &str, chip: &str, program: &Program, graph: &Graph) -> Spati
     let stages = program
         .stmts()
         .enumerate()
-        .map(|(i, s)| Stage { name: format!("s{i}"), ops: vec![kernel_op(s)], pcus: 1, pmus: 1, prefetch: false })
+        .map(|(i, s)| Stage {
+            name: format!("s{i}"),
+            ops: vec![kernel_op(s)],
+            pcus: 1,
+            pmus: 1,
+            prefetch: false,
+            region: None,
+        })
         .collect();
     SpatialProgram {
         name: name.to_string(),

@@ -1,0 +1,242 @@
+//! `rdu report`: one self-contained HTML page that shows a bundle — a chip map per program
+//! and section, a strip of every layer coloured by its kind, where a step's time goes next to
+//! the model's roofline, every certificate, and a tensor-parallel bundle's slices. It reads
+//! the bundle only (and the chip it names); it never lowers or certifies anything.
+
+mod html;
+mod svg;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use rdu_compiler::lower::cost::program_cost;
+use rdu_spatial::bundle::Bundle;
+use rdu_spatial::chip::Chip;
+use rdu_spatial::cost::{Bound, StepCost};
+use rdu_spatial::manifest::{CertificateEntry, Manifest, TensorStorage};
+use rdu_spatial::program::SpatialProgram;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct ReportArgs {
+    /// A bundle directory written by `rdu lower -o`
+    bundle: PathBuf,
+    /// The HTML file to write (one file: inline SVG and CSS, nothing loaded from the network)
+    #[arg(short = 'o', long = "out", value_name = "FILE.html")]
+    out: PathBuf,
+    /// The chip description, when the bundle's chip is not built in (a TOML file)
+    #[arg(long, value_name = "FILE")]
+    chip: Option<PathBuf>,
+}
+
+/// One program of the bundle with everything the page shows of it.
+pub struct ProgramView {
+    pub name: String,
+    /// The layers it serves (a kind), or `None` (the embedding, the head).
+    pub layers: Option<Vec<usize>>,
+    pub spatial: SpatialProgram,
+    pub cost: StepCost,
+    pub certificate: CertificateEntry,
+}
+
+/// Where one invocation of a program, or a whole step, spends its seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Breakdown {
+    /// Steady-state time bound by HBM or DDR: streaming weights, caches and activations.
+    pub streaming: f64,
+    /// Steady-state time bound by the PCUs or the PMUs' SRAM.
+    pub compute: f64,
+    /// The first tiles, per-stage fill cycles and mesh hops.
+    pub fill: f64,
+    /// End-of-section barriers.
+    pub synchronisation: f64,
+    /// Section switches.
+    pub reconfiguration: f64,
+    /// All-reduce latency and link-bound steady time.
+    pub collectives: f64,
+}
+
+/// Everything the page shows.
+pub struct Report {
+    pub manifest: Manifest,
+    pub chip: Chip,
+    pub programs: Vec<ProgramView>,
+    pub step: Breakdown,
+    /// Section switches between single-section programs in one step (as `rdu lower` counts them).
+    pub step_reconfigurations: usize,
+    /// The model's floor bytes a step (issue 11's definition) and its roofline seconds.
+    pub floor_bytes: f64,
+    pub roofline_seconds: f64,
+}
+
+pub fn run(args: &ReportArgs) -> Result<()> {
+    let dir = &args.bundle;
+    let bundle = Bundle::open(dir).map_err(|e| anyhow!("cannot open bundle {}: {e}", dir.display()))?;
+    let chip = match &args.chip {
+        Some(path) => Chip::from_file(path)?,
+        None => Chip::builtin(&bundle.manifest.chip).map_err(|_| {
+            anyhow!(
+                "the bundle was lowered for chip `{}`, which is not built in; pass its file with --chip",
+                bundle.manifest.chip
+            )
+        })?,
+    };
+    if chip.name != bundle.manifest.chip {
+        bail!("--chip describes `{}` but the bundle was lowered for `{}`", chip.name, bundle.manifest.chip);
+    }
+    let report = gather(&bundle, chip)?;
+    let page = html::page(&report);
+    write_atomically(&args.out, &page)?;
+    eprintln!(
+        "report of {} ({} programs, {} layers) written to {}",
+        report.manifest.model,
+        report.programs.len(),
+        report.manifest.layers.len(),
+        args.out.display()
+    );
+    Ok(())
+}
+
+/// Write `text` to `path` through a temporary sibling, so a failed write leaves nothing half-written.
+fn write_atomically(path: &std::path::Path, text: &str) -> Result<()> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut tmp = tempfile::NamedTempFile::new_in(&parent)
+        .with_context(|| format!("cannot write {}: its folder {} is not writable", path.display(), parent.display()))?;
+    std::io::Write::write_all(&mut tmp, text.as_bytes()).with_context(|| format!("cannot write {}", path.display()))?;
+    let file = tmp.persist(path).map_err(|e| anyhow!("cannot write {}: {}", path.display(), e.error))?;
+    // A temporary file is private; the page is for reading.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = file.set_permissions(std::fs::Permissions::from_mode(0o644));
+    }
+    drop(file);
+    Ok(())
+}
+
+/// Read every program of `bundle`, cost it on `chip`, and add up a step.
+pub fn gather(bundle: &Bundle, chip: Chip) -> Result<Report> {
+    let m = &bundle.manifest;
+    let p = &m.programs;
+    let mut entries = vec![(&p.embed.name, &p.embed.file_spatial, None, &p.embed.certificate)];
+    entries.extend(p.kinds.iter().map(|k| (&k.name, &k.file_spatial, Some(k.layers.clone()), &k.certificate)));
+    entries.push((&p.head.name, &p.head.file_spatial, None, &p.head.certificate));
+    let mut programs = Vec::new();
+    for (name, file, layers, certificate) in entries {
+        let text = bundle.files.get(file.as_str()).ok_or_else(|| anyhow!("the bundle lacks {file}"))?;
+        let spatial = rdu_spatial::text::parse(text).map_err(|e| anyhow!("{file}: {e}"))?;
+        let cost = program_cost(&spatial, &chip).map_err(|e| anyhow!("{file}: cost model: {e}"))?;
+        programs.push(ProgramView { name: name.clone(), layers, spatial, cost, certificate: certificate.clone() });
+    }
+    let (step, step_reconfigurations) = step_breakdown(m, &programs, &chip);
+    let floor_bytes = floor_bytes(m, &programs);
+    let chips = m.cut.tp.unwrap_or(1) as f64;
+    let roofline_seconds = floor_bytes / (chips * chip.hbm_bandwidth);
+    Ok(Report { manifest: m.clone(), chip, programs, step, step_reconfigurations, floor_bytes, roofline_seconds })
+}
+
+/// Where one invocation of a program spends its time.
+pub fn breakdown(cost: &StepCost, chip: &Chip) -> Breakdown {
+    let mut b = Breakdown { reconfiguration: cost.reconfiguration_seconds, ..Breakdown::default() };
+    for s in &cost.sections {
+        match s.bound {
+            Bound::Hbm | Bound::Ddr => b.streaming += s.steady_seconds,
+            Bound::Compute | Bound::Sram => b.compute += s.steady_seconds,
+            Bound::Link => b.collectives += s.steady_seconds,
+        }
+        let link_latency: f64 =
+            s.stages.iter().filter(|st| st.link_seconds > 0.0).map(|_| chip.link_latency).sum::<f64>();
+        b.collectives += link_latency;
+        b.fill += s.fill_seconds - link_latency;
+        b.synchronisation += s.synchronisation_seconds;
+    }
+    b
+}
+
+impl Breakdown {
+    pub fn total(&self) -> f64 {
+        self.streaming + self.compute + self.fill + self.synchronisation + self.reconfiguration + self.collectives
+    }
+
+    pub fn add(&mut self, other: &Breakdown, times: f64) {
+        self.streaming += other.streaming * times;
+        self.compute += other.compute * times;
+        self.fill += other.fill * times;
+        self.synchronisation += other.synchronisation * times;
+        self.reconfiguration += other.reconfiguration * times;
+        self.collectives += other.collectives * times;
+    }
+
+    /// The parts in drawing order, with their labels.
+    pub fn parts(&self) -> [(&'static str, f64); 6] {
+        [
+            ("weight streaming", self.streaming),
+            ("compute", self.compute),
+            ("pipeline fill", self.fill),
+            ("synchronisation", self.synchronisation),
+            ("reconfiguration", self.reconfiguration),
+            ("collectives", self.collectives),
+        ]
+    }
+}
+
+/// One step: the embedding, every layer through its kind, the head, and a section switch
+/// wherever two consecutive single-section programs differ (and from the head back to the
+/// embedding), as `rdu lower`'s step estimate counts them.
+fn step_breakdown(m: &Manifest, programs: &[ProgramView], chip: &Chip) -> (Breakdown, usize) {
+    let by_name = |name: &str| programs.iter().find(|p| p.name == name);
+    let mut order: Vec<&ProgramView> = vec![&programs[0]];
+    order.extend(m.layers.iter().filter_map(|l| by_name(&l.kind)));
+    order.push(&programs[programs.len() - 1]);
+    let mut step = Breakdown::default();
+    for p in &order {
+        step.add(&breakdown(&p.cost, chip), 1.0);
+    }
+    let single = |p: &ProgramView| p.cost.sections.len() == 1;
+    let mut switches = order.windows(2).filter(|w| w[0].name != w[1].name && single(w[0]) && single(w[1])).count();
+    if single(order[0]) && single(order[order.len() - 1]) {
+        switches += 1;
+    }
+    step.reconfiguration += switches as f64 * chip.reconfiguration;
+    (step, switches)
+}
+
+/// The model's floor bytes a step (issue 11): every weight once over all chips (Q8_0 at 34/32
+/// bytes an element, everything else 2), the embedding one row a sequence, routed experts as
+/// `min(1, batch·top_k / experts)` of their stacks, every carried state once in bf16.
+pub fn floor_bytes(m: &Manifest, programs: &[ProgramView]) -> f64 {
+    let batch = m.cut.batch.unwrap_or(1) as f64;
+    let embed = &m.programs.embed.declared;
+    let head = &m.programs.head.declared;
+    let top_k = programs
+        .iter()
+        .flat_map(|p| p.spatial.ops())
+        .find(|(_, op)| op.op == "route")
+        .and_then(|(_, op)| op.attr("k").and_then(|k| k.as_int()))
+        .unwrap_or(0) as f64;
+    let experts: Vec<&str> = programs
+        .iter()
+        .flat_map(|p| p.spatial.ops())
+        .filter(|(_, op)| op.op == "experts")
+        .flat_map(|(_, op)| op.reads().collect::<Vec<_>>())
+        .collect();
+    let mut floor = 0.0;
+    for (name, t) in &m.tensors {
+        let mut n = t.shape.iter().map(|&d| d as f64).product::<f64>();
+        let per = if t.storage == TensorStorage::Q8_0 { 34.0 / 32.0 } else { 2.0 };
+        let bound_as_expert =
+            m.layers.iter().any(|l| l.bind.iter().any(|(k, v)| v == name && experts.contains(&k.as_str())));
+        if embed.contains(name) && !head.contains(name) {
+            n = *t.shape.last().unwrap_or(&0) as f64 * batch;
+        } else if bound_as_expert && t.shape.len() == 3 && t.shape[0] > 0 {
+            n *= (batch * top_k / t.shape[0] as f64).min(1.0);
+        }
+        floor += n * per;
+    }
+    for s in &m.states {
+        floor += s.shape.iter().map(|&d| d as f64).product::<f64>() * 2.0;
+    }
+    floor
+}
