@@ -132,6 +132,9 @@ pub fn io_words(e: &std::io::Error) -> String {
         _ => {
             let text = e.to_string();
             text.split(" (os error").next().unwrap_or(&text).to_string()
+        }
+    }
+}
 
 /// How the deployment stores carried state (KV caches, latent caches, DeltaNet state).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -157,6 +160,7 @@ pub fn free_memory() -> Option<u64> {
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
+}
 
 /// `spec` declaring its states as `state` says.
 pub fn with_state(mut spec: ModelSpec, state: StateArg) -> ModelSpec {
