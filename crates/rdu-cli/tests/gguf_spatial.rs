@@ -105,7 +105,18 @@ fn rdu_run_reads_gguf() {
                 let status = Command::new(env!("CARGO_BIN_EXE_rdu"))
                     .arg("run")
                     .arg(file(arch, quant))
-                    .args(["--tokens", &prompt.join(","), "--engine", engine, "--cut", cut, "--state", "f32", "--json", "--logits"])
+                    .args([
+                        "--tokens",
+                        &prompt.join(","),
+                        "--engine",
+                        engine,
+                        "--cut",
+                        cut,
+                        "--state",
+                        "f32",
+                        "--json",
+                        "--logits",
+                    ])
                     .arg(&out)
                     .output()
                     .expect("run rdu");

@@ -52,8 +52,18 @@ fn gguf_at_tp_2(arch: &str) {
     let mut runs = Vec::new();
     for tp in ["1", "2"] {
         let out = tmp.path().join(format!("tp{tp}.npy"));
-        let args =
-            ["run", gguf.to_str().unwrap(), "--tokens", &tokens, "--tp", tp, "--state", "f32", "--logits", out.to_str().unwrap()];
+        let args = [
+            "run",
+            gguf.to_str().unwrap(),
+            "--tokens",
+            &tokens,
+            "--tp",
+            tp,
+            "--state",
+            "f32",
+            "--logits",
+            out.to_str().unwrap(),
+        ];
         ok(&args);
         let got = npy_f32(&out);
         let d = max_diff(&got, &want);
