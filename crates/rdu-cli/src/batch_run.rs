@@ -44,11 +44,19 @@ pub fn run(args: &RunArgs, file: &Path) -> Result<()> {
     if args.engine != Engine::Spatial {
         bail!("--batch-prompts runs the spatial engine (a batched bundle); drop --engine reference");
     }
-    if args.cut != RunCut::Decode {
+    if args.cut == Some(RunCut::Forward) {
         bail!("--batch-prompts decodes token by token; drop --cut forward");
     }
     let prompts = read_prompts(file)?;
     let (spec, weights) = resolve_with_weights(&args.model)?;
+    let lowered = match &args.bundle {
+        Some(dir) => {
+            let m = crate::bundle_arg::manifest(dir)?;
+            crate::bundle_arg::check(args, &spec, dir, &m, true)?;
+            Some(m.cut)
+        }
+        None => None,
+    };
     for (b, prompt) in prompts.iter().enumerate() {
         if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= spec.vocab) {
             bail!("{}: prompt {b}: token id {bad} is out of range for a vocabulary of {}", file.display(), spec.vocab);
@@ -63,8 +71,14 @@ pub fn run(args: &RunArgs, file: &Path) -> Result<()> {
         }
     }
     let batch = prompts.len();
-    let total = prompts.iter().map(|p| p.len()).max().unwrap_or(0) + args.n;
-    let ctx = args.ctx.unwrap_or(total);
+    for b in 0..batch {
+        if let Some(path) = logits_path(b) {
+            crate::run_cmd::check_writable(&path)?;
+        }
+    }
+    let total = prompts.iter().map(|p| p.len()).max().unwrap_or(0).saturating_add(args.n);
+    crate::fit_cmd::check_size("--ctx", args.ctx.unwrap_or(total))?;
+    let ctx = args.ctx.or(lowered.and_then(|c| c.ctx)).unwrap_or(total);
     if total > ctx {
         bail!("the longest prompt plus -n {} needs {total} positions but --ctx is {ctx}", args.n);
     }
@@ -78,7 +92,7 @@ pub fn run(args: &RunArgs, file: &Path) -> Result<()> {
     let dir = match &args.bundle {
         Some(dir) => dir.clone(),
         None => {
-            let chip = Chip::resolve(&args.chip)?;
+            let chip = Chip::resolve(args.chip())?;
             let opts = LowerOptions { chip, storage, seed: 0, progress: &mut |_| {} };
             let model = match args.tp {
                 Some(tp) => lower_batched_tp_decode_streamed(&spec, batch, tp, ctx, opts),

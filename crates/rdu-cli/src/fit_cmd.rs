@@ -10,7 +10,7 @@
 //! (RoPE) once, as f32. A tensor named by several programs (the embedding table `E` of a
 //! tied head) is counted once.
 
-use crate::model_arg::{resolve, StorageArg};
+use crate::model_arg::{resolve_with_weights, storage_of, StorageArg};
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use rdu_compiler::fit::{admits_tp, admitted_widths};
@@ -47,6 +47,36 @@ pub struct FitArgs {
     /// memory each chip holds (its slices of every layer, the replicated embedding and head)
     #[arg(long, value_name = "T")]
     tp: Option<usize>,
+}
+
+/// The largest `--ctx`, `--batch`, `--seq` or `--chunk` rdu authors: sizes are written into
+/// program text and multiplied into element counts, which must stay far inside 64 bits.
+pub const MAX_SIZE: usize = 1 << 32;
+
+/// Refuses a size beyond [`MAX_SIZE`], naming the flag, the number and the limit.
+pub fn check_size(flag: &str, value: usize) -> Result<()> {
+    if value > MAX_SIZE {
+        bail!("{flag} {value} is too large: rdu lowers at most {MAX_SIZE} (2^32)");
+    }
+    Ok(())
+}
+
+/// The parameters and the state bytes (f32) of a decode deployment of `ctx` positions: what
+/// the reference engine holds (weights as f32, caches and states as f32).
+pub fn decode_demand(
+    spec: &rdu_compiler::model::spec::ModelSpec,
+    ctx: usize,
+    storage: &rdu_compiler::lower::streamed::Storage,
+) -> Result<(u64, u64)> {
+    let cut = Cut::Decode { ctx };
+    let mut tally = Tally::default();
+    let mut part = Part::default();
+    tally.add(&mut part, &embed_source(spec, cut, storage), "embedding")?;
+    for l in 0..spec.n_layers() {
+        tally.add(&mut part, &source_of(spec, l, cut, storage), &format!("layer {l}"))?;
+    }
+    tally.add(&mut part, &head_source(spec, cut, storage), "head")?;
+    Ok((part.params, part.state_bytes + part.shared_bytes))
 }
 
 /// Widths `rdu fit` lists as admitted.
@@ -111,13 +141,16 @@ pub fn run(args: &FitArgs) -> Result<()> {
     if args.batch == 0 {
         bail!("--batch must be at least 1");
     }
-    let spec = resolve(&args.model)?;
+    check_size("--ctx", args.ctx)?;
+    check_size("--batch", args.batch)?;
+    let (spec, weights) = resolve_with_weights(&args.model)?;
     let chip = Chip::resolve(&args.chip)?;
     let cut = match args.batch {
         1 => Cut::Decode { ctx: args.ctx },
         batch => Cut::Batched { batch, ctx: args.ctx },
     };
-    let storage = args.storage.storage();
+    // `auto` is as the checkpoint stores its weights, as `rdu lower` reads it.
+    let storage = storage_of(args.storage, &weights);
     if let Some(tp) = args.tp {
         admits_tp(&spec, tp, &storage)?;
     }
@@ -241,12 +274,12 @@ fn print_text(r: &Report) {
         r.storage,
         count(r.params())
     );
-    println!("  {:<28} {:>6} {:>10} {:>12} {:>12}", "program", "layers", "params", "weights", "state");
+    println!("  {:<34} {:>6} {:>10} {:>12} {:>12}", "program", "layers", "params", "weights", "state");
     for p in parts {
         let layers = if p.layers == 0 { "-".to_string() } else { p.layers.to_string() };
         let name = if p.name == "head" && r.tied { "head (tied: E under embed)" } else { &p.name };
         let row = (count(p.params), gb(p.weight_bytes), gb(p.state_bytes));
-        println!("  {name:<28} {layers:>6} {:>10} {:>12} {:>12}", row.0, row.1, row.2);
+        println!("  {name:<34} {layers:>6} {:>10} {:>12} {:>12}", row.0, row.1, row.2);
     }
     let shared: u64 = parts.iter().map(|p| p.shared_bytes).sum();
     let q8: u64 = parts.iter().map(|p| p.q8_bytes).sum();
@@ -284,9 +317,11 @@ fn gb(bytes: u64) -> String {
     }
 }
 
-/// `80.1 B`, `3.2 M`, `1234`.
+/// `1.20 T`, `80.10 B`, `3.20 M`, `1234`; `2.83e15` beyond.
 fn count(n: u64) -> String {
     match n {
+        n if n >= 1_000_000_000_000_000 => format!("{:.2e}", n as f64),
+        n if n >= 1_000_000_000_000 => format!("{:.2} T", n as f64 / 1e12),
         n if n >= 1_000_000_000 => format!("{:.2} B", n as f64 / 1e9),
         n if n >= 1_000_000 => format!("{:.2} M", n as f64 / 1e6),
         n if n >= 1_000 => format!("{:.1} K", n as f64 / 1e3),

@@ -151,22 +151,23 @@ fn summary_json(model: &StreamedModel) -> Value {
 
 fn print_summary(model: &StreamedModel, out: Option<&PathBuf>) {
     println!(
-        "{} → {} ({} layers, {} kind{}, storage {}), lowered and certified in {:.2}s",
+        "{} → {} ({} layer{}, {} kind{}, storage {}), lowered and certified in {:.2}s",
         model.spec.name,
         model.chip.name,
         model.spec.n_layers(),
+        if model.spec.n_layers() == 1 { "" } else { "s" },
         model.kinds.len(),
         if model.kinds.len() == 1 { "" } else { "s" },
         model.storage.label(),
         model.lowering_seconds
     );
     println!(
-        "  {:<28} {:>6} {:>8} {:>6} {:>6} {:>11} {:>10}",
-        "program", "layers", "sections", "PCUs", "PMUs", "µs/step", "max err"
+        "  {:<34} {:>6} {:>8} {:>9} {:>9} {:>11} {:>10}",
+        "program", "layers", "sections", "peak PCUs", "peak PMUs", "µs/step", "max err"
     );
     let row = |p: &ProgramPart, layers: usize| {
         println!(
-            "  {:<28} {:>6} {:>8} {:>6} {:>6} {:>11.2} {:>10.1e}",
+            "  {:<34} {:>6} {:>8} {:>9} {:>9} {:>11.2} {:>10.1e}",
             p.name,
             layers,
             p.cost.sections.len(),
@@ -189,6 +190,10 @@ fn print_summary(model: &StreamedModel, out: Option<&PathBuf>) {
         step.roofline_seconds * 1e6,
         step.roofline_fraction * 100.0,
         step.reconfigurations
+    );
+    println!(
+        "  peak PCUs/PMUs: the most any one section of a program places (the {} has {} PCUs and {} PMUs)",
+        model.chip.name, model.chip.pcus, model.chip.pmus
     );
     if let Some(dir) = out {
         println!("  bundle written to {}", dir.display());

@@ -3,6 +3,7 @@
 //! lives in its own module and only renders what the libraries compute.
 
 mod batch_run;
+mod bundle_arg;
 mod check_cmd;
 mod fit_cmd;
 mod lower_cmd;
@@ -10,9 +11,10 @@ mod model_arg;
 mod program_cmds;
 mod run_cmd;
 mod show_cmd;
+mod usage;
 mod verify_cmd;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -52,12 +54,23 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    quiet_on_closed_pipe();
+    // Negative numbers reach the value parsers (and their one-line refusal) instead of
+    // being taken for flags.
+    let command = Cli::command().mut_subcommands(|sub| {
+        sub.mut_args(|a| if a.get_action().takes_values() { a.allow_negative_numbers(true) } else { a })
+    });
+    let parsed = command.try_get_matches().and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(cli) => cli,
-        Err(e) => {
-            let code = if e.use_stderr() { ExitCode::from(1) } else { ExitCode::SUCCESS };
+        Err(e) if !e.use_stderr() => {
+            // --help and --version.
             let _ = e.print();
-            return code;
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("error: {}", usage::one_line(&e, &std::env::args().collect::<Vec<_>>()));
+            return ExitCode::from(1);
         }
     };
     let result = match cli.command {
@@ -77,5 +90,16 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// A closed stdout (`rdu presets | head -1`) ends the process the way it ends `cat`: by the
+/// default SIGPIPE action, quietly, instead of a panic in `println!`.
+fn quiet_on_closed_pipe() {
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts; no
+    // handler runs Rust code.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

@@ -69,6 +69,7 @@ impl CutArg {
             if value == 0 {
                 bail!("{flag} must be at least 1");
             }
+            crate::fit_cmd::check_size(flag, value)?;
         }
         Ok(match self {
             CutArg::Forward => Cut::Forward { seq },
@@ -121,4 +122,24 @@ pub fn storage_of(arg: StorageArg, weights: &Weights) -> Storage {
         (StorageArg::Auto, Weights::Gguf(w)) => w.storage(),
         (s, _) => s.storage(),
     }
+}
+
+/// An I/O error in a user's words, without the `(os error N)` tail.
+pub fn io_words(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+        std::io::ErrorKind::NotFound => "no such file or folder".to_string(),
+        _ => {
+            let text = e.to_string();
+            text.split(" (os error").next().unwrap_or(&text).to_string()
+        }
+    }
+}
+
+/// Bytes of memory this machine has free (`MemAvailable`), when it says.
+pub fn free_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }

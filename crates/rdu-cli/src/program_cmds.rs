@@ -1,6 +1,6 @@
 //! `rdu presets`, `rdu kinds` and `rdu source`: what the author writes and how it groups.
 
-use crate::model_arg::{resolve, CutArg, CutSizes, StorageArg};
+use crate::model_arg::{resolve, resolve_with_weights, storage_of, CutArg, CutSizes, StorageArg};
 use anyhow::{bail, Result};
 use clap::Args;
 use rdu_compiler::lower::streamed::layer_kinds;
@@ -44,9 +44,10 @@ pub fn presets() -> Result<()> {
         let spec = resolve(name)?;
         let kinds = layer_kinds(&spec, &StorageArg::Auto.storage());
         println!(
-            "{name:<24} {:<12} {:>3} layers  d_model {:<5}  {} kind{}",
+            "{name:<24} {:<12} {:>3} layer{}  d_model {:<5}  {} kind{}",
             spec.family.as_str(),
             spec.n_layers(),
+            if spec.n_layers() == 1 { " " } else { "s" },
             spec.d_model,
             kinds.len(),
             if kinds.len() == 1 { "" } else { "s" }
@@ -56,30 +57,35 @@ pub fn presets() -> Result<()> {
 }
 
 pub fn kinds(args: &KindsArgs) -> Result<()> {
-    let spec = resolve(&args.model)?;
-    let kinds = layer_kinds(&spec, &args.storage.storage());
+    // `auto` is as the checkpoint stores its weights, as `rdu lower` and `rdu fit` read it.
+    let (spec, weights) = resolve_with_weights(&args.model)?;
+    let storage = storage_of(args.storage, &weights);
+    let kinds = layer_kinds(&spec, &storage);
     if args.json {
         let kinds_json: Vec<_> = kinds
             .iter()
             .map(|k| json!({"name": k.name, "digest": k.digest.hex(), "layers": k.layers, "mixer": k.mixer, "ffn": k.ffn}))
             .collect();
-        let out = json!({"model": spec.name, "n_layers": spec.n_layers(), "kinds": kinds_json});
+        let out =
+            json!({"model": spec.name, "n_layers": spec.n_layers(), "storage": storage.label(), "kinds": kinds_json});
         println!("{out}");
         return Ok(());
     }
     println!(
-        "{}: {} layers, {} kind{} (storage {})",
+        "{}: {} layer{}, {} kind{} (storage {})",
         spec.name,
         spec.n_layers(),
+        if spec.n_layers() == 1 { "" } else { "s" },
         kinds.len(),
         if kinds.len() == 1 { "" } else { "s" },
-        args.storage.storage().label()
+        storage.label()
     );
     for k in &kinds {
         println!(
-            "  {:<28} {:>3} layers  {}  digest {}",
+            "  {:<34} {:>3} layer{}  {}  digest {}",
             k.name,
             k.layers.len(),
+            if k.layers.len() == 1 { " " } else { "s" },
             ranges(&k.layers),
             &k.digest.hex()[..12]
         );
@@ -88,9 +94,9 @@ pub fn kinds(args: &KindsArgs) -> Result<()> {
 }
 
 pub fn source(args: &SourceArgs) -> Result<()> {
-    let spec = resolve(&args.model)?;
+    let (spec, weights) = resolve_with_weights(&args.model)?;
     let cut = args.cut.cut(&args.sizes)?;
-    let storage = args.storage.storage();
+    let storage = storage_of(args.storage, &weights);
     if matches!(cut, Cut::Tp { .. } | Cut::BatchedTp { .. }) {
         rdu_compiler::fit::admits_tp(&spec, cut.tp(), &storage)?;
     }

@@ -14,6 +14,7 @@ use rdu_compiler::model::spec::ModelSpec;
 use rdu_compiler::reference::{Reference, SeededWeights, WeightSource};
 use rdu_host::{Host, Session, WeightsSource};
 use rdu_spatial::chip::Chip;
+use rdu_spatial::manifest::CutMode;
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -65,9 +66,10 @@ pub struct RunArgs {
     /// Run this bundle (from `rdu lower -o`) instead of lowering now
     #[arg(long)]
     pub(crate) bundle: Option<PathBuf>,
-    /// forward: the whole sequence each step, no cache; decode: one token at a time with the cache
-    #[arg(long, value_enum, default_value = "decode")]
-    pub(crate) cut: RunCut,
+    /// forward: the whole sequence each step, no cache; decode (the default): one token at a
+    /// time with the cache. With --bundle, the bundle's cut
+    #[arg(long, value_enum)]
+    pub(crate) cut: Option<RunCut>,
     /// KV-cache positions for the decode cut (default: prompt + generated tokens)
     #[arg(long)]
     pub(crate) ctx: Option<usize>,
@@ -79,9 +81,13 @@ pub struct RunArgs {
     /// Which weights are stored Q8_0 (auto: as the checkpoint stores them; Q8_0 for a preset)
     #[arg(long, value_enum, default_value = "auto")]
     pub(crate) storage: StorageArg,
-    /// Target chip of the lowering: sn50, sn40l, or a chip file
-    #[arg(long, default_value = "sn50")]
-    pub(crate) chip: String,
+    /// Target chip of the lowering: sn50 (the default), sn40l, or a chip file
+    #[arg(long)]
+    pub(crate) chip: Option<String>,
+    /// The decode bundle a prefill --bundle continues into (default: lowered now for the
+    /// prefill bundle's ctx and chip)
+    #[arg(long, value_name = "DIR", requires = "bundle")]
+    pub(crate) decode_bundle: Option<PathBuf>,
     /// Write the computed logits rows as float32 [rows, vocab] to this .npy file
     #[arg(long)]
     pub(crate) logits: Option<PathBuf>,
@@ -101,6 +107,13 @@ pub struct RunArgs {
     pub(crate) tp: Option<usize>,
 }
 
+impl RunArgs {
+    /// The chip to lower for.
+    pub(crate) fn chip(&self) -> &str {
+        self.chip.as_deref().unwrap_or("sn50")
+    }
+}
+
 /// Computes the logits rows of `tokens`, the first of which is at position `pos`.
 type StepFn<'a> = Box<dyn FnMut(&[u32], usize) -> Result<Vec<Vec<f32>>> + 'a>;
 
@@ -108,7 +121,26 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if let Some(file) = &args.batch_prompts {
         return crate::batch_run::run(args, file);
     }
+    if let Some(path) = &args.logits {
+        check_writable(path)?;
+    }
     let (spec, weights) = resolve_with_weights(&args.model)?;
+    let manifest = match &args.bundle {
+        Some(dir) => {
+            let m = crate::bundle_arg::manifest(dir)?;
+            crate::bundle_arg::check(args, &spec, dir, &m, false)?;
+            Some(m)
+        }
+        None => None,
+    };
+    // With a bundle, its cut rules: a forward bundle runs forward, a prefill bundle chunks.
+    let lowered = manifest.as_ref().map(|m| &m.cut);
+    let run_cut = match lowered.map(|c| c.mode) {
+        Some(CutMode::Forward) => RunCut::Forward,
+        Some(_) => RunCut::Decode,
+        None => args.cut.unwrap_or(RunCut::Decode),
+    };
+    let chunk_arg = args.chunk.or(lowered.and_then(|c| c.chunk));
     let tokenizer = tokenizer_of(&args.model)?;
     let prompt_ids: Vec<u32> = match (&args.prompt, &tokenizer) {
         (Some(text), Some(tok)) => tok.encode(text, tok.add_bos_default()).map_err(|e| anyhow!("{e}"))?,
@@ -133,17 +165,51 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let eos: Vec<u32> = tokenizer.as_ref().map(|t| t.eos()).unwrap_or_default();
     let streaming = args.prompt.is_some() && !args.json;
     let mut stream = rdu_host::StreamDecoder::new();
-    let total = prompt_ids.len() + args.n;
-    let ctx = args.ctx.unwrap_or(total);
+    let total = prompt_ids.len().saturating_add(args.n);
+    let ctx = args.ctx.or(lowered.and_then(|c| c.ctx)).unwrap_or(total);
     if ctx == 0 {
         bail!("--ctx must be at least 1");
     }
-    if args.cut == RunCut::Decode && total > ctx {
-        bail!("prompt ({}) plus -n {} needs {total} positions but --ctx is {ctx}", prompt_ids.len(), args.n);
+    if run_cut == RunCut::Decode && total > ctx {
+        let whose = if args.ctx.is_none() && lowered.is_some() { "the bundle's ctx" } else { "--ctx" };
+        bail!("prompt ({}) plus -n {} needs {total} positions but {whose} is {ctx}", prompt_ids.len(), args.n);
     }
+    if let Some(seq) = lowered.and_then(|c| c.seq) {
+        if total > seq {
+            bail!(
+                "prompt ({}) plus -n {} needs {total} positions but the forward bundle steps {seq} tokens",
+                prompt_ids.len(),
+                args.n
+            );
+        }
+    }
+    if args.ctx.is_none() && ctx > crate::fit_cmd::MAX_SIZE {
+        bail!(
+            "-n {} is too large: the prompt plus -n may hold at most {} positions (2^32)",
+            args.n,
+            crate::fit_cmd::MAX_SIZE
+        );
+    }
+    crate::fit_cmd::check_size("--ctx", ctx)?;
     let storage = storage_of(args.storage, &weights);
+    if args.engine == Engine::Reference {
+        // The reference engine holds every weight and the whole cache as f32: refuse what
+        // this machine cannot hold before allocating it.
+        let (params, state) = crate::fit_cmd::decode_demand(&spec, ctx, &storage)?;
+        let need = params.saturating_mul(4).saturating_add(state);
+        if let Some(free) = crate::model_arg::free_memory() {
+            if need > free {
+                bail!(
+                    "the reference engine would hold {:.1} GB ({} parameters as f32 and the caches of ctx {ctx}), more than the {:.1} GB this machine has free",
+                    need as f64 / 1e9,
+                    params,
+                    free as f64 / 1e9
+                );
+            }
+        }
+    }
     if let Some(tp) = args.tp {
-        if args.engine != Engine::Spatial || args.cut != RunCut::Decode {
+        if args.engine != Engine::Spatial || run_cut != RunCut::Decode {
             bail!("--tp runs the spatial engine's decode cut; drop --engine reference / --cut forward");
         }
         if args.bundle.is_none() {
@@ -159,15 +225,15 @@ pub fn run(args: &RunArgs) -> Result<()> {
     };
     let mut reference = Reference::new(&spec, storage.clone(), reference_weights);
     let mut prefill: Option<(usize, StepFn<'_>)> = None;
-    if let Some(chunk) = args.chunk {
+    if let Some(chunk) = chunk_arg {
         if chunk == 0 {
             bail!("--chunk must be at least 1");
         }
-        if args.engine != Engine::Spatial || args.cut != RunCut::Decode || args.bundle.is_some() {
-            bail!("--chunk lowers its own prefill and decode bundles: use it with the spatial engine, --cut decode and no --bundle");
+        if args.engine != Engine::Spatial || run_cut != RunCut::Decode {
+            bail!("--chunk prefills through the spatial engine's decode cut: drop --engine reference / --cut forward");
         }
     }
-    let mut step: StepFn<'_> = match (args.engine, args.cut) {
+    let mut step: StepFn<'_> = match (args.engine, run_cut) {
         (Engine::Reference, RunCut::Forward) => Box::new(|toks: &[u32], _pos: usize| {
             let out = reference.forward(toks).map_err(|e| anyhow!(e))?;
             Ok(rows(out.logits.as_f32().unwrap_or_default(), vocab))
@@ -179,8 +245,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 Ok(rows(out.logits.as_f32().unwrap_or_default(), vocab))
             })
         }
-        (Engine::Spatial, _) if args.chunk.is_some() => {
-            let chunk = args.chunk.unwrap_or(1);
+        (Engine::Spatial, _) if chunk_arg.is_some() => {
+            let chunk = chunk_arg.unwrap_or(1);
             let (chunked, decode) = chunked_engine(args, &spec, storage, ctx, chunk, host_weights)?;
             prefill = Some((chunk, chunked));
             decode
@@ -206,7 +272,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         }
         Ok(true)
     };
-    match args.cut {
+    match run_cut {
         RunCut::Forward => loop {
             let all = step(&seq, 0)?;
             let first_new = if logits.is_empty() { 0 } else { seq.len() - 1 };
@@ -272,10 +338,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
     } else if streaming {
         println!("{}", stream.finish());
         eprintln!(
-            "prompt: {} tokens in {:.2}s ({:.1} tok/s, incl. lowering); decode: {} tokens in {:.2}s ({:.1} tok/s)",
+            "prompt: {} tokens in {:.2}s ({:.1} tok/s{}); decode: {} tokens in {:.2}s ({:.1} tok/s)",
             prompt_ids.len(),
             prompt_seconds,
             prompt_ids.len() as f64 / prompt_seconds.max(1e-9),
+            // Only the forward cut lowers while the clock runs (a bundle per length).
+            if run_cut == RunCut::Forward && args.bundle.is_none() { ", incl. lowering" } else { "" },
             generated.len(),
             decode_seconds,
             generated.len() as f64 / decode_seconds.max(1e-9)
@@ -329,12 +397,26 @@ fn spatial_engine<'a>(
     };
     if let Some(dir) = &args.bundle {
         let mut host = load(dir, &weights)?;
+        if cut == RunCut::Forward {
+            // A forward bundle steps exactly its `seq` tokens. Its layers are causal (a row
+            // reads only the rows before it), so the prompt padded with token 0 gives the
+            // prompt's own rows exactly; the padding's rows are dropped.
+            let seq = host.rows();
+            return Ok(Box::new(move |toks: &[u32], _pos: usize| {
+                let mut padded = toks.to_vec();
+                padded.resize(seq, 0);
+                let out = host.step(&padded, 0).map_err(|e| anyhow!("{e}"))?;
+                let mut all = rows(out.logits.as_f32().unwrap_or_default(), vocab);
+                all.truncate(toks.len());
+                Ok(all)
+            }));
+        }
         return Ok(Box::new(move |toks: &[u32], pos: usize| {
             let out = host.step(toks, pos).map_err(|e| anyhow!("{e}"))?;
             Ok(rows(out.logits.as_f32().unwrap_or_default(), vocab))
         }));
     }
-    let chip = Chip::resolve(&args.chip)?;
+    let chip = Chip::resolve(args.chip())?;
     let tmp = tempfile::tempdir().context("creating a temporary bundle directory")?;
     let lower_into = move |dir: &std::path::Path, seq: Option<usize>| -> Result<()> {
         let opts = LowerOptions { chip: chip.clone(), storage: storage.clone(), seed: 0, progress: &mut |_| {} };
@@ -394,15 +476,45 @@ fn chunked_engine<'a>(
     use std::cell::RefCell;
     use std::rc::Rc;
     let vocab = spec.vocab;
-    let chip = Chip::resolve(&args.chip)?;
+    // A given prefill bundle's chip; the decode bundle it continues into is lowered for it.
+    let chip = match &args.bundle {
+        Some(dir) => Chip::resolve(&crate::bundle_arg::manifest(dir)?.chip)?,
+        None => Chip::resolve(args.chip())?,
+    };
     let tmp = tempfile::tempdir().context("creating a temporary bundle directory")?;
-    let (prefill_dir, decode_dir) = (tmp.path().join("prefill"), tmp.path().join("decode"));
-    let opts = LowerOptions { chip: chip.clone(), storage: storage.clone(), seed: 0, progress: &mut |_| {} };
-    let model = lower_prefill_streamed(spec, chunk, ctx, opts).map_err(|e| anyhow!("{e}"))?;
-    model.bundle().map_err(|e| anyhow!(e))?.write(&prefill_dir, true)?;
-    let opts = LowerOptions { chip, storage, seed: 0, progress: &mut |_| {} };
-    let model = lower_decode_streamed(spec, ctx, opts).map_err(|e| anyhow!("{e}"))?;
-    model.bundle().map_err(|e| anyhow!(e))?.write(&decode_dir, true)?;
+    let prefill_dir = match &args.bundle {
+        Some(dir) => dir.clone(),
+        None => {
+            let dir = tmp.path().join("prefill");
+            let opts = LowerOptions { chip: chip.clone(), storage: storage.clone(), seed: 0, progress: &mut |_| {} };
+            let model = lower_prefill_streamed(spec, chunk, ctx, opts).map_err(|e| anyhow!("{e}"))?;
+            model.bundle().map_err(|e| anyhow!(e))?.write(&dir, true)?;
+            dir
+        }
+    };
+    let decode_dir = match &args.decode_bundle {
+        Some(dir) => {
+            let m = crate::bundle_arg::manifest(dir)?;
+            if m.cut.mode != rdu_spatial::manifest::CutMode::Decode || m.model != spec.name || m.cut.ctx != Some(ctx) {
+                bail!(
+                    "--decode-bundle {} must be a decode bundle of `{}` for ctx {ctx}, but it is a {} bundle of `{}` for ctx {}",
+                    dir.display(),
+                    spec.name,
+                    crate::bundle_arg::mode_word(m.cut.mode),
+                    m.model,
+                    m.cut.ctx.map_or("-".to_string(), |c| c.to_string())
+                );
+            }
+            dir.clone()
+        }
+        None => {
+            let dir = tmp.path().join("decode");
+            let opts = LowerOptions { chip, storage, seed: 0, progress: &mut |_| {} };
+            let model = lower_decode_streamed(spec, ctx, opts).map_err(|e| anyhow!("{e}"))?;
+            model.bundle().map_err(|e| anyhow!(e))?.write(&dir, true)?;
+            dir
+        }
+    };
     let prefill = Host::load(&prefill_dir, &weights, &mut |_, _, _| {}).map_err(|e| anyhow!("{e}"))?;
     let decode = Host::load_sharing(&decode_dir, &prefill, &weights, &mut |_, _, _| {}).map_err(|e| anyhow!("{e}"))?;
     drop(tmp);
@@ -417,6 +529,24 @@ fn chunked_engine<'a>(
         Ok(rows(out.logits.as_f32().unwrap_or_default(), vocab))
     });
     Ok((prefill_step, decode_step))
+}
+
+/// Refuses an output path that cannot be written (a missing or read-only folder, a directory)
+/// before any work, by creating and removing a temporary file beside it.
+pub(crate) fn check_writable(path: &std::path::Path) -> Result<()> {
+    if path.is_dir() {
+        bail!("cannot write {}: it is a directory", path.display());
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    if !parent.is_dir() {
+        bail!("cannot write {}: the folder {} does not exist", path.display(), parent.display());
+    }
+    tempfile::NamedTempFile::new_in(parent)
+        .map(drop)
+        .map_err(|e| anyhow!("cannot write {}: {}", path.display(), crate::model_arg::io_words(&e)))
 }
 
 pub(crate) fn rows(flat: &[f32], vocab: usize) -> Vec<Vec<f32>> {

@@ -57,6 +57,14 @@ pub fn run(args: &ShowArgs) -> Result<()> {
         Some(_) => print!("{}", text(&bundle, chosen[0])?),
         None => print_summary(dir, &bundle.manifest, &entries),
     }
+    if let Some(path) = &args.dot {
+        // stdout holds the program's text with --program: say it on stderr then.
+        let note = format!("Graphviz view of {} program(s) written to {}", chosen.len(), path.display());
+        match &args.program {
+            Some(_) => eprintln!("{note}"),
+            None => println!("\n  {note}"),
+        }
+    }
     Ok(())
 }
 
@@ -93,22 +101,24 @@ fn print_summary(dir: &Path, m: &Manifest, entries: &[Entry]) {
     println!("  chip     {}", m.chip);
     println!("  storage  {}", m.storage);
     println!(
-        "  {} layers, {} kinds, {} checkpoint tensors, {} states, inputs {}",
+        "  {} layer{}, {} kind{}, {} checkpoint tensors, {} states, inputs {}",
         m.layers.len(),
+        if m.layers.len() == 1 { "" } else { "s" },
         m.programs.kinds.len(),
+        if m.programs.kinds.len() == 1 { "" } else { "s" },
         m.tensors.len(),
         m.states.len(),
         m.inputs.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(", ")
     );
     println!();
     println!(
-        "  {:<28} {:<14} {:>8} {:>6} {:>6} {:>10}  certificate",
-        "program", "layers", "sections", "PCUs", "PMUs", "µs/step"
+        "  {:<34} {:<14} {:>8} {:>9} {:>9} {:>10}  certificate",
+        "program", "layers", "sections", "peak PCUs", "peak PMUs", "µs/step"
     );
     for e in entries {
         let c = e.certificate;
         println!(
-            "  {:<28} {:<14} {:>8} {:>6} {:>6} {:>10.2}  {}; seed {}, tolerance {:e}, max err {:.1e}",
+            "  {:<34} {:<14} {:>8} {:>9} {:>9} {:>10.2}  {}; seed {}, tolerance {:.1e}, max err {:.1e}",
             e.name,
             e.layers.map_or_else(|| "-".to_string(), ranges),
             e.cost.sections,

@@ -680,3 +680,57 @@ fn resolve_takes_names_files_and_directories() {
     let missing = from_config_path(&dir.join("absent.json"));
     assert!(matches!(missing, Err(Error::Io { .. })));
 }
+
+/// A multimodal wrapper's `text_config` saved on its own, as transformers 5 saves a
+/// `*ForCausalLM` (`qwen3_5_text`, `qwen3_5_moe_text`, `gemma3_text`), imports to the
+/// wrapper's spec: every wrapper preset, and the gemma3 HF fixture wrapped and unwrapped.
+#[test]
+fn text_only_configs_import_like_their_wrappers() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("presets");
+    let mut files: Vec<PathBuf> = Vec::new();
+    for d in [dir.clone(), dir.join("tiny")] {
+        for entry in std::fs::read_dir(&d).expect("presets") {
+            files.push(entry.expect("entry").path());
+        }
+    }
+    files.sort();
+    let mut checked = Vec::new();
+    for file in files.iter().filter(|f| f.extension().is_some_and(|e| e == "json")) {
+        let text = std::fs::read_to_string(file).expect("preset");
+        let wrapper: Value = serde_json::from_str(&text).expect("JSON");
+        let Some(inner) = wrapper.get("text_config") else { continue };
+        let mut only = inner.clone();
+        let model_type = only["model_type"].as_str().expect("text_config.model_type").to_string();
+        if only.get("tie_word_embeddings").is_none() {
+            only["tie_word_embeddings"] = wrapper["tie_word_embeddings"].clone();
+        }
+        let whole = from_config_json(&text, "m").expect("the wrapper imports");
+        let alone = from_config_json(&only.to_string(), "m").unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        same_model(&whole, &alone, &format!("{}: {model_type}", file.display()));
+        checked.push(model_type);
+    }
+    for t in ["qwen3_5_text", "qwen3_5_moe_text"] {
+        assert!(checked.iter().any(|c| c == t), "no preset exercised {t}: {checked:?}");
+    }
+    // The gemma3 HF fixture is text-only; wrapped as `gemma3`, it is the same model.
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/fixtures/hf/gemma3_text/config.json");
+    let text: Value = serde_json::from_str(&std::fs::read_to_string(&fixture).expect("fixture")).expect("JSON");
+    let wrapped =
+        json!({"model_type": "gemma3", "text_config": text, "tie_word_embeddings": text["tie_word_embeddings"]});
+    let alone = from_config_json(&text.to_string(), "m").expect("gemma3_text imports");
+    same_model(&from_config_json(&wrapped.to_string(), "m").expect("the wrapper imports"), &alone, "gemma3 fixture");
+}
+
+/// The same language model; a causal LM's weights live under `model.` (the wrapper's under
+/// its language model), and a wrapper may add end-of-sequence ids of its own.
+fn same_model(whole: &ModelSpec, alone: &ModelSpec, what: &str) {
+    assert_eq!(
+        (whole.family, whole.vocab, whole.d_model, whole.max_ctx),
+        (alone.family, alone.vocab, alone.d_model, alone.max_ctx),
+        "{what}"
+    );
+    assert!(whole.layers == alone.layers, "{what}: the layers differ");
+    assert!(whole.rotations == alone.rotations, "{what}: the rotations differ");
+    assert!(whole.embed == alone.embed && whole.head == alone.head, "{what}: the embedding or head differ");
+    assert_eq!(prefix(alone), "model.", "{what}: a causal LM's weights live under `model.`");
+}

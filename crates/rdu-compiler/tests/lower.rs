@@ -16,6 +16,9 @@ use rdu_compiler::model::spec::Cut;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::program::Lit;
 
+#[path = "support/golden.rs"]
+mod golden;
+
 fn opts<'a>(
     chip: &str,
     storage: Storage,
@@ -45,6 +48,10 @@ fn lower_real(name: &str) {
                 assert!(c.max_abs_err.is_finite(), "{name} {}", k.program.name);
             }
             assert_eq!(model.layers.len(), spec.n_layers());
+            if chip == "sn50" && storage == Storage::AllQ8 {
+                // What `rdu lower <preset>` writes (decode, ctx 4096, SN50, Q8_0): golden.
+                golden::assert_golden(name, &model);
+            }
             let step = model.step_estimate();
             assert!(step.roofline_fraction > 0.0 && step.roofline_fraction <= 1.0, "{name}: {step:?}");
         }
@@ -59,6 +66,11 @@ fn qwen3_next_80b_a3b_lowers_and_certifies() {
 #[test]
 fn qwen3_5_27b_lowers_and_certifies() {
     lower_real("qwen3.5-27b");
+}
+
+#[test]
+fn qwen3_6_27b_lowers_and_certifies() {
+    lower_real("qwen3.6-27b");
 }
 
 #[test]
@@ -109,6 +121,29 @@ fn tiny_presets_lower_every_cut() {
             lower_prefill_streamed(&spec, chunk, 64, opts("sn50", Storage::AllQ8, &mut |_| {}))
                 .unwrap_or_else(|e| panic!("{name} prefill {chunk}: {e}"));
         }
+    }
+}
+
+/// Golden programs of one tiny preset (two kinds) in every cut.
+#[test]
+fn tiny_qwen3_next_golden_in_every_cut() {
+    use rdu_compiler::lower::streamed::{
+        lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_tp_decode_streamed,
+    };
+    let name = "tiny-qwen3-next";
+    let spec = presets::resolve(name).expect("preset");
+    let cuts = [
+        ("forward", lower_forward_streamed(&spec, 7, opts("sn50", Storage::AllQ8, &mut |_| {}))),
+        ("decode", lower_decode_streamed(&spec, 64, opts("sn50", Storage::AllQ8, &mut |_| {}))),
+        ("batched", lower_batched_decode_streamed(&spec, 3, 64, opts("sn50", Storage::AllQ8, &mut |_| {}))),
+        // Two chips would split its 32-column Q8_0 blocks: the split cuts are dense.
+        ("tp", lower_tp_decode_streamed(&spec, 2, 64, opts("sn50", Storage::Dense, &mut |_| {}))),
+        ("batched-tp", lower_batched_tp_decode_streamed(&spec, 3, 2, 64, opts("sn50", Storage::Dense, &mut |_| {}))),
+        ("prefill", lower_prefill_streamed(&spec, 8, 64, opts("sn50", Storage::AllQ8, &mut |_| {}))),
+    ];
+    for (cut, model) in cuts {
+        let model = model.unwrap_or_else(|e| panic!("{name} {cut}: {e}"));
+        golden::assert_golden(&format!("{name}/{cut}"), &model);
     }
 }
 
@@ -268,9 +303,11 @@ fn prefill_real(name: &str) {
         let c = &k.program.certificate;
         assert!(c.checks.iter().any(|c| c.starts_with("numbers")), "{name} {}: no numeric check", k.program.name);
         assert!(c.max_abs_err.is_finite(), "{name} {}", k.program.name);
-        // The numbers ran on a shorter chunk of the same kernels, and the structure at full size.
-        assert!(c.checks.iter().any(|c| c.starts_with("numbers checked on 8 of the 512 rows")), "{name}: {c:?}");
-        assert!(c.checks.iter().any(|c| c == "structure and resources at full size"), "{name}: {c:?}");
+        // Structure, resources and numbers all on the real program: every one of the 512 rows.
+        assert!(c.checks.iter().any(|c| c == "structure"), "{name}: {c:?}");
+        assert!(c.checks.iter().any(|c| c == "resources"), "{name}: {c:?}");
+        assert!(c.checks.iter().any(|c| c.starts_with("numbers (") && c.contains("at real shapes")), "{name}: {c:?}");
+        assert!(!c.checks.iter().any(|c| c.starts_with("numbers checked on")), "{name}: reduced numbers {c:?}");
     }
     let step = model.step_estimate();
     assert!(step.roofline_fraction > 0.0 && step.roofline_fraction <= 1.0, "{name}: {step:?}");

@@ -1,9 +1,10 @@
 //! Positions and caches: `rope`, `cache_put`, and causal softmax attention (`attend`,
-//! `attend_mla`) over ring caches, with scores and softmax in f64.
+//! `attend_mla`) over ring caches, with scores, softmax and sums in f64.
 
-use super::products::dot;
+use super::gemm::{self, View};
 use super::{f32s, i32s, out, Kernel};
 use crate::graph::{numel, Data, RopeStyle, Tensor};
+use rayon::prelude::*;
 use std::collections::BTreeMap;
 
 /// The position of each of `n` rows: `pos + i` for a scalar `pos`, `pos[i]` for a vector.
@@ -77,8 +78,25 @@ pub(super) fn cache_put(c: &Tensor, x: &Tensor, pos: &Tensor) -> Kernel {
     Ok(vec![t.ok_or("cache and rows of different dtypes")?])
 }
 
-/// Where one attention reads: `q [N, h, dk]`; keys and values per (slot, kv head) of the
-/// cache, and — for a prefill chunk — per (row, kv head) of the chunk's own rows.
+/// Keys and values of one store (the cache's slots, or the chunk's own rows), widened to
+/// f64: the key of (index, kv head) is `dk` values at `keys[(index·g + head)·key_stride..]`,
+/// its value `dv` values at `values[(index·g + head)·value_stride..]`.
+struct Store {
+    keys: Vec<f64>,
+    key_stride: usize,
+    /// `None`: the values are the first `dv` values of the keys (latent attention).
+    values: Option<Vec<f64>>,
+    value_stride: usize,
+}
+
+impl Store {
+    fn values(&self) -> &[f64] {
+        self.values.as_deref().unwrap_or(&self.keys)
+    }
+}
+
+/// Where one attention reads: `q [N, h, dk]`; the cache, and — for a prefill chunk — the
+/// chunk's own rows.
 struct Attention<'a> {
     q: &'a [f32],
     n: usize,
@@ -87,68 +105,135 @@ struct Attention<'a> {
     slots: usize,
     kv_heads: usize,
     dv: usize,
-    /// The key of (slot, kv head): `dk` values.
-    key: &'a dyn Fn(usize, usize) -> &'a [f32],
-    /// The value of (slot, kv head): `dv` values.
-    value: &'a dyn Fn(usize, usize) -> &'a [f32],
-    /// Whether the chunk's own keys and values are given (read by `row_key`, `row_value`).
-    rows: bool,
-    /// The key of (chunk row, kv head).
-    row_key: &'a dyn Fn(usize, usize) -> &'a [f32],
-    /// The value of (chunk row, kv head).
-    row_value: &'a dyn Fn(usize, usize) -> &'a [f32],
+    cache: Store,
+    /// The chunk's own keys and values, when given.
+    rows: Option<Store>,
+}
+
+/// A run of attended positions read from consecutive indices of one store.
+#[derive(Clone, Copy)]
+struct Run {
+    /// Read from the chunk's rows (else from the cache's slots).
+    chunk: bool,
+    /// The store index of the run's first position.
+    start: usize,
+    len: usize,
 }
 
 /// Causal softmax attention: row `i` at `p_i` sees positions `t ≤ p_i` with `p_i − t < window`;
 /// position `t` is read from the chunk's row `j` when the chunk is given and `p_j = t` (the last
-/// such row), otherwise from slot `t mod S`; query head `j` uses kv head `j / (h/g)`.
+/// such row), otherwise from slot `t mod S`; query head `j` uses kv head `j / (h/g)`. Scores
+/// (`q·k`) and the weighted sum of values are f64 products (`gemm`), the softmax in f64; rows in
+/// parallel.
 fn attend_core(a: &Attention<'_>, pos: &Tensor, scale: f64, window: Option<usize>) -> Kernel {
-    let group = a.heads / a.kv_heads;
     let positions = positions(pos, a.n)?;
     // Position → the chunk row that holds it (the last row at that position wins).
     let chunk: BTreeMap<usize, usize> =
-        if a.rows { positions.iter().enumerate().map(|(j, &p)| (p, j)).collect() } else { BTreeMap::new() };
+        if a.rows.is_some() { positions.iter().enumerate().map(|(j, &p)| (p, j)).collect() } else { BTreeMap::new() };
+    let q64 = gemm::widen(a.q);
+    let rows: Vec<Result<Vec<f32>, String>> =
+        (0..a.n).into_par_iter().map(|i| attend_row(a, &q64, &chunk, positions[i], i, scale, window)).collect();
     let mut data = Vec::with_capacity(a.n * a.heads * a.dv);
-    for (i, &p) in positions.iter().enumerate() {
-        let first = window.map_or(0, |w| (p + 1).saturating_sub(w));
-        // Where each attended position is read: Ok(chunk row) or Err(cache slot).
-        let sources: Vec<Result<usize, usize>> =
-            (first..=p).map(|t| chunk.get(&t).copied().ok_or(t % a.slots)).collect();
-        let cached: Vec<usize> = (first..=p).filter(|t| !chunk.contains_key(t)).collect();
-        if let (Some(lo), Some(hi)) = (cached.first(), cached.last()) {
-            if hi - lo + 1 > a.slots {
-                return Err(format!(
-                    "row {i} at position {p} reads positions {lo}..={hi} from the cache but it holds {} slots; \
-                     use a window of at most {} or a larger cache",
-                    a.slots, a.slots
-                ));
-            }
-        }
-        let key = |src: Result<usize, usize>, kv: usize| match src {
-            Ok(row) => (a.row_key)(row, kv),
-            Err(slot) => (a.key)(slot, kv),
-        };
-        let value = |src: Result<usize, usize>, kv: usize| match src {
-            Ok(row) => (a.row_value)(row, kv),
-            Err(slot) => (a.value)(slot, kv),
-        };
-        for j in 0..a.heads {
-            let kv = j / group;
-            let q = &a.q[(i * a.heads + j) * a.dk..][..a.dk];
-            let scores: Vec<f64> = sources.iter().map(|&src| scale * dot(q, key(src, kv))).collect();
-            let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-            let total: f64 = weights.iter().sum();
-            let mut acc = vec![0f64; a.dv];
-            for (&src, w) in sources.iter().zip(&weights) {
-                for (o, &v) in acc.iter_mut().zip(value(src, kv)) {
-                    *o += w * f64::from(v);
-                }
-            }
-            data.extend(acc.iter().map(|o| (o / total) as f32));
-        }
+    for row in rows {
+        data.extend(row?);
     }
     Ok(vec![out(&[a.n, a.heads, a.dv], data)?])
+}
+
+/// Row `i` (at position `p`) of [`attend_core`]: `h × dv` values.
+fn attend_row(
+    a: &Attention<'_>,
+    q64: &[f64],
+    chunk: &BTreeMap<usize, usize>,
+    p: usize,
+    i: usize,
+    scale: f64,
+    window: Option<usize>,
+) -> Result<Vec<f32>, String> {
+    let first = window.map_or(0, |w| (p + 1).saturating_sub(w));
+    let cached: Vec<usize> = (first..=p).filter(|t| !chunk.contains_key(t)).collect();
+    if let (Some(lo), Some(hi)) = (cached.first(), cached.last()) {
+        if hi - lo + 1 > a.slots {
+            return Err(format!(
+                "row {i} at position {p} reads positions {lo}..={hi} from the cache but it holds {} slots; \
+                 use a window of at most {} or a larger cache",
+                a.slots, a.slots
+            ));
+        }
+    }
+    // The attended positions in order, as runs of consecutive store indices.
+    let mut runs: Vec<Run> = Vec::new();
+    for t in first..=p {
+        let (in_chunk, index) = match chunk.get(&t) {
+            Some(&row) => (true, row),
+            None if a.slots == 0 => return Err(format!("row {i} reads position {t} from a cache with no slots")),
+            None => (false, t % a.slots),
+        };
+        match runs.last_mut() {
+            Some(r) if r.chunk == in_chunk && r.start + r.len == index => r.len += 1,
+            _ => runs.push(Run { chunk: in_chunk, start: index, len: 1 }),
+        }
+    }
+    let total_len = p + 1 - first;
+    let group = a.heads / a.kv_heads;
+    let mut row = Vec::with_capacity(a.heads * a.dv);
+    for kv in 0..a.kv_heads {
+        // The query heads of this kv head: `group × dk`.
+        let q = View::dense(&q64[(i * a.heads + kv * group) * a.dk..][..group * a.dk], group, a.dk);
+        let store = |r: &Run| if r.chunk { a.rows.as_ref().expect("chunk rows") } else { &a.cache };
+        // scores[head, position] = scale · q·k
+        let mut scores = vec![0f64; group * total_len];
+        let mut column = 0;
+        for r in &runs {
+            let s = store(r);
+            let keys = View {
+                data: &s.keys,
+                offset: (r.start * a.kv_heads + kv) * s.key_stride,
+                rows: r.len,
+                cols: a.dk,
+                row_stride: a.kv_heads * s.key_stride,
+                col_stride: 1,
+            };
+            let mut part = vec![0f64; group * r.len];
+            gemm::gemm(q, keys.t(), &mut part, false);
+            for h in 0..group {
+                for (o, &v) in scores[h * total_len + column..][..r.len].iter_mut().zip(&part[h * r.len..][..r.len]) {
+                    *o = scale * v;
+                }
+            }
+            column += r.len;
+        }
+        // Softmax weights (unnormalised) and their totals, per head.
+        let mut totals = vec![0f64; group];
+        for (h, total) in totals.iter_mut().enumerate() {
+            let head = &mut scores[h * total_len..][..total_len];
+            let max = head.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            head.iter_mut().for_each(|s| *s = (*s - max).exp());
+            *total = head.iter().sum();
+        }
+        // acc[head] = Σ weight · value, then divided by the head's total.
+        let mut acc = vec![0f64; group * a.dv];
+        let mut column = 0;
+        for r in &runs {
+            let s = store(r);
+            let weights =
+                View { data: &scores, offset: column, rows: group, cols: r.len, row_stride: total_len, col_stride: 1 };
+            let values = View {
+                data: s.values(),
+                offset: (r.start * a.kv_heads + kv) * s.value_stride,
+                rows: r.len,
+                cols: a.dv,
+                row_stride: a.kv_heads * s.value_stride,
+                col_stride: 1,
+            };
+            gemm::gemm(weights, values, &mut acc, true);
+            column += r.len;
+        }
+        for (h, total) in totals.iter().enumerate() {
+            row.extend(acc[h * a.dv..][..a.dv].iter().map(|o| (o / total) as f32));
+        }
+    }
+    Ok(row)
 }
 
 /// `attend(q [N, h, dk], K [S, g, dk], V [S, g, dv], pos (, k [N, g, dk], v [N, g, dv]))`.
@@ -160,12 +245,12 @@ pub(super) fn attend(ins: &[&Tensor], scale: f64, window: Option<usize>) -> Kern
     };
     let (slots, kv_heads, dk) = (k.shape()[0], k.shape()[1], k.shape()[2]);
     let dv = v.shape()[2];
-    let (ks, vs) = (f32s(k)?, f32s(v)?);
-    let key = |s: usize, g: usize| &ks[(s * kv_heads + g) * dk..][..dk];
-    let value = |s: usize, g: usize| &vs[(s * kv_heads + g) * dv..][..dv];
-    let (kn, vn) = chunk.unwrap_or((&[], &[]));
-    let row_key = |r: usize, g: usize| &kn[(r * kv_heads + g) * dk..][..dk];
-    let row_value = |r: usize, g: usize| &vn[(r * kv_heads + g) * dv..][..dv];
+    let store = |ks: &[f32], vs: &[f32]| Store {
+        keys: gemm::widen(ks),
+        key_stride: dk,
+        values: Some(gemm::widen(vs)),
+        value_stride: dv,
+    };
     let a = Attention {
         q: f32s(q)?,
         n: q.shape()[0],
@@ -174,11 +259,8 @@ pub(super) fn attend(ins: &[&Tensor], scale: f64, window: Option<usize>) -> Kern
         slots,
         kv_heads,
         dv,
-        key: &key,
-        value: &value,
-        rows: chunk.is_some(),
-        row_key: &row_key,
-        row_value: &row_value,
+        cache: store(f32s(k)?, f32s(v)?),
+        rows: chunk.map(|(kn, vn)| store(kn, vn)),
     };
     attend_core(&a, pos, scale, window)
 }
@@ -192,12 +274,7 @@ pub(super) fn attend_mla(ins: &[&Tensor], scale: f64, latent: usize, window: Opt
         _ => return Err("attend_mla takes q, C, pos (and the chunk's c)".into()),
     };
     let (slots, width) = (c.shape()[0], c.shape()[1]);
-    let cs = f32s(c)?;
-    let key = |s: usize, _: usize| &cs[s * width..][..width];
-    let value = |s: usize, _: usize| &cs[s * width..][..latent];
-    let rs = chunk.unwrap_or(&[]);
-    let row_key = |r: usize, _: usize| &rs[r * width..][..width];
-    let row_value = |r: usize, _: usize| &rs[r * width..][..latent];
+    let store = |cs: &[f32]| Store { keys: gemm::widen(cs), key_stride: width, values: None, value_stride: width };
     let a = Attention {
         q: f32s(q)?,
         n: q.shape()[0],
@@ -206,11 +283,8 @@ pub(super) fn attend_mla(ins: &[&Tensor], scale: f64, latent: usize, window: Opt
         slots,
         kv_heads: 1,
         dv: latent,
-        key: &key,
-        value: &value,
-        rows: chunk.is_some(),
-        row_key: &row_key,
-        row_value: &row_value,
+        cache: store(f32s(c)?),
+        rows: chunk.map(store),
     };
     attend_core(&a, pos, scale, window)
 }

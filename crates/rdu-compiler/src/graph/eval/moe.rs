@@ -2,7 +2,7 @@
 //! row's chosen experts, fetched one stacked-weight row at a time).
 
 use super::elementwise::{gelu_tanh, silu};
-use super::products::dot;
+use super::gemm::linear_f32;
 use super::{f32s, i32s, out, Kernel};
 use crate::graph::{Act, Tensor};
 use std::collections::BTreeMap;
@@ -84,24 +84,26 @@ pub(super) fn experts(ins: &[&Tensor], act: Act, n_experts: usize, rows: &mut Ro
         let [wg, wu, wd] = [rows(0, e)?, rows(1, e)?, rows(2, e)?];
         let hidden = wg.shape()[0];
         let (wg, wu, wd) = (f32s(&wg)?, f32s(&wu)?, f32s(&wd)?);
-        for &(r, c) in who {
-            let xr = &xs[r * d..(r + 1) * d];
-            // h = act(Wg x) ⊙ (Wu x), each product rounded to f32 as a `linear` would be.
-            let h: Vec<f32> = (0..hidden)
-                .map(|i| {
-                    let gate = dot(xr, &wg[i * d..(i + 1) * d]) as f32;
-                    let up = dot(xr, &wu[i * d..(i + 1) * d]) as f32;
-                    let a = match act {
-                        Act::Silu => silu(f64::from(gate)),
-                        Act::GeluTanh => gelu_tanh(f64::from(gate)),
-                    } as f32;
-                    a * up
-                })
-                .collect();
-            let out = &mut down[(r * k + c) * d..][..d];
-            for (j, o) in out.iter_mut().enumerate() {
-                *o = dot(&h, &wd[j * hidden..(j + 1) * hidden]) as f32;
-            }
+        // The rows that chose expert e, stacked.
+        let xe: Vec<f32> = who.iter().flat_map(|&(r, _)| &xs[r * d..(r + 1) * d]).copied().collect();
+        let m = who.len();
+        // h = act(Wg x) ⊙ (Wu x), each product rounded to f32 as a `linear` would be.
+        let gate = linear_f32(&xe, m, wg, hidden, d, None);
+        let up = linear_f32(&xe, m, wu, hidden, d, None);
+        let h: Vec<f32> = gate
+            .iter()
+            .zip(&up)
+            .map(|(&g, &u)| {
+                let a = match act {
+                    Act::Silu => silu(f64::from(g)),
+                    Act::GeluTanh => gelu_tanh(f64::from(g)),
+                } as f32;
+                a * u
+            })
+            .collect();
+        let ye = linear_f32(&h, m, wd, d, hidden, None);
+        for (u, &(r, c)) in who.iter().enumerate() {
+            down[(r * k + c) * d..][..d].copy_from_slice(&ye[u * d..(u + 1) * d]);
         }
     }
     let mut data = Vec::with_capacity(n * d);

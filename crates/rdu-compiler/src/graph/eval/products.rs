@@ -1,41 +1,40 @@
-//! Products and lookups: `linear`, `linear_heads` (dot products in f64), `embed`, `argmax`.
+//! Products and lookups: `linear`, `linear_heads` (dot products in f64, through [`super::gemm`]), `embed`, `argmax`.
 
+use super::gemm::{self, View};
 use super::{f32s, i32s, out, Kernel};
 use crate::graph::Tensor;
+use rayon::prelude::*;
 
-/// `Σᵢ a[i]·b[i]` accumulated in f64.
-pub(super) fn dot(a: &[f32], b: &[f32]) -> f64 {
-    a.iter().zip(b).map(|(&p, &q)| f64::from(p) * f64::from(q)).sum()
-}
-
-/// `y = x Wᵀ (+ b)` for `x [N, in]`, `W [out, in]`.
+/// `y = x Wᵀ (+ b)` for `x [N, in]`, `W [out, in]`: dot products in f64 (`gemm`).
 pub(super) fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Kernel {
-    let (n, o) = (x.shape()[0], w.shape()[0]);
-    let (xs, ws) = (f32s(x)?, f32s(w)?);
+    let (n, o, width) = (x.shape()[0], w.shape()[0], x.shape()[1]);
     let bias = b.map(f32s).transpose()?;
-    let width = x.shape()[1];
-    let mut data = Vec::with_capacity(n * o);
-    for r in 0..n {
-        let row = &xs[r * width..(r + 1) * width];
-        for j in 0..o {
-            let acc = dot(row, &ws[j * width..(j + 1) * width]) + bias.map_or(0.0, |b| f64::from(b[j]));
-            data.push(acc as f32);
-        }
-    }
+    let data = gemm::linear_f32(f32s(x)?, n, f32s(w)?, o, width, bias);
     Ok(vec![out(&[n, o], data)?])
 }
 
-/// `y[n, j] = W[j] x[n, j]` for `x [N, h, in]`, `W [h, out, in]`.
+/// `y[n, j] = W[j] x[n, j]` for `x [N, h, in]`, `W [h, out, in]`: dot products in f64, one
+/// product per head (heads in parallel).
 pub(super) fn linear_heads(x: &Tensor, w: &Tensor) -> Kernel {
     let (n, h, width) = (x.shape()[0], x.shape()[1], x.shape()[2]);
     let o = w.shape()[1];
-    let (xs, ws) = (f32s(x)?, f32s(w)?);
-    let mut data = Vec::with_capacity(n * h * o);
-    for r in 0..n {
-        for j in 0..h {
-            let row = &xs[(r * h + j) * width..][..width];
-            for k in 0..o {
-                data.push(dot(row, &ws[(j * o + k) * width..][..width]) as f32);
+    let (x64, ws) = (gemm::widen(f32s(x)?), f32s(w)?);
+    let per_head: Vec<Vec<f64>> = (0..h)
+        .into_par_iter()
+        .map(|j| {
+            // Rows of head j: x[r, j, :] for every r.
+            let xj = View { data: &x64, offset: j * width, rows: n, cols: width, row_stride: h * width, col_stride: 1 };
+            let wj = gemm::widen(&ws[j * o * width..(j + 1) * o * width]);
+            let mut y = vec![0f64; n * o];
+            gemm::gemm(xj, View::dense(&wj, o, width).t(), &mut y, false);
+            y
+        })
+        .collect();
+    let mut data = vec![0f32; n * h * o];
+    for (j, y) in per_head.iter().enumerate() {
+        for r in 0..n {
+            for (k, &v) in y[r * o..(r + 1) * o].iter().enumerate() {
+                data[(r * h + j) * o + k] = v as f32;
             }
         }
     }

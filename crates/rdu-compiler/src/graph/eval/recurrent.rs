@@ -6,6 +6,7 @@
 
 use super::{f32s, out, Kernel};
 use crate::graph::{KMap, Tensor};
+use rayon::prelude::*;
 
 /// `y[t, c] = Σᵢ w[c, i] · u[t+i, c]` with `u = concat(state or zeros [K−1, C], x)`.
 pub(super) fn conv_step(x: &Tensor, w: &Tensor, state: Option<&Tensor>) -> Kernel {
@@ -40,7 +41,8 @@ pub(super) fn conv_shift(state: &Tensor, x: &Tensor) -> Kernel {
 }
 
 /// The gated delta rule over `ins = [q, k, v, g, beta]` from `state` (zeros when `None`).
-/// Returns `o`, and also the final state when `state` is given.
+/// Returns `o`, and also the final state when `state` is given. Heads are independent and
+/// run in parallel; within a head the rows run in order.
 pub(super) fn delta(state: Option<&Tensor>, ins: &[&Tensor], kmap: KMap) -> Kernel {
     let [q, k, v, g, beta] = ins else { return Err("the delta rule takes q, k, v, g, beta".into()) };
     let (n, hk, dk) = (q.shape()[0], q.shape()[1], q.shape()[2]);
@@ -50,41 +52,60 @@ pub(super) fn delta(state: Option<&Tensor>, ins: &[&Tensor], kmap: KMap) -> Kern
         Some(t) => f32s(t)?.to_vec(),
         None => vec![0f32; hv * dk * dv],
     };
-    let mut o = Vec::with_capacity(n * hv * dv);
-    let mut decayed = vec![0f64; dk * dv];
-    for r in 0..n {
-        for h in 0..hv {
+    // Each head's outputs, `n × dv`, computed with its slice of the state.
+    let per_head: Vec<Vec<f32>> = s
+        .par_chunks_mut((dk * dv).max(1))
+        .take(hv)
+        .enumerate()
+        .map(|(h, sh)| {
             let kh = match kmap {
                 KMap::Grouped => h / (hv / hk),
                 KMap::Tiled => h % hk,
             };
-            let qv = &qs[(r * hk + kh) * dk..][..dk];
-            let kv = &ks[(r * hk + kh) * dk..][..dk];
-            let vv = &vs[(r * hv + h) * dv..][..dv];
-            let alpha = f64::from(gs[r * hv + h]).exp();
-            let b = f64::from(bs[r * hv + h]);
-            let sh = &mut s[h * dk * dv..][..dk * dv];
-            // S ← exp(g)·S
-            for (d, &sv) in decayed.iter_mut().zip(sh.iter()) {
-                *d = alpha * f64::from(sv);
-            }
-            // m = Sᵀk; δ = β(v − m); S ← S + k ⊗ δ
-            let delta: Vec<f64> = (0..dv)
-                .map(|j| {
-                    let m: f64 = (0..dk).map(|i| decayed[i * dv + j] * f64::from(kv[i])).sum();
-                    b * (f64::from(vv[j]) - m)
-                })
-                .collect();
-            for i in 0..dk {
-                for j in 0..dv {
-                    sh[i * dv + j] = (decayed[i * dv + j] + f64::from(kv[i]) * delta[j]) as f32;
+            let mut o = Vec::with_capacity(n * dv);
+            let mut decayed = vec![0f64; dk * dv];
+            for r in 0..n {
+                let qv = &qs[(r * hk + kh) * dk..][..dk];
+                let kv = &ks[(r * hk + kh) * dk..][..dk];
+                let vv = &vs[(r * hv + h) * dv..][..dv];
+                let alpha = f64::from(gs[r * hv + h]).exp();
+                let b = f64::from(bs[r * hv + h]);
+                // S ← exp(g)·S
+                for (d, &sv) in decayed.iter_mut().zip(sh.iter()) {
+                    *d = alpha * f64::from(sv);
                 }
+                // m = Sᵀk (each m[j] summed over i in order); δ = β(v − m); S ← S + k ⊗ δ
+                let mut m = vec![0f64; dv];
+                for i in 0..dk {
+                    let ki = f64::from(kv[i]);
+                    for (mj, &d) in m.iter_mut().zip(&decayed[i * dv..(i + 1) * dv]) {
+                        *mj += d * ki;
+                    }
+                }
+                let delta: Vec<f64> = m.iter().zip(vv).map(|(&mj, &vj)| b * (f64::from(vj) - mj)).collect();
+                for i in 0..dk {
+                    let ki = f64::from(kv[i]);
+                    for j in 0..dv {
+                        sh[i * dv + j] = (decayed[i * dv + j] + ki * delta[j]) as f32;
+                    }
+                }
+                // o = Sᵀq, read after the update (each o[j] summed over i in order).
+                let mut acc = vec![0f64; dv];
+                for i in 0..dk {
+                    let qi = f64::from(qv[i]);
+                    for (a, &sv) in acc.iter_mut().zip(&sh[i * dv..(i + 1) * dv]) {
+                        *a += f64::from(sv) * qi;
+                    }
+                }
+                o.extend(acc.iter().map(|&a| a as f32));
             }
-            // o = Sᵀq, read after the update.
-            for j in 0..dv {
-                let acc: f64 = (0..dk).map(|i| f64::from(sh[i * dv + j]) * f64::from(qv[i])).sum();
-                o.push(acc as f32);
-            }
+            o
+        })
+        .collect();
+    let mut o = vec![0f32; n * hv * dv];
+    for (h, oh) in per_head.iter().enumerate() {
+        for r in 0..n {
+            o[(r * hv + h) * dv..][..dv].copy_from_slice(&oh[r * dv..(r + 1) * dv]);
         }
     }
     let o = out(&[n, hv, dv], o)?;

@@ -171,8 +171,7 @@ pub(super) fn lower_streamed(
         progress(Progress::Program { index: i + 1, total, name: &group.name });
         let canon = canonical(&layer_sources[group.representative()], group.representative(), &group.name, cut)?;
         let rep = &canon;
-        let reduced = super::prefill::reduced_kind(spec, cut, &storage, group.representative(), &group.name)?;
-        let part = lower_part(&group.name, rep, reduced.as_ref(), &chip, seed, progress)?;
+        let part = lower_part(&group.name, rep, None, &chip, seed, progress)?;
         bind_layers(&part, rep, &group.name, &group.layers, &layer_sources, &mut layers)?;
         kinds.push(LayerKind { program: part, layers: group.layers.clone() });
     }
@@ -297,14 +296,10 @@ fn certify_source(spec: &ModelSpec, cut: Cut, storage: &Storage, embed: bool) ->
 
 /// A smaller program that certification runs numerically in place of the real one, and what
 /// it stands for.
-pub(super) struct Reduced {
-    pub source: Source,
+struct Reduced {
+    source: Source,
     /// The certificate's note saying what the numbers covered.
-    pub note: String,
-    /// The reduction must keep every kernel, argument and tile of the real program (fewer rows
-    /// of a prefill chunk do; fewer vocabulary rows do not: their tiles differ). When it does
-    /// not, the real program is certified whole.
-    pub same_kernels: bool,
+    note: String,
 }
 
 /// `checked` as the reduction of `source` to the first vocabulary rows, unless it is `source`.
@@ -312,26 +307,12 @@ fn vocab_reduced(source: &Source, checked: Source) -> Option<Reduced> {
     (checked != *source).then(|| Reduced {
         source: checked,
         note: format!("numbers checked on the first {CERTIFY_VOCAB_ROWS} vocabulary rows"),
-        same_kernels: false,
     })
-}
-
-/// Every kernel op of `program` in order, without its literal arguments (a reshape's shape
-/// holds the row count): what two programs over different row counts must share.
-fn kernels(program: &SpatialProgram) -> Vec<rdu_spatial::program::KernelOp> {
-    use rdu_spatial::program::Arg;
-    let ops = program.sections.iter().flat_map(|s| &s.stages).flat_map(|st| &st.ops);
-    ops.map(|op| {
-        let mut op = op.clone();
-        op.args.retain(|a| matches!(a, Arg::Tensor(_)));
-        op
-    })
-    .collect()
 }
 
 /// Parse, lift, lower and certify one program. Certification runs the program itself, or its
-/// `reduced` form (the embedding and head of a large vocabulary on fewer vocabulary rows, a
-/// long prefill chunk on fewer rows), then checks the structure and resources at full size.
+/// `reduced` form (the embedding and head of a large vocabulary on fewer vocabulary rows),
+/// then checks the structure and resources at full size.
 fn lower_part(
     name: &str,
     source: &Source,
@@ -354,7 +335,7 @@ fn lower_part(
         Some(r) => {
             let (program, graph) = front(&r.source)?;
             let lowered = lower(name, &program, &graph, &r.source.q8, chip, &mut |_, _| {});
-            (!r.same_kernels || kernels(&lowered) == kernels(&spatial)).then_some((r, lowered, graph))
+            Some((r, lowered, graph))
         }
         None => None,
     };

@@ -44,8 +44,15 @@ pub fn layer_kinds_for(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Vec<Kin
 }
 
 /// The kinds of a model whose layers' programs are `sources` (one per layer, in order).
+///
+/// A kind is named `{mixer}[_sliding]_{ffn}`. Kinds that share such a name differ in what
+/// the checkpoint stores Q8_0 (a GGUF's mixed quantisation) or in their shapes: the first
+/// shows in the name, `_q8_{weights}` listing the weights this kind stores Q8_0 beyond those
+/// every kind of the name stores (`attention_sliding_dense_q8_wv_wdown`); any other
+/// difference is numbered (`_v2`).
 pub(crate) fn kinds_of_sources(spec: &ModelSpec, sources: &[Source]) -> Vec<KindGroup> {
     let mut kinds: Vec<KindGroup> = Vec::new();
+    let mut q8_sets: Vec<std::collections::BTreeSet<String>> = Vec::new();
     let mut by_digest: BTreeMap<Digest, usize> = BTreeMap::new();
     for ((l, layer), source) in spec.layers.iter().enumerate().zip(sources) {
         let digest = shape_digest(source);
@@ -53,16 +60,16 @@ pub(crate) fn kinds_of_sources(spec: &ModelSpec, sources: &[Source]) -> Vec<Kind
             Some(&k) => kinds[k].layers.push(l),
             None => {
                 by_digest.insert(digest, kinds.len());
-                let mut name = format!(
+                let name = format!(
                     "{}{}_{}",
                     layer.mixer.label(),
                     if layer.window.is_some() { "_sliding" } else { "" },
                     layer.ffn.label()
                 );
-                let same = kinds.iter().filter(|k| k.name == name || k.name.starts_with(&format!("{name}_v"))).count();
-                if same > 0 {
-                    name = format!("{name}_v{}", same + 1);
-                }
+                // The weights stored Q8_0, by base name (`Wv3` → `wv`).
+                q8_sets.push(
+                    source.q8.iter().map(|n| n.trim_end_matches(|c: char| c.is_ascii_digit()).to_lowercase()).collect(),
+                );
                 kinds.push(KindGroup {
                     name,
                     digest,
@@ -71,6 +78,28 @@ pub(crate) fn kinds_of_sources(spec: &ModelSpec, sources: &[Source]) -> Vec<Kind
                     ffn: layer.ffn.label(),
                 });
             }
+        }
+    }
+    let bases: Vec<String> = kinds.iter().map(|k| k.name.clone()).collect();
+    for (k, base) in bases.iter().enumerate() {
+        let same: Vec<usize> = (0..kinds.len()).filter(|&j| &bases[j] == base).collect();
+        if same.len() < 2 {
+            continue;
+        }
+        let common: std::collections::BTreeSet<&String> =
+            q8_sets[k].iter().filter(|w| same.iter().all(|&j| q8_sets[j].contains(*w))).collect();
+        let extra: Vec<&str> = q8_sets[k].iter().filter(|w| !common.contains(w)).map(String::as_str).collect();
+        if !extra.is_empty() {
+            kinds[k].name = format!("{base}_q8_{}", extra.join("_"));
+        }
+    }
+    // Kinds whose names still agree (same storage, other shapes): numbered in order.
+    for k in 0..kinds.len() {
+        let earlier = (0..k)
+            .filter(|&j| kinds[j].name == kinds[k].name || kinds[j].name.starts_with(&format!("{}_v", kinds[k].name)))
+            .count();
+        if earlier > 0 && (0..k).any(|j| kinds[j].name == kinds[k].name) {
+            kinds[k].name = format!("{}_v{}", kinds[k].name, earlier + 1);
         }
     }
     kinds

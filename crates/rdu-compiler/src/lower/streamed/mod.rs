@@ -18,5 +18,5 @@ pub use kinds::{
     layer_kinds, layer_kinds_for, rebind, rebind_via, renaming, HiddenNames, KindGroup, Storage, KINDS_CTX, SINGLE,
     STACKED,
 };
-pub use prefill::{lower_prefill_streamed, CERTIFY_CHUNK_ROWS};
+pub use prefill::lower_prefill_streamed;
 pub use tp::{lower_batched_tp_decode_streamed, lower_tp_decode_streamed};

@@ -219,6 +219,10 @@ impl<'s> LayerCtx<'s> {
             results.push(part(w, seq, &rows));
             w.sequence(None);
         }
+        if let [only] = results.as_slice() {
+            // A batch of one sequence: its rows are the step's, nothing to stack.
+            return only.clone();
+        }
         let refs: Vec<&str> = results.iter().map(String::as_str).collect();
         w.op(out, "concat", &refs, &[("axis", "0".into())])
     }

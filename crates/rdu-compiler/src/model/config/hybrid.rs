@@ -132,9 +132,12 @@ pub(super) fn build(ctx: &Ctx, text: &Value, outer: Option<&Outer>, kind: Kind) 
             }
         })
         .collect();
-    let (family, prefix) = match kind {
-        Kind::Next => (Family::Qwen3Next, "model."),
-        _ => (Family::Qwen35, "model.language_model."),
+    // A multimodal wrapper keeps its language model under `model.language_model.`; a
+    // text-only `Qwen3_5ForCausalLM` (`qwen3_5_text`) under `model.`.
+    let (family, prefix) = match (kind, outer.is_some()) {
+        (Kind::Next, _) => (Family::Qwen3Next, "model."),
+        (_, true) => (Family::Qwen35, "model.language_model."),
+        (_, false) => (Family::Qwen35, "model."),
     };
     Ok(Draft { prefix, ..Draft::new(family, &core, layers, true) })
 }

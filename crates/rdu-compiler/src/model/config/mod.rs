@@ -45,6 +45,8 @@ pub const MODEL_TYPES: &[&str] = &[
     "qwen3_next",
     "qwen3_5",
     "qwen3_5_moe",
+    "qwen3_5_text",
+    "qwen3_5_moe_text",
     "gemma3",
     "gemma3_text",
     "deepseek_v2",
@@ -101,6 +103,10 @@ fn import(text: &str, name: &str, origin: &str) -> Result<ModelSpec> {
             let (ctx, text) = text_config(&top, &root)?;
             hybrid::build(&ctx, text, Some(&top.parse(&root)?), kind)?
         }
+        // Text-only configs as transformers 5 saves a `*ForCausalLM`: the wrapper's
+        // `text_config` at the top level.
+        "qwen3_5_text" => hybrid::build(&top, &root, None, hybrid::Kind::Dense)?,
+        "qwen3_5_moe_text" => hybrid::build(&top, &root, None, hybrid::Kind::Moe)?,
         "gemma3_text" => gemma::build(&top, &root, None)?,
         "gemma3" => {
             let (ctx, text) = text_config(&top, &root)?;

@@ -4,6 +4,7 @@ mod attention;
 mod bindings;
 mod elementwise;
 mod moe;
+mod products;
 mod recurrent;
 mod shape;
 

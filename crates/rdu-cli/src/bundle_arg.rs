@@ -1,0 +1,100 @@
+//! `rdu run --bundle DIR`: the bundle's manifest read before any weight is loaded, and every
+//! flag that contradicts it refused in one line naming both values.
+
+use crate::model_arg::StorageArg;
+use crate::run_cmd::{Engine, RunArgs, RunCut};
+use anyhow::{anyhow, bail, Result};
+use rdu_compiler::model::spec::ModelSpec;
+use rdu_spatial::bundle::Bundle;
+use rdu_spatial::chip::Chip;
+use rdu_spatial::manifest::{CutMode, Manifest};
+use std::path::Path;
+
+/// The manifest of the bundle in `dir`, read and validated.
+pub fn manifest(dir: &Path) -> Result<Manifest> {
+    let bundle = Bundle::open(dir).map_err(|e| anyhow!("cannot open bundle {}: {e}", dir.display()))?;
+    Ok(bundle.manifest)
+}
+
+/// The word `rdu lower --cut` takes for a manifest's cut.
+pub fn mode_word(mode: CutMode) -> &'static str {
+    match mode {
+        CutMode::Forward => "forward",
+        CutMode::Decode => "decode",
+        CutMode::Batched => "batched",
+        CutMode::Tp => "tp",
+        CutMode::BatchedTp => "batched-tp",
+        CutMode::Prefill => "prefill",
+    }
+}
+
+/// Refuses a bundle of another model, and `--engine reference`, `--ctx`, `--tp`, `--chip`,
+/// `--storage`, `--cut` or `--chunk` that contradict it. `batched`: whether the run steps
+/// several prompts (`--batch-prompts`).
+pub fn check(args: &RunArgs, spec: &ModelSpec, dir: &Path, m: &Manifest, batched: bool) -> Result<()> {
+    let shown = dir.display();
+    if m.model != spec.name {
+        bail!("the bundle {shown} was lowered for the model `{}`, but MODEL is `{}`", m.model, spec.name);
+    }
+    if args.engine == Engine::Reference {
+        bail!(
+            "--engine reference runs the authored programs, not a bundle: drop --bundle {shown} or --engine reference"
+        );
+    }
+    let cut = &m.cut;
+    if let (Some(given), Some(lowered)) = (args.ctx, cut.ctx) {
+        if given != lowered {
+            bail!("--ctx {given} contradicts the bundle {shown}, lowered for ctx {lowered}: drop --ctx or lower again");
+        }
+    }
+    let lowered_tp = cut.tp.unwrap_or(1);
+    if let Some(tp) = args.tp {
+        if tp != lowered_tp {
+            bail!(
+                "--tp {tp} contradicts the bundle {shown}, lowered for {lowered_tp} chip(s): drop --tp or lower again"
+            );
+        }
+    }
+    if let Some(chip) = &args.chip {
+        let name = Chip::resolve(chip)?.name;
+        if name != m.chip {
+            bail!("--chip {chip} contradicts the bundle {shown}, lowered for the chip {}", m.chip);
+        }
+    }
+    if args.storage != StorageArg::Auto {
+        let label = args.storage.storage().label();
+        if label != m.storage {
+            bail!("--storage {label} contradicts the bundle {shown}, lowered with storage {}", m.storage);
+        }
+    }
+    let mode = mode_word(cut.mode);
+    if args.cut == Some(RunCut::Forward) && cut.mode != CutMode::Forward {
+        bail!("--cut forward contradicts the bundle {shown}, a {mode} bundle: drop --cut");
+    }
+    if args.cut == Some(RunCut::Decode) && cut.mode == CutMode::Forward {
+        bail!("--cut decode contradicts the bundle {shown}, a forward bundle: drop --cut");
+    }
+    if let Some(chunk) = args.chunk {
+        match cut.chunk {
+            Some(lowered) if lowered != chunk => {
+                bail!("--chunk {chunk} contradicts the bundle {shown}, lowered for chunks of {lowered}: drop --chunk")
+            }
+            Some(_) => {}
+            None => bail!("--chunk {chunk} needs a prefill bundle, but {shown} is a {mode} bundle: drop --chunk"),
+        }
+    }
+    match (cut.mode, batched) {
+        (CutMode::Batched | CutMode::BatchedTp, false) => bail!(
+            "the bundle {shown} is batched ({} sequences a step): give its prompts with --batch-prompts FILE",
+            cut.batch.unwrap_or(1)
+        ),
+        (CutMode::Forward | CutMode::Prefill, true) => {
+            bail!("--batch-prompts needs a batched bundle, but {shown} is a {mode} bundle")
+        }
+        _ => {}
+    }
+    if args.decode_bundle.is_some() && cut.mode != CutMode::Prefill {
+        bail!("--decode-bundle continues a prefill bundle, but {shown} is a {mode} bundle: drop --decode-bundle");
+    }
+    Ok(())
+}

@@ -1,0 +1,296 @@
+//! Bad input as a new user types it, through the binary: every case exits 1 with exactly one
+//! `error: ...` line on stderr and no panic (`common::user_error`); closed pipes end quietly;
+//! the positive cases the refusals used to hide (batch 1, forward and prefill bundles run
+//! with `--bundle`) run.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+mod common;
+
+use common::{ok, user_error};
+
+fn temp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("a temporary directory")
+}
+
+fn s(p: &Path) -> String {
+    p.to_str().expect("UTF-8 path").to_string()
+}
+
+fn fixture(name: &str) -> PathBuf {
+    common::repo().join("tests/data/fixtures/hf").join(name)
+}
+
+/// Runs each case and checks the refusal names `needle`.
+fn refuses(cases: &[(&[&str], &str)]) {
+    for (args, needle) in cases {
+        let line = user_error(args);
+        assert!(line.contains(needle), "rdu {args:?}: `{line}` should mention `{needle}`");
+    }
+}
+
+#[test]
+fn usage_errors_are_one_line_naming_the_flag() {
+    refuses(&[
+        (&["run", "tiny-llama", "--tokens", "1", "--ctx", "-3"], "--ctx takes a whole number"),
+        (&["run", "tiny-llama", "--tokens", "1", "-n", "-64"], "-n takes a whole number"),
+        (&["run", "tiny-llama", "--tokens", "x"], "--tokens takes token ids"),
+        (&["run", "tiny-llama", "--tokens", "1,-2"], "--tokens takes token ids"),
+        (&["run", "tiny-llama", "--tokens", "1", "--temp", "hot"], "--temp takes a number"),
+        (&["run", "tiny-llama", "--tokens", "1", "--top-p", "-"], "--top-p"),
+        (&["run", "tiny-llama", "--tokens", "1", "--seed", "-1"], "--seed takes a whole number"),
+        (&["run", "tiny-llama", "--tokens", "1", "--cut", "sideways"], "--cut takes forward or decode"),
+        (&["run", "tiny-llama", "--tokens", "1", "--engine", "gpu"], "--engine takes spatial or reference"),
+        (&["run", "tiny-llama", "--tokenz", "1"], "did you mean `--tokens`"),
+        (&["run"], "missing"),
+        (&["run", "tiny-llama", "--tokens", "1", "--prompt", "hi"], "cannot be used together"),
+        (&["lower", "tiny-llama", "--ctx"], "--ctx needs a value"),
+        (&["lower", "tiny-llama", "--cut", "diagonal"], "--cut takes forward, decode, batched"),
+        (&["lower", "tiny-llama", "--storage", "q4"], "--storage takes auto, q8 or dense"),
+        (&["lower", "tiny-llama", "--batch", "-8"], "--batch takes a whole number"),
+        (&["lower", "tiny-llama", "--tp", "two"], "--tp takes a whole number"),
+        (&["lower", "tiny-llama", "--ctx", "99999999999999999999999"], "--ctx takes a whole number"),
+        (&["lower", "tiny-llama", "extra"], "unexpected argument `extra`"),
+        (&["kinds", "tiny-llama", "--storage", "fp4"], "--storage takes"),
+        (&["kinds"], "missing MODEL"),
+        (&["source", "tiny-llama"], "missing --layer"),
+        (&["source", "tiny-llama", "--layer", "-1"], "--layer takes a whole number"),
+        (&["source", "tiny-llama", "--part", "body"], "--part takes embed or head"),
+        (&["fit", "tiny-llama", "--ctx", "-4096"], "--ctx takes a whole number"),
+        (&["fit", "tiny-llama", "--batch", "1.5"], "--batch takes a whole number"),
+        (&["show"], "missing BUNDLE"),
+        (&["check"], "missing FILE"),
+        (&["frobnicate"], "unknown command `frobnicate`"),
+        (&[], "give a command"),
+        (&["--colour"], "unknown flag"),
+    ]);
+}
+
+#[test]
+fn sizes_are_checked_before_anything_is_allocated() {
+    let dir = temp();
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("llama").join("config.json")).expect("config"))
+            .expect("JSON");
+    let mut huge_vocab = config.clone();
+    huge_vocab["vocab_size"] = serde_json::json!(1u64 << 40);
+    let vocab_file = dir.path().join("vocab.json");
+    std::fs::write(&vocab_file, huge_vocab.to_string()).expect("write");
+    let mut huge_hidden = config.clone();
+    huge_hidden["hidden_size"] = serde_json::json!(1u64 << 40);
+    huge_hidden.as_object_mut().expect("object").remove("head_dim");
+    let hidden_file = dir.path().join("hidden.json");
+    std::fs::write(&hidden_file, huge_hidden.to_string()).expect("write");
+    let (vocab, hidden) = (s(&vocab_file), s(&hidden_file));
+    refuses(&[
+        (&["run", "tiny-llama", "--tokens", "1,2", "--engine", "reference", "--ctx", "1000000000000"], "too large"),
+        (&["run", "tiny-llama", "--tokens", "1,2", "--engine", "reference", "--ctx", "200000000000"], "too large"),
+        (&["run", "tiny-llama", "--tokens", "1", "--engine", "reference", "-n", "1000000000000"], "-n 1000000000000"),
+        (&["run", "tiny-llama", "--tokens", "1", "-n", "18446744073709551615"], "too large"),
+        (&["fit", "tiny-llama", "--ctx", "18446744073709551615"], "--ctx 18446744073709551615 is too large"),
+        (&["fit", "tiny-llama", "--batch", "18446744073709551615"], "--batch 18446744073709551615 is too large"),
+        (&["lower", "tiny-llama", "--ctx", "18446744073709551615"], "is too large"),
+        (&["source", "tiny-llama", "--layer", "0", "--ctx", "18446744073709551615"], "is too large"),
+        (&["run", &vocab, "--tokens", "1", "--engine", "reference"], "GB"),
+        (&["run", &hidden, "--tokens", "1", "--engine", "reference"], "64 bits"),
+        (&["fit", &hidden], "64 bits"),
+    ]);
+}
+
+#[test]
+fn bad_numbers_and_files_are_refused() {
+    let dir = temp();
+    let empty = dir.path().join("empty.txt");
+    std::fs::write(&empty, "").expect("write");
+    let garbage = dir.path().join("garbage.txt");
+    std::fs::write(&garbage, "1,2\nfoo\n").expect("write");
+    let not_json = dir.path().join("config.json");
+    std::fs::write(&not_json, "this is not json").expect("write");
+    let (empty, garbage, not_json) = (s(&empty), s(&garbage), s(&not_json));
+    refuses(&[
+        (&["run", "tiny-llama", "--tokens", "999999"], "out of range"),
+        (&["run", "tiny-llama", "--tokens", "1", "--ctx", "0"], "--ctx must be at least 1"),
+        (&["run", "tiny-llama", "--tokens", "1,2,3", "-n", "5", "--ctx", "4"], "needs 8 positions"),
+        (&["run", "tiny-llama", "--tokens", "1", "--chunk", "0"], "--chunk must be at least 1"),
+        (&["run", "tiny-llama", "--tokens", "1", "--tp", "3"], "3"),
+        (&["run", "tiny-llama", "--tokens", "1", "--tp", "2", "--engine", "reference"], "--tp"),
+        (&["run", "tiny-llama", "--prompt", "hello"], "tokenizer"),
+        (&["run", "tiny-llama", "--batch-prompts", &empty], "holds no prompts"),
+        (&["run", "tiny-llama", "--batch-prompts", &garbage], "is not a token id"),
+        (&["run", "tiny-llama", "--batch-prompts", "/no/such/file"], "/no/such/file"),
+        (&["run", "tiny-llama", "--tokens", "1", "--chip", "sn99"], "sn99"),
+        (&["run", "no-such-model", "--tokens", "1"], "no-such-model"),
+        (&["kinds", &not_json], "not valid JSON"),
+        (&["lower", "tiny-llama", "--ctx", "0"], "--ctx must be at least 1"),
+        (&["lower", "tiny-llama", "--tp", "3", "--cut", "tp"], "3"),
+        (&["lower", "tiny-llama", "--dump-after", "nothing"], "unknown pass"),
+        (&["lower", "tiny-llama", "--chip", "/no/such/chip.toml"], "chip"),
+        (&["source", "tiny-llama", "--layer", "99"], "out of range"),
+        (&["fit", "tiny-llama", "--ctx", "0"], "--ctx must be at least 1"),
+        (&["fit", "tiny-llama", "--batch", "0"], "--batch must be at least 1"),
+        (&["fit", "tiny-llama", "--tp", "3"], "3"),
+        (&["show", "/no/such/bundle"], "/no/such/bundle"),
+        (&["check", "/no/such/file.rdu"], "/no/such/file.rdu"),
+    ]);
+}
+
+#[test]
+fn output_paths_are_checked_before_the_work() {
+    let dir = temp();
+    let missing = s(&dir.path().join("missing/logits.npy"));
+    let a_dir = s(dir.path());
+    let prompts = dir.path().join("prompts.txt");
+    std::fs::write(&prompts, "1,2\n3\n").expect("write");
+    let prompts = s(&prompts);
+    let missing_b = s(&dir.path().join("missing/l{b}.npy"));
+    refuses(&[
+        (&["run", "tiny-llama", "--tokens", "1", "--logits", &missing], "does not exist"),
+        (&["run", "tiny-llama", "--tokens", "1", "--logits", &a_dir], "is a directory"),
+        (&["run", "tiny-llama", "--batch-prompts", &prompts, "--logits", &missing_b], "does not exist"),
+    ]);
+    assert!(!dir.path().join("missing").exists());
+}
+
+/// Lowers `args` into `dir` and returns its path.
+fn lowered(dir: &Path, name: &str, args: &[&str]) -> String {
+    let out = s(&dir.join(name));
+    let mut all = vec!["lower"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["-o", &out]);
+    ok(&all);
+    out
+}
+
+#[test]
+fn bundles_run_whatever_their_cut_and_refuse_contradictions() {
+    let dir = temp();
+    let decode = lowered(dir.path(), "decode", &["tiny-llama", "--ctx", "16"]);
+    let forward = lowered(dir.path(), "forward", &["tiny-llama", "--cut", "forward", "--seq", "8"]);
+    let prefill = lowered(dir.path(), "prefill", &["tiny-llama", "--cut", "prefill", "--chunk", "2", "--ctx", "16"]);
+    let batched = lowered(dir.path(), "batched", &["tiny-llama", "--cut", "batched", "--batch", "2", "--ctx", "16"]);
+    let other = lowered(dir.path(), "other", &["tiny-qwen3", "--ctx", "16"]);
+    // The generated tokens are the same whichever bundle runs them (a prefill bundle gives one
+    // logits row per chunk, so positions differ).
+    let generated = |args: &[&str]| -> serde_json::Value {
+        let v: serde_json::Value = serde_json::from_str(&ok(args)).expect("JSON");
+        v["generated"].clone()
+    };
+    let alone = generated(&["run", "tiny-llama", "--tokens", "1,2,3", "-n", "4", "--json"]);
+    for bundle in [&decode, &forward, &prefill] {
+        let got = generated(&["run", "tiny-llama", "--tokens", "1,2,3", "-n", "4", "--json", "--bundle", bundle]);
+        assert_eq!(got, alone, "--bundle {bundle}");
+    }
+    let got = generated(&[
+        "run",
+        "tiny-llama",
+        "--tokens",
+        "1,2,3",
+        "-n",
+        "4",
+        "--json",
+        "--bundle",
+        &prefill,
+        "--decode-bundle",
+        &decode,
+    ]);
+    assert_eq!(got, alone, "a prefill bundle continued by a given decode bundle");
+    let run = |extra: &[&str]| {
+        let mut v = vec!["run", "tiny-llama", "--tokens", "1,2,3"];
+        v.extend_from_slice(extra);
+        v.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (run(&["--bundle", &other]), "`tiny-qwen3`, but MODEL is `tiny-llama`"),
+        (run(&["--bundle", &decode, "--ctx", "32"]), "--ctx 32 contradicts"),
+        (run(&["--bundle", &decode, "--tp", "2"]), "--tp 2 contradicts"),
+        (run(&["--bundle", &decode, "--chip", "sn40l"]), "--chip sn40l contradicts"),
+        (run(&["--bundle", &decode, "--storage", "dense"]), "--storage dense contradicts"),
+        (run(&["--bundle", &decode, "--engine", "reference"]), "--engine reference"),
+        (run(&["--bundle", &decode, "--cut", "forward"]), "--cut forward contradicts"),
+        (run(&["--bundle", &forward, "--cut", "decode"]), "--cut decode contradicts"),
+        (run(&["--bundle", &decode, "--chunk", "2"]), "needs a prefill bundle"),
+        (run(&["--bundle", &prefill, "--chunk", "3"]), "--chunk 3 contradicts"),
+        (run(&["--bundle", &prefill, "--decode-bundle", &forward]), "must be a decode bundle"),
+        (run(&["--bundle", &decode, "--decode-bundle", &decode]), "continues a prefill bundle"),
+        (run(&["--bundle", &forward, "-n", "6"]), "steps 8 tokens"),
+        (run(&["--bundle", &decode, "-n", "20"]), "the bundle's ctx is 16"),
+        (run(&["--bundle", &batched]), "--batch-prompts"),
+        (run(&["--bundle", "/no/such/bundle"]), "/no/such/bundle"),
+        (run(&["--decode-bundle", &decode]), "--bundle"),
+    ];
+    for (args, needle) in &cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        refuses(&[(&args, needle)]);
+    }
+}
+
+#[test]
+fn a_batch_of_one_sequence_runs() {
+    let dir = temp();
+    let out = ok(&["lower", "tiny-llama", "--cut", "batched", "--batch", "1", "--ctx", "16"]);
+    assert!(out.contains("1 kind"), "{out}");
+    let prompts = dir.path().join("one.txt");
+    std::fs::write(&prompts, "1,2,3\n").expect("write");
+    let batch = ok(&["run", "tiny-llama", "--batch-prompts", &s(&prompts), "-n", "4", "--json"]);
+    let alone = ok(&["run", "tiny-llama", "--tokens", "1,2,3", "-n", "4", "--json"]);
+    let batch: serde_json::Value = serde_json::from_str(&batch).expect("JSON");
+    let alone: serde_json::Value = serde_json::from_str(&alone).expect("JSON");
+    assert_eq!(batch["sequences"][0]["generated"], alone["generated"]);
+}
+
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    for args in [
+        &["presets"][..],
+        &["source", "tiny-llama", "--layer", "0"],
+        &["fit", "tiny-llama"],
+        &["kinds", "qwen3-next-80b-a3b"],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rdu"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("rdu runs");
+        // Read one byte, then close the pipe as `head -c 1` does.
+        let mut stdout = child.stdout.take().expect("stdout");
+        let mut byte = [0u8; 1];
+        let _ = stdout.read(&mut byte);
+        drop(stdout);
+        let mut err = String::new();
+        child.stderr.take().expect("stderr").read_to_string(&mut err).expect("stderr");
+        let status = child.wait().expect("rdu exits");
+        assert!(err.is_empty(), "rdu {args:?} wrote on stderr: {err}");
+        assert_ne!(status.code(), Some(101), "rdu {args:?} panicked");
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::ExitStatusExt;
+            assert!(status.success() || status.signal() == Some(13), "rdu {args:?}: {status:?}");
+        }
+    }
+}
+
+#[test]
+fn kinds_fit_and_lower_agree_on_storage_for_every_fixture() {
+    let mut models: Vec<PathBuf> = common::FIXTURES.iter().map(|f| fixture(f)).collect();
+    for gguf in ["gemma3/tiny-gemma3-q8_0.gguf", "llama/tiny-llama-q8_0.gguf", "gemma3/tiny-gemma3-f32.gguf"] {
+        models.push(common::repo().join("tests/data/fixtures/gguf").join(gguf));
+    }
+    for m in models {
+        let m = s(&m);
+        let kinds: serde_json::Value = serde_json::from_str(&ok(&["kinds", &m, "--json"])).expect("JSON");
+        let fit: serde_json::Value = serde_json::from_str(&ok(&["fit", &m, "--json"])).expect("JSON");
+        let lower: serde_json::Value =
+            serde_json::from_str(&ok(&["lower", &m, "--ctx", "16", "--json"])).expect("JSON");
+        let names = |v: &serde_json::Value, key: &str| -> Vec<String> {
+            v[key].as_array().expect("array").iter().map(|k| k["name"].as_str().expect("name").to_string()).collect()
+        };
+        let fit_kinds: Vec<String> = names(&fit, "parts").into_iter().filter(|n| n != "embed" && n != "head").collect();
+        assert_eq!(names(&kinds, "kinds"), fit_kinds, "{m}: kinds vs fit");
+        assert_eq!(names(&kinds, "kinds"), names(&lower, "kinds"), "{m}: kinds vs lower");
+        assert_eq!(kinds["storage"], fit["storage"], "{m}");
+        assert_eq!(kinds["storage"], lower["storage"], "{m}");
+    }
+}

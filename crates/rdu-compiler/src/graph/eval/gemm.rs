@@ -1,0 +1,119 @@
+//! Products of f64 matrices, the one place the interpreter multiplies matrices.
+//!
+//! Every dot product of the interpreter that reads a weight or a cache goes through here:
+//! f32 values widened to f64 (a product of two f32 values is exact in f64), the sums
+//! accumulated in f64 by `matrixmultiply::dgemm`, the result rounded to f32 once by the
+//! caller. An element's sum depends only on its two vectors, never on how many rows or
+//! columns are computed with it, so a row gives the same value in a chunk and alone.
+
+use rayon::prelude::*;
+
+/// A row-major f64 matrix view: `rows × cols` elements at `data[offset + r·row_stride + c·col_stride]`.
+#[derive(Clone, Copy)]
+pub(super) struct View<'a> {
+    pub data: &'a [f64],
+    pub offset: usize,
+    pub rows: usize,
+    pub cols: usize,
+    pub row_stride: usize,
+    pub col_stride: usize,
+}
+
+impl<'a> View<'a> {
+    /// The dense row-major matrix `rows × cols` of `data`.
+    pub fn dense(data: &'a [f64], rows: usize, cols: usize) -> View<'a> {
+        View { data, offset: 0, rows, cols, row_stride: cols, col_stride: 1 }
+    }
+
+    /// The transpose of this view (no copy).
+    pub fn t(self) -> View<'a> {
+        View { rows: self.cols, cols: self.rows, row_stride: self.col_stride, col_stride: self.row_stride, ..self }
+    }
+
+    /// Every element of the view lies inside `data` (checked before the unsafe call).
+    fn in_bounds(&self) -> bool {
+        if self.rows == 0 || self.cols == 0 {
+            return true;
+        }
+        let last = self.offset + (self.rows - 1) * self.row_stride + (self.cols - 1) * self.col_stride;
+        last < self.data.len()
+    }
+}
+
+/// `c ← a · b + (c if accumulate)`, `a [m × k]`, `b [k × n]`, `c` dense row-major `[m × n]`.
+pub(super) fn gemm(a: View<'_>, b: View<'_>, c: &mut [f64], accumulate: bool) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    assert!(b.rows == k && c.len() == m * n, "gemm: shapes [{m}×{k}]·[{}×{n}] into {}", b.rows, c.len());
+    assert!(a.in_bounds() && b.in_bounds(), "gemm: a view reaches past its data");
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            c.fill(0.0);
+        }
+        return;
+    }
+    let stride = |s: usize| isize::try_from(s).expect("stride fits isize");
+    // SAFETY: both views were checked to lie inside their slices, and `c` holds exactly
+    // `m × n` elements addressed with strides (n, 1).
+    unsafe {
+        matrixmultiply::dgemm(
+            m,
+            k,
+            n,
+            1.0,
+            a.data.as_ptr().add(a.offset),
+            stride(a.row_stride),
+            stride(a.col_stride),
+            b.data.as_ptr().add(b.offset),
+            stride(b.row_stride),
+            stride(b.col_stride),
+            if accumulate { 1.0 } else { 0.0 },
+            c.as_mut_ptr(),
+            stride(n),
+            1,
+        );
+    }
+}
+
+/// The f32 values widened to f64.
+pub(super) fn widen(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| f64::from(x)).collect()
+}
+
+/// Output columns of a product computed together by one task.
+const COLUMNS: usize = 64;
+
+/// `y = x Wᵀ (+ b)` for `x [n × k]`, `W [o × k]` (f32, row-major): each element the f64 sum
+/// of its products (plus the bias, in f64), rounded to f32. Parallel over blocks of output
+/// columns; each block's weight rows are widened once and multiplied with every row of `x`.
+pub(super) fn linear_f32(x: &[f32], n: usize, w: &[f32], o: usize, k: usize, bias: Option<&[f32]>) -> Vec<f32> {
+    let mut y = vec![0f32; n * o];
+    if n == 0 || o == 0 {
+        return y;
+    }
+    let x64 = widen(x);
+    let blocks: Vec<(usize, Vec<f64>)> = (0..o)
+        .step_by(COLUMNS)
+        .collect::<Vec<_>>()
+        .into_par_iter()
+        .map(|j0| {
+            let cols = COLUMNS.min(o - j0);
+            let w64 = widen(&w[j0 * k..(j0 + cols) * k]);
+            let mut c = vec![0f64; n * cols];
+            gemm(View::dense(&x64, n, k), View::dense(&w64, cols, k).t(), &mut c, false);
+            (j0, c)
+        })
+        .collect();
+    for (j0, c) in blocks {
+        let cols = c.len() / n;
+        for r in 0..n {
+            for (jj, &v) in c[r * cols..(r + 1) * cols].iter().enumerate() {
+                let j = j0 + jj;
+                y[r * o + j] = (v + bias.map_or(0.0, |b| f64::from(b[j]))) as f32;
+            }
+        }
+    }
+    y
+}
