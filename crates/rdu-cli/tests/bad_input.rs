@@ -294,3 +294,21 @@ fn kinds_fit_and_lower_agree_on_storage_for_every_fixture() {
         assert_eq!(kinds["storage"], lower["storage"], "{m}");
     }
 }
+
+#[test]
+fn check_refuses_empty_files_and_caps_its_diagnostics() {
+    let dir = temp();
+    let empty = dir.path().join("empty.rdu");
+    std::fs::write(&empty, "").expect("write");
+    let comment = dir.path().join("comment.rdu");
+    std::fs::write(&comment, "# nothing here\n").expect("write");
+    refuses(&[(&["check", &s(&empty)], "is empty"), (&["check", &s(&comment)], "not a program")]);
+    // A file that is not a program: at most 20 diagnostics, and how many more there were.
+    let readme = s(&common::repo().join("README.md"));
+    let out = common::rdu(&["check", &readme]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = common::stderr(&out);
+    let last = err.lines().last().expect("a last line");
+    assert!(last.contains("20 shown") && last.contains("more not"), "{last}");
+    assert_eq!(err.matches("error[E").count(), 20, "{err}");
+}
