@@ -20,17 +20,36 @@ pub struct CheckArgs {
 pub fn run(args: &CheckArgs) -> Result<()> {
     let shown = args.file.display().to_string();
     let text = std::fs::read_to_string(&args.file).with_context(|| format!("cannot read {shown}"))?;
+    if text.trim().is_empty() {
+        bail!("{shown} is empty: a program declares its tensors, computes and names its outputs (docs/LANGUAGE.md)");
+    }
     let (diagnostics, stage) = match parse(&text) {
         Err(syntax) => (syntax, "parse"),
         Ok(program) => match lift(&program) {
-            Ok(_) => return Ok(()),
+            Ok(_) => {
+                let (decls, stmts, outs) =
+                    (program.decls().count(), program.stmts().count(), program.outputs().count());
+                if decls + stmts == 0 {
+                    bail!("{shown} holds no declarations or statements: it is not a program");
+                }
+                println!(
+                    "{shown}: parses and lifts: {decls} declarations, {stmts} statements, {outs} output{}, no errors",
+                    if outs == 1 { "" } else { "s" }
+                );
+                return Ok(());
+            }
             Err(refusal) => (refusal.diagnostics, "lift"),
         },
     };
-    render(&shown, &text, &diagnostics);
+    render(&shown, &text, &diagnostics[..diagnostics.len().min(MAX_SHOWN)]);
     let n = diagnostics.len();
-    bail!("{shown}: {n} error{} found; the program does not {stage}", if n == 1 { "" } else { "s" })
+    let more =
+        if n > MAX_SHOWN { format!(" ({} shown, {} more not)", MAX_SHOWN, n - MAX_SHOWN) } else { String::new() };
+    bail!("{shown}: {n} error{} found{more}; the program does not {stage}", if n == 1 { "" } else { "s" })
 }
+
+/// Diagnostics rendered at most; a file that is not a program would print thousands.
+const MAX_SHOWN: usize = 20;
 
 /// Every diagnostic on stderr with its source snippet; coloured only on a terminal.
 fn render(name: &str, text: &str, diagnostics: &[Diagnostic]) {

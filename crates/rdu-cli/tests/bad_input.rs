@@ -122,7 +122,7 @@ fn bad_numbers_and_files_are_refused() {
         (&["run", "tiny-llama", "--batch-prompts", "/no/such/file"], "/no/such/file"),
         (&["run", "tiny-llama", "--tokens", "1", "--chip", "sn99"], "sn99"),
         (&["run", "no-such-model", "--tokens", "1"], "no-such-model"),
-        (&["kinds", &not_json], "not valid JSON"),
+        (&["kinds", &not_json], "config.json: not valid JSON"),
         (&["lower", "tiny-llama", "--ctx", "0"], "--ctx must be at least 1"),
         (&["lower", "tiny-llama", "--tp", "3", "--cut", "tp"], "3"),
         (&["lower", "tiny-llama", "--dump-after", "nothing"], "unknown pass"),
@@ -292,5 +292,39 @@ fn kinds_fit_and_lower_agree_on_storage_for_every_fixture() {
         assert_eq!(names(&kinds, "kinds"), names(&lower, "kinds"), "{m}: kinds vs lower");
         assert_eq!(kinds["storage"], fit["storage"], "{m}");
         assert_eq!(kinds["storage"], lower["storage"], "{m}");
+    }
+}
+
+#[test]
+fn check_refuses_empty_files_and_caps_its_diagnostics() {
+    let dir = temp();
+    let empty = dir.path().join("empty.rdu");
+    std::fs::write(&empty, "").expect("write");
+    let comment = dir.path().join("comment.rdu");
+    std::fs::write(&comment, "# nothing here\n").expect("write");
+    refuses(&[(&["check", &s(&empty)], "is empty"), (&["check", &s(&comment)], "not a program")]);
+    // A file that is not a program: at most 20 diagnostics, and how many more there were.
+    let readme = s(&common::repo().join("README.md"));
+    let out = common::rdu(&["check", &readme]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = common::stderr(&out);
+    let last = err.lines().last().expect("a last line");
+    assert!(last.contains("20 shown") && last.contains("more not"), "{last}");
+    assert_eq!(err.matches("error[E").count(), 20, "{err}");
+}
+
+#[test]
+fn file_errors_name_the_file_once_without_jargon() {
+    let dir = temp();
+    let gguf = dir.path().join("cut.gguf");
+    let whole = std::fs::read(common::repo().join("tests/data/fixtures/gguf/llama/tiny-llama-f32.gguf")).expect("read");
+    std::fs::write(&gguf, &whole[..100]).expect("write");
+    let not_json = dir.path().join("x.json");
+    std::fs::write(&not_json, "nope").expect("write");
+    for args in [&["kinds", &s(&gguf)][..], &["run", &s(&gguf), "--tokens", "1"], &["kinds", &s(&not_json)]] {
+        let line = user_error(args);
+        let file = args[1];
+        assert_eq!(line.matches(file).count(), 1, "{line}");
+        assert!(!line.contains("field `$`"), "{line}");
     }
 }

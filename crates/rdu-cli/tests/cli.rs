@@ -63,13 +63,19 @@ fn kinds_json_groups_qwen3_next_into_two_kinds() {
 }
 
 #[test]
-fn check_accepts_an_authored_layer_silently() {
+fn check_accepts_an_authored_layer_and_says_what_it_checked() {
     let dir = temp();
     let file = dir.path().join("layer1.rdu");
     std::fs::write(&file, ok(&["source", "tiny-llama", "--layer", "1"])).expect("write the source");
     let out = rdu(&["check", path(&file)]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!((stdout(&out), stderr(&out)), (String::new(), String::new()));
+    assert_eq!(stderr(&out), "");
+    let said = stdout(&out);
+    assert!(
+        said.starts_with(&format!("{}: parses and lifts: ", path(&file))) && said.ends_with("no errors\n"),
+        "{said}"
+    );
+    assert_eq!(said.lines().count(), 1, "{said}");
 }
 
 /// The caret line under the snippet of the diagnostic whose header names `code`.

@@ -5,7 +5,8 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum Error {
     /// A config.json (or GGUF metadata) that does not describe a model we can build.
-    #[error("{origin}: field `{field}`: {message}")]
+    /// `field` is `$` for the file as a whole (not JSON, not a GGUF file): then none is named.
+    #[error("{origin}: {}{message}", if field == "$" { String::new() } else { format!("field `{field}`: ") })]
     Config { origin: String, field: String, message: String },
     #[error("unknown model `{0}`: give a preset name (see `rdu presets`), a config.json, or a directory holding one")]
     UnknownModel(String),

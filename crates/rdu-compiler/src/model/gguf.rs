@@ -35,7 +35,12 @@ pub const ARCHITECTURES: &[&str] =
 pub fn from_gguf_path(path: impl AsRef<Path>) -> Result<ModelSpec> {
     let path = path.as_ref();
     let origin = path.display().to_string();
-    let gguf = Gguf::open(path).map_err(|e| Error::Config { origin, field: "$".into(), message: e.to_string() })?;
+    let gguf = Gguf::open(path).map_err(|e| {
+        // The reader's message already starts with the file's name: say it once.
+        let text = e.to_string();
+        let message = text.strip_prefix(&format!("{origin}: ")).unwrap_or(&text).to_string();
+        Error::Config { origin, field: "$".into(), message }
+    })?;
     let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("model");
     from_gguf(&gguf, name)
 }
