@@ -45,7 +45,7 @@ impl<'a> PackedWeight<'a> {
         if !can_pack(self.format) {
             return Err(format!("{} cannot be read in place", self.format));
         }
-        if self.shape.is_empty() || self.cols() % block != 0 {
+        if self.shape.is_empty() || !self.cols().is_multiple_of(block) {
             return Err(format!("{:?} does not hold whole {} blocks along its last axis", self.shape, self.format));
         }
         let want = self.rows().checked_mul(self.row_bytes());
