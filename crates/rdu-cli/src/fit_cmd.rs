@@ -41,7 +41,7 @@ pub struct FitArgs {
     #[arg(long, value_enum, default_value = "auto")]
     storage: StorageArg,
     /// How carried state (KV caches, latent caches, recurrent state) is stored: 2 or 4 bytes an element
-    #[arg(long, value_enum, default_value = "bf16")]
+    #[arg(long, value_enum, default_value = "f32")]
     state: StateArg,
     /// Print one JSON object: {"model", "chip", "ctx", "storage", "state", "parts", "weight_bytes", "state_bytes", ...}
     #[arg(long)]

@@ -29,7 +29,7 @@ pub struct LowerArgs {
     #[arg(long, value_enum, default_value = "auto")]
     storage: StorageArg,
     /// How carried state (KV caches, latent caches, recurrent state) is stored
-    #[arg(long, value_enum, default_value = "bf16")]
+    #[arg(long, value_enum, default_value = "f32")]
     state: StateArg,
     /// Write the bundle to this directory (atomically; an existing bundle is replaced)
     #[arg(short = 'o', long = "out")]
@@ -152,6 +152,9 @@ fn summary_json(model: &StreamedModel) -> Value {
             "flops": step.flops,
             "reconfigurations": step.reconfigurations,
             "loops": step.loops,
+            "floor_bytes": step.floor_bytes,
+            "model_roofline_seconds": step.model_roofline_seconds,
+            "model_roofline_fraction": step.model_roofline_fraction,
             "serial_seconds": serial.seconds,
             "serial_reconfigurations": serial.reconfigurations,
         },
@@ -194,15 +197,26 @@ fn print_summary(model: &StreamedModel, out: Option<&PathBuf>) {
     row(&model.head, 0);
     let step = model.step_estimate();
     println!(
-        "  step: {:.1} µs ({:.1} tokens/s), HBM roofline {:.1} µs ({:.0}% of roofline), {} reconfigurations, {} loop{} (unlooped {:.1} µs)",
+        "  step: {:.1} µs ({:.1} tokens/s), {} reconfigurations, {} loop{} (unlooped {:.1} µs)",
         step.seconds * 1e6,
         step.tokens_per_second,
-        step.roofline_seconds * 1e6,
-        step.roofline_fraction * 100.0,
         step.reconfigurations,
         step.loops,
         if step.loops == 1 { "" } else { "s" },
         model.serial_step_estimate().seconds * 1e6
+    );
+    println!(
+        "  model roofline: {:.1} µs ({:.2} GB floor over {} chip{}), {:.0}% of it reached",
+        step.model_roofline_seconds * 1e6,
+        step.floor_bytes as f64 / 1e9,
+        model.cut.tp(),
+        if model.cut.tp() == 1 { "" } else { "s" },
+        step.model_roofline_fraction * 100.0
+    );
+    println!(
+        "  HBM roofline of rdu's own bytes: {:.1} µs ({:.0}% of it)",
+        step.roofline_seconds * 1e6,
+        step.roofline_fraction * 100.0
     );
     println!(
         "  peak PCUs/PMUs: the most any one section of a program places (the {} has {} PCUs and {} PMUs)",

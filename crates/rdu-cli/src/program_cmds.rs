@@ -38,7 +38,7 @@ pub struct SourceArgs {
     #[arg(long, value_enum, default_value = "auto")]
     storage: StorageArg,
     /// How carried state is stored: the element type of the `state` declarations
-    #[arg(long, value_enum, default_value = "bf16")]
+    #[arg(long, value_enum, default_value = "f32")]
     state: StateArg,
 }
 

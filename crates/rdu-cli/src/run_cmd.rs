@@ -114,11 +114,11 @@ pub struct RunArgs {
 /// The state storage a run uses: the bundle's, when it runs one (refusing a `--state` that
 /// differs), else `--state`, bf16 by default like `rdu lower`.
 pub(crate) fn run_state(args: &RunArgs) -> Result<StateArg> {
-    let Some(dir) = &args.bundle else { return Ok(args.state.unwrap_or(StateArg::Bf16)) };
+    let Some(dir) = &args.bundle else { return Ok(args.state.unwrap_or(StateArg::F32)) };
     let bundle = rdu_spatial::bundle::Bundle::read(dir).map_err(|e| anyhow!("{}: {e}", dir.display()))?;
     let stored: std::collections::BTreeSet<StateDtype> = bundle.manifest.states.iter().map(|s| s.dtype).collect();
     let stored = match stored.into_iter().collect::<Vec<_>>().as_slice() {
-        [] => return Ok(args.state.unwrap_or(StateArg::Bf16)),
+        [] => return Ok(args.state.unwrap_or(StateArg::F32)),
         [one] => *one,
         _ => bail!("{}: the bundle stores some states bf16 and others f32", dir.display()),
     };

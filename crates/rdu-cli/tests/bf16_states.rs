@@ -23,8 +23,9 @@ fn max_diff(got: &[f32], want: &[f32]) -> f32 {
 
 fn check(arch: &str) {
     let dir = fixture(arch);
-    let spec = from_config_path(&dir.join("config.json")).expect("config");
-    assert_eq!(spec.state, StateDtype::Bf16);
+    let mut spec = from_config_path(&dir.join("config.json")).expect("config");
+    assert_eq!(spec.state, StateDtype::F32, "f32 is the default state storage");
+    spec.state = StateDtype::Bf16;
     let tokens = npy_ids(&dir.join("tokens.npy"));
     let gen_ids = npy_ids(&dir.join("gen_ids_bf16state.npy"));
     let vocab = spec.vocab;

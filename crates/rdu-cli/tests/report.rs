@@ -133,8 +133,8 @@ fn tiny_preset_report_in_every_cut() {
         &["--cut", "forward", "--seq", "5"],
         &["--cut", "decode", "--ctx", "64"],
         &["--cut", "batched", "--batch", "2", "--ctx", "64"],
-        &["--cut", "tp", "--tp", "2", "--ctx", "64"],
-        &["--cut", "batched-tp", "--batch", "2", "--tp", "2", "--ctx", "64"],
+        &["--cut", "tp", "--tp", "2", "--ctx", "64", "--storage", "dense"],
+        &["--cut", "batched-tp", "--batch", "2", "--tp", "2", "--ctx", "64", "--storage", "dense"],
         &["--cut", "prefill", "--chunk", "4", "--ctx", "64"],
     ];
     for flags in cuts {

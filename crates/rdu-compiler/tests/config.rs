@@ -733,6 +733,8 @@ fn same_model(whole: &ModelSpec, alone: &ModelSpec, what: &str) {
     assert!(whole.rotations == alone.rotations, "{what}: the rotations differ");
     assert!(whole.embed == alone.embed && whole.head == alone.head, "{what}: the embedding or head differ");
     assert_eq!(prefix(alone), "model.", "{what}: a causal LM's weights live under `model.`");
+}
+
 /// Every preset config as transformers 5.24 saves it (`config_class.from_dict(preset)
 /// .save_pretrained`, `tests/data/fixtures/tools/save_configs_v5.py`) imports to the preset's
 /// spec: `rope_parameters` for `rope_theta`/`rope_scaling`, `layer_types` for

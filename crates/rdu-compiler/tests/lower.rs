@@ -54,6 +54,8 @@ fn lower_real(name: &str) {
             }
             let step = model.step_estimate();
             assert!(step.roofline_fraction > 0.0 && step.roofline_fraction <= 1.0, "{name}: {step:?}");
+            // Never faster than the model's own roofline (issue 11).
+            assert!(step.model_roofline_fraction > 0.0 && step.model_roofline_fraction <= 1.0, "{name}: {step:?}");
         }
     }
 }

@@ -173,12 +173,14 @@ impl Reader {
     }
 
     /// The tensor of `entry` kept in place in the file's block format, when it can be: one
-    /// whole GGUF tensor of at least two axes (not stacked, sliced or split over chips) in a
-    /// format the simulator reads in place — Q8_0 for a Q8_0-declared tensor.
+    /// whole GGUF matrix (two axes: a stack of experts is read an expert at a time, and is not
+    /// stacked, sliced or split over chips) in a format the simulator reads in place — Q8_0 for
+    /// a Q8_0-declared tensor.
     fn pack(&self, entry: &TensorEntry) -> Option<Packed> {
         let Reader::Gguf(gguf) = self else { return None };
         let c = &entry.checkpoint;
-        if c.kind != CheckpointKind::Tensor || c.names.len() != 1 || !entry.slices.is_empty() || entry.shape.len() < 2 {
+        if c.kind != CheckpointKind::Tensor || c.names.len() != 1 || !entry.slices.is_empty() || entry.shape.len() != 2
+        {
             return None;
         }
         let info = gguf.tensor(&c.names[0])?;

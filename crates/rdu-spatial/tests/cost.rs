@@ -138,6 +138,7 @@ fn the_roofline_fraction_never_exceeds_one() {
                         pcus: 1 + next(400) as u32,
                         pmus: 1 + next(400) as u32,
                         tiles: 1 + next(64) as u32,
+                        hops: next(8) as u32,
                     })
                     .collect()
             })

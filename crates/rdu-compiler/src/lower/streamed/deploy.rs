@@ -174,10 +174,12 @@ pub(super) fn lower_streamed(
         // Kinds share the chip so that they stay resident together; a kind that does not fit
         // its share in one section takes the whole chip.
         let share = super::schedule::kind_chip(&chip, cut, groups.len());
-        let mut part = lower_part(&group.name, rep, None, true, &share, seed, progress)?;
-        if part.cost.sections.len() > 1 && share.pcus != chip.pcus {
-            part = lower_part(&group.name, rep, None, true, &chip, seed, progress)?;
-        }
+        let first = lower_part(&group.name, rep, None, true, &share, seed, progress);
+        let part = if needs_whole_chip(&first, &share, &chip) {
+            lower_part(&group.name, rep, None, true, &chip, seed, progress)?
+        } else {
+            first?
+        };
         bind_layers(&part, rep, &group.name, &group.layers, &layer_sources, &mut layers)?;
         kinds.push(LayerKind { program: part, layers: group.layers.clone() });
     }
@@ -250,6 +252,17 @@ pub(super) fn bind_layers(
         layers[l] = Some(LayerBinding { layer: l, kind: kind.to_string(), bind });
     }
     Ok(())
+}
+
+/// Whether a kind lowered on its share of the chip must take the whole chip instead: it needs
+/// more than one section there, or more units than its share has.
+pub(super) fn needs_whole_chip(first: &Result<ProgramPart, StreamedReject>, share: &Chip, chip: &Chip) -> bool {
+    share.pcus != chip.pcus
+        && match first {
+            Ok(p) => p.cost.sections.len() > 1,
+            Err(StreamedReject::Certification { fault: CertifyFault::Resources(_), .. }) => true,
+            Err(_) => false,
+        }
 }
 
 /// The head program's name for its input, the last layer's output.
@@ -399,4 +412,10 @@ pub struct StepEstimate {
     pub reconfigurations: usize,
     /// Looped invocations of the step (kernel looping: one per run of a kind or repeating block).
     pub loops: usize,
+    /// The model's floor bytes of one step over all chips (`StreamedModel::model_floor`).
+    pub floor_bytes: u64,
+    /// `floor_bytes / (chips × HBM bandwidth)`: the model's roofline.
+    pub model_roofline_seconds: f64,
+    /// `model_roofline_seconds / seconds`: the fraction of the model's roofline reached.
+    pub model_roofline_fraction: f64,
 }

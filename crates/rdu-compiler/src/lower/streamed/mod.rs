@@ -8,6 +8,7 @@ mod bundle;
 mod deploy;
 mod kinds;
 mod prefill;
+mod roofline;
 mod schedule;
 mod tp;
 
@@ -20,4 +21,5 @@ pub use kinds::{
     STACKED,
 };
 pub use prefill::lower_prefill_streamed;
+pub use roofline::{ModelFloor, DENSE_BYTES_PER_ELEMENT, Q8_BYTES_PER_ELEMENT};
 pub use tp::{lower_batched_tp_decode_streamed, lower_tp_decode_streamed};

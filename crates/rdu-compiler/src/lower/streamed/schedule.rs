@@ -267,7 +267,11 @@ fn estimate(model: &StreamedModel, schedule: &Schedule, looping: bool) -> StepEs
     seconds += reconfigurations as f64 * model.chip.reconfiguration;
     let roofline_seconds: f64 = calls.iter().map(|(t, _)| t.part.cost.roofline_seconds).sum();
     let rows = model.cut.rows();
+    let floor = model.model_floor();
     StepEstimate {
+        floor_bytes: floor.bytes.round() as u64,
+        model_roofline_seconds: floor.seconds,
+        model_roofline_fraction: if seconds > 0.0 { floor.seconds / seconds } else { 0.0 },
         seconds,
         roofline_seconds,
         roofline_fraction: if seconds > 0.0 { roofline_seconds / seconds } else { 0.0 },

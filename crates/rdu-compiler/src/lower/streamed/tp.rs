@@ -85,10 +85,12 @@ fn lower_tp_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Resu
         // Kinds share the chip so that they stay resident together (`schedule::kind_chip`); a
         // kind that does not fit its share in one section takes the whole chip.
         let share = super::schedule::kind_chip(&chip, cut, groups.len());
-        let mut part = lower_tp_part(&group.name, &canon, &whole, tp, &share, seed, progress)?;
-        if part.cost.sections.len() > 1 && share.pcus != chip.pcus {
-            part = lower_tp_part(&group.name, &canon, &whole, tp, &chip, seed, progress)?;
-        }
+        let first = lower_tp_part(&group.name, &canon, &whole, tp, &share, seed, progress);
+        let part = if super::deploy::needs_whole_chip(&first, &share, &chip) {
+            lower_tp_part(&group.name, &canon, &whole, tp, &chip, seed, progress)?
+        } else {
+            first?
+        };
         bind_layers(&part, &canon, &group.name, &group.layers, &layer_sources, &mut layers)?;
         kinds.push(LayerKind { program: part, layers: group.layers.clone() });
     }

@@ -155,7 +155,10 @@ impl Common {
             Some(Some(TokenIds::One(id))) => Some(id),
             Some(Some(TokenIds::Many(_))) => return Err(ctx.err("bos_token_id", "expected one token id, found a list")),
         };
-        let eos = match pick(&self.eos_token_id, outer.map(|o| &o.eos_token_id)) {
+        // The wrapper's end ids are the ones generation stops at (gemma-3's [1, 106]; transformers 5
+        // also writes the language model's own [1] into `text_config`): the top level wins.
+        let outer_eos = outer.and_then(|o| o.eos_token_id.clone());
+        let eos = match outer_eos.or_else(|| self.eos_token_id.clone()) {
             None => defaults.eos.into_iter().collect(),
             Some(None) => Vec::new(),
             Some(Some(TokenIds::One(id))) => vec![id],

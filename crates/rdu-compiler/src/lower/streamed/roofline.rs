@@ -1,0 +1,140 @@
+//! The MODEL's roofline (issue 11): the least a step of the model could take on its chips,
+//! whatever the compiler does — a yardstick for rdu's own estimate, independent of its cost
+//! model's idea of which bytes it reads.
+//!
+//! Floor bytes of one step are
+//! - every weight once over all chips (its whole, unsplit shape): Q8_0 as 34/32 bytes an
+//!   element, everything else 2 bytes (bf16);
+//! - the embedding table (a weight only the embedding reads) as one row per sequence;
+//! - each routed expert stack (a stacked weight an `experts` op reads) as
+//!   `min(1, batch · top_k / n_experts)` of its bytes;
+//! - every carried state once (its whole shape), 2 bytes an element whatever its declared dtype.
+//!
+//! The model roofline time is `floor bytes / (chips × HBM bandwidth)`.
+//! `/work/shared/tools/model_roofline.py` computes the same figure from a written bundle.
+
+use super::deploy::StreamedModel;
+use crate::lang::ast::{Arg, DeclKind};
+use crate::lang::{parse, Source};
+use crate::model::spec::Ffn;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Bytes an element of a Q8_0 weight: 32 int8 values and an f16 scale per block of 32.
+pub const Q8_BYTES_PER_ELEMENT: f64 = 34.0 / 32.0;
+/// Bytes an element of anything else (bf16).
+pub const DENSE_BYTES_PER_ELEMENT: f64 = 2.0;
+
+/// The model's floor for one step of a lowered model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelFloor {
+    /// Bytes one step must move at least, over all chips together.
+    pub bytes: f64,
+    /// `bytes / (chips × HBM bandwidth)`.
+    pub seconds: f64,
+}
+
+/// One tensor of the model, as the floor counts it.
+struct Counted {
+    elements: f64,
+    /// Elements of one row (the last axis): an embedding lookup reads one.
+    row: f64,
+    q8: bool,
+    state: bool,
+    /// Read by the embedding program (and, if `head` too, by the head: a tied table).
+    embed: bool,
+    head: bool,
+    /// `(n_experts, top_k)` when an `experts` op reads it as a stack of routed experts.
+    experts: Option<(usize, usize)>,
+}
+
+impl StreamedModel {
+    /// The model's floor bytes and roofline time for one step of this deployment.
+    pub fn model_floor(&self) -> ModelFloor {
+        let mut tensors: BTreeMap<String, Counted> = BTreeMap::new();
+        let none = BTreeMap::new();
+        let routed = |layer: Option<usize>| match layer.map(|l| &self.spec.layers[l].ffn) {
+            Some(Ffn::Moe { experts, top_k, .. }) => Some((*experts, *top_k)),
+            _ => None,
+        };
+        self.count(&self.embed.source, &none, None, Role::Embed, &mut tensors);
+        for (l, source) in self.layer_sources.iter().enumerate() {
+            self.count(source, &none, routed(Some(l)), Role::Layer, &mut tensors);
+        }
+        self.count(&self.head.source, &self.head.bind, None, Role::Head, &mut tensors);
+        let batch = self.cut.batch().unwrap_or(1) as f64;
+        let bytes = tensors
+            .values()
+            .map(|t| {
+                let per = if t.q8 && !t.state { Q8_BYTES_PER_ELEMENT } else { DENSE_BYTES_PER_ELEMENT };
+                let elements = match t.experts {
+                    _ if t.embed && !t.head => t.row * batch,
+                    Some((n, k)) => t.elements * (batch * k as f64 / n.max(1) as f64).min(1.0),
+                    None => t.elements,
+                };
+                elements * per
+            })
+            .sum::<f64>();
+        let chips = self.cut.tp().max(1) as f64;
+        ModelFloor { bytes, seconds: bytes / (chips * self.chip.hbm_bandwidth) }
+    }
+
+    /// Adds the weights and states `source` declares (under the bundle names `bind` gives
+    /// them), whole, to `tensors`.
+    fn count(
+        &self,
+        source: &Source,
+        bind: &BTreeMap<String, String>,
+        routed: Option<(usize, usize)>,
+        role: Role,
+        tensors: &mut BTreeMap<String, Counted>,
+    ) {
+        // Every program of a lowered model parsed when it was lowered.
+        let Ok(program) = parse(&source.text) else { return };
+        let stacks: BTreeSet<&str> = program
+            .stmts()
+            .filter(|s| s.op.text == "experts")
+            .flat_map(|s| s.args.iter().skip(3))
+            .filter_map(|a| match a {
+                Arg::Name(n) => Some(n.text.as_str()),
+                Arg::Lit(..) => None,
+            })
+            .collect();
+        for d in program.decls() {
+            let state = match d.kind {
+                DeclKind::Weight => false,
+                DeclKind::State => true,
+                _ => continue,
+            };
+            let mut shape = d.ty.shape.clone();
+            if let Some(s) = source.slices.get(&d.name.text) {
+                if let Some(extent) = shape.get_mut(s.axis) {
+                    *extent = s.parts.iter().flatten().map(|&(_, end)| end).max().unwrap_or(*extent);
+                }
+            }
+            let name = bind.get(&d.name.text).cloned().unwrap_or_else(|| d.name.text.clone());
+            let experts = if stacks.contains(d.name.text.as_str()) { routed } else { None };
+            let t = tensors.entry(name.clone()).or_insert(Counted {
+                elements: shape.iter().map(|&n| n as f64).product(),
+                row: shape.last().map_or(1.0, |&n| n as f64),
+                q8: source.q8.contains(&name) || source.q8.contains(&d.name.text),
+                state,
+                embed: false,
+                head: false,
+                experts,
+            });
+            match role {
+                Role::Embed => t.embed = true,
+                Role::Head => t.head = true,
+                Role::Layer => {}
+            }
+        }
+    }
+}
+
+/// Which program a declaration comes from.
+#[derive(Clone, Copy)]
+enum Role {
+    Embed,
+    Layer,
+    Head,
+}

@@ -1,0 +1,97 @@
+//! The model's roofline (issue 11): the floor recomputed independently from written manifests
+//! (the formula of `shared/tools/model_roofline.py`), and no estimate faster than it.
+
+use rdu_compiler::lower::streamed::{
+    lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed, lower_prefill_streamed,
+    lower_tp_decode_streamed, LowerOptions, Progress, Storage, StreamedModel,
+};
+use rdu_compiler::model::presets;
+use rdu_spatial::bundle::Bundle;
+use rdu_spatial::chip::Chip;
+use rdu_spatial::manifest::{Manifest, TensorStorage};
+use std::collections::BTreeSet;
+
+/// Options for `chip` and `storage`, no progress reports (a leaked empty closure per call).
+fn opts(chip: &str, storage: Storage) -> LowerOptions<'static> {
+    let progress: &'static mut dyn FnMut(Progress<'_>) = Box::leak(Box::new(|_: Progress<'_>| {}));
+    LowerOptions { chip: Chip::builtin(chip).expect("builtin chip"), storage, seed: 7, progress }
+}
+
+/// HBM bandwidth as published (the script's table): SN50 1.8 TB/s, SN40L 1.6 TB/s.
+fn published_hbm(chip: &str) -> f64 {
+    match chip {
+        "sn50" => 1.8e12,
+        "sn40l" => 1.6e12,
+        other => panic!("no published HBM figure for {other}"),
+    }
+}
+
+/// Floor bytes of a written manifest, as `model_roofline.py` computes them from the bundle and
+/// the model's config.json: every tensor once (Q8_0 34/32 bytes an element, else 2), a table
+/// only the embedding reads as one row per sequence, a stack of `n_experts` routed experts as
+/// `min(1, batch·top_k/n_experts)` of it, every state once at 2 bytes an element.
+fn floor_of_manifest(m: &Manifest, config: &serde_json::Value) -> f64 {
+    let c = config.get("text_config").unwrap_or(config);
+    let int = |k: &str| c.get(k).and_then(|v| v.as_u64()).unwrap_or(0) as f64;
+    let n_exp = if int("num_experts") > 0.0 { int("num_experts") } else { int("n_routed_experts") };
+    let top_k = int("num_experts_per_tok");
+    let batch = m.cut.batch.unwrap_or(1) as f64;
+    let head: BTreeSet<&String> = m.programs.head.declared.iter().collect();
+    let embed_only: BTreeSet<&String> = m.programs.embed.declared.iter().filter(|n| !head.contains(n)).collect();
+    let mut floor = 0.0;
+    for (name, t) in &m.tensors {
+        let mut n: f64 = t.shape.iter().map(|&d| d as f64).product();
+        let per = if t.storage == TensorStorage::Q8_0 { 34.0 / 32.0 } else { 2.0 };
+        if embed_only.contains(name) {
+            n = *t.shape.last().unwrap() as f64 * batch;
+        } else if n_exp > 0.0 && t.shape.len() == 3 && t.shape[0] as f64 == n_exp {
+            n *= (batch * top_k / n_exp).min(1.0);
+        }
+        floor += n * per;
+    }
+    floor + m.states.iter().map(|s| s.shape.iter().map(|&d| d as f64).product::<f64>() * 2.0).sum::<f64>()
+}
+
+/// Writes `model`'s bundle, reads its manifest back, and holds the estimate's floor, model
+/// roofline and fraction to the ones recomputed from it.
+fn check_against_manifest(name: &str, model: &StreamedModel) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bundle");
+    model.bundle().unwrap().write(&path, false).unwrap();
+    let m = Bundle::open(&path).expect("a valid bundle").manifest;
+    let config: serde_json::Value = serde_json::from_str(presets::config_text(name).unwrap()).unwrap();
+    let floor = floor_of_manifest(&m, &config);
+    let step = model.step_estimate();
+    let at = format!("{name} {}", model.cut.describe());
+    assert!((step.floor_bytes as f64 - floor).abs() <= 1.0, "{at}: floor {} vs {floor}", step.floor_bytes);
+    let chips = m.cut.tp.unwrap_or(1) as f64;
+    let roof = floor / (chips * published_hbm(&m.chip));
+    assert!(
+        (step.model_roofline_seconds - roof).abs() <= 1e-9 * roof,
+        "{at}: {} vs {roof}",
+        step.model_roofline_seconds
+    );
+    let fraction = roof / step.seconds;
+    assert!((step.model_roofline_fraction - fraction).abs() <= 1e-9, "{at}");
+    assert!(fraction > 0.0 && fraction <= 1.0, "{at}: {fraction}");
+}
+
+#[test]
+fn the_floor_is_the_issue_formula_over_a_written_manifest() {
+    let sn50 = || opts("sn50", Storage::AllQ8);
+    let spec = |n: &str| presets::resolve(n).unwrap();
+    check_against_manifest("tiny-llama", &lower_decode_streamed(&spec("tiny-llama"), 64, sn50()).unwrap());
+    // Routed experts of a batch, a dense first layer.
+    let moe = lower_batched_decode_streamed(&spec("tiny-qwen3-moe"), 3, 64, sn50()).unwrap();
+    check_against_manifest("tiny-qwen3-moe", &moe);
+    // Split experts, latent caches.
+    let ds = lower_tp_decode_streamed(&spec("tiny-deepseek-v2"), 2, 64, opts("sn40l", Storage::Dense));
+    check_against_manifest("tiny-deepseek-v2", &ds.unwrap());
+    // DeltaNet states per sequence over two chips.
+    let next = lower_batched_tp_decode_streamed(&spec("tiny-qwen3-next"), 2, 2, 64, opts("sn50", Storage::Dense));
+    let next = next.unwrap();
+    check_against_manifest("tiny-qwen3-next", &next);
+    // A tied table: the head reads it whole, so it is counted whole, once.
+    check_against_manifest("tiny-gemma3", &lower_tp_decode_streamed(&spec("tiny-gemma3"), 2, 64, sn50()).unwrap());
+    check_against_manifest("tiny-qwen3", &lower_prefill_streamed(&spec("tiny-qwen3"), 4, 64, sn50()).unwrap());
+}
