@@ -30,11 +30,13 @@ mod tests {
         // Above the tie rounds up; bf16 values are fixed points.
         assert_eq!(round_bf16(1.0 + 2f32.powi(-8) + 2f32.powi(-20)), 1.0 + 2f32.powi(-7));
         assert_eq!(round_bf16(-0.3125), -0.3125);
-        assert_eq!(round_bf16(0.1), 0.10009765625);
+        // 0.1 rounds to 0x3DCD (0.10009765625).
+        let tenth = f32::from_bits(0x3DCD_0000);
+        assert_eq!(round_bf16(0.1), tenth);
         assert!(round_bf16(f32::NAN).is_nan());
         assert_eq!(round_bf16(f32::INFINITY), f32::INFINITY);
         let mut v = [0.1f32, -0.1];
         round_bf16_slice(&mut v);
-        assert_eq!(v, [0.10009765625, -0.10009765625]);
+        assert_eq!(v, [tenth, -tenth]);
     }
 }

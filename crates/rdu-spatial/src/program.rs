@@ -128,7 +128,7 @@ impl Region {
     /// The mesh tile `(row, column)` of serpentine index `index` on a mesh `cols` wide.
     pub fn tile(index: u32, cols: u32) -> (u32, u32) {
         let (row, col) = (index / cols, index % cols);
-        if row % 2 == 0 {
+        if row.is_multiple_of(2) {
             (row, col)
         } else {
             (row, cols - 1 - col)

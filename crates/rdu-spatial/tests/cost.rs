@@ -166,7 +166,8 @@ fn halved(key: &str) -> Chip {
     let mut table: toml::Table = Chip::builtin_text("sn50").unwrap().parse().unwrap();
     let value = &mut table[key]["value"];
     *value = match value {
-        toml::Value::Integer(i) => (*i / 2).into(),
+        toml::Value::Integer(i) if *i > 1 => (*i / 2).into(),
+        toml::Value::Integer(i) => (*i as f64 / 2.0).into(),
         toml::Value::Float(f) => (*f / 2.0).into(),
         other => panic!("{key}: {other:?}"),
     };
@@ -188,6 +189,7 @@ fn every_time_figure_of_the_chip_file_changes_the_estimate() {
         ("reconfiguration", CostInput { sections: vec![vec![small()], vec![small()]] }, Precision::Bf16),
         ("pipeline_fill", one(vec![small()]), Precision::Bf16),
         ("synchronisation", one(vec![small()]), Precision::Bf16),
+        ("hop", one(vec![StageWork { hops: 3, ..small() }]), Precision::Bf16),
     ];
     let chip = sn50();
     for (key, input, precision) in &cases {
@@ -195,9 +197,20 @@ fn every_time_figure_of_the_chip_file_changes_the_estimate() {
         let after = estimate(&halved(key), input, *precision).unwrap().seconds;
         assert!(before != after, "halving `{key}` left the estimate at {before}");
     }
-    // What is left are capacities (checked, not timed) and the peaks the per-unit rates are derived from.
-    let capacities =
-        ["pcus", "pmus", "sram_bytes", "hbm_bytes", "ddr_bytes", "pmu_sram_bytes", "peak_flops_bf16", "peak_flops_fp8"];
+    // What is left are capacities (checked, not timed; the mesh's shape places stages, whose
+    // hops are the work's), and the peaks the per-unit rates are derived from.
+    let capacities = [
+        "pcus",
+        "pmus",
+        "sram_bytes",
+        "hbm_bytes",
+        "ddr_bytes",
+        "pmu_sram_bytes",
+        "peak_flops_bf16",
+        "peak_flops_fp8",
+        "mesh_rows",
+        "mesh_cols",
+    ];
     let mut untimed: Vec<&str> =
         FIGURES.iter().map(|(k, _)| *k).filter(|k| !cases.iter().any(|(c, _, _)| c == k)).collect();
     untimed.sort();

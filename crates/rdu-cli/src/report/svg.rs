@@ -30,7 +30,7 @@ pub fn esc(text: &str) -> String {
 /// The colour of item `i` of `n`: hues spread around the wheel, deterministic.
 pub fn colour(i: usize, n: usize) -> String {
     let hue = (i * 360 / n.max(1) + (i % 2) * 17) % 360;
-    format!("hsl({hue}, 62%, {}%)", if i % 2 == 0 { 55 } else { 42 })
+    format!("hsl({hue}, 62%, {}%)", if i.is_multiple_of(2) { 55 } else { 42 })
 }
 
 /// The row segments `(row, first column, last column)` of the serpentine run `start..end`.
