@@ -145,7 +145,8 @@ fn print_summary(dir: &Path, m: &Manifest, entries: &[Entry]) {
     }
 }
 
-fn cut_text(m: &Manifest) -> String {
+/// The cut as `mode (ctx 4096, batch 8)`, as `rdu show` and `rdu report` print it.
+pub(crate) fn cut_text(m: &Manifest) -> String {
     let c = &m.cut;
     let mode = match c.mode {
         CutMode::Forward => "forward",

@@ -3,7 +3,8 @@
 use super::svg::{bar, chip_map, colour, esc, layer_strip, plain_bar};
 use super::{breakdown, Breakdown, ProgramView, Report};
 use crate::program_cmds::ranges;
-use rdu_spatial::manifest::{CutMode, Manifest};
+use crate::show_cmd::cut_text;
+use rdu_spatial::manifest::Manifest;
 use std::fmt::Write as _;
 
 const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1d1d1b;max-width:1200px}\
@@ -35,25 +36,6 @@ pub fn page(r: &Report) -> String {
     }
     out.push_str("</body></html>\n");
     out
-}
-
-fn cut_text(m: &Manifest) -> String {
-    let c = &m.cut;
-    let mode = match c.mode {
-        CutMode::Forward => "forward",
-        CutMode::Decode => "decode",
-        CutMode::Batched => "batched",
-        CutMode::Tp => "tp",
-        CutMode::BatchedTp => "batched-tp",
-        CutMode::Prefill => "prefill",
-    };
-    let figures = [("ctx", c.ctx), ("seq", c.seq), ("batch", c.batch), ("tp", c.tp), ("chunk", c.chunk)];
-    let given: Vec<String> = figures.iter().filter_map(|(k, v)| v.map(|v| format!("{k} {v}"))).collect();
-    if given.is_empty() {
-        mode.to_string()
-    } else {
-        format!("{mode} ({})", given.join(", "))
-    }
 }
 
 /// Rows a step serves: tokens of every sequence (batch), or the chunk's / sequence's rows.
