@@ -101,20 +101,37 @@ impl Bundle {
         let path = dir.join("manifest.json");
         let shown = path.display().to_string();
         let text = fs::read_to_string(&path).map_err(io(&path))?;
-        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| json(&shown, e))?;
-        let found = value.get("format").and_then(|f| f.as_str()).unwrap_or("");
-        if found != FORMAT {
-            return Err(BundleError::Format { path: shown, found: found.into() });
-        }
-        match value.get("version").and_then(|v| v.as_u64()) {
-            Some(v) if v == u64::from(VERSION) => {}
-            found => return Err(BundleError::Version { path: shown, found: found.unwrap_or(0) }),
-        }
-        let manifest = serde_json::from_str(&text).map_err(|e| json(&shown, e))?;
+        Bundle::check_header(&text, &shown)?;
         let mut files = BTreeMap::new();
         collect_files(dir, "", &mut files)?;
+        Bundle::from_checked_text(&text, &shown, files)
+    }
+
+    /// A bundle from a manifest's text (`shown` names it in errors) and the bundle's other files,
+    /// checked as [`Bundle::read`] checks them: format, version, every field, every hash.
+    pub fn from_manifest_text(text: &str, shown: &str, files: BTreeMap<String, String>) -> Result<Bundle, BundleError> {
+        Bundle::check_header(text, shown)?;
+        Bundle::from_checked_text(text, shown, files)
+    }
+
+    /// [`Bundle::from_manifest_text`] once the header is checked.
+    fn from_checked_text(text: &str, shown: &str, files: BTreeMap<String, String>) -> Result<Bundle, BundleError> {
+        let manifest = serde_json::from_str(text).map_err(|e| json(shown, e))?;
         let bundle = Bundle { manifest, files };
         bundle.hash_problems().into_iter().next().map_or(Ok(bundle), Err)
+    }
+
+    /// The manifest's `format` and `version`, before its fields are read.
+    fn check_header(text: &str, shown: &str) -> Result<(), BundleError> {
+        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| json(shown, e))?;
+        let found = value.get("format").and_then(|f| f.as_str()).unwrap_or("");
+        if found != FORMAT {
+            return Err(BundleError::Format { path: shown.into(), found: found.into() });
+        }
+        match value.get("version").and_then(|v| v.as_u64()) {
+            Some(v) if v == u64::from(VERSION) => Ok(()),
+            found => Err(BundleError::Version { path: shown.into(), found: found.unwrap_or(0) }),
+        }
     }
 
     /// Every program file the manifest binds to its bytes: (manifest field of the hash, file, recorded hash).

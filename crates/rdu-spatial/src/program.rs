@@ -188,6 +188,7 @@ pub enum Arg {
 #[serde(rename_all = "snake_case")]
 pub enum Lit {
     Int(i64),
+    #[serde(with = "float_json")]
     Float(f64),
     Word(String),
     List(Vec<Lit>),
@@ -367,6 +368,41 @@ impl Home {
             Home::Ddr => "ddr",
             Home::Sram => "sram",
             Home::Host => "host",
+        }
+    }
+}
+
+/// A float literal in the JSON form: a number, or — since JSON has none — `"inf"`, `"-inf"` or
+/// `"nan"` for the non-finite values the text form writes (found by fuzzing: they became
+/// `null`, which does not read back).
+mod float_json {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &f64, s: S) -> Result<S::Ok, S::Error> {
+        match *value {
+            v if v.is_finite() => s.serialize_f64(v),
+            v if v.is_nan() => s.serialize_str("nan"),
+            v if v > 0.0 => s.serialize_str("inf"),
+            _ => s.serialize_str("-inf"),
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        Number(f64),
+        Word(String),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        match Repr::deserialize(d)? {
+            Repr::Number(v) => Ok(v),
+            Repr::Word(w) => match w.as_str() {
+                "inf" => Ok(f64::INFINITY),
+                "-inf" => Ok(f64::NEG_INFINITY),
+                "nan" => Ok(f64::NAN),
+                other => Err(serde::de::Error::custom(format!("`{other}` is not a float"))),
+            },
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Declarations: each becomes a declared value of the graph. Faults: a name declared twice
 //! (E0213), `q8` on anything but a weight or `bf16` on anything but a state (E0204), a seed
-//! that does not fit (E0207).
+//! that does not fit (E0207), a shape with more elements than a `usize` counts (E0203).
 
 use super::codes;
 use super::lift::{Bound, Ctx, DeclUse};
@@ -38,6 +38,11 @@ impl Ctx {
         if bf16 && decl.kind != DeclKind::State {
             let message = format!("only states may be `bf16`; declare {} `{name}` as f32", decl.kind.keyword());
             self.composition_fault(codes::DTYPE, message, decl.span, name);
+        }
+        if decl.ty.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).is_none() {
+            let message = format!("`{name}` has more elements than fit in memory ({:?})", decl.ty.shape);
+            self.composition_fault(codes::SHAPE, message, decl.span, name);
+            return;
         }
         let ty = Type { dtype, shape: decl.ty.shape.clone() };
         let seed = decl.init.as_ref().and_then(|lit| self.seed(decl, &ty, lit));

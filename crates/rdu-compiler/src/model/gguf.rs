@@ -68,7 +68,7 @@ pub fn from_gguf(gguf: &Gguf, name: &str) -> Result<ModelSpec> {
     let key = |k: &str| format!("{arch}.{k}");
 
     let d_model = m.req_usize(&key("embedding_length"))?;
-    let n_layers = m.req_usize(&key("block_count"))?;
+    let n_layers = m.block_count(&key("block_count"))?;
     let heads = m.req_usize(&key("attention.head_count"))?;
     let kv_heads = m.usize(&key("attention.head_count_kv"))?.unwrap_or(heads);
     if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
@@ -337,6 +337,17 @@ impl Meta<'_> {
 
     fn req_usize(&self, key: &str) -> Result<usize> {
         self.usize(key)?.ok_or_else(|| self.missing(key))
+    }
+
+    /// `{arch}.block_count`, at most the config import's bound on layers: the importer holds
+    /// a few entries per layer, so an absurd count would allocate without bound (found by
+    /// fuzzing: `rdu-fuzz gguf`).
+    fn block_count(&self, key: &str) -> Result<usize> {
+        let n = self.req_usize(key)?;
+        if n > crate::model::config::MAX_LAYERS {
+            return Err(self.err(key, format!("{n} is more than {} layers", crate::model::config::MAX_LAYERS)));
+        }
+        Ok(n)
     }
 
     /// A number as the file stores it, read through f32 and its shortest decimal so that an

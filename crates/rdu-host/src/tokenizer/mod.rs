@@ -62,6 +62,13 @@ impl Tokenizer {
         Ok(Tokenizer::Hf(Box::new(hf::HfTokenizer::open(path.as_ref())?)))
     }
 
+    /// A HF `tokenizer.json` from its contents (`label` names it in errors), with nothing beside
+    /// it: BOS/EOS are the usual names the vocabulary has. For callers that hold the text.
+    pub fn from_tokenizer_json_text(text: &str, label: &str) -> Result<Tokenizer> {
+        let beside = hf::Beside::default();
+        Ok(Tokenizer::Hf(Box::new(hf::HfTokenizer::from_text(text, label.to_string(), &beside)?)))
+    }
+
     /// The ids that end generation for a HF `tokenizer.json`, as [`Tokenizer::from_tokenizer_json`]
     /// finds them, without building the tokenizer.
     pub fn tokenizer_json_end_ids(path: impl AsRef<Path>) -> Result<Vec<u32>> {

@@ -328,7 +328,7 @@ impl Ctx<'_> {
         }
         for shared in &self.m.shared {
             let Some(rope) = &shared.rope else { continue };
-            if shared.shape.len() != 2 || shared.shape[1] * 2 != rope.spec.dim {
+            if shared.shape.len() != 2 || shared.shape[1].checked_mul(2) != Some(rope.spec.dim) {
                 let problem = format!(
                     "shape {:?} is not [rows, {}] for rotary dim {}",
                     shared.shape,

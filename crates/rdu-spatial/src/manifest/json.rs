@@ -16,15 +16,18 @@ pub fn pretty(value: &Value) -> String {
 fn write(value: &Value, depth: usize, out: &mut String) {
     let line = one_line(value);
     let scalars = matches!(value, Value::Array(items) if items.iter().all(|v| !v.is_array() && !v.is_object()));
-    if scalars || line.len() <= INLINE_WIDTH {
+    let entries: Vec<(Option<&String>, &Value)> = match value {
+        _ if scalars || line.len() <= INLINE_WIDTH => Vec::new(),
+        Value::Array(items) => items.iter().map(|v| (None, v)).collect(),
+        Value::Object(map) => map.iter().map(|(k, v)| (Some(k), v)).collect(),
+        // A scalar is one line however long (a string longer than the width included).
+        _ => Vec::new(),
+    };
+    if entries.is_empty() {
         out.push_str(&line);
         return;
     }
-    let (open, close, entries): (char, char, Vec<(Option<&String>, &Value)>) = match value {
-        Value::Array(items) => ('[', ']', items.iter().map(|v| (None, v)).collect()),
-        Value::Object(map) => ('{', '}', map.iter().map(|(k, v)| (Some(k), v)).collect()),
-        _ => unreachable!("a scalar is always one line"),
-    };
+    let (open, close) = if value.is_array() { ('[', ']') } else { ('{', '}') };
     out.push(open);
     out.push('\n');
     for (i, (key, item)) in entries.iter().enumerate() {
@@ -49,5 +52,22 @@ fn one_line(value: &Value) -> String {
             format!("{{{}}}", fields.collect::<Vec<_>>().join(", "))
         }
         scalar => scalar.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the fuzzer (`rdu-fuzz manifest`): a string longer than the inline width reached
+    /// an `unreachable!` — a model name or path that long panicked writing the manifest.
+    #[test]
+    fn a_scalar_longer_than_the_width_stays_one_line() {
+        let long = "x".repeat(INLINE_WIDTH * 2);
+        let value = serde_json::json!({ "name": long, "list": [{ "a": long }], "s": long });
+        let text = pretty(&value);
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), value);
+        assert!(text.contains(&format!("\"name\": \"{long}\"")));
+        assert_eq!(pretty(&Value::String(long.clone())), format!("\"{long}\"\n"));
     }
 }

@@ -89,9 +89,10 @@ pub(super) fn argmax(a: &Operands<'_>) -> Result<Vec<Type>, TypeError> {
 
 pub(super) fn reshape(a: &Operands<'_>, shape: &[usize]) -> Result<Vec<Type>, TypeError> {
     let x = a.ty(0);
-    if numel(shape) != numel(&x.shape) {
-        let message =
-            format!("cannot reshape {x} ({} elements) to {shape:?} ({} elements)", numel(&x.shape), numel(shape));
+    let target = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+    if target != Some(numel(&x.shape)) {
+        let elements = target.map_or("more than fit in memory".to_string(), |n| n.to_string());
+        let message = format!("cannot reshape {x} ({} elements) to {shape:?} ({elements} elements)", numel(&x.shape));
         return Err(a.error(Fault::Shape, Site::Attr("shape"), message));
     }
     Ok(vec![Type { dtype: x.dtype, shape: shape.to_vec() }])
@@ -105,7 +106,7 @@ pub(super) fn slice(a: &Operands<'_>, axis: usize, start: usize, len: usize) -> 
     if start > size {
         return Err(a.attr_error("start", format!("start {start} is past the end of axis {axis} of {x}")));
     }
-    if start + len > size {
+    if len > size - start {
         return Err(a.attr_error("len", format!("{start} + {len} runs past the end of axis {axis} of {x}")));
     }
     let mut shape = x.shape.clone();

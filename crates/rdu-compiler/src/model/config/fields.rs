@@ -11,7 +11,7 @@ use crate::model::spec::Norms;
 
 /// Largest `num_hidden_layers` accepted: far above any real model, low enough that a typo
 /// cannot make the importer allocate without bound.
-const MAX_LAYERS: usize = 100_000;
+pub(crate) const MAX_LAYERS: usize = 100_000;
 
 /// The fields of a decoder config.json that every family reads. A field that is absent or
 /// `null` falls back to the family's [`Defaults`] (or is reported missing).

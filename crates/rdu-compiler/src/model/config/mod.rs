@@ -21,6 +21,7 @@
 mod deepseek;
 mod draft;
 mod fields;
+pub(crate) use fields::MAX_LAYERS;
 mod gemma;
 mod hybrid;
 mod qwen_moe;

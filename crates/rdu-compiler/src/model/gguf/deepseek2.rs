@@ -28,7 +28,7 @@ fn key(k: &str) -> String {
 
 pub(super) fn build(m: &Meta, name: &str) -> Result<ModelSpec> {
     let d_model = m.req_usize(&key("embedding_length"))?;
-    let n_layers = m.req_usize(&key("block_count"))?;
+    let n_layers = m.block_count(&key("block_count"))?;
     let heads = m.req_usize(&key("attention.head_count"))?;
     let eps = m.req_f32_as_f64(&key("attention.layer_norm_rms_epsilon"))?;
     let max_ctx = m.req_usize(&key("context_length"))?;

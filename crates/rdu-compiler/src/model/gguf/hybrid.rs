@@ -29,7 +29,7 @@ pub(super) fn build(m: &Meta, arch: &str, name: &str) -> Result<ModelSpec> {
     let key = |k: &str| format!("{arch}.{k}");
     let family = if arch == "qwen3next" { Family::Qwen3Next } else { Family::Qwen35 };
     let d_model = m.req_usize(&key("embedding_length"))?;
-    let blocks = m.req_usize(&key("block_count"))?;
+    let blocks = m.block_count(&key("block_count"))?;
     let nextn = usize::try_from(m.u64(&key("nextn_predict_layers"))?.unwrap_or(0)).unwrap_or(usize::MAX);
     if nextn >= blocks {
         return Err(m.err(&key("nextn_predict_layers"), format!("{nextn} leaves no layer of block_count {blocks}")));
