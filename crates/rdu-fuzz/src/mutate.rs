@@ -427,7 +427,7 @@ fn mutate_json(bytes: &[u8], Op { a, b, c, .. }: Op, ctx: &Context) -> Option<Ve
             _ => *node = scalar(c, ctx),
         },
     }
-    Some(if c & (1 << 20) == 0 { serde_json::to_vec(&doc) } else { serde_json::to_vec_pretty(&doc) }.ok()?)
+    if c & (1 << 20) == 0 { serde_json::to_vec(&doc) } else { serde_json::to_vec_pretty(&doc) }.ok()
 }
 
 /// A scalar worth putting where something else was.
