@@ -9,6 +9,7 @@ mod fit_cmd;
 mod lower_cmd;
 mod model_arg;
 mod program_cmds;
+mod progress;
 mod report;
 mod run_cmd;
 mod show_cmd;

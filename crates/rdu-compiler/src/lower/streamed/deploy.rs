@@ -1,7 +1,7 @@
 //! `lower_forward_streamed` and `lower_decode_streamed`: author, lift, lower and certify each
 //! layer kind ONCE (plus the embedding and the head), and bind every layer to its kind.
 
-use super::kinds::{kinds_of_sources, renaming, Storage};
+use super::kinds::{kinds_of_sources, Storage};
 use crate::certify::{certify, Certificate, CertifyFault};
 use crate::front::{lift, Refusal};
 use crate::lang::{parse, shape_digest, Source};
@@ -176,10 +176,11 @@ pub(super) fn lower_streamed(
         let share = super::schedule::kind_chip(&chip, cut, groups.len());
         let first = lower_part(&group.name, rep, None, true, &share, seed, progress);
         let part = if needs_whole_chip(&first, &share, &chip) {
-            lower_part(&group.name, rep, None, true, &chip, seed, progress)?
+            lower_part(&group.name, rep, None, true, &chip, seed, progress)
         } else {
-            first?
+            first
         };
+        let part = part.map_err(|e| context_too_large(e, spec, group.representative(), cut, &storage, &chip))?;
         bind_layers(&part, rep, &group.name, &group.layers, &layer_sources, &mut layers)?;
         kinds.push(LayerKind { program: part, layers: group.layers.clone() });
     }
@@ -234,6 +235,53 @@ pub(super) fn lower_head(
     Ok(head)
 }
 
+/// A kind refused for its resources because its caches do not fit the chip's on-chip memory at
+/// the cut's context: the refusal says so in a user's words — the ctx, the chip, and the
+/// largest ctx at which the kind fits (found by lowering the kind again, without numbers, at
+/// smaller contexts). Any other refusal is returned as it is.
+fn context_too_large(
+    e: StreamedReject,
+    spec: &ModelSpec,
+    layer: usize,
+    cut: Cut,
+    storage: &Storage,
+    chip: &Chip,
+) -> StreamedReject {
+    let (StreamedReject::Certification { program, fault: CertifyFault::Resources(_) }, Some(ctx)) = (&e, cut.ctx())
+    else {
+        return e;
+    };
+    let fits = |c: usize| -> bool {
+        let Some(at) = cut.with_ctx(c) else { return false };
+        let source = source_of(spec, layer, at, storage);
+        let Ok(parsed) = parse(&source.text) else { return false };
+        let Ok(graph) = lift(&parsed) else { return false };
+        let spatial = lower(program, &parsed, &graph, &source.q8, chip, &mut |_, _| {});
+        crate::certify::check_structure(&spatial, &graph, chip).is_ok()
+    };
+    let smallest = cut.chunk().unwrap_or(1);
+    if !fits(smallest) {
+        // Too large at any context: not the context's doing.
+        return e;
+    }
+    // The largest context that fits: resources grow with the caches, so bisect.
+    let (mut lo, mut hi) = (smallest, ctx);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    StreamedReject::Invalid(format!(
+        "ctx {ctx} is too large for the {}: the caches of layer kind `{program}` over {ctx} positions do not fit its on-chip memory ({} PMUs of {} KiB); pass --ctx {lo} or less",
+        chip.name,
+        chip.pmus,
+        chip.pmu_sram_bytes / 1024
+    ))
+}
+
 /// Binds every layer of a kind to `part`, the kind's program (`canon`, its representative under
 /// layer-0 names): each declared name mapped to the layer's own through their renaming.
 pub(super) fn bind_layers(
@@ -244,8 +292,11 @@ pub(super) fn bind_layers(
     layer_sources: &[Source],
     layers: &mut [Option<LayerBinding>],
 ) -> Result<(), StreamedReject> {
+    let renamer = crate::lang::digest::Renamer::new(canon);
     for &l in kind_layers {
-        let map = renaming(canon, &layer_sources[l])
+        let map = renamer
+            .as_ref()
+            .and_then(|r| r.to(&layer_sources[l]))
             .ok_or_else(|| StreamedReject::Binding { layer: l, kind: kind.to_string() })?;
         let bind =
             part.declared.iter().map(|n| (n.clone(), map.get(n).cloned().unwrap_or_else(|| n.clone()))).collect();
