@@ -384,12 +384,29 @@ pub fn frontier_svg(p: &Plan) -> String {
     }
     let _ = write!(
         out,
-        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">tokens/s per sequence (latency →  lower to the left)</text>\
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">tokens/s per sequence (1 / latency of a token)</text>\
          <text transform=\"translate(16 {}) rotate(-90)\" text-anchor=\"middle\">aggregate tokens/s</text>",
         (left + w - right) / 2.0,
         h - 10.0,
         (top + h - bottom) / 2.0
     );
+    let widths = p.widths();
+    // Each width's batches joined in order, thin, in its colour.
+    for (i, tp) in widths.iter().enumerate() {
+        let pts: Vec<String> = fitting
+            .iter()
+            .filter(|c| c.tp == *tp)
+            .map(|c| format!("{:.1},{:.1}", x(c.tokens_per_second_per_sequence), y(c.tokens_per_second)))
+            .collect();
+        if pts.len() > 1 {
+            let _ = write!(
+                out,
+                "<polyline class=\"width\" points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1\" stroke-opacity=\"0.6\"/>",
+                pts.join(" "),
+                colour(i, widths.len())
+            );
+        }
+    }
     let front = p.frontier();
     let path: Vec<String> = front
         .iter()
@@ -405,7 +422,7 @@ pub fn frontier_svg(p: &Plan) -> String {
         let on_front = front.iter().any(|f| std::ptr::eq(*f, *c));
         let _ = write!(
             out,
-            "<circle class=\"cell{}\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"{}\" fill=\"{}\" stroke=\"#222\" stroke-width=\"{}\">\
+            "<circle class=\"cell{}\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"{}\" fill=\"{}\" fill-opacity=\"0.85\" stroke=\"#222\" stroke-width=\"{}\">\
              <title>tp {} batch {}: {:.1} tok/s per sequence, {:.1} tok/s, {:.0}% of the model roofline, {:.2} GB a chip</title></circle>",
             if on_front { " frontier" } else { "" },
             x(c.tokens_per_second_per_sequence),
@@ -453,7 +470,7 @@ fn page(p: &Plan) -> String {
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>rdu plan: {0}</title>\
          <style>body{{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1d1d1b}}pre{{font:12px ui-monospace,monospace}}</style>\
          </head><body><h1>{0} on {1}</h1><p>Throughput against latency of every deployment that fits in HBM; \
-         the line joins the ones no other beats on both.</p>{2}<pre>{3}</pre></body></html>\n",
+         thin lines join each chip count's batches (64 on the left, 1 on the right), the black line the deployments no other beats on both.</p>{2}<pre>{3}</pre></body></html>\n",
         esc(&p.model),
         esc(&p.chip.name),
         frontier_svg(p),
