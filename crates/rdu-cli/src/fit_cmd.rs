@@ -183,18 +183,21 @@ fn parts_and_demand(
     Ok((parts, demand))
 }
 
-/// The bytes each chip of a decode deployment of `batch` sequences over `tp` chips holds
-/// (as `rdu fit --batch B --tp T` counts them; `tp` admitted) and where they land on `chip`.
-pub fn per_chip(
-    spec: &rdu_compiler::model::spec::ModelSpec,
-    storage: &rdu_compiler::lower::streamed::Storage,
-    chip: &Chip,
-    ctx: usize,
-    batch: usize,
-    tp: usize,
-) -> Result<MemoryFit> {
-    let (_, demand) = parts_and_demand(spec, storage, ctx, batch, (tp > 1).then_some(tp))?;
-    Ok(place(chip, demand))
+/// The bytes each chip of a lowered decode deployment holds, counted as `rdu fit --batch B
+/// --tp T` counts them — from the programs it lowered: the embedding and head (replicated) and
+/// every layer's own source (one chip's slices of it) — and where they land on its chip.
+/// `rdu plan` uses it so that a cell authors its layers once; `tests/plan.rs` holds it equal to
+/// `rdu fit`.
+pub fn per_chip(model: &rdu_compiler::lower::streamed::StreamedModel) -> Result<MemoryFit> {
+    let mut tally = Tally::default();
+    let mut all = Part::default();
+    tally.add(&mut all, &model.embed.source, "embedding")?;
+    for (l, source) in model.layer_sources.iter().enumerate() {
+        tally.add(&mut all, source, &format!("layer {l}"))?;
+    }
+    tally.add(&mut all, &model.head.source, "head")?;
+    let demand = MemoryDemand { weight_bytes: all.weight_bytes + all.shared_bytes, state_bytes: all.state_bytes };
+    Ok(place(&model.chip, demand))
 }
 
 pub fn run(args: &FitArgs) -> Result<()> {

@@ -6,8 +6,8 @@
 //! Planning is estimation: the cells are lowered with `estimate_streamed` — structure and
 //! resources checked, numbers not certified — and every cell's embedding and head are lowered
 //! once per batch and shared by its widths (a tensor-parallel cut runs its one-chip
-//! counterpart's). The estimates are the lowering's: `tests/plan.rs` holds cells to
-//! `rdu lower --json`'s step exactly.
+//! counterpart's); the cells run in parallel. The estimates are the lowering's:
+//! `tests/plan.rs` holds cells to `rdu lower --json`'s step and `rdu fit --json`'s bytes exactly.
 
 use crate::fit_cmd::{check_size, gb, per_chip};
 use crate::model_arg::{resolve_with_weights, storage_of, with_state, StateArg, StorageArg};
@@ -15,6 +15,7 @@ use crate::report::svg::{colour, esc};
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rayon::prelude::*;
 use rdu_compiler::fit::admits_tp;
 use rdu_compiler::lower::streamed::{Estimator, Spine};
 use rdu_compiler::model::spec::Cut;
@@ -22,6 +23,7 @@ use rdu_spatial::chip::Chip;
 use serde_json::json;
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 #[derive(Args)]
@@ -165,36 +167,47 @@ pub fn run(args: &PlanArgs) -> Result<()> {
 
     // Progress on stderr once the sweep has taken more than a second.
     let started = Instant::now();
-    let bar = ProgressBar::with_draw_target(Some((widths.len() * BATCHES.len()) as u64), ProgressDrawTarget::hidden());
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} planning {pos}/{len} deployments {msg} [{elapsed}]").expect("template"),
+    let bar = ProgressBar::with_draw_target(
+        Some((BATCHES.len() + widths.len() * BATCHES.len()) as u64),
+        ProgressDrawTarget::hidden(),
     );
-    let mut shown = false;
-    let mut tick = |bar: &ProgressBar, msg: String| {
-        if !shown && started.elapsed() > Duration::from_secs(1) {
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} planning: {pos}/{len} lowered {msg} [{elapsed}]").expect("template"),
+    );
+    let shown = AtomicBool::new(false);
+    let tick = |msg: String| {
+        if started.elapsed() > Duration::from_secs(1) && !shown.swap(true, Ordering::Relaxed) {
             bar.set_draw_target(ProgressDrawTarget::stderr());
-            shown = true;
+            bar.enable_steady_tick(Duration::from_millis(200));
         }
         bar.set_message(msg);
     };
 
+    // The cells in parallel: first every batch's embedding and head (shared by its widths),
+    // then every (width, batch) layer kind.
     let estimator = Estimator::new(&spec, chip.clone(), storage.clone(), 0);
-    let mut cells = Vec::new();
-    for &batch in &BATCHES {
-        let mut spine: Option<Spine> = None;
-        for &tp in &widths {
+    let spines: Vec<Spine> = BATCHES
+        .par_iter()
+        .map(|&batch| {
+            tick(format!("(embedding and head, batch {batch})"));
+            let spine = estimator.spine(cut_of(1, batch, args.ctx), &mut |_| {});
+            bar.inc(1);
+            spine.map_err(|e| anyhow!("batch {batch}: {e}"))
+        })
+        .collect::<Result<_>>()?;
+    let grid: Vec<(usize, usize)> = widths.iter().flat_map(|&tp| BATCHES.iter().map(move |&b| (tp, b))).collect();
+    let mut cells: Vec<Cell> = grid
+        .par_iter()
+        .map(|&(tp, batch)| -> Result<Cell> {
+            tick(format!("(tp {tp}, batch {batch})"));
             let cut = cut_of(tp, batch, args.ctx);
-            tick(&bar, format!("(tp {tp}, batch {batch})"));
-            let lowered = (|| {
-                if spine.is_none() {
-                    spine = Some(estimator.spine(cut, &mut |_| {})?);
-                }
-                estimator.estimate(cut, spine.as_ref().expect("lowered above"), &mut |_| {})
-            })();
-            let model = lowered.map_err(|e| anyhow!("tp {tp}, batch {batch}: {e}"))?;
+            let spine = &spines[BATCHES.iter().position(|&b| b == batch).expect("a swept batch")];
+            let model =
+                estimator.estimate(cut, spine, &mut |_| {}).map_err(|e| anyhow!("tp {tp}, batch {batch}: {e}"))?;
             let step = model.step_estimate();
-            let fit = per_chip(&spec, &storage, &chip, args.ctx, batch, tp)?;
-            cells.push(Cell {
+            let fit = per_chip(&model)?;
+            bar.inc(1);
+            Ok(Cell {
                 tp,
                 batch,
                 step_seconds: step.seconds,
@@ -203,10 +216,9 @@ pub fn run(args: &PlanArgs) -> Result<()> {
                 model_roofline_fraction: step.model_roofline_fraction,
                 bytes_per_chip: fit.demand.total(),
                 fits: fit.fits && !fit.spills_to_ddr,
-            });
-            bar.inc(1);
-        }
-    }
+            })
+        })
+        .collect::<Result<_>>()?;
     bar.finish_and_clear();
     cells.sort_by_key(|c| (c.tp, c.batch));
     let plan = Plan {
