@@ -94,7 +94,9 @@ pub fn run(args: &RunArgs, file: &Path) -> Result<()> {
         Some(dir) => dir.clone(),
         None => {
             let chip = Chip::resolve(args.chip())?;
-            let opts = LowerOptions { chip, storage, seed: 0, progress: &mut |_| {} };
+            let bar = crate::progress::lowering_bar(args.json);
+            let progress = &mut |p: rdu_compiler::lower::streamed::Progress<'_>| crate::progress::show(&bar, &p);
+            let opts = LowerOptions { chip, storage, seed: 0, progress };
             let model = match args.tp {
                 Some(tp) => lower_batched_tp_decode_streamed(&spec, batch, tp, ctx, opts),
                 None => lower_batched_decode_streamed(&spec, batch, ctx, opts),
@@ -105,7 +107,8 @@ pub fn run(args: &RunArgs, file: &Path) -> Result<()> {
             dir
         }
     };
-    let mut host = Host::load(&dir, &host_weights, &mut |_, _, _| {}).map_err(|e| anyhow!("{e}"))?;
+    let mut host = Host::load(&dir, &host_weights, &mut |_, _, _| {})
+        .map_err(|e| crate::bundle_arg::load_error(e, args.bundle.is_some()))?;
     if host.sequences() != batch {
         bail!(
             "the bundle {} steps {} sequence(s) at a time but {} holds {batch} prompt(s); lower it with --cut batched --batch {batch}",

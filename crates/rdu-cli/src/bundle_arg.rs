@@ -98,3 +98,20 @@ pub fn check(args: &RunArgs, spec: &ModelSpec, dir: &Path, m: &Manifest, batched
     }
     Ok(())
 }
+
+/// A host's load error in a user's words. Without `--bundle`, rdu lowered the bundle itself
+/// from MODEL's own config, so a checkpoint tensor that is missing or shaped otherwise means
+/// MODEL's config and its weights disagree (the host's advice, to use the checkpoint the
+/// bundle was lowered for, is about a bundle the user did not give).
+pub fn load_error(e: rdu_host::HostError, bundle_given: bool) -> anyhow::Error {
+    use rdu_host::HostError;
+    match e {
+        HostError::MissingTensor { file, tensor, checkpoint } if !bundle_given => anyhow::anyhow!(
+            "{file}: no tensor `{checkpoint}`, which the model's config needs (for `{tensor}`): its config and its weights disagree"
+        ),
+        HostError::TensorShape { file, tensor, checkpoint, expected, found } if !bundle_given => anyhow::anyhow!(
+            "{file}: tensor `{checkpoint}` has the shape {found:?} but the model's config makes `{tensor}` {expected:?}: its config and its weights disagree"
+        ),
+        other => anyhow::anyhow!("{other}"),
+    }
+}

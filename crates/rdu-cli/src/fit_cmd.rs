@@ -138,6 +138,68 @@ impl Tally {
     }
 }
 
+/// What each chip of a decode deployment of `batch` sequences over `tp` chips (one chip when
+/// `None`) holds, program by program, and in all: its slices of every layer, the embedding and
+/// the head replicated. `tp` must be admitted (`admits_tp`).
+fn parts_and_demand(
+    spec: &rdu_compiler::model::spec::ModelSpec,
+    storage: &rdu_compiler::lower::streamed::Storage,
+    ctx: usize,
+    batch: usize,
+    tp: Option<usize>,
+) -> Result<(Vec<Part>, MemoryDemand)> {
+    let cut = match batch {
+        1 => Cut::Decode { ctx },
+        batch => Cut::Batched { batch, ctx },
+    };
+    // Each chip holds its share of every layer; the embedding and head are replicated.
+    let layer_cut = match (tp, batch) {
+        (Some(tp), 1) => Cut::Tp { tp, ctx },
+        (Some(tp), batch) => Cut::BatchedTp { batch, tp, ctx },
+        (None, _) => cut,
+    };
+    let mut tally = Tally::default();
+
+    let mut parts = Vec::new();
+    let mut embed = Part { name: "embed".into(), ..Part::default() };
+    tally.add(&mut embed, &embed_source(spec, cut, storage), "embedding")?;
+    parts.push(embed);
+    for kind in layer_kinds_for(spec, layer_cut, storage) {
+        let mut part = Part { name: kind.name.clone(), layers: kind.layers.len(), ..Part::default() };
+        for &l in &kind.layers {
+            tally.add(&mut part, &source_of(spec, l, layer_cut, storage), &format!("layer {l}"))?;
+        }
+        parts.push(part);
+    }
+    let mut head = Part { name: "head".into(), ..Part::default() };
+    tally.add(&mut head, &head_source(spec, cut, storage), "head")?;
+    parts.push(head);
+
+    let sum = |f: fn(&Part) -> u64| parts.iter().map(f).sum::<u64>();
+    let demand = MemoryDemand {
+        weight_bytes: sum(|p| p.weight_bytes) + sum(|p| p.shared_bytes),
+        state_bytes: sum(|p| p.state_bytes),
+    };
+    Ok((parts, demand))
+}
+
+/// The bytes each chip of a lowered decode deployment holds, counted as `rdu fit --batch B
+/// --tp T` counts them — from the programs it lowered: the embedding and head (replicated) and
+/// every layer's own source (one chip's slices of it) — and where they land on its chip.
+/// `rdu plan` uses it so that a cell authors its layers once; `tests/plan.rs` holds it equal to
+/// `rdu fit`.
+pub fn per_chip(model: &rdu_compiler::lower::streamed::StreamedModel) -> Result<MemoryFit> {
+    let mut tally = Tally::default();
+    let mut all = Part::default();
+    tally.add(&mut all, &model.embed.source, "embedding")?;
+    for (l, source) in model.layer_sources.iter().enumerate() {
+        tally.add(&mut all, source, &format!("layer {l}"))?;
+    }
+    tally.add(&mut all, &model.head.source, "head")?;
+    let demand = MemoryDemand { weight_bytes: all.weight_bytes + all.shared_bytes, state_bytes: all.state_bytes };
+    Ok(place(&model.chip, demand))
+}
+
 pub fn run(args: &FitArgs) -> Result<()> {
     if args.ctx == 0 {
         bail!("--ctx must be at least 1");
@@ -150,43 +212,12 @@ pub fn run(args: &FitArgs) -> Result<()> {
     let (spec, weights) = resolve_with_weights(&args.model)?;
     let spec = with_state(spec, args.state);
     let chip = Chip::resolve(&args.chip)?;
-    let cut = match args.batch {
-        1 => Cut::Decode { ctx: args.ctx },
-        batch => Cut::Batched { batch, ctx: args.ctx },
-    };
     // `auto` is as the checkpoint stores its weights, as `rdu lower` reads it.
     let storage = storage_of(args.storage, &weights);
     if let Some(tp) = args.tp {
         admits_tp(&spec, tp, &storage)?;
     }
-    // Each chip holds its share of every layer; the embedding and head are replicated.
-    let layer_cut = match (args.tp, args.batch) {
-        (Some(tp), 1) => Cut::Tp { tp, ctx: args.ctx },
-        (Some(tp), batch) => Cut::BatchedTp { batch, tp, ctx: args.ctx },
-        (None, _) => cut,
-    };
-    let mut tally = Tally::default();
-
-    let mut parts = Vec::new();
-    let mut embed = Part { name: "embed".into(), ..Part::default() };
-    tally.add(&mut embed, &embed_source(&spec, cut, &storage), "embedding")?;
-    parts.push(embed);
-    for kind in layer_kinds_for(&spec, layer_cut, &storage) {
-        let mut part = Part { name: kind.name.clone(), layers: kind.layers.len(), ..Part::default() };
-        for &l in &kind.layers {
-            tally.add(&mut part, &source_of(&spec, l, layer_cut, &storage), &format!("layer {l}"))?;
-        }
-        parts.push(part);
-    }
-    let mut head = Part { name: "head".into(), ..Part::default() };
-    tally.add(&mut head, &head_source(&spec, cut, &storage), "head")?;
-    parts.push(head);
-
-    let sum = |f: fn(&Part) -> u64| parts.iter().map(f).sum::<u64>();
-    let demand = MemoryDemand {
-        weight_bytes: sum(|p| p.weight_bytes) + sum(|p| p.shared_bytes),
-        state_bytes: sum(|p| p.state_bytes),
-    };
+    let (parts, demand) = parts_and_demand(&spec, &storage, args.ctx, args.batch, args.tp)?;
     let report = Report {
         model: &spec.name,
         chip: &chip,
@@ -318,7 +349,7 @@ fn print_text(r: &Report) {
 }
 
 /// Decimal gigabytes, as chip vendors state capacities.
-fn gb(bytes: u64) -> String {
+pub(crate) fn gb(bytes: u64) -> String {
     if bytes == 0 {
         "0".to_string()
     } else if bytes >= 10_000_000 {

@@ -3,7 +3,6 @@
 use crate::model_arg::{resolve_with_weights, storage_of, with_state, CutArg, CutSizes, StateArg, StorageArg};
 use anyhow::{bail, Result};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use rdu_compiler::lower::streamed::{
     lower_batched_decode_streamed, lower_decode_streamed, lower_forward_streamed, lower_prefill_streamed,
     lower_tp_decode_streamed, LowerOptions, ProgramPart, Progress, StreamedModel,
@@ -59,19 +58,15 @@ pub fn run(args: &LowerArgs) -> Result<()> {
     let storage = storage_of(args.storage, &weights);
     let chip = Chip::resolve(&args.chip)?;
     let cut = args.cut.cut(&args.sizes)?;
-    let bar = ProgressBar::new(0);
-    bar.set_style(ProgressStyle::with_template("{spinner} lowering {pos}/{len} {msg} [{elapsed}]").expect("template"));
+    let bar = crate::progress::lowering_bar(args.json);
     let mut dumps = Vec::new();
-    let mut progress = |p: Progress<'_>| match p {
-        Progress::Program { index, total, name } => {
-            bar.set_length(total as u64);
-            bar.set_position(index as u64);
-            bar.set_message(name.to_string());
+    let mut progress = |p: Progress<'_>| {
+        crate::progress::show(&bar, &p);
+        if let Progress::Pass { program, pass, spatial } = p {
+            if Some(pass) == args.dump_after.as_deref() {
+                dumps.push(format!("# {program} after {pass}\n{}", rdu_spatial::text::print(spatial)));
+            }
         }
-        Progress::Pass { program, pass, spatial } if Some(pass) == args.dump_after.as_deref() => {
-            dumps.push(format!("# {program} after {pass}\n{}", rdu_spatial::text::print(spatial)));
-        }
-        Progress::Pass { .. } => {}
     };
     let opts = LowerOptions { chip, storage, seed: args.seed, progress: &mut progress };
     let model = match cut {
@@ -86,7 +81,7 @@ pub fn run(args: &LowerArgs) -> Result<()> {
         }
         rdu_compiler::model::spec::Cut::Prefill { chunk, ctx } => lower_prefill_streamed(&spec, chunk, ctx, opts),
     };
-    bar.finish_and_clear();
+    drop(bar);
     let model = model.map_err(|e| anyhow::anyhow!("{e}"))?;
     for d in &dumps {
         print!("{d}");

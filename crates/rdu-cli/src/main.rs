@@ -8,7 +8,9 @@ mod check_cmd;
 mod fit_cmd;
 mod lower_cmd;
 mod model_arg;
+mod plan_cmd;
 mod program_cmds;
+mod progress;
 mod report;
 mod run_cmd;
 mod show_cmd;
@@ -54,6 +56,8 @@ enum Command {
     Report(report::ReportArgs),
     /// Memory of a decode deployment on one chip: weights and KV/state against HBM and DDR
     Fit(fit_cmd::FitArgs),
+    /// Chips × batch: the estimated tokens/s, model roofline and memory of every admitted width and batch
+    Plan(plan_cmd::PlanArgs),
 }
 
 fn main() -> ExitCode {
@@ -87,6 +91,7 @@ fn main() -> ExitCode {
         Command::Fit(args) => fit_cmd::run(&args),
         Command::Verify(args) => verify_cmd::run(&args),
         Command::Report(args) => report::run(&args),
+        Command::Plan(args) => plan_cmd::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

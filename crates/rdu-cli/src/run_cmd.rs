@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use rdu_compiler::lower::streamed::{
     lower_decode_streamed, lower_forward_streamed, lower_prefill_streamed, lower_tp_decode_streamed, LowerOptions,
-    Storage,
+    Progress, Storage,
 };
 use rdu_compiler::model::spec::{ModelSpec, StateDtype};
 use rdu_compiler::reference::{Reference, SeededWeights, WeightSource};
@@ -445,10 +445,15 @@ pub fn run(args: &RunArgs) -> Result<()> {
         println!("{}", json!({"prompt": prompt_ids, "generated": generated, "positions": positions, "timing": timing}));
     } else if streaming {
         println!("{}", stream.finish());
+        // With `--bundle` (and its decode bundle) nothing was lowered: no lowering time to report.
+        let lowering = if clocks.lower.get() > 0.0 || args.bundle.is_none() {
+            format!("lowering: {:.2}s; ", clocks.lower.get())
+        } else {
+            String::new()
+        };
         eprintln!(
-            "load: {:.2}s; lowering: {:.2}s; prompt: {} tokens in {:.2}s ({:.1} tok/s); decode: {} tokens, {decode_steps} steps in {:.2}s ({:.1} tok/s)",
+            "load: {:.2}s; {lowering}prompt: {} tokens in {:.2}s ({:.1} tok/s); decode: {} tokens, {decode_steps} steps in {:.2}s ({:.1} tok/s)",
             clocks.load.get(),
-            clocks.lower.get(),
             prompt_ids.len(),
             prompt_seconds,
             rate(prompt_ids.len(), prompt_seconds),
@@ -517,6 +522,7 @@ fn spatial_engine<'a>(
     let vocab = spec.vocab;
     let json = args.json;
     let load_clocks = clocks.clone();
+    let given = args.bundle.is_some();
     let load = move |dir: &std::path::Path, weights: &WeightsSource| -> Result<Host> {
         let bar = load_bar(json);
         let host = Clocks::time(&load_clocks.load, || {
@@ -527,7 +533,7 @@ fn spatial_engine<'a>(
             })
         });
         bar.finish_and_clear();
-        host.map_err(|e| anyhow!("{e}"))
+        host.map_err(|e| crate::bundle_arg::load_error(e, given))
     };
     if let Some(dir) = &args.bundle {
         let mut host = load(dir, &weights)?;
@@ -554,7 +560,9 @@ fn spatial_engine<'a>(
     let tmp = tempfile::tempdir().context("creating a temporary bundle directory")?;
     let lower_into = move |dir: &std::path::Path, seq: Option<usize>| -> Result<()> {
         Clocks::time(&clocks.lower, || {
-            let opts = LowerOptions { chip: chip.clone(), storage: storage.clone(), seed: 0, progress: &mut |_| {} };
+            let bar = crate::progress::lowering_bar(args.json);
+            let progress = &mut |p: Progress<'_>| crate::progress::show(&bar, &p);
+            let opts = LowerOptions { chip: chip.clone(), storage: storage.clone(), seed: 0, progress };
             let model = match (seq, args.tp) {
                 (Some(seq), _) => lower_forward_streamed(spec, seq, opts),
                 (None, Some(tp)) => lower_tp_decode_streamed(spec, tp, ctx, opts),
@@ -624,8 +632,9 @@ fn chunked_engine<'a>(
         None => {
             let dir = tmp.path().join("prefill");
             Clocks::time(&clocks.lower, || -> Result<()> {
-                let opts =
-                    LowerOptions { chip: chip.clone(), storage: storage.clone(), seed: 0, progress: &mut |_| {} };
+                let bar = crate::progress::lowering_bar(args.json);
+                let progress = &mut |p: Progress<'_>| crate::progress::show(&bar, &p);
+                let opts = LowerOptions { chip: chip.clone(), storage: storage.clone(), seed: 0, progress };
                 let model = lower_prefill_streamed(spec, chunk, ctx, opts).map_err(|e| anyhow!("{e}"))?;
                 model.bundle().map_err(|e| anyhow!(e))?.write(&dir, true)?;
                 Ok(())
@@ -651,7 +660,9 @@ fn chunked_engine<'a>(
         None => {
             let dir = tmp.path().join("decode");
             Clocks::time(&clocks.lower, || -> Result<()> {
-                let opts = LowerOptions { chip, storage, seed: 0, progress: &mut |_| {} };
+                let bar = crate::progress::lowering_bar(args.json);
+                let progress = &mut |p: Progress<'_>| crate::progress::show(&bar, &p);
+                let opts = LowerOptions { chip, storage, seed: 0, progress };
                 let model = lower_decode_streamed(spec, ctx, opts).map_err(|e| anyhow!("{e}"))?;
                 model.bundle().map_err(|e| anyhow!(e))?.write(&dir, true)?;
                 Ok(())
@@ -660,9 +671,9 @@ fn chunked_engine<'a>(
         }
     };
     let (prefill, decode) = Clocks::time(&clocks.load, || -> Result<(Host, Host)> {
-        let prefill = Host::load(&prefill_dir, &weights, &mut |_, _, _| {}).map_err(|e| anyhow!("{e}"))?;
-        let decode =
-            Host::load_sharing(&decode_dir, &prefill, &weights, &mut |_, _, _| {}).map_err(|e| anyhow!("{e}"))?;
+        let load_error = |e| crate::bundle_arg::load_error(e, args.bundle.is_some());
+        let prefill = Host::load(&prefill_dir, &weights, &mut |_, _, _| {}).map_err(load_error)?;
+        let decode = Host::load_sharing(&decode_dir, &prefill, &weights, &mut |_, _, _| {}).map_err(load_error)?;
         Ok((prefill, decode))
     })?;
     drop(tmp);

@@ -328,3 +328,146 @@ fn file_errors_name_the_file_once_without_jargon() {
         assert!(!line.contains("field `$`"), "{line}");
     }
 }
+
+#[test]
+fn a_context_too_large_for_the_chip_names_the_ctx_and_the_largest_that_fits() {
+    // Resources, not a PMU count: the ctx, the chip, and the largest ctx whose caches fit
+    // (found by lowering the kind again without numbers; tiny-llama's attention fits up to 3371749).
+    for args in [
+        &["lower", "tiny-llama", "--ctx", "10000000"][..],
+        &["lower", "tiny-llama", "--ctx", "10000000", "--cut", "batched", "--batch", "2"],
+        &["run", "tiny-llama", "--tokens", "1", "--ctx", "10000000"],
+    ] {
+        let line = user_error(args);
+        assert!(line.contains("ctx 10000000 is too large for the sn50"), "{line}");
+        assert!(line.contains("--ctx 3371749 or less"), "{line}");
+        assert!(!line.contains("needs 2080 PCUs"), "{line}");
+    }
+    let line = user_error(&["lower", "tiny-llama", "--ctx", "3371750"]);
+    assert!(line.contains("ctx 3371750 is too large") && line.contains("--ctx 3371749 or less"), "{line}");
+}
+
+#[test]
+fn check_refuses_an_element_count_that_overflows() {
+    let dir = temp();
+    let declared = dir.path().join("declared.rdu");
+    std::fs::write(&declared, "input x : f32[4294967296, 4294967296, 4294967296]\ny = add(x, x)\noutput y\n")
+        .expect("write");
+    let derived = dir.path().join("derived.rdu");
+    std::fs::write(
+        &derived,
+        "input a : f32[4294967296, 32]\nweight w : f32[4294967296, 32]\ny = linear(a, w)\noutput y\n",
+    )
+    .expect("write");
+    for (file, name) in [(&declared, "`x` declares"), (&derived, "`y` would hold")] {
+        let out = common::rdu(&["check", &s(file)]);
+        let err = common::stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(err.contains("error[E0203]") && err.contains(name), "{err}");
+        assert!(err.contains("more than a 64-bit count holds"), "{err}");
+        let last = err.lines().last().expect("a last line");
+        assert!(last.contains("1 error found"), "only the overflow is reported: {err}");
+    }
+}
+
+#[test]
+fn a_config_that_disagrees_with_its_weights_says_so_without_a_bundle() {
+    // No --bundle: rdu lowered from MODEL's own config, so the advice is about the config and
+    // the weights, not about "the checkpoint the bundle was lowered for".
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("llama").join("config.json")).expect("config"))
+            .expect("JSON");
+    let model = |edit: &dyn Fn(&mut serde_json::Value)| -> (tempfile::TempDir, String) {
+        let dir = temp();
+        let mut c = config.clone();
+        edit(&mut c);
+        std::fs::write(dir.path().join("config.json"), c.to_string()).expect("write");
+        std::fs::copy(fixture("llama").join("model.safetensors"), dir.path().join("model.safetensors")).expect("copy");
+        let path = s(dir.path());
+        (dir, path)
+    };
+    let (_wider, wider) = model(&|c| c["intermediate_size"] = serde_json::json!(256));
+    let (_deeper, deeper) =
+        model(&|c| c["num_hidden_layers"] = serde_json::json!(c["num_hidden_layers"].as_u64().unwrap() + 1));
+    let prompts = temp();
+    let file = prompts.path().join("p.txt");
+    std::fs::write(&file, "1,2\n3\n").expect("write");
+    let cases: [(&[&str], &str); 4] = [
+        (&["run", &wider, "--tokens", "1,2", "-n", "1"], "has the shape [64, 128] but the model's config makes"),
+        (&["run", &deeper, "--tokens", "1,2", "-n", "1"], "which the model's config needs"),
+        (&["run", &deeper, "--tokens", "1,2", "-n", "1", "--chunk", "2"], "which the model's config needs"),
+        (&["run", &deeper, "--batch-prompts", &s(&file), "-n", "1"], "which the model's config needs"),
+    ];
+    for (args, needle) in cases {
+        let line = user_error(args);
+        assert!(line.contains(needle), "{line}");
+        assert!(line.contains("its config and its weights disagree"), "{line}");
+        assert!(!line.contains("bundle"), "no bundle was given: {line}");
+    }
+}
+
+#[test]
+fn show_and_run_refuse_the_same_damaged_bundles() {
+    let dir = temp();
+    let good = lowered(dir.path(), "good", &["tiny-llama", "--ctx", "16"]);
+    let copy = |name: &str| -> PathBuf {
+        let to = dir.path().join(name);
+        std::fs::create_dir_all(to.join("programs")).expect("mkdir");
+        for entry in std::fs::read_dir(Path::new(&good).join("programs")).expect("programs") {
+            let entry = entry.expect("entry");
+            std::fs::copy(entry.path(), to.join("programs").join(entry.file_name())).expect("copy");
+        }
+        std::fs::copy(Path::new(&good).join("manifest.json"), to.join("manifest.json")).expect("copy");
+        to
+    };
+    let reshaped = copy("reshaped");
+    let manifest = std::fs::read_to_string(reshaped.join("manifest.json")).expect("manifest");
+    assert!(manifest.contains("\"shape\": [64, 128]"));
+    std::fs::write(
+        reshaped.join("manifest.json"),
+        manifest.replacen("\"shape\": [64, 128]", "\"shape\": [64, 129]", 1),
+    )
+    .expect("write");
+    let garbage = copy("garbage");
+    let spatial = garbage.join("programs/head.spatial");
+    let mut text = std::fs::read_to_string(&spatial).expect("spatial");
+    text.push_str("garbage line\n");
+    std::fs::write(&spatial, text).expect("write");
+    for (bundle, needle) in [(&reshaped, "[64, 129]"), (&garbage, "does not match its hash")] {
+        let b = s(bundle);
+        let shown = user_error(&["show", &b]);
+        let ran = user_error(&["run", "tiny-llama", "--tokens", "1", "--bundle", &b]);
+        assert!(shown.contains(needle) && ran.contains(needle), "show: {shown}\nrun: {ran}");
+    }
+}
+
+#[test]
+fn one_layer_is_one_layer() {
+    let dir = temp();
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("llama").join("config.json")).expect("config"))
+            .expect("JSON");
+    config["num_hidden_layers"] = serde_json::json!(1);
+    let file = dir.path().join("one.json");
+    std::fs::write(&file, config.to_string()).expect("write");
+    let file = s(&file);
+    for args in [&["lower", &file, "--ctx", "16"][..], &["kinds", &file]] {
+        let out = ok(args);
+        assert!(out.contains("1 layer,") && !out.contains("1 layers"), "rdu {args:?}: {out}");
+    }
+}
+
+#[test]
+fn a_run_from_a_bundle_reports_no_lowering_time() {
+    let gguf = s(&common::repo().join("tests/data/fixtures/gguf/llama/tiny-llama-q8_0.gguf"));
+    let dir = temp();
+    let bundle = lowered(dir.path(), "bundle", &[&gguf, "--ctx", "64"]);
+    let out = common::rdu(&["run", &gguf, "--prompt", "hi", "-n", "2", "--bundle", &bundle]);
+    let err = common::stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("prompt:") && !err.contains("lowering"), "{err}");
+    let out = common::rdu(&["run", &gguf, "--prompt", "hi", "-n", "2", "--ctx", "64"]);
+    let err = common::stderr(&out);
+    assert!(out.status.success() && err.contains("lowering:"), "{err}");
+}

@@ -35,3 +35,27 @@ fn gemma3_270m_tokenizes_generates_and_certifies() {
     }
     assert_eq!(v["storage"], "as-stored");
 }
+
+/// `--storage auto` is "as the checkpoint stores it" in every command: `kinds`, `fit` and
+/// `lower` report the same kinds and storage on the real file (the fixtures are checked in
+/// `bad_input.rs`). Runs only when `RDU_GEMMA3_270M_GGUF` names the file.
+#[test]
+fn gemma3_270m_kinds_fit_and_lower_agree() {
+    let Ok(file) = std::env::var("RDU_GEMMA3_270M_GGUF") else {
+        eprintln!("skipped: set RDU_GEMMA3_270M_GGUF to the gemma-3-270m-q4_k_m.gguf file to run this test");
+        return;
+    };
+    let json = |args: &[&str]| -> serde_json::Value { serde_json::from_str(rdu(args).0.trim()).expect("json") };
+    let kinds = json(&["kinds", &file, "--json"]);
+    let fit = json(&["fit", &file, "--json"]);
+    let lower = json(&["lower", &file, "--ctx", "64", "--json"]);
+    let names = |v: &serde_json::Value, key: &str| -> Vec<String> {
+        v[key].as_array().expect("array").iter().map(|k| k["name"].as_str().expect("name").to_string()).collect()
+    };
+    let fit_kinds: Vec<String> = names(&fit, "parts").into_iter().filter(|n| n != "embed" && n != "head").collect();
+    assert_eq!(names(&kinds, "kinds"), fit_kinds, "kinds vs fit");
+    assert_eq!(names(&kinds, "kinds"), names(&lower, "kinds"), "kinds vs lower");
+    assert_eq!(kinds["storage"], "as-stored");
+    assert_eq!(kinds["storage"], fit["storage"]);
+    assert_eq!(kinds["storage"], lower["storage"]);
+}

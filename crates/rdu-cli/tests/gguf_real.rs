@@ -3,8 +3,10 @@
 //! `tests/data/fixtures/tools/convert_real.py`) from the tiny transformers fixtures, in
 //! `tests/data/fixtures/gguf_real/<fixture>/`: every file runs through `rdu run` (both engines)
 //! and `rdu lower`. F32 files: the logits of every prompt position within 1e-4 of
-//! transformers. Q8_0 files: within 1e-4 of llama.cpp run on an F32 file of the dequantised
-//! Q8_0 weights where that reference is recorded, and the two engines within 1e-4 of each other.
+//! transformers, and of llama.cpp on the same file (K/V cache in f32). Q8_0 files: within 1e-4
+//! of llama.cpp run on an F32 file of the dequantised Q8_0 weights, or of transformers with
+//! those weights where llama.cpp is not exact (`NOT_LLAMACPP` says where and why). Every file:
+//! the two engines within 1e-4 of each other.
 
 mod common;
 
@@ -41,6 +43,31 @@ fn run(file: &Path, tokens: &[u32], engine: &str, tmp: &Path) -> Vec<f32> {
     npy_f32(&logits)
 }
 
+/// The fixtures llama.cpp (0.3.36) is not a 1e-4 reference for, and why (`meta.json` records
+/// each failed llama.cpp run).
+const NOT_LLAMACPP: &[(&str, &str)] = &[
+    ("gemma3_text", GELU_F16),
+    ("gemma3_every6", GELU_F16),
+    (
+        "deepseek_v2_noqlora",
+        "llama.cpp loads a DeepSeek-V2 without q-LoRA only at 26 or 27 layers (how it recognises \
+         V2-Lite); the tiny model has 2, so it asks for `q_lora_rank` and refuses the file",
+    ),
+    ("qwen3_5", MROPE_ASSERT),
+    ("qwen3_5_moe", MROPE_ASSERT),
+];
+const GELU_F16: &str = "ggml computes GELU through an f16 table (GGML_GELU_FP16): ~1e-3 from the \
+                        function itself (its recorded logits are 1.0e-3 to 1.6e-3 from rdu's)";
+const MROPE_ASSERT: &str = "llama.cpp aborts on the tiny model: GGML_ASSERT(sect_dims <= ne0), its \
+                            M-RoPE sections are wider than the tiny rotary width of 4";
+
+/// The file whose meaning transformers' logits are not: llama.cpp's converter writes no
+/// per-layer attention types, so a Gemma 3 file says "every 6th layer global", and the
+/// gemma3_text fixture's layer 2 of 4 is global. (llama.cpp on that f32 file is as far from
+/// transformers, 0.95, as rdu.) gemma3_every6, in Gemma 3's own pattern, is held to
+/// transformers instead.
+const NOT_TRANSFORMERS: &[&str] = &["gemma3_text"];
+
 fn check(name: &str, quant: &str) {
     let (_, dir, hf) = converted().into_iter().find(|(n, _, _)| n == name).expect("converted fixture");
     let file = dir.join(format!("tiny-{quant}.gguf"));
@@ -49,21 +76,45 @@ fn check(name: &str, quant: &str) {
     let tokens = npy_ids(&hf.join("tokens.npy"));
     let spatial = run(&file, &tokens, "spatial", tmp.path());
     let reference = run(&file, &tokens, "reference", tmp.path());
-    if quant == "f32" {
+    assert_close(&format!("{name} {quant} spatial vs reference engine"), &spatial, &reference);
+    if quant == "f32" && !NOT_TRANSFORMERS.contains(&name) {
         let want = npy_f32(&hf.join("logits_full.npy"));
         assert_close(&format!("{name} {quant} spatial vs transformers"), &spatial, &want);
         assert_close(&format!("{name} {quant} reference vs transformers"), &reference, &want);
-    } else {
-        assert_close(&format!("{name} {quant} spatial vs reference engine"), &spatial, &reference);
-        let deq = dir.join("logits_q8_0_deq_llamacpp.npy");
-        if deq.is_file() {
-            let want = npy_f32(&deq);
-            assert_close(&format!("{name} {quant} vs llama.cpp on the dequantised weights"), &spatial, &want);
-        }
+    }
+    let deq = dir.join("logits_q8_0_deq_transformers.npy");
+    if quant == "q8_0" && deq.is_file() {
+        let want = npy_f32(&deq);
+        assert_close(&format!("{name} {quant} vs transformers on the dequantised weights"), &spatial, &want);
+    }
+    if !NOT_LLAMACPP.iter().any(|(n, _)| *n == name) {
+        let (path, what) = match quant {
+            "f32" => ("logits_f32_llamacpp.npy", "llama.cpp on the file"),
+            _ => ("logits_q8_0_deq_llamacpp.npy", "llama.cpp on the dequantised weights"),
+        };
+        let want = npy_f32(&dir.join(path));
+        assert_close(&format!("{name} {quant} vs {what}"), &spatial, &want);
     }
     let bundle = tmp.path().join("bundle");
     ok(&["lower", file.to_str().expect("utf-8"), "--ctx", "16", "-o", bundle.to_str().expect("utf-8")]);
     assert!(bundle.join("manifest.json").is_file());
+}
+
+/// Every Q8_0 file has a third-party reference: llama.cpp on its dequantised weights, or
+/// transformers on them; only gemma3_text (see `NOT_TRANSFORMERS`) and the three llama.cpp
+/// cannot run (`NOT_LLAMACPP`) are left to the two engines' agreement and their f32 file.
+#[test]
+fn every_q8_0_file_has_a_third_party_reference_or_a_reason() {
+    for (name, dir, _) in converted() {
+        let llamacpp =
+            dir.join("logits_q8_0_deq_llamacpp.npy").is_file() && !NOT_LLAMACPP.iter().any(|(n, _)| *n == name);
+        let transformers = dir.join("logits_q8_0_deq_transformers.npy").is_file();
+        let reason = NOT_LLAMACPP.iter().find(|(n, _)| *n == name).map(|(_, why)| *why);
+        assert!(llamacpp || transformers || reason.is_some(), "{name}: no Q8_0 reference and no reason");
+        if let Some(why) = reason {
+            assert!(!why.is_empty());
+        }
+    }
 }
 
 #[test]
@@ -73,6 +124,7 @@ fn every_converted_fixture_is_tested() {
         "deepseek_v2",
         "deepseek_v2_noqlora",
         "deepseek_v2_yarn",
+        "gemma3_every6",
         "gemma3_text",
         "llama",
         "qwen3",
@@ -107,9 +159,10 @@ real! {
     qwen3_moe_q8_0: "qwen3_moe" "q8_0",
     qwen3_next_f32: "qwen3_next" "f32",
     qwen3_next_q8_0: "qwen3_next" "q8_0",
-    // Not gemma3_f32: the real converter's f32 gemma3_text file gives logits up to 0.95 from
-    // transformers' (issue 16's note); the cause is not found yet, so it is not claimed here.
+    gemma3_f32: "gemma3_text" "f32",
     gemma3_q8_0: "gemma3_text" "q8_0",
+    gemma3_every6_f32: "gemma3_every6" "f32",
+    gemma3_every6_q8_0: "gemma3_every6" "q8_0",
     deepseek2_f32: "deepseek_v2" "f32",
     deepseek2_q8_0: "deepseek_v2" "q8_0",
     deepseek2_without_q_lora_f32: "deepseek_v2_noqlora" "f32",

@@ -169,3 +169,42 @@ fn report_refuses_a_non_bundle() {
     assert!(err.contains("cannot open bundle"), "{err}");
     assert!(!dir.path().join("r.html").exists(), "nothing written");
 }
+
+/// The `data-seconds` of the first element of class `class` on the page.
+fn seconds_of(page: &str, class: &str) -> f64 {
+    let at = page.find(&format!("class=\"{class}\" data-seconds=\"")).unwrap_or_else(|| panic!("no {class}"));
+    let rest = &page[at..];
+    let start = rest.find("data-seconds=\"").unwrap() + "data-seconds=\"".len();
+    let end = start + rest[start..].find('"').unwrap();
+    rest[start..end].parse().unwrap_or_else(|e| panic!("{class}: {e}"))
+}
+
+/// The report's step is the one `rdu lower` estimates: the manifest's schedule (kernel looping's
+/// loops and prefetch overlap, reconfigurations between resident sets) costed by the same
+/// function, and its breakdown adds up to it. On a multi-kind preset, one chip and two.
+#[test]
+fn report_step_is_the_lowerings_estimate() {
+    for flags in [
+        &["--ctx", "64"][..],
+        &["--cut", "batched", "--batch", "3", "--ctx", "64"],
+        &["--cut", "tp", "--tp", "2", "--ctx", "64", "--storage", "dense"],
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_, page) = report(dir.path(), "tiny-qwen3-next", flags);
+        let mut args = vec!["lower", "tiny-qwen3-next", "--json"];
+        args.extend_from_slice(flags);
+        let out = rdu(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let lowered: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        let want = lowered["step"]["seconds"].as_f64().expect("seconds");
+        assert!(lowered["step"]["loops"].as_u64().unwrap() >= 1);
+        assert_eq!(seconds_of(&page, "step"), want, "{flags:?}: the report's step is rdu lower's, exactly");
+        let total = seconds_of(&page, "step-total");
+        assert!(
+            ((total - want) / want).abs() < 1e-12,
+            "{flags:?}: the breakdown adds up to the step: {total} vs {want}"
+        );
+        let serial = lowered["step"]["serial_seconds"].as_f64().unwrap();
+        assert!(serial > want, "{flags:?}: the unlooped step ({serial}) is slower, so the count is not the serial one");
+    }
+}

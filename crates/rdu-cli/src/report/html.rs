@@ -1,7 +1,7 @@
 //! The report page: one HTML document, CSS and SVG inline, no script, nothing fetched.
 
 use super::svg::{bar, chip_map, colour, esc, layer_strip, plain_bar};
-use super::{breakdown, Breakdown, ProgramView, Report};
+use super::{Breakdown, ProgramView, Report};
 use crate::program_cmds::ranges;
 use crate::show_cmd::cut_text;
 use rdu_spatial::manifest::Manifest;
@@ -45,13 +45,13 @@ fn rows(m: &Manifest) -> usize {
 
 fn summary(r: &Report) -> String {
     let m = &r.manifest;
-    let seconds = r.step.total();
+    let seconds = r.step.seconds;
     let fraction = if seconds > 0.0 { r.roofline_seconds / seconds } else { 0.0 };
     format!(
         "<h1>{}</h1><p class=\"muted\">an rdu bundle: one certified program per layer kind</p><table>\
          <tr><th>cut</th><td>{}</td></tr><tr><th>chip</th><td>{} <span class=\"muted\">({} × {} tile mesh, {} PCUs, {} PMUs)</span></td></tr>\
          <tr><th>storage</th><td>{}</td></tr><tr><th>layers</th><td>{} in {} kind{}</td></tr>\
-         <tr><th>step</th><td>{:.1} µs, {:.1} tokens/s</td></tr>\
+         <tr><th>step</th><td><span class=\"step\" data-seconds=\"{:e}\">{:.1} µs</span>, {:.1} tokens/s</td></tr>\
          <tr><th>model roofline</th><td>{:.1} µs ({:.2} GB of floor bytes): the step reaches {:.0}% of it</td></tr></table>",
         esc(&m.model),
         esc(&cut_text(m)),
@@ -64,6 +64,7 @@ fn summary(r: &Report) -> String {
         m.layers.len(),
         m.programs.kinds.len(),
         if m.programs.kinds.len() == 1 { "" } else { "s" },
+        seconds,
         seconds * 1e6,
         if seconds > 0.0 { rows(m) as f64 / seconds } else { 0.0 },
         r.roofline_seconds * 1e6,
@@ -104,38 +105,41 @@ fn legend() -> String {
 }
 
 fn step(r: &Report) -> String {
-    let total = r.step.total().max(r.roofline_seconds).max(1e-12);
+    let s = &r.step;
+    let total = s.step.total().max(r.roofline_seconds).max(1e-12);
     let scale = 900.0 / total;
     let mut out = String::from("<h2>Where a step goes</h2>");
     out.push_str(&legend());
     out.push_str(
         "<table><tr><th>program</th><th class=\"num\">runs a step</th><th class=\"num\">µs a step</th><th></th></tr>",
     );
-    for p in &r.programs {
-        let times = p.layers.as_ref().map_or(1, |l| l.len());
-        let mut b = Breakdown::default();
-        b.add(&breakdown(&p.cost, &r.chip), times as f64);
+    for (p, (times, b)) in r.programs.iter().zip(&s.per_program) {
         let _ = write!(
             out,
             "<tr><td>{}</td><td class=\"num\">{times}</td><td class=\"num\">{:.1}</td><td>{}</td></tr>",
             esc(&p.name),
             b.total() * 1e6,
-            bar(&p.name, &b, scale)
+            bar(&p.name, b, scale)
         );
     }
     let _ = write!(
         out,
-        "<tr><td><b>step</b></td><td class=\"num\"></td><td class=\"num\"><b>{:.1}</b></td><td>{}</td></tr>\
+        "<tr><td><b>step</b></td><td class=\"num\"></td><td class=\"num\"><b class=\"step-total\" data-seconds=\"{:e}\">{:.1}</b></td><td>{}</td></tr>\
          <tr><td>model roofline</td><td class=\"num\"></td><td class=\"num\">{:.1}</td><td>{}</td></tr></table>\
-         <p class=\"muted\">The step adds {} section switch{} between programs. The model roofline is the floor bytes \
+         <p class=\"muted\">The step runs as the bundle's schedule says ({} looped invocation{} of the layers, kernel \
+         looping): a loop iteration's weight stream overlapping the previous iteration's tail is taken off weight \
+         streaming; the step adds {} reconfiguration{} between programs not resident together. The model roofline is the floor bytes \
          (every weight once over all chips at its stored width, the embedding one row a sequence, routed experts as \
          the share a step can touch, every carried state once in bf16) over the chips' HBM bandwidth.</p>",
-        r.step.total() * 1e6,
-        bar("step", &r.step, scale),
+        s.step.total(),
+        s.step.total() * 1e6,
+        bar("step", &s.step, scale),
         r.roofline_seconds * 1e6,
         plain_bar("model roofline", r.roofline_seconds, scale),
-        r.step_reconfigurations,
-        if r.step_reconfigurations == 1 { "" } else { "es" }
+        s.loops,
+        if s.loops == 1 { "" } else { "s" },
+        s.reconfigurations,
+        if s.reconfigurations == 1 { "" } else { "s" }
     );
     out
 }

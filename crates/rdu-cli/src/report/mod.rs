@@ -4,11 +4,12 @@
 //! the bundle only (and the chip it names); it never lowers or certifies anything.
 
 mod html;
-mod svg;
+pub(crate) mod svg;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use rdu_compiler::lower::cost::program_cost;
+use rdu_compiler::lower::streamed::{schedule_cost, Scheduled};
 use rdu_spatial::bundle::Bundle;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::cost::{Bound, StepCost};
@@ -60,9 +61,8 @@ pub struct Report {
     pub manifest: Manifest,
     pub chip: Chip,
     pub programs: Vec<ProgramView>,
-    pub step: Breakdown,
-    /// Section switches between single-section programs in one step (as `rdu lower` counts them).
-    pub step_reconfigurations: usize,
+    /// The step as the manifest's schedule runs it.
+    pub step: StepView,
     /// The model's floor bytes a step (issue 11's definition) and its roofline seconds.
     pub floor_bytes: f64,
     pub roofline_seconds: f64,
@@ -97,7 +97,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
 }
 
 /// Write `text` to `path` through a temporary sibling, so a failed write leaves nothing half-written.
-fn write_atomically(path: &std::path::Path, text: &str) -> Result<()> {
+pub(crate) fn write_atomically(path: &std::path::Path, text: &str) -> Result<()> {
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -130,11 +130,11 @@ pub fn gather(bundle: &Bundle, chip: Chip) -> Result<Report> {
         let cost = program_cost(&spatial, &chip).map_err(|e| anyhow!("{file}: cost model: {e}"))?;
         programs.push(ProgramView { name: name.clone(), layers, spatial, cost, certificate: certificate.clone() });
     }
-    let (step, step_reconfigurations) = step_breakdown(m, &programs, &chip);
+    let step = step_breakdown(m, &programs, &chip)?;
     let floor_bytes = floor_bytes(m, &programs);
     let chips = m.cut.tp.unwrap_or(1) as f64;
     let roofline_seconds = floor_bytes / (chips * chip.hbm_bandwidth);
-    Ok(Report { manifest: m.clone(), chip, programs, step, step_reconfigurations, floor_bytes, roofline_seconds })
+    Ok(Report { manifest: m.clone(), chip, programs, step, floor_bytes, roofline_seconds })
 }
 
 /// Where one invocation of a program spends its time.
@@ -182,25 +182,53 @@ impl Breakdown {
     }
 }
 
-/// One step: the embedding, every layer through its kind, the head, and a section switch
-/// wherever two consecutive single-section programs differ (and from the head back to the
-/// embedding), as `rdu lower`'s step estimate counts them.
-fn step_breakdown(m: &Manifest, programs: &[ProgramView], chip: &Chip) -> (Breakdown, usize) {
-    let by_name = |name: &str| programs.iter().find(|p| p.name == name);
-    let mut order: Vec<&ProgramView> = vec![&programs[0]];
-    order.extend(m.layers.iter().filter_map(|l| by_name(&l.kind)));
-    order.push(&programs[programs.len() - 1]);
+/// One step as the manifest's `schedule` runs it, costed exactly as `rdu lower` estimates it
+/// (`schedule_cost`: kernel looping's prefetch overlap, reconfigurations between programs not
+/// resident together): every call's breakdown, less the seconds its weight stream overlapped
+/// the previous loop iteration's tail (taken from weight streaming, the time it hides), plus
+/// the reconfigurations. Also each program's share of the step (its calls, less their
+/// overlap), the number of reconfigurations, and the step's seconds as `schedule_cost` sums them.
+fn step_breakdown(m: &Manifest, programs: &[ProgramView], chip: &Chip) -> Result<StepView> {
+    let program = |name: &str| {
+        programs.iter().find(|p| p.name == name).map(|p| Scheduled {
+            name: &p.name,
+            spatial: &p.spatial,
+            cost: &p.cost,
+        })
+    };
+    let spine = (m.programs.embed.name.as_str(), m.programs.head.name.as_str());
+    let cost =
+        schedule_cost(&m.schedule, spine, &program, chip, true).map_err(|e| anyhow!("the manifest's schedule: {e}"))?;
     let mut step = Breakdown::default();
-    for p in &order {
-        step.add(&breakdown(&p.cost, chip), 1.0);
+    let mut per_program = vec![(0usize, Breakdown::default()); programs.len()];
+    for (name, overlap) in &cost.calls {
+        let i = programs.iter().position(|p| &p.name == name).expect("schedule_cost found it");
+        let mut b = breakdown(&programs[i].cost, chip);
+        b.streaming -= overlap;
+        step.add(&b, 1.0);
+        per_program[i].0 += 1;
+        per_program[i].1.add(&b, 1.0);
     }
-    let single = |p: &ProgramView| p.cost.sections.len() == 1;
-    let mut switches = order.windows(2).filter(|w| w[0].name != w[1].name && single(w[0]) && single(w[1])).count();
-    if single(order[0]) && single(order[order.len() - 1]) {
-        switches += 1;
-    }
-    step.reconfiguration += switches as f64 * chip.reconfiguration;
-    (step, switches)
+    step.reconfiguration += cost.reconfigurations as f64 * chip.reconfiguration;
+    Ok(StepView {
+        step,
+        per_program,
+        reconfigurations: cost.reconfigurations,
+        seconds: cost.seconds,
+        loops: cost.loops,
+    })
+}
+
+/// A step by the manifest's schedule ([`step_breakdown`]).
+pub struct StepView {
+    pub step: Breakdown,
+    /// Per program (in `Report::programs` order): its calls a step and their breakdown.
+    pub per_program: Vec<(usize, Breakdown)>,
+    pub reconfigurations: usize,
+    /// The step's seconds as `rdu lower` sums them (equal to `step.total()` up to rounding).
+    pub seconds: f64,
+    /// Looped invocations.
+    pub loops: usize,
 }
 
 /// The model's floor bytes a step (issue 11): every weight once over all chips (Q8_0 at 34/32

@@ -11,7 +11,7 @@ use rdu_spatial::program::{Arg, SpatialProgram, Storage};
 use rdu_spatial::q8::Q8Weight;
 use rdu_spatial::sim::{SimBindings, SimTensor, WeightSlab};
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// Every declared tensor of one program, seeded.
@@ -25,12 +25,14 @@ pub struct Inputs {
 
 impl Inputs {
     pub fn new(program: &SpatialProgram, graph: &Graph, seed: u64) -> Inputs {
+        let decls: HashMap<&str, &rdu_spatial::program::TensorDecl> =
+            program.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
         let mut experts = BTreeMap::new();
         for op in program.sections.iter().flat_map(|s| &s.stages).flat_map(|st| &st.ops) {
             if op.op == "experts" {
                 for arg in op.args.iter().skip(3) {
                     let Arg::Tensor(name) = arg else { continue };
-                    if let Some(t) = program.tensors.iter().find(|t| &t.name == name) {
+                    if let Some(t) = decls.get(name.as_str()) {
                         experts.insert(name.clone(), (t.shape[1..].to_vec(), t.storage == Storage::Q8_0));
                     }
                 }
@@ -47,7 +49,7 @@ impl Inputs {
             if inputs.experts.contains_key(&name) {
                 continue;
             }
-            let stored_q8 = program.tensors.iter().any(|t| t.name == name && t.storage == Storage::Q8_0);
+            let stored_q8 = decls.get(name.as_str()).is_some_and(|t| t.storage == Storage::Q8_0);
             let values = match (decl.kind, name.as_str()) {
                 // A decode step at the last position its tables allow: rings wrap, caches are read whole.
                 (DeclKind::Input, "pos") if shape.is_empty() => {

@@ -6,7 +6,7 @@
 use crate::graph::Graph;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::program::{Arg, Role, SpatialProgram, Storage};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// Ops lowering inserts that no source statement writes: `dequant` (a view of a Q8_0 weight).
 const LOWERING_OPS: [&str; 1] = ["dequant"];
@@ -22,6 +22,7 @@ pub fn matches_source(program: &SpatialProgram, graph: &Graph) -> Result<(), Str
     let mut dequantised: BTreeMap<&str, &str> = BTreeMap::new();
     let names =
         |ids: &[crate::graph::ValueId]| -> Vec<String> { ids.iter().map(|&v| graph.value(v).name.clone()).collect() };
+    let state_names: HashSet<&str> = graph.states.iter().map(|st| st.name.as_str()).collect();
     for (s, section) in program.sections.iter().enumerate() {
         for stage in &section.stages {
             for op in &stage.ops {
@@ -56,7 +57,7 @@ pub fn matches_source(program: &SpatialProgram, graph: &Graph) -> Result<(), Str
                     ));
                 }
                 // Only `<-` may bind a declared state's name.
-                let updates = outs.last().is_some_and(|n| graph.states.iter().any(|st| &st.name == n));
+                let updates = outs.last().is_some_and(|n| state_names.contains(n.as_str()));
                 if op.update != updates {
                     return Err(format!(
                         "{at} {} a state but its source statement {} {}",
@@ -81,7 +82,9 @@ pub fn check(program: &SpatialProgram, graph: &Graph) -> Result<(), String> {
     if let Some(problem) = program.prefetch_problems().into_iter().next() {
         return Err(problem);
     }
-    let decl = |n: &str| program.tensors.iter().find(|t| t.name == n);
+    let decls: HashMap<&str, &rdu_spatial::program::TensorDecl> =
+        program.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
+    let decl = |n: &str| decls.get(n).copied();
     let mut available: BTreeSet<&str> = program
         .tensors
         .iter()
@@ -144,11 +147,15 @@ pub fn check(program: &SpatialProgram, graph: &Graph) -> Result<(), String> {
             }
         }
     }
+    let mut graph_states: HashMap<&str, &crate::graph::StateUpdate> = HashMap::new();
+    for st in &graph.states {
+        graph_states.entry(st.name.as_str()).or_insert(st);
+    }
     for state in program.tensors.iter().filter(|t| t.role == Role::State) {
         if !written_states.contains(&state.name) {
             return Err(format!("state `{}` is never written back", state.name));
         }
-        let graph_state = graph.states.iter().find(|s| s.name == state.name);
+        let graph_state = graph_states.get(state.name.as_str());
         let Some(gs) = graph_state else { return Err(format!("state `{}` is not a state of the source", state.name)) };
         if graph.value(gs.last).ty.shape != state.shape {
             return Err(format!("state `{}` is written back with another shape", state.name));

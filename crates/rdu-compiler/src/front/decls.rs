@@ -1,6 +1,6 @@
 //! Declarations: each becomes a declared value of the graph. Faults: a name declared twice
 //! (E0213), `q8` on anything but a weight or `bf16` on anything but a state (E0204), a seed
-//! that does not fit (E0207), a shape with more elements than a `usize` counts (E0203).
+//! that does not fit (E0207), a shape whose element count overflows 64 bits (E0203).
 
 use super::codes;
 use super::lift::{Bound, Ctx, DeclUse};
@@ -39,16 +39,23 @@ impl Ctx {
             let message = format!("only states may be `bf16`; declare {} `{name}` as f32", decl.kind.keyword());
             self.composition_fault(codes::DTYPE, message, decl.span, name);
         }
-        if decl.ty.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).is_none() {
-            let message = format!("`{name}` has more elements than fit in memory ({:?})", decl.ty.shape);
-            self.composition_fault(codes::SHAPE, message, decl.span, name);
-            return;
-        }
         let ty = Type { dtype, shape: decl.ty.shape.clone() };
-        let seed = decl.init.as_ref().and_then(|lit| self.seed(decl, &ty, lit));
+        let overflows = checked_numel(&ty.shape).is_none();
+        if overflows {
+            let message = format!(
+                "`{name}` declares {} elements, more than a 64-bit count holds; declare a smaller shape",
+                shape_product(&ty.shape)
+            );
+            self.composition_fault(codes::SHAPE, message, decl.span, name);
+        }
+        let seed = decl.init.as_ref().filter(|_| !overflows).and_then(|lit| self.seed(decl, &ty, lit));
         let declaration = Declaration { kind: decl.kind, q8, bf16, seed, span: decl.span };
         let value = self.graph.declare(name, ty, declaration);
         self.scope.insert(name.clone(), Bound::Value(value));
+        if overflows {
+            // Refused above; statements reading it are not lifted (no faults of their own).
+            self.scope.insert(name.clone(), Bound::Poisoned);
+        }
         let span = decl.name.span;
         self.decls.insert(name.clone(), DeclUse { value, kind: decl.kind, span, read: false, written: false });
     }
@@ -81,6 +88,16 @@ impl Ctx {
         }
         tensor
     }
+}
+
+/// The element count of `shape`, `None` when it overflows.
+pub(super) fn checked_numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+}
+
+/// A shape's element count as its product written out (`4294967296 × 4294967296`).
+pub(super) fn shape_product(shape: &[usize]) -> String {
+    shape.iter().map(usize::to_string).collect::<Vec<_>>().join(" × ")
 }
 
 /// The scalars of a (possibly nested) literal list, in order.

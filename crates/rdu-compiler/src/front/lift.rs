@@ -6,7 +6,7 @@ use super::Refusal;
 use crate::graph::{Graph, ValueId};
 use crate::lang::ast::{DeclKind, Item, Program, Span};
 use crate::lang::Diagnostic;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Lifts `program` to a typed graph, or refuses it with every fault it found.
 ///
@@ -55,11 +55,12 @@ pub(super) struct DeclUse {
 #[derive(Default)]
 pub(super) struct Ctx {
     pub graph: Graph,
-    pub scope: BTreeMap<String, Bound>,
+    /// Lookups only (never iterated), so hashed: a batched program binds names per sequence.
+    pub scope: HashMap<String, Bound>,
     /// Declared tensors by name (the first declaration of a name).
     pub decls: BTreeMap<String, DeclUse>,
     /// The first statement binding each name, for "used before its definition" messages.
-    pub bound_at: BTreeMap<String, usize>,
+    pub bound_at: HashMap<String, usize>,
     pub diags: Vec<Diagnostic>,
 }
 

@@ -68,7 +68,22 @@ impl Ctx {
             Some(op) if f.list.is_empty() && !poisoned => {
                 let names: Vec<&str> = stmt.binders.iter().map(|b| b.text.as_str()).collect();
                 match self.graph.push(op, &inputs, &names, index, stmt.span) {
-                    Ok(outs) => Some(outs),
+                    Ok(outs) => {
+                        let before = f.list.len();
+                        for (&v, b) in outs.iter().zip(&stmt.binders) {
+                            let shape = &self.graph.ty(v).shape;
+                            if super::decls::checked_numel(shape).is_none() {
+                                let message = format!(
+                                    "`{}` would hold {} elements, more than a 64-bit count holds",
+                                    b.text,
+                                    super::decls::shape_product(shape)
+                                );
+                                f.add(codes::SHAPE, message, b.span);
+                            }
+                        }
+                        // An overflowing result poisons its binders (no further faults from it).
+                        (f.list.len() == before).then_some(outs)
+                    }
                     Err(e) => {
                         let span = site_span(stmt, &operands, &e);
                         f.add(code_of(&e), e.message, span);

@@ -11,7 +11,7 @@ use super::ast::{Arg, DeclKind, Item, Program};
 use super::lexer::{lex, Token, TokenKind};
 use super::parser::parse;
 use super::Source;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// A blake3 digest of a program up to the names it binds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -86,33 +86,55 @@ pub fn shape_digest(source: &Source) -> Digest {
 /// the names they bind (and their Q8_0 sets correspond); `None` otherwise, or if either does
 /// not parse. The map holds every bound name of `from`, identities included.
 pub fn renaming(from: &Source, to: &Source) -> Option<BTreeMap<String, String>> {
-    let (a, b) = (Canon::of(&from.text)?, Canon::of(&to.text)?);
-    if a.stream.len() != b.stream.len() {
-        return None;
+    Renamer::new(from)?.to(to)
+}
+
+/// [`renaming`] from one program to many: `from`'s canonical stream is built once (binding
+/// every layer of a kind to its program reads the kind's program once, not once a layer).
+pub struct Renamer<'s> {
+    from: &'s Source,
+    canon: Canon<'s>,
+}
+
+impl<'s> Renamer<'s> {
+    /// `None` when `from` does not parse.
+    pub fn new(from: &'s Source) -> Option<Renamer<'s>> {
+        Some(Renamer { from, canon: Canon::of(&from.text)? })
     }
-    let mut map = BTreeMap::new();
-    let mut back = HashMap::new();
-    for (x, y) in a.stream.iter().zip(&b.stream) {
-        match (x, y) {
-            (Tok::Bound(i, p), Tok::Bound(j, q)) => {
-                if i != j {
-                    return None;
-                }
-                let seen = map.entry(p.to_string()).or_insert_with(|| q.to_string());
-                let seen_back = back.entry(*q).or_insert(*p);
-                if seen != q || seen_back != p {
-                    return None;
-                }
-            }
-            (Tok::Kept(x), Tok::Kept(y)) if x.kind == y.kind && x.text == y.text => {}
-            _ => return None,
+
+    /// The bijection from this program to `to`, as [`renaming`].
+    pub fn to(&self, to: &Source) -> Option<BTreeMap<String, String>> {
+        let (from, a) = (self.from, &self.canon);
+        let b = Canon::of(&to.text)?;
+        if a.stream.len() != b.stream.len() {
+            return None;
         }
+        let mut forth: HashMap<&str, &str> = HashMap::new();
+        let mut back: HashMap<&str, &str> = HashMap::new();
+        for (x, y) in a.stream.iter().zip(&b.stream) {
+            match (x, y) {
+                (Tok::Bound(i, p), Tok::Bound(j, q)) => {
+                    if i != j {
+                        return None;
+                    }
+                    let seen = forth.entry(*p).or_insert(*q);
+                    let seen_back = back.entry(*q).or_insert(*p);
+                    if seen != q || seen_back != p {
+                        return None;
+                    }
+                }
+                (Tok::Kept(x), Tok::Kept(y)) if x.kind == y.kind && x.text == y.text => {}
+                _ => return None,
+            }
+        }
+        let map: BTreeMap<String, String> = forth.into_iter().map(|(p, q)| (p.to_string(), q.to_string())).collect();
+        let mapped: BTreeSet<String> = from.q8.iter().map(|n| map.get(n).unwrap_or(n).clone()).collect();
+        let unbound_agree =
+            from.q8.iter().all(|n| a.bound.contains_key(n.as_str()) || !b.bound.contains_key(n.as_str()));
+        let slices_agree = from.slices.len() == to.slices.len()
+            && from.slices.iter().all(|(n, s)| to.slices.get(map.get(n).unwrap_or(n)) == Some(s));
+        (mapped == to.q8 && unbound_agree && slices_agree).then_some(map)
     }
-    let mapped: BTreeSet<String> = from.q8.iter().map(|n| map.get(n).unwrap_or(n).clone()).collect();
-    let unbound_agree = from.q8.iter().all(|n| a.bound.contains_key(n.as_str()) || !b.bound.contains_key(n.as_str()));
-    let slices_agree = from.slices.len() == to.slices.len()
-        && from.slices.iter().all(|(n, s)| to.slices.get(map.get(n).unwrap_or(n)) == Some(s));
-    (mapped == to.q8 && unbound_agree && slices_agree).then_some(map)
 }
 
 /// One token of the canonical stream.
@@ -180,8 +202,8 @@ impl<'s> Canon<'s> {
 }
 
 /// The start offsets of the tokens in name positions, and the set of bound names.
-fn name_positions(p: &Program) -> (BTreeSet<u32>, BTreeSet<&str>) {
-    let (mut at, mut bound) = (BTreeSet::new(), BTreeSet::new());
+fn name_positions(p: &Program) -> (HashSet<u32>, HashSet<&str>) {
+    let (mut at, mut bound) = (HashSet::new(), HashSet::new());
     for item in &p.items {
         match item {
             Item::Decl(d) => {

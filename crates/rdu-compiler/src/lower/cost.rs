@@ -1,13 +1,14 @@
 //! The cost of a lowered program: per-stage work (`work::op_work`) handed to the chip's cost
 //! model (`rdu_spatial::cost`).
 
-use super::work::{op_work, Work};
+use super::work::{op_work, Work, WorkModel};
 use rdu_spatial::chip::Chip;
 use rdu_spatial::cost::{estimate, CostError, CostInput, Precision, StageWork, StepCost};
 use rdu_spatial::program::SpatialProgram;
 
 /// The cost model's input for one step of `program`.
 pub fn cost_input(program: &SpatialProgram) -> CostInput {
+    let model = WorkModel::of(program);
     CostInput {
         sections: program
             .sections
@@ -20,7 +21,7 @@ pub fn cost_input(program: &SpatialProgram) -> CostInput {
                         let mut w = Work::default();
                         let mut tiles = 1u32;
                         for op in &stage.ops {
-                            w += op_work(program, op);
+                            w += op_work(&model, op);
                             if let Some(t) = &op.tiling {
                                 tiles = tiles.max(t.tiles.len() as u32);
                             }

@@ -4,6 +4,7 @@
 
 use rdu_spatial::memory::{tensor_bytes, TensorFormat};
 use rdu_spatial::program::{Arg, KernelOp, Role, SpatialProgram, Storage, TensorDecl};
+use std::collections::HashMap;
 
 /// Per-step work of one op.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -42,9 +43,32 @@ pub fn stored_bytes(t: &TensorDecl) -> u64 {
     tensor_bytes(&shape, format).unwrap_or(u64::MAX / 4)
 }
 
-/// The per-step work of `op` in `program`.
-pub fn op_work(program: &SpatialProgram, op: &KernelOp) -> Work {
-    let decl = |name: &str| program.tensors.iter().find(|t| t.name == name);
+/// A program's declarations by name and its chip count: what [`op_work`] reads, indexed once
+/// per program so that costing every op stays linear in the program's size (a batched step
+/// declares states and temporaries per sequence).
+pub struct WorkModel<'p> {
+    decls: HashMap<&'p str, &'p TensorDecl>,
+    chips: u64,
+}
+
+impl<'p> WorkModel<'p> {
+    pub fn of(program: &'p SpatialProgram) -> WorkModel<'p> {
+        WorkModel::new(&program.tensors, program.tp.as_ref().map_or(1, |t| t.chips.max(1) as u64))
+    }
+
+    /// Over `tensors` (a program's declarations) on `chips` chips.
+    pub fn new(tensors: &'p [TensorDecl], chips: u64) -> WorkModel<'p> {
+        WorkModel { decls: tensors.iter().map(|t| (t.name.as_str(), t)).collect(), chips }
+    }
+
+    fn decl(&self, name: &str) -> Option<&'p TensorDecl> {
+        self.decls.get(name).copied()
+    }
+}
+
+/// The per-step work of `op` in the program `model` indexes.
+pub fn op_work(model: &WorkModel<'_>, op: &KernelOp) -> Work {
+    let decl = |name: &str| model.decl(name);
     let tensor_args: Vec<&TensorDecl> =
         op.args.iter().filter_map(|a| if let Arg::Tensor(n) = a { decl(n) } else { None }).collect();
     let out = op.outs.first().and_then(|o| decl(o));
@@ -100,7 +124,7 @@ pub fn op_work(program: &SpatialProgram, op: &KernelOp) -> Work {
         "all_reduce" => {
             // A ring all-reduce sends 2(tp − 1)/tp of the tensor from every chip (reduce-scatter,
             // then all-gather), as f32; one chip sends nothing.
-            let chips = program.tp.as_ref().map_or(1, |t| t.chips.max(1) as u64);
+            let chips = model.chips;
             work.link_bytes = out_elems * 4 * 2 * (chips - 1) / chips;
         }
         "delta_step" | "delta_scan" | "conv_step" | "conv_shift" | "cache_put" => {

@@ -280,6 +280,19 @@ pub enum Cut {
 }
 
 impl Cut {
+    /// The same cut over a context of `ctx` positions; `None` for a cut without a context, or a
+    /// prefill chunk longer than `ctx`.
+    pub fn with_ctx(self, ctx: usize) -> Option<Cut> {
+        match self {
+            Cut::Forward { .. } => None,
+            Cut::Decode { .. } => Some(Cut::Decode { ctx }),
+            Cut::Batched { batch, .. } => Some(Cut::Batched { batch, ctx }),
+            Cut::Tp { tp, .. } => Some(Cut::Tp { tp, ctx }),
+            Cut::BatchedTp { batch, tp, .. } => Some(Cut::BatchedTp { batch, tp, ctx }),
+            Cut::Prefill { chunk, .. } => (chunk <= ctx).then_some(Cut::Prefill { chunk, ctx }),
+        }
+    }
+
     /// Hidden-state rows one step processes.
     pub fn rows(self) -> usize {
         match self {

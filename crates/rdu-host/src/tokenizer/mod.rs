@@ -5,7 +5,7 @@ mod hf;
 mod spm;
 mod vocab;
 
-pub use bpe::byte_to_char;
+pub use bpe::{byte_to_char, SUPPORTED_PRE};
 pub use vocab::TokenType;
 
 use crate::error::{HostError, Result};

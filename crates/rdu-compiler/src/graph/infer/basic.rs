@@ -1,7 +1,7 @@
 //! Types of the elementwise, norm, product and shape ops.
 
 use super::{Fault, Operands, Site, TypeError};
-use crate::graph::{numel, DType, Type};
+use crate::graph::{DType, Type};
 
 /// `add`/`sub`/`mul`: numpy broadcasting over operands of one dtype.
 pub(super) fn broadcast(a: &Operands<'_>) -> Result<Vec<Type>, TypeError> {
@@ -89,10 +89,12 @@ pub(super) fn argmax(a: &Operands<'_>) -> Result<Vec<Type>, TypeError> {
 
 pub(super) fn reshape(a: &Operands<'_>, shape: &[usize]) -> Result<Vec<Type>, TypeError> {
     let x = a.ty(0);
-    let target = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
-    if target != Some(numel(&x.shape)) {
-        let elements = target.map_or("more than fit in memory".to_string(), |n| n.to_string());
-        let message = format!("cannot reshape {x} ({} elements) to {shape:?} ({elements} elements)", numel(&x.shape));
+    let count = |shape: &[usize]| shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+    let (source, target) = (count(&x.shape), count(shape));
+    if source.is_none() || target != source {
+        let shown = |n: Option<usize>| n.map_or("more than fit in memory".to_string(), |n| n.to_string());
+        let message =
+            format!("cannot reshape {x} ({} elements) to {shape:?} ({} elements)", shown(source), shown(target));
         return Err(a.error(Fault::Shape, Site::Attr("shape"), message));
     }
     Ok(vec![Type { dtype: x.dtype, shape: shape.to_vec() }])

@@ -5,22 +5,24 @@
 //! stage after stage, so each stage is a connected strip and the next stage starts where it
 //! ends (`rdu_spatial::program::Region`).
 
-use super::super::work::{op_work, Work};
+use super::super::work::{op_work, Work, WorkModel};
 use super::section::minimum_units;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::program::{Region, SpatialProgram};
 
 /// Assigns `pcus` and `pmus` to every stage of every section.
 pub fn place(program: &mut SpatialProgram, chip: &Chip) {
+    let chips = program.tp.as_ref().map_or(1, |t| t.chips.max(1) as u64);
+    let model = WorkModel::new(&program.tensors, chips);
     for s in 0..program.sections.len() {
         let stages = &program.sections[s].stages;
-        let mins: Vec<(u32, u32)> = stages.iter().map(|st| minimum_units(program, st, chip)).collect();
+        let mins: Vec<(u32, u32)> = stages.iter().map(|st| minimum_units(&model, st, chip)).collect();
         let works: Vec<Work> = stages
             .iter()
             .map(|st| {
                 let mut w = Work::default();
                 for op in &st.ops {
-                    w += op_work(program, op);
+                    w += op_work(&model, op);
                 }
                 w
             })

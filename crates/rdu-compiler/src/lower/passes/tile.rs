@@ -4,6 +4,7 @@
 
 use rdu_spatial::chip::Chip;
 use rdu_spatial::program::{Arg, SpatialProgram, Tiling};
+use std::collections::HashMap;
 
 /// At most this many tiles per op: beyond it a tile spans several PMUs' worth of weights.
 pub const MAX_TILES: usize = 256;
@@ -13,8 +14,9 @@ const PMUS_PER_TILE: u64 = 4;
 
 /// Chooses the tiling of every tileable heavy op.
 pub fn tile(program: &mut SpatialProgram, chip: &Chip) {
-    let shapes: Vec<(String, Vec<usize>)> = program.tensors.iter().map(|t| (t.name.clone(), t.shape.clone())).collect();
-    let shape_of = |name: &str| shapes.iter().find(|(n, _)| n == name).map(|(_, s)| s.clone());
+    let shapes: HashMap<String, Vec<usize>> =
+        program.tensors.iter().map(|t| (t.name.clone(), t.shape.clone())).collect();
+    let shape_of = |name: &str| shapes.get(name).cloned();
     let budget = chip.pmu_sram_bytes * PMUS_PER_TILE;
     for section in &mut program.sections {
         for stage in &mut section.stages {

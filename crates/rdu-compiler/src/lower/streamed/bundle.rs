@@ -19,7 +19,16 @@ use std::collections::BTreeMap;
 
 impl StreamedModel {
     /// The bundle of this model: deterministic (same model, same bytes).
+    /// A model lowered for an estimate only (`estimate_streamed`) is refused: a bundle holds
+    /// certified programs only.
     pub fn bundle(&self) -> Result<Bundle, String> {
+        let parts = std::iter::once(&self.embed).chain(self.kinds.iter().map(|k| &k.program)).chain([&self.head]);
+        if let Some(p) = parts.into_iter().find(|p| super::estimate::estimate_only(p)) {
+            return Err(format!(
+                "program `{}` was lowered for an estimate only (numbers not certified); a bundle needs certified programs",
+                p.name
+            ));
+        }
         let mut files = BTreeMap::new();
         let mut entry = |part: &ProgramPart| {
             let (src, spatial) = (format!("programs/{}.rdu", part.name), format!("programs/{}.spatial", part.name));

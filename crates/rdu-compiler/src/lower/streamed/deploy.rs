@@ -1,7 +1,7 @@
 //! `lower_forward_streamed` and `lower_decode_streamed`: author, lift, lower and certify each
 //! layer kind ONCE (plus the embedding and the head), and bind every layer to its kind.
 
-use super::kinds::{kinds_of_sources, renaming, Storage};
+use super::kinds::{kinds_of_sources, Storage};
 use crate::certify::{certify, Certificate, CertifyFault};
 use crate::front::{lift, Refusal};
 use crate::lang::{parse, shape_digest, Source};
@@ -174,12 +174,13 @@ pub(super) fn lower_streamed(
         // Kinds share the chip so that they stay resident together; a kind that does not fit
         // its share in one section takes the whole chip.
         let share = super::schedule::kind_chip(&chip, cut, groups.len());
-        let first = lower_part(&group.name, rep, None, true, &share, seed, progress);
+        let first = lower_part(&group.name, rep, None, true, &share, seed, Check::Numbers, progress);
         let part = if needs_whole_chip(&first, &share, &chip) {
-            lower_part(&group.name, rep, None, true, &chip, seed, progress)?
+            lower_part(&group.name, rep, None, true, &chip, seed, Check::Numbers, progress)
         } else {
-            first?
+            first
         };
+        let part = part.map_err(|e| context_too_large(e, spec, group.representative(), cut, &storage, &chip))?;
         bind_layers(&part, rep, &group.name, &group.layers, &layer_sources, &mut layers)?;
         kinds.push(LayerKind { program: part, layers: group.layers.clone() });
     }
@@ -210,9 +211,22 @@ pub(super) fn lower_embed(
     seed: u64,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<ProgramPart, StreamedReject> {
+    embed_part(spec, cut, storage, chip, seed, Check::Numbers, progress)
+}
+
+/// [`lower_embed`], checked as `check` says.
+pub(super) fn embed_part(
+    spec: &ModelSpec,
+    cut: Cut,
+    storage: &Storage,
+    chip: &Chip,
+    seed: u64,
+    check: Check,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<ProgramPart, StreamedReject> {
     let source = embed_source(spec, cut, storage);
     let checked = vocab_reduced(&source, certify_source(spec, cut, storage, true));
-    lower_part("embed", &source, checked.as_ref(), false, chip, seed, progress)
+    lower_part("embed", &source, checked.as_ref(), false, chip, seed, check, progress)
 }
 
 /// The head program of `cut`, lowered and certified. It reads the last layer's output under a
@@ -225,13 +239,73 @@ pub(super) fn lower_head(
     seed: u64,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<ProgramPart, StreamedReject> {
+    head_part(spec, cut, storage, chip, seed, Check::Numbers, progress)
+}
+
+/// [`lower_head`], checked as `check` says.
+pub(super) fn head_part(
+    spec: &ModelSpec,
+    cut: Cut,
+    storage: &Storage,
+    chip: &Chip,
+    seed: u64,
+    check: Check,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<ProgramPart, StreamedReject> {
     let last = crate::model::author::hidden_name_for(cut, spec.n_layers());
     let head_input = |src: Source| rename_source(&src, &last, HEAD_INPUT);
     let source = head_input(head_source(spec, cut, storage))?;
     let checked = vocab_reduced(&source, head_input(certify_source(spec, cut, storage, false))?);
-    let mut head = lower_part("head", &source, checked.as_ref(), false, chip, seed, progress)?;
+    let mut head = lower_part("head", &source, checked.as_ref(), false, chip, seed, check, progress)?;
     head.bind.insert(HEAD_INPUT.to_string(), last);
     Ok(head)
+}
+
+/// A kind refused for its resources because its caches do not fit the chip's on-chip memory at
+/// the cut's context: the refusal says so in a user's words — the ctx, the chip, and the
+/// largest ctx at which the kind fits (found by lowering the kind again, without numbers, at
+/// smaller contexts). Any other refusal is returned as it is.
+fn context_too_large(
+    e: StreamedReject,
+    spec: &ModelSpec,
+    layer: usize,
+    cut: Cut,
+    storage: &Storage,
+    chip: &Chip,
+) -> StreamedReject {
+    let (StreamedReject::Certification { program, fault: CertifyFault::Resources(_) }, Some(ctx)) = (&e, cut.ctx())
+    else {
+        return e;
+    };
+    let fits = |c: usize| -> bool {
+        let Some(at) = cut.with_ctx(c) else { return false };
+        let source = source_of(spec, layer, at, storage);
+        let Ok(parsed) = parse(&source.text) else { return false };
+        let Ok(graph) = lift(&parsed) else { return false };
+        let spatial = lower(program, &parsed, &graph, &source.q8, chip, &mut |_, _| {});
+        crate::certify::check_structure(&spatial, &graph, chip).is_ok()
+    };
+    let smallest = cut.chunk().unwrap_or(1);
+    if !fits(smallest) {
+        // Too large at any context: not the context's doing.
+        return e;
+    }
+    // The largest context that fits: resources grow with the caches, so bisect.
+    let (mut lo, mut hi) = (smallest, ctx);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    StreamedReject::Invalid(format!(
+        "ctx {ctx} is too large for the {}: the caches of layer kind `{program}` over {ctx} positions do not fit its on-chip memory ({} PMUs of {} KiB); pass --ctx {lo} or less",
+        chip.name,
+        chip.pmus,
+        chip.pmu_sram_bytes / 1024
+    ))
 }
 
 /// Binds every layer of a kind to `part`, the kind's program (`canon`, its representative under
@@ -244,8 +318,11 @@ pub(super) fn bind_layers(
     layer_sources: &[Source],
     layers: &mut [Option<LayerBinding>],
 ) -> Result<(), StreamedReject> {
+    let renamer = crate::lang::digest::Renamer::new(canon);
     for &l in kind_layers {
-        let map = renaming(canon, &layer_sources[l])
+        let map = renamer
+            .as_ref()
+            .and_then(|r| r.to(&layer_sources[l]))
             .ok_or_else(|| StreamedReject::Binding { layer: l, kind: kind.to_string() })?;
         let bind =
             part.declared.iter().map(|n| (n.clone(), map.get(n).cloned().unwrap_or_else(|| n.clone()))).collect();
@@ -315,7 +392,7 @@ fn certify_source(spec: &ModelSpec, cut: Cut, storage: &Storage, embed: bool) ->
 
 /// A smaller program that certification runs numerically in place of the real one, and what
 /// it stands for.
-struct Reduced {
+pub(super) struct Reduced {
     source: Source,
     /// The certificate's note saying what the numbers covered.
     note: String,
@@ -332,14 +409,17 @@ fn vocab_reduced(source: &Source, checked: Source) -> Option<Reduced> {
 /// Parse, lift, lower and certify one program; a `looped` one (a layer kind) has its
 /// weight-streaming stages marked `prefetch` (`schedule::mark_prefetch`). Certification runs the program itself, or its
 /// `reduced` form (the embedding and head of a large vocabulary on fewer vocabulary rows),
-/// then checks the structure and resources at full size.
-fn lower_part(
+/// then checks the structure and resources at full size. With [`Check::Structure`] only the
+/// structure and resources of the program itself are checked ([`ESTIMATE_ONLY`]).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn lower_part(
     name: &str,
     source: &Source,
     reduced: Option<&Reduced>,
     looped: bool,
     chip: &Chip,
     seed: u64,
+    check: Check,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<ProgramPart, StreamedReject> {
     let front = |src: &Source| -> Result<_, StreamedReject> {
@@ -358,6 +438,12 @@ fn lower_part(
     let spatial = mark(lower(name, &program, &graph, &source.q8, chip, &mut |pass, p| {
         progress(Progress::Pass { program: name, pass, spatial: p })
     }));
+    if check == Check::Structure {
+        crate::certify::check_structure(&spatial, &graph, chip)
+            .map_err(|fault| StreamedReject::Certification { program: name.to_string(), fault })?;
+        let certificate = estimate_certificate(vec!["structure".into(), "resources".into()], seed);
+        return finish(name, source, spatial, certificate, Vec::new(), chip);
+    }
     let reduced = match reduced {
         Some(r) => {
             let (program, graph) = front(&r.source)?;
@@ -380,10 +466,42 @@ fn lower_part(
             .map_err(|fault| StreamedReject::Certification { program: name.to_string(), fault })?;
         certificate.checks.push("structure and resources at full size".into());
     }
+    let certified_against = reduced.iter().map(|(r, _, _)| (AttachedRole::Reduced, r.source.clone())).collect();
+    finish(name, source, spatial, certificate, certified_against, chip)
+}
+
+/// How much of certification a lowering runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Check {
+    /// Structure, resources and numbers (the simulator against the reference interpreter).
+    Numbers,
+    /// Structure and resources only: a model lowered for its estimate, never for a bundle
+    /// (`super::estimate_streamed`).
+    Structure,
+}
+
+/// The check a certificate carries when its numbers were not checked
+/// (`super::estimate_streamed`); `StreamedModel::bundle` refuses such a model.
+pub const ESTIMATE_ONLY: &str = "numbers not checked: lowered for an estimate only";
+
+/// A certificate of `checks` without numbers ([`ESTIMATE_ONLY`] added; no tolerance, no error).
+pub(super) fn estimate_certificate(mut checks: Vec<String>, seed: u64) -> Certificate {
+    checks.push(ESTIMATE_ONLY.to_string());
+    Certificate { checks, seed, tolerance: 0.0, max_abs_err: 0.0 }
+}
+
+/// A lowered program with its certificate, cost and declared names.
+pub(super) fn finish(
+    name: &str,
+    source: &Source,
+    spatial: SpatialProgram,
+    certificate: Certificate,
+    certified_against: Vec<(AttachedRole, Source)>,
+    chip: &Chip,
+) -> Result<ProgramPart, StreamedReject> {
     let cost = program_cost(&spatial, chip)
         .map_err(|e| StreamedReject::Cost { program: name.to_string(), message: e.to_string() })?;
     let declared = spatial.tensors.iter().filter(|t| t.role != Role::Temp).map(|t| t.name.clone()).collect();
-    let certified_against = reduced.iter().map(|(r, _, _)| (AttachedRole::Reduced, r.source.clone())).collect();
     Ok(ProgramPart {
         name: name.to_string(),
         source: source.clone(),

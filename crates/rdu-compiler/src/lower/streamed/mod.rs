@@ -6,6 +6,7 @@
 
 mod bundle;
 mod deploy;
+mod estimate;
 mod kinds;
 mod prefill;
 mod roofline;
@@ -14,12 +15,14 @@ mod tp;
 
 pub use deploy::{
     lower_batched_decode_streamed, lower_decode_streamed, lower_forward_streamed, LayerBinding, LayerKind,
-    LowerOptions, ProgramPart, Progress, StepEstimate, StreamedModel, StreamedReject,
+    LowerOptions, ProgramPart, Progress, StepEstimate, StreamedModel, StreamedReject, ESTIMATE_ONLY,
 };
+pub use estimate::{estimate_streamed, Estimator, Spine};
 pub use kinds::{
     layer_kinds, layer_kinds_for, rebind, rebind_via, renaming, HiddenNames, KindGroup, Storage, KINDS_CTX, SINGLE,
     STACKED,
 };
 pub use prefill::lower_prefill_streamed;
 pub use roofline::{ModelFloor, DENSE_BYTES_PER_ELEMENT, Q8_BYTES_PER_ELEMENT};
+pub use schedule::{schedule_cost, ScheduleCost, Scheduled};
 pub use tp::{lower_batched_tp_decode_streamed, lower_tp_decode_streamed};

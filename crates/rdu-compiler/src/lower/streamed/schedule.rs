@@ -16,6 +16,7 @@ use super::deploy::{ProgramPart, StepEstimate, StreamedModel};
 use crate::lower::work::stored_bytes;
 use crate::model::spec::Cut;
 use rdu_spatial::chip::Chip;
+use rdu_spatial::cost::StepCost;
 use rdu_spatial::manifest::{Invocation, Run, Schedule};
 use rdu_spatial::program::SpatialProgram;
 
@@ -57,7 +58,7 @@ pub(super) fn kind_chip(chip: &Chip, cut: Cut, kinds: usize) -> Chip {
 
 /// What the schedule's cost needs of one program.
 struct Timing<'p> {
-    part: &'p ProgramPart,
+    part: Scheduled<'p>,
     /// One section: a program the chip can keep configured and loop.
     single: bool,
     /// The section's fill (first tiles, `pipeline_fill` per stage, all-reduce latency) plus its
@@ -72,14 +73,14 @@ struct Timing<'p> {
 }
 
 impl<'p> Timing<'p> {
-    fn new(part: &'p ProgramPart, chip: &Chip) -> Timing<'p> {
-        let cost = &part.cost;
+    fn new(part: Scheduled<'p>, chip: &Chip) -> Timing<'p> {
+        let cost = part.cost;
         let single = cost.sections.len() == 1;
         if !single {
             return Timing { part, single, tail: 0.0, prefetch: 0.0, headroom: 0.0 };
         }
         let section = &cost.sections[0];
-        let program = &part.spatial;
+        let program = part.spatial;
         let prefetch_bytes: u64 = program.sections[0]
             .stages
             .iter()
@@ -223,49 +224,114 @@ impl StreamedModel {
     }
 }
 
-/// The step's seconds under `schedule`: every program's own estimate, minus what each loop
-/// iteration's prefetch overlaps of the previous iteration's tail (when `looping`), plus a
-/// reconfiguration between consecutive programs that are not resident together (and from the
-/// head back to the next step's embedding).
-fn estimate(model: &StreamedModel, schedule: &Schedule, looping: bool) -> StepEstimate {
-    let part = |name: &str| -> &ProgramPart {
-        if name == model.embed.name {
-            &model.embed
-        } else if name == model.head.name {
-            &model.head
-        } else {
-            &model.kinds.iter().find(|k| k.program.name == name).expect("the schedule runs bound kinds").program
-        }
-    };
+/// One program as the schedule's cost sees it: its name, spatial program and cost.
+#[derive(Clone, Copy)]
+pub struct Scheduled<'p> {
+    pub name: &'p str,
+    pub spatial: &'p SpatialProgram,
+    pub cost: &'p StepCost,
+}
+
+impl<'p> Scheduled<'p> {
+    fn of(part: &'p ProgramPart) -> Scheduled<'p> {
+        Scheduled { name: &part.name, spatial: &part.spatial, cost: &part.cost }
+    }
+}
+
+/// One step's cost under a schedule ([`schedule_cost`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScheduleCost {
+    pub seconds: f64,
+    /// Every program call of the step in order: the program's name, and the seconds its
+    /// weight stream overlapped the previous iteration's tail (kernel looping; 0 outside a loop).
+    pub calls: Vec<(String, f64)>,
+    /// Reconfigurations between consecutive calls of programs not resident together (and from
+    /// the head back to the next step's embedding), each costing the chip's reconfiguration.
+    pub reconfigurations: usize,
+    pub roofline_seconds: f64,
+    pub hbm_bytes: u64,
+    pub flops: u64,
+    /// Looped invocations.
+    pub loops: usize,
+}
+
+/// The step's seconds under `schedule` on `chip`, for programs found by name with `program`
+/// (`spine`: the names of the embedding and the head):
+/// every call's own estimate, minus what each loop iteration's prefetch overlaps of the
+/// previous iteration's tail (when `looping`), plus a reconfiguration between consecutive
+/// programs that are not resident together (and from the head back to the next step's
+/// embedding). `StreamedModel::step_estimate` and `rdu report` (from a bundle's manifest) both
+/// cost a step with it. Refuses a schedule naming a program `program` does not know.
+pub fn schedule_cost<'p>(
+    schedule: &Schedule,
+    spine: (&str, &str),
+    program: &dyn Fn(&str) -> Option<Scheduled<'p>>,
+    chip: &Chip,
+    looping: bool,
+) -> Result<ScheduleCost, String> {
+    let find = |name: &str| program(name).ok_or_else(|| format!("the schedule runs `{name}`, which is not a program"));
     // Every program call of the step in order, and whether it continues the loop of the call before.
-    let mut calls: Vec<(Timing<'_>, bool)> = Vec::new();
+    let mut calls: Vec<(Timing<'p>, bool)> = Vec::new();
     for inv in &schedule.invocations {
         match inv.run {
-            Run::Embed => calls.push((Timing::new(&model.embed, &model.chip), false)),
-            Run::Head => calls.push((Timing::new(&model.head, &model.chip), false)),
+            Run::Embed => calls.push((Timing::new(find(spine.0)?, chip), false)),
+            Run::Head => calls.push((Timing::new(find(spine.1)?, chip), false)),
             Run::Loop => {
+                if inv.block.is_empty() {
+                    return Err("a loop of the schedule has no block".into());
+                }
                 for (j, _) in inv.layers.iter().enumerate() {
                     let kind = &inv.block[j % inv.block.len()];
-                    calls.push((Timing::new(part(kind), &model.chip), j > 0));
+                    calls.push((Timing::new(find(kind)?, chip), j > 0));
                 }
             }
         }
     }
     let mut seconds: f64 = calls.iter().map(|(t, _)| t.part.cost.seconds).sum();
+    let mut overlaps = vec![0.0; calls.len()];
     if looping {
+        for (i, w) in calls.windows(2).enumerate() {
+            if w[1].1 {
+                overlaps[i + 1] = w[0].0.overlap(&w[1].0);
+            }
+        }
         seconds -= calls.windows(2).filter(|w| w[1].1).map(|w| w[0].0.overlap(&w[1].0)).sum::<f64>();
     }
     let set_of = |name: &str| schedule.resident.iter().position(|s| s.iter().any(|n| n == name));
     // A sectioned program already pays for loading each of its sections every run.
     let switch = |a: &Timing<'_>, b: &Timing<'_>| {
-        a.part.name != b.part.name && a.single && b.single && set_of(&a.part.name) != set_of(&b.part.name)
+        a.part.name != b.part.name && a.single && b.single && set_of(a.part.name) != set_of(b.part.name)
     };
     let mut reconfigurations = calls.windows(2).filter(|w| switch(&w[0].0, &w[1].0)).count();
     if let (Some(last), Some(first)) = (calls.last(), calls.first()) {
         reconfigurations += usize::from(switch(&last.0, &first.0));
     }
-    seconds += reconfigurations as f64 * model.chip.reconfiguration;
-    let roofline_seconds: f64 = calls.iter().map(|(t, _)| t.part.cost.roofline_seconds).sum();
+    seconds += reconfigurations as f64 * chip.reconfiguration;
+    Ok(ScheduleCost {
+        seconds,
+        calls: calls.iter().zip(overlaps).map(|((t, _), o)| (t.part.name.to_string(), o)).collect(),
+        reconfigurations,
+        roofline_seconds: calls.iter().map(|(t, _)| t.part.cost.roofline_seconds).sum(),
+        hbm_bytes: calls.iter().map(|(t, _)| t.part.cost.hbm_bytes).sum(),
+        flops: calls.iter().map(|(t, _)| t.part.cost.flops).sum(),
+        loops: schedule.invocations.iter().filter(|i| i.run == Run::Loop).count(),
+    })
+}
+
+/// [`schedule_cost`] of `model`'s own programs, as its estimate.
+fn estimate(model: &StreamedModel, schedule: &Schedule, looping: bool) -> StepEstimate {
+    let program = |name: &str| -> Option<Scheduled<'_>> {
+        if name == model.embed.name {
+            Some(Scheduled::of(&model.embed))
+        } else if name == model.head.name {
+            Some(Scheduled::of(&model.head))
+        } else {
+            model.kinds.iter().find(|k| k.program.name == name).map(|k| Scheduled::of(&k.program))
+        }
+    };
+    let cost = schedule_cost(schedule, (&model.embed.name, &model.head.name), &program, &model.chip, looping)
+        .expect("the schedule runs the model's programs");
+    let seconds = cost.seconds;
     let rows = model.cut.rows();
     let floor = model.model_floor();
     StepEstimate {
@@ -273,12 +339,12 @@ fn estimate(model: &StreamedModel, schedule: &Schedule, looping: bool) -> StepEs
         model_roofline_seconds: floor.seconds,
         model_roofline_fraction: if seconds > 0.0 { floor.seconds / seconds } else { 0.0 },
         seconds,
-        roofline_seconds,
-        roofline_fraction: if seconds > 0.0 { roofline_seconds / seconds } else { 0.0 },
+        roofline_seconds: cost.roofline_seconds,
+        roofline_fraction: if seconds > 0.0 { cost.roofline_seconds / seconds } else { 0.0 },
         tokens_per_second: if seconds > 0.0 { rows as f64 / seconds } else { 0.0 },
-        hbm_bytes: calls.iter().map(|(t, _)| t.part.cost.hbm_bytes).sum(),
-        flops: calls.iter().map(|(t, _)| t.part.cost.flops).sum(),
-        reconfigurations,
-        loops: schedule.invocations.iter().filter(|i| i.run == Run::Loop).count(),
+        hbm_bytes: cost.hbm_bytes,
+        flops: cost.flops,
+        reconfigurations: cost.reconfigurations,
+        loops: cost.loops,
     }
 }
