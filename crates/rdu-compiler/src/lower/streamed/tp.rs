@@ -6,21 +6,19 @@
 //! (`certify::certify_tp`).
 
 use super::deploy::{
-    bind_layers, canonical, lower_embed, lower_head, LayerKind, LowerOptions, ProgramPart, Progress, StreamedModel,
-    StreamedReject,
+    bind_layers, canonical, estimate_certificate, finish, lower_embed, lower_head, needs_whole_chip, Check, LayerKind,
+    LowerOptions, ProgramPart, Progress, StreamedModel, StreamedReject,
 };
-use super::kinds::kinds_of_sources;
+use super::kinds::{kinds_of_sources, KindGroup, Storage};
 use crate::certify::certify_tp;
 use crate::fit::admits_tp;
 use crate::front::{lift, Refusal};
-use crate::lang::{parse, shape_digest, Source};
-use crate::lower::{cost::program_cost, lower, lower_split, Split};
+use crate::lang::{parse, Source};
+use crate::lower::{lower, lower_split, Split};
 use crate::model::author::source_of;
 use crate::model::spec::{Cut, ModelSpec};
 use rdu_spatial::chip::Chip;
 use rdu_spatial::manifest::AttachedRole;
-use rdu_spatial::program::Role;
-use std::collections::BTreeMap;
 
 /// Lower `spec` as a TENSOR-PARALLEL decode deployment over `tp` chips against a cache of
 /// `ctx` positions. `tp` must be a width the model admits with its storage
@@ -65,10 +63,7 @@ fn lower_tp_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Resu
     admits_tp(spec, tp, &opts.storage).map_err(|r| StreamedReject::Invalid(r.to_string()))?;
     let started = std::time::Instant::now();
     let LowerOptions { chip, storage, seed, progress } = opts;
-    let decode = match cut.batch() {
-        Some(batch) => Cut::Batched { batch, ctx },
-        None => Cut::Decode { ctx },
-    };
+    let decode = unsplit_cut(cut);
     let layer_sources: Vec<Source> = (0..spec.n_layers()).map(|l| source_of(spec, l, cut, &storage)).collect();
     let groups = kinds_of_sources(spec, &layer_sources);
     let total = groups.len() + 2;
@@ -79,18 +74,8 @@ fn lower_tp_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Resu
     let mut layers = vec![None; spec.n_layers()];
     for (i, group) in groups.iter().enumerate() {
         progress(Progress::Program { index: i + 1, total, name: &group.name });
-        let rep = group.representative();
-        let canon = canonical(&layer_sources[rep], rep, &group.name, cut)?;
-        let whole = canonical(&source_of(spec, rep, decode, &storage), rep, &group.name, decode)?;
-        // Kinds share the chip so that they stay resident together (`schedule::kind_chip`); a
-        // kind that does not fit its share in one section takes the whole chip.
-        let share = super::schedule::kind_chip(&chip, cut, groups.len());
-        let first = lower_tp_part(&group.name, &canon, &whole, tp, &share, seed, progress);
-        let part = if super::deploy::needs_whole_chip(&first, &share, &chip) {
-            lower_tp_part(&group.name, &canon, &whole, tp, &chip, seed, progress)?
-        } else {
-            first?
-        };
+        let canon = canonical(&layer_sources[group.representative()], group.representative(), &group.name, cut)?;
+        let part = tp_kind(spec, cut, &storage, group, &canon, groups.len(), &chip, seed, Check::Numbers, progress)?;
         bind_layers(&part, &canon, &group.name, &group.layers, &layer_sources, &mut layers)?;
         kinds.push(LayerKind { program: part, layers: group.layers.clone() });
     }
@@ -112,12 +97,62 @@ fn lower_tp_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Resu
     })
 }
 
-/// Parse, lift, lower over `tp` chips and certify one kind program (`source`, one chip's share)
-/// against `whole`, the unsplit decode program of the same layer under the same names.
+/// The one-chip counterpart of a tensor-parallel `cut` (`Decode` or `Batched`): its embedding
+/// and head, and the unsplit programs its kinds are certified against.
+pub(super) fn unsplit_cut(cut: Cut) -> Cut {
+    match cut {
+        Cut::Tp { ctx, .. } => Cut::Decode { ctx },
+        Cut::BatchedTp { batch, ctx, .. } => Cut::Batched { batch, ctx },
+        other => other,
+    }
+}
+
+/// The kind `group` of a tensor-parallel `cut` (`canon`, its representative under layer-0
+/// names) lowered over the cut's chips and checked as `check` says — certified against the
+/// unsplit program of the same layer ([`Check::Numbers`]), or its structure and resources only
+/// ([`Check::Structure`], `super::estimate_streamed`). Kinds share the chip so that they stay
+/// resident together (`schedule::kind_chip`, `n_kinds` of them); a kind that does not fit its
+/// share in one section takes the whole chip.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn tp_kind(
+    spec: &ModelSpec,
+    cut: Cut,
+    storage: &Storage,
+    group: &KindGroup,
+    canon: &Source,
+    n_kinds: usize,
+    chip: &Chip,
+    seed: u64,
+    check: Check,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<ProgramPart, StreamedReject> {
+    let rep = group.representative();
+    let whole = match check {
+        Check::Numbers => {
+            let decode = unsplit_cut(cut);
+            Some(canonical(&source_of(spec, rep, decode, storage), rep, &group.name, decode)?)
+        }
+        Check::Structure => None,
+    };
+    let share = super::schedule::kind_chip(chip, cut, n_kinds);
+    let mut lower_on = |on: &Chip| lower_tp_part(&group.name, canon, whole.as_ref(), cut.tp(), on, seed, progress);
+    let first = lower_on(&share);
+    if needs_whole_chip(&first, &share, chip) {
+        lower_on(chip)
+    } else {
+        first
+    }
+}
+
+/// Parse, lift and lower over `tp` chips one kind program (`source`, one chip's share), its
+/// weight-streaming stages marked for kernel looping. With `whole`, the unsplit decode program
+/// of the same layer under the same names, it is certified against it over the chips
+/// (`certify_tp`); without, only its structure and resources are checked (the slices and
+/// partial sums need the unsplit program; the split is the author's, as in the lowering).
 fn lower_tp_part(
     name: &str,
     source: &Source,
-    whole: &Source,
+    whole: Option<&Source>,
     tp: usize,
     chip: &Chip,
     seed: u64,
@@ -129,6 +164,7 @@ fn lower_tp_part(
         let graph = lift(&program).map_err(|refusal| StreamedReject::Front { program: name.to_string(), refusal })?;
         Ok((program, graph))
     };
+    let fault = |fault| StreamedReject::Certification { program: name.to_string(), fault };
     let (program, graph) = front(source)?;
     let split = Split { chips: tp, slices: &source.slices };
     let mut spatial = lower_split(name, &program, &graph, &source.q8, split, chip, &mut |pass, p| {
@@ -136,22 +172,13 @@ fn lower_tp_part(
     });
     // A kind runs looped: its weight-streaming stages prefetch the next layer's weights.
     super::schedule::mark_prefetch(&mut spatial);
+    let Some(whole) = whole else {
+        crate::certify::check_structure(&spatial, &graph, chip).map_err(fault)?;
+        let certificate = estimate_certificate(vec!["structure".into(), "resources".into()], seed);
+        return finish(name, source, spatial, certificate, Vec::new(), chip);
+    };
     let (whole_program, whole_graph) = front(whole)?;
     let unsplit = lower(name, &whole_program, &whole_graph, &whole.q8, chip, &mut |_, _| {});
-    let certificate = certify_tp(&spatial, &graph, &unsplit, &whole_graph, chip, seed)
-        .map_err(|fault| StreamedReject::Certification { program: name.to_string(), fault })?;
-    let cost = program_cost(&spatial, chip)
-        .map_err(|e| StreamedReject::Cost { program: name.to_string(), message: e.to_string() })?;
-    let declared = spatial.tensors.iter().filter(|t| t.role != Role::Temp).map(|t| t.name.clone()).collect();
-    Ok(ProgramPart {
-        name: name.to_string(),
-        source: source.clone(),
-        digest: shape_digest(source).hex(),
-        spatial,
-        certificate,
-        cost,
-        declared,
-        bind: BTreeMap::new(),
-        certified_against: vec![(AttachedRole::Unsplit, whole.clone())],
-    })
+    let certificate = certify_tp(&spatial, &graph, &unsplit, &whole_graph, chip, seed).map_err(fault)?;
+    finish(name, source, spatial, certificate, vec![(AttachedRole::Unsplit, whole.clone())], chip)
 }
