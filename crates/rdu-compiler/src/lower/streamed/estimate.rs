@@ -135,6 +135,12 @@ impl Estimator {
             kinds.push(LayerKind { program: part, layers: group.layers.clone() });
         }
         let layers = layers.into_iter().map(|b| b.expect("every layer belongs to a kind")).collect();
+        // A tensor-parallel cut's head is vocabulary-parallel, its own for each width.
+        let head = if tp {
+            super::tp::tp_head(spec, cut, storage, chip, seed, Check::Structure, progress)?
+        } else {
+            spine.head.clone()
+        };
         Ok(StreamedModel {
             spec: spec.clone(),
             cut,
@@ -142,7 +148,7 @@ impl Estimator {
             storage: storage.clone(),
             embed: spine.embed.clone(),
             kinds,
-            head: spine.head.clone(),
+            head,
             layers,
             layer_sources,
             lowering_seconds: started.elapsed().as_secs_f64(),

@@ -1,21 +1,24 @@
 //! `lower_tp_decode_streamed`: a decode deployment over `tp` chips (DESIGN §8). The embedding
-//! and the head are the decode programs, on the replicated spine; each layer kind is ONE
-//! program that every chip runs on its own slices (its heads, its FFN and expert columns),
-//! with an all-reduce after the mixer and after the FFN. A kind is certified by running it on
-//! all its chips against the reference interpreter of the unsplit decode program
-//! (`certify::certify_tp`).
+//! is the decode program, on the replicated spine; each layer kind is ONE program that every
+//! chip runs on its own slices (its heads, its FFN and expert columns), with an all-reduce
+//! after the mixer and after the FFN; the head is VOCABULARY-PARALLEL — each chip its run of
+//! the output projection's rows, computing its run of the logits, which the host joins in chip
+//! order. A kind and the head are certified by running them on all their chips against the
+//! reference interpreter of the unsplit decode program (`certify::certify_tp`), gathered
+//! results against the unsplit program's.
 
 use super::deploy::{
-    bind_layers, canonical, estimate_certificate, finish, lower_embed, lower_head, needs_whole_chip, Check, LayerKind,
-    LowerOptions, ProgramPart, Progress, StreamedModel, StreamedReject,
+    bind_layers, canonical, certify_source, estimate_certificate, finish, lower_embed, needs_whole_chip, rename_source,
+    Check, LayerKind, LowerOptions, ProgramPart, Progress, StreamedModel, StreamedReject, CERTIFY_VOCAB_ROWS,
+    HEAD_INPUT,
 };
 use super::kinds::{kinds_of_sources, KindGroup, Storage};
-use crate::certify::certify_tp;
+use crate::certify::{certify_tp, check_tp_structure};
 use crate::fit::admits_tp;
 use crate::front::{lift, Refusal};
 use crate::lang::{parse, Source};
 use crate::lower::{lower, lower_split, Split};
-use crate::model::author::source_of;
+use crate::model::author::{covers, head_source, hidden_name_for, source_of};
 use crate::model::spec::{Cut, ModelSpec};
 use rdu_spatial::chip::Chip;
 use rdu_spatial::manifest::AttachedRole;
@@ -61,6 +64,12 @@ fn lower_tp_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Resu
         return Err(StreamedReject::Invalid("the context must hold at least 1 position".into()));
     }
     admits_tp(spec, tp, &opts.storage).map_err(|r| StreamedReject::Invalid(r.to_string()))?;
+    if !covers(spec.vocab, tp) {
+        return Err(StreamedReject::Invalid(format!(
+            "a vocabulary of {} is too small to split the head over {tp} chips",
+            spec.vocab
+        )));
+    }
     let started = std::time::Instant::now();
     let LowerOptions { chip, storage, seed, progress } = opts;
     let decode = unsplit_cut(cut);
@@ -80,8 +89,7 @@ fn lower_tp_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Resu
         kinds.push(LayerKind { program: part, layers: group.layers.clone() });
     }
     progress(Progress::Program { index: total - 1, total, name: "head" });
-    // The one-chip head, on the replicated spine (its hidden names are this cut's).
-    let head = lower_head(spec, decode, &storage, &chip, seed, progress)?;
+    let head = tp_head(spec, cut, &storage, &chip, seed, Check::Numbers, progress)?;
     let layers = layers.into_iter().map(|b| b.expect("every layer belongs to a kind")).collect();
     Ok(StreamedModel {
         spec: spec.clone(),
@@ -135,7 +143,8 @@ pub(super) fn tp_kind(
         Check::Structure => None,
     };
     let share = super::schedule::kind_chip(chip, cut, n_kinds);
-    let mut lower_on = |on: &Chip| lower_tp_part(&group.name, canon, whole.as_ref(), cut.tp(), on, seed, progress);
+    let against = whole.as_ref().map(|w| Against { whole: w, reduced: None });
+    let mut lower_on = |on: &Chip| lower_tp_part(&group.name, canon, against, true, cut.tp(), on, seed, progress);
     let first = lower_on(&share);
     if needs_whole_chip(&first, &share, chip) {
         lower_on(chip)
@@ -144,15 +153,64 @@ pub(super) fn tp_kind(
     }
 }
 
-/// Parse, lift and lower over `tp` chips one kind program (`source`, one chip's share), its
-/// weight-streaming stages marked for kernel looping. With `whole`, the unsplit decode program
-/// of the same layer under the same names, it is certified against it over the chips
-/// (`certify_tp`); without, only its structure and resources are checked (the slices and
-/// partial sums need the unsplit program; the split is the author's, as in the lowering).
+/// The vocabulary-parallel head of a tensor-parallel `cut` over its chips, checked as `check`
+/// says: certified against the one-chip head of its unsplit cut (numbers on the first
+/// `CERTIFY_VOCAB_ROWS` vocabulary rows of a larger table, both split alike — the reduced split
+/// program's runs are `split::cover` of its vocabulary; structure, resources and slices at
+/// full size). It reads the last layer's output under `HEAD_INPUT`, bound to it by the manifest.
+pub(super) fn tp_head(
+    spec: &ModelSpec,
+    cut: Cut,
+    storage: &Storage,
+    chip: &Chip,
+    seed: u64,
+    check: Check,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<ProgramPart, StreamedReject> {
+    let decode = unsplit_cut(cut);
+    let input = |src: Source, at: Cut| rename_source(&src, &hidden_name_for(at, spec.n_layers()), HEAD_INPUT);
+    let source = input(head_source(spec, cut, storage), cut)?;
+    let mut head = match check {
+        Check::Structure => lower_tp_part("head", &source, None, false, cut.tp(), chip, seed, progress)?,
+        Check::Numbers => {
+            let whole = input(head_source(spec, decode, storage), decode)?;
+            let reduced = if spec.vocab > CERTIFY_VOCAB_ROWS {
+                let split = input(certify_source(spec, cut, storage, false), cut)?;
+                let unsplit = input(certify_source(spec, decode, storage, false), decode)?;
+                Some((split, unsplit))
+            } else {
+                None
+            };
+            let reduced = reduced.as_ref().map(|(s, u)| (s, u));
+            let against = Against { whole: &whole, reduced };
+            lower_tp_part("head", &source, Some(against), false, cut.tp(), chip, seed, progress)?
+        }
+    };
+    head.bind.insert(HEAD_INPUT.to_string(), hidden_name_for(cut, spec.n_layers()));
+    Ok(head)
+}
+
+/// What a split program is certified against: `whole`, the unsplit program of the same names,
+/// and with `reduced` a smaller split program and its unsplit counterpart whose numbers are
+/// checked instead (the head of a large vocabulary on its first rows).
+#[derive(Clone, Copy)]
+struct Against<'a> {
+    whole: &'a Source,
+    reduced: Option<(&'a Source, &'a Source)>,
+}
+
+/// Parse, lift and lower over `tp` chips one program (`source`, one chip's share); a `looped`
+/// one (a layer kind) has its weight-streaming stages marked for kernel looping. With
+/// `against`, it is certified against the unsplit program over the chips (`certify_tp`; on the
+/// reduced programs when given, then its structure, resources and slices at full size);
+/// without, only its structure and resources are checked (the slices and partial sums need the
+/// unsplit program; the split is the author's, as in the lowering).
+#[allow(clippy::too_many_arguments)]
 fn lower_tp_part(
     name: &str,
     source: &Source,
-    whole: Option<&Source>,
+    against: Option<Against<'_>>,
+    looped: bool,
     tp: usize,
     chip: &Chip,
     seed: u64,
@@ -165,20 +223,44 @@ fn lower_tp_part(
         Ok((program, graph))
     };
     let fault = |fault| StreamedReject::Certification { program: name.to_string(), fault };
-    let (program, graph) = front(source)?;
-    let split = Split { chips: tp, slices: &source.slices };
-    let mut spatial = lower_split(name, &program, &graph, &source.q8, split, chip, &mut |pass, p| {
-        progress(Progress::Pass { program: name, pass, spatial: p })
-    });
-    // A kind runs looped: its weight-streaming stages prefetch the next layer's weights.
-    super::schedule::mark_prefetch(&mut spatial);
-    let Some(whole) = whole else {
+    let split_lower = |src: &Source, progress: &mut dyn FnMut(Progress<'_>)| -> Result<_, StreamedReject> {
+        let (program, graph) = front(src)?;
+        let split = Split { chips: tp, slices: &src.slices };
+        let mut spatial = lower_split(name, &program, &graph, &src.q8, split, chip, &mut |pass, p| {
+            progress(Progress::Pass { program: name, pass, spatial: p })
+        });
+        if looped {
+            // A kind runs looped: its weight-streaming stages prefetch the next layer's weights.
+            super::schedule::mark_prefetch(&mut spatial);
+        }
+        Ok((spatial, graph))
+    };
+    let unsplit_lower = |src: &Source| -> Result<_, StreamedReject> {
+        let (program, graph) = front(src)?;
+        Ok((lower(name, &program, &graph, &src.q8, chip, &mut |_, _| {}), graph))
+    };
+    let (spatial, graph) = split_lower(source, progress)?;
+    let Some(Against { whole, reduced }) = against else {
         crate::certify::check_structure(&spatial, &graph, chip).map_err(fault)?;
         let certificate = estimate_certificate(vec!["structure".into(), "resources".into()], seed);
         return finish(name, source, spatial, certificate, Vec::new(), chip);
     };
-    let (whole_program, whole_graph) = front(whole)?;
-    let unsplit = lower(name, &whole_program, &whole_graph, &whole.q8, chip, &mut |_, _| {});
-    let certificate = certify_tp(&spatial, &graph, &unsplit, &whole_graph, chip, seed).map_err(fault)?;
-    finish(name, source, spatial, certificate, vec![(AttachedRole::Unsplit, whole.clone())], chip)
+    let (unsplit, whole_graph) = unsplit_lower(whole)?;
+    let mut attached = vec![(AttachedRole::Unsplit, whole.clone())];
+    let certificate = match reduced {
+        None => certify_tp(&spatial, &graph, &unsplit, &whole_graph, chip, seed).map_err(fault)?,
+        Some((small, small_whole)) => {
+            let (small_spatial, small_graph) = split_lower(small, &mut |_| {})?;
+            let (small_unsplit, small_whole_graph) = unsplit_lower(small_whole)?;
+            let mut c = certify_tp(&small_spatial, &small_graph, &small_unsplit, &small_whole_graph, chip, seed)
+                .map_err(fault)?;
+            c.checks.push(format!("numbers checked on the first {CERTIFY_VOCAB_ROWS} vocabulary rows, split alike"));
+            check_tp_structure(&spatial, &graph, &unsplit, chip).map_err(fault)?;
+            c.checks.push("structure, resources and slices at full size".into());
+            attached.push((AttachedRole::Reduced, small.clone()));
+            attached.push((AttachedRole::ReducedUnsplit, small_whole.clone()));
+            c
+        }
+    };
+    finish(name, source, spatial, certificate, attached, chip)
 }
