@@ -152,7 +152,7 @@ fn parts_and_demand(
         1 => Cut::Decode { ctx },
         batch => Cut::Batched { batch, ctx },
     };
-    // Each chip holds its share of every layer; the embedding and head are replicated.
+    // Each chip holds its share of every layer and of the head; the embedding is replicated.
     let layer_cut = match (tp, batch) {
         (Some(tp), 1) => Cut::Tp { tp, ctx },
         (Some(tp), batch) => Cut::BatchedTp { batch, tp, ctx },
@@ -172,7 +172,8 @@ fn parts_and_demand(
         parts.push(part);
     }
     let mut head = Part { name: "head".into(), ..Part::default() };
-    tally.add(&mut head, &head_source(spec, cut, storage), "head")?;
+    // The head is vocabulary-parallel under tensor parallelism: each chip its run of the rows.
+    tally.add(&mut head, &head_source(spec, layer_cut, storage), "head")?;
     parts.push(head);
 
     let sum = |f: fn(&Part) -> u64| parts.iter().map(f).sum::<u64>();

@@ -15,11 +15,11 @@
 //! names, Q8_0 set and slices against the manifest's. With a model, every layer's authored
 //! program must be its kind's under the manifest's binding.
 
-use crate::certify::{certify, certify_tp, check_structure, Certificate};
+use crate::certify::{certify, certify_tp, check_structure, check_tp_structure, Certificate};
 use crate::front::lift;
 use crate::graph::Graph;
 use crate::lang::{parse, shape_digest, Slices, Source};
-use crate::lower::{lower, PASSES};
+use crate::lower::{lower, lower_split, Split, PASSES};
 use crate::model::spec::{Cut, ModelSpec};
 use rdu_spatial::bundle::Bundle;
 use rdu_spatial::chip::Chip;
@@ -130,7 +130,7 @@ pub fn verify_bundle(
     let chips = m.cut.tp.unwrap_or(1);
     let mut out = Vec::new();
     for e in entries(m) {
-        let r = verify_program(bundle, &e, chip, tp && e.is_kind, chips)?;
+        let r = verify_program(bundle, &e, chip, tp && split_over_chips(m, &e), chips)?;
         report(&r);
         out.push(r);
     }
@@ -144,7 +144,13 @@ pub fn verify_one(bundle: &Bundle, name: &str, chip: &Chip) -> Result<ProgramRep
     let tp = matches!(m.cut.mode, CutMode::Tp | CutMode::BatchedTp);
     let entries = entries(m);
     let e = entries.iter().find(|e| e.name == name).ok_or_else(|| fault(name, "files", "no such program"))?;
-    verify_program(bundle, e, chip, tp && e.is_kind, m.cut.tp.unwrap_or(1))
+    verify_program(bundle, e, chip, tp && split_over_chips(m, e), m.cut.tp.unwrap_or(1))
+}
+
+/// Whether a program of a tensor-parallel bundle runs split over the chips: every kind, and the
+/// vocabulary-parallel head (the embedding is on the replicated spine).
+fn split_over_chips(m: &Manifest, e: &Entry<'_>) -> bool {
+    e.is_kind || e.name == m.programs.head.name
 }
 
 fn verify_program(
@@ -164,6 +170,9 @@ fn verify_program(
     let text = file(e.file_source)?;
     let (program, graph) = front(name, e.file_source, text)?;
     let (q8, slices) = storage_of(m, &program, &bundle_name);
+    // A program on the replicated spine reads every tensor whole (the embedding of a tied
+    // table that the vocabulary-parallel head reads sliced).
+    let slices = if split { slices } else { BTreeMap::new() };
     let source = Source { text: text.clone(), q8: q8.clone(), slices: slices.clone() };
     let digest = shape_digest(&source).hex();
     if digest != e.digest {
@@ -201,14 +210,44 @@ fn verify_program(
             return Err(fault(
                 name,
                 "slices",
-                format!("a kind of this {chips}-chip bundle is not split over {chips} chips"),
+                format!("a program of this {chips}-chip bundle is not split over {chips} chips"),
             ));
         }
         let (whole, whole_graph) = attached(AttachedRole::Unsplit)?.ok_or_else(|| {
             fault(name, "numbers", "the manifest gives no unsplit program to certify the chips against")
         })?;
         let unsplit = lower_source(name, &whole, &whole_graph, chip)?;
-        certified(certify_tp(&spatial, &graph, &unsplit, &whole_graph, chip, seed))?
+        match (attached(AttachedRole::Reduced)?, attached(AttachedRole::ReducedUnsplit)?) {
+            (None, None) => certified(certify_tp(&spatial, &graph, &unsplit, &whole_graph, chip, seed))?,
+            (Some((small, small_graph)), Some((small_whole, small_whole_graph))) => {
+                // The numbers ran on the reduced split program against its unsplit counterpart;
+                // the reduced program's runs are the compiler's cover of its smaller axis.
+                let small_unsplit = lower_source(name, &small_whole, &small_whole_graph, chip)?;
+                let small_slices = reduced_slices(&slices, &small_unsplit, chips);
+                let (small_program, _) = front(name, "attached source", &small.text)?;
+                let split = Split { chips, slices: &small_slices };
+                let small_spatial =
+                    lower_split(name, &small_program, &small_graph, &small.q8, split, chip, &mut |_, _| {});
+                let mut c = certified(certify_tp(
+                    &small_spatial,
+                    &small_graph,
+                    &small_unsplit,
+                    &small_whole_graph,
+                    chip,
+                    seed,
+                ))?;
+                certified(check_tp_structure(&spatial, &graph, &unsplit, chip).map(|_| c.clone()))?;
+                c.checks.push("structure, resources and slices at full size".into());
+                c
+            }
+            _ => {
+                return Err(fault(
+                    name,
+                    "numbers",
+                    "the manifest gives a reduced split program without its reduced unsplit counterpart, or the other way round",
+                ))
+            }
+        }
     } else {
         if spatial.tp.is_some() {
             return Err(fault(name, "slices", "a one-chip program carries a tensor-parallel layout"));
@@ -265,6 +304,22 @@ fn lower_source(name: &str, source: &Source, graph: &Graph, chip: &Chip) -> Resu
     Ok(lower(name, &program, graph, &source.q8, chip, &mut |_, _| {}))
 }
 
+/// The slices of the reduced form of a split program whose full slices are `full`: a tensor
+/// whose extent along its split axis the reduction left alone keeps its slices, one it made
+/// smaller (the vocabulary of a vocabulary-parallel head) is covered as the compiler covers it
+/// (`model::author::cover`).
+fn reduced_slices(full: &BTreeMap<String, Slices>, small: &SpatialProgram, chips: usize) -> BTreeMap<String, Slices> {
+    full.iter()
+        .map(|(name, s)| {
+            let whole_extent = s.parts.iter().flatten().map(|r| r.1).max().unwrap_or(0);
+            let extent = small.decl(name).and_then(|d| d.shape.get(s.axis).copied()).unwrap_or(whole_extent);
+            let parts =
+                if extent == whole_extent { s.parts.clone() } else { crate::model::author::cover(extent, chips) };
+            (name.clone(), Slices { axis: s.axis, parts })
+        })
+        .collect()
+}
+
 /// The program's Q8_0 set and slices as the manifest records them under its bundle names.
 fn storage_of(
     m: &Manifest,
@@ -284,12 +339,25 @@ fn storage_of(
             }
             None => match m.states.iter().find(|s| s.name == theirs) {
                 Some(s) => &s.slices,
-                None => continue,
+                // A gathered result (a vocabulary-parallel head's logits).
+                None => match m.activations.iter().find(|a| a.name == theirs) {
+                    Some(a) => &a.slices,
+                    None => continue,
+                },
             },
         };
         if let Some(axis) = split.first().and_then(|c| c.first()).map(|s| s.axis) {
             let parts = split.iter().map(|c| c.iter().map(|s| (s.start, s.start + s.len)).collect()).collect();
             slices.insert(own, Slices { axis, parts });
+        }
+    }
+    // A gathered result (a vocabulary-parallel head's logits) is an output, not a declaration.
+    for out in program.outputs() {
+        let theirs = bundle_name(&out.text);
+        let Some(a) = m.activations.iter().find(|a| a.name == theirs) else { continue };
+        if let Some(axis) = a.slices.first().and_then(|c| c.first()).map(|s| s.axis) {
+            let parts = a.slices.iter().map(|c| c.iter().map(|s| (s.start, s.start + s.len)).collect()).collect();
+            slices.insert(out.text.clone(), Slices { axis, parts });
         }
     }
     (q8, slices)
@@ -428,7 +496,8 @@ pub fn verify_model(bundle: &Bundle, spec: &ModelSpec) -> Result<(), VerifyFault
     };
     for (e, authored) in [
         (&entries[0], embed_source(spec, one_chip, &storage)),
-        (&entries[entries.len() - 1], head_source(spec, one_chip, &storage)),
+        // The head of a tensor-parallel cut is its own (vocabulary-parallel).
+        (&entries[entries.len() - 1], head_source(spec, cut, &storage)),
     ] {
         let text = bundle.files.get(e.file_source).cloned().unwrap_or_default();
         let back: BTreeMap<&str, &str> = e.bind.iter().map(|(a, b)| (b.as_str(), a.as_str())).collect();

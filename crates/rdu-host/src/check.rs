@@ -41,7 +41,7 @@ pub(crate) fn check(manifest: &Manifest, u: &Use<'_>, produced: &mut BTreeSet<St
             target: target.clone(),
             problem,
         };
-        let Some(def) = lookup(manifest, target) else {
+        let Some(def) = lookup(manifest, target, u.program.tp.is_some()) else {
             return Err(fail("no tensors, inputs, states, shared or activations entry defines it".into()));
         };
         let allowed: &[&str] = match role {
@@ -98,8 +98,17 @@ struct Def<'m> {
     storage: Storage,
 }
 
-fn lookup<'m>(m: &'m Manifest, name: &str) -> Option<Def<'m>> {
-    let dense = |list, shape: &'m [usize]| Def { list, shape: shape.to_vec(), dtype: "f32", storage: Storage::Dense };
+/// The manifest's definition of `name` as a program reads it: its chip's share in a
+/// tensor-parallel program (`split`), whole in a program on the replicated spine.
+fn lookup<'m>(m: &'m Manifest, name: &str, split: bool) -> Option<Def<'m>> {
+    let chip_shape = |shape: &[usize], slices: &[Vec<rdu_spatial::manifest::Slice>]| {
+        if split {
+            chip_shape(shape, slices)
+        } else {
+            shape.to_vec()
+        }
+    };
+    let dense = |list, shape: Vec<usize>| Def { list, shape, dtype: "f32", storage: Storage::Dense };
     if let Some(t) = m.tensors.get(name) {
         let storage = match t.storage {
             TensorStorage::Dense => Storage::Dense,
@@ -116,8 +125,11 @@ fn lookup<'m>(m: &'m Manifest, name: &str) -> Option<Def<'m>> {
         dtype: "f32",
         storage: s.dtype.storage(),
     });
-    let shared = || m.shared.iter().find(|s| s.name == name).map(|s| dense("shared", &s.shape));
-    let activations = || m.activations.iter().find(|a| a.name == name).map(|a| dense("activations", &a.shape));
+    let shared = || m.shared.iter().find(|s| s.name == name).map(|s| dense("shared", s.shape.clone()));
+    let activations = || {
+        let a = m.activations.iter().find(|a| a.name == name)?;
+        Some(dense("activations", chip_shape(&a.shape, &a.slices)))
+    };
     states.or_else(shared).or_else(activations)
 }
 

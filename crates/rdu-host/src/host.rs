@@ -129,7 +129,13 @@ impl Host {
             }
             _ => {
                 let mut loaded = Weights::load(m, weights, progress)?;
-                let chips = Chips::new(m, &mut loaded)?;
+                // The tensors the programs on the replicated spine read whole.
+                let spine: BTreeSet<String> = calls
+                    .iter()
+                    .filter(|c| programs[c.program].tp.is_none())
+                    .flat_map(|c| c.bind.values().cloned())
+                    .collect();
+                let chips = Chips::new(m, &mut loaded, &spine)?;
                 (Arc::new(loaded), chips)
             }
         };

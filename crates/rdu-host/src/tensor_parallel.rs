@@ -2,19 +2,30 @@
 //! holds its slices of each split weight (cut once, at load, from the checkpoint tensor — a
 //! Q8_0 tensor keeps whole blocks) and its share of each layer's state; a kind program runs on
 //! one thread per chip, `all_reduce` summing over them through a shared buffer and barrier
-//! (`rdu_spatial::sim::AllReduce`). The embedding and head run once, on the replicated spine.
+//! (`rdu_spatial::sim::AllReduce`). The head runs the same way, vocabulary-parallel: each chip
+//! computes its run of the logits and the host joins them in chip order
+//! (`rdu_spatial::tensor_parallel::join`). The embedding runs once, on the replicated spine.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use rdu_spatial::manifest::{chip_ranges, chip_shape, CutMode, Manifest, StateEntry};
 use rdu_spatial::sim::{simulate_chip, AllReduce, SimError};
-use rdu_spatial::tensor_parallel::{take, take_q8};
+use rdu_spatial::tensor_parallel::{join, take, take_q8};
 use rdu_spatial::{SimTensor, SpatialProgram};
 
 use crate::env::Env;
 use crate::error::{HostError, Result};
 use crate::states::States;
 use crate::weights::Weights;
+
+/// The whole tensor `name` out of `store`: moved out, or copied when the spine reads it too.
+fn whole<T: Clone>(store: &mut BTreeMap<String, T>, name: &str, spine: &BTreeSet<String>) -> Option<T> {
+    if spine.contains(name) {
+        store.get(name).cloned()
+    } else {
+        store.remove(name)
+    }
+}
 
 /// Every chip's own tensors.
 pub(crate) struct Chips {
@@ -26,14 +37,16 @@ pub(crate) struct Chips {
 
 impl Chips {
     /// The chips of a tensor-parallel manifest (`None` for any other cut). Split weights move
-    /// out of `weights` into each chip's slices.
-    pub fn new(m: &Manifest, weights: &mut Weights) -> Result<Option<Chips>> {
+    /// out of `weights` into each chip's slices — but for those in `spine`, which a program on
+    /// the replicated spine reads whole (a tied embedding table the head reads split), and
+    /// which stay there too.
+    pub fn new(m: &Manifest, weights: &mut Weights, spine: &BTreeSet<String>) -> Result<Option<Chips>> {
         let tensor_parallel = matches!(m.cut.mode, CutMode::Tp | CutMode::BatchedTp);
         let Some(n) = m.cut.tp.filter(|_| tensor_parallel) else { return Ok(None) };
         let mut chips: Vec<Weights> = (0..n).map(|_| Weights::default()).collect();
         for (name, entry) in m.tensors.iter().filter(|(_, e)| !e.slices.is_empty()) {
             let fail = |problem: String| HostError::Slice { tensor: name.clone(), problem };
-            if let Some(full) = weights.dense.remove(name) {
+            if let Some(full) = whole(&mut weights.dense, name, spine) {
                 let values = full.as_f32().ok_or_else(|| fail("is not f32".into()))?;
                 for (c, chip) in chips.iter_mut().enumerate() {
                     let (axis, ranges) =
@@ -41,7 +54,7 @@ impl Chips {
                     let (shape, v) = take(&full.shape, values, axis, &ranges).map_err(fail)?;
                     chip.dense.insert(name.clone(), SimTensor::f32(shape, v));
                 }
-            } else if let Some(full) = weights.q8.remove(name) {
+            } else if let Some(full) = whole(&mut weights.q8, name, spine) {
                 for (c, chip) in chips.iter_mut().enumerate() {
                     let (axis, ranges) =
                         chip_ranges(&entry.slices, c).ok_or_else(|| fail(format!("no slice for chip {c}")))?;
@@ -63,8 +76,9 @@ impl Chips {
         Ok(Some(Chips { weights: chips, states }))
     }
 
-    /// Runs one call of a kind program on every chip; returns chip 0's outputs (every chip's
-    /// are the same: the program's results are all-reduced).
+    /// Runs one call of a kind or head program on every chip; returns its outputs: chip 0's
+    /// (every chip's are the same: the program's results are all-reduced), but a result the
+    /// program splits (a vocabulary-parallel head's logits) joined from every chip's runs.
     pub fn run(
         &mut self,
         program: &SpatialProgram,
@@ -108,7 +122,25 @@ impl Chips {
         if let Some(e) = results.iter().filter_map(|r| r.as_ref().err()).find(|e| !failed(e)) {
             return Err(e.clone());
         }
-        results.into_iter().next().unwrap_or_else(|| Err(SimError::Invalid { message: "no chips".into() }))
+        let chips = results.into_iter().collect::<std::result::Result<Vec<_>, _>>()?;
+        let mut outputs = chips.first().cloned().ok_or_else(|| SimError::Invalid { message: "no chips".into() })?;
+        let gathered = program.tp.iter().flat_map(|tp| &tp.splits).filter(|s| program.outputs.contains(&s.tensor));
+        for split in gathered {
+            let invalid =
+                |message: String| SimError::Invalid { message: format!("joining `{}`: {message}", split.tensor) };
+            let pieces = chips
+                .iter()
+                .map(|o| {
+                    let t = o.get(&split.tensor).ok_or_else(|| invalid("a chip produced none".into()))?;
+                    let values = t.as_f32().ok_or_else(|| invalid("not f32".into()))?;
+                    Ok((t.shape.as_slice(), values))
+                })
+                .collect::<std::result::Result<Vec<_>, SimError>>()?;
+            let extent = split.parts.iter().flatten().map(|&(_, e)| e).max().unwrap_or(0);
+            let (shape, values) = join(&pieces, split.axis, &split.parts, extent).map_err(invalid)?;
+            outputs.insert(split.tensor.clone(), SimTensor::f32(shape, values));
+        }
+        Ok(outputs)
     }
 
     /// Zeroes every chip's states.

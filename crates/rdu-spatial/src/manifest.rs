@@ -1,4 +1,4 @@
-//! The serde types of a bundle's `manifest.json` (format "rdu-bundle", version 2); checking them is `bundle::validate`.
+//! The serde types of a bundle's `manifest.json` (format "rdu-bundle", version 3); checking them is `bundle::validate`.
 //!
 //! Every map is a `BTreeMap` and every list keeps the order the compiler gave it, so one
 //! manifest always serialises to the same bytes. Optional fields are left out when absent.
@@ -14,8 +14,9 @@ mod json;
 
 /// The marker in `format` that says a directory is an rdu bundle.
 pub const FORMAT: &str = "rdu-bundle";
-/// The manifest version this build writes and reads. Version 2 added the file hashes and the `schedule`.
-pub const VERSION: u32 = 2;
+/// The manifest version this build writes and reads. Version 2 added the file hashes and the `schedule`;
+/// version 3 the vocabulary-parallel head (gathered `activations[].slices`, `reduced_unsplit`).
+pub const VERSION: u32 = 3;
 
 /// `manifest.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -142,7 +143,8 @@ pub struct KindEntry {
 pub struct Attached {
     /// `unsplit`: the one-chip program a tensor-parallel kind is certified against over its
     /// chips; `reduced`: the smaller program whose numbers certification checked instead
-    /// (fewer vocabulary rows, fewer rows of a prefill chunk).
+    /// (fewer vocabulary rows, fewer rows of a prefill chunk); `reduced_unsplit`: the unsplit
+    /// counterpart a reduced split program is certified against over its chips.
     pub role: AttachedRole,
     pub file: String,
     pub blake3: String,
@@ -153,6 +155,8 @@ pub struct Attached {
 pub enum AttachedRole {
     Unsplit,
     Reduced,
+    /// The unsplit counterpart of a `reduced` split program (a vocabulary-parallel head's).
+    ReducedUnsplit,
 }
 
 /// The BLAKE3 hash of `bytes` as the manifest records it: 64 lowercase hex digits.
@@ -408,7 +412,13 @@ pub enum RopeTable {
 #[serde(deny_unknown_fields)]
 pub struct ActivationEntry {
     pub name: String,
+    /// The whole activation.
     pub shape: Vec<usize>,
+    /// A result a tensor-parallel program GATHERS (the logits of a vocabulary-parallel head):
+    /// each chip's ranges of `shape` that it computes; the host joins them in chip order,
+    /// each position from the first chip that holds it. Empty: every chip has it whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slices: Vec<Vec<Slice>>,
 }
 
 /// The shape one chip holds of a tensor or state of (whole) `shape` split by `slices`: the

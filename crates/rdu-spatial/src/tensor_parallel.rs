@@ -3,7 +3,9 @@
 //! full tensor, concatenated), and `all_reduce` sums the partial results over the chips
 //! (`sim::AllReduce`). This module checks a split against its full tensor and cuts a chip's
 //! slice out of a full tensor — dense values, or Q8_0 blocks when the split axis keeps whole
-//! blocks — for certification and for the host.
+//! blocks — for certification and for the host. A split OUTPUT (a vocabulary-parallel head's
+//! logits) is the other way round: every chip computes its ranges of the whole result, and
+//! [`join`] puts the whole together in chip order.
 
 use crate::program::TpSplit;
 use crate::q8::{Q8Weight, QK8_0};
@@ -65,6 +67,93 @@ pub fn check_split(split: &TpSplit, full: &[usize], local: Option<usize>, chips:
         return Err(format!("the chips' slices of `{name}` replicate some ranges more often than others"));
     }
     Ok(())
+}
+
+/// Checks that `split` of a tensor of shape `full` over `chips` chips is a COVER of its axis:
+/// every chip one range of `local` values, in chip order, each starting after the one before
+/// and no later than its end, from 0 to the whole extent. A partition into equal runs is a
+/// cover; so is the split of an axis that `chips` does not divide, every chip `ceil(n/chips)`
+/// values and the last range ending at the extent (overlapping the one before it). Only a
+/// value that is gathered, never summed, may be split so ([`join`]).
+pub fn check_cover(split: &TpSplit, full: &[usize], local: usize, chips: usize) -> Result<(), String> {
+    let name = &split.tensor;
+    let Some(&extent) = full.get(split.axis) else {
+        return Err(format!("split of `{name}` along axis {} of a tensor of rank {}", split.axis, full.len()));
+    };
+    if split.parts.len() != chips {
+        return Err(format!("`{name}` is split over {} chips, the program runs on {chips}", split.parts.len()));
+    }
+    let mut end = 0usize;
+    let mut start = None;
+    for (c, ranges) in split.parts.iter().enumerate() {
+        let &[(s, e)] = ranges.as_slice() else {
+            return Err(format!("chip {c} holds {} ranges of `{name}`; a cover gives each chip one", ranges.len()));
+        };
+        if e != s + local || e > extent {
+            return Err(format!("chip {c}'s range {s}..{e} of `{name}` is not {local} values inside 0..{extent}"));
+        }
+        if s > end || start.is_some_and(|p| s <= p) {
+            return Err(format!("chip {c}'s range {s}..{e} of `{name}` does not follow on from 0..{end}"));
+        }
+        start = Some(s);
+        end = e;
+    }
+    if end != extent {
+        return Err(format!("the chips' ranges of `{name}` axis {} stop at {end} of {extent}", split.axis));
+    }
+    Ok(())
+}
+
+/// The whole of a value gathered from every chip's ranges of it: chip `c`'s `pieces[c]` holds
+/// the ranges `parts[c]` of `axis` of a whole tensor of extent `extent` there, concatenated;
+/// the whole takes each position from the first chip in order that holds it. Every position
+/// must be held by some chip.
+pub fn join<T: Copy + Default>(
+    pieces: &[(&[usize], &[T])],
+    axis: usize,
+    parts: &[Vec<(usize, usize)>],
+    extent: usize,
+) -> Result<(Vec<usize>, Vec<T>), String> {
+    let Some(&(shape0, _)) = pieces.first() else { return Err("no chip's value to join".into()) };
+    if pieces.len() != parts.len() {
+        return Err(format!("{} chips' values for {} chips' ranges", pieces.len(), parts.len()));
+    }
+    let Some(_) = shape0.get(axis) else { return Err(format!("axis {axis} of a value of rank {}", shape0.len())) };
+    let mut shape = shape0.to_vec();
+    shape[axis] = extent;
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let mut out = vec![T::default(); outer * extent * inner];
+    let mut held = vec![false; extent];
+    for (c, ((piece_shape, values), ranges)) in pieces.iter().zip(parts).enumerate() {
+        let local: usize = ranges.iter().map(|(s, e)| e.saturating_sub(*s)).sum();
+        let mut want = shape.clone();
+        want[axis] = local;
+        if *piece_shape != want.as_slice() || values.len() != outer * local * inner {
+            return Err(format!("chip {c}'s value has shape {piece_shape:?}, its ranges make {want:?}"));
+        }
+        let mut at = 0;
+        for &(s, e) in ranges {
+            if s > e || e > extent {
+                return Err(format!("chip {c}'s range {s}..{e} is outside 0..{extent}"));
+            }
+            for (i, held) in held.iter_mut().enumerate().take(e).skip(s) {
+                if !*held {
+                    *held = true;
+                    for o in 0..outer {
+                        let from = (o * local + at + i - s) * inner;
+                        let to = (o * extent + i) * inner;
+                        out[to..to + inner].copy_from_slice(&values[from..from + inner]);
+                    }
+                }
+            }
+            at += e - s;
+        }
+    }
+    if let Some(i) = held.iter().position(|h| !h) {
+        return Err(format!("no chip holds position {i} of axis {axis}"));
+    }
+    Ok((shape, out))
 }
 
 /// The values of the half-open `ranges` of `axis` of a row-major tensor of `shape`,
@@ -150,6 +239,23 @@ mod tests {
         assert!(check_split(&split(vec![vec![(0, 2)], vec![(3, 4)]]), &[4], None, 2).unwrap_err().contains("gap"));
         assert!(check_split(&split(vec![vec![(0, 2)], vec![(2, 5)]]), &[4], None, 2).is_err());
         assert!(check_split(&split(vec![vec![(0, 2)], vec![(0, 2)], vec![(2, 4)]]), &[4], None, 3).is_err());
+    }
+
+    #[test]
+    fn covers_follow_on_and_join_takes_the_first_chip() {
+        // 10 over 4 chips: runs of 3, the last ending at 10 (overlapping the third).
+        let cover = split(vec![vec![(0, 3)], vec![(3, 6)], vec![(6, 9)], vec![(7, 10)]]);
+        assert!(check_cover(&cover, &[10, 2], 3, 4).is_ok());
+        assert!(check_cover(&split(vec![vec![(0, 3)], vec![(4, 7)]]), &[7], 3, 2).unwrap_err().contains("follow"));
+        assert!(check_cover(&split(vec![vec![(0, 3)], vec![(3, 6)]]), &[7], 3, 2).unwrap_err().contains("stop"));
+        assert!(check_cover(&split(vec![vec![(0, 3)], vec![(0, 3)]]), &[3], 3, 2).is_err());
+        // A [2, 10] value joined along axis 1 from four chips' [2, 3] pieces.
+        let whole: Vec<i32> = (0..20).collect();
+        let pieces: Vec<(Vec<usize>, Vec<i32>)> =
+            cover.parts.iter().map(|r| take(&[2, 10], &whole, 1, r).unwrap()).collect();
+        let views: Vec<(&[usize], &[i32])> = pieces.iter().map(|(s, v)| (s.as_slice(), v.as_slice())).collect();
+        assert_eq!(join(&views, 1, &cover.parts, 10).unwrap(), (vec![2, 10], whole.clone()));
+        assert!(join(&views[..3], 1, &cover.parts[..3], 10).unwrap_err().contains("position 9"));
     }
 
     #[test]

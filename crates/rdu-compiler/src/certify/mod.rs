@@ -9,7 +9,7 @@ mod structure;
 mod tensor_parallel;
 
 pub use bindings::Inputs;
-pub use tensor_parallel::certify_tp;
+pub use tensor_parallel::{certify_tp, check_tp_structure};
 
 /// The seeded inputs, weights and states certification runs `program` (lowered from `graph`)
 /// on: the same values to the reference interpreter and to the simulator.

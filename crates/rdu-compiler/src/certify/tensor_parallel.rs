@@ -16,7 +16,7 @@ use rdu_spatial::chip::Chip;
 use rdu_spatial::program::{Arg, Role, SpatialProgram, Storage, TpSplit};
 use rdu_spatial::q8::Q8Weight;
 use rdu_spatial::sim::{simulate_chip, AllReduce, Collective, SimBindings, SimTensor, WeightSlab};
-use rdu_spatial::tensor_parallel::{check_split, take, take_q8};
+use rdu_spatial::tensor_parallel::{check_cover, check_split, take, take_q8};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
@@ -30,24 +30,9 @@ pub fn certify_tp(
     chip: &Chip,
     seed: u64,
 ) -> Result<Certificate, CertifyFault> {
+    let mut checks = check_tp_structure(program, graph, full, chip)?;
     let tp = program.tp.as_ref().ok_or_else(|| CertifyFault::Structure("no tensor-parallel layout".into()))?;
     let chips = tp.chips as usize;
-    let mut checks = Vec::new();
-    structure::check(program, graph).map_err(CertifyFault::Structure)?;
-    checks.push("structure".to_string());
-    structure::resources(program, chip).map_err(CertifyFault::Resources)?;
-    checks.push("resources".to_string());
-    check_slices(program, full, chips).map_err(CertifyFault::Structure)?;
-    checks.push(format!(
-        "slices: the {} split tensors are partitioned (or exactly replicated) over {chips} chips, in bounds",
-        tp.splits.len()
-    ));
-    check_partials(program).map_err(CertifyFault::Structure)?;
-    checks.push(format!(
-        "partial sums: every partial sum is all-reduced ({} all-reduce stages) before a nonlinear op, output or state reads it",
-        tp.all_reduce.len()
-    ));
-
     let inputs = Inputs::new(full, full_graph, seed);
     let reference =
         eval(full_graph, &inputs).map_err(|e| CertifyFault::Engine { engine: "reference", message: e.to_string() })?;
@@ -87,7 +72,9 @@ pub fn certify_tp(
                 engine: "simulator",
                 message: format!("chip {c} produced no `{name}`"),
             })?;
-            let (err, bound) = compare(&format!("{name} (chip {c})"), got, want)?;
+            // A gathered result: the chip's runs of the unsplit program's.
+            let want = chip_part(name, want, splits.get(name.as_str()).copied(), c)?;
+            let (err, bound) = compare(&format!("{name} (chip {c})"), got, &want)?;
             max_abs_err = max_abs_err.max(err);
             tolerance = tolerance.max(bound);
         }
@@ -96,27 +83,63 @@ pub fn certify_tp(
                 engine: "simulator",
                 message: format!("chip {c} left no state `{name}`"),
             })?;
-            let want = match splits.get(name.as_str()) {
-                Some(s) => {
-                    let data =
-                        want.as_f32().ok_or_else(|| CertifyFault::Structure(format!("state `{name}` is not f32")))?;
-                    let (shape, v) = take(want.shape(), data, s.axis, &s.parts[c]).map_err(CertifyFault::Structure)?;
-                    crate::graph::Tensor::f32(shape, v)
-                }
-                None => want.clone(),
-            };
+            let want = chip_part(name, want, splits.get(name.as_str()).copied(), c)?;
             let (err, bound) = compare(&format!("{name} (chip {c})"), got, &want)?;
             max_abs_err = max_abs_err.max(err);
             tolerance = tolerance.max(bound);
         }
     }
     checks.push(format!(
-        "numbers over {chips} chips with a real all-reduce: every chip's {} results match the unsplit program's and its {} \
-         states its slice of the unsplit program's, each within {TOLERANCE:e} of its scale max(1, max|ref|)",
+        "numbers over {chips} chips with a real all-reduce: every chip's {} results match the unsplit program's (a gathered \
+         result its runs of it) and its {} states its slice of the unsplit program's, each within {TOLERANCE:e} of its scale max(1, max|ref|)",
         reference.outputs.len(),
         reference.states.len()
     ));
     Ok(Certificate { checks, seed, tolerance, max_abs_err })
+}
+
+/// The structural half of [`certify_tp`], without running a number: structure and resources of
+/// the chip's program, its slices against the unsplit `full` program (weights and states
+/// partitioned or exactly replicated, a gathered output's runs covering its axis), and no
+/// partial sum escaping an all-reduce. Returns the checks that passed.
+pub fn check_tp_structure(
+    program: &SpatialProgram,
+    graph: &Graph,
+    full: &SpatialProgram,
+    chip: &Chip,
+) -> Result<Vec<String>, CertifyFault> {
+    let tp = program.tp.as_ref().ok_or_else(|| CertifyFault::Structure("no tensor-parallel layout".into()))?;
+    let chips = tp.chips as usize;
+    let mut checks = Vec::new();
+    structure::check(program, graph).map_err(CertifyFault::Structure)?;
+    checks.push("structure".to_string());
+    structure::resources(program, chip).map_err(CertifyFault::Resources)?;
+    checks.push("resources".to_string());
+    check_slices(program, full, chips).map_err(CertifyFault::Structure)?;
+    checks.push(format!(
+        "slices: the {} split tensors are partitioned (or exactly replicated, or a gathered result covered in chip order) over {chips} chips, in bounds",
+        tp.splits.len()
+    ));
+    check_partials(program).map_err(CertifyFault::Structure)?;
+    checks.push(format!(
+        "partial sums: every partial sum is all-reduced ({} all-reduce stages) before a nonlinear op, output or state reads it",
+        tp.all_reduce.len()
+    ));
+    Ok(checks)
+}
+
+/// Chip `c`'s part of the unsplit program's result or final state `name`: its ranges when the
+/// value is split, the whole otherwise.
+fn chip_part(
+    name: &str,
+    whole: &crate::graph::Tensor,
+    split: Option<&TpSplit>,
+    c: usize,
+) -> Result<crate::graph::Tensor, CertifyFault> {
+    let Some(s) = split else { return Ok(whole.clone()) };
+    let data = whole.as_f32().ok_or_else(|| CertifyFault::Structure(format!("`{name}` is split but not f32")))?;
+    let (shape, v) = take(whole.shape(), data, s.axis, &s.parts[c]).map_err(CertifyFault::Structure)?;
+    Ok(crate::graph::Tensor::f32(shape, v))
 }
 
 /// Every split is in bounds of the full tensor, gives each chip the declared local extent, and
@@ -131,7 +154,14 @@ fn check_slices(program: &SpatialProgram, full: &SpatialProgram, chips: usize) -
                     return Err(format!("the {} `{}` is split; only weights and states are", t.role.as_str(), t.name));
                 }
                 let local = t.shape.get(split.axis).copied();
-                check_split(split, &whole.shape, local, chips)?;
+                // A weight may cover its axis in overlapping runs when its split axis is never
+                // summed over (`check_partials` refuses a contraction over one).
+                check_split(split, &whole.shape, local, chips).or_else(|partition| match (t.role, local) {
+                    (Role::Weight, Some(local)) => {
+                        check_cover(split, &whole.shape, local, chips).map_err(|_| partition)
+                    }
+                    _ => Err(partition),
+                })?;
                 let mut rest = t.shape.clone();
                 rest[split.axis] = whole.shape[split.axis];
                 if rest != whole.shape {
@@ -145,6 +175,26 @@ fn check_slices(program: &SpatialProgram, full: &SpatialProgram, chips: usize) -
                 ))
             }
             None => {}
+        }
+    }
+    for split in &tp.splits {
+        let Some(t) = program.decl(&split.tensor) else {
+            return Err(format!("`{}` is split but not declared", split.tensor));
+        };
+        if t.role.is_bound() {
+            continue;
+        }
+        // A gathered result: every chip its run of the unsplit program's result, in chip order.
+        if !program.outputs.contains(&t.name) {
+            return Err(format!("the {} `{}` is split; only weights, states and results are", t.role.as_str(), t.name));
+        }
+        let whole = full.decl(&t.name).ok_or_else(|| format!("`{}` is not a result of the unsplit program", t.name))?;
+        let local = t.shape.get(split.axis).copied().unwrap_or(0);
+        check_cover(split, &whole.shape, local, chips)?;
+        let mut rest = t.shape.clone();
+        rest[split.axis] = whole.shape[split.axis];
+        if rest != whole.shape {
+            return Err(format!("`{}` is {:?} on a chip, {:?} whole", t.name, t.shape, whole.shape));
         }
     }
     Ok(())
@@ -168,6 +218,16 @@ enum Class {
 fn check_partials(program: &SpatialProgram) -> Result<(), String> {
     let tp = program.tp.as_ref().ok_or("no tensor-parallel layout")?;
     let split_axis = |n: &str| tp.splits.iter().find(|s| s.tensor == n).map(|s| s.axis);
+    // No two chips hold overlapping ranges of `n` (replicated equal ranges aside, which are
+    // never contracted: kv heads).
+    let disjoint = |n: &str| {
+        tp.splits.iter().find(|s| s.tensor == n).is_none_or(|s| {
+            let mut all: Vec<(usize, usize)> = s.parts.iter().flatten().copied().collect();
+            all.sort_unstable();
+            all.dedup();
+            all.windows(2).all(|w| w[0].1 <= w[1].0)
+        })
+    };
     let mut class: BTreeMap<String, Class> = BTreeMap::new();
     for t in program.tensors.iter().filter(|t| t.role.is_bound()) {
         let c = if split_axis(&t.name).is_some() { Class::Local } else { Class::Replicated };
@@ -187,6 +247,10 @@ fn check_partials(program: &SpatialProgram) -> Result<(), String> {
         let rank = |n: &str| program.decl(n).map_or(0, |d| d.shape.len());
         // A product whose weight is split along its contracted (last) axis sums over a split.
         let contracts_split = |w: &str| split_axis(w).is_some_and(|axis| axis + 1 == rank(w));
+        // Summing over a split counts each value once only when no two chips hold it.
+        if let Some(w) = op.reads().find(|w| contracts_split(w) && !disjoint(w)) {
+            return Err(format!("{at} sums over `{w}`, whose chips' ranges overlap"));
+        }
         let result = match op.op.as_str() {
             "all_reduce" => match args.first().map(|a| a.1) {
                 Some(Class::Partial) => Class::Replicated,
@@ -252,8 +316,11 @@ fn check_partials(program: &SpatialProgram) -> Result<(), String> {
         }
     }
     for out in &program.outputs {
-        if class.get(out).copied() != Some(Class::Replicated) {
-            return Err(format!("output `{out}` is not the same on every chip (not all-reduced)"));
+        match class.get(out).copied() {
+            Some(Class::Replicated) => {}
+            // A gathered result: each chip its own run of it.
+            Some(Class::Local) if split_axis(out).is_some() => {}
+            _ => return Err(format!("output `{out}` is not the same on every chip (not all-reduced) nor gathered")),
         }
     }
     Ok(())

@@ -143,7 +143,8 @@ pub fn bundle_rows(variant: Variant, rows: Rows) -> Bundle {
         shape: vec![CTX, D / 2],
         rope: Some(SharedRope { table, spec: rope.clone() }),
     };
-    let activation = |name: &str, width| ActivationEntry { name: name.into(), shape: vec![rows.n, width] };
+    let activation =
+        |name: &str, width| ActivationEntry { name: name.into(), shape: vec![rows.n, width], slices: Vec::new() };
     let (mode, chunk) = if rows.n == 1 { (CutMode::Decode, None) } else { (CutMode::Prefill, Some(rows.n)) };
     let pos_shape = if rows.per_row_pos { vec![rows.n] } else { vec![] };
     let manifest = Manifest {

@@ -6,7 +6,7 @@ use super::{Bundle, BundleError};
 use crate::manifest::{Attached, Run, Slice, FORMAT, VERSION};
 use crate::manifest::{CertificateEntry, CheckpointKind, CostEntry, CutMode, Manifest, TensorEntry, TensorStorage};
 use crate::program::TpSplit;
-use crate::tensor_parallel::check_split;
+use crate::tensor_parallel::{check_cover, check_split};
 
 /// Every problem of `bundle`, in manifest order.
 pub fn problems(bundle: &Bundle) -> Vec<BundleError> {
@@ -322,8 +322,13 @@ impl Ctx<'_> {
             }
         }
         for state in &self.m.states {
-            if let Some(problem) = slices_problem(&state.slices, &state.shape, chips) {
+            if let Some(problem) = slices_problem(&state.slices, &state.shape, chips, Split::Partition) {
                 self.invalid(format!("states.{}", state.name), problem);
+            }
+        }
+        for activation in &self.m.activations {
+            if let Some(problem) = slices_problem(&activation.slices, &activation.shape, chips, Split::Cover) {
+                self.invalid(format!("activations.{}", activation.name), problem);
             }
         }
         for shared in &self.m.shared {
@@ -363,7 +368,7 @@ fn tensor_problem(entry: &TensorEntry, chips: usize) -> Option<String> {
     if entry.storage == TensorStorage::Q8_0 && entry.shape.last().is_none_or(|d| d % 32 != 0) {
         return Some(format!("shape {:?} cannot be Q8_0: the last dimension is not a multiple of 32", entry.shape));
     }
-    if let Some(problem) = slices_problem(&entry.slices, &entry.shape, chips) {
+    if let Some(problem) = slices_problem(&entry.slices, &entry.shape, chips, Split::PartitionOrCover) {
         return Some(problem);
     }
     if entry.storage == TensorStorage::Q8_0 {
@@ -380,10 +385,22 @@ fn tensor_problem(entry: &TensorEntry, chips: usize) -> Option<String> {
     None
 }
 
-/// What is wrong with the per-chip slices of a tensor or state of `shape`, if anything: one
-/// list per chip, in bounds, along one axis, the same extent on every chip, and together a
-/// partition of the axis (or an exact replication of one, as replicated kv heads are).
-pub(super) fn slices_problem(slices: &[Vec<Slice>], shape: &[usize], chips: usize) -> Option<String> {
+/// What per-chip slices may be.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Split {
+    /// A partition of the axis (or an exact replication of one, as replicated kv heads are).
+    Partition,
+    /// Every chip one run, the runs covering the axis in chip order
+    /// (`tensor_parallel::check_cover`): a gathered result.
+    Cover,
+    /// Either: a weight (a vocabulary-parallel head's rows cover the vocabulary).
+    PartitionOrCover,
+}
+
+/// What is wrong with the per-chip slices of a tensor, state or activation of `shape`, if
+/// anything: one list per chip, in bounds, along one axis, the same extent on every chip, and
+/// together what `kind` allows.
+pub(super) fn slices_problem(slices: &[Vec<Slice>], shape: &[usize], chips: usize, kind: Split) -> Option<String> {
     if slices.is_empty() {
         return None;
     }
@@ -407,7 +424,13 @@ pub(super) fn slices_problem(slices: &[Vec<Slice>], shape: &[usize], chips: usiz
         parts: slices.iter().map(|c| c.iter().map(|s| (s.start, s.start + s.len)).collect()).collect(),
     };
     let local = split.parts[0].iter().map(|(a, b)| b - a).sum();
-    check_split(&split, shape, Some(local), chips).err()
+    let partition = || check_split(&split, shape, Some(local), chips);
+    let cover = || check_cover(&split, shape, local, chips);
+    match kind {
+        Split::Partition => partition().err(),
+        Split::Cover => cover().err(),
+        Split::PartitionOrCover => partition().err().filter(|_| cover().is_err()),
+    }
 }
 
 fn checkpoint_needs(kind: CheckpointKind) -> &'static str {

@@ -44,6 +44,7 @@ impl StreamedModel {
                     let word = match role {
                         AttachedRole::Unsplit => "unsplit",
                         AttachedRole::Reduced => "reduced",
+                        AttachedRole::ReducedUnsplit => "reduced_unsplit",
                     };
                     let file = format!("programs/{}.{word}.rdu", part.name);
                     let blake3 = file_blake3(source.text.as_bytes());
@@ -205,7 +206,7 @@ impl Tables {
                     self.inputs.insert(name.clone(), InputEntry { name, dtype: d.ty.dtype.keyword().into(), shape });
                 }
                 DeclKind::Input => {
-                    self.activations.insert(name.clone(), ActivationEntry { name, shape });
+                    self.activations.insert(name.clone(), ActivationEntry { name, shape, slices: Vec::new() });
                 }
                 DeclKind::State => {
                     let dtype = if d.ty.dtype == DType::Bf16 { StateDtype::Bf16 } else { StateDtype::F32 };
@@ -226,8 +227,12 @@ impl Tables {
             let width = if out.text == "logits" { spec.vocab } else { spec.d_model };
             // A prefill head computes the logits of the chunk's last row only.
             let rows = if out.text == "logits" && matches!(model.cut, Cut::Prefill { .. }) { 1 } else { rows };
-            self.activations
-                .insert(out.text.clone(), ActivationEntry { name: out.text.clone(), shape: vec![rows, width] });
+            // A gathered result (a vocabulary-parallel head's logits): every chip's ranges.
+            let (shape, slices) = match source.slices.get(&out.text) {
+                Some(s) => whole(&[rows, width], s),
+                None => (vec![rows, width], Vec::new()),
+            };
+            self.activations.insert(out.text.clone(), ActivationEntry { name: out.text.clone(), shape, slices });
         }
         Ok(())
     }

@@ -346,7 +346,7 @@ pub(super) fn needs_whole_chip(first: &Result<ProgramPart, StreamedReject>, shar
 pub const HEAD_INPUT: &str = "xl";
 
 /// `source` with the name `from` renamed `to` (comments kept).
-fn rename_source(source: &Source, from: &str, to: &str) -> Result<Source, StreamedReject> {
+pub(super) fn rename_source(source: &Source, from: &str, to: &str) -> Result<Source, StreamedReject> {
     let mut program = parse(&source.text)
         .map_err(|d| StreamedReject::Front { program: "head".to_string(), refusal: Refusal { diagnostics: d } })?;
     program.rename(&|n| if n == from { to.to_string() } else { n.to_string() });
@@ -380,7 +380,7 @@ pub(super) fn canonical(rep: &Source, layer: usize, kind: &str, cut: Cut) -> Res
 
 /// The embedding or head source certification runs: the real one, or — for a vocabulary
 /// larger than `CERTIFY_VOCAB_ROWS` — the same program over the first rows of the table.
-fn certify_source(spec: &ModelSpec, cut: Cut, storage: &Storage, embed: bool) -> Source {
+pub(super) fn certify_source(spec: &ModelSpec, cut: Cut, storage: &Storage, embed: bool) -> Source {
     let mut small = spec.clone();
     small.vocab = spec.vocab.min(CERTIFY_VOCAB_ROWS);
     if embed {

@@ -12,14 +12,12 @@
 //! `StreamedModel::bundle` refuses it.
 
 use super::deploy::{
-    bind_layers, canonical, embed_part, estimate_certificate, finish, head_part, lower_part, needs_whole_chip, Check,
-    LayerKind, LowerOptions, ProgramPart, Progress, StreamedModel, StreamedReject, ESTIMATE_ONLY,
+    bind_layers, canonical, embed_part, head_part, lower_part, needs_whole_chip, Check, LayerKind, LowerOptions,
+    ProgramPart, Progress, StreamedModel, StreamedReject, ESTIMATE_ONLY,
 };
 use super::kinds::{kinds_of_sources, Storage};
 use crate::fit::admits_tp;
-use crate::front::{lift, Refusal};
-use crate::lang::{parse, Source};
-use crate::lower::{lower_split, Split};
+use crate::lang::Source;
 use crate::model::author::source_of;
 use crate::model::spec::{Cut, ModelSpec};
 use rdu_spatial::chip::Chip;
@@ -61,11 +59,7 @@ impl Estimator {
     /// tensor-parallel cut's replicated spine is its decode (or batched) counterpart's, as
     /// `lower_tp_decode_streamed` lowers it.
     pub fn spine_cut(cut: Cut) -> Cut {
-        match cut {
-            Cut::Tp { ctx, .. } => Cut::Decode { ctx },
-            Cut::BatchedTp { batch, ctx, .. } => Cut::Batched { batch, ctx },
-            other => other,
-        }
+        super::tp::unsplit_cut(cut)
     }
 
     /// The embedding and head `cut` runs, lowered and checked for structure and resources.
@@ -108,22 +102,25 @@ impl Estimator {
         let mut layers = vec![None; spec.n_layers()];
         for (i, group) in groups.iter().enumerate() {
             progress(Progress::Program { index: i, total: groups.len(), name: &group.name });
-            let rep = group.representative();
-            let canon = canonical(&layer_sources[rep], rep, &group.name, cut)?;
-            // As the lowering does: the kinds share the chip so that they stay resident
-            // together; a kind that does not fit its share in one section takes the whole chip.
-            let share = super::schedule::kind_chip(chip, cut, groups.len());
+            let canon = canonical(&layer_sources[group.representative()], group.representative(), &group.name, cut)?;
             let part = if tp {
-                let lower = |on: &Chip, progress: &mut dyn FnMut(Progress<'_>)| {
-                    tp_kind(&group.name, &canon, cut.tp(), on, seed, progress)
-                };
-                let first = lower(&share, progress);
-                if needs_whole_chip(&first, &share, chip) {
-                    lower(chip, progress)?
-                } else {
-                    first?
-                }
+                // The lowering's own code, its numbers unchecked.
+                super::tp::tp_kind(
+                    spec,
+                    cut,
+                    storage,
+                    group,
+                    &canon,
+                    groups.len(),
+                    chip,
+                    seed,
+                    Check::Structure,
+                    progress,
+                )?
             } else {
+                // As the lowering does: the kinds share the chip so that they stay resident
+                // together; a kind that does not fit its share in one section takes the whole chip.
+                let share = super::schedule::kind_chip(chip, cut, groups.len());
                 let lower = |on: &Chip, progress: &mut dyn FnMut(Progress<'_>)| {
                     lower_part(&group.name, &canon, None, true, on, seed, Check::Structure, progress)
                 };
@@ -138,6 +135,12 @@ impl Estimator {
             kinds.push(LayerKind { program: part, layers: group.layers.clone() });
         }
         let layers = layers.into_iter().map(|b| b.expect("every layer belongs to a kind")).collect();
+        // A tensor-parallel cut's head is vocabulary-parallel, its own for each width.
+        let head = if tp {
+            super::tp::tp_head(spec, cut, storage, chip, seed, Check::Structure, progress)?
+        } else {
+            spine.head.clone()
+        };
         Ok(StreamedModel {
             spec: spec.clone(),
             cut,
@@ -145,39 +148,12 @@ impl Estimator {
             storage: storage.clone(),
             embed: spine.embed.clone(),
             kinds,
-            head: spine.head.clone(),
+            head,
             layers,
             layer_sources,
             lowering_seconds: started.elapsed().as_secs_f64(),
         })
     }
-}
-
-/// One tensor-parallel kind program (`source`, one chip's share) lowered over `tp` chips as
-/// `lower_tp_decode_streamed` lowers it — weight-streaming stages marked for kernel looping —
-/// with its structure and resources checked. Not checked here, besides the numbers: that the
-/// slices partition each split tensor and that every partial sum is all-reduced (checks of
-/// `certify_tp` that need the unsplit program); the split is the author's, as in the lowering.
-fn tp_kind(
-    name: &str,
-    source: &Source,
-    tp: usize,
-    chip: &Chip,
-    seed: u64,
-    progress: &mut dyn FnMut(Progress<'_>),
-) -> Result<ProgramPart, StreamedReject> {
-    let program = parse(&source.text)
-        .map_err(|d| StreamedReject::Front { program: name.to_string(), refusal: Refusal { diagnostics: d } })?;
-    let graph = lift(&program).map_err(|refusal| StreamedReject::Front { program: name.to_string(), refusal })?;
-    let split = Split { chips: tp, slices: &source.slices };
-    let mut spatial = lower_split(name, &program, &graph, &source.q8, split, chip, &mut |pass, p| {
-        progress(Progress::Pass { program: name, pass, spatial: p })
-    });
-    super::schedule::mark_prefetch(&mut spatial);
-    crate::certify::check_structure(&spatial, &graph, chip)
-        .map_err(|fault| StreamedReject::Certification { program: name.to_string(), fault })?;
-    let certificate = estimate_certificate(vec!["structure".into(), "resources".into()], seed);
-    finish(name, source, spatial, certificate, Vec::new(), chip)
 }
 
 /// The one-line refusal of a cut whose sizes cannot make a step (as the lowering refuses it).

@@ -15,6 +15,7 @@ mod mla;
 mod split;
 mod writer;
 
+pub use split::{cover, covers};
 pub use writer::Q8_BLOCK;
 
 use crate::lang::Source;
@@ -93,8 +94,18 @@ pub fn embed_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
 
 /// The head program of `cut`: the last layer's output in, logits `[rows, vocab]` out (a
 /// prefill chunk's head reads its last row only: logits `[1, vocab]`).
+///
+/// For a tensor-parallel cut the head is VOCABULARY-PARALLEL: each chip holds its run of the
+/// output projection's rows (`split::cover` of the vocabulary; `Source::slices`) and computes
+/// that run of the logits, which the host joins in chip order (the logits' slices record the
+/// runs). The vocabulary must leave every chip a run (`split::covers`).
 pub fn head_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
+    let tensor_parallel = matches!(cut, Cut::Tp { .. } | Cut::BatchedTp { .. });
     let mut w = Writer::new(None, storage);
+    if tensor_parallel {
+        w = w.tensor_parallel(cut.tp());
+    }
+    let vocab = split::cover(spec.vocab, cut.tp());
     let n = rows(cut);
     let d = spec.d_model;
     let input = hidden_name_for(cut, spec.n_layers());
@@ -111,8 +122,9 @@ pub fn head_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
         _ => input,
     };
     w.bind_exact("hn", "rms_norm", &[&last, &nf], &attrs);
-    let out = w.projection(if spec.head.tied { "E" } else { "Wout" }, &[spec.vocab, d]);
+    let out = w.projection_parts(if spec.head.tied { "E" } else { "Wout" }, &[spec.vocab, d], 0, &vocab);
     w.bind_exact("logits", "linear", &["hn", &out], &[]);
+    w.gathered("logits", 1, &vocab);
     w.output("logits");
     w.finish(&format!("{} head of {}", cut_word(cut), spec.name))
 }

@@ -55,9 +55,40 @@ pub(crate) fn parts(tp: usize, runs: &[Run]) -> Vec<Vec<(usize, usize)>> {
         .collect()
 }
 
+/// Every chip's one range of an axis of `n` values that a tensor-parallel program gathers
+/// rather than sums (the vocabulary of a vocabulary-parallel head): runs of `ceil(n / tp)`
+/// values, chip `c`'s starting at `c·(n − run) / (tp − 1)`, so the runs cover `0..n` in chip
+/// order — a partition into equal runs when `tp` divides `n`, overlapping runs otherwise
+/// (the join takes each value from the first chip that holds it).
+///
+/// `n` must leave every chip a run starting after the one before: `n − ceil(n/tp) ≥ tp − 1`
+/// ([`covers`]).
+pub fn cover(n: usize, tp: usize) -> Vec<Vec<(usize, usize)>> {
+    let run = n.div_ceil(tp.max(1));
+    (0..tp)
+        .map(|c| {
+            let start = if tp > 1 { c * (n - run) / (tp - 1) } else { 0 };
+            vec![(start, start + run)]
+        })
+        .collect()
+}
+
+/// Whether [`cover`] can split `n` values over `tp` chips (each chip's run starting after the one before).
+pub fn covers(n: usize, tp: usize) -> bool {
+    tp <= 1 || n - n.div_ceil(tp) >= tp - 1
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn covers_partition_evenly_and_overlap_otherwise() {
+        assert_eq!(cover(12, 4), vec![vec![(0, 3)], vec![(3, 6)], vec![(6, 9)], vec![(9, 12)]]);
+        assert_eq!(cover(10, 4), vec![vec![(0, 3)], vec![(2, 5)], vec![(4, 7)], vec![(7, 10)]]);
+        assert_eq!(cover(5, 1), vec![vec![(0, 5)]]);
+        assert!(covers(10, 4) && covers(4, 4) && !covers(3, 4));
+    }
 
     #[test]
     fn heads_split_evenly_and_kv_heads_replicate() {

@@ -160,6 +160,33 @@ impl<'a> Writer<'a> {
         name
     }
 
+    /// A projection of a tensor-parallel program split along `axis` into every chip's one
+    /// range `parts[c]` (a cover of the axis, `split::cover`); one chip: the whole projection.
+    pub fn projection_parts(
+        &mut self,
+        base: &str,
+        full: &[usize],
+        axis: usize,
+        parts: &[Vec<(usize, usize)>],
+    ) -> String {
+        let name = self.name(base);
+        let mut shape = full.to_vec();
+        if self.tp.is_some() {
+            shape[axis] = parts.first().map_or(0, |p| p.iter().map(|(s, e)| e - s).sum());
+            self.slices.insert(name.clone(), Slices { axis, parts: parts.to_vec() });
+        }
+        self.declare_projection(&name, &shape);
+        name
+    }
+
+    /// Records that the result `name` of a tensor-parallel program is GATHERED: chip `c`
+    /// computes the ranges `parts[c]` of `axis` of the whole result (nothing on one chip).
+    pub fn gathered(&mut self, name: &str, axis: usize, parts: &[Vec<(usize, usize)>]) {
+        if self.tp.is_some() {
+            self.slices.insert(name.to_string(), Slices { axis, parts: parts.to_vec() });
+        }
+    }
+
     /// A state split over the chips of a tensor-parallel program along `axis` by `runs`.
     pub fn state_split(&mut self, base: &str, full: &[usize], axis: usize, runs: &[Run]) -> String {
         let name = self.name(base);

@@ -77,7 +77,11 @@ pub fn sample() -> Bundle {
         }],
         activations: ["x", "xo0", "xo1", "xo2", "logits"]
             .iter()
-            .map(|n| ActivationEntry { name: n.to_string(), shape: vec![1, if *n == "logits" { 100 } else { 64 }] })
+            .map(|n| ActivationEntry {
+                name: n.to_string(),
+                shape: vec![1, if *n == "logits" { 100 } else { 64 }],
+                slices: Vec::new(),
+            })
             .collect(),
     };
     let mut files = BTreeMap::new();

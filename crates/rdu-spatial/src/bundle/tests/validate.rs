@@ -99,7 +99,11 @@ fn a_kind_whose_layer_list_disagrees_with_the_layers_is_rejected() {
 fn a_name_defined_twice_is_rejected() {
     let err = problem(|b| {
         let entry = b.manifest.states[0].clone();
-        b.manifest.activations.push(crate::manifest::ActivationEntry { name: entry.name, shape: entry.shape });
+        b.manifest.activations.push(crate::manifest::ActivationEntry {
+            name: entry.name,
+            shape: entry.shape,
+            slices: Vec::new(),
+        });
     });
     assert!(err.to_string().contains("`Kc0` is already defined in states"), "{err}");
     let err = problem(|b| b.manifest.programs.kinds[1].declared.push("an1".into()));
