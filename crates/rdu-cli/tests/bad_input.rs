@@ -345,6 +345,16 @@ fn a_context_too_large_for_the_chip_names_the_ctx_and_the_largest_that_fits() {
     }
     let line = user_error(&["lower", "tiny-llama", "--ctx", "3371750"]);
     assert!(line.contains("ctx 3371750 is too large") && line.contains("--ctx 3371749 or less"), "{line}");
+    // Over two chips each holds half the caches' heads, so its own, larger, limit.
+    let line = user_error(&["lower", "tiny-llama", "--ctx", "10000000", "--cut", "tp", "--tp", "2"]);
+    assert!(line.contains("ctx 10000000 is too large for the sn50"), "{line}");
+    let limit: usize = line
+        .rsplit("--ctx ")
+        .next()
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no limit in {line}"));
+    assert!(limit > 3371749 && limit < 10000000, "{line}");
 }
 
 #[test]

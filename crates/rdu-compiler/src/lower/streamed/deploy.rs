@@ -265,7 +265,7 @@ pub(super) fn head_part(
 /// the cut's context: the refusal says so in a user's words — the ctx, the chip, and the
 /// largest ctx at which the kind fits (found by lowering the kind again, without numbers, at
 /// smaller contexts). Any other refusal is returned as it is.
-fn context_too_large(
+pub(super) fn context_too_large(
     e: StreamedReject,
     spec: &ModelSpec,
     layer: usize,

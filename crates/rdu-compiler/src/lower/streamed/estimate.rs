@@ -1,7 +1,8 @@
 //! [`estimate_streamed`]: a model lowered exactly as its bundle would be, for its estimate
 //! only — every program's structure and resources checked, its numbers not — and
 //! [`Estimator`], which lowers several cuts of one model sharing what they share (the
-//! embedding and the head: a tensor-parallel cut runs its one-chip counterpart's), for
+//! embedding, which a tensor-parallel cut replicates from its one-chip counterpart, and the
+//! one-chip head; a tensor-parallel head is vocabulary-parallel, its own at each width), for
 //! `rdu plan`.
 //!
 //! The programs, kinds, placements and costs are the ones `lower_*_streamed` produce for the
@@ -33,8 +34,9 @@ pub fn estimate_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> 
 }
 
 /// Lowers cuts of one model for their estimates ([`estimate_streamed`]); the embedding and the
-/// head, which depend on the one-chip counterpart of a cut only ([`Estimator::spine_cut`]), are
-/// lowered once by [`Estimator::spine`] and shared by every cut that runs them.
+/// one-chip head, which depend on the one-chip counterpart of a cut only
+/// ([`Estimator::spine_cut`]), are lowered once by [`Estimator::spine`] and shared by every cut
+/// that runs them (a tensor-parallel cut lowers its own split head).
 pub struct Estimator {
     spec: ModelSpec,
     chip: Chip,
@@ -56,8 +58,8 @@ impl Estimator {
     }
 
     /// The cut whose embedding and head `cut` runs: `cut` itself on one chip; a
-    /// tensor-parallel cut's replicated spine is its decode (or batched) counterpart's, as
-    /// `lower_tp_decode_streamed` lowers it.
+    /// tensor-parallel cut's replicated embedding is its decode (or batched) counterpart's, as
+    /// `lower_tp_decode_streamed` lowers it (its head is split over the chips instead).
     pub fn spine_cut(cut: Cut) -> Cut {
         super::tp::unsplit_cut(cut)
     }

@@ -8,9 +8,9 @@
 //! results against the unsplit program's.
 
 use super::deploy::{
-    bind_layers, canonical, certify_source, estimate_certificate, finish, lower_embed, needs_whole_chip, rename_source,
-    Check, LayerKind, LowerOptions, ProgramPart, Progress, StreamedModel, StreamedReject, CERTIFY_VOCAB_ROWS,
-    HEAD_INPUT,
+    bind_layers, canonical, certify_source, context_too_large, estimate_certificate, finish, lower_embed,
+    needs_whole_chip, rename_source, Check, LayerKind, LowerOptions, ProgramPart, Progress, StreamedModel,
+    StreamedReject, CERTIFY_VOCAB_ROWS, HEAD_INPUT,
 };
 use super::kinds::{kinds_of_sources, KindGroup, Storage};
 use crate::certify::{certify_tp, check_tp_structure};
@@ -84,7 +84,8 @@ fn lower_tp_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Resu
     for (i, group) in groups.iter().enumerate() {
         progress(Progress::Program { index: i + 1, total, name: &group.name });
         let canon = canonical(&layer_sources[group.representative()], group.representative(), &group.name, cut)?;
-        let part = tp_kind(spec, cut, &storage, group, &canon, groups.len(), &chip, seed, Check::Numbers, progress)?;
+        let part = tp_kind(spec, cut, &storage, group, &canon, groups.len(), &chip, seed, Check::Numbers, progress)
+            .map_err(|e| context_too_large(e, spec, group.representative(), cut, &storage, &chip))?;
         bind_layers(&part, &canon, &group.name, &group.layers, &layer_sources, &mut layers)?;
         kinds.push(LayerKind { program: part, layers: group.layers.clone() });
     }
