@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The issue-11 goals table: each deployment's share of the MODEL's roofline
+# (`model_roofline_fraction`: the model's floor bytes over chips × HBM bandwidth, divided by the
+# estimated step) and tokens/s, from `rdu plan --json` — whose cells are exactly `rdu lower`'s
+# estimates for the same cut (crates/rdu-cli/tests/plan.rs holds them equal) — plus the Q8_0 /
+# bf16 decode ratio on one chip. Not part of CI. A few seconds a model.
+# Usage: bash bench/roofline.sh     RDU=path/to/rdu to use a given binary (default: the release
+# build, built first).
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+if [ -z "${RDU:-}" ]; then
+  cargo build --release -q -p rdu-cli --manifest-path "$repo/Cargo.toml"
+  RDU="$repo/target/release/rdu"
+fi
+plans=$(mktemp -d)
+trap 'rm -rf "$plans"' EXIT
+"$RDU" plan llama-3.1-8b --json >"$plans/llama.json"
+"$RDU" plan llama-3.1-8b --storage dense --json >"$plans/llama-dense.json"
+"$RDU" plan llama-3.1-8b --chip sn40l --storage dense --json >"$plans/llama-sn40l.json"
+"$RDU" plan qwen3-next-80b-a3b --json >"$plans/qwen3-next.json"
+"$RDU" plan gemma-3-27b-it --json >"$plans/gemma.json"
+"$RDU" plan deepseek-v2 --json >"$plans/deepseek.json"
+python3 - "$plans" <<'EOF'
+import json, os, sys
+d = sys.argv[1]
+def cell(name, tp, batch):
+    rows = json.load(open(os.path.join(d, name + ".json")))["rows"]
+    return next(r for r in rows if r["tp"] == tp and r["batch"] == batch)
+goals = [
+    ("llama-3.1-8b, decode, 1 chip", "llama", 1, 1, 0.85, None),
+    ("llama-3.1-8b, tp 8", "llama", 8, 1, 0.80, None),
+    ("llama-3.1-8b, batched, batch 8", "llama", 1, 8, 0.75, None),
+    ("llama-3.1-8b, SN40L, bf16, tp 16", "llama-sn40l", 16, 1, 0.75, 1042),
+    ("qwen3-next-80b-a3b, tp 8", "qwen3-next", 8, 1, 0.70, None),
+    ("gemma-3-27b-it, tp 8", "gemma", 8, 1, 0.80, None),
+    ("deepseek-v2, tp 8", "deepseek", 8, 1, 0.75, None),
+]
+print("| deployment (SN50, Q8_0, ctx 4096 unless said) | model roofline fraction | tokens/s a sequence | goal | met |")
+print("|---|---|---|---|---|")
+for label, name, tp, batch, goal, toks in goals:
+    c = cell(name, tp, batch)
+    f, t = c["model_roofline_fraction"], c["tokens_per_second_per_sequence"]
+    met = f >= goal and (toks is None or t > toks)
+    want = f"≥ {goal:.2f}" + (f" and > {toks:,} tok/s" if toks else "")
+    print(f"| {label} | {f:.2f} | {t:,.0f} | {want} | {'yes' if met else 'no'} |")
+q8 = cell("llama", 1, 1)["tokens_per_second_per_sequence"]
+bf16 = cell("llama-dense", 1, 1)["tokens_per_second_per_sequence"]
+print(f"\nQ8_0 over bf16 decode speed, llama-3.1-8b on one chip: {q8 / bf16:.2f}× (goal ≥ 1.8×).")
+EOF
