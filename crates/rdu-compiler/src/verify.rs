@@ -275,8 +275,10 @@ fn verify_program(
     if certificate.seed != seed {
         return Err(fault(name, "numbers", "ran with another seed than the certificate's"));
     }
-    // A check's name is the first word of its note (`slices: ...`, `partial sums: ...`).
+    // A check's name is the first word of its note (`slices: ...`, `partial sums: ...`); the
+    // full-size check after numbers on reduced rows is named as such, not "structure" again.
     checks.extend(certificate.checks.iter().map(|c| match c.split([' ', ':']).next().unwrap_or(c) {
+        _ if c.ends_with("at full size") => "full-size structure".to_string(),
         "partial" => "partial sums".to_string(),
         word => word.to_string(),
     }));
