@@ -164,28 +164,22 @@ pub(super) fn lower_streamed(
     let total = groups.len() + 2;
 
     progress(Progress::Program { index: 0, total, name: "embed" });
-    let embed = lower_embed(spec, cut, &storage, &chip, seed, progress)?;
+    let embed = embed_part(spec, cut, &storage, &chip, seed, Check::Numbers, progress)?;
     let mut kinds = Vec::new();
     let mut layers = vec![None; spec.n_layers()];
     for (i, group) in groups.iter().enumerate() {
         progress(Progress::Program { index: i + 1, total, name: &group.name });
         let canon = canonical(&layer_sources[group.representative()], group.representative(), &group.name, cut)?;
         let rep = &canon;
-        // Kinds share the chip so that they stay resident together; a kind that does not fit
-        // its share in one section takes the whole chip.
-        let share = super::schedule::kind_chip(&chip, cut, groups.len());
-        let first = lower_part(&group.name, rep, None, true, &share, seed, Check::Numbers, progress);
-        let part = if needs_whole_chip(&first, &share, &chip) {
-            lower_part(&group.name, rep, None, true, &chip, seed, Check::Numbers, progress)
-        } else {
-            first
-        };
-        let part = part.map_err(|e| context_too_large(e, spec, group.representative(), cut, &storage, &chip))?;
+        let part = lower_resident(&chip, cut, groups.len(), |on| {
+            lower_part(&group.name, rep, None, true, on, seed, Check::Numbers, progress)
+        })
+        .map_err(|e| context_too_large(e, spec, group.representative(), cut, &storage, &chip))?;
         bind_layers(&part, rep, &group.name, &group.layers, &layer_sources, &mut layers)?;
         kinds.push(LayerKind { program: part, layers: group.layers.clone() });
     }
     progress(Progress::Program { index: total - 1, total, name: "head" });
-    let head = lower_head(spec, cut, &storage, &chip, seed, progress)?;
+    let head = head_part(spec, cut, &storage, &chip, seed, Check::Numbers, progress)?;
     let layers = layers.into_iter().map(|b| b.expect("every layer belongs to a kind")).collect();
     Ok(StreamedModel {
         spec: spec.clone(),
@@ -202,19 +196,7 @@ pub(super) fn lower_streamed(
 }
 
 /// The embedding program of `cut`, lowered and certified (numbers on the first
-/// `CERTIFY_VOCAB_ROWS` rows of a larger table).
-pub(super) fn lower_embed(
-    spec: &ModelSpec,
-    cut: Cut,
-    storage: &Storage,
-    chip: &Chip,
-    seed: u64,
-    progress: &mut dyn FnMut(Progress<'_>),
-) -> Result<ProgramPart, StreamedReject> {
-    embed_part(spec, cut, storage, chip, seed, Check::Numbers, progress)
-}
-
-/// [`lower_embed`], checked as `check` says.
+/// `CERTIFY_VOCAB_ROWS` rows of a larger table), or only checked, as `check` says.
 pub(super) fn embed_part(
     spec: &ModelSpec,
     cut: Cut,
@@ -229,20 +211,9 @@ pub(super) fn embed_part(
     lower_part("embed", &source, checked.as_ref(), false, chip, seed, check, progress)
 }
 
-/// The head program of `cut`, lowered and certified. It reads the last layer's output under a
-/// name that does not depend on depth (`HEAD_INPUT`), bound to it by the manifest.
-pub(super) fn lower_head(
-    spec: &ModelSpec,
-    cut: Cut,
-    storage: &Storage,
-    chip: &Chip,
-    seed: u64,
-    progress: &mut dyn FnMut(Progress<'_>),
-) -> Result<ProgramPart, StreamedReject> {
-    head_part(spec, cut, storage, chip, seed, Check::Numbers, progress)
-}
-
-/// [`lower_head`], checked as `check` says.
+/// The head program of `cut`, lowered and certified (or only checked, as `check` says). It
+/// reads the last layer's output under a name that does not depend on depth (`HEAD_INPUT`),
+/// bound to it by the manifest.
 pub(super) fn head_part(
     spec: &ModelSpec,
     cut: Cut,
@@ -333,7 +304,25 @@ pub(super) fn bind_layers(
 
 /// Whether a kind lowered on its share of the chip must take the whole chip instead: it needs
 /// more than one section there, or more units than its share has.
-pub(super) fn needs_whole_chip(first: &Result<ProgramPart, StreamedReject>, share: &Chip, chip: &Chip) -> bool {
+/// A kind lowered by `lower` on its share of the chip — kinds share it so that they stay
+/// resident together (`schedule::kind_chip`, `n_kinds` of them) — or on the whole chip when it
+/// does not fit its share in one section.
+pub(super) fn lower_resident(
+    chip: &Chip,
+    cut: Cut,
+    n_kinds: usize,
+    mut lower: impl FnMut(&Chip) -> Result<ProgramPart, StreamedReject>,
+) -> Result<ProgramPart, StreamedReject> {
+    let share = super::schedule::kind_chip(chip, cut, n_kinds);
+    let first = lower(&share);
+    if needs_whole_chip(&first, &share, chip) {
+        lower(chip)
+    } else {
+        first
+    }
+}
+
+fn needs_whole_chip(first: &Result<ProgramPart, StreamedReject>, share: &Chip, chip: &Chip) -> bool {
     share.pcus != chip.pcus
         && match first {
             Ok(p) => p.cost.sections.len() > 1,

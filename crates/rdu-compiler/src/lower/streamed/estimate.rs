@@ -13,7 +13,7 @@
 //! `StreamedModel::bundle` refuses it.
 
 use super::deploy::{
-    bind_layers, canonical, embed_part, head_part, lower_part, needs_whole_chip, Check, LayerKind, LowerOptions,
+    bind_layers, canonical, embed_part, head_part, lower_part, lower_resident, Check, LayerKind, LowerOptions,
     ProgramPart, Progress, StreamedModel, StreamedReject, ESTIMATE_ONLY,
 };
 use super::kinds::{kinds_of_sources, Storage};
@@ -122,16 +122,9 @@ impl Estimator {
             } else {
                 // As the lowering does: the kinds share the chip so that they stay resident
                 // together; a kind that does not fit its share in one section takes the whole chip.
-                let share = super::schedule::kind_chip(chip, cut, groups.len());
-                let lower = |on: &Chip, progress: &mut dyn FnMut(Progress<'_>)| {
+                lower_resident(chip, cut, groups.len(), |on| {
                     lower_part(&group.name, &canon, None, true, on, seed, Check::Structure, progress)
-                };
-                let first = lower(&share, progress);
-                if needs_whole_chip(&first, &share, chip) {
-                    lower(chip, progress)?
-                } else {
-                    first?
-                }
+                })?
             };
             bind_layers(&part, &canon, &group.name, &group.layers, &layer_sources, &mut layers)?;
             kinds.push(LayerKind { program: part, layers: group.layers.clone() });

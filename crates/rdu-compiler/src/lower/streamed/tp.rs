@@ -8,8 +8,8 @@
 //! results against the unsplit program's.
 
 use super::deploy::{
-    bind_layers, canonical, certify_source, context_too_large, estimate_certificate, finish, lower_embed,
-    needs_whole_chip, rename_source, Check, LayerKind, LowerOptions, ProgramPart, Progress, StreamedModel,
+    bind_layers, canonical, certify_source, context_too_large, embed_part, estimate_certificate, finish,
+    lower_resident, rename_source, Check, LayerKind, LowerOptions, ProgramPart, Progress, StreamedModel,
     StreamedReject, CERTIFY_VOCAB_ROWS, HEAD_INPUT,
 };
 use super::kinds::{kinds_of_sources, KindGroup, Storage};
@@ -78,7 +78,7 @@ fn lower_tp_streamed(spec: &ModelSpec, cut: Cut, opts: LowerOptions<'_>) -> Resu
     let total = groups.len() + 2;
 
     progress(Progress::Program { index: 0, total, name: "embed" });
-    let embed = lower_embed(spec, decode, &storage, &chip, seed, progress)?;
+    let embed = embed_part(spec, decode, &storage, &chip, seed, Check::Numbers, progress)?;
     let mut kinds = Vec::new();
     let mut layers = vec![None; spec.n_layers()];
     for (i, group) in groups.iter().enumerate() {
@@ -143,15 +143,10 @@ pub(super) fn tp_kind(
         }
         Check::Structure => None,
     };
-    let share = super::schedule::kind_chip(chip, cut, n_kinds);
     let against = whole.as_ref().map(|w| Against { whole: w, reduced: None });
-    let mut lower_on = |on: &Chip| lower_tp_part(&group.name, canon, against, true, cut.tp(), on, seed, progress);
-    let first = lower_on(&share);
-    if needs_whole_chip(&first, &share, chip) {
-        lower_on(chip)
-    } else {
-        first
-    }
+    lower_resident(chip, cut, n_kinds, |on| {
+        lower_tp_part(&group.name, canon, against, true, cut.tp(), on, seed, progress)
+    })
 }
 
 /// The vocabulary-parallel head of a tensor-parallel `cut` over its chips, checked as `check`
