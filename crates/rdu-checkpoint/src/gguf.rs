@@ -5,7 +5,7 @@ use crate::error::{CheckpointError, Result};
 use crate::ggml::{self, GgmlType};
 use crate::gguf_parse::Header;
 use crate::gguf_value::GgufValue;
-use crate::q8::{Q8Block, Q8Tensor};
+use crate::q8::{Q8Block, Q8Weight};
 use std::path::Path;
 
 /// Longest tensor name accepted (64 KiB).
@@ -150,7 +150,7 @@ impl Gguf {
     }
 
     /// A Q8_0 tensor kept as blocks; any other type is an error.
-    pub fn read_q8_0(&self, name: &str) -> Result<Q8Tensor> {
+    pub fn read_q8_0(&self, name: &str) -> Result<Q8Weight> {
         let tensor = self.find(name)?;
         if tensor.ggml_type != GgmlType::Q8_0 {
             return Err(CheckpointError::NotQ8_0 {
@@ -161,7 +161,7 @@ impl Gguf {
         }
         let block_bytes = GgmlType::Q8_0.type_size() as usize;
         let bytes = self.tensor_bytes(name)?;
-        Ok(Q8Tensor {
+        Ok(Q8Weight {
             shape: tensor.shape.clone(),
             blocks: bytes.chunks_exact(block_bytes).map(Q8Block::from_bytes).collect(),
         })

@@ -18,7 +18,7 @@ pub use crate::gguf::{Gguf, GgufTensor, DEFAULT_ALIGNMENT, MAX_DIMS, MAX_TENSOR_
 pub use crate::gguf_value::{
     GgufValue, GgufValueType, MAX_ARRAY_LEN, MAX_NESTING, MAX_STRING_LEN, MAX_TOTAL_ARRAY_ELEMENTS,
 };
-pub use crate::q8::{quantize_q8_0, Q8Block, Q8Tensor, Q8_BLOCK};
+pub use crate::q8::{quantize_q8_0, Q8Block, Q8Weight, QK8_0};
 pub use crate::safetensors::{Dtype, SafeTensors};
 pub mod seeded;
 pub use seeded::{seeded_weight, uniform_at};
