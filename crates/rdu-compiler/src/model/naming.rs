@@ -1,7 +1,7 @@
 //! Checkpoint naming: which checkpoint tensor(s) fill each weight a program declares, for
 //! every family — in one place.
 
-use crate::model::spec::{Dialect, Family, Ffn, Mixer, ModelSpec};
+use crate::model::spec::{Dialect, Family, Ffn, Layer, Mixer, ModelSpec};
 
 /// Where a program weight's values come from in the checkpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,19 +35,29 @@ pub fn checkpoint_source(spec: &ModelSpec, name: &str) -> Option<TensorSource> {
     let layer: usize = name[base.len()..].parse().ok()?;
     let spec_layer = spec.layers.get(layer)?;
     let at = |rest: &str| format!("{prefix}layers.{layer}.{rest}");
-    let gemma_norms = spec_layer.norms.post_attn;
-    let norm = match base {
+    let rest = hf_norm(spec_layer, base).or_else(|| hf_mixer(&spec_layer.mixer, base));
+    match rest {
+        Some(rest) => one(at(rest)),
+        None => hf_ffn(spec, &spec_layer.ffn, base, &at),
+    }
+}
+
+/// A layer's norm weight under its HF name (Gemma's four norms, or the usual two).
+fn hf_norm(layer: &Layer, base: &str) -> Option<&'static str> {
+    let gemma_norms = layer.norms.post_attn;
+    match base {
         "an" => Some("input_layernorm.weight"),
         "pan" if gemma_norms => Some("post_attention_layernorm.weight"),
         "fn" if gemma_norms => Some("pre_feedforward_layernorm.weight"),
         "fn" => Some("post_attention_layernorm.weight"),
-        "pfn" if spec_layer.norms.post_ffn => Some("post_feedforward_layernorm.weight"),
+        "pfn" if layer.norms.post_ffn => Some("post_feedforward_layernorm.weight"),
         _ => None,
-    };
-    if let Some(n) = norm {
-        return one(at(n));
     }
-    let mixer = match &spec_layer.mixer {
+}
+
+/// A mixer weight under its HF name, relative to the layer.
+fn hf_mixer(mixer: &Mixer, base: &str) -> Option<&'static str> {
+    match mixer {
         Mixer::Attention { .. } => match base {
             "Wq" => Some("self_attn.q_proj.weight"),
             "Wk" => Some("self_attn.k_proj.weight"),
@@ -85,11 +95,14 @@ pub fn checkpoint_source(spec: &ModelSpec, name: &str) -> Option<TensorSource> {
             "Wo" => Some("linear_attn.out_proj.weight"),
             _ => None,
         },
-    };
-    if let Some(m) = mixer {
-        return one(at(m));
     }
-    match &spec_layer.ffn {
+}
+
+/// A feed-forward weight's HF tensor(s): dense, or experts stacked, fused or shared; `at`
+/// names a tensor of the layer.
+fn hf_ffn(spec: &ModelSpec, ffn: &Ffn, base: &str, at: &dyn Fn(&str) -> String) -> Option<TensorSource> {
+    let one = |s: String| Some(TensorSource::Tensor(s));
+    match ffn {
         Ffn::Dense { .. } => match base {
             "Wg" => one(at("mlp.gate_proj.weight")),
             "Wu" => one(at("mlp.up_proj.weight")),
