@@ -130,21 +130,44 @@ pub(crate) fn dequantize(ty: GgmlType, bytes: &[u8]) -> Option<Vec<f32>> {
 /// [`crate::Gguf::read_f32`] gives — or returns `false` (appending nothing) if `ty` has no
 /// dequantiser here. This is the reference a consumer widening blocks in place is held to.
 pub fn dequantize_into(ty: GgmlType, bytes: &[u8], out: &mut Vec<f32>) -> bool {
-    let block_bytes = ty.type_size() as usize;
-    let block_fn: fn(&[u8], &mut Vec<f32>) = match ty {
-        GgmlType::F32 => |b, out| out.push(f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-        GgmlType::F16 => |b, out| out.push(f16::from_le_bytes([b[0], b[1]]).to_f32()),
-        GgmlType::BF16 => |b, out| out.push(bf16::from_le_bytes([b[0], b[1]]).to_f32()),
-        GgmlType::Q8_0 => crate::quants::q8_0,
-        GgmlType::Q4_0 => crate::quants::q4_0,
-        GgmlType::Q5_0 => crate::quants::q5_0,
-        GgmlType::Q4_K => crate::kquants::q4_k,
-        GgmlType::Q5_K => crate::kquants::q5_k,
-        GgmlType::Q6_K => crate::kquants::q6_k,
+    let n_blocks = bytes.len() / ty.type_size() as usize;
+    let start = out.len();
+    out.resize(start + n_blocks * ty.block_size() as usize, 0.0);
+    let done = dequantize_slice(ty, bytes, &mut out[start..]);
+    if !done {
+        out.truncate(start);
+    }
+    done
+}
+
+/// Writes the f32 values of the whole blocks of `ty` in `bytes` into `out` (as many as both
+/// hold) — the values [`dequantize_into`] gives — or returns `false` (writing nothing) if `ty`
+/// has no dequantiser here. Inlined into its caller, so a caller compiled for a wider vector
+/// unit (the simulator's packed row widening) gets these loops vectorised for it.
+#[inline(always)]
+pub fn dequantize_slice(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> bool {
+    use crate::kquants::{q4_k, q5_k, q6_k};
+    use crate::quants::{q4_0, q5_0, q8_0};
+    match ty {
+        GgmlType::F32 => each(ty, bytes, out, |b, o| o[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        GgmlType::F16 => each(ty, bytes, out, |b, o| o[0] = f16::from_le_bytes([b[0], b[1]]).to_f32()),
+        GgmlType::BF16 => each(ty, bytes, out, |b, o| o[0] = bf16::from_le_bytes([b[0], b[1]]).to_f32()),
+        GgmlType::Q8_0 => each(ty, bytes, out, q8_0),
+        GgmlType::Q4_0 => each(ty, bytes, out, q4_0),
+        GgmlType::Q5_0 => each(ty, bytes, out, q5_0),
+        GgmlType::Q4_K => each(ty, bytes, out, q4_k),
+        GgmlType::Q5_K => each(ty, bytes, out, q5_k),
+        GgmlType::Q6_K => each(ty, bytes, out, q6_k),
         _ => return false,
-    };
-    for block in bytes.chunks_exact(block_bytes) {
-        block_fn(block, out);
     }
     true
+}
+
+/// `block` on every whole block of `ty` in `bytes` and its values in `out`.
+#[inline(always)]
+fn each(ty: GgmlType, bytes: &[u8], out: &mut [f32], block: impl Fn(&[u8], &mut [f32])) {
+    let (size, per) = (ty.type_size() as usize, ty.block_size() as usize);
+    for (b, o) in bytes.chunks_exact(size).zip(out.chunks_exact_mut(per)) {
+        block(b, o);
+    }
 }

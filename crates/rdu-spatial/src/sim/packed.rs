@@ -5,7 +5,7 @@
 //! exactly what [`rdu_checkpoint::dequantize_into`] (the reference's reading of the file)
 //! gives; a Q8_0-declared weight kept packed is folded block by block as `Q8Weight` is.
 
-use rdu_checkpoint::{dequantize_into, GgmlType};
+use rdu_checkpoint::{dequantize_into, dequantize_slice, k_scale_min, GgmlType};
 
 use crate::q8::{Q8Block, Q8Weight, QK8_0};
 
@@ -101,13 +101,10 @@ pub fn widen_row(format: GgmlType, bytes: &[u8], out: &mut [f32]) {
     widen_row_plain(format, bytes, out)
 }
 
-/// The portable widening: the reference dequantiser itself.
+/// The portable widening: the reference dequantiser itself (a format `can_pack` refuses is
+/// left unwidened).
 pub fn widen_row_plain(format: GgmlType, bytes: &[u8], out: &mut [f32]) {
-    if !widen_fast(format, bytes, out) {
-        let mut v = Vec::with_capacity(out.len());
-        dequantize_into(format, bytes, &mut v);
-        out.copy_from_slice(&v);
-    }
+    widen_fast(format, bytes, out);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -116,96 +113,12 @@ unsafe fn widen_row_avx2(format: GgmlType, bytes: &[u8], out: &mut [f32]) -> boo
     widen_fast(format, bytes, out)
 }
 
-/// The hot formats widened with fixed-size loops the compiler vectorises (the same f32
-/// operations in the same order as `rdu_checkpoint`'s dequantisers, so the same values);
-/// `false` for a format left to the reference dequantiser.
+/// The formats widened with `rdu_checkpoint`'s own dequantisers written into `out` (fixed-size
+/// loops, inlined here, so vectorised for the caller's CPU features); `false` for a format
+/// without one.
 #[inline(always)]
 fn widen_fast(format: GgmlType, bytes: &[u8], out: &mut [f32]) -> bool {
-    match format {
-        GgmlType::Q8_0 => {
-            for (b, o) in bytes.chunks_exact(34).zip(out.chunks_exact_mut(32)) {
-                let d = f16(b);
-                for (o, &q) in o.iter_mut().zip(&b[2..34]) {
-                    *o = f32::from(q as i8) * d;
-                }
-            }
-        }
-        GgmlType::Q5_0 => {
-            for (b, o) in bytes.chunks_exact(22).zip(out.chunks_exact_mut(32)) {
-                let d = f16(b);
-                let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
-                let qs = &b[6..22];
-                let (lo, hi) = o.split_at_mut(16);
-                for j in 0..16 {
-                    let high = (((qh >> j) & 1) << 4) as u8;
-                    lo[j] = f32::from(i16::from((qs[j] & 0xF) | high) - 16) * d;
-                    let high = (((qh >> (j + 16)) & 1) << 4) as u8;
-                    hi[j] = f32::from(i16::from((qs[j] >> 4) | high) - 16) * d;
-                }
-            }
-        }
-        GgmlType::Q4_K => {
-            for (b, o) in bytes.chunks_exact(144).zip(out.chunks_exact_mut(256)) {
-                let (d, dmin) = (f16(&b[0..2]), f16(&b[2..4]));
-                let scales = &b[4..16];
-                let qs = &b[16..144];
-                for chunk in 0..4 {
-                    let q = &qs[32 * chunk..32 * chunk + 32];
-                    let (d1, m1) = sub_block(d, dmin, scales, 2 * chunk);
-                    let (d2, m2) = sub_block(d, dmin, scales, 2 * chunk + 1);
-                    let (lo, hi) = o[64 * chunk..64 * chunk + 64].split_at_mut(32);
-                    for l in 0..32 {
-                        lo[l] = d1 * f32::from(q[l] & 0xF) - m1;
-                        hi[l] = d2 * f32::from(q[l] >> 4) - m2;
-                    }
-                }
-            }
-        }
-        GgmlType::Q6_K => {
-            for (b, o) in bytes.chunks_exact(210).zip(out.chunks_exact_mut(256)) {
-                let d = f16(&b[208..210]);
-                let scales = &b[192..208];
-                for half in 0..2 {
-                    let ql = &b[64 * half..64 * half + 64];
-                    let qh = &b[128 + 32 * half..128 + 32 * half + 32];
-                    let y = &mut o[128 * half..128 * half + 128];
-                    for k in 0..4 {
-                        // Element 128·half + 32k + l; its scale is sub-block (32k + l) / 16.
-                        let (s0, s1) = (scales[8 * half + 2 * k] as i8, scales[8 * half + 2 * k + 1] as i8);
-                        let (ds0, ds1) = (d * f32::from(s0), d * f32::from(s1));
-                        for l in 0..32 {
-                            let q = match k {
-                                0 => (ql[l] & 0xF) | ((qh[l] & 3) << 4),
-                                1 => (ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4),
-                                2 => (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4),
-                                _ => (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4),
-                            };
-                            let ds = if l < 16 { ds0 } else { ds1 };
-                            y[32 * k + l] = ds * f32::from(i16::from(q) - 32);
-                        }
-                    }
-                }
-            }
-        }
-        GgmlType::BF16 => {
-            for (b, o) in bytes.chunks_exact(2).zip(out.iter_mut()) {
-                *o = half::bf16::from_le_bytes([b[0], b[1]]).to_f32();
-            }
-        }
-        _ => return false,
-    }
-    true
-}
-
-/// Scale `d·sc` and offset `dmin·m` of Q4_K sub-block `j` from its 12 packed 6-bit bytes.
-#[inline(always)]
-fn sub_block(d: f32, dmin: f32, scales: &[u8], j: usize) -> (f32, f32) {
-    let (sc, m) = if j < 4 {
-        (scales[j] & 63, scales[j + 4] & 63)
-    } else {
-        ((scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4), (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4))
-    };
-    (d * f32::from(sc), dmin * f32::from(m))
+    dequantize_slice(format, bytes, out)
 }
 
 /// One row of file Q8_0 blocks (34 bytes each) times `x`: the sums of `q8::dot_row`.
@@ -354,8 +267,8 @@ pub unsafe fn dot_widened_avx2(format: GgmlType, row: &[u8], x: &[f32]) -> Optio
                 let (d, dmin) = (f16(&b[0..2]), f16(&b[2..4]));
                 let scales = &b[4..16];
                 for chunk in 0..4 {
-                    let (d1, m1) = sub_block(d, dmin, scales, 2 * chunk);
-                    let (d2, m2) = sub_block(d, dmin, scales, 2 * chunk + 1);
+                    let (d1, m1) = k_scale_min(d, dmin, scales, 2 * chunk);
+                    let (d2, m2) = k_scale_min(d, dmin, scales, 2 * chunk + 1);
                     let q = b.as_ptr().add(16 + 32 * chunk);
                     for (half, (dd, mm)) in [(d1, m1), (d2, m2)].into_iter().enumerate() {
                         let (dv, mv) = (_mm256_set1_ps(dd), _mm256_set1_ps(mm));
