@@ -6,36 +6,29 @@ use crate::quants::f16_at;
 /// `{f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}`: 8 sub-blocks of 32 with 6-bit scales/mins.
 #[inline(always)]
 pub(crate) fn q4_k(block: &[u8], out: &mut [f32]) {
-    let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
-    let scales = &block[4..16];
-    let qs = &block[16..144];
-    for chunk in 0..4 {
-        let q = &qs[32 * chunk..32 * chunk + 32];
-        let (d1, m1) = k_scale_min(d, dmin, scales, 2 * chunk);
-        let (d2, m2) = k_scale_min(d, dmin, scales, 2 * chunk + 1);
-        let (lo, hi) = out[64 * chunk..64 * chunk + 64].split_at_mut(32);
-        for l in 0..32 {
-            lo[l] = d1 * f32::from(q[l] & 0xF) - m1;
-            hi[l] = d2 * f32::from(q[l] >> 4) - m2;
-        }
-    }
+    nibbles_k(block, &block[16..144], None, out)
 }
 
 /// `{f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}`: as Q4_K with a fifth bit per
 /// element: for chunk c, element `64c+l` takes bit `2c` of `qh[l]`, element `64c+32+l` bit `2c+1`.
 #[inline(always)]
 pub(crate) fn q5_k(block: &[u8], out: &mut [f32]) {
+    nibbles_k(block, &block[48..176], Some(&block[16..48]), out)
+}
+
+/// Q4_K (no `qh`) and Q5_K: `d·sc·q − dmin·m` per sub-block of 32, `q` a nibble of `qs` with
+/// its fifth bit from `qh` when there is one.
+#[inline(always)]
+fn nibbles_k(block: &[u8], qs: &[u8], qh: Option<&[u8]>, out: &mut [f32]) {
     let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
     let scales = &block[4..16];
-    let qh = &block[16..48];
-    let qs = &block[48..176];
     for chunk in 0..4 {
         let q = &qs[32 * chunk..32 * chunk + 32];
         let (d1, m1) = k_scale_min(d, dmin, scales, 2 * chunk);
         let (d2, m2) = k_scale_min(d, dmin, scales, 2 * chunk + 1);
         let (lo, hi) = out[64 * chunk..64 * chunk + 64].split_at_mut(32);
         for l in 0..32 {
-            let high = |bit: usize| ((qh[l] >> bit) & 1) << 4;
+            let high = |bit: usize| qh.map_or(0, |qh| ((qh[l] >> bit) & 1) << 4);
             lo[l] = d1 * f32::from((q[l] & 0xF) | high(2 * chunk)) - m1;
             hi[l] = d2 * f32::from((q[l] >> 4) | high(2 * chunk + 1)) - m2;
         }
