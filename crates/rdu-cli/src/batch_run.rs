@@ -78,7 +78,7 @@ pub fn run(args: &RunArgs, file: &Path) -> Result<()> {
         }
     }
     let total = prompts.iter().map(|p| p.len()).max().unwrap_or(0).saturating_add(args.n);
-    crate::fit_cmd::check_size("--ctx", args.ctx.unwrap_or(total))?;
+    crate::model_arg::check_size("--ctx", args.ctx.unwrap_or(total))?;
     let ctx = args.ctx.or(lowered.and_then(|c| c.ctx)).unwrap_or(total);
     if total > ctx {
         bail!("the longest prompt plus -n {} needs {total} positions but --ctx is {ctx}", args.n);

@@ -69,7 +69,7 @@ impl CutArg {
             if value == 0 {
                 bail!("{flag} must be at least 1");
             }
-            crate::fit_cmd::check_size(flag, value)?;
+            check_size(flag, value)?;
         }
         Ok(match self {
             CutArg::Forward => Cut::Forward { seq },
@@ -80,6 +80,18 @@ impl CutArg {
             CutArg::Prefill => Cut::Prefill { chunk, ctx },
         })
     }
+}
+
+/// The largest `--ctx`, `--batch`, `--seq` or `--chunk` rdu authors: sizes are written into
+/// program text and multiplied into element counts, which must stay far inside 64 bits.
+pub const MAX_SIZE: usize = 1 << 32;
+
+/// Refuses a size beyond [`MAX_SIZE`], naming the flag, the number and the limit.
+pub fn check_size(flag: &str, value: usize) -> Result<()> {
+    if value > MAX_SIZE {
+        bail!("{flag} {value} is too large: rdu lowers at most {MAX_SIZE} (2^32)");
+    }
+    Ok(())
 }
 
 /// A preset name, a config.json, a directory holding one, or a `.gguf` file.

@@ -9,7 +9,8 @@
 //! counterpart's); the cells run in parallel. The estimates are the lowering's:
 //! `tests/plan.rs` holds cells to `rdu lower --json`'s step and `rdu fit --json`'s bytes exactly.
 
-use crate::fit_cmd::{check_size, gb, per_chip};
+use crate::fit_cmd::gb;
+use crate::model_arg::check_size;
 use crate::model_arg::{resolve_with_weights, storage_of, with_state, StateArg, StorageArg};
 use crate::report::svg::{colour, esc};
 use anyhow::{anyhow, bail, Result};
@@ -17,6 +18,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 use rdu_compiler::fit::admits_tp;
+use rdu_compiler::fit::per_chip;
 use rdu_compiler::lower::streamed::{Estimator, Spine};
 use rdu_compiler::model::spec::Cut;
 use rdu_spatial::chip::Chip;

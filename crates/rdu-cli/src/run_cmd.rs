@@ -249,19 +249,19 @@ pub fn run(args: &RunArgs) -> Result<()> {
             );
         }
     }
-    if args.ctx.is_none() && ctx > crate::fit_cmd::MAX_SIZE {
+    if args.ctx.is_none() && ctx > crate::model_arg::MAX_SIZE {
         bail!(
             "-n {} is too large: the prompt plus -n may hold at most {} positions (2^32)",
             args.n,
-            crate::fit_cmd::MAX_SIZE
+            crate::model_arg::MAX_SIZE
         );
     }
-    crate::fit_cmd::check_size("--ctx", ctx)?;
+    crate::model_arg::check_size("--ctx", ctx)?;
     let storage = storage_of(args.storage, &weights);
     if args.engine == Engine::Reference {
         // The reference engine holds every weight and the whole cache as f32: refuse what
         // this machine cannot hold before allocating it.
-        let (params, state) = crate::fit_cmd::decode_demand(&spec, ctx, &storage)?;
+        let (params, state) = rdu_compiler::fit::decode_demand(&spec, ctx, &storage)?;
         let need = params.saturating_mul(4).saturating_add(state);
         if let Some(free) = crate::model_arg::free_memory() {
             if need > free {
