@@ -2,7 +2,7 @@
 //! flag that contradicts it refused in one line naming both values.
 
 use crate::model_arg::StorageArg;
-use crate::run_cmd::{Engine, RunArgs, RunCut};
+use crate::run_args::{Engine, RunArgs, RunCut};
 use anyhow::{anyhow, bail, Result};
 use rdu_compiler::model::spec::ModelSpec;
 use rdu_spatial::bundle::Bundle;
