@@ -1,7 +1,7 @@
 //! `rdu run --bundle DIR`: the bundle's manifest read before any weight is loaded, and every
 //! flag that contradicts it refused in one line naming both values.
 
-use crate::model_arg::StorageArg;
+use crate::model_arg::{mode_word, StorageArg};
 use crate::run_args::{Engine, RunArgs, RunCut};
 use anyhow::{anyhow, bail, Result};
 use rdu_compiler::model::spec::ModelSpec;
@@ -14,18 +14,6 @@ use std::path::Path;
 pub fn manifest(dir: &Path) -> Result<Manifest> {
     let bundle = Bundle::open(dir).map_err(|e| anyhow!("cannot open bundle {}: {e}", dir.display()))?;
     Ok(bundle.manifest)
-}
-
-/// The word `rdu lower --cut` takes for a manifest's cut.
-pub fn mode_word(mode: CutMode) -> &'static str {
-    match mode {
-        CutMode::Forward => "forward",
-        CutMode::Decode => "decode",
-        CutMode::Batched => "batched",
-        CutMode::Tp => "tp",
-        CutMode::BatchedTp => "batched-tp",
-        CutMode::Prefill => "prefill",
-    }
 }
 
 /// Refuses a bundle of another model, and `--engine reference`, `--ctx`, `--tp`, `--chip`,

@@ -5,7 +5,7 @@
 //! tallies the declarations of every authored program (`fit::decode_parts`, where the
 //! counting is stated); this module prints the tally.
 
-use crate::model_arg::{check_size, resolve_with_weights, storage_of, with_state, StateArg, StorageArg};
+use crate::model_arg::{check_size, resolve_with_weights, storage_of, with_state, TargetArgs};
 use anyhow::{bail, Result};
 use clap::Args;
 use rdu_compiler::fit::{admits_tp, admitted_widths, decode_parts, Part};
@@ -23,15 +23,8 @@ pub struct FitArgs {
     /// Sequences decoded together (each holds its own KV cache and state)
     #[arg(long, default_value_t = 1)]
     batch: usize,
-    /// Target chip: sn50, sn40l, or a chip description file (TOML)
-    #[arg(long, default_value = "sn50")]
-    chip: String,
-    /// Which weights are stored Q8_0
-    #[arg(long, value_enum, default_value = "auto")]
-    storage: StorageArg,
-    /// How carried state (KV caches, latent caches, recurrent state) is stored: 2 or 4 bytes an element
-    #[arg(long, value_enum, default_value = "f32")]
-    state: StateArg,
+    #[command(flatten)]
+    target: TargetArgs,
     /// Print one JSON object: {"model", "chip", "ctx", "storage", "state", "parts", "weight_bytes", "state_bytes", ...}
     #[arg(long)]
     json: bool,
@@ -54,10 +47,10 @@ pub fn run(args: &FitArgs) -> Result<()> {
     check_size("--ctx", args.ctx)?;
     check_size("--batch", args.batch)?;
     let (spec, weights) = resolve_with_weights(&args.model)?;
-    let spec = with_state(spec, args.state);
-    let chip = Chip::resolve(&args.chip)?;
+    let spec = with_state(spec, args.target.state);
+    let chip = Chip::resolve(&args.target.chip)?;
     // `auto` is as the checkpoint stores its weights, as `rdu lower` reads it.
-    let storage = storage_of(args.storage, &weights);
+    let storage = storage_of(args.target.storage, &weights);
     if let Some(tp) = args.tp {
         admits_tp(&spec, tp, &storage)?;
     }

@@ -11,7 +11,7 @@
 
 use crate::fit_cmd::gb;
 use crate::model_arg::check_size;
-use crate::model_arg::{resolve_with_weights, storage_of, with_state, StateArg, StorageArg};
+use crate::model_arg::{resolve_with_weights, storage_of, with_state, TargetArgs};
 use crate::report::svg::{colour, esc};
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
@@ -32,15 +32,8 @@ use std::time::{Duration, Instant};
 pub struct PlanArgs {
     /// A preset name, a config.json, or a directory holding one
     model: String,
-    /// Target chip: sn50, sn40l, or a chip description file (TOML)
-    #[arg(long, default_value = "sn50")]
-    chip: String,
-    /// Which weights are stored Q8_0
-    #[arg(long, value_enum, default_value = "auto")]
-    storage: StorageArg,
-    /// How carried state (KV caches, latent caches, recurrent state) is stored
-    #[arg(long, value_enum, default_value = "f32")]
-    state: StateArg,
+    #[command(flatten)]
+    target: TargetArgs,
     /// KV-cache positions of every sequence
     #[arg(long, default_value_t = 4096)]
     ctx: usize,
@@ -147,9 +140,9 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         check_out(out)?;
     }
     let (spec, weights) = resolve_with_weights(&args.model)?;
-    let spec = with_state(spec, args.state);
-    let chip = Chip::resolve(&args.chip)?;
-    let storage = storage_of(args.storage, &weights);
+    let spec = with_state(spec, args.target.state);
+    let chip = Chip::resolve(&args.target.chip)?;
+    let storage = storage_of(args.target.storage, &weights);
     let mut widths = Vec::new();
     let mut refused = Vec::new();
     for tp in 1..=MAX_TP {

@@ -235,7 +235,7 @@ fn decode_bundle(dir: &Path, spec: &ModelSpec, ctx: usize) -> Result<PathBuf> {
             "--decode-bundle {} must be a decode bundle of `{}` for ctx {ctx}, but it is a {} bundle of `{}` for ctx {}",
             dir.display(),
             spec.name,
-            crate::bundle_arg::mode_word(m.cut.mode),
+            crate::model_arg::mode_word(m.cut.mode),
             m.model,
             m.cut.ctx.map_or("-".to_string(), |c| c.to_string())
         );
