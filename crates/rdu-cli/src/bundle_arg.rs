@@ -55,6 +55,12 @@ pub fn check(args: &RunArgs, spec: &ModelSpec, dir: &Path, m: &Manifest, batched
             bail!("--storage {label} contradicts the bundle {shown}, lowered with storage {}", m.storage);
         }
     }
+    check_cut(args, &shown.to_string(), cut, batched)
+}
+
+/// Refuses `--cut`, `--chunk`, `--batch-prompts` (`batched`) or `--decode-bundle` that
+/// contradict the bundle `shown`'s cut.
+fn check_cut(args: &RunArgs, shown: &str, cut: &rdu_spatial::manifest::Cut, batched: bool) -> Result<()> {
     let mode = mode_word(cut.mode);
     if args.cut == Some(RunCut::Forward) && cut.mode != CutMode::Forward {
         bail!("--cut forward contradicts the bundle {shown}, a {mode} bundle: drop --cut");

@@ -217,7 +217,7 @@ impl Observer for Watch<'_> {
 
     fn token(&mut self, _seq: usize, token: u32) {
         if let Some((tokenizer, stream)) = &mut self.stream {
-            print!("{}", stream.push(*tokenizer, token));
+            print!("{}", stream.push(tokenizer, token));
             let _ = std::io::stdout().flush();
         }
     }
