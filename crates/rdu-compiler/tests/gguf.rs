@@ -263,6 +263,20 @@ fn missing_key_is_named() {
     assert!(err.contains("test.gguf"), "{err}");
 }
 
+#[test]
+fn zero_kv_heads_are_refused_in_one_line_by_every_attention_reader() {
+    // The standard architectures and the DeltaNet hybrids read the attention header with one
+    // reader; a hybrid file stops there, before its `ssm.*` keys.
+    for arch in ["llama", "qwen3", "gemma3", "qwen3next", "qwen35", "qwen35moe"] {
+        let mut kv = llama_kv(arch);
+        kv.push((format!("{arch}.attention.head_count_kv"), Value::U32(0)));
+        let (field, _) = config_error(import(&kv));
+        assert_eq!(field, format!("{arch}.attention.head_count_kv"));
+        let err = import(&kv).unwrap_err().to_string();
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+    }
+}
+
 /// `spec` with its states stored f32, as transformers' float32 cache holds them (the fixtures'
 /// f32 files are the reference within 1e-4).
 fn f32_states(mut spec: rdu_compiler::model::spec::ModelSpec) -> rdu_compiler::model::spec::ModelSpec {

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use rdu_spatial::q8::Q8Weight;
+use rdu_spatial::q8::{quantize_q8_0, Q8Weight};
 use rdu_spatial::{simulate, text, MapBindings, SimError, SimOut, SimTensor, SpatialProgram};
 
 /// A program declaring each binding (`q8` ones as `storage=q8_0` weights) and running `ops`
@@ -66,7 +66,7 @@ pub fn rt(shape: &[usize], seed: u64) -> SimTensor {
 }
 
 pub fn q8(shape: &[usize], seed: u64) -> Q8Weight {
-    Q8Weight::quantize(shape, &rand(shape.iter().product(), seed)).expect("quantisable")
+    quantize_q8_0(&rand(shape.iter().product(), seed), shape).expect("quantisable")
 }
 
 /// Asserts `got ≈ want` elementwise within `abs + rel·|want|`, naming the worst element.
