@@ -97,24 +97,7 @@ impl Host {
             kinds.insert(kind.name.clone(), programs.len());
             programs.push(parse(&kind.file_spatial)?);
         }
-        let mut calls = vec![Call::new("embedding program".into(), 0, &programs[0], None)];
-        // The layers run in the schedule's order: `Bundle::validate` has checked that its loops
-        // run every layer exactly once, in order, each as its own kind (and that kind is defined).
-        for l in m.schedule.layer_order() {
-            let Some(layer) = m.layers.get(l) else { continue };
-            let Some(&index) = kinds.get(&layer.kind) else { continue };
-            let label = format!("layer {} (kind {})", layer.layer, layer.kind);
-            calls.push(Call::new(label, index, &programs[index], Some(&layer.bind)));
-        }
-        let head_bind = (!m.programs.head.bind.is_empty()).then(|| {
-            // Names the bind leaves out are the bundle's own.
-            let mut bind = m.programs.head.bind.clone();
-            for name in &m.programs.head.declared {
-                bind.entry(name.clone()).or_insert_with(|| name.clone());
-            }
-            bind
-        });
-        calls.push(Call::new("head program".into(), 1, &programs[1], head_bind.as_ref()));
+        let calls = calls_of(m, &programs, &kinds);
         let mut produced = BTreeSet::new();
         for call in &calls {
             let u = Use { label: &call.label, program: &programs[call.program], bind: &call.bind };
@@ -290,6 +273,30 @@ impl Host {
     pub fn shared(&self, name: &str) -> Option<&SimTensor> {
         self.shared.get(name)
     }
+}
+
+/// Every program invocation of a step, in order: the embedding, each layer as the manifest's
+/// schedule runs it (`kinds`: a kind's index in `programs`), the head.
+fn calls_of(m: &Manifest, programs: &[SpatialProgram], kinds: &BTreeMap<String, usize>) -> Vec<Call> {
+    let mut calls = vec![Call::new("embedding program".into(), 0, &programs[0], None)];
+    // The layers run in the schedule's order: `Bundle::validate` has checked that its loops
+    // run every layer exactly once, in order, each as its own kind (and that kind is defined).
+    for l in m.schedule.layer_order() {
+        let Some(layer) = m.layers.get(l) else { continue };
+        let Some(&index) = kinds.get(&layer.kind) else { continue };
+        let label = format!("layer {} (kind {})", layer.layer, layer.kind);
+        calls.push(Call::new(label, index, &programs[index], Some(&layer.bind)));
+    }
+    let head_bind = (!m.programs.head.bind.is_empty()).then(|| {
+        // Names the bind leaves out are the bundle's own.
+        let mut bind = m.programs.head.bind.clone();
+        for name in &m.programs.head.declared {
+            bind.entry(name.clone()).or_insert_with(|| name.clone());
+        }
+        bind
+    });
+    calls.push(Call::new("head program".into(), 1, &programs[1], head_bind.as_ref()));
+    calls
 }
 
 impl Call {
