@@ -5,14 +5,11 @@
 
 use crate::graph::Graph;
 use rdu_spatial::chip::Chip;
-use rdu_spatial::program::{Arg, Role, SpatialProgram, Storage};
+use rdu_spatial::program::{Arg, Op, Role, SpatialProgram, Storage};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-/// Ops lowering inserts that no source statement writes: `dequant` (a view of a Q8_0 weight).
-const LOWERING_OPS: [&str; 1] = ["dequant"];
-
 /// Every kernel op is its source statement, exactly: the kernel ops other than lowering's
-/// own (`LOWERING_OPS`) are the lifted graph's nodes one for one, in order, each with the same
+/// own (not [`Op::in_language`]: `dequant`, a view of a Q8_0 weight) are the lifted graph's nodes one for one, in order, each with the same
 /// typed op — every attribute equal, bit for bit (eps, scale, offset, window, rope dim and
 /// style, top-k, groups, act, kmap, shapes, axes), so a change below the numeric tolerance
 /// still fails — the same operands in the same order (a dequantised weight standing for its
@@ -27,7 +24,7 @@ pub fn matches_source(program: &SpatialProgram, graph: &Graph) -> Result<(), Str
         for stage in &section.stages {
             for op in &stage.ops {
                 let at = format!("section {s} stage {} op `{}`", stage.name, op.op);
-                if LOWERING_OPS.contains(&op.op.as_str()) {
+                if !op.op.in_language() {
                     match (op.outs.as_slice(), op.args.as_slice()) {
                         ([out], [Arg::Tensor(w)]) if !op.update => {
                             dequantised.insert(out.as_str(), w.as_str());
@@ -102,7 +99,7 @@ pub fn check(program: &SpatialProgram, graph: &Graph) -> Result<(), String> {
                         return Err(format!("{at} reads `{name}`, which nothing before it produces"));
                     }
                     let stored_q8 = decl(name).is_some_and(|t| t.storage == Storage::Q8_0);
-                    if stored_q8 && !op.fold_q8 && op.op != "dequant" {
+                    if stored_q8 && !op.fold_q8 && op.op != Op::Dequant {
                         return Err(format!("{at} reads the Q8_0 weight `{name}` without folding it"));
                     }
                 }

@@ -13,7 +13,7 @@ use super::bindings::Inputs;
 use super::{compare, structure, Certificate, CertifyFault, TOLERANCE};
 use crate::graph::{eval, Graph};
 use rdu_spatial::chip::Chip;
-use rdu_spatial::program::{Arg, Role, SpatialProgram, Storage, TpSplit};
+use rdu_spatial::program::{Arg, Op, Role, SpatialProgram, Storage, TpSplit};
 use rdu_spatial::q8::Q8Weight;
 use rdu_spatial::sim::{simulate_chip, AllReduce, Collective, SimBindings, SimTensor, WeightSlab};
 use rdu_spatial::tensor_parallel::{check_cover, check_split, take, take_q8};
@@ -251,8 +251,8 @@ fn check_partials(program: &SpatialProgram) -> Result<(), String> {
         if let Some(w) = op.reads().find(|w| contracts_split(w) && !disjoint(w)) {
             return Err(format!("{at} sums over `{w}`, whose chips' ranges overlap"));
         }
-        let result = match op.op.as_str() {
-            "all_reduce" => match args.first().map(|a| a.1) {
+        let result = match op.op {
+            Op::AllReduce => match args.first().map(|a| a.1) {
                 Some(Class::Partial) => Class::Replicated,
                 Some(c) => {
                     return Err(format!(
@@ -261,7 +261,7 @@ fn check_partials(program: &SpatialProgram) -> Result<(), String> {
                 }
                 None => return Err(format!("{at} has no operand")),
             },
-            "linear" | "linear_heads" if args.len() >= 2 && contracts_split(args[1].0) => {
+            Op::Linear | Op::LinearHeads if args.len() >= 2 && contracts_split(args[1].0) => {
                 if args[0].1 != Class::Local {
                     return Err(format!(
                         "{at} contracts the split `{}` with a value that is not split alike",
@@ -270,27 +270,27 @@ fn check_partials(program: &SpatialProgram) -> Result<(), String> {
                 }
                 Class::Partial
             }
-            "experts" if args.iter().skip(3).any(|a| contracts_split(a.0)) => {
+            Op::Experts if args.iter().skip(3).any(|a| contracts_split(a.0)) => {
                 if args[0].1 == Class::Partial {
                     return Err(format!("{at} reads a partial sum"));
                 }
                 Class::Partial
             }
-            "add" | "sub" if any(Class::Partial) => {
+            Op::Add | Op::Sub if any(Class::Partial) => {
                 if args.iter().all(|a| a.1 == Class::Partial) {
                     Class::Partial
                 } else {
                     return Err(format!("{at} adds a partial sum to a value that is not one"));
                 }
             }
-            "mul" if any(Class::Partial) => {
+            Op::Mul if any(Class::Partial) => {
                 if args.iter().filter(|a| a.1 == Class::Partial).count() == 1 && !any(Class::Local) {
                     Class::Partial
                 } else {
                     return Err(format!("{at} multiplies a partial sum by a value that is not replicated"));
                 }
             }
-            "reshape" | "scale" | "neg" | "slice" | "transpose" | "concat" if any(Class::Partial) => {
+            Op::Reshape | Op::Scale | Op::Neg | Op::Slice | Op::Transpose | Op::Concat if any(Class::Partial) => {
                 if args.iter().all(|a| a.1 == Class::Partial) {
                     Class::Partial
                 } else {
