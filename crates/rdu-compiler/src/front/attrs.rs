@@ -131,7 +131,7 @@ pub(super) fn op_of(stmt: &Stmt, kind: Kind) -> Result<Op, Vec<AttrFault>> {
 
 fn build(stmt: &Stmt, kind: Kind, a: &mut Attrs<'_>) -> Option<Op> {
     let styles = [("neox", RopeStyle::Neox), ("interleaved", RopeStyle::Interleaved)];
-    let acts = [("silu", Act::Silu), ("gelu_tanh", Act::GeluTanh)];
+    let acts = [Act::Silu, Act::GeluTanh].map(|act| (act.word(), act));
     let kmaps = [("grouped", KMap::Grouped), ("tiled", KMap::Tiled)];
     Some(match kind {
         Kind::Add => Op::Add,

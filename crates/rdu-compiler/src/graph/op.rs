@@ -42,8 +42,9 @@ impl RopeStyle {
 impl Act {
     pub fn word(self) -> &'static str {
         match self {
-            Act::Silu => "silu",
-            Act::GeluTanh => "gelu_tanh",
+            // The activation's word is the name of its op.
+            Act::Silu => rdu_spatial::Op::Silu.name(),
+            Act::GeluTanh => rdu_spatial::Op::GeluTanh.name(),
         }
     }
 }
