@@ -5,7 +5,7 @@
 
 use crate::graph::Graph;
 use rdu_spatial::chip::Chip;
-use rdu_spatial::program::{Arg, Op, Role, SpatialProgram, Storage};
+use rdu_spatial::program::{Arg, KernelOp, Op, Role, SpatialProgram, Storage, TensorDecl, Tiling};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// Every kernel op is its source statement, exactly: the kernel ops other than lowering's
@@ -112,28 +112,7 @@ pub fn check(program: &SpatialProgram, graph: &Graph) -> Result<(), String> {
                     return Err(format!("{at} folds Q8_0 but reads no Q8_0 weight"));
                 }
                 if let Some(tiling) = &op.tiling {
-                    let out = op
-                        .outs
-                        .first()
-                        .and_then(|o| decl(o))
-                        .ok_or_else(|| format!("{at}: tiled output is undeclared"))?;
-                    let extent = *out
-                        .shape
-                        .get(tiling.axis)
-                        .ok_or_else(|| format!("{at}: tiling axis {} out of range", tiling.axis))?;
-                    let mut next = 0;
-                    for &(start, end) in &tiling.tiles {
-                        if start != next || end <= start {
-                            return Err(format!(
-                                "{at}: tiles do not cover `{}` axis {} exactly once (tile {start}..{end} after {next})",
-                                out.name, tiling.axis
-                            ));
-                        }
-                        next = end;
-                    }
-                    if next != extent {
-                        return Err(format!("{at}: tiles of `{}` end at {next}, the axis has {extent}", out.name));
-                    }
+                    check_tiling(&at, op, tiling, &decl)?;
                 }
                 if op.update {
                     if let Some(state) = op.outs.last() {
@@ -172,6 +151,32 @@ pub fn check(program: &SpatialProgram, graph: &Graph) -> Result<(), String> {
         .collect();
     if declared != program_declared {
         return Err("the program's declared tensors differ from its source's".to_string());
+    }
+    Ok(())
+}
+
+/// The tiles of an op's (first) output cover its tiling axis exactly once, in order.
+fn check_tiling<'p>(
+    at: &str,
+    op: &KernelOp,
+    tiling: &Tiling,
+    decl: &dyn Fn(&str) -> Option<&'p TensorDecl>,
+) -> Result<(), String> {
+    let out = op.outs.first().and_then(|o| decl(o)).ok_or_else(|| format!("{at}: tiled output is undeclared"))?;
+    let extent =
+        *out.shape.get(tiling.axis).ok_or_else(|| format!("{at}: tiling axis {} out of range", tiling.axis))?;
+    let mut next = 0;
+    for &(start, end) in &tiling.tiles {
+        if start != next || end <= start {
+            return Err(format!(
+                "{at}: tiles do not cover `{}` axis {} exactly once (tile {start}..{end} after {next})",
+                out.name, tiling.axis
+            ));
+        }
+        next = end;
+    }
+    if next != extent {
+        return Err(format!("{at}: tiles of `{}` end at {next}, the axis has {extent}", out.name));
     }
     Ok(())
 }
