@@ -174,7 +174,7 @@ fn dot(programs: &[SpatialProgram]) -> String {
         for (s, section) in p.sections.iter().enumerate() {
             let _ = writeln!(out, "    subgraph \"cluster_{}_{s}\" {{\n      label=\"section {s}\";", p.name);
             for stage in &section.stages {
-                let ops: Vec<&str> = stage.ops.iter().map(|o| o.op.as_str()).collect();
+                let ops: Vec<&str> = stage.ops.iter().map(|o| o.op.name()).collect();
                 let _ = writeln!(
                     out,
                     "      {} [label=\"{}\\n{}\\npcus={} pmus={}\"];",

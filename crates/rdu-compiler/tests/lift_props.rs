@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 /// Every op of the language, and one it does not have.
 fn ops() -> Vec<&'static str> {
-    rdu_compiler::front::OPS.iter().copied().chain(["matmul"]).collect()
+    rdu_spatial::Op::language().map(rdu_spatial::Op::name).chain(["matmul"]).collect()
 }
 const KEYS: &[&str] = &[
     "by",

@@ -189,7 +189,7 @@ fn first_op<'p>(
     op: &str,
 ) -> &'p mut rdu_spatial::program::KernelOp {
     let ops = program.sections.iter_mut().flat_map(|s| &mut s.stages).flat_map(|st| &mut st.ops);
-    ops.into_iter().find(|o| o.op == op).unwrap_or_else(|| panic!("an op `{op}`"))
+    ops.into_iter().find(|o| o.op.name() == op).unwrap_or_else(|| panic!("an op `{op}`"))
 }
 
 fn set_attr(op: &mut rdu_spatial::program::KernelOp, key: &str, value: Lit) {

@@ -193,9 +193,9 @@ fn a_miscompiled_split_is_caught() {
             .iter_mut()
             .flat_map(|s| &mut s.stages)
             .flat_map(|st| &mut st.ops)
-            .find(|op| op.op == "all_reduce")
+            .find(|op| op.op == rdu_spatial::Op::AllReduce)
             .expect("an all_reduce");
-        op.op = "scale".into();
+        op.op = rdu_spatial::Op::Scale;
         op.attrs = vec![("by".into(), Lit::Float(1.0))];
         let fault = certify_tp(&dropped, &graph, &unsplit, &whole, &chip, 3).expect_err("no all-reduce");
         // The exact kernel check sees the statement is no longer the source's; the partial-sum

@@ -12,6 +12,7 @@ use rdu_spatial::bundle::Bundle;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::cost::{estimate, CostInput, Precision, StageWork};
 use rdu_spatial::memory::{place, MemoryDemand};
+use rdu_spatial::Op;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -231,7 +232,7 @@ fn text(input: &[u8]) -> std::borrow::Cow<'_, str> {
 }
 
 fn rdu_words() -> Vec<&'static str> {
-    let mut words: Vec<&'static str> = rdu_compiler::front::OPS.to_vec();
+    let mut words: Vec<&'static str> = Op::language().map(Op::name).collect();
     words.extend([
         "weight", "input", "state", "output", "f32", "i32", "bf16", "q8", "<-", "=", "[", "]", ",", ":", "(", ")", "#",
         "\n", "x0", "eps", "scale", "axis", "offset", "window", "base", "dim", "style", "k", "groups",
@@ -311,16 +312,16 @@ const SPATIAL_WORDS: &[&str] = &[
     "chips=",
     "all_reduce",
     "tp",
-    "slice",
+    Op::Slice.name(),
     "matmul",
-    "rms_norm",
-    "silu",
-    "gelu_tanh",
-    "attend",
-    "rope",
+    Op::RmsNorm.name(),
+    Op::Silu.name(),
+    Op::GeluTanh.name(),
+    Op::Attend.name(),
+    Op::Rope.name(),
     "softmax",
-    "add",
-    "mul",
+    Op::Add.name(),
+    Op::Mul.name(),
     "scale=",
     "eps=",
     "offset=",

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use rdu_spatial::manifest::{CutMode, Manifest};
-use rdu_spatial::{Arg, SimTensor, SpatialProgram};
+use rdu_spatial::{Arg, Op, SimTensor, SpatialProgram};
 
 use crate::error::{HostError, Result};
 
@@ -148,7 +148,7 @@ impl Plan {
 
 /// The vocabulary: the rows of the table the embedding program's `embed` looks up, else the logits' width.
 fn vocab(embed: &SpatialProgram, manifest: &Manifest, logits: &str) -> Option<usize> {
-    let table = embed.ops().find(|(_, op)| op.op == "embed").and_then(|(_, op)| match op.args.get(1) {
+    let table = embed.ops().find(|(_, op)| op.op == Op::Embed).and_then(|(_, op)| match op.args.get(1) {
         Some(Arg::Tensor(name)) => embed.decl(name).and_then(|d| d.shape.first().copied()),
         _ => None,
     });

@@ -10,6 +10,7 @@ pub mod chip;
 pub mod cost;
 pub mod manifest;
 pub mod memory;
+pub mod op;
 pub mod program;
 pub mod q8;
 pub mod rope;
@@ -17,6 +18,7 @@ pub mod sim;
 pub mod tensor_parallel;
 pub mod text;
 
+pub use op::Op;
 pub use program::{
     Arg, Dtype, Home, KernelOp, Lit, Role, Section, SpatialProgram, Stage, Storage, TensorDecl, Tiling, TpInfo, TpSplit,
 };

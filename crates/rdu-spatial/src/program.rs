@@ -10,6 +10,7 @@
 //! every name a program prints is a `String` so that the text form, the JSON form and the
 //! bundle's bindings agree without an id table. Nothing here uses a hash map.
 
+pub use crate::op::Op;
 use serde::{Deserialize, Serialize};
 
 /// One lowered program: a layer kind, or the embedding, or the head.
@@ -166,7 +167,7 @@ impl Region {
 pub struct KernelOp {
     pub outs: Vec<String>,
     pub update: bool,
-    pub op: String,
+    pub op: Op,
     pub args: Vec<Arg>,
     pub attrs: Vec<(String, Lit)>,
     /// Products over a Q8_0 weight fold its int8 values and block scales on the chip.
@@ -233,16 +234,12 @@ impl SpatialProgram {
     }
 }
 
-/// Ops whose weight reads depend on the activations (which rows of a table, which experts),
-/// so they cannot be streamed ahead of them.
-pub const ACTIVATION_ADDRESSED: &[&str] = &["embed", "experts"];
-
 impl Stage {
     /// The weight tensors the stage reads whose addresses do not depend on its activations:
-    /// every `role=weight` argument of an op other than [`ACTIVATION_ADDRESSED`], once each, in order.
+    /// every `role=weight` argument of an op that is not [`Op::is_activation_addressed`], once each, in order.
     pub fn prefetchable_weights<'p>(&'p self, program: &'p SpatialProgram) -> Vec<&'p TensorDecl> {
         let mut out: Vec<&TensorDecl> = Vec::new();
-        for op in self.ops.iter().filter(|op| !ACTIVATION_ADDRESSED.contains(&op.op.as_str())) {
+        for op in self.ops.iter().filter(|op| !op.op.is_activation_addressed()) {
             for name in op.reads() {
                 if let Some(d) = program.decl(name).filter(|d| d.role == Role::Weight) {
                     if !out.iter().any(|o| o.name == d.name) {

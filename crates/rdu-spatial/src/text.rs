@@ -91,7 +91,7 @@ pub fn from_json(json: &str) -> Result<SpatialProgram, TextError> {
 pub fn op_line(op: &KernelOp) -> String {
     let mut line = op.outs.join(", ");
     line.push_str(if op.update { " <- " } else { " = " });
-    line.push_str(&op.op);
+    line.push_str(op.op.name());
     line.push('(');
     let positional = op.args.iter().map(|a| match a {
         Arg::Tensor(name) => name.clone(),

@@ -5,7 +5,7 @@ mod common;
 use proptest::prelude::*;
 use rdu_spatial::text::{from_json, parse, print, to_json};
 use rdu_spatial::{
-    Arg, Dtype, Home, KernelOp, Lit, Role, Section, SpatialProgram, Stage, Storage, TensorDecl, TextError, Tiling,
+    Arg, Dtype, Home, KernelOp, Lit, Op, Role, Section, SpatialProgram, Stage, Storage, TensorDecl, TextError, Tiling,
     TpInfo, TpSplit,
 };
 
@@ -42,6 +42,7 @@ fn parse_errors_name_their_line() {
         ("program p chip=sn50\nsplit W axis=0 [0..1]\n", 2, "before `tp chips=N`"),
         ("program p chip=sn50\nsection 0\nstage s pcus=1 pmus=1\n  y = f(\"a)\n", 4, "unterminated string"),
         ("program p chip=sn50\noutput y\nsection 0\n", 3, "out of place"),
+        ("program p chip=sn50\nsection 0\nstage s pcus=1 pmus=1\n  y = matmul(x, x)\n", 4, "unknown op `matmul`"),
         ("program p chip=sn50\ntensor x : f32[99999999999999999999] role=temp home=sram\n", 2, "out of range"),
     ];
     for (text, line, needle) in cases {
@@ -58,7 +59,7 @@ fn parse_errors_name_their_line() {
 #[test]
 fn words_and_odd_literals_round_trip() {
     let text = "program p chip=sn50\nsection 0\nstage s pcus=1 pmus=1\n  \
-                y, S <- f(x, \"word\", [1, -2.5, [neox, \"a b\"]], -3, 1e300, a=inf, b=\"inf\", c=\"q\\\"\\n\", d=[], e=-0.0)\n";
+                y, S <- route(x, \"word\", [1, -2.5, [neox, \"a b\"]], -3, 1e300, a=inf, b=\"inf\", c=\"q\\\"\\n\", d=[], e=-0.0)\n";
     let p = parse(text).unwrap();
     let op = &p.sections[0].stages[0].ops[0];
     assert_eq!(op.args[1], Arg::Lit(Lit::Word("word".into())));
@@ -93,7 +94,7 @@ fn op() -> impl Strategy<Value = KernelOp> {
     (
         prop::collection::vec(ident(), 1..3),
         any::<bool>(),
-        ident(),
+        prop::sample::select(Op::ALL.to_vec()),
         prop::collection::vec(arg, 0..4),
         prop::collection::vec((ident(), lit()), 0..3),
         any::<bool>(),

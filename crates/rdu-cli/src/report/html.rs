@@ -202,7 +202,7 @@ fn program(r: &Report, p: &ProgramView) -> String {
             chip_map(section, cost, &r.chip, &id)
         );
         for (i, st) in section.stages.iter().enumerate() {
-            let ops: Vec<&str> = st.ops.iter().map(|o| o.op.as_str()).collect();
+            let ops: Vec<&str> = st.ops.iter().map(|o| o.op.name()).collect();
             let tiles = st.ops.iter().map(|o| o.tiling.as_ref().map_or(1, |t| t.tiles.len())).max().unwrap_or(1);
             let _ = write!(
                 out,

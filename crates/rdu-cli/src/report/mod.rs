@@ -14,7 +14,7 @@ use rdu_spatial::bundle::Bundle;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::cost::{Bound, StepCost};
 use rdu_spatial::manifest::{CertificateEntry, Manifest, TensorStorage};
-use rdu_spatial::program::SpatialProgram;
+use rdu_spatial::program::{Op, SpatialProgram};
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -241,13 +241,13 @@ pub fn floor_bytes(m: &Manifest, programs: &[ProgramView]) -> f64 {
     let top_k = programs
         .iter()
         .flat_map(|p| p.spatial.ops())
-        .find(|(_, op)| op.op == "route")
+        .find(|(_, op)| op.op == Op::Route)
         .and_then(|(_, op)| op.attr("k").and_then(|k| k.as_int()))
         .unwrap_or(0) as f64;
     let experts: Vec<&str> = programs
         .iter()
         .flat_map(|p| p.spatial.ops())
-        .filter(|(_, op)| op.op == "experts")
+        .filter(|(_, op)| op.op == Op::Experts)
         .flat_map(|(_, op)| op.reads().collect::<Vec<_>>())
         .collect();
     let mut floor = 0.0;

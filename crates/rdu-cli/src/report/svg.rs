@@ -66,7 +66,7 @@ pub fn chip_map(section: &Section, cost: &SectionCost, chip: &Chip, id: &str) ->
     let n = section.stages.len();
     for (i, stage) in section.stages.iter().enumerate() {
         let Some(region) = &stage.region else { continue };
-        let ops: Vec<&str> = stage.ops.iter().map(|o| o.op.as_str()).collect();
+        let ops: Vec<&str> = stage.ops.iter().map(|o| o.op.name()).collect();
         let tiles: usize = stage.ops.iter().map(|o| o.tiling.as_ref().map_or(1, |t| t.tiles.len())).max().unwrap_or(1);
         let secs = cost.stages.get(i).map_or(0.0, |c| c.seconds);
         let _ = write!(

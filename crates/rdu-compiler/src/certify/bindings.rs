@@ -7,7 +7,7 @@
 use crate::graph::{Bindings, Data, Graph, Tensor};
 use crate::lang::ast::DeclKind;
 use rdu_checkpoint::seeded_weight;
-use rdu_spatial::program::{Arg, SpatialProgram, Storage};
+use rdu_spatial::program::{Arg, Op, SpatialProgram, Storage};
 use rdu_spatial::q8::Q8Weight;
 use rdu_spatial::sim::{SimBindings, SimTensor, WeightSlab};
 use std::borrow::Cow;
@@ -29,7 +29,7 @@ impl Inputs {
             program.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
         let mut experts = BTreeMap::new();
         for op in program.sections.iter().flat_map(|s| &s.stages).flat_map(|st| &st.ops) {
-            if op.op == "experts" {
+            if op.op == Op::Experts {
                 for arg in op.args.iter().skip(3) {
                     let Arg::Tensor(name) = arg else { continue };
                     if let Some(t) = decls.get(name.as_str()) {
@@ -146,7 +146,7 @@ fn scaled(mut v: Vec<f32>, by: f32) -> Vec<f32> {
 /// Rows of the embedding table, if the program looks one up (token ids must stay below it).
 fn embed_rows(program: &SpatialProgram) -> usize {
     let ops = program.sections.iter().flat_map(|s| &s.stages).flat_map(|st| &st.ops);
-    for op in ops.filter(|o| o.op == "embed") {
+    for op in ops.filter(|o| o.op == Op::Embed) {
         if let Some(Arg::Tensor(table)) = op.args.get(1) {
             if let Some(t) = program.tensors.iter().find(|t| &t.name == table) {
                 return t.shape[0];

@@ -5,14 +5,11 @@
 
 use crate::graph::Graph;
 use rdu_spatial::chip::Chip;
-use rdu_spatial::program::{Arg, Role, SpatialProgram, Storage};
+use rdu_spatial::program::{Arg, KernelOp, Op, Role, SpatialProgram, Storage, TensorDecl, Tiling};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-/// Ops lowering inserts that no source statement writes: `dequant` (a view of a Q8_0 weight).
-const LOWERING_OPS: [&str; 1] = ["dequant"];
-
 /// Every kernel op is its source statement, exactly: the kernel ops other than lowering's
-/// own (`LOWERING_OPS`) are the lifted graph's nodes one for one, in order, each with the same
+/// own (not [`Op::in_language`]: `dequant`, a view of a Q8_0 weight) are the lifted graph's nodes one for one, in order, each with the same
 /// typed op — every attribute equal, bit for bit (eps, scale, offset, window, rope dim and
 /// style, top-k, groups, act, kmap, shapes, axes), so a change below the numeric tolerance
 /// still fails — the same operands in the same order (a dequantised weight standing for its
@@ -27,7 +24,7 @@ pub fn matches_source(program: &SpatialProgram, graph: &Graph) -> Result<(), Str
         for stage in &section.stages {
             for op in &stage.ops {
                 let at = format!("section {s} stage {} op `{}`", stage.name, op.op);
-                if LOWERING_OPS.contains(&op.op.as_str()) {
+                if !op.op.in_language() {
                     match (op.outs.as_slice(), op.args.as_slice()) {
                         ([out], [Arg::Tensor(w)]) if !op.update => {
                             dequantised.insert(out.as_str(), w.as_str());
@@ -102,7 +99,7 @@ pub fn check(program: &SpatialProgram, graph: &Graph) -> Result<(), String> {
                         return Err(format!("{at} reads `{name}`, which nothing before it produces"));
                     }
                     let stored_q8 = decl(name).is_some_and(|t| t.storage == Storage::Q8_0);
-                    if stored_q8 && !op.fold_q8 && op.op != "dequant" {
+                    if stored_q8 && !op.fold_q8 && op.op != Op::Dequant {
                         return Err(format!("{at} reads the Q8_0 weight `{name}` without folding it"));
                     }
                 }
@@ -115,28 +112,7 @@ pub fn check(program: &SpatialProgram, graph: &Graph) -> Result<(), String> {
                     return Err(format!("{at} folds Q8_0 but reads no Q8_0 weight"));
                 }
                 if let Some(tiling) = &op.tiling {
-                    let out = op
-                        .outs
-                        .first()
-                        .and_then(|o| decl(o))
-                        .ok_or_else(|| format!("{at}: tiled output is undeclared"))?;
-                    let extent = *out
-                        .shape
-                        .get(tiling.axis)
-                        .ok_or_else(|| format!("{at}: tiling axis {} out of range", tiling.axis))?;
-                    let mut next = 0;
-                    for &(start, end) in &tiling.tiles {
-                        if start != next || end <= start {
-                            return Err(format!(
-                                "{at}: tiles do not cover `{}` axis {} exactly once (tile {start}..{end} after {next})",
-                                out.name, tiling.axis
-                            ));
-                        }
-                        next = end;
-                    }
-                    if next != extent {
-                        return Err(format!("{at}: tiles of `{}` end at {next}, the axis has {extent}", out.name));
-                    }
+                    check_tiling(&at, op, tiling, &decl)?;
                 }
                 if op.update {
                     if let Some(state) = op.outs.last() {
@@ -175,6 +151,32 @@ pub fn check(program: &SpatialProgram, graph: &Graph) -> Result<(), String> {
         .collect();
     if declared != program_declared {
         return Err("the program's declared tensors differ from its source's".to_string());
+    }
+    Ok(())
+}
+
+/// The tiles of an op's (first) output cover its tiling axis exactly once, in order.
+fn check_tiling<'p>(
+    at: &str,
+    op: &KernelOp,
+    tiling: &Tiling,
+    decl: &dyn Fn(&str) -> Option<&'p TensorDecl>,
+) -> Result<(), String> {
+    let out = op.outs.first().and_then(|o| decl(o)).ok_or_else(|| format!("{at}: tiled output is undeclared"))?;
+    let extent =
+        *out.shape.get(tiling.axis).ok_or_else(|| format!("{at}: tiling axis {} out of range", tiling.axis))?;
+    let mut next = 0;
+    for &(start, end) in &tiling.tiles {
+        if start != next || end <= start {
+            return Err(format!(
+                "{at}: tiles do not cover `{}` axis {} exactly once (tile {start}..{end} after {next})",
+                out.name, tiling.axis
+            ));
+        }
+        next = end;
+    }
+    if next != extent {
+        return Err(format!("{at}: tiles of `{}` end at {next}, the axis has {extent}", out.name));
     }
     Ok(())
 }

@@ -13,7 +13,7 @@ use super::bindings::Inputs;
 use super::{compare, structure, Certificate, CertifyFault, TOLERANCE};
 use crate::graph::{eval, Graph};
 use rdu_spatial::chip::Chip;
-use rdu_spatial::program::{Arg, Role, SpatialProgram, Storage, TpSplit};
+use rdu_spatial::program::{Arg, Op, Role, SpatialProgram, Storage, TpSplit};
 use rdu_spatial::q8::Q8Weight;
 use rdu_spatial::sim::{simulate_chip, AllReduce, Collective, SimBindings, SimTensor, WeightSlab};
 use rdu_spatial::tensor_parallel::{check_cover, check_split, take, take_q8};
@@ -243,7 +243,6 @@ fn check_partials(program: &SpatialProgram) -> Result<(), String> {
                 Arg::Lit(_) => None,
             })
             .collect();
-        let any = |c: Class| args.iter().any(|a| a.1 == c);
         let rank = |n: &str| program.decl(n).map_or(0, |d| d.shape.len());
         // A product whose weight is split along its contracted (last) axis sums over a split.
         let contracts_split = |w: &str| split_axis(w).is_some_and(|axis| axis + 1 == rank(w));
@@ -251,58 +250,7 @@ fn check_partials(program: &SpatialProgram) -> Result<(), String> {
         if let Some(w) = op.reads().find(|w| contracts_split(w) && !disjoint(w)) {
             return Err(format!("{at} sums over `{w}`, whose chips' ranges overlap"));
         }
-        let result = match op.op.as_str() {
-            "all_reduce" => match args.first().map(|a| a.1) {
-                Some(Class::Partial) => Class::Replicated,
-                Some(c) => {
-                    return Err(format!(
-                        "{at} sums a value that is not a partial sum ({c:?}): it would be counted once per chip"
-                    ))
-                }
-                None => return Err(format!("{at} has no operand")),
-            },
-            "linear" | "linear_heads" if args.len() >= 2 && contracts_split(args[1].0) => {
-                if args[0].1 != Class::Local {
-                    return Err(format!(
-                        "{at} contracts the split `{}` with a value that is not split alike",
-                        args[1].0
-                    ));
-                }
-                Class::Partial
-            }
-            "experts" if args.iter().skip(3).any(|a| contracts_split(a.0)) => {
-                if args[0].1 == Class::Partial {
-                    return Err(format!("{at} reads a partial sum"));
-                }
-                Class::Partial
-            }
-            "add" | "sub" if any(Class::Partial) => {
-                if args.iter().all(|a| a.1 == Class::Partial) {
-                    Class::Partial
-                } else {
-                    return Err(format!("{at} adds a partial sum to a value that is not one"));
-                }
-            }
-            "mul" if any(Class::Partial) => {
-                if args.iter().filter(|a| a.1 == Class::Partial).count() == 1 && !any(Class::Local) {
-                    Class::Partial
-                } else {
-                    return Err(format!("{at} multiplies a partial sum by a value that is not replicated"));
-                }
-            }
-            "reshape" | "scale" | "neg" | "slice" | "transpose" | "concat" if any(Class::Partial) => {
-                if args.iter().all(|a| a.1 == Class::Partial) {
-                    Class::Partial
-                } else {
-                    return Err(format!("{at} mixes a partial sum with other values"));
-                }
-            }
-            _ if any(Class::Partial) => {
-                return Err(format!("{at} reads a partial sum before it is all-reduced"));
-            }
-            _ if any(Class::Local) => Class::Local,
-            _ => Class::Replicated,
-        };
+        let result = result_class(op.op, &at, &args, &contracts_split)?;
         for (k, out) in op.outs.iter().enumerate() {
             let is_state = op.update && k + 1 == op.outs.len();
             if is_state {
@@ -324,6 +272,66 @@ fn check_partials(program: &SpatialProgram) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The class of an op's results from its operands' (tensor operands only, in order), or why
+/// the op may not read them: see [`check_partials`].
+fn result_class(
+    op: Op,
+    at: &str,
+    args: &[(&str, Class)],
+    contracts_split: &dyn Fn(&str) -> bool,
+) -> Result<Class, String> {
+    let any = |c: Class| args.iter().any(|a| a.1 == c);
+    Ok(match op {
+        Op::AllReduce => match args.first().map(|a| a.1) {
+            Some(Class::Partial) => Class::Replicated,
+            Some(c) => {
+                return Err(format!(
+                    "{at} sums a value that is not a partial sum ({c:?}): it would be counted once per chip"
+                ))
+            }
+            None => return Err(format!("{at} has no operand")),
+        },
+        Op::Linear | Op::LinearHeads if args.len() >= 2 && contracts_split(args[1].0) => {
+            if args[0].1 != Class::Local {
+                return Err(format!("{at} contracts the split `{}` with a value that is not split alike", args[1].0));
+            }
+            Class::Partial
+        }
+        Op::Experts if args.iter().skip(3).any(|a| contracts_split(a.0)) => {
+            if args[0].1 == Class::Partial {
+                return Err(format!("{at} reads a partial sum"));
+            }
+            Class::Partial
+        }
+        Op::Add | Op::Sub if any(Class::Partial) => {
+            if args.iter().all(|a| a.1 == Class::Partial) {
+                Class::Partial
+            } else {
+                return Err(format!("{at} adds a partial sum to a value that is not one"));
+            }
+        }
+        Op::Mul if any(Class::Partial) => {
+            if args.iter().filter(|a| a.1 == Class::Partial).count() == 1 && !any(Class::Local) {
+                Class::Partial
+            } else {
+                return Err(format!("{at} multiplies a partial sum by a value that is not replicated"));
+            }
+        }
+        Op::Reshape | Op::Scale | Op::Neg | Op::Slice | Op::Transpose | Op::Concat if any(Class::Partial) => {
+            if args.iter().all(|a| a.1 == Class::Partial) {
+                Class::Partial
+            } else {
+                return Err(format!("{at} mixes a partial sum with other values"));
+            }
+        }
+        _ if any(Class::Partial) => {
+            return Err(format!("{at} reads a partial sum before it is all-reduced"));
+        }
+        _ if any(Class::Local) => Class::Local,
+        _ => Class::Replicated,
+    })
 }
 
 /// One chip's bindings: its slices of the full seeded tensors (stacked experts cut one expert

@@ -1,9 +1,10 @@
-//! From a statement's op name, attributes and literal arguments to a typed [`Op`]: which
-//! attributes each op takes (required or optional) and what values they accept. Operand
-//! names and types are not looked at here.
+//! From a statement's op, attributes and literal arguments to a typed [`Op`]: which of its
+//! attributes (the op table's keys) are required and what values they accept. Operand names
+//! and types are not looked at here.
 
 use crate::graph::{Act, KMap, Op, RopeStyle};
 use crate::lang::ast::{Arg, Attr, Literal, Span, Stmt};
+use rdu_spatial::Op as Kind;
 
 /// A problem with an attribute (or `reshape`'s shape literal): where, and why.
 pub(super) struct AttrFault {
@@ -11,10 +12,10 @@ pub(super) struct AttrFault {
     pub message: String,
 }
 
-/// Reads a statement's attributes, remembering which keys the op asked for and every fault.
+/// Reads a statement's attributes (the keys its op takes in the op table) and every fault.
 struct Attrs<'s> {
     stmt: &'s Stmt,
-    asked: Vec<&'static str>,
+    kind: Kind,
     faults: Vec<AttrFault>,
 }
 
@@ -25,7 +26,7 @@ impl<'s> Attrs<'s> {
 
     /// The attribute `key`, if given; a missing required one is a fault at the op name.
     fn get(&mut self, key: &'static str, required: bool) -> Option<&'s Attr> {
-        self.asked.push(key);
+        debug_assert!(self.kind.attrs().contains(&key), "`{key}` is not in the table's row of `{}`", self.kind);
         let found = self.stmt.attrs.iter().find(|a| a.key.text == key);
         if found.is_none() && required {
             let message = format!("`{}` needs the attribute `{key}=...`", self.stmt.op.text);
@@ -89,12 +90,13 @@ impl<'s> Attrs<'s> {
         })
     }
 
-    /// Faults for every attribute the op did not ask for (and repeated keys).
+    /// Faults for every attribute the op does not take (and repeated keys).
     fn finish(mut self) -> Vec<AttrFault> {
+        let takes = self.kind.attrs();
         for (i, a) in self.stmt.attrs.iter().enumerate() {
             let key = a.key.text.as_str();
-            if !self.asked.contains(&key) {
-                let takes = if self.asked.is_empty() { "no attributes".to_string() } else { self.asked.join(", ") };
+            if !takes.contains(&key) {
+                let takes = if takes.is_empty() { "no attributes".to_string() } else { takes.join(", ") };
                 self.fault(a.span, format!("`{}` has no attribute `{key}`; it takes {takes}", self.stmt.op.text));
             } else if self.stmt.attrs[..i].iter().any(|b| b.key.text == key) {
                 self.fault(a.span, format!("attribute `{key}` is given twice; keep one"));
@@ -114,12 +116,12 @@ fn show(l: &Literal) -> String {
     }
 }
 
-/// The op of `stmt` with its attributes, or every attribute fault. The caller has checked
-/// that the op exists (`ops::prototype`) and that `reshape` has its shape literal (its second
-/// positional argument).
-pub(super) fn op_of(stmt: &Stmt) -> Result<Op, Vec<AttrFault>> {
-    let mut a = Attrs { stmt, asked: Vec::new(), faults: Vec::new() };
-    let op = build(stmt, &mut a);
+/// The op of `stmt` (of kind `kind`, its op name's) with its attributes, or every attribute
+/// fault. The caller has checked that `reshape` has its shape literal (its second positional
+/// argument).
+pub(super) fn op_of(stmt: &Stmt, kind: Kind) -> Result<Op, Vec<AttrFault>> {
+    let mut a = Attrs { stmt, kind, faults: Vec::new() };
+    let op = build(stmt, kind, &mut a);
     let faults = a.finish();
     match op {
         Some(op) if faults.is_empty() => Ok(op),
@@ -127,62 +129,62 @@ pub(super) fn op_of(stmt: &Stmt) -> Result<Op, Vec<AttrFault>> {
     }
 }
 
-fn build(stmt: &Stmt, a: &mut Attrs<'_>) -> Option<Op> {
+fn build(stmt: &Stmt, kind: Kind, a: &mut Attrs<'_>) -> Option<Op> {
     let styles = [("neox", RopeStyle::Neox), ("interleaved", RopeStyle::Interleaved)];
-    let acts = [("silu", Act::Silu), ("gelu_tanh", Act::GeluTanh)];
+    let acts = [Act::Silu, Act::GeluTanh].map(|act| (act.word(), act));
     let kmaps = [("grouped", KMap::Grouped), ("tiled", KMap::Tiled)];
-    Some(match stmt.op.text.as_str() {
-        "add" => Op::Add,
-        "sub" => Op::Sub,
-        "mul" => Op::Mul,
-        "scale" => Op::Scale { by: a.float("by")? },
-        "neg" => Op::Neg,
-        "all_reduce" => Op::AllReduce,
-        "exp" => Op::Exp,
-        "sigmoid" => Op::Sigmoid,
-        "silu" => Op::Silu,
-        "softplus" => Op::Softplus,
-        "gelu_tanh" => Op::GeluTanh,
-        "rms_norm" => {
+    Some(match kind {
+        Kind::Add => Op::Add,
+        Kind::Sub => Op::Sub,
+        Kind::Mul => Op::Mul,
+        Kind::Scale => Op::Scale { by: a.float("by")? },
+        Kind::Neg => Op::Neg,
+        Kind::AllReduce => Op::AllReduce,
+        Kind::Exp => Op::Exp,
+        Kind::Sigmoid => Op::Sigmoid,
+        Kind::Silu => Op::Silu,
+        Kind::Softplus => Op::Softplus,
+        Kind::GeluTanh => Op::GeluTanh,
+        Kind::RmsNorm => {
             let (eps, offset) = (a.eps("eps"), a.flag("offset"));
             Op::RmsNorm { eps: eps?, offset: f64::from(u8::from(offset?)) }
         }
-        "l2_norm" => Op::L2Norm { eps: a.eps("eps")? },
-        "linear" => Op::Linear,
-        "linear_heads" => Op::LinearHeads,
-        "embed" => Op::Embed,
-        "argmax" => Op::Argmax,
-        "reshape" => Op::Reshape { shape: reshape_shape(stmt, a)? },
-        "slice" => {
+        Kind::L2Norm => Op::L2Norm { eps: a.eps("eps")? },
+        Kind::Linear => Op::Linear,
+        Kind::LinearHeads => Op::LinearHeads,
+        Kind::Embed => Op::Embed,
+        Kind::Argmax => Op::Argmax,
+        Kind::Reshape => Op::Reshape { shape: reshape_shape(stmt, a)? },
+        Kind::Slice => {
             let (axis, start, len) = (a.count("axis"), a.count("start"), a.count("len"));
             Op::Slice { axis: axis?, start: start?, len: len? }
         }
-        "concat" => Op::Concat { axis: a.count("axis")? },
-        "transpose" => {
+        Kind::Concat => Op::Concat { axis: a.count("axis")? },
+        Kind::Transpose => {
             let perm = a.read("perm", true, "a list of axes", Literal::as_usize_list).flatten();
             Op::Transpose { perm: perm? }
         }
-        "rope" => {
+        Kind::Rope => {
             let dim = a.read("dim", true, "a positive even integer", |l| {
                 l.as_i64().and_then(|v| usize::try_from(v).ok()).filter(|&v| v > 0 && v % 2 == 0)
             });
             let style = a.word("style", true, &styles);
             Op::Rope { dim: dim.flatten()?, style: style.flatten()? }
         }
-        "cache_put" => Op::CachePut,
-        "attend" => {
+        Kind::CachePut => Op::CachePut,
+        Kind::Attend => {
             let (scale, window) = (a.float("scale"), a.positive("window", false));
             Op::Attend { scale: scale?, window: window? }
         }
-        "attend_mla" => {
+        Kind::AttendMla => {
             let (scale, latent, window) = (a.float("scale"), a.positive("latent", true), a.positive("window", false));
             Op::AttendMla { scale: scale?, latent: latent.flatten()?, window: window? }
         }
-        "conv_step" => Op::ConvStep,
-        "conv_shift" => Op::ConvShift,
-        "delta_scan" => Op::DeltaScan { kmap: a.word("kmap", false, &kmaps)?.unwrap_or(KMap::Grouped) },
-        "delta_step" => Op::DeltaStep { kmap: a.word("kmap", false, &kmaps)?.unwrap_or(KMap::Grouped) },
-        "route" => {
+        Kind::ConvStep => Op::ConvStep,
+        Kind::ConvShift => Op::ConvShift,
+        Kind::DeltaScan => Op::DeltaScan { kmap: a.word("kmap", false, &kmaps)?.unwrap_or(KMap::Grouped) },
+        Kind::DeltaStep => Op::DeltaStep { kmap: a.word("kmap", false, &kmaps)?.unwrap_or(KMap::Grouped) },
+        Kind::Route => {
             let k = a.positive("k", true);
             let norm = a.flag("norm");
             let scale = a.float("scale");
@@ -195,8 +197,8 @@ fn build(stmt: &Stmt, a: &mut Attrs<'_>) -> Option<Op> {
                 topk_groups: topk_groups.flatten()?,
             }
         }
-        "experts" => Op::Experts { act: a.word("act", true, &acts).flatten()? },
-        _ => return None,
+        Kind::Experts => Op::Experts { act: a.word("act", true, &acts).flatten()? },
+        Kind::Dequant => return None,
     })
 }
 

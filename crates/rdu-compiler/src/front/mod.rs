@@ -29,7 +29,6 @@ mod ops;
 mod statement;
 
 pub use lift::lift;
-pub use ops::OPS;
 
 use crate::lang::Diagnostic;
 use std::fmt;
@@ -86,13 +85,13 @@ pub fn kernel_op(op: &rdu_spatial::program::KernelOp) -> Result<crate::graph::Op
             Lit::List(items) => Literal::List(items.iter().map(literal).collect()),
         }
     }
-    if ops::prototype(&op.op).is_none() {
+    if !op.op.in_language() {
         return Err(format!("`{}` is not an op of the language", op.op));
     }
     let stmt = Stmt {
         binders: op.outs.iter().map(Name::new).collect(),
         update: op.update,
-        op: Name::new(op.op.clone()),
+        op: Name::new(op.op.name()),
         args: op
             .args
             .iter()
@@ -108,5 +107,5 @@ pub fn kernel_op(op: &rdu_spatial::program::KernelOp) -> Result<crate::graph::Op
             .collect(),
         span: Span::default(),
     };
-    attrs::op_of(&stmt).map_err(|faults| faults.into_iter().map(|f| f.message).collect::<Vec<_>>().join("; "))
+    attrs::op_of(&stmt, op.op).map_err(|faults| faults.into_iter().map(|f| f.message).collect::<Vec<_>>().join("; "))
 }

@@ -5,10 +5,11 @@
 use super::attrs::op_of;
 use super::codes;
 use super::lift::{diagnostic, Bound, Ctx};
-use super::ops::{prototype, OPS};
+use super::ops::language_op;
 use crate::graph::{Fault, Site, TypeError, ValueId};
 use crate::lang::ast::{Arg, DeclKind, Name, Span, Stmt};
 use crate::lang::Diagnostic;
+use rdu_spatial::Op;
 use std::collections::BTreeSet;
 
 /// The faults of one statement, each with its index and first binder.
@@ -29,23 +30,23 @@ impl Ctx {
         let binder = stmt.binders.first().map(|b| b.text.as_str());
         let mut f = Faults { index, binder, list: Vec::new() };
         let target = self.check_binders(stmt, &mut f);
-        let proto = prototype(&stmt.op.text);
+        let proto = language_op(&stmt.op.text);
         if proto.is_none() {
             f.add(codes::UNKNOWN_OP, unknown_op(&stmt.op.text), stmt.op.span);
         }
-        let is_reshape = stmt.op.text == "reshape";
+        let shape_literal = proto.is_some_and(Op::takes_shape_literal);
         let mut operands: Vec<&Name> = Vec::new();
         for (k, arg) in stmt.args.iter().enumerate() {
             match arg {
                 Arg::Name(n) => operands.push(n),
-                Arg::Lit(..) if is_reshape && k == 1 => {}
+                Arg::Lit(..) if shape_literal && k == 1 => {}
                 Arg::Lit(_, span) => {
                     let message = format!("`{}` expects a tensor here, not a literal; bind it first", stmt.op.text);
                     f.add(codes::DTYPE, message, *span);
                 }
             }
         }
-        if let Some(proto) = &proto {
+        if let Some(proto) = proto {
             self.check_counts(stmt, proto, &operands, &mut f);
         }
         let mut inputs = Vec::with_capacity(operands.len());
@@ -57,7 +58,7 @@ impl Ctx {
                 None => {}
             }
         }
-        let op = proto.and_then(|_| match op_of(stmt) {
+        let op = proto.and_then(|kind| match op_of(stmt, kind) {
             Ok(op) => Some(op),
             Err(faults) => {
                 faults.into_iter().for_each(|a| f.add(codes::ATTRIBUTE, a.message, a.span));
@@ -155,7 +156,7 @@ impl Ctx {
     }
 
     /// The number of operands (and `reshape`'s shape literal) and of binders.
-    fn check_counts(&mut self, stmt: &Stmt, proto: &crate::graph::Op, operands: &[&Name], f: &mut Faults<'_>) {
+    fn check_counts(&mut self, stmt: &Stmt, proto: Op, operands: &[&Name], f: &mut Faults<'_>) {
         let (least, most) = proto.arity();
         let op = &stmt.op.text;
         if operands.len() < least {
@@ -166,12 +167,9 @@ impl Ctx {
                 format!("`{op}` takes at most {most} tensor operands, found {}; remove the extra ones", operands.len());
             f.add(codes::ARITY, message, operands[most].span);
         }
-        if op == "reshape" && !matches!(stmt.args.get(1), Some(Arg::Lit(..))) {
-            f.add(
-                codes::ARITY,
-                "`reshape` takes a tensor and a shape list: `reshape(x, [d0, d1])`".into(),
-                stmt.op.span,
-            );
+        if proto.takes_shape_literal() && !matches!(stmt.args.get(1), Some(Arg::Lit(..))) {
+            let message = format!("`{op}` takes a tensor and a shape list: `{op}(x, [d0, d1])`");
+            f.add(codes::ARITY, message, stmt.op.span);
         }
         let n = proto.n_outputs();
         if stmt.binders.len() != n {
@@ -239,10 +237,12 @@ fn code_of(e: &TypeError) -> &'static str {
 fn site_span(stmt: &Stmt, operands: &[&Name], e: &TypeError) -> Span {
     match e.site {
         Site::Arg(i) => operands.get(i).map_or(stmt.op.span, |n| n.span),
-        Site::Attr("shape") if stmt.op.text == "reshape" => match stmt.args.get(1) {
-            Some(Arg::Lit(_, span)) => *span,
-            _ => stmt.op.span,
-        },
+        Site::Attr("shape") if language_op(&stmt.op.text).is_some_and(Op::takes_shape_literal) => {
+            match stmt.args.get(1) {
+                Some(Arg::Lit(_, span)) => *span,
+                _ => stmt.op.span,
+            }
+        }
         Site::Attr(key) => stmt.attrs.iter().find(|a| a.key.text == key).map_or(stmt.op.span, |a| a.span),
         Site::Op => stmt.op.span,
     }
@@ -250,7 +250,7 @@ fn site_span(stmt: &Stmt, operands: &[&Name], e: &TypeError) -> Span {
 
 /// "unknown op" with the nearest op name when one is close.
 fn unknown_op(name: &str) -> String {
-    let nearest = OPS.iter().map(|op| (distance(name, op), *op)).min();
+    let nearest = Op::language().map(|op| (distance(name, op.name()), op.name())).min();
     match nearest {
         Some((d, op)) if d <= 2 => format!("unknown op `{name}`; did you mean `{op}`?"),
         _ => format!("unknown op `{name}`; the ops are listed in docs/LANGUAGE.md"),

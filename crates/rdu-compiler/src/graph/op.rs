@@ -1,5 +1,7 @@
 //! `Op`: one variant per op of `docs/LANGUAGE.md`, with its attributes typed inside the
-//! variant. Operands are the node's input values, in the order the language lists them.
+//! variant. Operands are the node's input values, in the order the language lists them. The
+//! facts shared with lowering and the simulator (name, operands, outputs, …) are the op
+//! table's, `rdu_spatial::op`, reached through [`Op::kind`].
 
 use std::fmt;
 
@@ -40,8 +42,9 @@ impl RopeStyle {
 impl Act {
     pub fn word(self) -> &'static str {
         match self {
-            Act::Silu => "silu",
-            Act::GeluTanh => "gelu_tanh",
+            // The activation's word is the name of its op.
+            Act::Silu => rdu_spatial::Op::Silu.name(),
+            Act::GeluTanh => rdu_spatial::Op::GeluTanh.name(),
         }
     }
 }
@@ -139,80 +142,57 @@ pub enum Op {
 }
 
 impl Op {
+    /// The op's row of the op table (`rdu_spatial::op`): its name, operands, outputs, ….
+    pub fn kind(&self) -> rdu_spatial::Op {
+        use rdu_spatial::Op as K;
+        match self {
+            Op::Add => K::Add,
+            Op::Sub => K::Sub,
+            Op::Mul => K::Mul,
+            Op::Scale { .. } => K::Scale,
+            Op::Neg => K::Neg,
+            Op::Exp => K::Exp,
+            Op::Sigmoid => K::Sigmoid,
+            Op::Silu => K::Silu,
+            Op::Softplus => K::Softplus,
+            Op::GeluTanh => K::GeluTanh,
+            Op::RmsNorm { .. } => K::RmsNorm,
+            Op::L2Norm { .. } => K::L2Norm,
+            Op::Linear => K::Linear,
+            Op::LinearHeads => K::LinearHeads,
+            Op::Embed => K::Embed,
+            Op::Argmax => K::Argmax,
+            Op::Reshape { .. } => K::Reshape,
+            Op::Slice { .. } => K::Slice,
+            Op::Concat { .. } => K::Concat,
+            Op::Transpose { .. } => K::Transpose,
+            Op::Rope { .. } => K::Rope,
+            Op::CachePut => K::CachePut,
+            Op::Attend { .. } => K::Attend,
+            Op::AttendMla { .. } => K::AttendMla,
+            Op::ConvStep => K::ConvStep,
+            Op::ConvShift => K::ConvShift,
+            Op::DeltaScan { .. } => K::DeltaScan,
+            Op::DeltaStep { .. } => K::DeltaStep,
+            Op::Route { .. } => K::Route,
+            Op::Experts { .. } => K::Experts,
+            Op::AllReduce => K::AllReduce,
+        }
+    }
+
     /// The op's name in program text.
     pub fn name(&self) -> &'static str {
-        match self {
-            Op::Add => "add",
-            Op::Sub => "sub",
-            Op::Mul => "mul",
-            Op::Scale { .. } => "scale",
-            Op::Neg => "neg",
-            Op::Exp => "exp",
-            Op::Sigmoid => "sigmoid",
-            Op::Silu => "silu",
-            Op::Softplus => "softplus",
-            Op::GeluTanh => "gelu_tanh",
-            Op::RmsNorm { .. } => "rms_norm",
-            Op::L2Norm { .. } => "l2_norm",
-            Op::Linear => "linear",
-            Op::LinearHeads => "linear_heads",
-            Op::Embed => "embed",
-            Op::Argmax => "argmax",
-            Op::Reshape { .. } => "reshape",
-            Op::Slice { .. } => "slice",
-            Op::Concat { .. } => "concat",
-            Op::Transpose { .. } => "transpose",
-            Op::Rope { .. } => "rope",
-            Op::CachePut => "cache_put",
-            Op::Attend { .. } => "attend",
-            Op::AttendMla { .. } => "attend_mla",
-            Op::ConvStep => "conv_step",
-            Op::ConvShift => "conv_shift",
-            Op::DeltaScan { .. } => "delta_scan",
-            Op::DeltaStep { .. } => "delta_step",
-            Op::Route { .. } => "route",
-            Op::Experts { .. } => "experts",
-            Op::AllReduce => "all_reduce",
-        }
+        self.kind().name()
     }
 
     /// The least and the most tensor operands the op takes (`concat` takes at least two).
     pub fn arity(&self) -> (usize, usize) {
-        match self {
-            Op::Add | Op::Sub | Op::Mul => (2, 2),
-            Op::Scale { .. }
-            | Op::Neg
-            | Op::Exp
-            | Op::Sigmoid
-            | Op::Silu
-            | Op::Softplus
-            | Op::GeluTanh
-            | Op::L2Norm { .. }
-            | Op::Argmax
-            | Op::Reshape { .. }
-            | Op::Slice { .. }
-            | Op::Transpose { .. }
-            | Op::Route { .. }
-            | Op::AllReduce => (1, 1),
-            Op::RmsNorm { .. } | Op::LinearHeads | Op::Embed | Op::ConvShift => (2, 2),
-            Op::Linear | Op::ConvStep => (2, 3),
-            Op::Concat { .. } => (2, usize::MAX),
-            Op::Rope { .. } => (4, 4),
-            // A prefill chunk passes its own keys and values after `pos` (see docs/LANGUAGE.md).
-            Op::Attend { .. } => (4, 6),
-            Op::AttendMla { .. } => (3, 4),
-            Op::CachePut => (3, 3),
-            Op::DeltaScan { .. } => (5, 5),
-            Op::DeltaStep { .. } | Op::Experts { .. } => (6, 6),
-        }
+        self.kind().arity()
     }
 
     /// How many values the op produces.
     pub fn n_outputs(&self) -> usize {
-        match self {
-            Op::DeltaStep { .. } | Op::Route { .. } => 2,
-            _ => 1,
-        }
+        self.kind().n_outputs()
     }
 }
 

@@ -2,7 +2,7 @@
 //! caches and states), and the SRAM it needs for its results and one tile of its weights.
 //! Shared by placement, sectioning and the cost model.
 
-use rdu_spatial::program::{Arg, KernelOp, Role, SpatialProgram, TensorDecl};
+use rdu_spatial::program::{Arg, KernelOp, Op, Role, SpatialProgram, TensorDecl};
 use std::collections::HashMap;
 
 /// Per-step work of one op.
@@ -69,14 +69,14 @@ pub fn op_work(model: &WorkModel<'_>, op: &KernelOp) -> Work {
     let hbm_of =
         |t: &TensorDecl| if matches!(t.role, Role::Weight | Role::State | Role::Shared) { stored_bytes(t) } else { 0 };
     let mut work = Work { flops: out_elems, hbm_bytes: 0, sram_bytes, link_bytes: 0 };
-    match op.op.as_str() {
-        "linear" | "linear_heads" => {
+    match op.op {
+        Op::Linear | Op::LinearHeads => {
             let w = tensor_args.get(1);
             let inner = w.and_then(|w| w.shape.last()).copied().unwrap_or(1) as u64;
             work.flops = 2 * out_elems * inner;
             work.hbm_bytes = tensor_args.iter().map(|t| hbm_of(t)).sum();
         }
-        "embed" => {
+        Op::Embed => {
             // One row per id.
             let rows = tensor_args.first().map(|t| numel(&t.shape)).unwrap_or(1);
             let table = tensor_args.get(1);
@@ -84,7 +84,7 @@ pub fn op_work(model: &WorkModel<'_>, op: &KernelOp) -> Work {
                 .map(|t| stored_bytes(t) / t.shape.first().copied().unwrap_or(1).max(1) as u64 * rows)
                 .unwrap_or(0);
         }
-        "experts" => {
+        Op::Experts => {
             // Only the top-k experts of each row are read.
             let w = tensor_args.get(1).map(|t| *t.shape.last().unwrap_or(&1) as u64).unwrap_or(1);
             let stacked: Vec<&&TensorDecl> = tensor_args.iter().skip(3).collect();
@@ -96,13 +96,13 @@ pub fn op_work(model: &WorkModel<'_>, op: &KernelOp) -> Work {
             work.hbm_bytes = per_expert * touched;
             work.flops = 2 * expert_elems * w * rows;
         }
-        "attend" | "attend_mla" => {
+        Op::Attend | Op::AttendMla => {
             // Every cached position of every kv head is read once per step; a prefill chunk's
             // own keys and values (the arguments after `pos`) are attended to as well.
             let q = tensor_args.first();
             let cache: Vec<&&TensorDecl> = tensor_args.iter().skip(1).filter(|t| t.role == Role::State).collect();
             work.hbm_bytes = cache.iter().map(|t| stored_bytes(t)).sum();
-            let pos_arg = if op.op == "attend" { 3 } else { 2 };
+            let pos_arg = if op.op == Op::Attend { 3 } else { 2 };
             let chunk_rows = match op.args.get(pos_arg + 1) {
                 Some(Arg::Tensor(n)) => decl(n).map_or(0, |t| t.shape[0] as u64),
                 _ => 0,
@@ -113,13 +113,13 @@ pub fn op_work(model: &WorkModel<'_>, op: &KernelOp) -> Work {
             let dv = out.map(|o| *o.shape.last().unwrap_or(&1) as u64).unwrap_or(1);
             work.flops = 2 * rows * heads * slots * (dk + dv);
         }
-        "all_reduce" => {
+        Op::AllReduce => {
             // A ring all-reduce sends 2(tp − 1)/tp of the tensor from every chip (reduce-scatter,
             // then all-gather), as f32; one chip sends nothing.
             let chips = model.chips;
             work.link_bytes = out_elems * 4 * 2 * (chips - 1) / chips;
         }
-        "delta_step" | "delta_scan" | "conv_step" | "conv_shift" | "cache_put" => {
+        Op::DeltaStep | Op::DeltaScan | Op::ConvStep | Op::ConvShift | Op::CachePut => {
             // States are read and written back.
             work.hbm_bytes = tensor_args.iter().filter(|t| t.role == Role::State).map(|t| 2 * stored_bytes(t)).sum();
             work.flops = 6 * out_elems.max(tensor_args.iter().map(|t| numel(&t.shape)).max().unwrap_or(0));

@@ -161,10 +161,11 @@ pub enum Act {
 }
 
 impl Act {
-    pub fn op(self) -> &'static str {
+    /// The op applying the activation (its name is also the `experts` op's `act=` word).
+    pub fn op(self) -> rdu_spatial::Op {
         match self {
-            Act::Silu => "silu",
-            Act::GeluTanh => "gelu_tanh",
+            Act::Silu => rdu_spatial::Op::Silu,
+            Act::GeluTanh => rdu_spatial::Op::GeluTanh,
         }
     }
 }

@@ -9,7 +9,7 @@ use super::ops::{dispatch, ArgVal, Call};
 use super::packed::PackedWeight;
 use super::tensor::SimTensor;
 use super::SimError;
-use crate::program::{Arg, KernelOp, Role, SpatialProgram, Storage, TensorDecl};
+use crate::program::{Arg, KernelOp, Op, Role, SpatialProgram, Storage, TensorDecl};
 use crate::q8::{Q8Weight, QK8_0};
 
 /// Runs `program`; states in `states` (when `in_place`) are read from and written back there.
@@ -66,11 +66,6 @@ pub(super) enum Val<'b> {
     Packed { w: PackedWeight<'b>, q8: bool },
 }
 
-/// Ops that read a weight argument (always argument 1) packed, row by row.
-fn reads_packed(op: &str, arg: usize) -> bool {
-    arg == 1 && matches!(op, "linear" | "linear_heads" | "embed")
-}
-
 struct Exec<'p, 'b> {
     bindings: &'b dyn SimBindings,
     decls: BTreeMap<&'p str, &'p TensorDecl>,
@@ -84,7 +79,7 @@ impl<'p, 'b> Exec<'p, 'b> {
             for (index, op) in stage.ops.iter().enumerate() {
                 self.step(op).map_err(|e| match e {
                     SimError::Invalid { message } => {
-                        SimError::Op { stage: stage.name.clone(), index, op: op.op.clone(), message }
+                        SimError::Op { stage: stage.name.clone(), index, op: op.op.to_string(), message }
                     }
                     other => other,
                 })?;
@@ -97,7 +92,9 @@ impl<'p, 'b> Exec<'p, 'b> {
         let Some(last) = op.outs.last() else { return super::invalid("an op must bind at least one output") };
         for (i, arg) in op.args.iter().enumerate() {
             if let Arg::Tensor(name) = arg {
-                if !(op.op == "experts" && (3..6).contains(&i) && !self.env.contains_key(name)) {
+                // Stacked expert weights not yet bound are read one expert at a time, later.
+                let lazy = op.op.expert_weights().contains(&i) && !self.env.contains_key(name);
+                if !lazy {
                     self.resolve(name)?;
                 }
             }
@@ -105,14 +102,15 @@ impl<'p, 'b> Exec<'p, 'b> {
         // A packed weight read by any other op is widened (or reblocked) for it, once.
         for (i, arg) in op.args.iter().enumerate() {
             if let Arg::Tensor(name) = arg {
-                if !reads_packed(&op.op, i) {
+                // Ops that read one weight packed, row by row, read it in place.
+                if op.op.row_weight() != Some(i) {
                     self.unpack(name);
                 }
             }
         }
         // An update whose first argument is the state it writes takes it by value (in place).
         let state_first = matches!(op.args.first(), Some(Arg::Tensor(n)) if n == last);
-        let inplace = if op.update && state_first && matches!(op.op.as_str(), "cache_put" | "delta_step") {
+        let inplace = if op.update && state_first && op.op.writes_state_in_place() {
             match self.env.remove(last.as_str()) {
                 Some(Val::Dense(t)) => Some(t.into_owned()),
                 Some(other) => {
@@ -262,7 +260,7 @@ fn check_storage(op: &KernelOp, args: &[ArgVal<'_>]) -> Result<(), SimError> {
         ArgVal::Stacked(d) => d.storage == Storage::Q8_0,
         _ => false,
     };
-    if op.op == "dequant" {
+    if op.op == Op::Dequant {
         return Ok(());
     }
     let q8_args: Vec<usize> = args.iter().enumerate().filter(|(_, a)| is_q8(a)).map(|(i, _)| i).collect();

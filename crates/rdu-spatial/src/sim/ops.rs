@@ -1,10 +1,11 @@
-//! One op's call: its resolved arguments and attributes, typed accessors, and the op table.
+//! One op's call: its resolved arguments and attributes, typed accessors, and the dispatch
+//! from each op of the table (`crate::op`) to its kernel.
 
 use super::bind::SimBindings;
 use super::packed::PackedWeight;
 use super::tensor::SimTensor;
 use super::{attention, elementwise as ew, invalid, moe, norm, products, recurrent, shape, SimError};
-use crate::program::{KernelOp, Lit, TensorDecl, Tiling};
+use crate::program::{KernelOp, Lit, Op, TensorDecl, Tiling};
 use crate::q8::Q8Weight;
 
 /// A kernel's result: its outputs in order.
@@ -12,43 +13,42 @@ pub(super) type Outs = Result<Vec<SimTensor>, SimError>;
 
 /// Runs the kernel `call.op` names.
 pub(super) fn dispatch(call: &mut Call<'_>) -> Outs {
-    match call.op.op.as_str() {
-        "add" => ew::binary(call, |a, b| a + b),
-        "sub" => ew::binary(call, |a, b| a - b),
-        "mul" => ew::binary(call, |a, b| a * b),
-        "scale" => {
+    match call.op.op {
+        Op::Add => ew::binary(call, |a, b| a + b),
+        Op::Sub => ew::binary(call, |a, b| a - b),
+        Op::Mul => ew::binary(call, |a, b| a * b),
+        Op::Scale => {
             let by = call.req_float("by")?;
             ew::unary(call, &["by"], move |x| x * by)
         }
-        "neg" => ew::unary(call, &[], |x| -x),
-        "exp" => ew::unary(call, &[], f32::exp),
-        "sigmoid" => ew::unary(call, &[], ew::sigmoid),
-        "silu" => ew::unary(call, &[], |x| x * ew::sigmoid(x)),
-        "softplus" => ew::unary(call, &[], ew::softplus),
-        "gelu_tanh" => ew::unary(call, &[], ew::gelu_tanh),
-        "rms_norm" => norm::rms_norm(call),
-        "l2_norm" => norm::l2_norm(call),
-        "linear" => products::linear(call),
-        "linear_heads" => products::linear_heads(call),
-        "embed" => products::embed(call),
-        "argmax" => products::argmax(call),
-        "reshape" => shape::reshape(call),
-        "slice" => shape::slice(call),
-        "concat" => shape::concat(call),
-        "transpose" => shape::transpose(call),
-        "dequant" => shape::dequant(call),
-        "rope" => attention::rope(call),
-        "cache_put" => attention::cache_put(call),
-        "attend" => attention::attend(call),
-        "attend_mla" => attention::attend_mla(call),
-        "conv_step" => recurrent::conv_step(call),
-        "conv_shift" => recurrent::conv_shift(call),
-        "delta_scan" => recurrent::delta(call, false),
-        "delta_step" => recurrent::delta(call, true),
-        "route" => moe::route(call),
-        "experts" => moe::experts(call),
-        "all_reduce" => all_reduce(call),
-        other => invalid(format!("unknown op `{other}`")),
+        Op::Neg => ew::unary(call, &[], |x| -x),
+        Op::Exp => ew::unary(call, &[], f32::exp),
+        Op::Sigmoid => ew::unary(call, &[], ew::sigmoid),
+        Op::Silu => ew::unary(call, &[], |x| x * ew::sigmoid(x)),
+        Op::Softplus => ew::unary(call, &[], ew::softplus),
+        Op::GeluTanh => ew::unary(call, &[], ew::gelu_tanh),
+        Op::RmsNorm => norm::rms_norm(call),
+        Op::L2Norm => norm::l2_norm(call),
+        Op::Linear => products::linear(call),
+        Op::LinearHeads => products::linear_heads(call),
+        Op::Embed => products::embed(call),
+        Op::Argmax => products::argmax(call),
+        Op::Reshape => shape::reshape(call),
+        Op::Slice => shape::slice(call),
+        Op::Concat => shape::concat(call),
+        Op::Transpose => shape::transpose(call),
+        Op::Dequant => shape::dequant(call),
+        Op::Rope => attention::rope(call),
+        Op::CachePut => attention::cache_put(call),
+        Op::Attend => attention::attend(call),
+        Op::AttendMla => attention::attend_mla(call),
+        Op::ConvStep => recurrent::conv_step(call),
+        Op::ConvShift => recurrent::conv_shift(call),
+        Op::DeltaScan => recurrent::delta(call, false),
+        Op::DeltaStep => recurrent::delta(call, true),
+        Op::Route => moe::route(call),
+        Op::Experts => moe::experts(call),
+        Op::AllReduce => all_reduce(call),
     }
 }
 

@@ -162,6 +162,7 @@ fn op(cur: &mut Cursor<'_>) -> Res<KernelOp> {
         other => return Err(format!("expected `=` or `<-`, found {}", show(other))),
     };
     let name = cur.ident("an op name")?;
+    let name: crate::op::Op = name.parse().map_err(|e: crate::op::UnknownOp| e.to_string())?;
     cur.punct('(')?;
     let (mut args, mut attrs) = (Vec::new(), Vec::new());
     if !cur.eat(')') {

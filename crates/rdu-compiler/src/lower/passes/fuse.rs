@@ -4,22 +4,6 @@
 
 use rdu_spatial::program::{KernelOp, Section, SpatialProgram, Stage};
 
-/// Kernels that stream weights, caches or states: each anchors a stage of its own.
-pub const HEAVY_OPS: [&str; 12] = [
-    "linear",
-    "linear_heads",
-    "embed",
-    "experts",
-    "attend",
-    "attend_mla",
-    "delta_scan",
-    "delta_step",
-    "conv_step",
-    "cache_put",
-    "route",
-    "argmax",
-];
-
 /// Regroups every section's ops into stages anchored on heavy kernels.
 pub fn fuse(program: &mut SpatialProgram) {
     for section in &mut program.sections {
@@ -33,7 +17,8 @@ fn group(ops: Vec<KernelOp>) -> Vec<Stage> {
     let mut current: Vec<KernelOp> = Vec::new();
     let mut has_heavy = false;
     for op in ops {
-        let heavy = HEAVY_OPS.contains(&op.op.as_str());
+        // Kernels that stream weights, caches or states (`Op::is_heavy`) anchor a stage each.
+        let heavy = op.op.is_heavy();
         if heavy && has_heavy {
             stages.push(stage(stages.len(), std::mem::take(&mut current)));
             has_heavy = false;

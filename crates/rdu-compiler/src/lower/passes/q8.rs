@@ -2,11 +2,8 @@
 //! the chip; any other read of such a weight (a view: reshape, slice, transpose) goes through
 //! an explicit `dequant`. Weights not stored Q8_0 are read dense and left alone.
 
-use rdu_spatial::program::{Arg, KernelOp, Role, SpatialProgram, Storage, TensorDecl};
+use rdu_spatial::program::{Arg, KernelOp, Op, Role, SpatialProgram, Storage, TensorDecl};
 use std::collections::BTreeSet;
-
-/// Ops that can consume a Q8_0 weight block by block.
-const FOLDING_OPS: [&str; 4] = ["linear", "linear_heads", "embed", "experts"];
 
 /// Marks every weight in `stored_q8` as Q8_0 and every product over one as folding.
 pub fn from_q8(program: &mut SpatialProgram, stored_q8: &BTreeSet<String>) {
@@ -23,7 +20,7 @@ pub fn from_q8(program: &mut SpatialProgram, stored_q8: &BTreeSet<String>) {
             let mut ops = Vec::with_capacity(stage.ops.len());
             for mut op in std::mem::take(&mut stage.ops) {
                 let reads_q8 = op.args.iter().any(|a| matches!(a, Arg::Tensor(n) if q8.contains(n)));
-                if reads_q8 && FOLDING_OPS.contains(&op.op.as_str()) {
+                if reads_q8 && op.op.folds_q8() {
                     op.fold_q8 = true;
                 } else if reads_q8 {
                     for arg in &mut op.args {
@@ -44,7 +41,7 @@ pub fn from_q8(program: &mut SpatialProgram, stored_q8: &BTreeSet<String>) {
                             ops.push(KernelOp {
                                 outs: vec![dense.clone()],
                                 update: false,
-                                op: "dequant".into(),
+                                op: Op::Dequant,
                                 args: vec![Arg::Tensor(name.clone())],
                                 attrs: Vec::new(),
                                 fold_q8: false,

@@ -5,7 +5,7 @@
 use crate::graph::{DType, Graph, Origin};
 use crate::lang::ast::{self, DeclKind, Program};
 use rdu_spatial::program::{
-    Arg, Dtype, Home, KernelOp, Lit, Role, Section, SpatialProgram, Stage, Storage, TensorDecl,
+    Arg, Dtype, Home, KernelOp, Lit, Op, Role, Section, SpatialProgram, Stage, Storage, TensorDecl,
 };
 use std::collections::BTreeSet;
 
@@ -47,12 +47,14 @@ pub fn select(name: &str, chip: &str, program: &Program, graph: &Graph) -> Spati
             home,
         });
     }
+    // The lifted graph has one node per statement, in order: each node's op is its statement's.
     let stages = program
         .stmts()
+        .zip(&graph.nodes)
         .enumerate()
-        .map(|(i, s)| Stage {
+        .map(|(i, (s, node))| Stage {
             name: format!("s{i}"),
-            ops: vec![kernel_op(s)],
+            ops: vec![kernel_op(s, node.op.kind())],
             pcus: 1,
             pmus: 1,
             prefetch: false,
@@ -69,11 +71,12 @@ pub fn select(name: &str, chip: &str, program: &Program, graph: &Graph) -> Spati
     }
 }
 
-fn kernel_op(s: &ast::Stmt) -> KernelOp {
+fn kernel_op(s: &ast::Stmt, op: Op) -> KernelOp {
+    debug_assert_eq!(op.name(), s.op.text);
     KernelOp {
         outs: s.binders.iter().map(|b| b.text.clone()).collect(),
         update: s.update,
-        op: s.op.text.clone(),
+        op,
         args: s
             .args
             .iter()

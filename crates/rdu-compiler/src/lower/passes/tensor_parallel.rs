@@ -4,7 +4,7 @@
 //! runs it on its own slices), so no op changes; the simulator and the cost model read this.
 
 use crate::lang::Slices;
-use rdu_spatial::program::{SpatialProgram, TpInfo, TpSplit};
+use rdu_spatial::program::{Op, SpatialProgram, TpInfo, TpSplit};
 use std::collections::BTreeMap;
 
 /// Fills `program.tp` for `chips` chips with the source's `slices`; a one-chip program without
@@ -14,7 +14,7 @@ pub fn tensor_parallel(program: &mut SpatialProgram, chips: usize, slices: &BTre
         .sections
         .iter()
         .flat_map(|s| &s.stages)
-        .filter(|st| st.ops.iter().any(|op| op.op == "all_reduce"))
+        .filter(|st| st.ops.iter().any(|op| op.op == Op::AllReduce))
         .map(|st| st.name.clone())
         .collect();
     if chips <= 1 && slices.is_empty() && all_reduce.is_empty() {

@@ -3,7 +3,7 @@
 //! whole; ops that cannot be tiled are left alone.
 
 use rdu_spatial::chip::Chip;
-use rdu_spatial::program::{Arg, SpatialProgram, Tiling};
+use rdu_spatial::program::{Arg, Op, SpatialProgram, Tiling};
 use std::collections::HashMap;
 
 /// At most this many tiles per op: beyond it a tile spans several PMUs' worth of weights.
@@ -27,13 +27,13 @@ pub fn tile(program: &mut SpatialProgram, chip: &Chip) {
                     _ => None,
                 };
                 // (axis, bytes one output index along it needs to stream)
-                let plan = match op.op.as_str() {
-                    "linear" => arg_shape(1).map(|w| (1, 2 * w.last().copied().unwrap_or(1) as u64)),
-                    "linear_heads" => arg_shape(1).map(|w| (1, 2 * (w[1] * w[2]) as u64)),
-                    "attend" | "attend_mla" => {
+                let plan = match op.op {
+                    Op::Linear => arg_shape(1).map(|w| (1, 2 * w.last().copied().unwrap_or(1) as u64)),
+                    Op::LinearHeads => arg_shape(1).map(|w| (1, 2 * (w[1] * w[2]) as u64)),
+                    Op::Attend | Op::AttendMla => {
                         arg_shape(1).map(|k| (1, 2 * k.iter().product::<usize>() as u64 / out[1].max(1) as u64))
                     }
-                    "experts" => arg_shape(3).map(|w| (1, 2 * 3 * w[1] as u64)),
+                    Op::Experts => arg_shape(3).map(|w| (1, 2 * 3 * w[1] as u64)),
                     _ => None,
                 };
                 let Some((axis, per_index)) = plan else { continue };

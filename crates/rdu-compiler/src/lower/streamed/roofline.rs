@@ -92,7 +92,7 @@ impl StreamedModel {
         let Ok(program) = parse(&source.text) else { return };
         let stacks: BTreeSet<&str> = program
             .stmts()
-            .filter(|s| s.op.text == "experts")
+            .filter(|s| s.op.text == rdu_spatial::Op::Experts.name())
             .flat_map(|s| s.args.iter().skip(3))
             .filter_map(|a| match a {
                 Arg::Name(n) => Some(n.text.as_str()),

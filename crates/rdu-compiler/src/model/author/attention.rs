@@ -5,6 +5,7 @@ use super::split::Run;
 use super::writer::{float, list, Writer};
 use super::LayerCtx;
 use crate::model::spec::Mixer;
+use rdu_spatial::Op;
 
 /// Writes the attention mixer over the normalised hidden state `hn`; returns its `[N, D]` output.
 pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String {
@@ -39,19 +40,19 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     let v = linear(w, "v", hn, &wv, bv.as_deref());
     let (qh, gate) = if output_gate {
         // q_proj emits, per head, hd query values then hd gate values.
-        let qg = w.op("qg", "reshape", &[&q, &list(&[n, heads, 2 * hd])], &[]);
-        let qh = w.op("qh", "slice", &[&qg], &slice(2, 0, hd));
-        let gh = w.op("gh", "slice", &[&qg], &slice(2, hd, hd));
-        (qh, Some(w.op("gf", "reshape", &[&gh, &list(&[n, heads * hd])], &[])))
+        let qg = w.op("qg", Op::Reshape, &[&q, &list(&[n, heads, 2 * hd])], &[]);
+        let qh = w.op("qh", Op::Slice, &[&qg], &slice(2, 0, hd));
+        let gh = w.op("gh", Op::Slice, &[&qg], &slice(2, hd, hd));
+        (qh, Some(w.op("gf", Op::Reshape, &[&gh, &list(&[n, heads * hd])], &[])))
     } else {
-        (w.op("qh", "reshape", &[&q, &list(&[n, heads, hd])], &[]), None)
+        (w.op("qh", Op::Reshape, &[&q, &list(&[n, heads, hd])], &[]), None)
     };
-    let kh = w.op("kh", "reshape", &[&k, &list(&[n, kv_heads, hd])], &[]);
-    let vh = w.op("vh", "reshape", &[&v, &list(&[n, kv_heads, hd])], &[]);
+    let kh = w.op("kh", Op::Reshape, &[&k, &list(&[n, kv_heads, hd])], &[]);
+    let vh = w.op("vh", Op::Reshape, &[&v, &list(&[n, kv_heads, hd])], &[]);
     let (qh, kh) = match (qn, kn) {
         (Some(qn), Some(kn)) => (
-            w.op("qnh", "rms_norm", &[&qh, &qn], &ctx.norm_attrs()),
-            w.op("knh", "rms_norm", &[&kh, &kn], &ctx.norm_attrs()),
+            w.op("qnh", Op::RmsNorm, &[&qh, &qn], &ctx.norm_attrs()),
+            w.op("knh", Op::RmsNorm, &[&kh, &kn], &ctx.norm_attrs()),
         ),
         _ => (qh, kh),
     };
@@ -65,33 +66,33 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
             let (full, by_kv_head) = ([ctx.cache_slots(), kv_runs[0].count, hd], [Run::heads(kv_runs[0].count, 1)]);
             (w.state_split("Kc", &full, 1, &by_kv_head), w.state_split("Vc", &full, 1, &by_kv_head))
         });
-        let qr = w.op("qr", "rope", &[qh, &cos, &sin, pos], &rope);
-        let kr = w.op("kr", "rope", &[kh, &cos, &sin, pos], &rope);
+        let qr = w.op("qr", Op::Rope, &[qh, &cos, &sin, pos], &rope);
+        let kr = w.op("kr", Op::Rope, &[kh, &cos, &sin, pos], &rope);
         match caches {
             Some((kc, vc)) if ctx.prefill() => {
                 // The chunk's own rows are attended to before they are written (ring caches).
-                let a = w.op("a", "attend", &[&qr, &kc, &vc, pos, &kr, vh], &attrs);
-                w.update(&kc, "cache_put", &[&kc, &kr, pos], &[]);
-                w.update(&vc, "cache_put", &[&vc, vh, pos], &[]);
+                let a = w.op("a", Op::Attend, &[&qr, &kc, &vc, pos, &kr, vh], &attrs);
+                w.update(&kc, Op::CachePut, &[&kc, &kr, pos], &[]);
+                w.update(&vc, Op::CachePut, &[&vc, vh, pos], &[]);
                 a
             }
             Some((kc, vc)) => {
-                w.update(&kc, "cache_put", &[&kc, &kr, pos], &[]);
-                w.update(&vc, "cache_put", &[&vc, vh, pos], &[]);
-                w.op("a", "attend", &[&qr, &kc, &vc, pos], &attrs)
+                w.update(&kc, Op::CachePut, &[&kc, &kr, pos], &[]);
+                w.update(&vc, Op::CachePut, &[&vc, vh, pos], &[]);
+                w.op("a", Op::Attend, &[&qr, &kc, &vc, pos], &attrs)
             }
-            None => w.op("a", "attend", &[&qr, &kr, vh, pos], &attrs),
+            None => w.op("a", Op::Attend, &[&qr, &kr, vh, pos], &attrs),
         }
     });
-    let af = w.op("af", "reshape", &[&a, &list(&[n, heads * hd])], &[]);
+    let af = w.op("af", Op::Reshape, &[&a, &list(&[n, heads * hd])], &[]);
     let af = match gate {
         Some(gf) => {
-            let sg = w.op("gs", "sigmoid", &[&gf], &[]);
-            w.op("ag", "mul", &[&af, &sg], &[])
+            let sg = w.op("gs", Op::Sigmoid, &[&gf], &[]);
+            w.op("ag", Op::Mul, &[&af, &sg], &[])
         }
         None => af,
     };
-    w.op("mo", "linear", &[&af, &wo], &[])
+    w.op("mo", Op::Linear, &[&af, &wo], &[])
 }
 
 /// `slice` attributes.
@@ -101,7 +102,7 @@ pub(super) fn slice(axis: usize, start: usize, len: usize) -> [(&'static str, St
 
 pub(super) fn linear(w: &mut Writer<'_>, out: &str, x: &str, weight: &str, bias: Option<&str>) -> String {
     match bias {
-        Some(b) => w.op(out, "linear", &[x, weight, b], &[]),
-        None => w.op(out, "linear", &[x, weight], &[]),
+        Some(b) => w.op(out, Op::Linear, &[x, weight, b], &[]),
+        None => w.op(out, Op::Linear, &[x, weight], &[]),
     }
 }

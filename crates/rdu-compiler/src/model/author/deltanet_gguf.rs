@@ -5,6 +5,7 @@
 use super::attention::slice;
 use super::writer::{list, Writer};
 use crate::model::spec::GdnLayout;
+use rdu_spatial::Op;
 
 /// The sizes a projection layout needs (local to a chip under tensor parallelism).
 pub(super) struct Dims {
@@ -24,9 +25,9 @@ pub(super) fn split_grouped_ba(
     [wqkv, wz, wba]: [&str; 3],
 ) -> (String, String, String, String) {
     let Dims { rows: n, v_heads: nv, v_dim: dv, .. } = *dims;
-    let mixed = w.op("mix", "linear", &[hn, wqkv], &[]);
-    let zf = w.op("zf", "linear", &[hn, wz], &[]);
-    let z = w.op("z", "reshape", &[&zf, &list(&[n, nv, dv])], &[]);
+    let mixed = w.op("mix", Op::Linear, &[hn, wqkv], &[]);
+    let zf = w.op("zf", Op::Linear, &[hn, wz], &[]);
+    let z = w.op("z", Op::Reshape, &[&zf, &list(&[n, nv, dv])], &[]);
     let (b, a) = grouped_ba(w, hn, dims, wba);
     (mixed, z, b, a)
 }
@@ -36,12 +37,12 @@ pub(super) fn split_grouped_ba(
 pub(super) fn grouped_ba(w: &mut Writer<'_>, hn: &str, dims: &Dims, wba: &str) -> (String, String) {
     let Dims { rows: n, k_heads: nk, v_heads: nv, .. } = *dims;
     let r = nv / nk;
-    let ba = w.op("ba", "linear", &[hn, wba], &[]);
-    let bag = w.op("bag", "reshape", &[&ba, &list(&[n, nk, 2 * r])], &[]);
-    let bg = w.op("bg", "slice", &[&bag], &slice(2, 0, r));
-    let ag = w.op("ag", "slice", &[&bag], &slice(2, r, r));
-    let b = w.op("b", "reshape", &[&bg, &list(&[n, nv])], &[]);
-    let a = w.op("a", "reshape", &[&ag, &list(&[n, nv])], &[]);
+    let ba = w.op("ba", Op::Linear, &[hn, wba], &[]);
+    let bag = w.op("bag", Op::Reshape, &[&ba, &list(&[n, nk, 2 * r])], &[]);
+    let bg = w.op("bg", Op::Slice, &[&bag], &slice(2, 0, r));
+    let ag = w.op("ag", Op::Slice, &[&bag], &slice(2, r, r));
+    let b = w.op("b", Op::Reshape, &[&bg, &list(&[n, nv])], &[]);
+    let a = w.op("a", Op::Reshape, &[&ag, &list(&[n, nv])], &[]);
     (b, a)
 }
 

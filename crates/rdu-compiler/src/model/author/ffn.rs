@@ -6,6 +6,7 @@ use super::split::Run;
 use super::writer::{float, Writer};
 use super::LayerCtx;
 use crate::model::spec::{Act, Ffn};
+use rdu_spatial::Op;
 
 /// Writes the layer's feed-forward block over `hf`; returns its `[N, D]` output.
 pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hf: &str) -> String {
@@ -19,7 +20,7 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hf: &str) -> String 
             let weg = w.projection_split("Weg", &[*experts, *expert_hidden, d], 1, &cols);
             let weu = w.projection_split("Weu", &[*experts, *expert_hidden, d], 1, &cols);
             let wed = w.projection_split("Wed", &[*experts, d, *expert_hidden], 2, &cols);
-            let rl = w.op("rl", "linear", &[hf, &wr], &[]);
+            let rl = w.op("rl", Op::Linear, &[hf, &wr], &[]);
             let attrs = [
                 ("k", top_k.to_string()),
                 ("norm", if router.norm_topk { "1" } else { "0" }.to_string()),
@@ -27,19 +28,19 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hf: &str) -> String 
                 ("groups", router.groups.to_string()),
                 ("topk_groups", router.topk_groups.to_string()),
             ];
-            let (rw, ri) = w.op2(["rw", "ri"], "route", &[&rl], &attrs);
-            let eo = w.op("eo", "experts", &[hf, &rw, &ri, &weg, &weu, &wed], &[("act", act.op().to_string())]);
+            let (rw, ri) = w.op2(["rw", "ri"], Op::Route, &[&rl], &attrs);
+            let eo = w.op("eo", Op::Experts, &[hf, &rw, &ri, &weg, &weu, &wed], &[("act", act.op().to_string())]);
             let Some(shared) = shared else { return eo };
             let so = mlp(w, ["Wsg", "Wsu", "Wsd"], ["sg", "su", "sa", "sm", "so"], hf, d, shared.hidden, *act);
             let so = if shared.gated {
                 let wsgate = w.projection("Wsgate", &[1, d]);
-                let sl = w.op("sgl", "linear", &[hf, &wsgate], &[]);
-                let ss = w.op("sgs", "sigmoid", &[&sl], &[]);
-                w.op("sgo", "mul", &[&so, &ss], &[])
+                let sl = w.op("sgl", Op::Linear, &[hf, &wsgate], &[]);
+                let ss = w.op("sgs", Op::Sigmoid, &[&sl], &[]);
+                w.op("sgo", Op::Mul, &[&so, &ss], &[])
             } else {
                 so
             };
-            w.op("fo", "add", &[&eo, &so], &[])
+            w.op("fo", Op::Add, &[&eo, &so], &[])
         }
     }
 }
@@ -59,9 +60,9 @@ fn mlp(
     let wg = w.projection_split(weights[0], &[hidden, d], 0, &cols);
     let wu = w.projection_split(weights[1], &[hidden, d], 0, &cols);
     let wd = w.projection_split(weights[2], &[d, hidden], 1, &cols);
-    let g = w.op(values[0], "linear", &[x, &wg], &[]);
-    let u = w.op(values[1], "linear", &[x, &wu], &[]);
+    let g = w.op(values[0], Op::Linear, &[x, &wg], &[]);
+    let u = w.op(values[1], Op::Linear, &[x, &wu], &[]);
     let a = w.op(values[2], act.op(), &[&g], &[]);
-    let m = w.op(values[3], "mul", &[&a, &u], &[]);
-    w.op(values[4], "linear", &[&m, &wd], &[])
+    let m = w.op(values[3], Op::Mul, &[&a, &u], &[]);
+    w.op(values[4], Op::Linear, &[&m, &wd], &[])
 }

@@ -6,6 +6,7 @@ use super::split::Run;
 use super::writer::{float, list, Writer};
 use super::LayerCtx;
 use crate::model::spec::{Dialect, Mixer};
+use rdu_spatial::Op;
 
 /// Writes the MLA mixer over `hn`; returns its `[N, D]` output.
 pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String {
@@ -45,47 +46,47 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
 
     // Query.
     let q = match q_weights {
-        Query::Direct(wq) => w.op("q", "linear", &[hn, &wq], &[]),
+        Query::Direct(wq) => w.op("q", Op::Linear, &[hn, &wq], &[]),
         Query::Lora { wqa, qan, wqb } => {
-            let qa = w.op("qa", "linear", &[hn, &wqa], &[]);
-            let qan_out = w.op("qal", "rms_norm", &[&qa, &qan], &ctx.norm_attrs());
-            w.op("q", "linear", &[&qan_out, &wqb], &[])
+            let qa = w.op("qa", Op::Linear, &[hn, &wqa], &[]);
+            let qan_out = w.op("qal", Op::RmsNorm, &[&qa, &qan], &ctx.norm_attrs());
+            w.op("q", Op::Linear, &[&qan_out, &wqb], &[])
         }
     };
-    let qh = w.op("qh", "reshape", &[&q, &list(&[n, heads, qk])], &[]);
-    let qnp = w.op("qnp", "slice", &[&qh], &slice(2, 0, nope));
-    let qpe = w.op("qpe", "slice", &[&qh], &slice(2, nope, rope));
+    let qh = w.op("qh", Op::Reshape, &[&q, &list(&[n, heads, qk])], &[]);
+    let qnp = w.op("qnp", Op::Slice, &[&qh], &slice(2, 0, nope));
+    let qpe = w.op("qpe", Op::Slice, &[&qh], &slice(2, nope, rope));
     let rope_attrs = [("dim", rot.to_string()), ("style", ctx.rope_style().to_string())];
     // Positions (and below, the latent cache) are each sequence's own.
     let qpr = ctx.per_sequence(w, "qpr", &[("qpe", &qpe)], |w, seq, x| {
-        w.op("qpr", "rope", &[&x[0], &cos, &sin, &seq.pos], &rope_attrs)
+        w.op("qpr", Op::Rope, &[&x[0], &cos, &sin, &seq.pos], &rope_attrs)
     });
 
     // Latent and rope key.
-    let ckv = w.op("ckv", "linear", &[hn, &wkva], &[]);
-    let c = w.op("c", "slice", &[&ckv], &slice(1, 0, kvr));
-    let kpe = w.op("kpe", "slice", &[&ckv], &slice(1, kvr, rope));
-    let cn = w.op("cn", "rms_norm", &[&c, &kvn], &ctx.norm_attrs());
-    let kph = w.op("kph", "reshape", &[&kpe, &list(&[n, 1, rope])], &[]);
+    let ckv = w.op("ckv", Op::Linear, &[hn, &wkva], &[]);
+    let c = w.op("c", Op::Slice, &[&ckv], &slice(1, 0, kvr));
+    let kpe = w.op("kpe", Op::Slice, &[&ckv], &slice(1, kvr, rope));
+    let cn = w.op("cn", Op::RmsNorm, &[&c, &kvn], &ctx.norm_attrs());
+    let kph = w.op("kph", Op::Reshape, &[&kpe, &list(&[n, 1, rope])], &[]);
     let kpr = ctx.per_sequence(w, "kpr", &[("kph", &kph)], |w, seq, x| {
-        w.op("kpr", "rope", &[&x[0], &cos, &sin, &seq.pos], &rope_attrs)
+        w.op("kpr", Op::Rope, &[&x[0], &cos, &sin, &seq.pos], &rope_attrs)
     });
-    let kpf = w.op("kpf", "reshape", &[&kpr, &list(&[n, rope])], &[]);
-    let lat = w.op("lat", "concat", &[&cn, &kpf], &[("axis", "1".into())]);
+    let kpf = w.op("kpf", Op::Reshape, &[&kpr, &list(&[n, rope])], &[]);
+    let lat = w.op("lat", Op::Concat, &[&cn, &kpf], &[("axis", "1".into())]);
 
     // Absorb the key up-projection into the query: q_abs_h = W_UK_hᵀ q_nope_h.
     let (wukt, wuv) = match up {
         KvUp::PerHead { wkb, wvb } => (wkb, wvb),
         KvUp::Fused(wkvb) => {
-            let kvb = w.op("kvb", "reshape", &[&wkvb, &list(&[heads, nope + v_dim, kvr])], &[]);
-            let wuk = w.op("wuk", "slice", &[&kvb], &slice(1, 0, nope));
-            let wukt = w.op("wukt", "transpose", &[&wuk], &[("perm", list(&[0, 2, 1]))]);
-            let wuv = w.op("wuv", "slice", &[&kvb], &slice(1, nope, v_dim));
+            let kvb = w.op("kvb", Op::Reshape, &[&wkvb, &list(&[heads, nope + v_dim, kvr])], &[]);
+            let wuk = w.op("wuk", Op::Slice, &[&kvb], &slice(1, 0, nope));
+            let wukt = w.op("wukt", Op::Transpose, &[&wuk], &[("perm", list(&[0, 2, 1]))]);
+            let wuv = w.op("wuv", Op::Slice, &[&kvb], &slice(1, nope, v_dim));
             (wukt, wuv)
         }
     };
-    let qab = w.op("qab", "linear_heads", &[&qnp, &wukt], &[]);
-    let qc = w.op("qc", "concat", &[&qab, &qpr], &[("axis", "2".into())]);
+    let qab = w.op("qab", Op::LinearHeads, &[&qnp, &wukt], &[]);
+    let qc = w.op("qc", Op::Concat, &[&qab, &qpr], &[("axis", "2".into())]);
     let mut attrs = vec![("scale", float(scale)), ("latent", kvr.to_string())];
     attrs.extend(ctx.window_attr());
     let u = ctx.per_sequence(w, "u", &[("qc", &qc), ("lat", &lat)], |w, seq, x| {
@@ -93,20 +94,20 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
         match ctx.decode().then(|| w.state("Lc", &[ctx.cache_slots(), kvr + rope])) {
             Some(lc) if ctx.prefill() => {
                 // As attention: the chunk's own latents are attended to before they are written.
-                let u = w.op("u", "attend_mla", &[qc, &lc, pos, lat], &attrs);
-                w.update(&lc, "cache_put", &[&lc, lat, pos], &[]);
+                let u = w.op("u", Op::AttendMla, &[qc, &lc, pos, lat], &attrs);
+                w.update(&lc, Op::CachePut, &[&lc, lat, pos], &[]);
                 u
             }
             Some(lc) => {
-                w.update(&lc, "cache_put", &[&lc, lat, pos], &[]);
-                w.op("u", "attend_mla", &[qc, &lc, pos], &attrs)
+                w.update(&lc, Op::CachePut, &[&lc, lat, pos], &[]);
+                w.op("u", Op::AttendMla, &[qc, &lc, pos], &attrs)
             }
-            None => w.op("u", "attend_mla", &[qc, lat, pos], &attrs),
+            None => w.op("u", Op::AttendMla, &[qc, lat, pos], &attrs),
         }
     });
-    let oh = w.op("oh", "linear_heads", &[&u, &wuv], &[]);
-    let of = w.op("of", "reshape", &[&oh, &list(&[n, heads * v_dim])], &[]);
-    w.op("mo", "linear", &[&of, &wo], &[])
+    let oh = w.op("oh", Op::LinearHeads, &[&u, &wuv], &[]);
+    let of = w.op("of", Op::Reshape, &[&oh, &list(&[n, heads * v_dim])], &[]);
+    w.op("mo", Op::Linear, &[&of, &wo], &[])
 }
 
 /// The query projection: direct, or through the low-rank `q_a` (normed) and `q_b`.

@@ -21,6 +21,7 @@ pub use writer::Q8_BLOCK;
 use crate::lang::Source;
 use crate::model::spec::{Cut, Layer, Mixer, ModelSpec, Norms};
 use crate::model::storage::Storage;
+use rdu_spatial::Op;
 use writer::{float, list, Writer};
 
 /// The program of layer `layer` of `spec` for one step of `cut`.
@@ -56,7 +57,7 @@ pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) ->
     };
     let mixed = ctx.all_reduce(&mut w, "mar", &mixed);
     let mixed = norm(&mut w, "pa", &mixed, "pan", d, &lspec.norms, lspec.norms.post_attn);
-    let resid = w.op("ra", "add", &[&ctx.hidden_in, &mixed], &[]);
+    let resid = w.op("ra", Op::Add, &[&ctx.hidden_in, &mixed], &[]);
 
     // Feed-forward block.
     let hf = norm(&mut w, "hf", &resid, "fn", d, &lspec.norms, lspec.norms.pre_ffn);
@@ -64,7 +65,7 @@ pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) ->
     let ffn_out = ctx.all_reduce(&mut w, "far", &ffn_out);
     let ffn_out = norm(&mut w, "pf", &ffn_out, "pfn", d, &lspec.norms, lspec.norms.post_ffn);
     let out = hidden_name_for(cut, layer + 1);
-    w.bind_exact(&out, "add", &[&resid, &ffn_out], &[]);
+    w.bind_exact(&out, Op::Add, &[&resid, &ffn_out], &[]);
     w.output(&out);
 
     let comment =
@@ -83,10 +84,10 @@ pub fn embed_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
     let table = w.projection("E", &[spec.vocab, spec.d_model]);
     match spec.embed.scale {
         Some(s) => {
-            w.bind_exact("e", "embed", &[tok, &table], &[]);
-            w.bind_exact(&x, "scale", &["e"], &[("by", float(s))]);
+            w.bind_exact("e", Op::Embed, &[tok, &table], &[]);
+            w.bind_exact(&x, Op::Scale, &["e"], &[("by", float(s))]);
         }
-        None => w.bind_exact(&x, "embed", &[tok, &table], &[]),
+        None => w.bind_exact(&x, Op::Embed, &[tok, &table], &[]),
     }
     w.output(&x);
     w.finish(&format!("{} embedding of {}", cut_word(cut), spec.name))
@@ -116,14 +117,14 @@ pub fn head_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
         // A prefill chunk's logits are its last row's: the next token follows it.
         Cut::Prefill { .. } => {
             let slice = attention::slice(0, n - 1, 1);
-            w.bind_exact("xr", "slice", &[&input], &slice);
+            w.bind_exact("xr", Op::Slice, &[&input], &slice);
             "xr".to_string()
         }
         _ => input,
     };
-    w.bind_exact("hn", "rms_norm", &[&last, &nf], &attrs);
+    w.bind_exact("hn", Op::RmsNorm, &[&last, &nf], &attrs);
     let out = w.projection_parts(if spec.head.tied { "E" } else { "Wout" }, &[spec.vocab, d], 0, &vocab);
-    w.bind_exact("logits", "linear", &["hn", &out], &[]);
+    w.bind_exact("logits", Op::Linear, &["hn", &out], &[]);
     w.gathered("logits", 1, &vocab);
     w.output("logits");
     w.finish(&format!("{} head of {}", cut_word(cut), spec.name))
@@ -226,7 +227,7 @@ impl<'s> LayerCtx<'s> {
             let b = seq.index.expect("a batched sequence has an index");
             let rows: Vec<String> = inputs
                 .iter()
-                .map(|(base, name)| w.op(&format!("{base}s"), "slice", &[name], &attention::slice(0, b, 1)))
+                .map(|(base, name)| w.op(&format!("{base}s"), Op::Slice, &[name], &attention::slice(0, b, 1)))
                 .collect();
             results.push(part(w, seq, &rows));
             w.sequence(None);
@@ -236,7 +237,7 @@ impl<'s> LayerCtx<'s> {
             return only.clone();
         }
         let refs: Vec<&str> = results.iter().map(String::as_str).collect();
-        w.op(out, "concat", &refs, &[("axis", "0".into())])
+        w.op(out, Op::Concat, &refs, &[("axis", "0".into())])
     }
 
     /// Whether the program is one chip's share of a tensor-parallel layer (`all_reduce`s written).
@@ -258,7 +259,7 @@ impl<'s> LayerCtx<'s> {
     /// `x`); `x` unchanged on one chip.
     pub fn all_reduce(&self, w: &mut Writer<'_>, base: &str, x: &str) -> String {
         if self.tensor_parallel() {
-            w.op(base, "all_reduce", &[x], &[])
+            w.op(base, Op::AllReduce, &[x], &[])
         } else {
             x.to_string()
         }
@@ -347,5 +348,5 @@ fn norm(w: &mut Writer<'_>, out: &str, x: &str, weight: &str, d: usize, norms: &
         return x.to_string();
     }
     let wn = w.weight(weight, &[d]);
-    w.op(out, "rms_norm", &[x, &wn], &norm_attrs(norms.eps, norms.unit_offset))
+    w.op(out, Op::RmsNorm, &[x, &wn], &norm_attrs(norms.eps, norms.unit_offset))
 }

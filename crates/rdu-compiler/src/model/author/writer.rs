@@ -5,6 +5,7 @@ use super::split::{local_extent, parts, Run};
 use crate::lang::{Slices, Source};
 use crate::model::spec::StateDtype;
 use crate::model::storage::Storage;
+use rdu_spatial::Op;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
@@ -202,45 +203,38 @@ impl<'a> Writer<'a> {
         name
     }
 
-    fn call(op: &str, args: &[&str], attrs: &[(&str, String)]) -> String {
+    fn call(op: Op, args: &[&str], attrs: &[(&str, String)]) -> String {
         let mut parts: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         parts.extend(attrs.iter().map(|(k, v)| format!("{k}={v}")));
         format!("{op}({})", parts.join(", "))
     }
 
     /// `base{l} = op(args, attrs)`; returns the bound name.
-    pub fn op(&mut self, base: &str, op: &str, args: &[&str], attrs: &[(&str, String)]) -> String {
+    pub fn op(&mut self, base: &str, op: Op, args: &[&str], attrs: &[(&str, String)]) -> String {
         let name = self.name(base);
         self.bind_exact(&name, op, args, attrs);
         name
     }
 
     /// `name = op(...)` with an exact name (a layer's output `xo{l}`, the embedding's `x`).
-    pub fn bind_exact(&mut self, name: &str, op: &str, args: &[&str], attrs: &[(&str, String)]) {
+    pub fn bind_exact(&mut self, name: &str, op: Op, args: &[&str], attrs: &[(&str, String)]) {
         self.stmts.push(format!("{name} = {}", Self::call(op, args, attrs)));
     }
 
     /// `a{l}, b{l} = op(...)`.
-    pub fn op2(&mut self, bases: [&str; 2], op: &str, args: &[&str], attrs: &[(&str, String)]) -> (String, String) {
+    pub fn op2(&mut self, bases: [&str; 2], op: Op, args: &[&str], attrs: &[(&str, String)]) -> (String, String) {
         let (a, b) = (self.name(bases[0]), self.name(bases[1]));
         self.stmts.push(format!("{a}, {b} = {}", Self::call(op, args, attrs)));
         (a, b)
     }
 
     /// `S <- op(...)`: a state update.
-    pub fn update(&mut self, state: &str, op: &str, args: &[&str], attrs: &[(&str, String)]) {
+    pub fn update(&mut self, state: &str, op: Op, args: &[&str], attrs: &[(&str, String)]) {
         self.stmts.push(format!("{state} <- {}", Self::call(op, args, attrs)));
     }
 
     /// `o{l}, S <- op(...)`: a fresh value and a state update.
-    pub fn update_with(
-        &mut self,
-        base: &str,
-        state: &str,
-        op: &str,
-        args: &[&str],
-        attrs: &[(&str, String)],
-    ) -> String {
+    pub fn update_with(&mut self, base: &str, state: &str, op: Op, args: &[&str], attrs: &[(&str, String)]) -> String {
         let name = self.name(base);
         self.stmts.push(format!("{name}, {state} <- {}", Self::call(op, args, attrs)));
         name
