@@ -67,22 +67,14 @@ pub fn certify_tp(
     let (mut max_abs_err, mut tolerance) = (0f64, TOLERANCE);
     for (c, run) in runs.into_iter().enumerate() {
         let (outputs, states) = run?;
-        for (name, want) in &reference.outputs {
-            let got = outputs.get(name).ok_or_else(|| CertifyFault::Engine {
+        let results = reference.outputs.iter().map(|(n, w)| (n, w, outputs.get(n), "produced no"));
+        let finals = reference.states.iter().map(|(n, w)| (n, w, states.get(n), "left no state"));
+        for (name, want, got, missing) in results.chain(finals) {
+            let got = got.ok_or_else(|| CertifyFault::Engine {
                 engine: "simulator",
-                message: format!("chip {c} produced no `{name}`"),
+                message: format!("chip {c} {missing} `{name}`"),
             })?;
-            // A gathered result: the chip's runs of the unsplit program's.
-            let want = chip_part(name, want, splits.get(name.as_str()).copied(), c)?;
-            let (err, bound) = compare(&format!("{name} (chip {c})"), got, &want)?;
-            max_abs_err = max_abs_err.max(err);
-            tolerance = tolerance.max(bound);
-        }
-        for (name, want) in &reference.states {
-            let got = states.get(name).ok_or_else(|| CertifyFault::Engine {
-                engine: "simulator",
-                message: format!("chip {c} left no state `{name}`"),
-            })?;
+            // A gathered result: the chip's runs of the unsplit program's; a split state its slice.
             let want = chip_part(name, want, splits.get(name.as_str()).copied(), c)?;
             let (err, bound) = compare(&format!("{name} (chip {c})"), got, &want)?;
             max_abs_err = max_abs_err.max(err);
@@ -218,16 +210,9 @@ enum Class {
 fn check_partials(program: &SpatialProgram) -> Result<(), String> {
     let tp = program.tp.as_ref().ok_or("no tensor-parallel layout")?;
     let split_axis = |n: &str| tp.splits.iter().find(|s| s.tensor == n).map(|s| s.axis);
-    // No two chips hold overlapping ranges of `n` (replicated equal ranges aside, which are
-    // never contracted: kv heads).
-    let disjoint = |n: &str| {
-        tp.splits.iter().find(|s| s.tensor == n).is_none_or(|s| {
-            let mut all: Vec<(usize, usize)> = s.parts.iter().flatten().copied().collect();
-            all.sort_unstable();
-            all.dedup();
-            all.windows(2).all(|w| w[0].1 <= w[1].0)
-        })
-    };
+    let rank = |n: &str| program.decl(n).map_or(0, |d| d.shape.len());
+    // A product whose weight is split along its contracted (last) axis sums over a split.
+    let contracts_split = |w: &str| split_axis(w).is_some_and(|axis| axis + 1 == rank(w));
     let mut class: BTreeMap<String, Class> = BTreeMap::new();
     for t in program.tensors.iter().filter(|t| t.role.is_bound()) {
         let c = if split_axis(&t.name).is_some() { Class::Local } else { Class::Replicated };
@@ -243,77 +228,12 @@ fn check_partials(program: &SpatialProgram) -> Result<(), String> {
                 Arg::Lit(_) => None,
             })
             .collect();
-        let any = |c: Class| args.iter().any(|a| a.1 == c);
-        let rank = |n: &str| program.decl(n).map_or(0, |d| d.shape.len());
-        // A product whose weight is split along its contracted (last) axis sums over a split.
-        let contracts_split = |w: &str| split_axis(w).is_some_and(|axis| axis + 1 == rank(w));
         // Summing over a split counts each value once only when no two chips hold it.
-        if let Some(w) = op.reads().find(|w| contracts_split(w) && !disjoint(w)) {
+        if let Some(w) = op.reads().find(|w| contracts_split(w) && !disjoint(tp, w)) {
             return Err(format!("{at} sums over `{w}`, whose chips' ranges overlap"));
         }
-        let result = match op.op.as_str() {
-            "all_reduce" => match args.first().map(|a| a.1) {
-                Some(Class::Partial) => Class::Replicated,
-                Some(c) => {
-                    return Err(format!(
-                        "{at} sums a value that is not a partial sum ({c:?}): it would be counted once per chip"
-                    ))
-                }
-                None => return Err(format!("{at} has no operand")),
-            },
-            "linear" | "linear_heads" if args.len() >= 2 && contracts_split(args[1].0) => {
-                if args[0].1 != Class::Local {
-                    return Err(format!(
-                        "{at} contracts the split `{}` with a value that is not split alike",
-                        args[1].0
-                    ));
-                }
-                Class::Partial
-            }
-            "experts" if args.iter().skip(3).any(|a| contracts_split(a.0)) => {
-                if args[0].1 == Class::Partial {
-                    return Err(format!("{at} reads a partial sum"));
-                }
-                Class::Partial
-            }
-            "add" | "sub" if any(Class::Partial) => {
-                if args.iter().all(|a| a.1 == Class::Partial) {
-                    Class::Partial
-                } else {
-                    return Err(format!("{at} adds a partial sum to a value that is not one"));
-                }
-            }
-            "mul" if any(Class::Partial) => {
-                if args.iter().filter(|a| a.1 == Class::Partial).count() == 1 && !any(Class::Local) {
-                    Class::Partial
-                } else {
-                    return Err(format!("{at} multiplies a partial sum by a value that is not replicated"));
-                }
-            }
-            "reshape" | "scale" | "neg" | "slice" | "transpose" | "concat" if any(Class::Partial) => {
-                if args.iter().all(|a| a.1 == Class::Partial) {
-                    Class::Partial
-                } else {
-                    return Err(format!("{at} mixes a partial sum with other values"));
-                }
-            }
-            _ if any(Class::Partial) => {
-                return Err(format!("{at} reads a partial sum before it is all-reduced"));
-            }
-            _ if any(Class::Local) => Class::Local,
-            _ => Class::Replicated,
-        };
-        for (k, out) in op.outs.iter().enumerate() {
-            let is_state = op.update && k + 1 == op.outs.len();
-            if is_state {
-                let want = class.get(out).copied().unwrap_or(Class::Replicated);
-                if result == Class::Partial || (want == Class::Replicated && result == Class::Local) {
-                    return Err(format!("{at} writes a {result:?} value into the {want:?} state `{out}`"));
-                }
-            } else {
-                class.insert(out.clone(), result);
-            }
-        }
+        let result = op_class(&op.op, &args, &at, &contracts_split)?;
+        write_class(op, result, &at, &mut class)?;
     }
     for out in &program.outputs {
         match class.get(out).copied() {
@@ -321,6 +241,95 @@ fn check_partials(program: &SpatialProgram) -> Result<(), String> {
             // A gathered result: each chip its own run of it.
             Some(Class::Local) if split_axis(out).is_some() => {}
             _ => return Err(format!("output `{out}` is not the same on every chip (not all-reduced) nor gathered")),
+        }
+    }
+    Ok(())
+}
+
+/// No two chips hold overlapping ranges of `n` (replicated equal ranges aside, which are never
+/// contracted: kv heads).
+fn disjoint(tp: &rdu_spatial::program::TpInfo, n: &str) -> bool {
+    tp.splits.iter().find(|s| s.tensor == n).is_none_or(|s| {
+        let mut all: Vec<(usize, usize)> = s.parts.iter().flatten().copied().collect();
+        all.sort_unstable();
+        all.dedup();
+        all.windows(2).all(|w| w[0].1 <= w[1].0)
+    })
+}
+
+/// What the result of op `op` over `args` (each with its class) is on the chips, or why it
+/// may not read them.
+fn op_class(
+    op: &str,
+    args: &[(&str, Class)],
+    at: &str,
+    contracts_split: &dyn Fn(&str) -> bool,
+) -> Result<Class, String> {
+    let any = |c: Class| args.iter().any(|a| a.1 == c);
+    let all_partial = || args.iter().all(|a| a.1 == Class::Partial);
+    Ok(match op {
+        "all_reduce" => match args.first().map(|a| a.1) {
+            Some(Class::Partial) => Class::Replicated,
+            Some(c) => {
+                return Err(format!(
+                    "{at} sums a value that is not a partial sum ({c:?}): it would be counted once per chip"
+                ))
+            }
+            None => return Err(format!("{at} has no operand")),
+        },
+        "linear" | "linear_heads" if args.len() >= 2 && contracts_split(args[1].0) => {
+            if args[0].1 != Class::Local {
+                return Err(format!("{at} contracts the split `{}` with a value that is not split alike", args[1].0));
+            }
+            Class::Partial
+        }
+        "experts" if args.iter().skip(3).any(|a| contracts_split(a.0)) => {
+            if args[0].1 == Class::Partial {
+                return Err(format!("{at} reads a partial sum"));
+            }
+            Class::Partial
+        }
+        "add" | "sub" if any(Class::Partial) => {
+            if !all_partial() {
+                return Err(format!("{at} adds a partial sum to a value that is not one"));
+            }
+            Class::Partial
+        }
+        "mul" if any(Class::Partial) => {
+            if args.iter().filter(|a| a.1 == Class::Partial).count() != 1 || any(Class::Local) {
+                return Err(format!("{at} multiplies a partial sum by a value that is not replicated"));
+            }
+            Class::Partial
+        }
+        "reshape" | "scale" | "neg" | "slice" | "transpose" | "concat" if any(Class::Partial) => {
+            if !all_partial() {
+                return Err(format!("{at} mixes a partial sum with other values"));
+            }
+            Class::Partial
+        }
+        _ if any(Class::Partial) => return Err(format!("{at} reads a partial sum before it is all-reduced")),
+        _ if any(Class::Local) => Class::Local,
+        _ => Class::Replicated,
+    })
+}
+
+/// Records the class of every value `op` writes; a state it updates keeps its own class, and
+/// may receive neither a partial sum nor (when replicated) a chip's local value.
+fn write_class(
+    op: &rdu_spatial::program::KernelOp,
+    result: Class,
+    at: &str,
+    class: &mut BTreeMap<String, Class>,
+) -> Result<(), String> {
+    for (k, out) in op.outs.iter().enumerate() {
+        let is_state = op.update && k + 1 == op.outs.len();
+        if is_state {
+            let want = class.get(out).copied().unwrap_or(Class::Replicated);
+            if result == Class::Partial || (want == Class::Replicated && result == Class::Local) {
+                return Err(format!("{at} writes a {result:?} value into the {want:?} state `{out}`"));
+            }
+        } else {
+            class.insert(out.clone(), result);
         }
     }
     Ok(())
