@@ -3,28 +3,10 @@
 use crate::bytes::Bytes;
 use crate::error::{CheckpointError, Result};
 use crate::ggml::{self, GgmlType};
-use crate::gguf_parse::Header;
+use crate::gguf_parse::{GgufTensor, Header};
 use crate::gguf_value::GgufValue;
-use crate::q8::{Q8Block, Q8Tensor};
+use crate::q8::{Q8Block, Q8Weight};
 use std::path::Path;
-
-/// Longest tensor name accepted (64 KiB).
-pub const MAX_TENSOR_NAME_LEN: u64 = 64 << 10;
-/// Most dimensions a tensor may have (`GGML_MAX_DIMS`).
-pub const MAX_DIMS: u32 = 4;
-/// Alignment of the data section when `general.alignment` is absent.
-pub const DEFAULT_ALIGNMENT: u64 = 32;
-
-/// One tensor of a GGUF file. `shape` is in numpy order (GGUF dims reversed).
-#[derive(Clone, Debug, PartialEq)]
-pub struct GgufTensor {
-    pub name: String,
-    pub shape: Vec<usize>,
-    pub ggml_type: GgmlType,
-    /// Offset of the data from the start of the data section, as stored in the file.
-    pub offset: u64,
-    pub n_bytes: u64,
-}
 
 /// An open GGUF file: metadata in file order, tensor infos checked against the file length.
 pub struct Gguf {
@@ -150,7 +132,7 @@ impl Gguf {
     }
 
     /// A Q8_0 tensor kept as blocks; any other type is an error.
-    pub fn read_q8_0(&self, name: &str) -> Result<Q8Tensor> {
+    pub fn read_q8_0(&self, name: &str) -> Result<Q8Weight> {
         let tensor = self.find(name)?;
         if tensor.ggml_type != GgmlType::Q8_0 {
             return Err(CheckpointError::NotQ8_0 {
@@ -161,7 +143,7 @@ impl Gguf {
         }
         let block_bytes = GgmlType::Q8_0.type_size() as usize;
         let bytes = self.tensor_bytes(name)?;
-        Ok(Q8Tensor {
+        Ok(Q8Weight {
             shape: tensor.shape.clone(),
             blocks: bytes.chunks_exact(block_bytes).map(Q8Block::from_bytes).collect(),
         })

@@ -1,11 +1,28 @@
-//! Parses a GGUF header: magic, version, metadata and tensor infos, each checked against the file before use.
+//! Parses a GGUF header: magic, version, metadata and tensor infos (`GgufTensor`), each checked against the file before use.
 
 use crate::cursor::Cursor;
 use crate::error::{CheckpointError, Result};
 use crate::ggml::GgmlType;
-use crate::gguf::{GgufTensor, DEFAULT_ALIGNMENT, MAX_DIMS, MAX_TENSOR_NAME_LEN};
 use crate::gguf_value::{GgufValue, GgufValueType, MAX_STRING_LEN};
 use std::collections::HashMap;
+
+/// Longest tensor name accepted (64 KiB).
+pub const MAX_TENSOR_NAME_LEN: u64 = 64 << 10;
+/// Most dimensions a tensor may have (`GGML_MAX_DIMS`).
+pub const MAX_DIMS: u32 = 4;
+/// Alignment of the data section when `general.alignment` is absent.
+pub const DEFAULT_ALIGNMENT: u64 = 32;
+
+/// One tensor of a GGUF file. `shape` is in numpy order (GGUF dims reversed).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GgufTensor {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub ggml_type: GgmlType,
+    /// Offset of the data from the start of the data section, as stored in the file.
+    pub offset: u64,
+    pub n_bytes: u64,
+}
 
 const MAX_ALIGNMENT: u64 = 1 << 30;
 /// Fewest bytes of one metadata entry (key length, value type, 1-byte value) and one tensor info.

@@ -9,111 +9,80 @@ pub const MAX_TOTAL_ARRAY_ELEMENTS: u64 = 1 << 25;
 /// Deepest nesting of arrays inside arrays (a plain array is level 1).
 pub const MAX_NESTING: u32 = 4;
 
-/// A GGUF metadata value type id (`gguf_metadata_value_type`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum GgufValueType {
-    U8 = 0,
-    I8 = 1,
-    U16 = 2,
-    I16 = 3,
-    U32 = 4,
-    I32 = 5,
-    F32 = 6,
-    Bool = 7,
-    String = 8,
-    Array = 9,
-    U64 = 10,
-    I64 = 11,
-    F64 = 12,
+macro_rules! gguf_types {
+    ($($(#[$doc:meta])* $variant:ident = $id:literal, $name:literal, $min_size:literal, ($($field:ty),*);)*) => {
+        /// A GGUF metadata value type id (`gguf_metadata_value_type`).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum GgufValueType {
+            $($variant = $id,)*
+        }
+
+        /// A GGUF metadata value. Arrays keep their element type so an empty array round-trips.
+        #[derive(Clone, Debug, PartialEq)]
+        pub enum GgufValue {
+            $($(#[$doc])* $variant($($field),*),)*
+        }
+
+        impl GgufValueType {
+            /// The type with this id, if it is one of the 13 GGUF defines.
+            pub fn from_id(id: u32) -> Option<GgufValueType> {
+                match id {
+                    $($id => Some(GgufValueType::$variant),)*
+                    _ => None,
+                }
+            }
+
+            /// The type's name in messages: `u8` … `f64`, `bool`, `string`, `array`.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(GgufValueType::$variant => $name,)*
+                }
+            }
+
+            /// Fewest bytes one value of this type can occupy in a file.
+            pub(crate) fn min_size(self) -> u64 {
+                match self {
+                    $(GgufValueType::$variant => $min_size,)*
+                }
+            }
+        }
+
+        impl GgufValue {
+            /// The value's type.
+            pub fn value_type(&self) -> GgufValueType {
+                match self {
+                    $(GgufValue::$variant(..) => GgufValueType::$variant,)*
+                }
+            }
+        }
+    };
 }
 
-/// A GGUF metadata value. Arrays keep their element type so an empty array round-trips.
-#[derive(Clone, Debug, PartialEq)]
-pub enum GgufValue {
-    U8(u8),
-    I8(i8),
-    U16(u16),
-    I16(i16),
-    U32(u32),
-    I32(i32),
-    F32(f32),
-    Bool(bool),
+gguf_types! {
+    U8 = 0, "u8", 1, (u8);
+    I8 = 1, "i8", 1, (i8);
+    U16 = 2, "u16", 2, (u16);
+    I16 = 3, "i16", 2, (i16);
+    U32 = 4, "u32", 4, (u32);
+    I32 = 5, "i32", 4, (i32);
+    F32 = 6, "f32", 4, (f32);
+    Bool = 7, "bool", 1, (bool);
     /// Invalid UTF-8 in a string value is replaced by U+FFFD (keys and tensor names must be valid).
-    String(String),
-    Array(GgufValueType, Vec<GgufValue>),
-    U64(u64),
-    I64(i64),
-    F64(f64),
+    String = 8, "string", 8, (String);
+    Array = 9, "array", 12, (GgufValueType, Vec<GgufValue>);
+    U64 = 10, "u64", 8, (u64);
+    I64 = 11, "i64", 8, (i64);
+    F64 = 12, "f64", 8, (f64);
 }
 
 impl GgufValueType {
-    /// The type with this id, if it is one of the 13 GGUF defines.
-    pub fn from_id(id: u32) -> Option<GgufValueType> {
-        use GgufValueType::*;
-        const ALL: [GgufValueType; 13] = [U8, I8, U16, I16, U32, I32, F32, Bool, String, Array, U64, I64, F64];
-        ALL.get(id as usize).copied()
-    }
-
     /// The numeric id stored in GGUF files.
     pub fn id(self) -> u32 {
         self as u32
     }
-
-    /// The type's name in messages: `u8` … `f64`, `bool`, `string`, `array`.
-    pub fn name(self) -> &'static str {
-        use GgufValueType::*;
-        match self {
-            U8 => "u8",
-            I8 => "i8",
-            U16 => "u16",
-            I16 => "i16",
-            U32 => "u32",
-            I32 => "i32",
-            F32 => "f32",
-            Bool => "bool",
-            String => "string",
-            Array => "array",
-            U64 => "u64",
-            I64 => "i64",
-            F64 => "f64",
-        }
-    }
-
-    /// Fewest bytes one value of this type can occupy in a file.
-    pub(crate) fn min_size(self) -> u64 {
-        use GgufValueType::*;
-        match self {
-            U8 | I8 | Bool => 1,
-            U16 | I16 => 2,
-            U32 | I32 | F32 => 4,
-            U64 | I64 | F64 | String => 8,
-            Array => 12,
-        }
-    }
 }
 
 impl GgufValue {
-    /// The value's type.
-    pub fn value_type(&self) -> GgufValueType {
-        use GgufValue as V;
-        use GgufValueType as T;
-        match self {
-            V::U8(_) => T::U8,
-            V::I8(_) => T::I8,
-            V::U16(_) => T::U16,
-            V::I16(_) => T::I16,
-            V::U32(_) => T::U32,
-            V::I32(_) => T::I32,
-            V::F32(_) => T::F32,
-            V::Bool(_) => T::Bool,
-            V::String(_) => T::String,
-            V::Array(..) => T::Array,
-            V::U64(_) => T::U64,
-            V::I64(_) => T::I64,
-            V::F64(_) => T::F64,
-        }
-    }
-
     /// Any integer type, widened; `None` for other types.
     pub fn as_i128(&self) -> Option<i128> {
         use GgufValue as V;

@@ -1,6 +1,6 @@
 //! Dequantisation of the 256-element k-quant super-blocks Q4_K, Q5_K and Q6_K (not their quantisation).
 
-use crate::ggml::f16_at;
+use crate::quants::f16_at;
 
 /// `{f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}`: 8 sub-blocks of 32 with 6-bit scales/mins.
 pub(crate) fn q4_k(block: &[u8], out: &mut Vec<f32>) {

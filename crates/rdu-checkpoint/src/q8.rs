@@ -1,23 +1,25 @@
-//! Q8_0 kept as blocks (`Q8Tensor`) and ggml's reference Q8_0 quantiser for dense checkpoints.
+//! Q8_0 kept as blocks (`Q8Weight`) and ggml's reference Q8_0 quantiser for dense checkpoints:
+//! the one block type and the one quantiser of the workspace (the simulator folds these blocks,
+//! `rdu_spatial::q8`; the compiler's certification quantises with them).
 
 use crate::error::{CheckpointError, Result};
 use half::f16;
 
-/// Elements per Q8_0 block.
-pub const Q8_BLOCK: usize = 32;
+/// Elements per Q8_0 block (ggml's `QK8_0`).
+pub const QK8_0: usize = 32;
 
 /// One Q8_0 block: 32 values `d * qs[i]`. `d` is the file's f16 scale widened to f32, so it
 /// is always exactly representable as f16.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Q8Block {
     pub d: f32,
-    pub qs: [i8; Q8_BLOCK],
+    pub qs: [i8; QK8_0],
 }
 
 /// A Q8_0 tensor in numpy shape order; blocks run along the last axis, row-major, so row `r`
 /// owns blocks `r * last/32 .. (r + 1) * last/32`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Q8Tensor {
+pub struct Q8Weight {
     pub shape: Vec<usize>,
     pub blocks: Vec<Q8Block>,
 }
@@ -26,7 +28,7 @@ pub struct Q8Tensor {
 /// `quantize_row_q8_0_ref` does: per block `d = max|x| / 127`, stored as f16, and
 /// `qs[i] = round(x[i] * (1/d))` with the f32 `d` before its f16 rounding, rounding half away
 /// from zero. An all-zero block gets `d = 0` and zero quants.
-pub fn quantize_q8_0(values: &[f32], shape: &[usize]) -> Result<Q8Tensor> {
+pub fn quantize_q8_0(values: &[f32], shape: &[usize]) -> Result<Q8Weight> {
     let fail = |reason| CheckpointError::QuantizeShape { shape: shape.to_vec(), len: values.len(), reason };
     let n_elements = shape
         .iter()
@@ -36,47 +38,48 @@ pub fn quantize_q8_0(values: &[f32], shape: &[usize]) -> Result<Q8Tensor> {
         return Err(fail("the value count does not match the shape"));
     }
     match shape.last() {
-        Some(last) if last % Q8_BLOCK == 0 => {}
+        Some(last) if last % QK8_0 == 0 => {}
         _ => return Err(fail("the last axis must be a nonzero multiple of 32")),
     }
-    let blocks = values.chunks_exact(Q8_BLOCK).map(Q8Block::quantize).collect();
-    Ok(Q8Tensor { shape: shape.to_vec(), blocks })
+    let blocks = values.chunks_exact(QK8_0).map(Q8Block::quantize).collect();
+    Ok(Q8Weight { shape: shape.to_vec(), blocks })
 }
 
 impl Q8Block {
     /// Quantises one block of 32 values (see [`quantize_q8_0`]); uses the first 32 of `x`,
     /// padding with zeros if there are fewer.
     pub fn quantize(x: &[f32]) -> Q8Block {
-        let amax = x.iter().take(Q8_BLOCK).fold(0.0f32, |m, v| m.max(v.abs()));
+        let amax = x.iter().take(QK8_0).fold(0.0f32, |m, v| m.max(v.abs()));
         let d = amax / 127.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        let mut qs = [0i8; Q8_BLOCK];
+        let mut qs = [0i8; QK8_0];
         for (q, &v) in qs.iter_mut().zip(x) {
             *q = (v * id).round().clamp(-128.0, 127.0) as i8;
         }
         Q8Block { d: f16::from_f32(d).to_f32(), qs }
     }
 
-    /// Reads a 34-byte `{f16 d; i8 qs[32]}` block.
-    pub(crate) fn from_bytes(bytes: &[u8]) -> Q8Block {
+    /// Reads a 34-byte `{f16 d; i8 qs[32]}` block (the f16 scale widened to f32).
+    #[inline(always)]
+    pub fn from_bytes(bytes: &[u8]) -> Q8Block {
         let d = f16::from_le_bytes([bytes[0], bytes[1]]).to_f32();
-        let mut qs = [0i8; Q8_BLOCK];
-        for (q, &b) in qs.iter_mut().zip(&bytes[2..2 + Q8_BLOCK]) {
+        let mut qs = [0i8; QK8_0];
+        for (q, &b) in qs.iter_mut().zip(&bytes[2..2 + QK8_0]) {
             *q = b as i8;
         }
         Q8Block { d, qs }
     }
 
     /// The 32 values this block stands for.
-    pub fn dequantize(&self) -> [f32; Q8_BLOCK] {
+    pub fn dequantize(&self) -> [f32; QK8_0] {
         self.qs.map(|q| f32::from(q) * self.d)
     }
 }
 
-impl Q8Tensor {
+impl Q8Weight {
     /// Number of elements (the product of `shape`).
     pub fn n_elements(&self) -> usize {
-        self.blocks.len() * Q8_BLOCK
+        self.blocks.len() * QK8_0
     }
 
     /// Dense f32 values, row-major.

@@ -1,10 +1,8 @@
 //! Dequantisation of hand-built blocks of every supported ggml type, and the Q8_0 quantiser.
 
-mod common;
-
-use common::gguf_writer::{f16_bytes, GgufWriter};
 use half::f16;
 use rdu_checkpoint::{quantize_q8_0, CheckpointError, GgmlType, Gguf, Q8Block};
+use rdu_testkit::gguf_writer::{f16_bytes, GgufWriter};
 
 /// Writes one tensor of `ty` with GGUF dims `[n]` and reads it back through `read_f32`.
 fn dequant(ty: GgmlType, n: u64, data: Vec<u8>) -> Vec<f32> {

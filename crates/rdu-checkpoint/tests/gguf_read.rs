@@ -1,9 +1,7 @@
 //! GGUF reading: metadata round trip of every type, typed accessors, tensor infos and alignment.
 
-mod common;
-
-use common::gguf_writer::{every_value, GgufWriter};
 use rdu_checkpoint::{CheckpointError, GgmlType, Gguf, GgufValue, GgufValueType};
+use rdu_testkit::gguf_writer::{every_value, GgufWriter};
 
 fn with_every_value() -> GgufWriter {
     every_value().into_iter().fold(GgufWriter::new(), |w, (k, v)| w.kv(k, v))

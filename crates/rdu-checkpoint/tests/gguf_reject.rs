@@ -1,9 +1,7 @@
 //! Malformed GGUF input: each case is rejected with a specific error variant, never a panic.
 
-mod common;
-
-use common::gguf_writer::{put_str, put_u32, put_u64, GgufWriter};
 use rdu_checkpoint::{CheckpointError as E, GgmlType, Gguf, GgufValue, GgufValueType};
+use rdu_testkit::gguf_writer::{put_str, put_u32, put_u64, GgufWriter};
 
 fn open(bytes: Vec<u8>) -> E {
     match Gguf::from_bytes("bad.gguf", bytes) {

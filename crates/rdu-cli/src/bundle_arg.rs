@@ -1,8 +1,8 @@
 //! `rdu run --bundle DIR`: the bundle's manifest read before any weight is loaded, and every
 //! flag that contradicts it refused in one line naming both values.
 
-use crate::model_arg::StorageArg;
-use crate::run_cmd::{Engine, RunArgs, RunCut};
+use crate::model_arg::{mode_word, StorageArg};
+use crate::run_args::{Engine, RunArgs, RunCut};
 use anyhow::{anyhow, bail, Result};
 use rdu_compiler::model::spec::ModelSpec;
 use rdu_spatial::bundle::Bundle;
@@ -14,18 +14,6 @@ use std::path::Path;
 pub fn manifest(dir: &Path) -> Result<Manifest> {
     let bundle = Bundle::open(dir).map_err(|e| anyhow!("cannot open bundle {}: {e}", dir.display()))?;
     Ok(bundle.manifest)
-}
-
-/// The word `rdu lower --cut` takes for a manifest's cut.
-pub fn mode_word(mode: CutMode) -> &'static str {
-    match mode {
-        CutMode::Forward => "forward",
-        CutMode::Decode => "decode",
-        CutMode::Batched => "batched",
-        CutMode::Tp => "tp",
-        CutMode::BatchedTp => "batched-tp",
-        CutMode::Prefill => "prefill",
-    }
 }
 
 /// Refuses a bundle of another model, and `--engine reference`, `--ctx`, `--tp`, `--chip`,
@@ -67,6 +55,12 @@ pub fn check(args: &RunArgs, spec: &ModelSpec, dir: &Path, m: &Manifest, batched
             bail!("--storage {label} contradicts the bundle {shown}, lowered with storage {}", m.storage);
         }
     }
+    check_cut(args, &shown.to_string(), cut, batched)
+}
+
+/// Refuses `--cut`, `--chunk`, `--batch-prompts` (`batched`) or `--decode-bundle` that
+/// contradict the bundle `shown`'s cut.
+fn check_cut(args: &RunArgs, shown: &str, cut: &rdu_spatial::manifest::Cut, batched: bool) -> Result<()> {
     let mode = mode_word(cut.mode);
     if args.cut == Some(RunCut::Forward) && cut.mode != CutMode::Forward {
         bail!("--cut forward contradicts the bundle {shown}, a {mode} bundle: drop --cut");

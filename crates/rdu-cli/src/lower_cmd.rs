@@ -1,6 +1,6 @@
 //! `rdu lower`: lower every layer kind once, certify it, and write the bundle.
 
-use crate::model_arg::{resolve_with_weights, storage_of, with_state, CutArg, CutSizes, StateArg, StorageArg};
+use crate::model_arg::{resolve_with_weights, storage_of, with_state, CutArg, CutSizes, TargetArgs};
 use anyhow::{bail, Result};
 use clap::Args;
 use rdu_compiler::deploy::deploy;
@@ -19,15 +19,8 @@ pub struct LowerArgs {
     cut: CutArg,
     #[command(flatten)]
     sizes: CutSizes,
-    /// Target chip: sn50, sn40l, or a chip description file (TOML)
-    #[arg(long, default_value = "sn50")]
-    chip: String,
-    /// Which weights are stored Q8_0
-    #[arg(long, value_enum, default_value = "auto")]
-    storage: StorageArg,
-    /// How carried state (KV caches, latent caches, recurrent state) is stored
-    #[arg(long, value_enum, default_value = "f32")]
-    state: StateArg,
+    #[command(flatten)]
+    target: TargetArgs,
     /// Write the bundle to this directory (atomically; an existing bundle is replaced)
     #[arg(short = 'o', long = "out")]
     out: Option<PathBuf>,
@@ -52,9 +45,9 @@ pub fn run(args: &LowerArgs) -> Result<()> {
         }
     }
     let (spec, weights) = resolve_with_weights(&args.model)?;
-    let spec = with_state(spec, args.state);
-    let storage = storage_of(args.storage, &weights);
-    let chip = Chip::resolve(&args.chip)?;
+    let spec = with_state(spec, args.target.state);
+    let storage = storage_of(args.target.storage, &weights);
+    let chip = Chip::resolve(&args.target.chip)?;
     let cut = args.cut.cut(&args.sizes)?;
     let bar = crate::progress::lowering_bar(args.json);
     let mut dumps = Vec::new();

@@ -12,7 +12,9 @@ mod plan_cmd;
 mod program_cmds;
 mod progress;
 mod report;
+mod run_args;
 mod run_cmd;
+mod run_engine;
 mod show_cmd;
 mod usage;
 mod verify_cmd;
@@ -45,7 +47,7 @@ enum Command {
     /// Lower every layer kind once, certify it, and write the bundle a vendor ingests
     Lower(lower_cmd::LowerArgs),
     /// Run a model: prompt tokens in, greedy tokens and logits out
-    Run(run_cmd::RunArgs),
+    Run(run_args::RunArgs),
     /// Parse and lift a program file; print every diagnostic with its source line
     Check(check_cmd::CheckArgs),
     /// Summarise a bundle, or print one of its spatial programs
@@ -84,7 +86,10 @@ fn main() -> ExitCode {
         Command::Presets => program_cmds::presets(),
         Command::Kinds(args) => program_cmds::kinds(&args),
         Command::Source(args) => program_cmds::source(&args),
-        Command::Run(args) => run_cmd::run(&args),
+        Command::Run(args) => match &args.batch_prompts {
+            Some(file) => batch_run::run(&args, file),
+            None => run_cmd::run(&args),
+        },
         Command::Lower(args) => lower_cmd::run(&args),
         Command::Check(args) => check_cmd::run(&args),
         Command::Show(args) => show_cmd::run(&args),

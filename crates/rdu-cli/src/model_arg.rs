@@ -5,6 +5,7 @@ use clap::ValueEnum;
 use rdu_compiler::lower::streamed::Storage;
 use rdu_compiler::model::presets;
 use rdu_compiler::model::spec::{Cut, ModelSpec, StateDtype};
+use rdu_spatial::manifest::CutMode;
 
 /// Which weights are stored as Q8_0 blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -26,20 +27,35 @@ impl StorageArg {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum CutArg {
-    /// A whole sequence at once, causally, without a cache
-    Forward,
-    /// One token against a KV cache / carried state
-    Decode,
-    /// --batch sequences per step, one token each, every weight read once for all
-    Batched,
-    /// One token over --tp chips (tensor parallel)
-    Tp,
-    /// --batch sequences over --tp chips: the serving shape
-    BatchedTp,
-    /// --chunk tokens of one sequence per step, over the decode step's state
-    Prefill,
+/// What one step processes (`--cut`): a bundle's cut mode, by the word `rdu lower` takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CutArg(pub CutMode);
+
+/// Every cut mode with its `--cut` word and what it lowers, in the order `--help` lists them.
+const CUTS: [(CutArg, &str, &str); 6] = [
+    (CutArg(CutMode::Forward), "forward", "A whole sequence at once, causally, without a cache"),
+    (CutArg(CutMode::Decode), "decode", "One token against a KV cache / carried state"),
+    (CutArg(CutMode::Batched), "batched", "--batch sequences per step, one token each, every weight read once for all"),
+    (CutArg(CutMode::Tp), "tp", "One token over --tp chips (tensor parallel)"),
+    (CutArg(CutMode::BatchedTp), "batched-tp", "--batch sequences over --tp chips: the serving shape"),
+    (CutArg(CutMode::Prefill), "prefill", "--chunk tokens of one sequence per step, over the decode step's state"),
+];
+
+/// The word `rdu lower --cut` takes for a manifest's cut.
+pub fn mode_word(mode: CutMode) -> &'static str {
+    CUTS.iter().find(|(c, ..)| c.0 == mode).map_or("", |(_, word, _)| word)
+}
+
+impl ValueEnum for CutArg {
+    fn value_variants<'a>() -> &'a [CutArg] {
+        static ALL: std::sync::LazyLock<Vec<CutArg>> = std::sync::LazyLock::new(|| CUTS.iter().map(|c| c.0).collect());
+        &ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        let (_, word, help) = CUTS.iter().find(|(c, ..)| c == self)?;
+        Some(clap::builder::PossibleValue::new(*word).help(*help))
+    }
 }
 
 /// The sizes of a cut: `--ctx --seq --batch --tp --chunk`.
@@ -69,17 +85,43 @@ impl CutArg {
             if value == 0 {
                 bail!("{flag} must be at least 1");
             }
-            crate::fit_cmd::check_size(flag, value)?;
+            check_size(flag, value)?;
         }
-        Ok(match self {
-            CutArg::Forward => Cut::Forward { seq },
-            CutArg::Decode => Cut::Decode { ctx },
-            CutArg::Batched => Cut::Batched { batch, ctx },
-            CutArg::Tp => Cut::Tp { tp, ctx },
-            CutArg::BatchedTp => Cut::BatchedTp { batch, tp, ctx },
-            CutArg::Prefill => Cut::Prefill { chunk, ctx },
+        Ok(match self.0 {
+            CutMode::Forward => Cut::Forward { seq },
+            CutMode::Decode => Cut::Decode { ctx },
+            CutMode::Batched => Cut::Batched { batch, ctx },
+            CutMode::Tp => Cut::Tp { tp, ctx },
+            CutMode::BatchedTp => Cut::BatchedTp { batch, tp, ctx },
+            CutMode::Prefill => Cut::Prefill { chunk, ctx },
         })
     }
+}
+
+/// The target of a lowering: `--chip --storage --state` (`rdu lower`, `rdu fit`, `rdu plan`).
+#[derive(Clone, Debug, clap::Args)]
+pub struct TargetArgs {
+    /// Target chip: sn50, sn40l, or a chip description file (TOML)
+    #[arg(long, default_value = "sn50")]
+    pub chip: String,
+    /// Which weights are stored Q8_0
+    #[arg(long, value_enum, default_value = "auto")]
+    pub storage: StorageArg,
+    /// How carried state (KV caches, latent caches, recurrent state) is stored
+    #[arg(long, value_enum, default_value = "f32")]
+    pub state: StateArg,
+}
+
+/// The largest `--ctx`, `--batch`, `--seq` or `--chunk` rdu authors: sizes are written into
+/// program text and multiplied into element counts, which must stay far inside 64 bits.
+pub const MAX_SIZE: usize = 1 << 32;
+
+/// Refuses a size beyond [`MAX_SIZE`], naming the flag, the number and the limit.
+pub fn check_size(flag: &str, value: usize) -> Result<()> {
+    if value > MAX_SIZE {
+        bail!("{flag} {value} is too large: rdu lowers at most {MAX_SIZE} (2^32)");
+    }
+    Ok(())
 }
 
 /// A preset name, a config.json, a directory holding one, or a `.gguf` file.

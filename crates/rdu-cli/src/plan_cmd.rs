@@ -9,14 +9,16 @@
 //! counterpart's); the cells run in parallel. The estimates are the lowering's:
 //! `tests/plan.rs` holds cells to `rdu lower --json`'s step and `rdu fit --json`'s bytes exactly.
 
-use crate::fit_cmd::{check_size, gb, per_chip};
-use crate::model_arg::{resolve_with_weights, storage_of, with_state, StateArg, StorageArg};
+use crate::fit_cmd::gb;
+use crate::model_arg::check_size;
+use crate::model_arg::{resolve_with_weights, storage_of, with_state, TargetArgs};
 use crate::report::svg::{colour, esc};
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 use rdu_compiler::fit::admits_tp;
+use rdu_compiler::fit::per_chip;
 use rdu_compiler::lower::streamed::{Estimator, Spine};
 use rdu_compiler::model::spec::Cut;
 use rdu_spatial::chip::Chip;
@@ -30,15 +32,8 @@ use std::time::{Duration, Instant};
 pub struct PlanArgs {
     /// A preset name, a config.json, or a directory holding one
     model: String,
-    /// Target chip: sn50, sn40l, or a chip description file (TOML)
-    #[arg(long, default_value = "sn50")]
-    chip: String,
-    /// Which weights are stored Q8_0
-    #[arg(long, value_enum, default_value = "auto")]
-    storage: StorageArg,
-    /// How carried state (KV caches, latent caches, recurrent state) is stored
-    #[arg(long, value_enum, default_value = "f32")]
-    state: StateArg,
+    #[command(flatten)]
+    target: TargetArgs,
     /// KV-cache positions of every sequence
     #[arg(long, default_value_t = 4096)]
     ctx: usize,
@@ -142,20 +137,12 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     }
     check_size("--ctx", args.ctx)?;
     if let Some(out) = &args.out {
-        if out.is_dir() {
-            bail!("-o {}: is a directory; name the file to write (plan.html or plan.svg)", out.display());
-        }
-        // Refused before the sweep, not after it.
-        let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-        if !parent.is_dir() {
-            bail!("cannot write {}: its folder {} does not exist", out.display(), parent.display());
-        }
+        check_out(out)?;
     }
     let (spec, weights) = resolve_with_weights(&args.model)?;
-    let spec = with_state(spec, args.state);
-    let chip = Chip::resolve(&args.chip)?;
-    let storage = storage_of(args.storage, &weights);
-
+    let spec = with_state(spec, args.target.state);
+    let chip = Chip::resolve(&args.target.chip)?;
+    let storage = storage_of(args.target.storage, &weights);
     let mut widths = Vec::new();
     let mut refused = Vec::new();
     for tp in 1..=MAX_TP {
@@ -164,63 +151,8 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             Err(r) => refused.push((tp, r.reason)),
         }
     }
-
-    // Progress on stderr once the sweep has taken more than a second.
-    let started = Instant::now();
-    let bar = ProgressBar::with_draw_target(
-        Some((BATCHES.len() + widths.len() * BATCHES.len()) as u64),
-        ProgressDrawTarget::hidden(),
-    );
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} planning: {pos}/{len} lowered {msg} [{elapsed}]").expect("template"),
-    );
-    let shown = AtomicBool::new(false);
-    let tick = |msg: String| {
-        if started.elapsed() > Duration::from_secs(1) && !shown.swap(true, Ordering::Relaxed) {
-            bar.set_draw_target(ProgressDrawTarget::stderr());
-            bar.enable_steady_tick(Duration::from_millis(200));
-        }
-        bar.set_message(msg);
-    };
-
-    // The cells in parallel: first every batch's embedding and head (shared by its widths),
-    // then every (width, batch) layer kind.
     let estimator = Estimator::new(&spec, chip.clone(), storage.clone(), 0);
-    let spines: Vec<Spine> = BATCHES
-        .par_iter()
-        .map(|&batch| {
-            tick(format!("(embedding and head, batch {batch})"));
-            let spine = estimator.spine(cut_of(1, batch, args.ctx), &mut |_| {});
-            bar.inc(1);
-            spine.map_err(|e| anyhow!("batch {batch}: {e}"))
-        })
-        .collect::<Result<_>>()?;
-    let grid: Vec<(usize, usize)> = widths.iter().flat_map(|&tp| BATCHES.iter().map(move |&b| (tp, b))).collect();
-    let mut cells: Vec<Cell> = grid
-        .par_iter()
-        .map(|&(tp, batch)| -> Result<Cell> {
-            tick(format!("(tp {tp}, batch {batch})"));
-            let cut = cut_of(tp, batch, args.ctx);
-            let spine = &spines[BATCHES.iter().position(|&b| b == batch).expect("a swept batch")];
-            let model =
-                estimator.estimate(cut, spine, &mut |_| {}).map_err(|e| anyhow!("tp {tp}, batch {batch}: {e}"))?;
-            let step = model.step_estimate();
-            let fit = per_chip(&model)?;
-            bar.inc(1);
-            Ok(Cell {
-                tp,
-                batch,
-                step_seconds: step.seconds,
-                tokens_per_second_per_sequence: if step.seconds > 0.0 { 1.0 / step.seconds } else { 0.0 },
-                tokens_per_second: step.tokens_per_second,
-                model_roofline_fraction: step.model_roofline_fraction,
-                bytes_per_chip: fit.demand.total(),
-                fits: fit.fits && !fit.spills_to_ddr,
-            })
-        })
-        .collect::<Result<_>>()?;
-    bar.finish_and_clear();
-    cells.sort_by_key(|c| (c.tp, c.batch));
+    let cells = sweep(&estimator, &widths, args.ctx)?;
     let plan = Plan {
         model: spec.name.clone(),
         chip,
@@ -245,6 +177,81 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         eprintln!("plan of {} written to {}", plan.model, out.display());
     }
     Ok(())
+}
+
+/// Refuses `-o` naming a directory or a file in a missing folder, before the sweep, not after it.
+fn check_out(out: &std::path::Path) -> Result<()> {
+    if out.is_dir() {
+        bail!("-o {}: is a directory; name the file to write (plan.html or plan.svg)", out.display());
+    }
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    if !parent.is_dir() {
+        bail!("cannot write {}: its folder {} does not exist", out.display(), parent.display());
+    }
+    Ok(())
+}
+
+/// Every cell of `widths` × [`BATCHES`], in parallel and sorted: first every batch's embedding
+/// and head (shared by its widths), then every (width, batch) layer kind. Progress on stderr
+/// once the sweep has taken more than a second.
+fn sweep(estimator: &Estimator, widths: &[usize], ctx: usize) -> Result<Vec<Cell>> {
+    let started = Instant::now();
+    let bar = ProgressBar::with_draw_target(
+        Some((BATCHES.len() + widths.len() * BATCHES.len()) as u64),
+        ProgressDrawTarget::hidden(),
+    );
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} planning: {pos}/{len} lowered {msg} [{elapsed}]").expect("template"),
+    );
+    let shown = AtomicBool::new(false);
+    let tick = |msg: String| {
+        if started.elapsed() > Duration::from_secs(1) && !shown.swap(true, Ordering::Relaxed) {
+            bar.set_draw_target(ProgressDrawTarget::stderr());
+            bar.enable_steady_tick(Duration::from_millis(200));
+        }
+        bar.set_message(msg);
+    };
+    let spines: Vec<Spine> = BATCHES
+        .par_iter()
+        .map(|&batch| {
+            tick(format!("(embedding and head, batch {batch})"));
+            let spine = estimator.spine(cut_of(1, batch, ctx), &mut |_| {});
+            bar.inc(1);
+            spine.map_err(|e| anyhow!("batch {batch}: {e}"))
+        })
+        .collect::<Result<_>>()?;
+    let grid: Vec<(usize, usize)> = widths.iter().flat_map(|&tp| BATCHES.iter().map(move |&b| (tp, b))).collect();
+    let mut cells: Vec<Cell> = grid
+        .par_iter()
+        .map(|&(tp, batch)| -> Result<Cell> {
+            tick(format!("(tp {tp}, batch {batch})"));
+            let spine = &spines[BATCHES.iter().position(|&b| b == batch).expect("a swept batch")];
+            let cell = cell(estimator, spine, tp, batch, ctx);
+            bar.inc(1);
+            cell
+        })
+        .collect::<Result<_>>()?;
+    bar.finish_and_clear();
+    cells.sort_by_key(|c| (c.tp, c.batch));
+    Ok(cells)
+}
+
+/// The cell of `tp` chips and `batch` sequences: its layer kinds estimated over `spine`.
+fn cell(estimator: &Estimator, spine: &Spine, tp: usize, batch: usize, ctx: usize) -> Result<Cell> {
+    let cut = cut_of(tp, batch, ctx);
+    let model = estimator.estimate(cut, spine, &mut |_| {}).map_err(|e| anyhow!("tp {tp}, batch {batch}: {e}"))?;
+    let step = model.step_estimate();
+    let fit = per_chip(&model)?;
+    Ok(Cell {
+        tp,
+        batch,
+        step_seconds: step.seconds,
+        tokens_per_second_per_sequence: if step.seconds > 0.0 { 1.0 / step.seconds } else { 0.0 },
+        tokens_per_second: step.tokens_per_second,
+        model_roofline_fraction: step.model_roofline_fraction,
+        bytes_per_chip: fit.demand.total(),
+        fits: fit.fits && !fit.spills_to_ddr,
+    })
 }
 
 /// What every output says of its numbers.
@@ -337,22 +344,9 @@ pub fn table(p: &Plan) -> String {
 /// aggregate tokens/s up, both logarithmic), coloured by its width, the frontier as a line.
 /// Every point carries class `cell`; the frontier's points also `frontier`.
 pub fn frontier_svg(p: &Plan) -> String {
-    let (w, h, left, bottom, top, right) = (760.0, 440.0, 70.0, 50.0, 20.0, 150.0);
     let fitting: Vec<&Cell> = p.cells.iter().filter(|c| c.fits && c.tokens_per_second > 0.0).collect();
-    let span = |f: &dyn Fn(&Cell) -> f64| {
-        let lo = fitting.iter().map(|c| f(c)).fold(f64::INFINITY, f64::min);
-        let hi = fitting.iter().map(|c| f(c)).fold(0.0, f64::max);
-        if fitting.is_empty() {
-            (0.0, 1.0)
-        } else {
-            let (lo, hi) = (lo.log10().floor(), hi.log10().ceil());
-            (lo, if hi > lo { hi } else { lo + 1.0 })
-        }
-    };
-    let xs = span(&|c| c.tokens_per_second_per_sequence);
-    let ys = span(&|c| c.tokens_per_second);
-    let x = |v: f64| left + (v.log10() - xs.0) / (xs.1 - xs.0) * (w - left - right);
-    let y = |v: f64| h - bottom - (v.log10() - ys.0) / (ys.1 - ys.0) * (h - top - bottom);
+    let f = Frame::new(&fitting);
+    let (w, h) = (f.w, f.h);
     let mut out = String::new();
     let _ = write!(
         out,
@@ -361,55 +355,11 @@ pub fn frontier_svg(p: &Plan) -> String {
          <rect width=\"{w}\" height=\"{h}\" fill=\"#fff\"/>",
         esc(&p.model)
     );
-    // Axes with a tick at every power of ten.
-    let _ = write!(
-        out,
-        "<line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#333\"/><line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{}\" stroke=\"#333\"/>",
-        h - bottom,
-        w - right,
-        h - bottom,
-        h - bottom
-    );
-    for e in xs.0 as i32..=xs.1 as i32 {
-        let v = 10f64.powi(e);
-        let _ = write!(
-            out,
-            "<line x1=\"{0:.1}\" y1=\"{1}\" x2=\"{0:.1}\" y2=\"{2}\" stroke=\"#ddd\"/><text x=\"{0:.1}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>",
-            x(v),
-            top,
-            h - bottom,
-            h - bottom + 16.0,
-            number(v)
-        );
-    }
-    for e in ys.0 as i32..=ys.1 as i32 {
-        let v = 10f64.powi(e);
-        let _ = write!(
-            out,
-            "<line x1=\"{left}\" y1=\"{0:.1}\" x2=\"{1}\" y2=\"{0:.1}\" stroke=\"#ddd\"/><text x=\"{2}\" y=\"{3:.1}\" text-anchor=\"end\">{4}</text>",
-            y(v),
-            w - right,
-            left - 6.0,
-            y(v) + 4.0,
-            number(v)
-        );
-    }
-    let _ = write!(
-        out,
-        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">tokens/s per sequence (1 / latency of a token)</text>\
-         <text transform=\"translate(16 {}) rotate(-90)\" text-anchor=\"middle\">aggregate tokens/s</text>",
-        (left + w - right) / 2.0,
-        h - 10.0,
-        (top + h - bottom) / 2.0
-    );
+    f.axes(&mut out);
     let widths = p.widths();
     // Each width's batches joined in order, thin, in its colour.
     for (i, tp) in widths.iter().enumerate() {
-        let pts: Vec<String> = fitting
-            .iter()
-            .filter(|c| c.tp == *tp)
-            .map(|c| format!("{:.1},{:.1}", x(c.tokens_per_second_per_sequence), y(c.tokens_per_second)))
-            .collect();
+        let pts: Vec<String> = fitting.iter().filter(|c| c.tp == *tp).map(|c| f.point(c)).collect();
         if pts.len() > 1 {
             let _ = write!(
                 out,
@@ -420,27 +370,108 @@ pub fn frontier_svg(p: &Plan) -> String {
         }
     }
     let front = p.frontier();
-    let path: Vec<String> = front
-        .iter()
-        .map(|c| format!("{:.1},{:.1}", x(c.tokens_per_second_per_sequence), y(c.tokens_per_second)))
-        .collect();
+    let path: Vec<String> = front.iter().map(|c| f.point(c)).collect();
     if path.len() > 1 {
         let _ =
             write!(out, "<polyline points=\"{}\" fill=\"none\" stroke=\"#222\" stroke-width=\"1.5\"/>", path.join(" "));
     }
-    let widths = p.widths();
     for c in &fitting {
         let i = widths.iter().position(|&t| t == c.tp).unwrap_or(0);
-        let on_front = front.iter().any(|f| std::ptr::eq(*f, *c));
+        f.cell(&mut out, c, colour(i, widths.len()), front.iter().any(|o| std::ptr::eq(*o, *c)));
+    }
+    f.legend(&mut out, &widths);
+    out.push_str("</svg>");
+    out
+}
+
+/// The frontier picture's frame: its size and margins, and the decades (powers of ten) its
+/// logarithmic axes span — tokens/s per sequence across, aggregate tokens/s up.
+struct Frame {
+    w: f64,
+    h: f64,
+    left: f64,
+    bottom: f64,
+    top: f64,
+    right: f64,
+    xs: (f64, f64),
+    ys: (f64, f64),
+}
+
+impl Frame {
+    /// The frame that holds every cell of `fitting`.
+    fn new(fitting: &[&Cell]) -> Frame {
+        let span = |f: &dyn Fn(&Cell) -> f64| {
+            let lo = fitting.iter().map(|c| f(c)).fold(f64::INFINITY, f64::min);
+            let hi = fitting.iter().map(|c| f(c)).fold(0.0, f64::max);
+            if fitting.is_empty() {
+                (0.0, 1.0)
+            } else {
+                let (lo, hi) = (lo.log10().floor(), hi.log10().ceil());
+                (lo, if hi > lo { hi } else { lo + 1.0 })
+            }
+        };
+        let xs = span(&|c| c.tokens_per_second_per_sequence);
+        let ys = span(&|c| c.tokens_per_second);
+        Frame { w: 760.0, h: 440.0, left: 70.0, bottom: 50.0, top: 20.0, right: 150.0, xs, ys }
+    }
+
+    fn x(&self, v: f64) -> f64 {
+        self.left + (v.log10() - self.xs.0) / (self.xs.1 - self.xs.0) * (self.w - self.left - self.right)
+    }
+
+    fn y(&self, v: f64) -> f64 {
+        self.h - self.bottom - (v.log10() - self.ys.0) / (self.ys.1 - self.ys.0) * (self.h - self.top - self.bottom)
+    }
+
+    /// Where `c` is drawn, as `x,y`.
+    fn point(&self, c: &Cell) -> String {
+        format!("{:.1},{:.1}", self.x(c.tokens_per_second_per_sequence), self.y(c.tokens_per_second))
+    }
+
+    /// The axes with a grid line and a label at every power of ten, and their titles.
+    fn axes(&self, out: &mut String) {
+        let Frame { w, h, left, bottom, top, right, .. } = *self;
+        let _ = write!(
+            out,
+            "<line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#333\"/><line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{}\" stroke=\"#333\"/>",
+            h - bottom,
+            w - right,
+            h - bottom,
+            h - bottom
+        );
+        for e in self.xs.0 as i32..=self.xs.1 as i32 {
+            let v = 10f64.powi(e);
+            let x = format!("{:.1}", self.x(v));
+            let line = [&x, &top.to_string(), &x, &(h - bottom).to_string()];
+            grid_line(out, line, [&x, &(h - bottom + 16.0).to_string()], "middle", &number(v));
+        }
+        for e in self.ys.0 as i32..=self.ys.1 as i32 {
+            let v = 10f64.powi(e);
+            let y = format!("{:.1}", self.y(v));
+            let line = [&left.to_string(), &y, &(w - right).to_string(), &y];
+            grid_line(out, line, [&(left - 6.0).to_string(), &format!("{:.1}", self.y(v) + 4.0)], "end", &number(v));
+        }
+        let _ = write!(
+            out,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">tokens/s per sequence (1 / latency of a token)</text>\
+             <text transform=\"translate(16 {}) rotate(-90)\" text-anchor=\"middle\">aggregate tokens/s</text>",
+            (left + w - right) / 2.0,
+            h - 10.0,
+            (top + h - bottom) / 2.0
+        );
+    }
+
+    /// One deployment as a point (class `cell`, and `frontier` on the frontier) with its figures as a tooltip.
+    fn cell(&self, out: &mut String, c: &Cell, colour: String, on_front: bool) {
         let _ = write!(
             out,
             "<circle class=\"cell{}\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"{}\" fill=\"{}\" fill-opacity=\"0.85\" stroke=\"#222\" stroke-width=\"{}\">\
              <title>tp {} batch {}: {:.1} tok/s per sequence, {:.1} tok/s, {:.0}% of the model roofline, {:.2} GB a chip</title></circle>",
             if on_front { " frontier" } else { "" },
-            x(c.tokens_per_second_per_sequence),
-            y(c.tokens_per_second),
+            self.x(c.tokens_per_second_per_sequence),
+            self.y(c.tokens_per_second),
             if on_front { 6 } else { 4 },
-            colour(i, widths.len()),
+            colour,
             if on_front { 1.5 } else { 0.5 },
             c.tp,
             c.batch,
@@ -450,21 +481,30 @@ pub fn frontier_svg(p: &Plan) -> String {
             c.bytes_per_chip as f64 / 1e9
         );
     }
-    // The legend: one swatch per width.
-    for (i, tp) in widths.iter().enumerate() {
-        let ly = top + 10.0 + i as f64 * 18.0;
-        let _ = write!(
-            out,
-            "<circle cx=\"{}\" cy=\"{ly}\" r=\"5\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{tp} chip{}</text>",
-            w - right + 20.0,
-            colour(i, widths.len()),
-            w - right + 32.0,
-            ly + 4.0,
-            if *tp == 1 { "" } else { "s" }
-        );
+
+    /// The legend: one swatch per width.
+    fn legend(&self, out: &mut String, widths: &[usize]) {
+        for (i, tp) in widths.iter().enumerate() {
+            let ly = self.top + 10.0 + i as f64 * 18.0;
+            let _ = write!(
+                out,
+                "<circle cx=\"{}\" cy=\"{ly}\" r=\"5\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{tp} chip{}</text>",
+                self.w - self.right + 20.0,
+                colour(i, widths.len()),
+                self.w - self.right + 32.0,
+                ly + 4.0,
+                if *tp == 1 { "" } else { "s" }
+            );
+        }
     }
-    out.push_str("</svg>");
-    out
+}
+
+/// A grid line from `(x1, y1)` to `(x2, y2)` with its label at `at`, coordinates as written.
+fn grid_line(out: &mut String, [x1, y1, x2, y2]: [&String; 4], [tx, ty]: [&String; 2], anchor: &str, label: &str) {
+    let _ = write!(
+        out,
+        "<line x1=\"{x1}\" y1=\"{y1}\" x2=\"{x2}\" y2=\"{y2}\" stroke=\"#ddd\"/><text x=\"{tx}\" y=\"{ty}\" text-anchor=\"{anchor}\">{label}</text>"
+    );
 }
 
 /// `1`, `10`, `1k`, `10k`, `1M`.

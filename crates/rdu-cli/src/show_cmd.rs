@@ -6,7 +6,7 @@ use crate::program_cmds::ranges;
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
 use rdu_spatial::bundle::Bundle;
-use rdu_spatial::manifest::{CertificateEntry, CostEntry, CutMode, Manifest, ProgramEntry};
+use rdu_spatial::manifest::{CertificateEntry, CostEntry, Manifest, ProgramEntry};
 use rdu_spatial::program::{Role, SpatialProgram};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -148,14 +148,7 @@ fn print_summary(dir: &Path, m: &Manifest, entries: &[Entry]) {
 /// The cut as `mode (ctx 4096, batch 8)`, as `rdu show` and `rdu report` print it.
 pub(crate) fn cut_text(m: &Manifest) -> String {
     let c = &m.cut;
-    let mode = match c.mode {
-        CutMode::Forward => "forward",
-        CutMode::Decode => "decode",
-        CutMode::Batched => "batched",
-        CutMode::Tp => "tp",
-        CutMode::BatchedTp => "batched-tp",
-        CutMode::Prefill => "prefill",
-    };
+    let mode = crate::model_arg::mode_word(c.mode);
     let figures = [("ctx", c.ctx), ("seq", c.seq), ("batch", c.batch), ("tp", c.tp), ("chunk", c.chunk)];
     let given: Vec<String> = figures.iter().filter_map(|(k, v)| v.map(|v| format!("{k} {v}"))).collect();
     if given.is_empty() {

@@ -15,17 +15,8 @@ pub fn one_line(e: &clap::Error, argv: &[String]) -> String {
         Some(s) => format!("see `rdu {} --help`", s.get_name()),
         None => "see `rdu --help`".to_string(),
     };
-    let string = |kind| match e.get(kind) {
-        Some(ContextValue::String(s)) => Some(s.clone()),
-        Some(ContextValue::StyledStr(s)) => Some(s.to_string()),
-        _ => None,
-    };
-    let strings = |kind| match e.get(kind) {
-        Some(ContextValue::Strings(v)) => v.clone(),
-        Some(ContextValue::StyledStrs(v)) => v.iter().map(ToString::to_string).collect(),
-        Some(ContextValue::String(s)) => vec![s.clone()],
-        _ => Vec::new(),
-    };
+    let string = |kind| string(e, kind);
+    let strings = |kind| strings(e, kind);
     let flag = string(ContextKind::InvalidArg).map(|a| flag_of(&a));
     let value = string(ContextKind::InvalidValue).unwrap_or_default();
     match e.kind() {
@@ -44,15 +35,7 @@ pub fn one_line(e: &clap::Error, argv: &[String]) -> String {
             let valid = strings(ContextKind::ValidValue);
             format!("{} takes {}, not `{value}`", flag.unwrap_or_else(|| "a flag".into()), one_of(&valid))
         }
-        ErrorKind::UnknownArgument => {
-            let arg = flag.unwrap_or_default();
-            let suggested = strings(ContextKind::SuggestedArg);
-            match suggested.first() {
-                Some(s) => format!("unknown flag `{arg}` (did you mean `{}`?); {help}", flag_of(s)),
-                None if !arg.starts_with('-') => format!("unexpected argument `{arg}`; {help}"),
-                None => format!("unknown flag `{arg}`; {help}"),
-            }
-        }
+        ErrorKind::UnknownArgument => unknown(&flag.unwrap_or_default(), &strings(ContextKind::SuggestedArg), &help),
         ErrorKind::InvalidSubcommand => {
             let names: Vec<String> = command.get_subcommands().map(|s| s.get_name().to_string()).collect();
             let given = string(ContextKind::InvalidSubcommand).or(flag).unwrap_or_default();
@@ -66,15 +49,7 @@ pub fn one_line(e: &clap::Error, argv: &[String]) -> String {
             let missing: Vec<String> = strings(ContextKind::InvalidArg).iter().map(|a| flag_of(a)).collect();
             format!("missing {}; {help}", missing.join(" and "))
         }
-        ErrorKind::ArgumentConflict => {
-            let prior = strings(ContextKind::PriorArg);
-            match (flag, prior.first()) {
-                (Some(a), Some(b)) if a == flag_of(b) => format!("{a} is given twice; give it once"),
-                (Some(a), Some(b)) => format!("{a} and {} cannot be used together", flag_of(b)),
-                (Some(a), None) => format!("{a} cannot be used with the other flags given; {help}"),
-                _ => format!("conflicting flags; {help}"),
-            }
-        }
+        ErrorKind::ArgumentConflict => conflict(flag, &strings(ContextKind::PriorArg), &help),
         ErrorKind::TooManyValues | ErrorKind::WrongNumberOfValues | ErrorKind::TooFewValues => {
             format!("{} takes one value; {help}", flag.unwrap_or_else(|| "a flag".into()))
         }
@@ -86,6 +61,44 @@ pub fn one_line(e: &clap::Error, argv: &[String]) -> String {
             let first = text.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ").to_string();
             format!("{first}; {help}")
         }
+    }
+}
+
+/// The string a usage error holds under `kind`.
+fn string(e: &clap::Error, kind: ContextKind) -> Option<String> {
+    match e.get(kind) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        Some(ContextValue::StyledStr(s)) => Some(s.to_string()),
+        _ => None,
+    }
+}
+
+/// The strings a usage error holds under `kind`.
+fn strings(e: &clap::Error, kind: ContextKind) -> Vec<String> {
+    match e.get(kind) {
+        Some(ContextValue::Strings(v)) => v.clone(),
+        Some(ContextValue::StyledStrs(v)) => v.iter().map(ToString::to_string).collect(),
+        Some(ContextValue::String(s)) => vec![s.clone()],
+        _ => Vec::new(),
+    }
+}
+
+/// An unknown flag `arg` (or a stray argument), with clap's suggestion when it has one.
+fn unknown(arg: &str, suggested: &[String], help: &str) -> String {
+    match suggested.first() {
+        Some(s) => format!("unknown flag `{arg}` (did you mean `{}`?); {help}", flag_of(s)),
+        None if !arg.starts_with('-') => format!("unexpected argument `{arg}`; {help}"),
+        None => format!("unknown flag `{arg}`; {help}"),
+    }
+}
+
+/// `flag` given with a flag it excludes (`prior`), or given twice.
+fn conflict(flag: Option<String>, prior: &[String], help: &str) -> String {
+    match (flag, prior.first()) {
+        (Some(a), Some(b)) if a == flag_of(b) => format!("{a} is given twice; give it once"),
+        (Some(a), Some(b)) => format!("{a} and {} cannot be used together", flag_of(b)),
+        (Some(a), None) => format!("{a} cannot be used with the other flags given; {help}"),
+        _ => format!("conflicting flags; {help}"),
     }
 }
 

@@ -3,6 +3,7 @@
 //! the positive cases the refusals used to hide (batch 1, forward and prefill bundles run
 //! with `--bundle`) run.
 
+use rdu_testkit::fixtures;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -17,10 +18,6 @@ fn temp() -> tempfile::TempDir {
 
 fn s(p: &Path) -> String {
     p.to_str().expect("UTF-8 path").to_string()
-}
-
-fn fixture(name: &str) -> PathBuf {
-    common::repo().join("tests/data/fixtures/hf").join(name)
 }
 
 /// Runs each case and checks the refusal names `needle`.
@@ -72,7 +69,7 @@ fn usage_errors_are_one_line_naming_the_flag() {
 fn sizes_are_checked_before_anything_is_allocated() {
     let dir = temp();
     let config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("llama").join("config.json")).expect("config"))
+        serde_json::from_str(&std::fs::read_to_string(fixtures::hf("llama").join("config.json")).expect("config"))
             .expect("JSON");
     let mut huge_vocab = config.clone();
     huge_vocab["vocab_size"] = serde_json::json!(1u64 << 40);
@@ -274,9 +271,9 @@ fn a_closed_pipe_ends_quietly() {
 
 #[test]
 fn kinds_fit_and_lower_agree_on_storage_for_every_fixture() {
-    let mut models: Vec<PathBuf> = common::FIXTURES.iter().map(|f| fixture(f)).collect();
+    let mut models: Vec<PathBuf> = fixtures::HF.iter().map(|f| fixtures::hf(f)).collect();
     for gguf in ["gemma3/tiny-gemma3-q8_0.gguf", "llama/tiny-llama-q8_0.gguf", "gemma3/tiny-gemma3-f32.gguf"] {
-        models.push(common::repo().join("tests/data/fixtures/gguf").join(gguf));
+        models.push(fixtures::repo().join("tests/data/fixtures/gguf").join(gguf));
     }
     for m in models {
         let m = s(&m);
@@ -304,7 +301,7 @@ fn check_refuses_empty_files_and_caps_its_diagnostics() {
     std::fs::write(&comment, "# nothing here\n").expect("write");
     refuses(&[(&["check", &s(&empty)], "is empty"), (&["check", &s(&comment)], "not a program")]);
     // A file that is not a program: at most 20 diagnostics, and how many more there were.
-    let readme = s(&common::repo().join("README.md"));
+    let readme = s(&fixtures::repo().join("README.md"));
     let out = common::rdu(&["check", &readme]);
     assert_eq!(out.status.code(), Some(1));
     let err = common::stderr(&out);
@@ -317,7 +314,8 @@ fn check_refuses_empty_files_and_caps_its_diagnostics() {
 fn file_errors_name_the_file_once_without_jargon() {
     let dir = temp();
     let gguf = dir.path().join("cut.gguf");
-    let whole = std::fs::read(common::repo().join("tests/data/fixtures/gguf/llama/tiny-llama-f32.gguf")).expect("read");
+    let whole =
+        std::fs::read(fixtures::repo().join("tests/data/fixtures/gguf/llama/tiny-llama-f32.gguf")).expect("read");
     std::fs::write(&gguf, &whole[..100]).expect("write");
     let not_json = dir.path().join("x.json");
     std::fs::write(&not_json, "nope").expect("write");
@@ -386,14 +384,15 @@ fn a_config_that_disagrees_with_its_weights_says_so_without_a_bundle() {
     // No --bundle: rdu lowered from MODEL's own config, so the advice is about the config and
     // the weights, not about "the checkpoint the bundle was lowered for".
     let config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("llama").join("config.json")).expect("config"))
+        serde_json::from_str(&std::fs::read_to_string(fixtures::hf("llama").join("config.json")).expect("config"))
             .expect("JSON");
     let model = |edit: &dyn Fn(&mut serde_json::Value)| -> (tempfile::TempDir, String) {
         let dir = temp();
         let mut c = config.clone();
         edit(&mut c);
         std::fs::write(dir.path().join("config.json"), c.to_string()).expect("write");
-        std::fs::copy(fixture("llama").join("model.safetensors"), dir.path().join("model.safetensors")).expect("copy");
+        std::fs::copy(fixtures::hf("llama").join("model.safetensors"), dir.path().join("model.safetensors"))
+            .expect("copy");
         let path = s(dir.path());
         (dir, path)
     };
@@ -456,7 +455,7 @@ fn show_and_run_refuse_the_same_damaged_bundles() {
 fn one_layer_is_one_layer() {
     let dir = temp();
     let mut config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("llama").join("config.json")).expect("config"))
+        serde_json::from_str(&std::fs::read_to_string(fixtures::hf("llama").join("config.json")).expect("config"))
             .expect("JSON");
     config["num_hidden_layers"] = serde_json::json!(1);
     let file = dir.path().join("one.json");
@@ -470,7 +469,7 @@ fn one_layer_is_one_layer() {
 
 #[test]
 fn a_run_from_a_bundle_reports_no_lowering_time() {
-    let gguf = s(&common::repo().join("tests/data/fixtures/gguf/llama/tiny-llama-q8_0.gguf"));
+    let gguf = s(&fixtures::repo().join("tests/data/fixtures/gguf/llama/tiny-llama-q8_0.gguf"));
     let dir = temp();
     let bundle = lowered(dir.path(), "bundle", &[&gguf, "--ctx", "64"]);
     let out = common::rdu(&["run", &gguf, "--prompt", "hi", "-n", "2", "--bundle", &bundle]);

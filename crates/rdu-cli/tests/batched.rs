@@ -8,13 +8,14 @@
 
 mod common;
 
-use common::{argmax, assert_close, f32_states, fixture, npy_f32, npy_ids, FIXTURES};
+use common::f32_states;
 use rdu_compiler::lower::streamed::{
     lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed, LowerOptions, Storage,
 };
 use rdu_compiler::model::config::from_config_path;
 use rdu_host::{Host, WeightsSource};
 use rdu_spatial::chip::Chip;
+use rdu_testkit::{argmax, fixtures, npy, Tolerance};
 use std::path::Path;
 
 /// Generated tokens per sequence (the fixtures hold 8).
@@ -82,10 +83,10 @@ fn run_batch(
 }
 
 fn check(arch: &str) {
-    let dir = fixture(arch);
+    let dir = fixtures::hf(arch);
     let spec = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
     let weights = WeightsSource::Hf(dir.clone());
-    let tokens = npy_ids(&dir.join("tokens.npy"));
+    let tokens = npy::ids(dir.join("tokens.npy"));
     let vocab = spec.vocab;
     // Three prompts of different lengths: the fixture's, a shorter one, a reordered one.
     let short: Vec<u32> = tokens.iter().rev().take(5).copied().collect();
@@ -106,12 +107,12 @@ fn check(arch: &str) {
     let (seqs, rows) = run_batch(&batched, &weights, &prompts, vocab);
 
     // The fixture's prompt: transformers' greedy tokens and their logits.
-    let gen_ids = npy_ids(&dir.join("gen_ids.npy"));
-    let want_gen = npy_f32(&dir.join("gen_logits.npy"));
+    let gen_ids = npy::ids(dir.join("gen_ids.npy"));
+    let want_gen = npy::f32(dir.join("gen_logits.npy"));
     assert_eq!(seqs[0][tokens.len()..], gen_ids[..], "{arch}: batched greedy tokens differ from transformers");
     for k in 0..GEN {
         let row = &rows[0][tokens.len() - 1 + k];
-        assert_close(&format!("{arch} batched generation {k}"), row, &want_gen[k * vocab..(k + 1) * vocab]);
+        Tolerance::F32.assert(&format!("{arch} batched generation {k}"), row, &want_gen[k * vocab..(k + 1) * vocab]);
     }
     // Every sequence: what it gets alone.
     for b in 0..3 {
@@ -119,20 +120,20 @@ fn check(arch: &str) {
         assert_eq!(seqs[b][prompts[b].len()..], ids[..], "{arch}: sequence {b} differs from its run alone");
         assert_eq!(rows[b].len(), alone_rows.len(), "{arch}: sequence {b} rows");
         for (pos, (got, want)) in rows[b].iter().zip(&alone_rows).enumerate() {
-            assert_close(&format!("{arch} sequence {b} at {pos}"), got, want);
+            Tolerance::F32.assert(&format!("{arch} sequence {b} at {pos}"), got, want);
         }
     }
 }
 
 /// The same batch over 2 chips (where the model admits it): every row within 1e-4 of one chip's.
 fn check_tp(arch: &str) {
-    let dir = fixture(arch);
+    let dir = fixtures::hf(arch);
     let spec = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
     if rdu_compiler::fit::admits_tp(&spec, 2, &Storage::Dense).is_err() {
         return;
     }
     let weights = WeightsSource::Hf(dir.clone());
-    let tokens = npy_ids(&dir.join("tokens.npy"));
+    let tokens = npy::ids(dir.join("tokens.npy"));
     let prompts = [tokens.clone(), tokens[..4].to_vec(), tokens.iter().rev().take(7).copied().collect()];
     let ctx = tokens.len() + GEN + LATE;
     let tmp = tempfile::tempdir().expect("temp dir");
@@ -146,27 +147,31 @@ fn check_tp(arch: &str) {
     assert_eq!(ids2, ids1, "{arch}: batched tp 2 tokens differ from one chip's");
     for b in 0..3 {
         for (pos, (got, want)) in rows2[b].iter().zip(&rows1[b]).enumerate() {
-            assert_close(&format!("{arch} tp 2 sequence {b} at {pos}"), got, want);
+            Tolerance::F32.assert(&format!("{arch} tp 2 sequence {b} at {pos}"), got, want);
         }
     }
     // And the fixture's own prompt over 2 chips still matches transformers.
-    let want_gen = npy_f32(&dir.join("gen_logits.npy"));
+    let want_gen = npy::f32(dir.join("gen_logits.npy"));
     for k in 0..GEN {
         let row = &rows2[0][tokens.len() - 1 + k];
-        assert_close(&format!("{arch} tp 2 generation {k}"), row, &want_gen[k * spec.vocab..(k + 1) * spec.vocab]);
+        Tolerance::F32.assert(
+            &format!("{arch} tp 2 generation {k}"),
+            row,
+            &want_gen[k * spec.vocab..(k + 1) * spec.vocab],
+        );
     }
 }
 
 #[test]
 fn every_fixture_batched_over_two_chips_matches_one_chip() {
-    for arch in FIXTURES {
+    for arch in fixtures::HF {
         check_tp(arch);
     }
 }
 
 #[test]
 fn every_fixture_batched_of_three_matches_alone_and_transformers() {
-    for arch in FIXTURES {
+    for arch in fixtures::HF {
         check(arch);
     }
 }

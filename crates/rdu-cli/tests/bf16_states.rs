@@ -13,21 +13,20 @@ use rdu_compiler::model::spec::StateDtype;
 use rdu_host::{Host, WeightsSource};
 use rdu_spatial::bf16::round_bf16;
 use rdu_spatial::chip::Chip;
+use rdu_testkit::{argmax, fixtures, npy, Tolerance};
 mod common;
-
-use common::{argmax, assert_close, fixture, npy_f32, npy_ids, TOL};
 
 fn max_diff(got: &[f32], want: &[f32]) -> f32 {
     got.iter().zip(want).map(|(g, w)| (g - w).abs()).fold(0.0, f32::max)
 }
 
 fn check(arch: &str) {
-    let dir = fixture(arch);
+    let dir = fixtures::hf(arch);
     let mut spec = from_config_path(&dir.join("config.json")).expect("config");
     assert_eq!(spec.state, StateDtype::F32, "f32 is the default state storage");
     spec.state = StateDtype::Bf16;
-    let tokens = npy_ids(&dir.join("tokens.npy"));
-    let gen_ids = npy_ids(&dir.join("gen_ids_bf16state.npy"));
+    let tokens = npy::ids(dir.join("tokens.npy"));
+    let gen_ids = npy::ids(dir.join("gen_ids_bf16state.npy"));
     let vocab = spec.vocab;
     let tmp = tempfile::tempdir().expect("temp dir");
     let opts = LowerOptions {
@@ -55,22 +54,25 @@ fn check(arch: &str) {
         }
     };
 
-    let want_step = npy_f32(&dir.join("logits_step_bf16state.npy"));
-    let f32_step = npy_f32(&dir.join("logits_step.npy"));
-    let want_gen = npy_f32(&dir.join("gen_logits_bf16state.npy"));
+    let want_step = npy::f32(dir.join("logits_step_bf16state.npy"));
+    let f32_step = npy::f32(dir.join("logits_step.npy"));
+    let want_gen = npy::f32(dir.join("gen_logits_bf16state.npy"));
     let (mut worst, mut worst_f32) = (0f32, 0f32);
     let mut last = Vec::new();
     for (pos, &tok) in tokens.iter().enumerate() {
         last = host.step(&[tok], pos).expect("step").logits.as_f32().expect("f32").to_vec();
         let row = pos * vocab..(pos + 1) * vocab;
-        worst = worst.max(assert_close(&format!("{arch} decode at {pos}"), &last, &want_step[row.clone()]));
+        worst = worst.max(Tolerance::F32.assert(&format!("{arch} decode at {pos}"), &last, &want_step[row.clone()]));
         worst_f32 = worst_f32.max(max_diff(&last, &f32_step[row]));
         representable(&host, &format!("step {pos}"));
     }
     let mut generated = Vec::new();
     for k in 0..gen_ids.len() {
-        worst =
-            worst.max(assert_close(&format!("{arch} generation {k}"), &last, &want_gen[k * vocab..(k + 1) * vocab]));
+        worst = worst.max(Tolerance::F32.assert(
+            &format!("{arch} generation {k}"),
+            &last,
+            &want_gen[k * vocab..(k + 1) * vocab],
+        ));
         let next = argmax(&last);
         generated.push(next);
         if k + 1 < gen_ids.len() {
@@ -78,7 +80,7 @@ fn check(arch: &str) {
         }
     }
     assert_eq!(generated, gen_ids, "{arch}: greedy tokens differ from transformers with a bf16 cache");
-    assert!(worst <= TOL);
+    assert!(worst <= Tolerance::F32.abs);
     println!("{arch}: spatial, bf16 states: worst |diff| {worst:.2e} from transformers' bf16 cache, {worst_f32:.2e} from its f32 cache");
 }
 

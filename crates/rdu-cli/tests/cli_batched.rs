@@ -2,7 +2,8 @@
 
 mod common;
 
-use common::{fixture, npy_f32, ok, user_error};
+use common::{ok, user_error};
+use rdu_testkit::{fixtures, npy, Tolerance};
 use serde_json::Value;
 
 fn json(out: &str) -> Value {
@@ -23,7 +24,7 @@ fn lower_batched_reports_the_cut_and_the_decode_kinds() {
 
 #[test]
 fn batch_prompts_give_each_sequence_what_it_gets_alone() {
-    let dir = fixture("qwen3_next");
+    let dir = fixtures::hf("qwen3_next");
     let model = dir.to_str().expect("utf-8 path");
     let tmp = tempfile::tempdir().expect("temp");
     let prompts = tmp.path().join("prompts.txt");
@@ -58,8 +59,8 @@ fn batch_prompts_give_each_sequence_what_it_gets_alone() {
         assert_eq!(seqs[b]["prompt"], alone["prompt"], "sequence {b}");
         assert_eq!(seqs[b]["generated"], alone["generated"], "sequence {b}");
         assert_eq!(seqs[b]["positions"], alone["positions"], "sequence {b}");
-        let got = npy_f32(&tmp.path().join(format!("l{b}.npy")));
-        common::assert_close(&format!("sequence {b} logits"), &got, &npy_f32(&alone_logits));
+        let got = npy::f32(tmp.path().join(format!("l{b}.npy")));
+        Tolerance::F32.assert(&format!("sequence {b} logits"), &got, &npy::f32(&alone_logits));
     }
 }
 
@@ -85,7 +86,7 @@ fn bad_batch_prompts_are_one_line_errors() {
 
 #[test]
 fn batch_prompts_over_two_chips_match_one_chip_and_a_refused_width_is_one_line() {
-    let model = fixture("llama");
+    let model = fixtures::hf("llama");
     let model = model.to_str().expect("utf-8 path");
     let tmp = tempfile::tempdir().expect("temp");
     let prompts = tmp.path().join("prompts.txt");

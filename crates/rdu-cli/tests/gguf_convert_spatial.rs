@@ -6,25 +6,23 @@
 //! folded by `from_q8`): within 1e-4 of the reference runner on the F32 file of their
 //! dequantised values. Plus `rdu run FILE.gguf` on a converted file.
 
-#[path = "../../rdu-compiler/tests/support/hf_to_gguf.rs"]
-mod hf_to_gguf;
-
 mod common;
 
-use common::{assert_close, f32_states, fixture, npy_f32, npy_ids};
-use hf_to_gguf::{convert, convert_edited, convert_with, Quant, Target};
+use common::f32_states;
 use rdu_checkpoint::{GgufValue, GgufValueType};
 use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_forward_streamed, LowerOptions, Storage};
 use rdu_compiler::model::gguf::from_gguf_path;
 use rdu_compiler::reference::{GgufWeights, Reference};
 use rdu_host::{Host, WeightsSource};
 use rdu_spatial::chip::Chip;
+use rdu_testkit::hf_to_gguf::{convert, convert_edited, convert_with, Kvs, Quant, Target};
+use rdu_testkit::{fixtures, npy, Tolerance};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn gguf(dir: &Path, arch: &str, target: Target, quant: Quant) -> PathBuf {
     let out = dir.join(format!("{arch}-{target:?}-{quant:?}.gguf").to_lowercase());
-    convert(&fixture(arch), target, quant, &out);
+    convert(&fixtures::hf(arch), target, quant, &out);
     out
 }
 
@@ -58,19 +56,19 @@ fn spatial(path: &Path, tokens: &[u32], tmp: &Path) -> (Vec<f32>, Vec<Vec<f32>>)
 fn check_f32(arch: &str, target: Target) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let path = gguf(tmp.path(), arch, target, Quant::F32);
-    let tokens = npy_ids(&fixture(arch).join("tokens.npy"));
+    let tokens = npy::ids(fixtures::hf(arch).join("tokens.npy"));
     let (forward, decode) = spatial(&path, &tokens, tmp.path());
-    let fw = assert_close(
+    let fw = Tolerance::F32.assert(
         &format!("{arch} as {target:?} forward"),
         &forward,
-        &npy_f32(&fixture(arch).join("logits_full.npy")),
+        &npy::f32(fixtures::hf(arch).join("logits_full.npy")),
     );
-    let want = npy_f32(&fixture(arch).join("logits_step.npy"));
+    let want = npy::f32(fixtures::hf(arch).join("logits_step.npy"));
     let vocab = want.len() / tokens.len();
     let mut dw = 0f32;
     for (pos, row) in decode.iter().enumerate() {
         let w = &want[pos * vocab..(pos + 1) * vocab];
-        dw = dw.max(assert_close(&format!("{arch} as {target:?} decode at {pos}"), row, w));
+        dw = dw.max(Tolerance::F32.assert(&format!("{arch} as {target:?} decode at {pos}"), row, w));
     }
     eprintln!("{arch} as {target:?} (spatial): forward max |diff| {fw:e}, decode {dw:e}");
 }
@@ -83,18 +81,18 @@ fn check_q8(arch: &str, target: Target) {
     let spec = f32_states(from_gguf_path(&path).expect("import"));
     let Storage::Exactly(set) = GgufWeights::open(&spec, &path).expect("open").storage() else { panic!("as stored") };
     assert!(set.len() > 10, "the file's matrices are Q8_0: {set:?}");
-    let tokens = npy_ids(&fixture(arch).join("tokens.npy"));
+    let tokens = npy::ids(fixtures::hf(arch).join("tokens.npy"));
     let (forward, decode) = spatial(&path, &tokens, tmp.path());
     let deq_spec = f32_states(from_gguf_path(&deq).expect("import"));
     let deq_weights = GgufWeights::open(&deq_spec, &deq).expect("open");
     let mut reference = Reference::new(&deq_spec, Storage::Dense, &deq_weights);
     let want = reference.forward(&tokens).expect("forward").logits.into_f32();
-    let fw = assert_close(&format!("{arch} as {target:?} Q8_0 forward"), &forward, &want);
+    let fw = Tolerance::F32.assert(&format!("{arch} as {target:?} Q8_0 forward"), &forward, &want);
     let vocab = spec.vocab;
     let mut dw = 0f32;
     for (pos, row) in decode.iter().enumerate() {
         let w = &want[pos * vocab..(pos + 1) * vocab];
-        dw = dw.max(assert_close(&format!("{arch} as {target:?} Q8_0 decode at {pos}"), row, w));
+        dw = dw.max(Tolerance::F32.assert(&format!("{arch} as {target:?} Q8_0 decode at {pos}"), row, w));
     }
     eprintln!("{arch} as {target:?} Q8_0 (spatial, from_q8) vs dequantised reference: forward {fw:e}, decode {dw:e}");
 }
@@ -130,10 +128,14 @@ fn qwen35moe_tiled_f32() {
 fn qwen3next_squeezed_f32() {
     let tmp = tempfile::tempdir().expect("temp dir");
     let path = tmp.path().join("squeezed.gguf");
-    convert_with(&fixture("qwen3_next"), Target::Qwen3Next, Quant::F32, &path, &|_| {}, true);
-    let tokens = npy_ids(&fixture("qwen3_next").join("tokens.npy"));
+    convert_with(&fixtures::hf("qwen3_next"), Target::Qwen3Next, Quant::F32, &path, &|_| {}, true);
+    let tokens = npy::ids(fixtures::hf("qwen3_next").join("tokens.npy"));
     let (forward, _) = spatial(&path, &tokens, tmp.path());
-    assert_close("squeezed qwen3next forward", &forward, &npy_f32(&fixture("qwen3_next").join("logits_full.npy")));
+    Tolerance::F32.assert(
+        "squeezed qwen3next forward",
+        &forward,
+        &npy::f32(fixtures::hf("qwen3_next").join("logits_full.npy")),
+    );
 }
 
 #[test]
@@ -158,8 +160,8 @@ fn rdu_run_reads_converted_gguf() {
     let tmp = tempfile::tempdir().expect("temp dir");
     for (arch, target) in [("deepseek_v2", Target::Deepseek2), ("qwen3_next", Target::Qwen35Moe)] {
         let path = gguf(tmp.path(), arch, target, Quant::F32);
-        let want = npy_f32(&fixture(arch).join("logits_full.npy"));
-        let tokens = npy_ids(&fixture(arch).join("tokens.npy"));
+        let want = npy::f32(fixtures::hf(arch).join("logits_full.npy"));
+        let tokens = npy::ids(fixtures::hf(arch).join("tokens.npy"));
         let prompt: Vec<String> = tokens[..5].iter().map(u32::to_string).collect();
         for engine in ["spatial", "reference"] {
             let out = tmp.path().join(format!("{arch}-{engine}.npy"));
@@ -175,16 +177,16 @@ fn rdu_run_reads_converted_gguf() {
             assert_eq!(stdout.lines().count(), 1, "one JSON line: {stdout}");
             serde_json::from_str::<serde_json::Value>(stdout.trim()).expect("JSON");
             assert!(!String::from_utf8_lossy(&run.stderr).contains("loading weights"), "no bar with --json");
-            let got = npy_f32(&out);
-            assert_close(&format!("rdu run {arch} as {target:?} {engine}"), &got, &want[..got.len()]);
+            let got = npy::f32(&out);
+            Tolerance::F32.assert(&format!("rdu run {arch} as {target:?} {engine}"), &got, &want[..got.len()]);
         }
     }
 }
 
 /// A byte-level `gpt2` vocabulary (the 256 byte characters, token id = byte) with pre-tokeniser
 /// `pre`, added to a converted file's metadata.
-fn with_byte_vocab(pre: &'static str) -> impl Fn(&mut hf_to_gguf::Kvs) {
-    move |kvs: &mut hf_to_gguf::Kvs| {
+fn with_byte_vocab(pre: &'static str) -> impl Fn(&mut Kvs) {
+    move |kvs: &mut Kvs| {
         let tokens = rdu_host::tokenizer::byte_to_char().iter().map(|c| GgufValue::String(c.to_string())).collect();
         kvs.push(("tokenizer.ggml.model".into(), GgufValue::String("gpt2".into())));
         kvs.push(("tokenizer.ggml.pre".into(), GgufValue::String(pre.into())));
@@ -200,15 +202,15 @@ fn with_byte_vocab(pre: &'static str) -> impl Fn(&mut hf_to_gguf::Kvs) {
 #[test]
 fn rdu_run_on_ids_when_the_tokenizer_is_unsupported() {
     let tmp = tempfile::tempdir().expect("temp dir");
-    let tokens = npy_ids(&fixture("qwen3_next").join("tokens.npy"));
+    let tokens = npy::ids(fixtures::hf("qwen3_next").join("tokens.npy"));
     let prompt: Vec<String> = tokens[..4].iter().map(u32::to_string).collect();
-    let want = npy_f32(&fixture("qwen3_next").join("logits_full.npy"));
+    let want = npy::f32(fixtures::hf("qwen3_next").join("logits_full.npy"));
     let rdu = |path: &Path, args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_rdu")).arg("run").arg(path).args(args).output().expect("run rdu")
     };
     let unknown = tmp.path().join("unknown-pre.gguf");
     let edit = with_byte_vocab("made-up-pre");
-    convert_edited(&fixture("qwen3_next"), Target::Qwen35Moe, Quant::F32, &unknown, &edit);
+    convert_edited(&fixtures::hf("qwen3_next"), Target::Qwen35Moe, Quant::F32, &unknown, &edit);
     let logits = tmp.path().join("rows.npy");
     let logits_arg = logits.to_str().expect("utf-8 path");
     let run = rdu(&unknown, &["--tokens", &prompt.join(","), "--engine", "reference", "--logits", logits_arg]);
@@ -216,8 +218,8 @@ fn rdu_run_on_ids_when_the_tokenizer_is_unsupported() {
     assert!(run.status.success(), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
     assert!(stderr.contains("made-up-pre") && stderr.contains("text output is unavailable"), "{stderr}");
-    let got = npy_f32(&logits);
-    assert_close("rdu run --tokens on an unsupported tokenizer", &got, &want[..got.len()]);
+    let got = npy::f32(&logits);
+    Tolerance::F32.assert("rdu run --tokens on an unsupported tokenizer", &got, &want[..got.len()]);
     assert!(String::from_utf8_lossy(&run.stdout).contains("generated:"));
 
     let run = rdu(&unknown, &["--prompt", "hi", "--engine", "reference"]);
@@ -228,7 +230,7 @@ fn rdu_run_on_ids_when_the_tokenizer_is_unsupported() {
 
     let known = tmp.path().join("qwen35-pre.gguf");
     let edit = with_byte_vocab("qwen35");
-    convert_edited(&fixture("qwen3_next"), Target::Qwen35Moe, Quant::F32, &known, &edit);
+    convert_edited(&fixtures::hf("qwen3_next"), Target::Qwen35Moe, Quant::F32, &known, &edit);
     let run = rdu(&known, &["--prompt", "hi", "--engine", "reference", "--json"]);
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let json: serde_json::Value = serde_json::from_slice(&run.stdout).expect("JSON");

@@ -5,17 +5,19 @@
 //! and `rdu lower`. F32 files: the logits of every prompt position within 1e-4 of
 //! transformers, and of llama.cpp on the same file (K/V cache in f32). Q8_0 files: within 1e-4
 //! of llama.cpp run on an F32 file of the dequantised Q8_0 weights, or of transformers with
-//! those weights where llama.cpp is not exact (`NOT_LLAMACPP` says where and why). Every file:
+//! those weights where llama.cpp is not exact or cannot run the file (`NOT_LLAMACPP` says where
+//! and why). Every file:
 //! the two engines within 1e-4 of each other.
 
 mod common;
 
-use common::{assert_close, npy_f32, npy_ids, ok, repo};
+use common::ok;
+use rdu_testkit::{fixtures, npy, Tolerance};
 use std::path::{Path, PathBuf};
 
 /// The converted fixtures, each with its HF source (`hf/` or `hf_extra/`).
 fn converted() -> Vec<(String, PathBuf, PathBuf)> {
-    let root = repo().join("tests/data/fixtures/gguf_real");
+    let root = fixtures::repo().join("tests/data/fixtures/gguf_real");
     let mut out = Vec::new();
     for entry in std::fs::read_dir(&root).expect("gguf_real") {
         let dir = entry.expect("dir entry").path();
@@ -25,7 +27,7 @@ fn converted() -> Vec<(String, PathBuf, PathBuf)> {
         let name = dir.file_name().and_then(|n| n.to_str()).expect("utf-8").to_string();
         let hf = ["hf", "hf_extra"]
             .iter()
-            .map(|r| repo().join("tests/data/fixtures").join(r).join(&name))
+            .map(|r| fixtures::repo().join("tests/data/fixtures").join(r).join(&name))
             .find(|p| p.is_dir())
             .unwrap_or_else(|| panic!("no HF fixture for {name}"));
         out.push((name, dir, hf));
@@ -40,7 +42,7 @@ fn run(file: &Path, tokens: &[u32], engine: &str, tmp: &Path) -> Vec<f32> {
     let logits = tmp.join(format!("{engine}.npy"));
     let args = ["run", file.to_str().expect("utf-8"), "--tokens", &prompt.join(","), "--engine", engine, "--json"];
     ok(&[&args[..], &["--logits", logits.to_str().expect("utf-8")]].concat());
-    npy_f32(&logits)
+    npy::f32(&logits)
 }
 
 /// The fixtures llama.cpp (0.3.36) is not a 1e-4 reference for, and why (`meta.json` records
@@ -73,27 +75,27 @@ fn check(name: &str, quant: &str) {
     let file = dir.join(format!("tiny-{quant}.gguf"));
     assert!(file.is_file(), "{}", file.display());
     let tmp = tempfile::tempdir().expect("temp dir");
-    let tokens = npy_ids(&hf.join("tokens.npy"));
+    let tokens = npy::ids(hf.join("tokens.npy"));
     let spatial = run(&file, &tokens, "spatial", tmp.path());
     let reference = run(&file, &tokens, "reference", tmp.path());
-    assert_close(&format!("{name} {quant} spatial vs reference engine"), &spatial, &reference);
+    Tolerance::F32.assert(&format!("{name} {quant} spatial vs reference engine"), &spatial, &reference);
     if quant == "f32" && !NOT_TRANSFORMERS.contains(&name) {
-        let want = npy_f32(&hf.join("logits_full.npy"));
-        assert_close(&format!("{name} {quant} spatial vs transformers"), &spatial, &want);
-        assert_close(&format!("{name} {quant} reference vs transformers"), &reference, &want);
+        let want = npy::f32(hf.join("logits_full.npy"));
+        Tolerance::F32.assert(&format!("{name} {quant} spatial vs transformers"), &spatial, &want);
+        Tolerance::F32.assert(&format!("{name} {quant} reference vs transformers"), &reference, &want);
     }
     let deq = dir.join("logits_q8_0_deq_transformers.npy");
     if quant == "q8_0" && deq.is_file() {
-        let want = npy_f32(&deq);
-        assert_close(&format!("{name} {quant} vs transformers on the dequantised weights"), &spatial, &want);
+        let want = npy::f32(&deq);
+        Tolerance::F32.assert(&format!("{name} {quant} vs transformers on the dequantised weights"), &spatial, &want);
     }
     if !NOT_LLAMACPP.iter().any(|(n, _)| *n == name) {
         let (path, what) = match quant {
             "f32" => ("logits_f32_llamacpp.npy", "llama.cpp on the file"),
             _ => ("logits_q8_0_deq_llamacpp.npy", "llama.cpp on the dequantised weights"),
         };
-        let want = npy_f32(&dir.join(path));
-        assert_close(&format!("{name} {quant} vs {what}"), &spatial, &want);
+        let want = npy::f32(dir.join(path));
+        Tolerance::F32.assert(&format!("{name} {quant} vs {what}"), &spatial, &want);
     }
     let bundle = tmp.path().join("bundle");
     ok(&["lower", file.to_str().expect("utf-8"), "--ctx", "16", "-o", bundle.to_str().expect("utf-8")]);
@@ -101,19 +103,23 @@ fn check(name: &str, quant: &str) {
 }
 
 /// Every Q8_0 file has a third-party reference: llama.cpp on its dequantised weights, or
-/// transformers on them; only gemma3_text (see `NOT_TRANSFORMERS`) and the three llama.cpp
-/// cannot run (`NOT_LLAMACPP`) are left to the two engines' agreement and their f32 file.
+/// transformers on them (where llama.cpp is not exact or cannot run the file: `NOT_LLAMACPP`);
+/// only gemma3_text, whose file means another model than its transformers fixture
+/// (`NOT_TRANSFORMERS`) and whose llama.cpp GELU is not exact, is left to the two engines'
+/// agreement and its f32 file.
 #[test]
-fn every_q8_0_file_has_a_third_party_reference_or_a_reason() {
+fn every_q8_0_file_has_a_third_party_reference() {
     for (name, dir, _) in converted() {
         let llamacpp =
             dir.join("logits_q8_0_deq_llamacpp.npy").is_file() && !NOT_LLAMACPP.iter().any(|(n, _)| *n == name);
         let transformers = dir.join("logits_q8_0_deq_transformers.npy").is_file();
-        let reason = NOT_LLAMACPP.iter().find(|(n, _)| *n == name).map(|(_, why)| *why);
-        assert!(llamacpp || transformers || reason.is_some(), "{name}: no Q8_0 reference and no reason");
-        if let Some(why) = reason {
-            assert!(!why.is_empty());
-        }
+        assert!(
+            llamacpp || transformers || NOT_TRANSFORMERS.contains(&name.as_str()),
+            "{name}: its Q8_0 file has no third-party reference"
+        );
+    }
+    for (name, why) in NOT_LLAMACPP {
+        assert!(!why.is_empty(), "{name}: say why llama.cpp is not the reference");
     }
 }
 

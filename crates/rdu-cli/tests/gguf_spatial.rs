@@ -7,34 +7,30 @@
 
 mod common;
 
-use common::{assert_close, f32_states, npy_f32, npy_ids};
+use common::f32_states;
 use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_forward_streamed, LowerOptions};
 use rdu_compiler::model::gguf::from_gguf_path;
 use rdu_compiler::reference::GgufWeights;
 use rdu_host::{Host, WeightsSource};
 use rdu_spatial::chip::Chip;
-use std::path::PathBuf;
+use rdu_testkit::{fixtures, npy, Tolerance};
 use std::process::Command;
-
-fn dir(arch: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/fixtures/gguf").join(arch)
-}
-
-fn file(arch: &str, quant: &str) -> PathBuf {
-    dir(arch).join(format!("tiny-{arch}-{quant}.gguf"))
-}
 
 fn argmax(row: &[f32]) -> usize {
     (0..row.len()).fold(0, |b, i| if row[i] > row[b] { i } else { b })
 }
 
 fn check(arch: &str, quant: &str) {
-    let path = file(arch, quant);
+    let path = fixtures::gguf_file(arch, quant);
     let spec = f32_states(from_gguf_path(&path).expect("import"));
     let storage = GgufWeights::open(&spec, &path).expect("open").storage();
-    let tokens = npy_ids(&dir(arch).join("tokens.npy"));
-    let want = npy_f32(&dir(arch).join(if quant == "f32" { "logits_hf_f32.npy" } else { "logits_hf_q8deq.npy" }));
-    let llamacpp = npy_f32(&dir(arch).join(format!("logits_llamacpp_{quant}.npy")));
+    let tokens = npy::ids(fixtures::gguf_dir(arch).join("tokens.npy"));
+    let want = npy::f32(fixtures::gguf_dir(arch).join(if quant == "f32" {
+        "logits_hf_f32.npy"
+    } else {
+        "logits_hf_q8deq.npy"
+    }));
+    let llamacpp = npy::f32(fixtures::gguf_dir(arch).join(format!("logits_llamacpp_{quant}.npy")));
     let vocab = spec.vocab;
     let source = WeightsSource::Gguf(path.clone());
     let chip = || Chip::builtin("sn50").expect("chip");
@@ -48,7 +44,7 @@ fn check(arch: &str, quant: &str) {
     let mut host = Host::load(&bundle_dir, &source, &mut |_, _, _| {}).expect("load");
     let logits = host.step(&tokens, 0).unwrap_or_else(|e| panic!("{arch}/{quant}: {e}")).logits;
     let logits = logits.as_f32().expect("f32");
-    let forward = assert_close(&format!("{arch}/{quant} forward"), logits, &want);
+    let forward = Tolerance::F32.assert(&format!("{arch}/{quant} forward"), logits, &want);
     for (pos, row) in logits.chunks(vocab).enumerate() {
         let ll = &llamacpp[pos * vocab..(pos + 1) * vocab];
         assert_eq!(argmax(row), argmax(ll), "{arch}/{quant}: argmax differs from llama.cpp at {pos}");
@@ -63,7 +59,11 @@ fn check(arch: &str, quant: &str) {
     let mut decode = 0f32;
     for (pos, &tok) in tokens.iter().enumerate() {
         let row = host.step(&[tok], pos).expect("step").logits.as_f32().expect("f32").to_vec();
-        let d = assert_close(&format!("{arch}/{quant} decode at {pos}"), &row, &want[pos * vocab..(pos + 1) * vocab]);
+        let d = Tolerance::F32.assert(
+            &format!("{arch}/{quant} decode at {pos}"),
+            &row,
+            &want[pos * vocab..(pos + 1) * vocab],
+        );
         decode = decode.max(d);
         assert_eq!(argmax(&row), argmax(&llamacpp[pos * vocab..(pos + 1) * vocab]), "{arch}/{quant} decode argmax");
     }
@@ -96,15 +96,15 @@ fn gemma3_q8_0() {
 fn rdu_run_reads_gguf() {
     let tmp = tempfile::tempdir().expect("temp dir");
     for (arch, quant, reference) in [("gemma3", "q8_0", "logits_hf_q8deq.npy"), ("llama", "f32", "logits_hf_f32.npy")] {
-        let want = npy_f32(&dir(arch).join(reference));
-        let tokens = npy_ids(&dir(arch).join("tokens.npy"));
+        let want = npy::f32(fixtures::gguf_dir(arch).join(reference));
+        let tokens = npy::ids(fixtures::gguf_dir(arch).join("tokens.npy"));
         let prompt: Vec<String> = tokens[..4].iter().map(u32::to_string).collect();
         for engine in ["spatial", "reference"] {
             for cut in ["decode", "forward"] {
                 let out = tmp.path().join(format!("{arch}-{engine}-{cut}.npy"));
                 let status = Command::new(env!("CARGO_BIN_EXE_rdu"))
                     .arg("run")
-                    .arg(file(arch, quant))
+                    .arg(fixtures::gguf_file(arch, quant))
                     .args([
                         "--tokens",
                         &prompt.join(","),
@@ -121,8 +121,8 @@ fn rdu_run_reads_gguf() {
                     .output()
                     .expect("run rdu");
                 assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
-                let got = npy_f32(&out);
-                assert_close(&format!("rdu run {arch}/{quant} {engine} {cut}"), &got, &want[..got.len()]);
+                let got = npy::f32(&out);
+                Tolerance::F32.assert(&format!("rdu run {arch}/{quant} {engine} {cut}"), &got, &want[..got.len()]);
                 assert_eq!(got.len(), 4 * 256);
             }
         }

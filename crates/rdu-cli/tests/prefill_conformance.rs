@@ -6,11 +6,12 @@
 
 mod common;
 
-use common::{argmax, assert_close, f32_states, fixture, npy_f32, npy_ids};
+use common::f32_states;
 use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_prefill_streamed, LowerOptions, Storage};
 use rdu_compiler::model::config::from_config_path;
 use rdu_host::{Host, Session, WeightsSource};
 use rdu_spatial::chip::Chip;
+use rdu_testkit::{argmax, fixtures, npy, Tolerance};
 use std::path::Path;
 use std::process::Command;
 
@@ -23,11 +24,11 @@ fn load(dir: &Path, weights: &WeightsSource, share: Option<&Host>) -> Host {
 }
 
 fn check(arch: &str) {
-    let dir = fixture(arch);
+    let dir = fixtures::hf(arch);
     let spec = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
-    let tokens = npy_ids(&dir.join("tokens.npy"));
-    let gen_ids = npy_ids(&dir.join("gen_ids.npy"));
-    let (full, want_gen) = (npy_f32(&dir.join("logits_full.npy")), npy_f32(&dir.join("gen_logits.npy")));
+    let tokens = npy::ids(dir.join("tokens.npy"));
+    let gen_ids = npy::ids(dir.join("gen_ids.npy"));
+    let (full, want_gen) = (npy::f32(dir.join("logits_full.npy")), npy::f32(dir.join("gen_logits.npy")));
     let (vocab, t) = (spec.vocab, tokens.len());
     let ctx = t + gen_ids.len();
     let chip = || Chip::builtin("sn50").expect("chip");
@@ -59,20 +60,24 @@ fn check(arch: &str) {
             last = out.as_f32().expect("f32").to_vec();
             pos += chunk;
             let at = pos - 1;
-            let d = assert_close(&what(format!("chunk ending at {at}")), &last, &full[at * vocab..(at + 1) * vocab]);
+            let d = Tolerance::F32.assert(
+                &what(format!("chunk ending at {at}")),
+                &last,
+                &full[at * vocab..(at + 1) * vocab],
+            );
             worst = worst.max(d);
         }
         while pos < t {
             last = session.decode(tokens[pos], pos).expect("decode").logits.as_f32().expect("f32").to_vec();
             let want = &full[pos * vocab..(pos + 1) * vocab];
-            worst = worst.max(assert_close(&what(format!("decoded prompt position {pos}")), &last, want));
+            worst = worst.max(Tolerance::F32.assert(&what(format!("decoded prompt position {pos}")), &last, want));
             pos += 1;
         }
         // Then 8 greedy tokens, each step's logits those transformers chose by.
         let mut generated = Vec::new();
         for k in 0..gen_ids.len() {
             let want = &want_gen[k * vocab..(k + 1) * vocab];
-            worst = worst.max(assert_close(&what(format!("generation {k}")), &last, want));
+            worst = worst.max(Tolerance::F32.assert(&what(format!("generation {k}")), &last, want));
             generated.push(argmax(&last));
             if k + 1 < gen_ids.len() {
                 last = session.decode(generated[k], t + k).expect("decode").logits.as_f32().expect("f32").to_vec();
@@ -127,10 +132,10 @@ fn deepseek_v2_noqlora() {
 /// position, and `--json` lists exactly those positions.
 #[test]
 fn run_with_chunks_writes_the_rows_it_computed() {
-    let dir = fixture("gemma3_text");
-    let tokens = npy_ids(&dir.join("tokens.npy"));
-    let gen_ids = npy_ids(&dir.join("gen_ids.npy"));
-    let (full, want_gen) = (npy_f32(&dir.join("logits_full.npy")), npy_f32(&dir.join("gen_logits.npy")));
+    let dir = fixtures::hf("gemma3_text");
+    let tokens = npy::ids(dir.join("tokens.npy"));
+    let gen_ids = npy::ids(dir.join("gen_ids.npy"));
+    let (full, want_gen) = (npy::f32(dir.join("logits_full.npy")), npy::f32(dir.join("gen_logits.npy")));
     let vocab = 256;
     let tmp = tempfile::tempdir().expect("temp dir");
     let npy = tmp.path().join("logits.npy");
@@ -150,20 +155,20 @@ fn run_with_chunks_writes_the_rows_it_computed() {
     let t = tokens.len();
     let want_positions: Vec<usize> = [4, 9].into_iter().chain(10..t + gen_ids.len() - 1).collect();
     assert_eq!(positions, want_positions);
-    let rows = npy_f32(&npy);
+    let rows = npy::f32(&npy);
     assert_eq!(rows.len(), positions.len() * vocab);
     for (i, &p) in positions.iter().enumerate() {
         let got = &rows[i * vocab..(i + 1) * vocab];
         let want =
             if p + 1 < t { &full[p * vocab..(p + 1) * vocab] } else { &want_gen[(p + 1 - t) * vocab..][..vocab] };
-        assert_close(&format!("rdu run --chunk 5, row at position {p}"), got, want);
+        Tolerance::F32.assert(&format!("rdu run --chunk 5, row at position {p}"), got, want);
     }
 }
 
 /// A chunk larger than the context, or a decode bundle over other states, is a one-line error.
 #[test]
 fn mismatched_bundles_and_chunks_are_refused() {
-    let dir = fixture("llama");
+    let dir = fixtures::hf("llama");
     let out = Command::new(env!("CARGO_BIN_EXE_rdu"))
         .args(["run", dir.to_str().expect("utf-8"), "--tokens", "1,2,3", "-n", "1", "--chunk", "5"])
         .output()

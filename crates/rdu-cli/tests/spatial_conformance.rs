@@ -7,14 +7,15 @@ use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_forward_streame
 use rdu_compiler::model::config::from_config_path;
 use rdu_host::{Host, WeightsSource};
 use rdu_spatial::chip::Chip;
+use rdu_testkit::{argmax, fixtures, npy, Tolerance};
 mod common;
 
-use common::{argmax, assert_close, f32_states, fixture, npy_f32, npy_ids};
+use common::f32_states;
 
 fn check(arch: &str) {
-    let dir = fixture(arch);
+    let dir = fixtures::hf(arch);
     let spec = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
-    let tokens = npy_ids(&dir.join("tokens.npy"));
+    let tokens = npy::ids(dir.join("tokens.npy"));
     let vocab = spec.vocab;
     let chip = || Chip::builtin("sn50").expect("chip");
     let tmp = tempfile::tempdir().expect("temp dir");
@@ -26,26 +27,30 @@ fn check(arch: &str) {
     model.bundle().expect("bundle").write(&bundle_dir, false).expect("write");
     let mut host = Host::load(&bundle_dir, &WeightsSource::Hf(dir.clone()), &mut |_, _, _| {}).expect("load");
     let logits = host.step(&tokens, 0).unwrap_or_else(|e| panic!("{arch}: {e}")).logits;
-    assert_close(&format!("{arch} forward"), logits.as_f32().expect("f32"), &npy_f32(&dir.join("logits_full.npy")));
+    Tolerance::F32.assert(
+        &format!("{arch} forward"),
+        logits.as_f32().expect("f32"),
+        &npy::f32(dir.join("logits_full.npy")),
+    );
 
     // Decode: token by token through a written and re-read bundle, then 8 greedy tokens.
-    let gen_ids = npy_ids(&dir.join("gen_ids.npy"));
+    let gen_ids = npy::ids(dir.join("gen_ids.npy"));
     let ctx = tokens.len() + gen_ids.len();
     let opts = LowerOptions { chip: chip(), storage: Storage::Dense, seed: 0, progress: &mut |_| {} };
     let model = lower_decode_streamed(&spec, ctx, opts).unwrap_or_else(|e| panic!("{arch}: {e}"));
     let bundle_dir = tmp.path().join("decode");
     model.bundle().expect("bundle").write(&bundle_dir, false).expect("write");
     let mut host = Host::load(&bundle_dir, &WeightsSource::Hf(dir.clone()), &mut |_, _, _| {}).expect("load");
-    let want_step = npy_f32(&dir.join("logits_step.npy"));
-    let want_gen = npy_f32(&dir.join("gen_logits.npy"));
+    let want_step = npy::f32(dir.join("logits_step.npy"));
+    let want_gen = npy::f32(dir.join("gen_logits.npy"));
     let mut last = Vec::new();
     for (pos, &tok) in tokens.iter().enumerate() {
         last = host.step(&[tok], pos).expect("step").logits.as_f32().expect("f32").to_vec();
-        assert_close(&format!("{arch} decode at {pos}"), &last, &want_step[pos * vocab..(pos + 1) * vocab]);
+        Tolerance::F32.assert(&format!("{arch} decode at {pos}"), &last, &want_step[pos * vocab..(pos + 1) * vocab]);
     }
     let mut generated = Vec::new();
     for k in 0..gen_ids.len() {
-        assert_close(&format!("{arch} generation {k}"), &last, &want_gen[k * vocab..(k + 1) * vocab]);
+        Tolerance::F32.assert(&format!("{arch} generation {k}"), &last, &want_gen[k * vocab..(k + 1) * vocab]);
         let next = argmax(&last);
         generated.push(next);
         if k + 1 < gen_ids.len() {

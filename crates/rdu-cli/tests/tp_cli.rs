@@ -4,7 +4,8 @@
 
 mod common;
 
-use common::{npy_f32, ok, repo, user_error};
+use common::{ok, user_error};
+use rdu_testkit::{fixtures, npy};
 use serde_json::Value;
 
 fn max_diff(got: &[f32], want: &[f32]) -> f32 {
@@ -42,13 +43,13 @@ fn fit_reports_memory_per_chip_and_the_admitted_widths() {
 /// A Q8_0 GGUF file decoded at `--tp 1` and `--tp 2`: both within 1e-4 of transformers'
 /// logits on the dequantised weights, and of each other.
 fn gguf_at_tp_2(arch: &str) {
-    let dir = repo().join("tests/data/fixtures/gguf").join(arch);
-    let gguf = dir.join(format!("tiny-{arch}-q8_0.gguf"));
+    let dir = fixtures::gguf_dir(arch);
+    let gguf = fixtures::gguf_file(arch, "q8_0");
     let meta: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
     let tokens: Vec<String> = meta["tokens"].as_array().unwrap().iter().map(|t| t.to_string()).collect();
     let tokens = tokens.join(",");
     let tmp = tempfile::tempdir().unwrap();
-    let want = npy_f32(&dir.join("logits_hf_q8deq.npy"));
+    let want = npy::f32(dir.join("logits_hf_q8deq.npy"));
     let mut runs = Vec::new();
     for tp in ["1", "2"] {
         let out = tmp.path().join(format!("tp{tp}.npy"));
@@ -65,7 +66,7 @@ fn gguf_at_tp_2(arch: &str) {
             out.to_str().unwrap(),
         ];
         ok(&args);
-        let got = npy_f32(&out);
+        let got = npy::f32(&out);
         let d = max_diff(&got, &want);
         assert!(d <= 1e-4, "{arch} tp {tp}: max |diff| {d:e} against transformers (Q8_0 dequantised)");
         runs.push(got);

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{assert_close, f32_states, fixture, npy_f32, npy_ids};
+use common::f32_states;
 use rdu_compiler::fit::admits_tp;
 use rdu_compiler::lower::streamed::{
     lower_decode_streamed, lower_tp_decode_streamed, LowerOptions, Storage, StreamedModel, StreamedReject,
@@ -18,6 +18,7 @@ use rdu_host::{Host, WeightsSource};
 use rdu_spatial::chip::Chip;
 use rdu_spatial::manifest::chip_ranges;
 use rdu_spatial::tensor_parallel::take;
+use rdu_testkit::{fixtures, npy, Tolerance};
 use std::path::Path;
 
 fn opts(progress: &mut dyn FnMut(rdu_compiler::lower::streamed::Progress<'_>)) -> LowerOptions<'_> {
@@ -45,15 +46,15 @@ fn decode_rows(
 }
 
 fn check(arch: &str) {
-    let dir = fixture(arch);
+    let dir = fixtures::hf(arch);
     let spec: ModelSpec = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
-    let tokens = npy_ids(&dir.join("tokens.npy"));
-    let gen_ids = npy_ids(&dir.join("gen_ids.npy"));
+    let tokens = npy::ids(dir.join("tokens.npy"));
+    let gen_ids = npy::ids(dir.join("gen_ids.npy"));
     let vocab = spec.vocab;
     let ctx = tokens.len() + gen_ids.len();
     let tmp = tempfile::tempdir().expect("temp dir");
-    let mut want = npy_f32(&dir.join("logits_step.npy"));
-    want.extend(npy_f32(&dir.join("gen_logits.npy"))[vocab..].iter().copied());
+    let mut want = npy::f32(dir.join("logits_step.npy"));
+    want.extend(npy::f32(dir.join("gen_logits.npy"))[vocab..].iter().copied());
 
     let one = lower_decode_streamed(&spec, ctx, opts(&mut |_| {})).unwrap_or_else(|e| panic!("{arch}: {e}"));
     let (one_chip, one_host) = decode_rows(&one, &dir, &tokens, &gen_ids, &tmp.path().join("tp1"));
@@ -77,8 +78,8 @@ fn check(arch: &str) {
         }
         let (rows, host) = decode_rows(&model, &dir, &tokens, &gen_ids, &tmp.path().join(format!("tp{tp}")));
         for (pos, row) in rows.iter().enumerate() {
-            assert_close(&format!("{arch} tp {tp} vs tp 1 at {pos}"), row, &one_chip[pos]);
-            assert_close(
+            Tolerance::F32.assert(&format!("{arch} tp {tp} vs tp 1 at {pos}"), row, &one_chip[pos]);
+            Tolerance::F32.assert(
                 &format!("{arch} tp {tp} vs transformers at {pos}"),
                 row,
                 &want[pos * vocab..(pos + 1) * vocab],
@@ -94,7 +95,11 @@ fn check(arch: &str) {
                     Some((axis, ranges)) => take(&whole.shape, whole.as_f32().unwrap(), axis, &ranges).unwrap().1,
                     None => whole.as_f32().unwrap().to_vec(),
                 };
-                assert_close(&format!("{arch} tp {tp} chip {c} state {}", entry.name), got.as_f32().unwrap(), &want);
+                Tolerance::F32.assert(
+                    &format!("{arch} tp {tp} chip {c} state {}", entry.name),
+                    got.as_f32().unwrap(),
+                    &want,
+                );
             }
         }
     }

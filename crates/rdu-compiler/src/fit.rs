@@ -1,4 +1,5 @@
-//! `fit`: which tensor-parallel widths a model admits, and why a width is refused.
+//! `fit`: which tensor-parallel widths a model admits, and why a width is refused; and the
+//! memory a decode deployment holds on each chip (the tally `rdu fit` and `rdu plan` print).
 //!
 //! A width `tp` splits every layer Megatron-style (see `model::author`): each chip its
 //! attention / MLA heads, its DeltaNet key heads with their value heads, its columns of the
@@ -6,10 +7,24 @@
 //! counts — except kv heads, which are replicated when `tp` is a multiple of them. A product
 //! whose `in` axis is split (o, down, out projections) keeps whole Q8_0 blocks on each chip
 //! only when `(in / tp) % 32 == 0`: for a weight stored Q8_0 that is required too.
+//!
+//! The memory tally reads the declarations of every authored program; it lowers nothing.
+//! Counting, stated once: a weight in the program's Q8_0 set is held as Q8_0 blocks, any other
+//! weight as bf16, a state as it is declared (bf16 or f32) — bytes as stored,
+//! `rdu_spatial::memory::stored_bytes` — once per sequence of a batch; a shared table (RoPE)
+//! once, as f32. A tensor named by several programs (the embedding table `E` of a tied head) is
+//! counted once.
 
-use crate::model::author::Q8_BLOCK;
-use crate::model::spec::{Ffn, Mixer, ModelSpec};
+use crate::lang::ast::{DType, DeclKind};
+use crate::lang::{parse, Source};
+use crate::lower::streamed::{layer_kinds_for, StreamedModel};
+use crate::model::author::{embed_source, head_source, source_of, Q8_BLOCK};
+use crate::model::spec::{Cut, Ffn, Mixer, ModelSpec};
 use crate::model::storage::Storage;
+use rdu_spatial::cost::CostError;
+use rdu_spatial::memory::{place, stored_bytes, tensor_bytes, MemoryDemand, MemoryFit, TensorFormat};
+use rdu_spatial::program::{Role, Storage as Stored};
+use std::collections::BTreeSet;
 
 /// Why a model does not admit a width: one line naming the dimension and its size.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -105,4 +120,150 @@ pub fn admits_tp(spec: &ModelSpec, tp: usize, storage: &Storage) -> Result<(), T
 /// Every width up to `max` that `spec` admits with `storage`, in increasing order.
 pub fn admitted_widths(spec: &ModelSpec, max: usize, storage: &Storage) -> Vec<usize> {
     (1..=max).filter(|&tp| admits_tp(spec, tp, storage).is_ok()).collect()
+}
+
+/// Why the memory tally could not count a program: one line naming the program.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum TallyError {
+    #[error("the authored {what} program does not parse: {first}")]
+    Parse { what: String, first: String },
+    #[error("{what}: `{name}`: {cost}")]
+    Size { what: String, name: String, cost: CostError },
+}
+
+/// What one program (or all layers of one kind) adds to the demand.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Part {
+    pub name: String,
+    pub layers: usize,
+    pub params: u64,
+    pub weight_bytes: u64,
+    pub q8_bytes: u64,
+    pub state_bytes: u64,
+    pub shared_bytes: u64,
+}
+
+/// Sums declarations across programs, counting each tensor name once.
+#[derive(Default)]
+pub struct Tally {
+    seen: BTreeSet<String>,
+}
+
+impl Tally {
+    /// Adds to `part` every declaration of `source` not counted before; `what` names the
+    /// program in an error (`layer 3`).
+    pub fn add(&mut self, part: &mut Part, source: &Source, what: &str) -> Result<(), TallyError> {
+        let program = parse(&source.text).map_err(|d| TallyError::Parse {
+            what: what.to_string(),
+            first: d.first().map_or(String::new(), |d| d.to_string()),
+        })?;
+        for decl in program.decls() {
+            if decl.kind == DeclKind::Input || !self.seen.insert(decl.name.text.clone()) {
+                continue;
+            }
+            let size = |cost: CostError| TallyError::Size { what: what.to_string(), name: decl.name.to_string(), cost };
+            let shape = &decl.ty.shape;
+            let stored = |role, storage| stored_bytes(shape, role, storage).map_err(size);
+            let params = || shape.iter().map(|&d| d as u64).product::<u64>();
+            match decl.kind {
+                DeclKind::Weight if source.q8.contains(&decl.name.text) => {
+                    let b = stored(Role::Weight, Stored::Q8_0)?;
+                    part.weight_bytes += b;
+                    part.q8_bytes += b;
+                    part.params += params();
+                }
+                DeclKind::Weight => {
+                    part.weight_bytes += stored(Role::Weight, Stored::Dense)?;
+                    part.params += params();
+                }
+                DeclKind::State if decl.ty.dtype == DType::Bf16 => {
+                    part.state_bytes += stored(Role::State, Stored::Bf16)?
+                }
+                DeclKind::State => part.state_bytes += stored(Role::State, Stored::Dense)?,
+                // Counted at full precision, as the host holds it (the cost model reads a
+                // shared table as bf16: `stored_format`).
+                DeclKind::Shared => {
+                    let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+                    part.shared_bytes += tensor_bytes(&shape, TensorFormat::F32).map_err(size)?;
+                }
+                DeclKind::Input => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The parameters and the state bytes (f32) of a decode deployment of `ctx` positions: what
+/// the reference engine holds (weights as f32, caches and states as f32).
+pub fn decode_demand(spec: &ModelSpec, ctx: usize, storage: &Storage) -> Result<(u64, u64), TallyError> {
+    let cut = Cut::Decode { ctx };
+    let mut tally = Tally::default();
+    let mut part = Part::default();
+    tally.add(&mut part, &embed_source(spec, cut, storage), "embedding")?;
+    for l in 0..spec.n_layers() {
+        tally.add(&mut part, &source_of(spec, l, cut, storage), &format!("layer {l}"))?;
+    }
+    tally.add(&mut part, &head_source(spec, cut, storage), "head")?;
+    Ok((part.params, part.state_bytes + part.shared_bytes))
+}
+
+/// What each chip of a decode deployment of `batch` sequences over `tp` chips (one chip when
+/// `None`) holds, program by program (the embedding, each layer kind, the head), and in all:
+/// its slices of every layer, the embedding and the head replicated. `tp` must be admitted
+/// ([`admits_tp`]).
+pub fn decode_parts(
+    spec: &ModelSpec,
+    storage: &Storage,
+    ctx: usize,
+    batch: usize,
+    tp: Option<usize>,
+) -> Result<(Vec<Part>, MemoryDemand), TallyError> {
+    let cut = match batch {
+        1 => Cut::Decode { ctx },
+        batch => Cut::Batched { batch, ctx },
+    };
+    // Each chip holds its share of every layer and of the head; the embedding is replicated.
+    let layer_cut = match (tp, batch) {
+        (Some(tp), 1) => Cut::Tp { tp, ctx },
+        (Some(tp), batch) => Cut::BatchedTp { batch, tp, ctx },
+        (None, _) => cut,
+    };
+    let mut tally = Tally::default();
+    let mut parts = Vec::new();
+    let mut embed = Part { name: "embed".into(), ..Part::default() };
+    tally.add(&mut embed, &embed_source(spec, cut, storage), "embedding")?;
+    parts.push(embed);
+    for kind in layer_kinds_for(spec, layer_cut, storage) {
+        let mut part = Part { name: kind.name.clone(), layers: kind.layers.len(), ..Part::default() };
+        for &l in &kind.layers {
+            tally.add(&mut part, &source_of(spec, l, layer_cut, storage), &format!("layer {l}"))?;
+        }
+        parts.push(part);
+    }
+    let mut head = Part { name: "head".into(), ..Part::default() };
+    // The head is vocabulary-parallel under tensor parallelism: each chip its run of the rows.
+    tally.add(&mut head, &head_source(spec, layer_cut, storage), "head")?;
+    parts.push(head);
+    let sum = |f: fn(&Part) -> u64| parts.iter().map(f).sum::<u64>();
+    let demand = MemoryDemand {
+        weight_bytes: sum(|p| p.weight_bytes) + sum(|p| p.shared_bytes),
+        state_bytes: sum(|p| p.state_bytes),
+    };
+    Ok((parts, demand))
+}
+
+/// The bytes each chip of a lowered decode deployment holds, counted as [`decode_parts`]
+/// counts them — from the programs it lowered: the embedding and head (replicated) and every
+/// layer's own source (one chip's slices of it) — and where they land on its chip. `rdu plan`
+/// uses it so that a cell authors its layers once.
+pub fn per_chip(model: &StreamedModel) -> Result<MemoryFit, TallyError> {
+    let mut tally = Tally::default();
+    let mut all = Part::default();
+    tally.add(&mut all, &model.embed.source, "embedding")?;
+    for (l, source) in model.layer_sources.iter().enumerate() {
+        tally.add(&mut all, source, &format!("layer {l}"))?;
+    }
+    tally.add(&mut all, &model.head.source, "head")?;
+    let demand = MemoryDemand { weight_bytes: all.weight_bytes + all.shared_bytes, state_bytes: all.state_bytes };
+    Ok(place(&model.chip, demand))
 }

@@ -10,39 +10,18 @@ use rdu_compiler::lower::streamed::Storage;
 use rdu_compiler::model::config::from_config_path;
 use rdu_compiler::model::spec::StateDtype;
 use rdu_compiler::reference::{HfWeights, Reference};
-use std::path::PathBuf;
-
-/// Max absolute difference allowed against transformers on float32 paths.
-const TOL: f32 = 1e-4;
-
-fn fixture(arch: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/fixtures/hf").join(arch)
-}
-
-fn npy<T: npyz::Deserialize>(path: PathBuf) -> Vec<T> {
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    npyz::NpyFile::new(&bytes[..]).expect("npy header").into_vec::<T>().expect("npy data")
-}
-
-fn max_diff(got: &[f32], want: &[f32]) -> f32 {
-    assert_eq!(got.len(), want.len());
-    got.iter().zip(want).map(|(g, w)| (g - w).abs()).fold(0.0, |a, d| if d > a || d.is_nan() { d } else { a })
-}
-
-fn argmax(row: &[f32]) -> u32 {
-    (0..row.len()).fold(0, |best, i| if row[i] > row[best] { i } else { best }) as u32
-}
+use rdu_testkit::{argmax, fixtures, npy, Tolerance};
 
 fn check(arch: &str) {
-    let dir = fixture(arch);
+    let dir = fixtures::hf(arch);
     let mut spec = from_config_path(&dir.join("config.json")).expect("config");
     assert_eq!(spec.state, StateDtype::F32, "states are stored f32 unless the deployment says bf16");
     spec.state = StateDtype::Bf16;
-    let tokens: Vec<u32> = npy::<i64>(dir.join("tokens.npy")).into_iter().map(|t| t as u32).collect();
-    let want_step: Vec<f32> = npy(dir.join("logits_step_bf16state.npy"));
-    let f32_step: Vec<f32> = npy(dir.join("logits_step.npy"));
-    let want_gen: Vec<f32> = npy(dir.join("gen_logits_bf16state.npy"));
-    let gen_ids: Vec<u32> = npy::<i64>(dir.join("gen_ids_bf16state.npy")).into_iter().map(|t| t as u32).collect();
+    let tokens = npy::ids(dir.join("tokens.npy"));
+    let want_step = npy::f32(dir.join("logits_step_bf16state.npy"));
+    let f32_step = npy::f32(dir.join("logits_step.npy"));
+    let want_gen = npy::f32(dir.join("gen_logits_bf16state.npy"));
+    let gen_ids = npy::ids(dir.join("gen_ids_bf16state.npy"));
     let weights = HfWeights::open(&spec, &dir).unwrap_or_else(|e| panic!("{arch}: {e}"));
     let mut reference = Reference::new(&spec, Storage::Dense, &weights);
     let mut decoder = reference.decoder(tokens.len() + gen_ids.len()).expect("decoder");
@@ -52,15 +31,18 @@ fn check(arch: &str) {
     for (pos, &tok) in tokens.iter().enumerate() {
         last = decoder.step(tok, pos).expect("step").logits.into_f32();
         let row = pos * vocab..(pos + 1) * vocab;
-        let d = max_diff(&last, &want_step[row.clone()]);
-        assert!(d <= TOL, "{arch} decode at {pos}: max |diff| {d:e} from the bf16-cache run");
+        let d = Tolerance::F32.assert(
+            &format!("{arch} decode at {pos}, from the bf16-cache run"),
+            &last,
+            &want_step[row.clone()],
+        );
         worst = worst.max(d);
-        worst_f32 = worst_f32.max(max_diff(&last, &f32_step[row]));
+        worst_f32 = worst_f32.max(Tolerance::F32.worst(&last, &f32_step[row]).diff);
     }
     let mut generated = Vec::new();
     for k in 0..gen_ids.len() {
-        let d = max_diff(&last, &want_gen[k * vocab..(k + 1) * vocab]);
-        assert!(d <= TOL, "{arch} generation {k}: max |diff| {d:e} from the bf16-cache run");
+        let want = &want_gen[k * vocab..(k + 1) * vocab];
+        let d = Tolerance::F32.assert(&format!("{arch} generation {k}, from the bf16-cache run"), &last, want);
         worst = worst.max(d);
         let next = argmax(&last);
         generated.push(next);

@@ -7,51 +7,7 @@ use rdu_compiler::lower::streamed::Storage;
 use rdu_compiler::model::config::from_config_path;
 use rdu_compiler::model::spec::ModelSpec;
 use rdu_compiler::reference::{HfWeights, Reference, WeightSource};
-use std::path::PathBuf;
-
-/// Max absolute difference allowed against transformers on float32 paths.
-const TOL: f32 = 1e-4;
-
-fn fixture(arch: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/fixtures/hf").join(arch)
-}
-
-fn npy_f32(path: PathBuf) -> (Vec<usize>, Vec<f32>) {
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let npy = npyz::NpyFile::new(&bytes[..]).expect("npy header");
-    let shape = npy.shape().iter().map(|&d| d as usize).collect();
-    (shape, npy.into_vec::<f32>().expect("f32 npy"))
-}
-
-fn npy_ids(path: PathBuf) -> Vec<u32> {
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let npy = npyz::NpyFile::new(&bytes[..]).expect("npy header");
-    npy.into_vec::<i64>().expect("i64 npy").into_iter().map(|v| v as u32).collect()
-}
-
-/// Asserts `got` matches `want` within `TOL`, naming the worst element.
-fn assert_close(what: &str, got: &[f32], want: &[f32]) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
-    let (mut worst, mut at) = (0f32, 0);
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let d = (g - w).abs();
-        if d > worst || d.is_nan() {
-            worst = d;
-            at = i;
-        }
-    }
-    assert!(worst <= TOL, "{what}: max |diff| {worst:e} at {at} (got {}, transformers {})", got[at], want[at]);
-}
-
-fn argmax(row: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, v) in row.iter().enumerate() {
-        if *v > row[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
+use rdu_testkit::{argmax, fixtures, npy, Tolerance};
 
 /// `rms_norm(x) · (w + offset)` row by row: the final norm that transformers' last hidden state includes.
 fn final_norm(spec: &ModelSpec, weights: &dyn WeightSource, rows: &[f32]) -> Vec<f32> {
@@ -68,8 +24,8 @@ fn final_norm(spec: &ModelSpec, weights: &dyn WeightSource, rows: &[f32]) -> Vec
 }
 
 fn check_model(arch: &str) {
-    let dir = fixture(arch);
-    let tokens = npy_ids(dir.join("tokens.npy"));
+    let dir = fixtures::hf(arch);
+    let tokens = npy::ids(dir.join("tokens.npy"));
     let t = tokens.len();
     for config in ["config.json", "config.hub_style.json"] {
         let spec = f32_states(from_config_path(&dir.join(config)).unwrap_or_else(|e| panic!("{arch}/{config}: {e}")));
@@ -78,41 +34,53 @@ fn check_model(arch: &str) {
 
         // Forward: all positions at once.
         let out = reference.forward(&tokens).unwrap_or_else(|e| panic!("{arch}: {e}"));
-        let (shape, want) = npy_f32(dir.join("logits_full.npy"));
+        let (shape, want) = npy::with_shape(dir.join("logits_full.npy"));
         assert_eq!(out.logits.shape, shape);
-        assert_close(&format!("{arch}/{config} forward logits"), out.logits.as_f32().expect("f32 logits"), &want);
+        Tolerance::F32.assert(
+            &format!("{arch}/{config} forward logits"),
+            out.logits.as_f32().expect("f32 logits"),
+            &want,
+        );
         if config == "config.hub_style.json" {
             continue;
         }
 
         // Hidden states: the embedding output, each layer's output, and the final norm.
-        let (hshape, hidden) = npy_f32(dir.join("hidden_states.npy"));
+        let (hshape, hidden) = npy::with_shape(dir.join("hidden_states.npy"));
         let (l, per) = (spec.n_layers(), t * spec.d_model);
         assert_eq!(hshape, vec![l + 1, t, spec.d_model]);
         for (i, h) in out.hidden.iter().take(l).enumerate() {
-            assert_close(
+            Tolerance::F32.assert(
                 &format!("{arch} hidden state {i}"),
                 h.as_f32().expect("f32"),
                 &hidden[i * per..(i + 1) * per],
             );
         }
         let normed = final_norm(&spec, &weights, out.hidden[l].as_f32().expect("f32"));
-        assert_close(&format!("{arch} final hidden state"), &normed, &hidden[l * per..]);
+        Tolerance::F32.assert(&format!("{arch} final hidden state"), &normed, &hidden[l * per..]);
 
         // Decode: token by token with the cache, then 8 greedy tokens.
-        let (_, want_step) = npy_f32(dir.join("logits_step.npy"));
-        let (_, want_gen) = npy_f32(dir.join("gen_logits.npy"));
-        let gen_ids = npy_ids(dir.join("gen_ids.npy"));
+        let (_, want_step) = npy::with_shape(dir.join("logits_step.npy"));
+        let (_, want_gen) = npy::with_shape(dir.join("gen_logits.npy"));
+        let gen_ids = npy::ids(dir.join("gen_ids.npy"));
         let vocab = spec.vocab;
         let mut decoder = reference.decoder(spec.max_ctx).unwrap();
         let mut last = Vec::new();
         for (pos, &tok) in tokens.iter().enumerate() {
             last = decoder.step(tok, pos).unwrap().logits.into_f32();
-            assert_close(&format!("{arch} decode logits at {pos}"), &last, &want_step[pos * vocab..(pos + 1) * vocab]);
+            Tolerance::F32.assert(
+                &format!("{arch} decode logits at {pos}"),
+                &last,
+                &want_step[pos * vocab..(pos + 1) * vocab],
+            );
         }
         let mut generated = Vec::new();
         for k in 0..gen_ids.len() {
-            assert_close(&format!("{arch} generation logits {k}"), &last, &want_gen[k * vocab..(k + 1) * vocab]);
+            Tolerance::F32.assert(
+                &format!("{arch} generation logits {k}"),
+                &last,
+                &want_gen[k * vocab..(k + 1) * vocab],
+            );
             let next = argmax(&last);
             generated.push(next);
             if k + 1 < gen_ids.len() {
@@ -165,7 +133,7 @@ fn deepseek_v2_without_q_lora_matches_transformers() {
 
 #[test]
 fn a_checkpoint_missing_a_tensor_is_a_one_line_error_naming_it() {
-    let dir = fixture("llama");
+    let dir = fixtures::hf("llama");
     let tmp = tempfile::tempdir().expect("temp dir");
     let bytes = std::fs::read(dir.join("model.safetensors")).expect("fixture");
     // The same checkpoint under a config that asks for a third layer it does not have.

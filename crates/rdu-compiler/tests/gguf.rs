@@ -10,51 +10,12 @@ use rdu_compiler::model::gguf::{from_gguf, from_gguf_path};
 use rdu_compiler::model::naming::{checkpoint_source, TensorSource};
 use rdu_compiler::model::spec::{Dialect, Family, Mixer, RopeScaling, RopeStyle};
 use rdu_compiler::reference::{GgufWeights, Reference};
-use std::path::PathBuf;
-
-const TOL: f32 = 1e-4;
-
-fn dir(arch: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/fixtures/gguf").join(arch)
-}
-
-fn file(arch: &str, quant: &str) -> PathBuf {
-    dir(arch).join(format!("tiny-{arch}-{quant}.gguf"))
-}
-
-fn npy_f32(path: PathBuf) -> Vec<f32> {
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    npyz::NpyFile::new(&bytes[..]).expect("npy header").into_vec::<f32>().expect("f32 npy")
-}
-
-fn npy_ids(path: PathBuf) -> Vec<u32> {
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let npy = npyz::NpyFile::new(&bytes[..]).expect("npy header");
-    npy.into_vec::<i64>().expect("i64 npy").into_iter().map(|v| v as u32).collect()
-}
-
-/// The max |got − want|, asserted within `TOL`.
-fn assert_close(what: &str, got: &[f32], want: &[f32]) -> f32 {
-    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
-    let (mut worst, mut at) = (0f32, 0);
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let d = (g - w).abs();
-        if d > worst || d.is_nan() {
-            (worst, at) = (d, i);
-        }
-    }
-    assert!(worst <= TOL, "{what}: max |diff| {worst:e} at {at} (got {}, want {})", got[at], want[at]);
-    worst
-}
-
-fn argmax(row: &[f32]) -> usize {
-    (0..row.len()).fold(0, |b, i| if row[i] > row[b] { i } else { b })
-}
+use rdu_testkit::{argmax, fixtures, npy, Tolerance};
 
 #[test]
 fn llama_imports() {
     for quant in ["f32", "q8_0"] {
-        let spec = f32_states(from_gguf_path(file("llama", quant)).expect("import"));
+        let spec = f32_states(from_gguf_path(fixtures::gguf_file("llama", quant)).expect("import"));
         assert_eq!(spec.name, format!("tiny-llama-{quant}"));
         assert_eq!((spec.family, &spec.dialect), (Family::Llama, &Dialect::Gguf));
         assert_eq!((spec.vocab, spec.d_model, spec.n_layers(), spec.max_ctx), (256, 64, 2, 256));
@@ -81,7 +42,7 @@ fn llama_imports() {
 #[test]
 fn gemma3_imports() {
     for quant in ["f32", "q8_0"] {
-        let spec = f32_states(from_gguf_path(file("gemma3", quant)).expect("import"));
+        let spec = f32_states(from_gguf_path(fixtures::gguf_file("gemma3", quant)).expect("import"));
         assert_eq!(spec.family, Family::Gemma3);
         assert_eq!((spec.vocab, spec.d_model, spec.n_layers()), (256, 64, 4));
         assert!(spec.head.tied, "gemma3 has no output.weight");
@@ -111,18 +72,22 @@ fn gemma3_imports() {
 /// Forward and token-by-token decode of `arch`'s `quant` file through the reference runner
 /// with storage as stored; returns the max |diff| of each.
 fn check_reference(arch: &str, quant: &str) -> (f32, f32) {
-    let path = file(arch, quant);
+    let path = fixtures::gguf_file(arch, quant);
     let spec = f32_states(from_gguf_path(&path).expect("import"));
     let weights = GgufWeights::open(&spec, &path).expect("open");
     let storage = weights.storage();
-    let tokens = npy_ids(dir(arch).join("tokens.npy"));
-    let want = npy_f32(dir(arch).join(if quant == "f32" { "logits_hf_f32.npy" } else { "logits_hf_q8deq.npy" }));
-    let llamacpp = npy_f32(dir(arch).join(format!("logits_llamacpp_{quant}.npy")));
+    let tokens = npy::ids(fixtures::gguf_dir(arch).join("tokens.npy"));
+    let want = npy::f32(fixtures::gguf_dir(arch).join(if quant == "f32" {
+        "logits_hf_f32.npy"
+    } else {
+        "logits_hf_q8deq.npy"
+    }));
+    let llamacpp = npy::f32(fixtures::gguf_dir(arch).join(format!("logits_llamacpp_{quant}.npy")));
     let vocab = spec.vocab;
     let mut reference = Reference::new(&spec, storage, &weights);
     let out = reference.forward(&tokens).unwrap_or_else(|e| panic!("{arch}/{quant}: {e}"));
     let got = out.logits.as_f32().expect("f32");
-    let forward = assert_close(&format!("{arch}/{quant} forward"), got, &want);
+    let forward = Tolerance::F32.assert(&format!("{arch}/{quant} forward"), got, &want);
     for (pos, row) in got.chunks(vocab).enumerate() {
         let ll = &llamacpp[pos * vocab..(pos + 1) * vocab];
         assert_eq!(argmax(row), argmax(ll), "{arch}/{quant}: argmax differs from llama.cpp at {pos}");
@@ -131,7 +96,11 @@ fn check_reference(arch: &str, quant: &str) -> (f32, f32) {
     let mut decode = 0f32;
     for (pos, &tok) in tokens.iter().enumerate() {
         let row = decoder.step(tok, pos).expect("step").logits.into_f32();
-        let d = assert_close(&format!("{arch}/{quant} decode at {pos}"), &row, &want[pos * vocab..(pos + 1) * vocab]);
+        let d = Tolerance::F32.assert(
+            &format!("{arch}/{quant} decode at {pos}"),
+            &row,
+            &want[pos * vocab..(pos + 1) * vocab],
+        );
         decode = decode.max(d);
     }
     eprintln!("{arch}/{quant} reference: forward max |diff| {forward:e}, decode {decode:e}");
@@ -160,7 +129,7 @@ fn gemma3_q8_0_matches_dequantised_transformers() {
 
 #[test]
 fn q8_0_storage_is_as_stored() {
-    let path = file("llama", "q8_0");
+    let path = fixtures::gguf_file("llama", "q8_0");
     let spec = f32_states(from_gguf_path(&path).expect("import"));
     let weights = GgufWeights::open(&spec, &path).expect("open");
     let rdu_compiler::lower::streamed::Storage::Exactly(set) = weights.storage() else { panic!("as stored") };
@@ -168,8 +137,8 @@ fn q8_0_storage_is_as_stored() {
         assert!(set.contains(name), "{name} is Q8_0 in the file");
     }
     assert!(!set.contains("an0") && !set.contains("nf"), "norms are F32");
-    let f32_spec = f32_states(from_gguf_path(file("llama", "f32")).expect("import"));
-    let f32_weights = GgufWeights::open(&f32_spec, &file("llama", "f32")).expect("open");
+    let f32_spec = f32_states(from_gguf_path(fixtures::gguf_file("llama", "f32")).expect("import"));
+    let f32_weights = GgufWeights::open(&f32_spec, &fixtures::gguf_file("llama", "f32")).expect("open");
     assert_eq!(f32_weights.storage(), rdu_compiler::lower::streamed::Storage::Exactly(Default::default()));
 }
 
@@ -292,6 +261,20 @@ fn missing_key_is_named() {
     let err = import(&kv).unwrap_err().to_string();
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     assert!(err.contains("test.gguf"), "{err}");
+}
+
+#[test]
+fn zero_kv_heads_are_refused_in_one_line_by_every_attention_reader() {
+    // The standard architectures and the DeltaNet hybrids read the attention header with one
+    // reader; a hybrid file stops there, before its `ssm.*` keys.
+    for arch in ["llama", "qwen3", "gemma3", "qwen3next", "qwen35", "qwen35moe"] {
+        let mut kv = llama_kv(arch);
+        kv.push((format!("{arch}.attention.head_count_kv"), Value::U32(0)));
+        let (field, _) = config_error(import(&kv));
+        assert_eq!(field, format!("{arch}.attention.head_count_kv"));
+        let err = import(&kv).unwrap_err().to_string();
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+    }
 }
 
 /// `spec` with its states stored f32, as transformers' float32 cache holds them (the fixtures'

@@ -6,10 +6,6 @@
 //! holding its dequantised values. The imported spec must be the config.json spec up to the
 //! dialect (GGUF norms hold w+1; llama.cpp's DeltaNet layouts).
 
-#[path = "support/hf_to_gguf.rs"]
-mod hf_to_gguf;
-
-use hf_to_gguf::{convert, convert_edited, convert_with, Quant, Target};
 use rdu_checkpoint::GgufValue;
 use rdu_compiler::error::Error;
 use rdu_compiler::lower::streamed::Storage;
@@ -18,42 +14,14 @@ use rdu_compiler::model::gguf::from_gguf_path;
 use rdu_compiler::model::naming::{checkpoint_source, TensorSource};
 use rdu_compiler::model::spec::{Dialect, Family, GdnLayout, Mixer, ModelSpec};
 use rdu_compiler::reference::{GgufWeights, Reference};
+use rdu_testkit::hf_to_gguf::{convert, convert_edited, convert_with, Kvs, Quant, Target};
+use rdu_testkit::{fixtures, npy, Tolerance};
 use std::path::{Path, PathBuf};
-
-const TOL: f32 = 1e-4;
-
-fn fixture(arch: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/fixtures/hf").join(arch)
-}
-
-fn npy_f32(path: PathBuf) -> Vec<f32> {
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    npyz::NpyFile::new(&bytes[..]).expect("npy header").into_vec::<f32>().expect("f32 npy")
-}
-
-fn npy_ids(path: PathBuf) -> Vec<u32> {
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let npy = npyz::NpyFile::new(&bytes[..]).expect("npy header");
-    npy.into_vec::<i64>().expect("i64 npy").into_iter().map(|v| v as u32).collect()
-}
-
-fn assert_close(what: &str, got: &[f32], want: &[f32]) -> f32 {
-    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
-    let (mut worst, mut at) = (0f32, 0);
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let d = (g - w).abs();
-        if d > worst || d.is_nan() {
-            (worst, at) = (d, i);
-        }
-    }
-    assert!(worst <= TOL, "{what}: max |diff| {worst:e} at {at} (got {}, want {})", got[at], want[at]);
-    worst
-}
 
 /// Converts fixture `arch` to `target` in `dir`; returns the file.
 fn gguf(dir: &Path, arch: &str, target: Target, quant: Quant) -> PathBuf {
     let out = dir.join(format!("{arch}-{target:?}-{quant:?}.gguf").to_lowercase());
-    convert(&fixture(arch), target, quant, &out);
+    convert(&fixtures::hf(arch), target, quant, &out);
     out
 }
 
@@ -78,7 +46,7 @@ fn check(arch: &str, target: Target, layout: GdnLayout) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let path = gguf(tmp.path(), arch, target, Quant::F32);
     let spec = f32_states(from_gguf_path(&path).unwrap_or_else(|e| panic!("{arch}: {e}")));
-    let hf = f32_states(from_config_path(&fixture(arch).join("config.json")).expect("config"));
+    let hf = f32_states(from_config_path(&fixtures::hf(arch).join("config.json")).expect("config"));
     let mut want = as_gguf(hf, &spec.name, layout);
     if target == Target::Qwen35Moe {
         // The same model, stored as Qwen3.5-MoE stores it.
@@ -88,22 +56,22 @@ fn check(arch: &str, target: Target, layout: GdnLayout) {
 
     let weights = GgufWeights::open(&spec, &path).expect("open");
     assert_eq!(weights.storage(), Storage::Exactly(Default::default()), "an F32 file stores nothing as Q8_0");
-    let tokens = npy_ids(fixture(arch).join("tokens.npy"));
+    let tokens = npy::ids(fixtures::hf(arch).join("tokens.npy"));
     let vocab = spec.vocab;
     let mut reference = Reference::new(&spec, weights.storage(), &weights);
     let out = reference.forward(&tokens).unwrap_or_else(|e| panic!("{arch}: {e}"));
-    let forward = assert_close(
+    let forward = Tolerance::F32.assert(
         &format!("{arch} as {target:?} forward"),
         out.logits.as_f32().expect("f32"),
-        &npy_f32(fixture(arch).join("logits_full.npy")),
+        &npy::f32(fixtures::hf(arch).join("logits_full.npy")),
     );
-    let want_step = npy_f32(fixture(arch).join("logits_step.npy"));
+    let want_step = npy::f32(fixtures::hf(arch).join("logits_step.npy"));
     let mut decoder = reference.decoder(tokens.len()).expect("decoder");
     let mut decode = 0f32;
     for (pos, &tok) in tokens.iter().enumerate() {
         let row = decoder.step(tok, pos).expect("step").logits.into_f32();
         let want = &want_step[pos * vocab..(pos + 1) * vocab];
-        decode = decode.max(assert_close(&format!("{arch} as {target:?} decode at {pos}"), &row, want));
+        decode = decode.max(Tolerance::F32.assert(&format!("{arch} as {target:?} decode at {pos}"), &row, want));
     }
     eprintln!("{arch} as {target:?} (reference): forward max |diff| {forward:e}, decode {decode:e}");
 }
@@ -147,11 +115,14 @@ fn check_q8(arch: &str, target: Target, q8_weights: &[&str]) {
     assert!(!set.iter().any(|n| n.starts_with("an") || n.starts_with("Wr")), "norms and routers stay F32: {set:?}");
     let deq_spec = f32_states(from_gguf_path(&deq_path).expect("import"));
     let deq = GgufWeights::open(&deq_spec, &deq_path).expect("open");
-    let tokens = npy_ids(fixture(arch).join("tokens.npy"));
+    let tokens = npy::ids(fixtures::hf(arch).join("tokens.npy"));
     let got = Reference::new(&spec, q8.storage(), &q8).forward(&tokens).expect("forward").logits;
     let want = Reference::new(&deq_spec, Storage::Dense, &deq).forward(&tokens).expect("forward").logits;
-    let worst =
-        assert_close(&format!("{arch} as {target:?} Q8_0"), got.as_f32().expect("f32"), want.as_f32().expect("f32"));
+    let worst = Tolerance::F32.assert(
+        &format!("{arch} as {target:?} Q8_0"),
+        got.as_f32().expect("f32"),
+        want.as_f32().expect("f32"),
+    );
     eprintln!("{arch} as {target:?} Q8_0 (reference) vs its dequantised values: max |diff| {worst:e}");
 }
 
@@ -200,10 +171,10 @@ fn checkpoint_names_follow_llama_cpp() {
 
 // ---- errors ----
 
-fn import_error(arch: &str, target: Target, edit: &dyn Fn(&mut hf_to_gguf::Kvs)) -> (String, String) {
+fn import_error(arch: &str, target: Target, edit: &dyn Fn(&mut Kvs)) -> (String, String) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let out = tmp.path().join("edited.gguf");
-    convert_edited(&fixture(arch), target, Quant::F32, &out, edit);
+    convert_edited(&fixtures::hf(arch), target, Quant::F32, &out, edit);
     match from_gguf_path(&out) {
         Err(Error::Config { field, message, .. }) => {
             let line = from_gguf_path(&out).unwrap_err().to_string();
@@ -215,7 +186,7 @@ fn import_error(arch: &str, target: Target, edit: &dyn Fn(&mut hf_to_gguf::Kvs))
     }
 }
 
-fn remove(key: &'static str) -> impl Fn(&mut hf_to_gguf::Kvs) {
+fn remove(key: &'static str) -> impl Fn(&mut Kvs) {
     move |kvs| kvs.retain(|(k, _)| k != key)
 }
 
@@ -229,7 +200,7 @@ fn a_pre_absorption_deepseek2_file_is_refused_by_key() {
 
 #[test]
 fn sigmoid_gating_is_refused_by_key() {
-    let edit = |kvs: &mut hf_to_gguf::Kvs| kvs.push(("deepseek2.expert_gating_func".into(), GgufValue::U32(2)));
+    let edit = |kvs: &mut Kvs| kvs.push(("deepseek2.expert_gating_func".into(), GgufValue::U32(2)));
     let (field, message) = import_error("deepseek_v2", Target::Deepseek2, &edit);
     assert_eq!(field, "deepseek2.expert_gating_func");
     assert!(message.contains("sigmoid"), "{message}");
@@ -244,7 +215,7 @@ fn missing_deltanet_sizes_are_named() {
 
 #[test]
 fn an_unhandled_architecture_is_named() {
-    let edit = |kvs: &mut hf_to_gguf::Kvs| {
+    let edit = |kvs: &mut Kvs| {
         kvs.retain(|(k, _)| k != "general.architecture");
         kvs.push(("general.architecture".into(), GgufValue::String("qwen3vlmoe".into())));
     };
@@ -257,7 +228,7 @@ fn an_unhandled_architecture_is_named() {
 fn yarn_metadata_gives_deepseeks_softmax_scale_and_frequencies() {
     // DeepSeek-V2's rope: yarn, factor 40 over 4096 positions, mscale_all_dim 0.707, written by
     // the converter as yarn_log_multiplier = 0.1 · 0.707.
-    let edit = |kvs: &mut hf_to_gguf::Kvs| {
+    let edit = |kvs: &mut Kvs| {
         for (k, v) in [
             ("rope.scaling.type", GgufValue::String("yarn".into())),
             ("rope.scaling.factor", GgufValue::F32(40.0)),
@@ -269,10 +240,10 @@ fn yarn_metadata_gives_deepseeks_softmax_scale_and_frequencies() {
     };
     let tmp = tempfile::tempdir().expect("temp dir");
     let out = tmp.path().join("yarn.gguf");
-    convert_edited(&fixture("deepseek_v2"), Target::Deepseek2, Quant::F32, &out, &edit);
+    convert_edited(&fixtures::hf("deepseek_v2"), Target::Deepseek2, Quant::F32, &out, &edit);
     let spec = f32_states(from_gguf_path(&out).expect("import"));
     // The same rope in a config.json, through the HF importer.
-    let config = std::fs::read_to_string(fixture("deepseek_v2").join("config.json")).expect("config");
+    let config = std::fs::read_to_string(fixtures::hf("deepseek_v2").join("config.json")).expect("config");
     let mut config: serde_json::Value = serde_json::from_str(&config).expect("json");
     config["rope_parameters"] = serde_json::json!({"rope_theta": 10000.0, "rope_type": "yarn", "factor": 40.0,
         "original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0,
@@ -295,22 +266,22 @@ fn squeezed_unit_axes_read_the_same() {
     // An older converter's file: the shared-expert gate [1, H] stored as [H].
     let tmp = tempfile::tempdir().expect("temp dir");
     let out = tmp.path().join("squeezed.gguf");
-    convert_with(&fixture("qwen3_next"), Target::Qwen3Next, Quant::F32, &out, &|_| {}, true);
+    convert_with(&fixtures::hf("qwen3_next"), Target::Qwen3Next, Quant::F32, &out, &|_| {}, true);
     let gguf = rdu_checkpoint::Gguf::open(&out).expect("GGUF");
     assert_eq!(gguf.tensor("blk.0.ffn_gate_inp_shexp.weight").expect("gate").shape, vec![64]);
     let spec = f32_states(from_gguf_path(&out).expect("import"));
     let weights = GgufWeights::open(&spec, &out).expect("open");
-    let tokens = npy_ids(fixture("qwen3_next").join("tokens.npy"));
+    let tokens = npy::ids(fixtures::hf("qwen3_next").join("tokens.npy"));
     let logits = Reference::new(&spec, Storage::Dense, &weights).forward(&tokens).expect("forward").logits;
-    let want = npy_f32(fixture("qwen3_next").join("logits_full.npy"));
-    assert_close("squeezed qwen3next forward", logits.as_f32().expect("f32"), &want);
+    let want = npy::f32(fixtures::hf("qwen3_next").join("logits_full.npy"));
+    Tolerance::F32.assert("squeezed qwen3next forward", logits.as_f32().expect("f32"), &want);
 }
 
 #[test]
 fn qwen35_is_the_dense_hybrid() {
     // The qwen35moe conversion relabelled `qwen35` (the dense Qwen3.5 / 3.6): every layer's
     // FFN is the dense SwiGLU of feed_forward_length, the DeltaNet value heads tiled.
-    let rename = |kvs: &mut hf_to_gguf::Kvs| {
+    let rename = |kvs: &mut Kvs| {
         for (k, v) in kvs.iter_mut() {
             if let Some(rest) = k.strip_prefix("qwen35moe.") {
                 *k = format!("qwen35.{rest}");
@@ -322,7 +293,7 @@ fn qwen35_is_the_dense_hybrid() {
     };
     let tmp = tempfile::tempdir().expect("temp dir");
     let out = tmp.path().join("qwen35.gguf");
-    convert_edited(&fixture("qwen3_next"), Target::Qwen35Moe, Quant::F32, &out, &rename);
+    convert_edited(&fixtures::hf("qwen3_next"), Target::Qwen35Moe, Quant::F32, &out, &rename);
     let spec = f32_states(from_gguf_path(&out).expect("import"));
     assert_eq!(spec.family, Family::Qwen35);
     for layer in &spec.layers {

@@ -349,7 +349,7 @@ fn lines_of(input: &[u8]) -> Vec<(usize, usize)> {
 fn mutate_json(bytes: &[u8], Op { a, b, c, .. }: Op, ctx: &Context) -> Option<Vec<u8>> {
     let mut doc: Value = serde_json::from_slice(bytes).ok()?;
     let n = count(&doc);
-    let donor = nth(&doc, (c % n as u64) as usize).cloned().unwrap_or(Value::Null);
+    let donor = nth_mut(&mut doc, (c % n as u64) as usize).cloned().unwrap_or(Value::Null);
     let node = nth_mut(&mut doc, (a % n as u64) as usize)?;
     match b % 10 {
         0 => *node = scalar(c, ctx),
@@ -452,27 +452,6 @@ fn count(v: &Value) -> usize {
 }
 
 /// The `k`-th node in preorder.
-fn nth(v: &Value, k: usize) -> Option<&Value> {
-    fn go<'a>(v: &'a Value, k: &mut usize) -> Option<&'a Value> {
-        if *k == 0 {
-            return Some(v);
-        }
-        *k -= 1;
-        let children: Box<dyn Iterator<Item = &Value>> = match v {
-            Value::Array(items) => Box::new(items.iter()),
-            Value::Object(map) => Box::new(map.values()),
-            _ => return None,
-        };
-        for child in children {
-            if let Some(found) = go(child, k) {
-                return Some(found);
-            }
-        }
-        None
-    }
-    go(v, &mut { k })
-}
-
 fn nth_mut(v: &mut Value, k: usize) -> Option<&mut Value> {
     fn go<'a>(v: &'a mut Value, k: &mut usize) -> Option<&'a mut Value> {
         if *k == 0 {

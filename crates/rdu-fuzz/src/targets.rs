@@ -89,7 +89,7 @@ pub fn target(name: &str) -> Result<Target, String> {
             "config",
             "config.json: the model config import (both layouts)",
             &dir,
-            CONFIG_WORDS.to_vec(),
+            CONFIG_WORDS.iter().chain(rdu_compiler::model::config::MODEL_TYPES).copied().collect(),
             Format::Json,
             exercise_config,
         )?,
@@ -467,18 +467,9 @@ const MANIFEST_WORDS: &[&str] = &[
     "parts",
 ];
 
+/// The config import's keys; its `model_type` values come from `MODEL_TYPES` itself.
 const CONFIG_WORDS: &[&str] = &[
     "model_type",
-    "llama",
-    "qwen2",
-    "qwen3",
-    "qwen3_moe",
-    "qwen3_next",
-    "qwen3_5",
-    "qwen3_5_moe",
-    "gemma3",
-    "gemma3_text",
-    "deepseek_v2",
     "architectures",
     "hidden_size",
     "intermediate_size",

@@ -15,6 +15,7 @@ mod assemble;
 mod check;
 mod env;
 mod error;
+pub mod generate;
 pub mod host;
 mod plan;
 pub mod sample;
@@ -26,6 +27,7 @@ pub mod tokenizer;
 pub mod weights;
 
 pub use error::{HostError, Result};
+pub use generate::{generate, Feed, Generate, Generated, Observer, Stepper, Stepping};
 pub use host::{Host, StepOutput};
 pub use sample::{greedy, Sampler, Sampling};
 pub use session::Session;

@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rdu_checkpoint::{quantize_q8_0, seeded_weight, GgmlType, Gguf, SafeTensors};
+use rdu_checkpoint::{quantize_q8_0, seeded_weight, GgmlType, Gguf, Q8Block, SafeTensors};
 use rdu_spatial::manifest::{CheckpointKind, Manifest, TensorEntry, TensorStorage};
 use rdu_spatial::sim::{can_pack, PackedWeight};
-use rdu_spatial::{Q8Block, Q8Weight, SimTensor};
+use rdu_spatial::{Q8Weight, SimTensor};
 
 use crate::assemble::{self, Piece};
 use crate::error::{HostError, Result};
@@ -129,7 +129,7 @@ enum Reader {
 /// What one checkpoint tensor holds: dense values, or Q8_0 blocks kept as they are stored.
 enum Values {
     Dense(Vec<f32>),
-    Blocks(Vec<rdu_checkpoint::Q8Block>),
+    Blocks(Vec<Q8Block>),
 }
 
 impl Values {
@@ -140,7 +140,7 @@ impl Values {
         }
     }
 
-    fn into_blocks(self, shape: &[usize]) -> Result<Vec<rdu_checkpoint::Q8Block>> {
+    fn into_blocks(self, shape: &[usize]) -> Result<Vec<Q8Block>> {
         match self {
             Values::Dense(v) => Ok(quantize_q8_0(&v, shape)?.blocks),
             Values::Blocks(b) => Ok(b),
@@ -226,8 +226,8 @@ impl Reader {
             });
         }
         Ok(match (values, q8) {
-            (Values::Dense(v), true) => Loaded::Q8(to_spatial(shape.clone(), quantize_q8_0(&v, &shape)?.blocks)),
-            (Values::Blocks(b), true) => Loaded::Q8(to_spatial(shape, b)),
+            (Values::Dense(v), true) => Loaded::Q8(quantize_q8_0(&v, &shape)?),
+            (Values::Blocks(blocks), true) => Loaded::Q8(Q8Weight { shape, blocks }),
             (values, false) => Loaded::Dense(SimTensor::f32(shape, values.into_dense())),
         })
     }
@@ -326,8 +326,4 @@ fn cut<T: Clone>(
 /// A shape without its unit axes.
 fn squeezed(shape: &[usize]) -> Vec<usize> {
     shape.iter().copied().filter(|&d| d != 1).collect()
-}
-
-fn to_spatial(shape: Vec<usize>, blocks: Vec<rdu_checkpoint::Q8Block>) -> Q8Weight {
-    Q8Weight { shape, blocks: blocks.into_iter().map(|b| Q8Block { d: b.d, qs: b.qs }).collect() }
 }

@@ -5,9 +5,9 @@ mod common;
 use std::path::Path;
 
 use common::bundle::{bundle, write};
-use common::gguf::{write_gguf, Data};
 use common::*;
 use rdu_host::{Host, HostError, WeightsSource};
+use rdu_testkit::gguf_writer::{write_tensors, Data};
 
 fn seeded() -> WeightsSource {
     WeightsSource::Seeded { seed: 1, unit_offset: false }
@@ -218,7 +218,7 @@ fn gguf_tensor_whose_type_cannot_serve_q8_0_storage_is_refused() {
         })
         .collect();
     let path = tmp.path().join("model.gguf");
-    write_gguf(&path, &tensors);
+    write_tensors(&path, &tensors);
     let err = error(load(&dir, &WeightsSource::Gguf(path.clone())));
     let want = format!(
         "{}: tensor `lm_head.weight` is Q4_0, which cannot serve `Wout` stored q8_0; lower with --storage dense or use a q8_0 or f32/f16 checkpoint",

@@ -5,6 +5,7 @@ mod common;
 use common::bundle::{bundle_rows, write, Rows, DECODE};
 use common::*;
 use rdu_host::{Host, HostError, Session, WeightsSource};
+use rdu_testkit::Tolerance;
 
 const TOKENS: [u32; 4] = [3, 15, 0, 7];
 
@@ -26,7 +27,7 @@ fn chunks_of_two_give_the_token_by_token_logits() {
             let got = logits.as_f32().unwrap();
             for r in 0..2 {
                 let what = format!("row {r} of the chunk at {pos} (per-row positions: {per_row_pos})");
-                assert_close(&got[r * VOCAB..(r + 1) * VOCAB], &want[pos + r], 1e-5, &what);
+                Tolerance::abs(1e-5).assert(&what, &got[r * VOCAB..(r + 1) * VOCAB], &want[pos + r]);
             }
         }
     }
@@ -55,10 +56,10 @@ fn a_session_decodes_on_from_the_state_a_chunk_left() {
     let mut session = Session::new(prefill, decode).unwrap();
     assert_eq!((session.chunk(), session.ctx()), (2, CTX));
     let chunk = session.prefill(&TOKENS[..2], 0).unwrap().logits;
-    assert_close(&chunk.as_f32().unwrap()[VOCAB..], &want[1], 1e-5, "the chunk's last row");
+    Tolerance::abs(1e-5).assert("the chunk's last row", &chunk.as_f32().unwrap()[VOCAB..], &want[1]);
     for pos in 2..4 {
         let got = session.decode(TOKENS[pos], pos).unwrap().logits;
-        assert_close(got.as_f32().unwrap(), &want[pos], 1e-5, &format!("decoded position {pos}"));
+        Tolerance::abs(1e-5).assert(&format!("decoded position {pos}"), got.as_f32().unwrap(), &want[pos]);
     }
     // The states move back for another chunk: a new sequence from position 0 gives the same rows.
     session.reset();

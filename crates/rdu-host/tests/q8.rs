@@ -2,9 +2,10 @@
 
 mod common;
 
-use common::gguf::{write_gguf, Data};
 use common::*;
 use rdu_host::{Host, WeightsSource};
+use rdu_testkit::gguf_writer::{write_tensors, Data};
+use rdu_testkit::Tolerance;
 
 const TOKENS: [u32; 3] = [2, 11, 6];
 
@@ -35,11 +36,11 @@ fn q8_0_storage_over_a_dense_checkpoint_quantises_on_load() {
     let want_q8 = reference(&q8_values(&values), &TOKENS);
     let mut worst = 0.0f32;
     for pos in 0..TOKENS.len() {
-        assert_close(&got_q8[pos], &want_q8[pos], 1e-5, &format!("q8 logits at position {pos}"));
+        Tolerance::abs(1e-5).assert(&format!("q8 logits at position {pos}"), &got_q8[pos], &want_q8[pos]);
         // Q8_0 keeps every weight within half a step (amax/254) of its value: the logits move by
         // at most a few hundredths here, and they do move.
-        assert_close(&got_q8[pos], &got_dense[pos], 0.05, &format!("q8 vs dense at position {pos}"));
-        worst = worst.max(max_diff(&got_q8[pos], &got_dense[pos]).0);
+        Tolerance::abs(0.05).assert(&format!("q8 vs dense at position {pos}"), &got_q8[pos], &got_dense[pos]);
+        worst = worst.max(Tolerance::F32.worst(&got_q8[pos], &got_dense[pos]).diff);
     }
     assert!(worst > 1e-6, "quantisation changed the numbers (worst difference {worst})");
 }
@@ -57,7 +58,7 @@ fn q8_0_gguf_tensors_are_kept_as_their_blocks() {
         })
         .collect();
     let path = tmp.path().join("model.gguf");
-    write_gguf(&path, &tensors);
+    write_tensors(&path, &tensors);
     let dir = write_bundle(tmp.path(), Variant::Q8);
     let mut host = Host::load(&dir, &WeightsSource::Gguf(path.clone()), &mut |_, _, _| {}).unwrap();
 
@@ -78,7 +79,7 @@ fn q8_0_gguf_tensors_are_kept_as_their_blocks() {
     want_values.insert("W1".into(), big.dequantize()[D * D..].to_vec());
     let want = reference(&want_values, &TOKENS);
     for pos in 0..TOKENS.len() {
-        assert_close(&got[pos], &want[pos], 1e-5, &format!("gguf q8 logits at position {pos}"));
+        Tolerance::abs(1e-5).assert(&format!("gguf q8 logits at position {pos}"), &got[pos], &want[pos]);
     }
 }
 
@@ -94,7 +95,7 @@ fn dense_storage_over_q8_0_gguf_tensors_dequantises() {
         })
         .collect();
     let path = tmp.path().join("model.gguf");
-    write_gguf(&path, &tensors);
+    write_tensors(&path, &tensors);
     let dir = write_bundle(tmp.path(), Variant::Dense);
     let mut host = Host::load(&dir, &WeightsSource::Gguf(path), &mut |_, _, _| {}).unwrap();
     // Kept as the file's blocks, widened to exactly the dequantised values.
@@ -106,6 +107,6 @@ fn dense_storage_over_q8_0_gguf_tensors_dequantises() {
     let got = logits(&mut host, &TOKENS);
     let want = reference(&want_values, &TOKENS);
     for pos in 0..TOKENS.len() {
-        assert_close(&got[pos], &want[pos], 1e-5, &format!("dense over q8_0 gguf at position {pos}"));
+        Tolerance::abs(1e-5).assert(&format!("dense over q8_0 gguf at position {pos}"), &got[pos], &want[pos]);
     }
 }

@@ -3,10 +3,11 @@
 mod common;
 
 use common::bundle::{bundle, write};
-use common::gguf::{write_gguf, Data};
 use common::*;
 use rdu_host::{Host, WeightsSource};
 use rdu_spatial::manifest::{Checkpoint, CheckpointKind};
+use rdu_testkit::gguf_writer::{write_tensors, Data};
+use rdu_testkit::Tolerance;
 
 /// `E` and `Wout` each loaded as a stack of `VOCAB` tensors of shape `[D]`, one per row.
 fn stacked_bundle(variant: Variant) -> rdu_spatial::bundle::Bundle {
@@ -43,7 +44,7 @@ fn dense_rows_stack_into_the_table() {
     let mut host = Host::load(&dir, &WeightsSource::Hf(hf), &mut |_, _, _| {}).unwrap();
     assert_eq!(host.weights().dense["E"].as_f32().unwrap(), values["E"].as_slice());
     let logits = host.step(&[4], 0).unwrap().logits;
-    assert_close(logits.as_f32().unwrap(), &reference(&values, &[4])[0], 1e-5, "stacked tables");
+    Tolerance::abs(1e-5).assert("stacked tables", logits.as_f32().unwrap(), &reference(&values, &[4])[0]);
 }
 
 #[test]
@@ -58,7 +59,7 @@ fn q8_0_rows_stack_block_by_block() {
         })
         .collect();
     let path = tmp.path().join("model.gguf");
-    write_gguf(&path, &tensors);
+    write_tensors(&path, &tensors);
     let dir = write(&stacked_bundle(Variant::Q8), tmp.path(), "bundle");
     let mut host = Host::load(&dir, &WeightsSource::Gguf(path), &mut |_, _, _| {}).unwrap();
     let wout = &host.weights().q8["Wout"];
@@ -68,5 +69,5 @@ fn q8_0_rows_stack_block_by_block() {
     let held: Vec<f32> = wout.blocks.iter().flat_map(|b| b.qs.map(|q| q as f32 * b.d)).collect();
     assert_eq!(held, want["Wout"]);
     let logits = host.step(&[9], 0).unwrap().logits;
-    assert_close(logits.as_f32().unwrap(), &reference(&want, &[9])[0], 1e-5, "stacked q8 head");
+    Tolerance::abs(1e-5).assert("stacked q8 head", logits.as_f32().unwrap(), &reference(&want, &[9])[0]);
 }

@@ -4,6 +4,7 @@ mod common;
 
 use common::*;
 use rdu_host::{Host, WeightsSource};
+use rdu_testkit::Tolerance;
 
 fn no_progress() -> impl FnMut(usize, usize, &str) {
     |_, _, _| {}
@@ -34,7 +35,7 @@ fn seeded_weights_give_the_hand_computed_logits() {
     let want = reference(&seeded_values(7), &TOKENS);
     assert!(want.iter().flatten().any(|v| v.abs() > 0.1), "the expectation is not trivially zero");
     for (pos, (got, want)) in run(&mut host, &TOKENS).iter().zip(&want).enumerate() {
-        assert_close(got, want, 1e-5, &format!("seeded logits at position {pos}"));
+        Tolerance::abs(1e-5).assert(&format!("seeded logits at position {pos}"), got, want);
     }
 }
 
@@ -49,7 +50,7 @@ fn safetensors_weights_give_the_hand_computed_logits() {
     assert_eq!(host.weights().dense["W1"].as_f32().unwrap(), values["W1"].as_slice());
     let want = reference(&values, &TOKENS);
     for (pos, (got, want)) in run(&mut host, &TOKENS).iter().zip(&want).enumerate() {
-        assert_close(got, want, 1e-5, &format!("safetensors logits at position {pos}"));
+        Tolerance::abs(1e-5).assert(&format!("safetensors logits at position {pos}"), got, want);
     }
 }
 
@@ -72,13 +73,13 @@ fn state_persists_across_steps_and_reset_clears_it() {
     assert_eq!(row(&host, "K0", 0), k0_after_first, "step 1 keeps what step 0 cached");
     assert!(row(&host, "K0", 1).iter().any(|v| *v != 0.0), "step 1 wrote slot 1 of K0");
     let want = reference(&seeded_values(3), &[5, 9]);
-    assert_close(second.logits.as_f32().unwrap(), &want[1], 1e-5, "second step attends over both positions");
+    Tolerance::abs(1e-5).assert("second step attends over both positions", second.logits.as_f32().unwrap(), &want[1]);
 
     // Without step 0 in the cache, the same token at position 1 gives other logits.
     host.reset();
     assert!(host.states().names().all(|n| host.state(n).unwrap().as_f32().unwrap().iter().all(|v| *v == 0.0)));
     let alone = host.step(&[9], 1).unwrap();
-    let (diff, _) = max_diff(alone.logits.as_f32().unwrap(), second.logits.as_f32().unwrap());
+    let diff = Tolerance::F32.worst(alone.logits.as_f32().unwrap(), second.logits.as_f32().unwrap()).diff;
     assert!(diff > 1e-4, "the cached position changes the logits (diff {diff})");
 
     host.reset();

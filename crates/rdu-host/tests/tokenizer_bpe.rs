@@ -2,10 +2,10 @@
 
 mod common;
 
-use common::gguf_meta::{gguf_with, i32s, string, strings};
 use rdu_checkpoint::GgufValue;
 use rdu_host::tokenizer::byte_to_char;
 use rdu_host::{StreamDecoder, Tokenizer};
+use rdu_testkit::gguf_writer::{gguf_with, i32s, string, strings};
 
 const CONTROL: i32 = 3;
 

@@ -6,9 +6,9 @@
 
 mod common;
 
-use common::gguf_meta::{f32s, gguf_with, i32s, string, strings};
 use rdu_checkpoint::{Gguf, GgufValue};
 use rdu_host::{StreamDecoder, Tokenizer};
+use rdu_testkit::gguf_writer::{f32s, gguf_with, i32s, string, strings};
 
 const UNK: i32 = 2;
 const CONTROL: i32 = 3;

@@ -2,7 +2,7 @@
 //! folded from Q8_0 blocks versus W dense f32, side by side in one run (compare the ratio).
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use rdu_spatial::q8::Q8Weight;
+use rdu_spatial::q8::quantize_q8_0;
 use rdu_spatial::text::parse;
 use rdu_spatial::{simulate, MapBindings, SimTensor};
 
@@ -34,7 +34,7 @@ fn program(storage: &str, fold: &str) -> rdu_spatial::SpatialProgram {
 fn matvec(c: &mut Criterion) {
     let w = values(OUT * IN, 7);
     let x = SimTensor::f32(vec![1, IN], values(IN, 3));
-    let q8 = Q8Weight::quantize(&[OUT, IN], &w).expect("quantisable");
+    let q8 = quantize_q8_0(&w, &[OUT, IN]).expect("quantisable");
     let dense = MapBindings::new().with("x", x.clone()).with("W", SimTensor::f32(vec![OUT, IN], w));
     let folded = MapBindings::new().with("x", x).with_q8("W", q8);
     let (pd, pq) = (program("", ""), program(" storage=q8_0", " fold=q8"));

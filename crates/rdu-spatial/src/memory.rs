@@ -8,6 +8,7 @@
 
 use crate::chip::Chip;
 use crate::cost::CostError;
+use crate::program::{Role, Storage};
 
 /// Bytes per element of a dense weight on the chip (bf16, an assumption; see the module docs).
 pub const DENSE_BYTES_PER_ELEMENT: u64 = 2;
@@ -66,6 +67,25 @@ pub fn tensor_bytes(shape: &[u64], format: TensorFormat) -> Result<u64, CostErro
             (elements / Q8_BLOCK_ELEMENTS).checked_mul(Q8_BLOCK_BYTES).ok_or_else(too_large)
         }
     }
+}
+
+/// How a declaration of `role` and `storage` is held: Q8_0 blocks as stored; bf16 for a dense
+/// weight or shared table (the assumption above) and for a state declared `bf16`; f32 for
+/// everything else (f32 states, f32/i32 activations).
+pub fn stored_format(role: Role, storage: Storage) -> TensorFormat {
+    match (storage, role) {
+        (Storage::Q8_0, _) => TensorFormat::Q8_0,
+        (Storage::Bf16, _) => TensorFormat::DenseBf16,
+        (Storage::Dense, Role::Weight | Role::Shared) => TensorFormat::DenseBf16,
+        _ => TensorFormat::F32,
+    }
+}
+
+/// Bytes of a declaration as stored: a tensor of `shape` held as [`stored_format`] says. The
+/// one count of "bytes as stored" (the cost model's HBM reads, the compiler's `fit` tally).
+pub fn stored_bytes(shape: &[usize], role: Role, storage: Storage) -> Result<u64, CostError> {
+    let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+    tensor_bytes(&shape, stored_format(role, storage))
 }
 
 impl MemoryDemand {

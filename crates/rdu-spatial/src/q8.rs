@@ -1,64 +1,9 @@
-//! Q8_0 blocks as the simulator consumes them, and the kernels that fold them: a dot product
-//! of one block with 32 activations (int8 values times activations, summed in f32, times the
-//! block scale) and a row dequantiser for lookups — never a whole-matrix dequantisation.
+//! The kernels that fold Q8_0 blocks: a dot product of one block with 32 activations (int8
+//! values times activations, summed in f32, times the block scale) and a row dequantiser for
+//! lookups — never a whole-matrix dequantisation. The blocks and the quantiser are
+//! `rdu_checkpoint`'s (`Q8Block`, `Q8Weight`, `quantize_q8_0`), re-exported here.
 
-use serde::{Deserialize, Serialize};
-
-/// Values per Q8_0 block.
-pub const QK8_0: usize = 32;
-
-/// One block: 32 int8 values and their scale (the f16 scale of the file, widened to f32).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Q8Block {
-    pub d: f32,
-    pub qs: [i8; QK8_0],
-}
-
-/// A weight stored as Q8_0 blocks along its last axis, row-major.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Q8Weight {
-    pub shape: Vec<usize>,
-    pub blocks: Vec<Q8Block>,
-}
-
-impl Q8Weight {
-    /// Quantises `data` (row-major, `shape`) as ggml does: `d = amax / 127` rounded to f16,
-    /// `q = round(x / d)`. The last axis must be a multiple of 32.
-    pub fn quantize(shape: &[usize], data: &[f32]) -> Option<Q8Weight> {
-        let last = *shape.last()?;
-        if last % QK8_0 != 0 || shape.iter().product::<usize>() != data.len() {
-            return None;
-        }
-        let blocks = data.chunks_exact(QK8_0).map(quantize_block).collect();
-        Some(Q8Weight { shape: shape.to_vec(), blocks })
-    }
-
-    /// Every value as f32 (for tests and `dequant`).
-    pub fn dequantize(&self) -> Vec<f32> {
-        let mut out = vec![0.0; self.blocks.len() * QK8_0];
-        for (b, chunk) in self.blocks.iter().zip(out.chunks_exact_mut(QK8_0)) {
-            dequant_block(b, chunk);
-        }
-        out
-    }
-
-    /// The number of elements the shape describes.
-    pub fn numel(&self) -> usize {
-        self.shape.iter().product()
-    }
-}
-
-/// One block quantised (ggml's `quantize_row_q8_0_ref`, scale rounded to f16).
-pub fn quantize_block(x: &[f32]) -> Q8Block {
-    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    let d = amax / 127.0;
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    let mut qs = [0i8; QK8_0];
-    for (q, v) in qs.iter_mut().zip(x) {
-        *q = (v * id).round().clamp(-128.0, 127.0) as i8;
-    }
-    Q8Block { d: half::f16::from_f32(d).to_f32(), qs }
-}
+pub use rdu_checkpoint::{quantize_q8_0, Q8Block, Q8Weight, QK8_0};
 
 /// `Σ qs[i]·x[i]` over one block, times its scale: eight f32 partial sums, then summed.
 #[inline(always)]
@@ -190,18 +135,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn quantize_round_trips_within_half_a_step_plus_the_f16_scale_rounding() {
-        let data: Vec<f32> = (0..64).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
-        let w = Q8Weight::quantize(&[2, 32], &data).expect("quantise");
-        let back = w.dequantize();
-        for (b, (x, y)) in w.blocks.iter().flat_map(|b| [b; 32]).zip(data.iter().zip(&back)) {
-            // Half a step, plus 127 steps of the scale's f16 rounding (at most 2⁻¹¹ of it).
-            assert!((x - y).abs() <= b.d * (0.5 + 127.0 / 2048.0), "{x} vs {y}");
-        }
-        assert!(Q8Weight::quantize(&[2, 31], &data[..62]).is_none());
-    }
-
-    #[test]
     fn dot_row_is_the_blockwise_sum() {
         let mut qs = [0i8; 32];
         qs[0] = 2;
@@ -218,7 +151,7 @@ mod tests {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
             let data: Vec<f32> = (0..256).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
-            let w = Q8Weight::quantize(&[1, 256], &data).expect("quantise");
+            let w = quantize_q8_0(&data, &[1, 256]).expect("quantise");
             let x: Vec<f32> = (0..256).map(|i| (i as f32 * 0.11).cos()).collect();
             let plain = dot_row(&w.blocks, &x);
             // SAFETY: the CPU supports AVX2 and FMA, checked above.

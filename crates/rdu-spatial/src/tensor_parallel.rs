@@ -261,7 +261,7 @@ mod tests {
     #[test]
     fn q8_slices_keep_whole_blocks() {
         let values: Vec<f32> = (0..2 * 64).map(|i| i as f32 / 7.0).collect();
-        let w = Q8Weight::quantize(&[2, 64], &values).unwrap();
+        let w = crate::q8::quantize_q8_0(&values, &[2, 64]).unwrap();
         let right = take_q8(&w, 1, &[(32, 64)]).unwrap();
         assert_eq!(right.shape, vec![2, 32]);
         assert_eq!(right.blocks, vec![w.blocks[1], w.blocks[3]]);

@@ -2,7 +2,8 @@
 
 use rdu_spatial::chip::Chip;
 use rdu_spatial::cost::CostError;
-use rdu_spatial::memory::{place, tensor_bytes, MemoryDemand, TensorFormat};
+use rdu_spatial::memory::{place, stored_bytes, stored_format, tensor_bytes, MemoryDemand, TensorFormat};
+use rdu_spatial::program::{Role, Storage};
 
 #[test]
 fn bytes_per_format() {
@@ -12,6 +13,22 @@ fn bytes_per_format() {
     assert_eq!(tensor_bytes(&[], TensorFormat::F32).unwrap(), 4, "a scalar is one element");
     assert_eq!(tensor_bytes(&[64, 48], TensorFormat::Q8_0), Err(CostError::Q8Misaligned { shape: vec![64, 48] }));
     assert!(matches!(tensor_bytes(&[1 << 40, 1 << 40], TensorFormat::F32), Err(CostError::TooLarge { .. })));
+}
+
+#[test]
+fn a_declaration_is_counted_as_it_is_stored() {
+    assert_eq!(stored_format(Role::Weight, Storage::Q8_0), TensorFormat::Q8_0);
+    assert_eq!(stored_format(Role::Weight, Storage::Dense), TensorFormat::DenseBf16, "dense weights are held bf16");
+    assert_eq!(stored_format(Role::Shared, Storage::Dense), TensorFormat::DenseBf16);
+    assert_eq!(stored_format(Role::State, Storage::Bf16), TensorFormat::DenseBf16);
+    assert_eq!(stored_format(Role::State, Storage::Dense), TensorFormat::F32, "an f32 state is 4 bytes an element");
+    assert_eq!(stored_format(Role::Temp, Storage::Dense), TensorFormat::F32);
+    assert_eq!(stored_bytes(&[64, 64], Role::Weight, Storage::Q8_0).unwrap(), 64 * 2 * 34);
+    assert_eq!(stored_bytes(&[16, 2, 8], Role::State, Storage::Dense).unwrap(), 16 * 2 * 8 * 4);
+    assert_eq!(
+        stored_bytes(&[64, 48], Role::Weight, Storage::Q8_0),
+        Err(CostError::Q8Misaligned { shape: vec![64, 48] })
+    );
 }
 
 #[test]

@@ -1,8 +1,8 @@
 //! Test helper: seed GGUF files, byte mutations, a tiny xorshift RNG, and a reader workout.
 #![allow(dead_code)]
 
-use super::gguf_writer::{every_value, f16_bytes, GgufWriter};
 use rdu_checkpoint::{GgmlType, Gguf, GgufValue, GgufValueType, SafeTensors};
+use rdu_testkit::gguf_writer::{every_value, f16_bytes, GgufWriter};
 
 /// Values worth writing over a length, count, dim or offset field.
 pub const INTERESTING: [u64; 16] = [

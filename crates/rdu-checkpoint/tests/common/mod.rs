@@ -1,3 +1,2 @@
-//! Shared test helpers: an in-memory GGUF writer and the fuzzing kit.
+//! Shared test helpers: the fuzzing kit (the GGUF writer is `rdu_testkit::gguf_writer`).
 pub mod fuzz;
-pub mod gguf_writer;

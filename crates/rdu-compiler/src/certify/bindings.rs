@@ -131,7 +131,7 @@ impl Inputs {
 /// Q8_0 blocks of `values` and their exact dequantised values, block by block in parallel.
 fn quantize(shape: &[usize], values: &[f32]) -> (Q8Weight, Vec<f32>) {
     use rayon::prelude::*;
-    let blocks: Vec<_> = values.par_chunks(32).map(rdu_spatial::q8::quantize_block).collect();
+    let blocks: Vec<_> = values.par_chunks(32).map(rdu_spatial::q8::Q8Block::quantize).collect();
     let mut dense = vec![0f32; values.len()];
     dense.par_chunks_mut(32).zip(&blocks).for_each(|(out, b)| rdu_spatial::q8::dequant_block(b, out));
     (Q8Weight { shape: shape.to_vec(), blocks }, dense)

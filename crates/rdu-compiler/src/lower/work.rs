@@ -2,8 +2,7 @@
 //! caches and states), and the SRAM it needs for its results and one tile of its weights.
 //! Shared by placement, sectioning and the cost model.
 
-use rdu_spatial::memory::{tensor_bytes, TensorFormat};
-use rdu_spatial::program::{Arg, KernelOp, Role, SpatialProgram, Storage, TensorDecl};
+use rdu_spatial::program::{Arg, KernelOp, Role, SpatialProgram, TensorDecl};
 use std::collections::HashMap;
 
 /// Per-step work of one op.
@@ -29,18 +28,11 @@ fn numel(shape: &[usize]) -> u64 {
     shape.iter().map(|&d| d as u64).product()
 }
 
-/// Bytes of a tensor as stored in memory: Q8_0 blocks, bf16 for dense weights (the stated
-/// assumption of `rdu_spatial::memory`) and for states declared `bf16`, 4 bytes for f32
-/// states and f32/i32 activations.
+/// Bytes of a tensor as stored in memory (`rdu_spatial::memory::stored_bytes`: Q8_0 blocks,
+/// bf16 for dense weights and for states declared `bf16`, 4 bytes for f32 states and f32/i32
+/// activations).
 pub fn stored_bytes(t: &TensorDecl) -> u64 {
-    let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
-    let format = match (t.storage, t.role) {
-        (Storage::Q8_0, _) => TensorFormat::Q8_0,
-        (Storage::Bf16, _) => TensorFormat::DenseBf16,
-        (Storage::Dense, Role::Weight | Role::Shared) => TensorFormat::DenseBf16,
-        _ => TensorFormat::F32,
-    };
-    tensor_bytes(&shape, format).unwrap_or(u64::MAX / 4)
+    rdu_spatial::memory::stored_bytes(&t.shape, t.role, t.storage).unwrap_or(u64::MAX / 4)
 }
 
 /// A program's declarations by name and its chip count: what [`op_work`] reads, indexed once

@@ -69,57 +69,16 @@ pub fn from_gguf(gguf: &Gguf, name: &str) -> Result<ModelSpec> {
 
     let d_model = m.req_usize(&key("embedding_length"))?;
     let n_layers = m.block_count(&key("block_count"))?;
-    let heads = m.req_usize(&key("attention.head_count"))?;
-    let kv_heads = m.usize(&key("attention.head_count_kv"))?.unwrap_or(heads);
-    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
-        return Err(m.err(&key("attention.head_count_kv"), format!("{kv_heads} does not divide {heads} heads")));
-    }
-    let head_dim = match m.usize(&key("attention.key_length"))? {
-        Some(hd) => hd,
-        None if d_model.is_multiple_of(heads) => d_model / heads,
-        None => return Err(m.missing(&key("attention.key_length"))),
-    };
-    if let Some(v) = m.usize(&key("attention.value_length"))? {
-        if v != head_dim {
-            return Err(m.err(&key("attention.value_length"), format!("{v} differs from key_length {head_dim}")));
-        }
-    }
     let eps = m.req_f32_as_f64(&key("attention.layer_norm_rms_epsilon"))?;
     let max_ctx = m.req_usize(&key("context_length"))?;
     let vocab = vocab(&m, &arch)?;
-
-    // RoPE.
+    let Attention { heads, kv_heads, head_dim, rotary_dim, base, scale } = attention(&m, &arch, d_model)?;
     let style = if family == Family::Llama { RopeStyle::Interleaved } else { RopeStyle::Neox };
-    let rotary_dim = m.usize(&key("rope.dimension_count"))?.unwrap_or(head_dim);
-    if rotary_dim < 2 || !rotary_dim.is_multiple_of(2) || rotary_dim > head_dim {
-        return Err(m.err(
-            &key("rope.dimension_count"),
-            format!("{rotary_dim} must be even, at least 2 and at most key_length {head_dim}"),
-        ));
-    }
-    let base = m.f32_as_f64(&key("rope.freq_base"))?.unwrap_or(10_000.0);
-    let mut scaling = rope_scaling(&m, &arch)?;
-    if m.gguf.tensor("rope_freqs.weight").is_some() {
-        if scaling != RopeScaling::None {
-            return Err(m.err("rope_freqs.weight", "given together with rope.scaling.type; use one"));
-        }
-        let factors = m.gguf.read_f32("rope_freqs.weight").map_err(|e| m.err("rope_freqs.weight", e.to_string()))?;
-        if factors.len() != rotary_dim / 2 {
-            return Err(m.err(
-                "rope_freqs.weight",
-                format!("has {} entries, expected rope.dimension_count / 2 = {}", factors.len(), rotary_dim / 2),
-            ));
-        }
-        scaling = RopeScaling::Factors { factors };
-    }
+    let scaling = rope_scaling_or_factors(&m, &arch, rotary_dim)?;
     let rotation = Rotation { base, dim: rotary_dim, style, scaling };
 
     // Attention and feed-forward.
     let gemma = family == Family::Gemma3;
-    let scale = match m.f32_as_f64(&key("attention.scale"))? {
-        Some(s) => s,
-        None => 1.0 / (head_dim as f64).sqrt(),
-    };
     let mixer = Mixer::Attention {
         heads,
         kv_heads,
@@ -131,49 +90,20 @@ pub fn from_gguf(gguf: &Gguf, name: &str) -> Result<ModelSpec> {
         rotary_dim,
     };
     let act = if gemma { Act::GeluTanh } else { Act::Silu };
-    let ffn = match family {
-        Family::Qwen3Moe => Ffn::Moe {
-            experts: m.req_usize(&key("expert_count"))?,
-            top_k: m.req_usize(&key("expert_used_count"))?,
-            expert_hidden: m.req_usize(&key("expert_feed_forward_length"))?,
-            act,
-            shared: None,
-            // llama.cpp's qwen3moe renormalises the selected weights.
-            router: Router { norm_topk: true, scaling: 1.0, groups: 1, topk_groups: 1 },
-        },
-        _ => Ffn::Dense { hidden: m.req_usize(&key("feed_forward_length"))?, act },
-    };
+    let ffn = ffn(&m, &arch, family, act)?;
     let norms = Norms { eps, unit_offset: false, pre_attn: true, post_attn: gemma, pre_ffn: true, post_ffn: gemma };
 
     // Per-layer rotation and window.
-    let mut rotations = vec![rotation.clone()];
-    let mut layer_rope: Vec<(usize, Option<usize>)> = vec![(0, None); n_layers];
-    if gemma {
-        if m.f32_as_f64(&key("final_logit_softcapping"))?.is_some() {
-            return Err(m.err(&key("final_logit_softcapping"), "logit soft-capping is not supported"));
-        }
-        let window = m.req_usize(&key("attention.sliding_window"))?;
-        let sliding = gemma_pattern(&m, &key("attention.sliding_window_pattern"), n_layers)?;
-        let local_base = m.f32_as_f64(&key("rope.freq_base_swa"))?.unwrap_or(10_000.0);
-        let local = Rotation { base: local_base, dim: rotary_dim, style, scaling: RopeScaling::None };
-        rotations.clear();
-        for (il, slides) in sliding.into_iter().enumerate() {
-            let rot = if slides { &local } else { &rotation };
-            let idx = match rotations.iter().position(|r| r == rot) {
-                Some(i) => i,
-                None => {
-                    rotations.push(rot.clone());
-                    rotations.len() - 1
-                }
-            };
-            layer_rope[il] = (idx, slides.then_some(window));
-        }
+    let (rotations, layer_rope) = if gemma {
+        gemma_rotations(&m, &arch, rotation, n_layers)?
     } else if let Some(w) = m.usize(&key("attention.sliding_window"))? {
         return Err(m.err(
             &key("attention.sliding_window"),
             format!("a sliding window ({w}) is only supported for gemma3 files"),
         ));
-    }
+    } else {
+        (vec![rotation], vec![(0, None); n_layers])
+    };
     let layers = layer_rope
         .into_iter()
         .map(|(rot, window)| Layer {
@@ -189,6 +119,119 @@ pub fn from_gguf(gguf: &Gguf, name: &str) -> Result<ModelSpec> {
     let embed = Embed { scale: gemma.then(|| f64::from((d_model as f32).sqrt())) };
     let shape = Shape { family, vocab, d_model, eps, max_ctx };
     finish(&m, name, shape, layers, rotations, embed)
+}
+
+/// The feed-forward block of `llama`, `qwen3`, `gemma3` (dense) and `qwen3moe` (top-k MoE).
+fn ffn(m: &Meta, arch: &str, family: Family, act: Act) -> Result<Ffn> {
+    let key = |k: &str| format!("{arch}.{k}");
+    Ok(match family {
+        Family::Qwen3Moe => Ffn::Moe {
+            experts: m.req_usize(&key("expert_count"))?,
+            top_k: m.req_usize(&key("expert_used_count"))?,
+            expert_hidden: m.req_usize(&key("expert_feed_forward_length"))?,
+            act,
+            shared: None,
+            // llama.cpp's qwen3moe renormalises the selected weights.
+            router: Router { norm_topk: true, scaling: 1.0, groups: 1, topk_groups: 1 },
+        },
+        _ => Ffn::Dense { hidden: m.req_usize(&key("feed_forward_length"))?, act },
+    })
+}
+
+/// The attention sizes of an `{arch}` header, as llama.cpp's loader reads them.
+struct Attention {
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    rotary_dim: usize,
+    base: f64,
+    scale: f64,
+}
+
+/// `{arch}.attention.*` and the RoPE dimensions and base: `head_count_kv` (default
+/// `head_count`) dividing `head_count`, `key_length` (default `embedding_length / head_count`)
+/// equal to `value_length`, `rope.dimension_count` (default `key_length`) even and within it,
+/// `rope.freq_base` (default 10000), `attention.scale` (default `1/√key_length`).
+fn attention(m: &Meta, arch: &str, d_model: usize) -> Result<Attention> {
+    let key = |k: &str| format!("{arch}.{k}");
+    let heads = m.req_usize(&key("attention.head_count"))?;
+    let kv_heads = m.usize(&key("attention.head_count_kv"))?.unwrap_or(heads);
+    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+        return Err(m.err(&key("attention.head_count_kv"), format!("{kv_heads} does not divide {heads} heads")));
+    }
+    let head_dim = match m.usize(&key("attention.key_length"))? {
+        Some(hd) => hd,
+        None if d_model.is_multiple_of(heads) => d_model / heads,
+        None => return Err(m.missing(&key("attention.key_length"))),
+    };
+    if let Some(v) = m.usize(&key("attention.value_length"))? {
+        if v != head_dim {
+            return Err(m.err(&key("attention.value_length"), format!("{v} differs from key_length {head_dim}")));
+        }
+    }
+    let rotary_dim = m.usize(&key("rope.dimension_count"))?.unwrap_or(head_dim);
+    if rotary_dim < 2 || !rotary_dim.is_multiple_of(2) || rotary_dim > head_dim {
+        return Err(m.err(
+            &key("rope.dimension_count"),
+            format!("{rotary_dim} must be even, at least 2 and at most key_length {head_dim}"),
+        ));
+    }
+    let base = m.f32_as_f64(&key("rope.freq_base"))?.unwrap_or(10_000.0);
+    let scale = m.f32_as_f64(&key("attention.scale"))?.unwrap_or(1.0 / (head_dim as f64).sqrt());
+    Ok(Attention { heads, kv_heads, head_dim, rotary_dim, base, scale })
+}
+
+/// `{arch}.rope.scaling.*`, or llama3-style per-frequency divisors from the `rope_freqs.weight`
+/// table (one per rotated pair), never both.
+fn rope_scaling_or_factors(m: &Meta, arch: &str, rotary_dim: usize) -> Result<RopeScaling> {
+    let scaling = rope_scaling(m, arch)?;
+    if m.gguf.tensor("rope_freqs.weight").is_none() {
+        return Ok(scaling);
+    }
+    if scaling != RopeScaling::None {
+        return Err(m.err("rope_freqs.weight", "given together with rope.scaling.type; use one"));
+    }
+    let factors = m.gguf.read_f32("rope_freqs.weight").map_err(|e| m.err("rope_freqs.weight", e.to_string()))?;
+    if factors.len() != rotary_dim / 2 {
+        return Err(m.err(
+            "rope_freqs.weight",
+            format!("has {} entries, expected rope.dimension_count / 2 = {}", factors.len(), rotary_dim / 2),
+        ));
+    }
+    Ok(RopeScaling::Factors { factors })
+}
+
+/// Gemma 3's rotations and each layer's (rotation, window): sliding layers use
+/// `rope.freq_base_swa` (default 10000) without scaling and `attention.sliding_window`.
+#[allow(clippy::type_complexity)]
+fn gemma_rotations(
+    m: &Meta,
+    arch: &str,
+    global: Rotation,
+    n_layers: usize,
+) -> Result<(Vec<Rotation>, Vec<(usize, Option<usize>)>)> {
+    let key = |k: &str| format!("{arch}.{k}");
+    if m.f32_as_f64(&key("final_logit_softcapping"))?.is_some() {
+        return Err(m.err(&key("final_logit_softcapping"), "logit soft-capping is not supported"));
+    }
+    let window = m.req_usize(&key("attention.sliding_window"))?;
+    let sliding = gemma_pattern(m, &key("attention.sliding_window_pattern"), n_layers)?;
+    let local_base = m.f32_as_f64(&key("rope.freq_base_swa"))?.unwrap_or(10_000.0);
+    let local = Rotation { base: local_base, dim: global.dim, style: global.style, scaling: RopeScaling::None };
+    let mut rotations: Vec<Rotation> = Vec::new();
+    let mut layer_rope = Vec::with_capacity(n_layers);
+    for slides in sliding {
+        let rot = if slides { &local } else { &global };
+        let idx = match rotations.iter().position(|r| r == rot) {
+            Some(i) => i,
+            None => {
+                rotations.push(rot.clone());
+                rotations.len() - 1
+            }
+        };
+        layer_rope.push((idx, slides.then_some(window)));
+    }
+    Ok((rotations, layer_rope))
 }
 
 /// What every architecture's spec needs besides its layers and rotations.

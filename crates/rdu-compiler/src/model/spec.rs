@@ -203,6 +203,18 @@ pub struct SharedExpert {
     pub gated: bool,
 }
 
+impl SharedExpert {
+    /// DeepSeek's `n` shared experts of `expert_hidden` columns each, run as one ungated
+    /// expert: `Ok(None)` for none, `Err` when the size overflows.
+    pub fn ungated(n: usize, expert_hidden: usize) -> std::result::Result<Option<SharedExpert>, &'static str> {
+        if n == 0 {
+            return Ok(None);
+        }
+        let hidden = n.checked_mul(expert_hidden).ok_or("shared expert size overflows")?;
+        Ok(Some(SharedExpert { hidden, gated: false }))
+    }
+}
+
 /// Softmax routing: `p = softmax(x W_gᵀ)`, then top-k (group-limited when `groups > 1`),
 /// then renormalisation (`norm_topk`) and the scaling factor.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -8,8 +8,6 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod bundle;
-pub mod gguf;
-pub mod gguf_meta;
 pub mod reference;
 
 use std::collections::BTreeMap;
@@ -118,16 +116,4 @@ pub fn q8_values(values: &Values) -> Values {
         out.insert(name.to_string(), q.dequantize());
     }
     out
-}
-
-/// The largest absolute difference between two rows, with its index.
-pub fn max_diff(a: &[f32], b: &[f32]) -> (f32, usize) {
-    assert_eq!(a.len(), b.len(), "rows of different lengths");
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).enumerate().fold((0.0, 0), |m, (i, d)| if d > m.0 { (d, i) } else { m })
-}
-
-/// Asserts two rows agree within `tol`, naming the worst element and both values.
-pub fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
-    let (d, i) = max_diff(got, want);
-    assert!(d <= tol, "{what}: worst element {i}: got {} want {} (|diff| {d} > {tol})", got[i], want[i]);
 }

@@ -215,7 +215,6 @@ fn gemm_into(w: &[f32], xs: &[f32], n: usize, k: usize, m: usize, out: &mut [f32
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::q8::Q8Weight;
 
     fn values(n: usize, seed: u32) -> Vec<f32> {
         let mut s = seed | 1;
@@ -235,7 +234,7 @@ mod tests {
     fn row_dots_and_panels_agree_with_the_widened_sums() {
         let (m, k) = (70, 96);
         let w = values(m * k, 5);
-        let q8 = Q8Weight::quantize(&[m, k], &w).expect("quantise");
+        let q8 = crate::q8::quantize_q8_0(&w, &[m, k]).expect("quantise");
         let wq = q8.dequantize();
         for n in [1, 3, 4, 9] {
             let xs = values(n * k, 11 + n as u32);

@@ -79,19 +79,9 @@ impl<'a> PackedWeight<'a> {
     pub fn to_q8(&self) -> Option<Q8Weight> {
         (self.format == GgmlType::Q8_0).then(|| Q8Weight {
             shape: self.shape.to_vec(),
-            blocks: self.bytes.chunks_exact(34).map(q8_block).collect(),
+            blocks: self.bytes.chunks_exact(34).map(Q8Block::from_bytes).collect(),
         })
     }
-}
-
-/// One 34-byte Q8_0 block of the file as the simulator's block (the f16 scale widened).
-#[inline(always)]
-fn q8_block(b: &[u8]) -> Q8Block {
-    let mut qs = [0i8; QK8_0];
-    for (q, &v) in qs.iter_mut().zip(&b[2..34]) {
-        *q = v as i8;
-    }
-    Q8Block { d: f16(b), qs }
 }
 
 #[inline(always)]

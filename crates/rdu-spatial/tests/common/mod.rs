@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use rdu_spatial::q8::Q8Weight;
+use rdu_spatial::q8::{quantize_q8_0, Q8Weight};
 use rdu_spatial::{simulate, text, MapBindings, SimError, SimOut, SimTensor, SpatialProgram};
 
 /// A program declaring each binding (`q8` ones as `storage=q8_0` weights) and running `ops`
@@ -66,29 +66,18 @@ pub fn rt(shape: &[usize], seed: u64) -> SimTensor {
 }
 
 pub fn q8(shape: &[usize], seed: u64) -> Q8Weight {
-    Q8Weight::quantize(shape, &rand(shape.iter().product(), seed)).expect("quantisable")
+    quantize_q8_0(&rand(shape.iter().product(), seed), shape).expect("quantisable")
 }
 
 /// Asserts `got ≈ want` elementwise within `abs + rel·|want|`, naming the worst element.
+#[track_caller]
 pub fn close(got: &[f32], want: &[f32], abs: f32, rel: f32) {
-    assert_eq!(got.len(), want.len(), "lengths differ");
-    let mut worst: Option<(usize, f32)> = None;
-    for (k, (g, w)) in got.iter().zip(want).enumerate() {
-        let excess = (g - w).abs() - (abs + rel * w.abs());
-        // A NaN excess (a NaN value) fails too.
-        let fails = excess > 0.0 || excess.is_nan();
-        if fails && worst.is_none_or(|(_, e)| excess > e || excess.is_nan()) {
-            worst = Some((k, excess));
-        }
-    }
-    if let Some((k, _)) = worst {
-        panic!("element {k}: got {} want {} (abs {abs}, rel {rel})", got[k], want[k]);
-    }
+    rdu_testkit::Tolerance::new(abs, rel).assert("output", got, want);
 }
 
 /// Asserts `got ≈ want` within `rel` of the largest `|want|` (relative to the output's scale,
 /// so that a near-cancelling element is not held to a bound tighter than f32 sums reach).
+#[track_caller]
 pub fn close_scaled(got: &[f32], want: &[f32], rel: f32) {
-    let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    close(got, want, rel * scale, 0.0);
+    rdu_testkit::Tolerance::scaled(want, rel).assert("output", got, want);
 }

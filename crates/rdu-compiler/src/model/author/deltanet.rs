@@ -2,7 +2,7 @@
 //! l2-normalised q/k, the gated delta rule, a gated RMSNorm and the output projection.
 
 use super::attention::slice;
-use super::deltanet_gguf::{kmap_attr, split_grouped_ba, Dims};
+use super::deltanet_gguf::{grouped_ba, kmap_attr, split_grouped_ba, Dims};
 use super::split::Run;
 use super::writer::{float, list, Writer};
 use super::LayerCtx;
@@ -13,18 +13,85 @@ const L2_EPS: f64 = 1e-6;
 
 /// Writes the Gated DeltaNet mixer over `hn`; returns its `[N, D]` output.
 pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String {
+    let Mixer::GatedDeltaNet { k_heads: nk, v_heads: nv, k_dim: dk, v_dim: dv, layout, .. } = ctx.layer.mixer else {
+        unreachable!("deltanet::write on a non-DeltaNet layer")
+    };
+    let gguf = matches!(ctx.spec.dialect, Dialect::Gguf);
+    let decl = declare(w, ctx, gguf);
+    let n = ctx.rows;
+    let (nk, nv) = (ctx.local(nk), ctx.local(nv));
+    let vd = nv * dv;
+    let dims = Dims { rows: n, k_heads: nk, v_heads: nv, v_dim: dv };
+    let (mixed, z, b, a) = match &decl.projections {
+        Projections::Grouped(wqkvz, wba) => grouped(w, hn, &dims, dk, [wqkvz, wba]),
+        Projections::SplitGroupedBa(wqkv, wz, wba) => split_grouped_ba(w, hn, &dims, [wqkv, wz, wba]),
+        Projections::Split(wqkv, wz, wb, wa) => {
+            let mixed = w.op("mix", "linear", &[hn, wqkv], &[]);
+            let zf = w.op("zf", "linear", &[hn, wz], &[]);
+            let z = w.op("z", "reshape", &[&zf, &list(&[n, nv, dv])], &[]);
+            let b = w.op("b", "linear", &[hn, wb], &[]);
+            let a = w.op("a", "linear", &[hn, wa], &[]);
+            (mixed, z, b, a)
+        }
+    };
+    let (qs, kl, vh) = conv_qkv(w, ctx, &decl, &dims, dk, &mixed);
+
+    // Gates: β = sigmoid(b), g = −exp(A_log)·softplus(a + dt_bias).
+    let beta = w.op("bt", "sigmoid", &[&b], &[]);
+    let neg_a = if gguf {
+        decl.alog
+    } else {
+        let ea = w.op("ea", "exp", &[&decl.alog], &[]);
+        w.op("na", "neg", &[&ea], &[])
+    };
+    let ad = w.op("ad", "add", &[&a, &decl.dtb], &[]);
+    let sp = w.op("sp", "softplus", &[&ad], &[]);
+    let g = w.op("g", "mul", &[&sp, &neg_a], &[]);
+
+    let inputs = [("qs", qs.as_str()), ("kl", &kl), ("vh", &vh), ("g", &g), ("bt", &beta)];
+    let kmap = kmap_attr(layout);
+    let o = ctx.per_sequence(w, "o", &inputs, |w, _, x| {
+        match ctx.decode().then(|| w.state_split("Sd", &[decl.full_nv, dk, dv], 0, &decl.state_heads)) {
+            Some(sd) => w.update_with("o", &sd, "delta_step", &[&sd, &x[0], &x[1], &x[2], &x[3], &x[4]], &kmap),
+            None => w.op("o", "delta_scan", &[&x[0], &x[1], &x[2], &x[3], &x[4]], &kmap),
+        }
+    });
+    // Gated RMSNorm: plain weight, normalise first, then multiply by silu(z).
+    let on = w.op("on", "rms_norm", &[&o, &decl.gn], &super::norm_attrs(ctx.layer.norms.eps, false));
+    let zs = w.op("zs", "silu", &[&z], &[]);
+    let og = w.op("og", "mul", &[&on, &zs], &[]);
+    let of = w.op("of", "reshape", &[&og, &list(&[n, vd])], &[]);
+    w.op("mo", "linear", &[&of, &decl.wo], &[])
+}
+
+/// A layer's weights, declared with their splits before its statements, and the runs of its
+/// states.
+struct Decl {
+    projections: Projections,
+    cw: String,
+    dtb: String,
+    /// `A_log` (HF) or `ssm_a = −exp(A_log)` (GGUF).
+    alog: String,
+    gn: String,
+    wo: String,
+    full_nv: usize,
+    full_conv: usize,
+    conv_runs: Vec<Run>,
+    state_heads: Vec<Run>,
+}
+
+/// Declares the layer's weights. Each chip its key heads and their value heads. The conv
+/// channels are q | k | v heads in every layout (`mix` concatenates them), so a chip holds
+/// three runs of them. Value head `h` uses key head `h / r` (grouped: one run of value heads)
+/// or `h mod nk` (tiled: `r` runs of `nk` value heads, chip `c` taking the same share of each).
+fn declare(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, gguf: bool) -> Decl {
     let Mixer::GatedDeltaNet { k_heads: nk, v_heads: nv, k_dim: dk, v_dim: dv, conv_kernel: kernel, layout } =
         ctx.layer.mixer
     else {
-        unreachable!("deltanet::write on a non-DeltaNet layer")
+        unreachable!("deltanet::declare on a non-DeltaNet layer")
     };
-    let (n, d) = (ctx.rows, ctx.spec.d_model);
+    let d = ctx.spec.d_model;
     let r = nv / nk;
-    let gguf = matches!(ctx.spec.dialect, Dialect::Gguf);
-    // Each chip its key heads and their value heads. The conv channels are q | k | v heads in
-    // every layout (`mix` concatenates them), so a chip holds three runs of them. Value head
-    // `h` uses key head `h / r` (grouped: one run of value heads) or `h mod nk` (tiled: `r`
-    // runs of `nk` value heads, chip `c` taking the same share of each).
     let (full_kd, full_vd) = (nk * dk, nv * dv);
     let full_conv = 2 * full_kd + full_vd;
     let value_runs = |offset: usize, unit: usize| -> Vec<Run> {
@@ -64,53 +131,58 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     let alog = w.weight_split(if gguf { "ssma" } else { "Alog" }, &[nv], 0, &per_v_head);
     let gn = w.weight("gn", &[dv]);
     let wo = w.projection_split("Wo", &[d, full_vd], 1, &v_heads);
-    let (full_nv, full_conv_runs, state_heads) = (nv, conv_runs.clone(), per_v_head.clone());
-    let (nk, nv) = (ctx.local(nk), ctx.local(nv));
+    Decl { projections, cw, dtb, alog, gn, wo, full_nv: nv, full_conv, conv_runs, state_heads: per_v_head }
+}
+
+/// HF Qwen3-Next's `Wqkvz` and `Wba`, grouped by key head: mixed qkv `[N, conv]`, z
+/// `[N, nv, dv]`, b and a `[N, nv]`.
+fn grouped(
+    w: &mut Writer<'_>,
+    hn: &str,
+    dims: &Dims,
+    dk: usize,
+    [wqkvz, wba]: [&str; 2],
+) -> (String, String, String, String) {
+    let Dims { rows: n, k_heads: nk, v_heads: nv, v_dim: dv } = *dims;
+    let r = nv / nk;
+    let (kd, vd) = (nk * dk, nv * dv);
+    let p = w.op("p", "linear", &[hn, wqkvz], &[]);
+    let pg = w.op("pg", "reshape", &[&p, &list(&[n, nk, 2 * dk + 2 * r * dv])], &[]);
+    let qg = w.op("qg", "slice", &[&pg], &slice(2, 0, dk));
+    let kg = w.op("kg", "slice", &[&pg], &slice(2, dk, dk));
+    let vg = w.op("vg", "slice", &[&pg], &slice(2, 2 * dk, r * dv));
+    let zg = w.op("zg", "slice", &[&pg], &slice(2, 2 * dk + r * dv, r * dv));
+    let qf = w.op("qf", "reshape", &[&qg, &list(&[n, kd])], &[]);
+    let kf = w.op("kf", "reshape", &[&kg, &list(&[n, kd])], &[]);
+    let vf = w.op("vf", "reshape", &[&vg, &list(&[n, vd])], &[]);
+    let mixed = w.op("mix", "concat", &[&qf, &kf, &vf], &[("axis", "1".into())]);
+    let z = w.op("z", "reshape", &[&zg, &list(&[n, nv, dv])], &[]);
+    let (b, a) = grouped_ba(w, hn, dims, wba);
+    (mixed, z, b, a)
+}
+
+/// Causal depthwise conv + SiLU over mixed qkv (each sequence's own conv state), split into
+/// scaled l2-normalised q, l2-normalised k `[N, nk, dk]` and v `[N, nv, dv]`.
+fn conv_qkv(
+    w: &mut Writer<'_>,
+    ctx: &LayerCtx<'_>,
+    decl: &Decl,
+    dims: &Dims,
+    dk: usize,
+    mixed: &str,
+) -> (String, String, String) {
+    let Dims { rows: n, k_heads: nk, v_heads: nv, v_dim: dv } = *dims;
+    let Mixer::GatedDeltaNet { conv_kernel: kernel, .. } = ctx.layer.mixer else {
+        unreachable!("deltanet::conv_qkv on a non-DeltaNet layer")
+    };
     let (kd, vd) = (nk * dk, nv * dv);
     let conv = 2 * kd + vd;
-
-    // Projections → mixed qkv [N, conv], z [N, nv, dv], b and a [N, nv].
-    let (mixed, z, b, a) = match projections {
-        Projections::Grouped(wqkvz, wba) => {
-            let p = w.op("p", "linear", &[hn, &wqkvz], &[]);
-            let pg = w.op("pg", "reshape", &[&p, &list(&[n, nk, 2 * dk + 2 * r * dv])], &[]);
-            let qg = w.op("qg", "slice", &[&pg], &slice(2, 0, dk));
-            let kg = w.op("kg", "slice", &[&pg], &slice(2, dk, dk));
-            let vg = w.op("vg", "slice", &[&pg], &slice(2, 2 * dk, r * dv));
-            let zg = w.op("zg", "slice", &[&pg], &slice(2, 2 * dk + r * dv, r * dv));
-            let qf = w.op("qf", "reshape", &[&qg, &list(&[n, kd])], &[]);
-            let kf = w.op("kf", "reshape", &[&kg, &list(&[n, kd])], &[]);
-            let vf = w.op("vf", "reshape", &[&vg, &list(&[n, vd])], &[]);
-            let mixed = w.op("mix", "concat", &[&qf, &kf, &vf], &[("axis", "1".into())]);
-            let z = w.op("z", "reshape", &[&zg, &list(&[n, nv, dv])], &[]);
-            let ba = w.op("ba", "linear", &[hn, &wba], &[]);
-            let bag = w.op("bag", "reshape", &[&ba, &list(&[n, nk, 2 * r])], &[]);
-            let bg = w.op("bg", "slice", &[&bag], &slice(2, 0, r));
-            let ag = w.op("ag", "slice", &[&bag], &slice(2, r, r));
-            let b = w.op("b", "reshape", &[&bg, &list(&[n, nv])], &[]);
-            let a = w.op("a", "reshape", &[&ag, &list(&[n, nv])], &[]);
-            (mixed, z, b, a)
-        }
-        Projections::SplitGroupedBa(wqkv, wz, wba) => {
-            let dims = Dims { rows: n, k_heads: nk, v_heads: nv, v_dim: dv };
-            split_grouped_ba(w, hn, &dims, [&wqkv, &wz, &wba])
-        }
-        Projections::Split(wqkv, wz, wb, wa) => {
-            let mixed = w.op("mix", "linear", &[hn, &wqkv], &[]);
-            let zf = w.op("zf", "linear", &[hn, &wz], &[]);
-            let z = w.op("z", "reshape", &[&zf, &list(&[n, nv, dv])], &[]);
-            let b = w.op("b", "linear", &[hn, &wb], &[]);
-            let a = w.op("a", "linear", &[hn, &wa], &[]);
-            (mixed, z, b, a)
-        }
-    };
-
-    // Causal depthwise conv + SiLU.
-    let cwk = if gguf { cw } else { w.op("cwk", "reshape", &[&cw, &list(&[conv, kernel])], &[]) };
+    let gguf = matches!(ctx.spec.dialect, Dialect::Gguf);
+    let cwk = if gguf { decl.cw.clone() } else { w.op("cwk", "reshape", &[&decl.cw, &list(&[conv, kernel])], &[]) };
     // The conv and recurrent states are each sequence's own.
-    let cv = ctx.per_sequence(w, "cv", &[("mix", &mixed)], |w, _, x| {
+    let cv = ctx.per_sequence(w, "cv", &[("mix", mixed)], |w, _, x| {
         let mixed = &x[0];
-        match ctx.decode().then(|| w.state_split("Cv", &[kernel - 1, full_conv], 1, &full_conv_runs)) {
+        match ctx.decode().then(|| w.state_split("Cv", &[kernel - 1, decl.full_conv], 1, &decl.conv_runs)) {
             Some(cstate) => {
                 let cv = w.op("cv", "conv_step", &[mixed, &cwk, &cstate], &[]);
                 w.update(&cstate, "conv_shift", &[&cstate, mixed], &[]);
@@ -129,33 +201,7 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     let ql = w.op("ql", "l2_norm", &[&qh], &[("eps", float(L2_EPS))]);
     let kl = w.op("kl", "l2_norm", &[&kh], &[("eps", float(L2_EPS))]);
     let qs = w.op("qs", "scale", &[&ql], &[("by", float(1.0 / (dk as f64).sqrt()))]);
-
-    // Gates: β = sigmoid(b), g = −exp(A_log)·softplus(a + dt_bias).
-    let beta = w.op("bt", "sigmoid", &[&b], &[]);
-    let neg_a = if gguf {
-        alog
-    } else {
-        let ea = w.op("ea", "exp", &[&alog], &[]);
-        w.op("na", "neg", &[&ea], &[])
-    };
-    let ad = w.op("ad", "add", &[&a, &dtb], &[]);
-    let sp = w.op("sp", "softplus", &[&ad], &[]);
-    let g = w.op("g", "mul", &[&sp, &neg_a], &[]);
-
-    let inputs = [("qs", qs.as_str()), ("kl", &kl), ("vh", &vh), ("g", &g), ("bt", &beta)];
-    let kmap = kmap_attr(layout);
-    let o = ctx.per_sequence(w, "o", &inputs, |w, _, x| {
-        match ctx.decode().then(|| w.state_split("Sd", &[full_nv, dk, dv], 0, &state_heads)) {
-            Some(sd) => w.update_with("o", &sd, "delta_step", &[&sd, &x[0], &x[1], &x[2], &x[3], &x[4]], &kmap),
-            None => w.op("o", "delta_scan", &[&x[0], &x[1], &x[2], &x[3], &x[4]], &kmap),
-        }
-    });
-    // Gated RMSNorm: plain weight, normalise first, then multiply by silu(z).
-    let on = w.op("on", "rms_norm", &[&o, &gn], &super::norm_attrs(ctx.layer.norms.eps, false));
-    let zs = w.op("zs", "silu", &[&z], &[]);
-    let og = w.op("og", "mul", &[&on, &zs], &[]);
-    let of = w.op("of", "reshape", &[&og, &list(&[n, vd])], &[]);
-    w.op("mo", "linear", &[&of, &wo], &[])
+    (qs, kl, vh)
 }
 
 /// The in-projections of each layout, declared (with their splits) before the statements.

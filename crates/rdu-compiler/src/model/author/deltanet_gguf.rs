@@ -23,18 +23,26 @@ pub(super) fn split_grouped_ba(
     dims: &Dims,
     [wqkv, wz, wba]: [&str; 3],
 ) -> (String, String, String, String) {
-    let Dims { rows: n, k_heads: nk, v_heads: nv, v_dim: dv } = *dims;
-    let r = nv / nk;
+    let Dims { rows: n, v_heads: nv, v_dim: dv, .. } = *dims;
     let mixed = w.op("mix", "linear", &[hn, wqkv], &[]);
     let zf = w.op("zf", "linear", &[hn, wz], &[]);
     let z = w.op("z", "reshape", &[&zf, &list(&[n, nv, dv])], &[]);
+    let (b, a) = grouped_ba(w, hn, dims, wba);
+    (mixed, z, b, a)
+}
+
+/// `Wba` grouped by key head (`[b (r) | a (r)]` per group, both Qwen3-Next layouts): b and a
+/// `[N, nv]`.
+pub(super) fn grouped_ba(w: &mut Writer<'_>, hn: &str, dims: &Dims, wba: &str) -> (String, String) {
+    let Dims { rows: n, k_heads: nk, v_heads: nv, .. } = *dims;
+    let r = nv / nk;
     let ba = w.op("ba", "linear", &[hn, wba], &[]);
     let bag = w.op("bag", "reshape", &[&ba, &list(&[n, nk, 2 * r])], &[]);
     let bg = w.op("bg", "slice", &[&bag], &slice(2, 0, r));
     let ag = w.op("ag", "slice", &[&bag], &slice(2, r, r));
     let b = w.op("b", "reshape", &[&bg, &list(&[n, nv])], &[]);
     let a = w.op("a", "reshape", &[&ag, &list(&[n, nv])], &[]);
-    (mixed, z, b, a)
+    (b, a)
 }
 
 /// The `kmap` attribute of the delta rule: value head `h` uses key head `h mod k_heads` when

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 /// Weights whose last (`in`) axis is a multiple of this may be stored as Q8_0 blocks.
-pub const Q8_BLOCK: usize = 32;
+pub const Q8_BLOCK: usize = rdu_checkpoint::QK8_0;
 
 pub(crate) struct Writer<'a> {
     suffix: String,

@@ -165,14 +165,8 @@ fn moe_ffn(ctx: &Ctx, ds: &Deepseek) -> Result<Ffn> {
     let norm_topk = ds.norm_topk_prob.unwrap_or(false) && top_k > 1;
     let routed_scaling = ds.routed_scaling_factor.unwrap_or(1.0);
     let routed_scaling = ctx.positive_f64(routed_scaling, "routed_scaling_factor")?;
-    let shared = match ds.n_shared_experts.unwrap_or(Some(2)) {
-        None | Some(0) => None,
-        Some(n) => {
-            let hidden = n.checked_mul(expert_hidden);
-            let hidden = hidden.ok_or_else(|| ctx.err("n_shared_experts", "shared expert size overflows"))?;
-            Some(SharedExpert { hidden, gated: false })
-        }
-    };
+    let n_shared = ds.n_shared_experts.unwrap_or(Some(2)).unwrap_or(0);
+    let shared = SharedExpert::ungated(n_shared, expert_hidden).map_err(|e| ctx.err("n_shared_experts", e))?;
     Ok(Ffn::Moe {
         experts,
         top_k,

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::Ctx;
 use crate::error::Result;
-use crate::model::spec::Norms;
+use crate::model::spec::{Mixer, Norms};
 
 /// Largest `num_hidden_layers` accepted: far above any real model, low enough that a typo
 /// cannot make the importer allocate without bound.
@@ -100,6 +100,22 @@ pub(super) struct Core {
     pub tied: bool,
     pub bos: Option<u32>,
     pub eos: Vec<u32>,
+}
+
+impl Core {
+    /// Attention over these heads at the usual `1/√head_dim` scale, rotating `rotary_dim` dims.
+    pub fn attention(&self, qk_norm: bool, output_gate: bool, qkv_bias: bool, rotary_dim: usize) -> Mixer {
+        Mixer::Attention {
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            qk_norm,
+            output_gate,
+            qkv_bias,
+            scale: 1.0 / (self.head_dim as f64).sqrt(),
+            rotary_dim,
+        }
+    }
 }
 
 impl Common {

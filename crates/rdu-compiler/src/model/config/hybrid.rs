@@ -4,8 +4,8 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::fields::{layer_kinds, norms, Common, Defaults, LayerKind, Outer};
-use super::qwen_moe::{dense_hidden, ffn, MoeDefaults, QwenMoe};
+use super::fields::{layer_kinds, norms, Common, Core, Defaults, LayerKind, Outer};
+use super::qwen_moe::{dense_hidden, ffn, MoeDefaults, MoeRule, QwenMoe};
 use super::{rope, Ctx, Draft, LayerDraft};
 use crate::error::Result;
 use crate::model::spec::{Family, GdnLayout, Mixer, RopeStyle};
@@ -57,32 +57,9 @@ pub(super) fn build(ctx: &Ctx, text: &Value, outer: Option<&Outer>, kind: Kind) 
     common.check_no_bias(ctx)?;
     // partial_rotary_factor defaults to 0.25 in both config classes.
     let rotation = rope::flat(ctx, &common, core.max_ctx, 1e4, 0.25)?.rotation(ctx, core.head_dim, RopeStyle::Neox)?;
-    let attention = Mixer::Attention {
-        heads: core.heads,
-        kv_heads: core.kv_heads,
-        head_dim: core.head_dim,
-        qk_norm: true,
-        output_gate: kind == Kind::Next || gdn.attn_output_gate.unwrap_or(true),
-        qkv_bias: false,
-        scale: 1.0 / (core.head_dim as f64).sqrt(),
-        rotary_dim: rotation.dim,
-    };
-    let k_heads = ctx.positive(gdn.linear_num_key_heads.unwrap_or(16), "linear_num_key_heads")?;
-    let v_heads = ctx.positive(gdn.linear_num_value_heads.unwrap_or(32), "linear_num_value_heads")?;
-    if !v_heads.is_multiple_of(k_heads) {
-        return Err(ctx.err(
-            "linear_num_value_heads",
-            format!("{v_heads} value heads are not a multiple of {k_heads} key heads"),
-        ));
-    }
-    let deltanet = Mixer::GatedDeltaNet {
-        k_heads,
-        v_heads,
-        k_dim: ctx.positive(gdn.linear_key_head_dim.unwrap_or(128), "linear_key_head_dim")?,
-        v_dim: ctx.positive(gdn.linear_value_head_dim.unwrap_or(128), "linear_value_head_dim")?,
-        conv_kernel: ctx.positive(gdn.linear_conv_kernel_dim.unwrap_or(4), "linear_conv_kernel_dim")?,
-        layout: if kind == Kind::Next { GdnLayout::Grouped } else { GdnLayout::Split },
-    };
+    let output_gate = kind == Kind::Next || gdn.attn_output_gate.unwrap_or(true);
+    let attention = core.attention(true, output_gate, false, rotation.dim);
+    let deltanet = deltanet(ctx, &gdn, kind)?;
     let interval = ctx.positive(gdn.full_attention_interval.unwrap_or(4), "full_attention_interval")?;
     let allowed = [LayerKind::Linear, LayerKind::Full];
     let kinds = layer_kinds(ctx, common.layer_types.as_deref(), core.n_layers, &allowed, |layer_idx| {
@@ -92,28 +69,7 @@ pub(super) fn build(ctx: &Ctx, text: &Value, outer: Option<&Outer>, kind: Kind) 
             LayerKind::Linear
         }
     })?;
-    let moe = match kind {
-        Kind::Dense => None,
-        // Qwen3NextConfig: 512 experts, top 10, size 512, shared 512, norm_topk_prob true;
-        // they are required here except the shared size and norm_topk_prob.
-        Kind::Next => {
-            let d = MoeDefaults { shared: Some(512), norm_topk: true, ..MoeDefaults::QWEN3_MOE };
-            Some(ctx.parse::<QwenMoe>(text)?.rule(ctx, &core, &d)?)
-        }
-        // Qwen3_5MoeTextConfig: 256 experts, top 8, size 512, shared 512. Its router always
-        // renormalises the top-k weights (it reads no norm_topk_prob), hence the default true.
-        Kind::Moe => {
-            let d = MoeDefaults {
-                experts: Some(256),
-                top_k: Some(8),
-                expert_hidden: Some(512),
-                norm_topk: true,
-                shared: Some(512),
-                every_layer: true,
-            };
-            Some(ctx.parse::<QwenMoe>(text)?.rule(ctx, &core, &d)?)
-        }
-    };
+    let moe = moe(ctx, text, &core, kind)?;
     let dense_hidden = dense_hidden(ctx, &common, moe.as_ref(), core.n_layers)?;
     let layers = kinds
         .iter()
@@ -140,4 +96,50 @@ pub(super) fn build(ctx: &Ctx, text: &Value, outer: Option<&Outer>, kind: Kind) 
         (_, false) => (Family::Qwen35, "model."),
     };
     Ok(Draft { prefix, ..Draft::new(family, &core, layers, true) })
+}
+
+/// The Gated DeltaNet mixer of the `linear_*` keys (transformers' defaults).
+fn deltanet(ctx: &Ctx, gdn: &Gdn, kind: Kind) -> Result<Mixer> {
+    let k_heads = ctx.positive(gdn.linear_num_key_heads.unwrap_or(16), "linear_num_key_heads")?;
+    let v_heads = ctx.positive(gdn.linear_num_value_heads.unwrap_or(32), "linear_num_value_heads")?;
+    if !v_heads.is_multiple_of(k_heads) {
+        return Err(ctx.err(
+            "linear_num_value_heads",
+            format!("{v_heads} value heads are not a multiple of {k_heads} key heads"),
+        ));
+    }
+    Ok(Mixer::GatedDeltaNet {
+        k_heads,
+        v_heads,
+        k_dim: ctx.positive(gdn.linear_key_head_dim.unwrap_or(128), "linear_key_head_dim")?,
+        v_dim: ctx.positive(gdn.linear_value_head_dim.unwrap_or(128), "linear_value_head_dim")?,
+        conv_kernel: ctx.positive(gdn.linear_conv_kernel_dim.unwrap_or(4), "linear_conv_kernel_dim")?,
+        layout: if kind == Kind::Next { GdnLayout::Grouped } else { GdnLayout::Split },
+    })
+}
+
+/// The MoE rule of Qwen3-Next and Qwen3.5 / 3.6 MoE (`None`: Qwen3.5 / 3.6 dense).
+fn moe(ctx: &Ctx, text: &Value, core: &Core, kind: Kind) -> Result<Option<MoeRule>> {
+    Ok(match kind {
+        Kind::Dense => None,
+        // Qwen3NextConfig: 512 experts, top 10, size 512, shared 512, norm_topk_prob true;
+        // they are required here except the shared size and norm_topk_prob.
+        Kind::Next => {
+            let d = MoeDefaults { shared: Some(512), norm_topk: true, ..MoeDefaults::QWEN3_MOE };
+            Some(ctx.parse::<QwenMoe>(text)?.rule(ctx, core, &d)?)
+        }
+        // Qwen3_5MoeTextConfig: 256 experts, top 8, size 512, shared 512. Its router always
+        // renormalises the top-k weights (it reads no norm_topk_prob), hence the default true.
+        Kind::Moe => {
+            let d = MoeDefaults {
+                experts: Some(256),
+                top_k: Some(8),
+                expert_hidden: Some(512),
+                norm_topk: true,
+                shared: Some(512),
+                every_layer: true,
+            };
+            Some(ctx.parse::<QwenMoe>(text)?.rule(ctx, core, &d)?)
+        }
+    })
 }

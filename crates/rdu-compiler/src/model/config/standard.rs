@@ -7,7 +7,7 @@ use super::fields::{layer_kinds, norms, Common, Core, Defaults, LayerKind};
 use super::qwen_moe::{dense_hidden, ffn, MoeDefaults, QwenMoe};
 use super::{rope, Ctx, Draft, LayerDraft};
 use crate::error::Result;
-use crate::model::spec::{Family, Mixer, RopeStyle};
+use crate::model::spec::{Family, RopeStyle};
 
 /// Builds a llama / qwen2 / qwen3 / qwen3_moe model. Llama layers are uniform by
 /// construction (the config has no per-layer knob); Qwen2/3 layers differ only in their
@@ -23,16 +23,8 @@ pub(super) fn build(ctx: &Ctx, root: &Value, family: Family) -> Result<Draft> {
         common.check_no_bias(ctx)?;
     }
     let rotation = rope::flat(ctx, &common, core.max_ctx, 1e4, 1.0)?.rotation(ctx, core.head_dim, RopeStyle::Neox)?;
-    let mixer = Mixer::Attention {
-        heads: core.heads,
-        kv_heads: core.kv_heads,
-        head_dim: core.head_dim,
-        qk_norm: matches!(family, Family::Qwen3 | Family::Qwen3Moe),
-        output_gate: false,
-        qkv_bias: family == Family::Qwen2,
-        scale: 1.0 / (core.head_dim as f64).sqrt(),
-        rotary_dim: rotation.dim,
-    };
+    let qk_norm = matches!(family, Family::Qwen3 | Family::Qwen3Moe);
+    let mixer = core.attention(qk_norm, false, family == Family::Qwen2, rotation.dim);
     let kinds = sliding.kinds(ctx, &common, &core, family)?;
     let window =
         if sliding.use_sliding_window == Some(true) { sliding.sliding_window.unwrap_or(Some(4096)) } else { None };

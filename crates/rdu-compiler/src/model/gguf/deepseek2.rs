@@ -194,14 +194,8 @@ fn moe(m: &Meta) -> Result<Ffn> {
         Some(s) if s > 0.0 => s,
         Some(s) => return Err(m.err(&key("expert_weights_scale"), format!("{s} must be greater than 0"))),
     };
-    let shared = match m.u64(&key("expert_shared_count"))? {
-        None | Some(0) => None,
-        Some(n) => {
-            let hidden = usize::try_from(n).ok().and_then(|n| n.checked_mul(expert_hidden));
-            let hidden = hidden.ok_or_else(|| m.err(&key("expert_shared_count"), "shared expert size overflows"))?;
-            Some(SharedExpert { hidden, gated: false })
-        }
-    };
+    let n_shared = usize::try_from(m.u64(&key("expert_shared_count"))?.unwrap_or(0)).unwrap_or(usize::MAX);
+    let shared = SharedExpert::ungated(n_shared, expert_hidden).map_err(|e| m.err(&key("expert_shared_count"), e))?;
     Ok(Ffn::Moe {
         experts,
         top_k,

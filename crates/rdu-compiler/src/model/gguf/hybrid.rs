@@ -19,7 +19,7 @@
 //!   renormalised (llama.cpp always does for these) and scaled by `expert_weights_scale`, plus
 //!   a shared expert gated by `sigmoid(x · ffn_gate_inp_shexp)`.
 
-use super::{finish, rope_scaling, vocab, Meta, Shape};
+use super::{attention, finish, rope_scaling, vocab, Attention, Meta, Shape};
 use crate::error::Result;
 use crate::model::spec::{
     Act, Embed, Family, Ffn, GdnLayout, Layer, Mixer, ModelSpec, Norms, RopeStyle, Rotation, Router, SharedExpert,
@@ -40,31 +40,8 @@ pub(super) fn build(m: &Meta, arch: &str, name: &str) -> Result<ModelSpec> {
     let vocab = vocab(m, arch)?;
 
     // Gated full attention.
-    let heads = m.req_usize(&key("attention.head_count"))?;
-    let kv_heads = m.usize(&key("attention.head_count_kv"))?.unwrap_or(heads);
-    if !heads.is_multiple_of(kv_heads) {
-        return Err(m.err(&key("attention.head_count_kv"), format!("{kv_heads} does not divide {heads} heads")));
-    }
-    let head_dim = match m.usize(&key("attention.key_length"))? {
-        Some(hd) => hd,
-        None if d_model.is_multiple_of(heads) => d_model / heads,
-        None => return Err(m.missing(&key("attention.key_length"))),
-    };
-    if let Some(v) = m.usize(&key("attention.value_length"))? {
-        if v != head_dim {
-            return Err(m.err(&key("attention.value_length"), format!("{v} differs from key_length {head_dim}")));
-        }
-    }
-    let rotary_dim = m.usize(&key("rope.dimension_count"))?.unwrap_or(head_dim);
-    if rotary_dim < 2 || !rotary_dim.is_multiple_of(2) || rotary_dim > head_dim {
-        return Err(m.err(
-            &key("rope.dimension_count"),
-            format!("{rotary_dim} must be even, at least 2 and at most key_length {head_dim}"),
-        ));
-    }
-    let base = m.f32_as_f64(&key("rope.freq_base"))?.unwrap_or(10_000.0);
+    let Attention { heads, kv_heads, head_dim, rotary_dim, base, scale } = attention(m, arch, d_model)?;
     let rotation = Rotation { base, dim: rotary_dim, style: RopeStyle::Neox, scaling: rope_scaling(m, arch)? };
-    let scale = m.f32_as_f64(&key("attention.scale"))?.unwrap_or(1.0 / (head_dim as f64).sqrt());
     let attention = Mixer::Attention {
         heads,
         kv_heads,
@@ -76,7 +53,24 @@ pub(super) fn build(m: &Meta, arch: &str, name: &str) -> Result<ModelSpec> {
         rotary_dim,
     };
 
-    // Gated DeltaNet.
+    let deltanet = deltanet(m, arch)?;
+    let recurrent = schedule(m, arch, blocks)?;
+    let moe = if arch == "qwen35" { None } else { Some(moe(m, arch)?) };
+    let norms = Norms { eps, unit_offset: false, pre_attn: true, post_attn: false, pre_ffn: true, post_ffn: false };
+    let mut layers = Vec::with_capacity(n_layers);
+    for (il, &recurrent) in recurrent.iter().enumerate().take(n_layers) {
+        let (mixer, rotation) =
+            if recurrent { (deltanet(gdn_layout(m, arch, il)?), None) } else { (attention.clone(), Some(0)) };
+        let ffn = layer_ffn(m, arch, moe.as_ref(), il)?;
+        layers.push(Layer { mixer, rotation, window: None, ffn, norms: norms.clone() });
+    }
+    let shape = Shape { family, vocab, d_model, eps, max_ctx };
+    finish(m, name, shape, layers, vec![rotation], Embed { scale: None })
+}
+
+/// The Gated DeltaNet sizes from `{arch}.ssm.*`: a DeltaNet mixer given its projection layout.
+fn deltanet(m: &Meta, arch: &str) -> Result<impl Fn(GdnLayout) -> Mixer> {
+    let key = |k: &str| format!("{arch}.{k}");
     let k_heads = m.req_usize(&key("ssm.group_count"))?;
     let v_heads = m.req_usize(&key("ssm.time_step_rank"))?;
     if !v_heads.is_multiple_of(k_heads) {
@@ -92,45 +86,40 @@ pub(super) fn build(m: &Meta, arch: &str, name: &str) -> Result<ModelSpec> {
     if conv_kernel < 2 {
         return Err(m.err(&key("ssm.conv_kernel"), format!("{conv_kernel} must be at least 2")));
     }
-    let deltanet =
-        |layout| Mixer::GatedDeltaNet { k_heads, v_heads, k_dim, v_dim: inner / v_heads, conv_kernel, layout };
+    let v_dim = inner / v_heads;
+    Ok(move |layout| Mixer::GatedDeltaNet { k_heads, v_heads, k_dim, v_dim, conv_kernel, layout })
+}
 
-    let recurrent = schedule(m, arch, blocks)?;
-    let moe = if arch == "qwen35" { None } else { Some(moe(m, arch)?) };
-    let norms = Norms { eps, unit_offset: false, pre_attn: true, post_attn: false, pre_ffn: true, post_ffn: false };
-    let mut layers = Vec::with_capacity(n_layers);
-    for (il, &recurrent) in recurrent.iter().enumerate().take(n_layers) {
-        let has = |t: &str| m.has_tensor(&format!("blk.{il}.{t}.weight"));
-        let (mixer, rotation) = if recurrent {
-            let layout = if has("attn_qkv") && arch == "qwen3next" {
-                GdnLayout::SplitGroupedBa
-            } else if has("attn_qkv") {
-                GdnLayout::SplitTiled
-            } else if has("ssm_in") {
-                GdnLayout::Grouped
-            } else {
-                let tensor = format!("blk.{il}.attn_qkv.weight");
-                return Err(m.err(&tensor, "missing (nor is there a legacy ssm_in) for a linear-attention layer"));
-            };
-            (deltanet(layout), None)
-        } else {
-            (attention.clone(), Some(0))
-        };
-        let ffn = match &moe {
-            // A MoE file's layer without a router is a dense SwiGLU (llama.cpp's fallback).
-            Some(moe) if has("ffn_gate_inp") || !has("ffn_gate") => moe.clone(),
-            _ => Ffn::Dense { hidden: m.req_usize(&key("feed_forward_length"))?, act: Act::Silu },
-        };
-        let ffn = match ffn {
-            Ffn::Moe { experts, top_k, expert_hidden, act, shared: Some(_), router } if !has("ffn_up_shexp") => {
-                Ffn::Moe { experts, top_k, expert_hidden, act, shared: None, router }
-            }
-            ffn => ffn,
-        };
-        layers.push(Layer { mixer, rotation, window: None, ffn, norms: norms.clone() });
-    }
-    let shape = Shape { family, vocab, d_model, eps, max_ctx };
-    finish(m, name, shape, layers, vec![rotation], Embed { scale: None })
+/// The projection layout of linear-attention layer `il`, read off its tensors.
+fn gdn_layout(m: &Meta, arch: &str, il: usize) -> Result<GdnLayout> {
+    let has = |t: &str| m.has_tensor(&format!("blk.{il}.{t}.weight"));
+    Ok(if has("attn_qkv") && arch == "qwen3next" {
+        GdnLayout::SplitGroupedBa
+    } else if has("attn_qkv") {
+        GdnLayout::SplitTiled
+    } else if has("ssm_in") {
+        GdnLayout::Grouped
+    } else {
+        let tensor = format!("blk.{il}.attn_qkv.weight");
+        return Err(m.err(&tensor, "missing (nor is there a legacy ssm_in) for a linear-attention layer"));
+    })
+}
+
+/// Layer `il`'s feed-forward block: the file's MoE (without its shared expert where the layer
+/// has none), or a dense SwiGLU.
+fn layer_ffn(m: &Meta, arch: &str, moe: Option<&Ffn>, il: usize) -> Result<Ffn> {
+    let has = |t: &str| m.has_tensor(&format!("blk.{il}.{t}.weight"));
+    let ffn = match moe {
+        // A MoE file's layer without a router is a dense SwiGLU (llama.cpp's fallback).
+        Some(moe) if has("ffn_gate_inp") || !has("ffn_gate") => moe.clone(),
+        _ => Ffn::Dense { hidden: m.req_usize(&format!("{arch}.feed_forward_length"))?, act: Act::Silu },
+    };
+    Ok(match ffn {
+        Ffn::Moe { experts, top_k, expert_hidden, act, shared: Some(_), router } if !has("ffn_up_shexp") => {
+            Ffn::Moe { experts, top_k, expert_hidden, act, shared: None, router }
+        }
+        ffn => ffn,
+    })
 }
 
 /// Which of the `blocks` layers are linear-attention (recurrent) layers.

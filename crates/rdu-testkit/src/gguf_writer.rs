@@ -1,5 +1,4 @@
 //! Test helper: builds GGUF bytes in memory (metadata of every type, tensors of any ggml type id).
-#![allow(dead_code)]
 
 use rdu_checkpoint::{GgufValue, GgufValueType};
 
@@ -158,4 +157,60 @@ pub fn every_value() -> Vec<(&'static str, GgufValue)> {
 /// f16 bits of `v`, little-endian.
 pub fn f16_bytes(v: f32) -> [u8; 2] {
     half::f16::from_f32(v).to_le_bytes()
+}
+
+/// A GGUF parsed from bytes holding only the metadata `kvs` (no tensors).
+pub fn gguf_with(kvs: &[(&str, GgufValue)]) -> rdu_checkpoint::Gguf {
+    let writer = kvs.iter().fold(GgufWriter::new(), |w, (key, value)| w.kv(key, value.clone()));
+    rdu_checkpoint::Gguf::from_bytes("test.gguf", writer.build()).expect("a valid in-memory GGUF")
+}
+
+pub fn string(s: &str) -> GgufValue {
+    GgufValue::String(s.to_string())
+}
+
+pub fn strings(items: &[&str]) -> GgufValue {
+    GgufValue::Array(GgufValueType::String, items.iter().map(|s| string(s)).collect())
+}
+
+pub fn f32s(items: &[f32]) -> GgufValue {
+    GgufValue::Array(GgufValueType::F32, items.iter().map(|&v| GgufValue::F32(v)).collect())
+}
+
+pub fn i32s(items: &[i32]) -> GgufValue {
+    GgufValue::Array(GgufValueType::I32, items.iter().map(|&v| GgufValue::I32(v)).collect())
+}
+
+/// One tensor's data for [`write_tensors`].
+pub enum Data {
+    F32(Vec<f32>),
+    /// Values quantised to Q8_0 blocks with `rdu_checkpoint::quantize_q8_0`.
+    Q8(Vec<f32>),
+    /// Zeroed Q4_0 blocks, a type that cannot serve q8_0 storage.
+    Q4Zero,
+}
+
+/// Writes `tensors` (name, numpy-order shape, data) as a GGUF v3 file at `path`, without metadata.
+pub fn write_tensors(path: &std::path::Path, tensors: &[(String, Vec<usize>, Data)]) {
+    let mut writer = GgufWriter::new();
+    for (name, shape, data) in tensors {
+        let n: usize = shape.iter().product();
+        let (type_id, bytes): (u32, Vec<u8>) = match data {
+            Data::F32(v) => (0, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+            Data::Q8(v) => {
+                let q = rdu_checkpoint::quantize_q8_0(v, shape).expect("quantisable");
+                (
+                    8,
+                    q.blocks
+                        .iter()
+                        .flat_map(|b| f16_bytes(b.d).into_iter().chain(b.qs.iter().map(|&q| q as u8)))
+                        .collect(),
+                )
+            }
+            Data::Q4Zero => (2, vec![0u8; n / 32 * 18]),
+        };
+        let dims: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
+        writer = writer.tensor(name, &dims, type_id, bytes);
+    }
+    std::fs::write(path, writer.build()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
 }

@@ -9,12 +9,7 @@
 //! Qwen3.5's split projections with the value heads reordered from grouped to tiled — and the
 //! metadata keys llama.cpp reads. Matrices are written F32 or Q8_0 (1-D tensors, norms, routers,
 //! the shared-expert gate and conv kernels stay F32, as the converter keeps them).
-#![allow(dead_code)]
-
-#[path = "../../../rdu-checkpoint/tests/common/gguf_writer.rs"]
-mod gguf_writer;
-
-use gguf_writer::GgufWriter;
+use crate::gguf_writer::GgufWriter;
 use rdu_checkpoint::{quantize_q8_0, GgufValue, GgufValueType, SafeTensors};
 use serde_json::Value;
 use std::path::Path;
