@@ -3,10 +3,8 @@
 use crate::model_arg::{resolve_with_weights, storage_of, with_state, CutArg, CutSizes, TargetArgs};
 use anyhow::{bail, Result};
 use clap::Args;
-use rdu_compiler::lower::streamed::{
-    lower_batched_decode_streamed, lower_decode_streamed, lower_forward_streamed, lower_prefill_streamed,
-    lower_tp_decode_streamed, LowerOptions, ProgramPart, Progress, StreamedModel,
-};
+use rdu_compiler::deploy::deploy;
+use rdu_compiler::lower::streamed::{LowerOptions, ProgramPart, Progress, StreamedModel};
 use rdu_compiler::lower::PASSES;
 use rdu_spatial::chip::Chip;
 use serde_json::{json, Value};
@@ -62,18 +60,7 @@ pub fn run(args: &LowerArgs) -> Result<()> {
         }
     };
     let opts = LowerOptions { chip, storage, seed: args.seed, progress: &mut progress };
-    let model = match cut {
-        rdu_compiler::model::spec::Cut::Forward { seq } => lower_forward_streamed(&spec, seq, opts),
-        rdu_compiler::model::spec::Cut::Decode { ctx } => lower_decode_streamed(&spec, ctx, opts),
-        rdu_compiler::model::spec::Cut::Batched { batch, ctx } => {
-            lower_batched_decode_streamed(&spec, batch, ctx, opts)
-        }
-        rdu_compiler::model::spec::Cut::Tp { tp, ctx } => lower_tp_decode_streamed(&spec, tp, ctx, opts),
-        rdu_compiler::model::spec::Cut::BatchedTp { batch, tp, ctx } => {
-            rdu_compiler::lower::streamed::lower_batched_tp_decode_streamed(&spec, batch, tp, ctx, opts)
-        }
-        rdu_compiler::model::spec::Cut::Prefill { chunk, ctx } => lower_prefill_streamed(&spec, chunk, ctx, opts),
-    };
+    let model = deploy(&spec, &cut, opts);
     drop(bar);
     let model = model.map_err(|e| anyhow::anyhow!("{e}"))?;
     for d in &dumps {

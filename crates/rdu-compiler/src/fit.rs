@@ -17,7 +17,8 @@
 
 use crate::lang::ast::{DType, DeclKind};
 use crate::lang::{parse, Source};
-use crate::lower::streamed::{layer_kinds_for, StreamedModel};
+use crate::lower::streamed::kinds::layer_kinds_for;
+use crate::lower::streamed::model::StreamedModel;
 use crate::model::author::{embed_source, head_source, source_of, Q8_BLOCK};
 use crate::model::spec::{Cut, Ffn, Mixer, ModelSpec};
 use crate::model::storage::Storage;

@@ -5,9 +5,11 @@
 //! Modules in the order data flows through them: [`model`] (spec, config import, presets,
 //! authored programs), [`lang`] (program text, digest, renaming), [`front`] (lift to a typed
 //! graph), [`graph`] (dataflow IR and the reference interpreter), [`lower`] (passes and the
-//! streamed deployments), [`certify`], [`fit`].
+//! streamed model), [`certify`], [`deploy`] (the driver: a model at a cut lowered and certified),
+//! [`fit`].
 
 pub mod certify;
+pub mod deploy;
 pub mod error;
 pub mod fit;
 pub mod front;

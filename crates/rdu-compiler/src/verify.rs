@@ -162,12 +162,9 @@ fn verify_program(
 ) -> Result<ProgramReport, VerifyFault> {
     let m = &bundle.manifest;
     let name = e.name;
-    let file = |path: &str| {
-        bundle.files.get(path).ok_or_else(|| fault(name, "files", format!("`{path}` is not in the bundle")))
-    };
     let bundle_name = |n: &str| e.bind.get(n).cloned().unwrap_or_else(|| n.to_string());
     // The source, with the Q8_0 set and slices the manifest gives its names.
-    let text = file(e.file_source)?;
+    let text = stored_file(bundle, name, e.file_source)?;
     let (program, graph) = front(name, e.file_source, text)?;
     let (q8, slices) = storage_of(m, &program, &bundle_name);
     // A program on the replicated spine reads every tensor whole (the embedding of a tied
@@ -182,30 +179,108 @@ fn verify_program(
             format!("the shape_digest of `{}` is {digest}, the manifest says {}", e.file_source, e.digest),
         ));
     }
-    let spatial = rdu_spatial::text::parse(file(e.file_spatial)?)
+    let spatial = rdu_spatial::text::parse(stored_file(bundle, name, e.file_spatial)?)
         .map_err(|err| fault(name, "parse", format!("{}: {err}", e.file_spatial)))?;
     check_bindings(m, e, &spatial, &graph, &q8, &slices, &bundle_name, chip)?;
     let mut checks = vec!["digest".to_string(), "bindings".to_string()];
+    let stored = Stored { bundle, e, q8: &q8, chip };
     let seed = e.certificate.seed;
-    let certified = |c: Result<Certificate, crate::certify::CertifyFault>| {
-        c.map_err(|f| {
-            let text = f.to_string();
-            let check = match &f {
-                crate::certify::CertifyFault::Structure(_) => "structure",
-                crate::certify::CertifyFault::Resources(_) => "resources",
-                _ => "numbers",
-            };
-            let message = text.strip_prefix(&format!("{check}: ")).unwrap_or(&text).to_string();
-            fault(name, check, message)
-        })
-    };
-    let attached = |role: AttachedRole| -> Result<Option<(Source, Graph)>, VerifyFault> {
-        let Some(a) = e.attached.iter().find(|a| a.role == role) else { return Ok(None) };
-        let text = file(&a.file)?;
-        let (_, graph) = front(name, &a.file, text)?;
-        Ok(Some((Source { text: text.clone(), q8: q8.clone(), slices: BTreeMap::new() }, graph)))
-    };
     let certificate = if split {
+        stored.certify_split(&spatial, &graph, &slices, chips)?
+    } else {
+        stored.certify_whole(&spatial, &graph)?
+    };
+    if certificate.seed != seed {
+        return Err(fault(name, "numbers", "ran with another seed than the certificate's"));
+    }
+    checks.extend(check_names(&certificate.checks));
+    checks.dedup();
+    Ok(ProgramReport { name: name.to_string(), checks, max_abs_err: certificate.max_abs_err })
+}
+
+/// A check's name is the first word of its note (`slices: ...`, `partial sums: ...`); the
+/// full-size check after numbers on reduced rows is named as such, not "structure" again.
+fn check_names(notes: &[String]) -> impl Iterator<Item = String> + '_ {
+    notes.iter().map(|c| match c.split([' ', ':']).next().unwrap_or(c) {
+        _ if c.ends_with("at full size") => "full-size structure".to_string(),
+        "partial" => "partial sums".to_string(),
+        word => word.to_string(),
+    })
+}
+
+/// The file `path` of `bundle`, or the fault of program `name` that it is missing.
+fn stored_file<'b>(bundle: &'b Bundle, name: &str, path: &str) -> Result<&'b String, VerifyFault> {
+    bundle.files.get(path).ok_or_else(|| fault(name, "files", format!("`{path}` is not in the bundle")))
+}
+
+/// A certification fault as the fault of program `name` in the check it names.
+fn certified(name: &str, c: Result<Certificate, crate::certify::CertifyFault>) -> Result<Certificate, VerifyFault> {
+    c.map_err(|f| {
+        let text = f.to_string();
+        let check = match &f {
+            crate::certify::CertifyFault::Structure(_) => "structure",
+            crate::certify::CertifyFault::Resources(_) => "resources",
+            _ => "numbers",
+        };
+        let message = text.strip_prefix(&format!("{check}: ")).unwrap_or(&text).to_string();
+        fault(name, check, message)
+    })
+}
+
+/// One stored program being re-certified: its bundle, manifest entry and Q8_0 set, on `chip`.
+struct Stored<'a> {
+    bundle: &'a Bundle,
+    e: &'a Entry<'a>,
+    q8: &'a BTreeSet<String>,
+    chip: &'a Chip,
+}
+
+impl Stored<'_> {
+    /// The source the certificate says it ran against in `role`, lifted, if the manifest gives one.
+    fn attached(&self, role: AttachedRole) -> Result<Option<(Source, Graph)>, VerifyFault> {
+        let Some(a) = self.e.attached.iter().find(|a| a.role == role) else { return Ok(None) };
+        let text = stored_file(self.bundle, self.e.name, &a.file)?;
+        let (_, graph) = front(self.e.name, &a.file, text)?;
+        Ok(Some((Source { text: text.clone(), q8: self.q8.clone(), slices: BTreeMap::new() }, graph)))
+    }
+
+    /// A one-chip program certified again: itself, or its numbers on the stored reduced
+    /// program and its own structure and resources at full size.
+    fn certify_whole(&self, spatial: &SpatialProgram, graph: &Graph) -> Result<Certificate, VerifyFault> {
+        let (name, chip, seed) = (self.e.name, self.chip, self.e.certificate.seed);
+        if spatial.tp.is_some() {
+            return Err(fault(name, "slices", "a one-chip program carries a tensor-parallel layout"));
+        }
+        let Some((small, small_graph)) = self.attached(AttachedRole::Reduced)? else {
+            return certified(name, certify(spatial, graph, chip, seed));
+        };
+        let lowered = lower_source(name, &small, &small_graph, chip)?;
+        // Fewer rows of a prefill chunk keep every kernel, argument and tile; fewer
+        // vocabulary rows (the embedding and head) change the tiles.
+        if self.e.is_kind && kernels(&lowered) != kernels(spatial) {
+            return Err(fault(
+                name,
+                "numbers",
+                "the reduced program's kernels, arguments or tiles are not the stored program's",
+            ));
+        }
+        let mut c = certified(name, certify(&lowered, &small_graph, chip, seed))?;
+        certified(name, check_structure(spatial, graph, chip).map(|()| c.clone()))?;
+        c.checks.push("structure and resources at full size".into());
+        Ok(c)
+    }
+
+    /// A split program certified again over its `chips` against its stored unsplit program, or
+    /// its numbers on the stored reduced split and unsplit programs and its own structure,
+    /// resources and slices at full size.
+    fn certify_split(
+        &self,
+        spatial: &SpatialProgram,
+        graph: &Graph,
+        slices: &BTreeMap<String, Slices>,
+        chips: usize,
+    ) -> Result<Certificate, VerifyFault> {
+        let (name, chip, seed) = (self.e.name, self.chip, self.e.certificate.seed);
         if spatial.tp.as_ref().map(|t| t.chips as usize) != Some(chips) {
             return Err(fault(
                 name,
@@ -213,77 +288,36 @@ fn verify_program(
                 format!("a program of this {chips}-chip bundle is not split over {chips} chips"),
             ));
         }
-        let (whole, whole_graph) = attached(AttachedRole::Unsplit)?.ok_or_else(|| {
+        let (whole, whole_graph) = self.attached(AttachedRole::Unsplit)?.ok_or_else(|| {
             fault(name, "numbers", "the manifest gives no unsplit program to certify the chips against")
         })?;
         let unsplit = lower_source(name, &whole, &whole_graph, chip)?;
-        match (attached(AttachedRole::Reduced)?, attached(AttachedRole::ReducedUnsplit)?) {
-            (None, None) => certified(certify_tp(&spatial, &graph, &unsplit, &whole_graph, chip, seed))?,
+        match (self.attached(AttachedRole::Reduced)?, self.attached(AttachedRole::ReducedUnsplit)?) {
+            (None, None) => certified(name, certify_tp(spatial, graph, &unsplit, &whole_graph, chip, seed)),
             (Some((small, small_graph)), Some((small_whole, small_whole_graph))) => {
                 // The numbers ran on the reduced split program against its unsplit counterpart;
                 // the reduced program's runs are the compiler's cover of its smaller axis.
                 let small_unsplit = lower_source(name, &small_whole, &small_whole_graph, chip)?;
-                let small_slices = reduced_slices(&slices, &small_unsplit, chips);
+                let small_slices = reduced_slices(slices, &small_unsplit, chips);
                 let (small_program, _) = front(name, "attached source", &small.text)?;
                 let split = Split { chips, slices: &small_slices };
                 let small_spatial =
                     lower_split(name, &small_program, &small_graph, &small.q8, split, chip, &mut |_, _| {});
-                let mut c = certified(certify_tp(
-                    &small_spatial,
-                    &small_graph,
-                    &small_unsplit,
-                    &small_whole_graph,
-                    chip,
-                    seed,
-                ))?;
-                certified(check_tp_structure(&spatial, &graph, &unsplit, chip).map(|_| c.clone()))?;
-                c.checks.push("structure, resources and slices at full size".into());
-                c
-            }
-            _ => {
-                return Err(fault(
+                let mut c = certified(
                     name,
-                    "numbers",
-                    "the manifest gives a reduced split program without its reduced unsplit counterpart, or the other way round",
-                ))
+                    certify_tp(&small_spatial, &small_graph, &small_unsplit, &small_whole_graph, chip, seed),
+                )?;
+                certified(name, check_tp_structure(spatial, graph, &unsplit, chip).map(|_| c.clone()))?;
+                c.checks.push("structure, resources and slices at full size".into());
+                Ok(c)
             }
+            _ => Err(fault(
+                name,
+                "numbers",
+                "the manifest gives a reduced split program without its reduced unsplit counterpart, or the other way round",
+            )),
         }
-    } else {
-        if spatial.tp.is_some() {
-            return Err(fault(name, "slices", "a one-chip program carries a tensor-parallel layout"));
-        }
-        match attached(AttachedRole::Reduced)? {
-            None => certified(certify(&spatial, &graph, chip, seed))?,
-            Some((small, small_graph)) => {
-                let lowered = lower_source(name, &small, &small_graph, chip)?;
-                // Fewer rows of a prefill chunk keep every kernel, argument and tile; fewer
-                // vocabulary rows (the embedding and head) change the tiles.
-                if e.is_kind && kernels(&lowered) != kernels(&spatial) {
-                    return Err(fault(
-                        name,
-                        "numbers",
-                        "the reduced program's kernels, arguments or tiles are not the stored program's",
-                    ));
-                }
-                let mut c = certified(certify(&lowered, &small_graph, chip, seed))?;
-                certified(check_structure(&spatial, &graph, chip).map(|()| c.clone()))?;
-                c.checks.push("structure and resources at full size".into());
-                c
-            }
-        }
-    };
-    if certificate.seed != seed {
-        return Err(fault(name, "numbers", "ran with another seed than the certificate's"));
     }
-    // A check's name is the first word of its note (`slices: ...`, `partial sums: ...`); the
-    // full-size check after numbers on reduced rows is named as such, not "structure" again.
-    checks.extend(certificate.checks.iter().map(|c| match c.split([' ', ':']).next().unwrap_or(c) {
-        _ if c.ends_with("at full size") => "full-size structure".to_string(),
-        "partial" => "partial sums".to_string(),
-        word => word.to_string(),
-    }));
-    checks.dedup();
-    Ok(ProgramReport { name: name.to_string(), checks, max_abs_err: certificate.max_abs_err })
 }
 
 fn front(name: &str, path: &str, text: &str) -> Result<(crate::lang::ast::Program, Graph), VerifyFault> {
@@ -491,11 +525,7 @@ pub fn verify_model(bundle: &Bundle, spec: &ModelSpec) -> Result<(), VerifyFault
             }
         }
     }
-    let one_chip = match cut {
-        Cut::Tp { ctx, .. } => Cut::Decode { ctx },
-        Cut::BatchedTp { batch, ctx, .. } => Cut::Batched { batch, ctx },
-        c => c,
-    };
+    let one_chip = cut.unsplit();
     for (e, authored) in [
         (&entries[0], embed_source(spec, one_chip, &storage)),
         // The head of a tensor-parallel cut is its own (vocabulary-parallel).

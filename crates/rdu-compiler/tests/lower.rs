@@ -171,16 +171,15 @@ fn a_corrupted_tile_bound_is_caught() {
     let chip = small_chip(2080, 256);
     let (mut program, graph) = lowered_kind("tiny-llama", &chip);
     certify(&program, &graph, &chip, 1).expect("the lowered program certifies");
-    let tiled = program
-        .sections
-        .iter_mut()
-        .flat_map(|s| &mut s.stages)
-        .flat_map(|st| &mut st.ops)
-        .find_map(|op| op.tiling.as_mut().filter(|t| t.tiles.len() > 1))
-        .expect("a tiled op");
-    tiled.tiles[1].0 += 1;
+    first_tiling(&mut program).tiles[1].0 += 1;
     let fault = certify(&program, &graph, &chip, 1).expect_err("a gap between tiles must not certify");
     assert!(matches!(&fault, CertifyFault::Structure(m) if m.contains("tiles do not cover")), "{fault}");
+}
+
+/// The tiling of the first op of `program` cut into more than one tile, to corrupt.
+fn first_tiling(program: &mut rdu_spatial::program::SpatialProgram) -> &mut rdu_spatial::program::Tiling {
+    let ops = program.sections.iter_mut().flat_map(|s| &mut s.stages).flat_map(|st| &mut st.ops);
+    ops.into_iter().find_map(|op| op.tiling.as_mut().filter(|t| t.tiles.len() > 1)).expect("a tiled op")
 }
 
 /// The first op `op` of `program`, to corrupt.
@@ -246,6 +245,28 @@ fn a_swapped_operand_or_dropped_statement_is_caught_by_the_structure_check() {
     stage.ops.pop();
     let fault = certify(&dropped, &graph, &chip, 1).expect_err("a dropped statement must not certify");
     assert!(matches!(fault, CertifyFault::Structure(_)), "{fault}");
+}
+
+/// The structure check collects every fault (`structure_faults`), not only the first that
+/// `certify` reports: three corruptions in three places are all named, in program order.
+#[test]
+fn several_structure_faults_are_reported_together() {
+    let chip = small_chip(2080, 256);
+    let (mut program, graph) = lowered_kind("tiny-llama", &chip);
+    assert_eq!(rdu_compiler::certify::structure_faults(&program, &graph), Vec::<String>::new());
+    first_op(&mut program, "mul").args.swap(0, 1);
+    let norm = first_op(&mut program, "rms_norm");
+    let eps = norm.attr("eps").and_then(Lit::as_float).expect("an eps");
+    set_attr(norm, "eps", Lit::Float(eps * 2.0));
+    first_tiling(&mut program).tiles[1].0 += 1;
+    let faults = rdu_compiler::certify::structure_faults(&program, &graph);
+    let found = |what: &str| faults.iter().filter(|f| f.contains(what)).count();
+    assert_eq!(found("op `mul` reads"), 1, "{faults:#?}");
+    assert_eq!(found("rms_norm eps="), 1, "{faults:#?}");
+    assert_eq!(found("tiles do not cover"), 1, "{faults:#?}");
+    // `certify` reports the first of them, as it always has.
+    let fault = certify(&program, &graph, &chip, 1).expect_err("a corrupted program must not certify");
+    assert_eq!(fault, CertifyFault::Structure(faults[0].clone()));
 }
 
 #[test]

@@ -120,6 +120,14 @@ fn compare(
     Ok((worst.0, bound))
 }
 
+/// Every structural fault of `program` against `graph` (the structure check, `structure.rs`,
+/// collecting them all rather than stopping at the first, which is the one
+/// `CertifyFault::Structure` reports); empty when the program is sound. Resources are not
+/// included: they hold only once a program is placed.
+pub fn structure_faults(program: &SpatialProgram, graph: &Graph) -> Vec<String> {
+    structure::faults(program, graph)
+}
+
 /// The structure and resource checks alone (for a program too large to validate numerically
 /// at full size, whose numbers are checked on a smaller instance of the same program).
 pub fn check_structure(program: &SpatialProgram, graph: &Graph, chip: &Chip) -> Result<(), CertifyFault> {

@@ -5,20 +5,24 @@
 
 use crate::graph::Graph;
 use rdu_spatial::chip::Chip;
-use rdu_spatial::program::{Arg, KernelOp, Op, Role, SpatialProgram, Storage, TensorDecl, Tiling};
+use rdu_spatial::program::{Arg, Op, Role, SpatialProgram, Storage};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+/// `Err` of the first of `faults`, if any.
+fn first(faults: Vec<String>) -> Result<(), String> {
+    faults.into_iter().next().map_or(Ok(()), Err)
+}
 
 /// Every kernel op is its source statement, exactly: the kernel ops other than lowering's
 /// own (not [`Op::in_language`]: `dequant`, a view of a Q8_0 weight) are the lifted graph's nodes one for one, in order, each with the same
 /// typed op — every attribute equal, bit for bit (eps, scale, offset, window, rope dim and
 /// style, top-k, groups, act, kmap, shapes, axes), so a change below the numeric tolerance
 /// still fails — the same operands in the same order (a dequantised weight standing for its
-/// weight), and the same results.
-pub fn matches_source(program: &SpatialProgram, graph: &Graph) -> Result<(), String> {
+/// weight), and the same results. Every way they are not, in program order.
+pub fn source_faults(program: &SpatialProgram, graph: &Graph) -> Vec<String> {
+    let mut faults = Vec::new();
     let mut nodes = graph.nodes.iter();
     let mut dequantised: BTreeMap<&str, &str> = BTreeMap::new();
-    let names =
-        |ids: &[crate::graph::ValueId]| -> Vec<String> { ids.iter().map(|&v| graph.value(v).name.clone()).collect() };
     let state_names: HashSet<&str> = graph.states.iter().map(|st| st.name.as_str()).collect();
     for (s, section) in program.sections.iter().enumerate() {
         for stage in &section.stages {
@@ -29,138 +33,160 @@ pub fn matches_source(program: &SpatialProgram, graph: &Graph) -> Result<(), Str
                         ([out], [Arg::Tensor(w)]) if !op.update => {
                             dequantised.insert(out.as_str(), w.as_str());
                         }
-                        _ => return Err(format!("{at} must read one weight and write one tensor")),
+                        _ => faults.push(format!("{at} must read one weight and write one tensor")),
                     }
                     continue;
                 }
-                let node = nodes.next().ok_or_else(|| {
-                    format!("{at} has no statement in the source (its {} statements are done)", graph.nodes.len())
-                })?;
-                let kernel = crate::front::kernel_op(op).map_err(|e| format!("{at}: {e}"))?;
-                if kernel != node.op {
-                    return Err(format!("{at} is `{kernel}` but its source statement {} is `{}`", node.stmt, node.op));
-                }
-                let reads: Vec<String> =
-                    op.reads().map(|n| dequantised.get(n).copied().unwrap_or(n).to_string()).collect();
-                let want = names(&node.inputs);
-                if reads != want {
-                    return Err(format!("{at} reads {reads:?} but its source statement {} reads {want:?}", node.stmt));
-                }
-                let outs = names(&node.outputs);
-                if op.outs != outs {
-                    return Err(format!(
-                        "{at} writes {:?} but its source statement {} writes {outs:?}",
-                        op.outs, node.stmt
+                let Some(node) = nodes.next() else {
+                    faults.push(format!(
+                        "{at} has no statement in the source (its {} statements are done)",
+                        graph.nodes.len()
                     ));
-                }
-                // Only `<-` may bind a declared state's name.
-                let updates = outs.last().is_some_and(|n| state_names.contains(n.as_str()));
-                if op.update != updates {
-                    return Err(format!(
-                        "{at} {} a state but its source statement {} {}",
-                        if op.update { "updates" } else { "does not update" },
-                        node.stmt,
-                        if updates { "does" } else { "does not" }
-                    ));
-                }
+                    return faults;
+                };
+                op_faults(op, node, &at, graph, &dequantised, &state_names, &mut faults);
             }
         }
     }
     if let Some(node) = nodes.next() {
-        return Err(format!("the source's statement {} (`{}`) has no kernel op", node.stmt, node.op.name()));
+        faults.push(format!("the source's statement {} (`{}`) has no kernel op", node.stmt, node.op.name()));
     }
-    Ok(())
+    faults
 }
 
+/// The ways one kernel op is not its source statement `node`: its typed op, what it reads,
+/// what it writes, and whether it updates a state.
+fn op_faults(
+    op: &rdu_spatial::program::KernelOp,
+    node: &crate::graph::Node,
+    at: &str,
+    graph: &Graph,
+    dequantised: &BTreeMap<&str, &str>,
+    state_names: &HashSet<&str>,
+    faults: &mut Vec<String>,
+) {
+    let names =
+        |ids: &[crate::graph::ValueId]| -> Vec<String> { ids.iter().map(|&v| graph.value(v).name.clone()).collect() };
+    match crate::front::kernel_op(op) {
+        Err(e) => faults.push(format!("{at}: {e}")),
+        Ok(kernel) if kernel != node.op => {
+            faults.push(format!("{at} is `{kernel}` but its source statement {} is `{}`", node.stmt, node.op))
+        }
+        Ok(_) => {}
+    }
+    let reads: Vec<String> = op.reads().map(|n| dequantised.get(n).copied().unwrap_or(n).to_string()).collect();
+    let want = names(&node.inputs);
+    if reads != want {
+        faults.push(format!("{at} reads {reads:?} but its source statement {} reads {want:?}", node.stmt));
+    }
+    let outs = names(&node.outputs);
+    if op.outs != outs {
+        faults.push(format!("{at} writes {:?} but its source statement {} writes {outs:?}", op.outs, node.stmt));
+    }
+    // Only `<-` may bind a declared state's name.
+    let updates = outs.last().is_some_and(|n| state_names.contains(n.as_str()));
+    if op.update != updates {
+        faults.push(format!(
+            "{at} {} a state but its source statement {} {}",
+            if op.update { "updates" } else { "does not update" },
+            node.stmt,
+            if updates { "does" } else { "does not" }
+        ));
+    }
+}
+
+/// The structure check: the first of [`faults`], if any.
 pub fn check(program: &SpatialProgram, graph: &Graph) -> Result<(), String> {
-    matches_source(program, graph)?;
+    first(faults(program, graph))
+}
+
+/// Every structural fault of `program`, lowered from `graph`, in the order the check meets
+/// them: kernel ops against their source statements, `prefetch` marks, then every read, Q8_0
+/// fold and tiling in program order, the states written back, the outputs produced, and the
+/// declared tensors. Empty when the program is sound.
+pub fn faults(program: &SpatialProgram, graph: &Graph) -> Vec<String> {
+    let mut faults = source_faults(program, graph);
     // A `prefetch` mark streams a stage's weights ahead of its activations: only weights whose
     // addresses do not depend on them, and only in a one-section program.
-    if let Some(problem) = program.prefetch_problems().into_iter().next() {
-        return Err(problem);
+    faults.extend(program.prefetch_problems());
+    let flow = dataflow_faults(program, &mut faults);
+    state_faults(program, graph, &flow.written_states, &mut faults);
+    for out in &program.outputs {
+        if !flow.available.contains(out.as_str()) {
+            faults.push(format!("output `{out}` is never produced"));
+        }
     }
-    let decls: HashMap<&str, &rdu_spatial::program::TensorDecl> =
-        program.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
-    let decl = |n: &str| decls.get(n).copied();
-    let mut available: BTreeSet<&str> = program
+    let declared: BTreeSet<&str> = graph.declared().map(|(_, v, _)| v.name.as_str()).collect();
+    if declared != bound(program).collect() {
+        faults.push("the program's declared tensors differ from its source's".to_string());
+    }
+    faults
+}
+
+/// The names a program's caller binds: its inputs, weights, shared tables and states.
+fn bound(program: &SpatialProgram) -> impl Iterator<Item = &str> {
+    program
         .tensors
         .iter()
         .filter(|t| matches!(t.role, Role::Input | Role::Weight | Role::Shared | Role::State))
         .map(|t| t.name.as_str())
-        .collect();
-    let mut written_states = BTreeSet::new();
+}
+
+/// What the walk over a program's ops found produced: every name available after it, and the
+/// states written back.
+struct Flow<'p> {
+    available: BTreeSet<&'p str>,
+    written_states: BTreeSet<String>,
+}
+
+/// Walks the ops in order: every read has a producer before it, Q8_0 weights are read only by
+/// folding products or `dequant`, a fold reads a Q8_0 weight, and tiles cover each tiled output
+/// exactly once.
+fn dataflow_faults<'p>(program: &'p SpatialProgram, faults: &mut Vec<String>) -> Flow<'p> {
+    let decls: HashMap<&str, &rdu_spatial::program::TensorDecl> =
+        program.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
+    let decl = |n: &str| decls.get(n).copied();
+    let is_q8 = |n: &str| decl(n).is_some_and(|t| t.storage == Storage::Q8_0);
+    let mut flow = Flow { available: bound(program).collect(), written_states: BTreeSet::new() };
     for (s, section) in program.sections.iter().enumerate() {
         for stage in &section.stages {
             for op in &stage.ops {
                 let at = format!("section {s} stage {} op `{}`", stage.name, op.op);
                 for arg in &op.args {
                     let Arg::Tensor(name) = arg else { continue };
-                    if !available.contains(name.as_str()) {
-                        return Err(format!("{at} reads `{name}`, which nothing before it produces"));
+                    if !flow.available.contains(name.as_str()) {
+                        faults.push(format!("{at} reads `{name}`, which nothing before it produces"));
                     }
-                    let stored_q8 = decl(name).is_some_and(|t| t.storage == Storage::Q8_0);
-                    if stored_q8 && !op.fold_q8 && op.op != Op::Dequant {
-                        return Err(format!("{at} reads the Q8_0 weight `{name}` without folding it"));
+                    if is_q8(name) && !op.fold_q8 && op.op != Op::Dequant {
+                        faults.push(format!("{at} reads the Q8_0 weight `{name}` without folding it"));
                     }
                 }
-                if op.fold_q8
-                    && !op
-                        .args
-                        .iter()
-                        .any(|a| matches!(a, Arg::Tensor(n) if decl(n).is_some_and(|t| t.storage == Storage::Q8_0)))
-                {
-                    return Err(format!("{at} folds Q8_0 but reads no Q8_0 weight"));
+                if op.fold_q8 && !op.args.iter().any(|a| matches!(a, Arg::Tensor(n) if is_q8(n))) {
+                    faults.push(format!("{at} folds Q8_0 but reads no Q8_0 weight"));
                 }
                 if let Some(tiling) = &op.tiling {
-                    check_tiling(&at, op, tiling, &decl)?;
+                    if let Err(fault) = tiling_covers(op, tiling, &at, &decl) {
+                        faults.push(fault);
+                    }
                 }
                 if op.update {
                     if let Some(state) = op.outs.last() {
-                        written_states.insert(state.clone());
+                        flow.written_states.insert(state.clone());
                     }
                 }
-                available.extend(op.outs.iter().map(String::as_str));
+                flow.available.extend(op.outs.iter().map(String::as_str));
             }
         }
     }
-    let mut graph_states: HashMap<&str, &crate::graph::StateUpdate> = HashMap::new();
-    for st in &graph.states {
-        graph_states.entry(st.name.as_str()).or_insert(st);
-    }
-    for state in program.tensors.iter().filter(|t| t.role == Role::State) {
-        if !written_states.contains(&state.name) {
-            return Err(format!("state `{}` is never written back", state.name));
-        }
-        let graph_state = graph_states.get(state.name.as_str());
-        let Some(gs) = graph_state else { return Err(format!("state `{}` is not a state of the source", state.name)) };
-        if graph.value(gs.last).ty.shape != state.shape {
-            return Err(format!("state `{}` is written back with another shape", state.name));
-        }
-    }
-    for out in &program.outputs {
-        if !available.contains(out.as_str()) {
-            return Err(format!("output `{out}` is never produced"));
-        }
-    }
-    let declared: BTreeSet<&str> = graph.declared().map(|(_, v, _)| v.name.as_str()).collect();
-    let program_declared: BTreeSet<&str> = program
-        .tensors
-        .iter()
-        .filter(|t| matches!(t.role, Role::Input | Role::Weight | Role::Shared | Role::State))
-        .map(|t| t.name.as_str())
-        .collect();
-    if declared != program_declared {
-        return Err("the program's declared tensors differ from its source's".to_string());
-    }
-    Ok(())
+    flow
 }
 
-/// The tiles of an op's (first) output cover its tiling axis exactly once, in order.
-fn check_tiling<'p>(
+/// The tiles of `op` cover its first output's tiled axis exactly once, in order.
+fn tiling_covers<'p>(
+    op: &rdu_spatial::program::KernelOp,
+    tiling: &rdu_spatial::program::Tiling,
     at: &str,
-    op: &KernelOp,
-    tiling: &Tiling,
-    decl: &dyn Fn(&str) -> Option<&'p TensorDecl>,
+    decl: &dyn Fn(&str) -> Option<&'p rdu_spatial::program::TensorDecl>,
 ) -> Result<(), String> {
     let out = op.outs.first().and_then(|o| decl(o)).ok_or_else(|| format!("{at}: tiled output is undeclared"))?;
     let extent =
@@ -179,6 +205,26 @@ fn check_tiling<'p>(
         return Err(format!("{at}: tiles of `{}` end at {next}, the axis has {extent}", out.name));
     }
     Ok(())
+}
+
+/// Every declared state is written back, is a state of the source, and keeps its shape.
+fn state_faults(program: &SpatialProgram, graph: &Graph, written: &BTreeSet<String>, faults: &mut Vec<String>) {
+    let mut graph_states: HashMap<&str, &crate::graph::StateUpdate> = HashMap::new();
+    for st in &graph.states {
+        graph_states.entry(st.name.as_str()).or_insert(st);
+    }
+    for state in program.tensors.iter().filter(|t| t.role == Role::State) {
+        if !written.contains(&state.name) {
+            faults.push(format!("state `{}` is never written back", state.name));
+        }
+        match graph_states.get(state.name.as_str()) {
+            None => faults.push(format!("state `{}` is not a state of the source", state.name)),
+            Some(gs) if graph.value(gs.last).ty.shape != state.shape => {
+                faults.push(format!("state `{}` is written back with another shape", state.name))
+            }
+            Some(_) => {}
+        }
+    }
 }
 
 pub fn resources(program: &SpatialProgram, chip: &Chip) -> Result<(), String> {

@@ -67,22 +67,14 @@ pub fn certify_tp(
     let (mut max_abs_err, mut tolerance) = (0f64, TOLERANCE);
     for (c, run) in runs.into_iter().enumerate() {
         let (outputs, states) = run?;
-        for (name, want) in &reference.outputs {
-            let got = outputs.get(name).ok_or_else(|| CertifyFault::Engine {
+        let results = reference.outputs.iter().map(|(n, w)| (n, w, outputs.get(n), "produced no"));
+        let finals = reference.states.iter().map(|(n, w)| (n, w, states.get(n), "left no state"));
+        for (name, want, got, missing) in results.chain(finals) {
+            let got = got.ok_or_else(|| CertifyFault::Engine {
                 engine: "simulator",
-                message: format!("chip {c} produced no `{name}`"),
+                message: format!("chip {c} {missing} `{name}`"),
             })?;
-            // A gathered result: the chip's runs of the unsplit program's.
-            let want = chip_part(name, want, splits.get(name.as_str()).copied(), c)?;
-            let (err, bound) = compare(&format!("{name} (chip {c})"), got, &want)?;
-            max_abs_err = max_abs_err.max(err);
-            tolerance = tolerance.max(bound);
-        }
-        for (name, want) in &reference.states {
-            let got = states.get(name).ok_or_else(|| CertifyFault::Engine {
-                engine: "simulator",
-                message: format!("chip {c} left no state `{name}`"),
-            })?;
+            // A gathered result: the chip's runs of the unsplit program's; a split state its slice.
             let want = chip_part(name, want, splits.get(name.as_str()).copied(), c)?;
             let (err, bound) = compare(&format!("{name} (chip {c})"), got, &want)?;
             max_abs_err = max_abs_err.max(err);
@@ -218,16 +210,9 @@ enum Class {
 fn check_partials(program: &SpatialProgram) -> Result<(), String> {
     let tp = program.tp.as_ref().ok_or("no tensor-parallel layout")?;
     let split_axis = |n: &str| tp.splits.iter().find(|s| s.tensor == n).map(|s| s.axis);
-    // No two chips hold overlapping ranges of `n` (replicated equal ranges aside, which are
-    // never contracted: kv heads).
-    let disjoint = |n: &str| {
-        tp.splits.iter().find(|s| s.tensor == n).is_none_or(|s| {
-            let mut all: Vec<(usize, usize)> = s.parts.iter().flatten().copied().collect();
-            all.sort_unstable();
-            all.dedup();
-            all.windows(2).all(|w| w[0].1 <= w[1].0)
-        })
-    };
+    let rank = |n: &str| program.decl(n).map_or(0, |d| d.shape.len());
+    // A product whose weight is split along its contracted (last) axis sums over a split.
+    let contracts_split = |w: &str| split_axis(w).is_some_and(|axis| axis + 1 == rank(w));
     let mut class: BTreeMap<String, Class> = BTreeMap::new();
     for t in program.tensors.iter().filter(|t| t.role.is_bound()) {
         let c = if split_axis(&t.name).is_some() { Class::Local } else { Class::Replicated };
@@ -243,25 +228,12 @@ fn check_partials(program: &SpatialProgram) -> Result<(), String> {
                 Arg::Lit(_) => None,
             })
             .collect();
-        let rank = |n: &str| program.decl(n).map_or(0, |d| d.shape.len());
-        // A product whose weight is split along its contracted (last) axis sums over a split.
-        let contracts_split = |w: &str| split_axis(w).is_some_and(|axis| axis + 1 == rank(w));
         // Summing over a split counts each value once only when no two chips hold it.
-        if let Some(w) = op.reads().find(|w| contracts_split(w) && !disjoint(w)) {
+        if let Some(w) = op.reads().find(|w| contracts_split(w) && !disjoint(tp, w)) {
             return Err(format!("{at} sums over `{w}`, whose chips' ranges overlap"));
         }
-        let result = result_class(op.op, &at, &args, &contracts_split)?;
-        for (k, out) in op.outs.iter().enumerate() {
-            let is_state = op.update && k + 1 == op.outs.len();
-            if is_state {
-                let want = class.get(out).copied().unwrap_or(Class::Replicated);
-                if result == Class::Partial || (want == Class::Replicated && result == Class::Local) {
-                    return Err(format!("{at} writes a {result:?} value into the {want:?} state `{out}`"));
-                }
-            } else {
-                class.insert(out.clone(), result);
-            }
-        }
+        let result = op_class(op.op, &args, &at, &contracts_split)?;
+        write_class(op, result, &at, &mut class)?;
     }
     for out in &program.outputs {
         match class.get(out).copied() {
@@ -274,15 +246,27 @@ fn check_partials(program: &SpatialProgram) -> Result<(), String> {
     Ok(())
 }
 
-/// The class of an op's results from its operands' (tensor operands only, in order), or why
-/// the op may not read them: see [`check_partials`].
-fn result_class(
+/// No two chips hold overlapping ranges of `n` (replicated equal ranges aside, which are never
+/// contracted: kv heads).
+fn disjoint(tp: &rdu_spatial::program::TpInfo, n: &str) -> bool {
+    tp.splits.iter().find(|s| s.tensor == n).is_none_or(|s| {
+        let mut all: Vec<(usize, usize)> = s.parts.iter().flatten().copied().collect();
+        all.sort_unstable();
+        all.dedup();
+        all.windows(2).all(|w| w[0].1 <= w[1].0)
+    })
+}
+
+/// What the result of op `op` over `args` (each with its class) is on the chips, or why it
+/// may not read them.
+fn op_class(
     op: Op,
-    at: &str,
     args: &[(&str, Class)],
+    at: &str,
     contracts_split: &dyn Fn(&str) -> bool,
 ) -> Result<Class, String> {
     let any = |c: Class| args.iter().any(|a| a.1 == c);
+    let all_partial = || args.iter().all(|a| a.1 == Class::Partial);
     Ok(match op {
         Op::AllReduce => match args.first().map(|a| a.1) {
             Some(Class::Partial) => Class::Replicated,
@@ -306,32 +290,49 @@ fn result_class(
             Class::Partial
         }
         Op::Add | Op::Sub if any(Class::Partial) => {
-            if args.iter().all(|a| a.1 == Class::Partial) {
-                Class::Partial
-            } else {
+            if !all_partial() {
                 return Err(format!("{at} adds a partial sum to a value that is not one"));
             }
+            Class::Partial
         }
         Op::Mul if any(Class::Partial) => {
-            if args.iter().filter(|a| a.1 == Class::Partial).count() == 1 && !any(Class::Local) {
-                Class::Partial
-            } else {
+            if args.iter().filter(|a| a.1 == Class::Partial).count() != 1 || any(Class::Local) {
                 return Err(format!("{at} multiplies a partial sum by a value that is not replicated"));
             }
+            Class::Partial
         }
         Op::Reshape | Op::Scale | Op::Neg | Op::Slice | Op::Transpose | Op::Concat if any(Class::Partial) => {
-            if args.iter().all(|a| a.1 == Class::Partial) {
-                Class::Partial
-            } else {
+            if !all_partial() {
                 return Err(format!("{at} mixes a partial sum with other values"));
             }
+            Class::Partial
         }
-        _ if any(Class::Partial) => {
-            return Err(format!("{at} reads a partial sum before it is all-reduced"));
-        }
+        _ if any(Class::Partial) => return Err(format!("{at} reads a partial sum before it is all-reduced")),
         _ if any(Class::Local) => Class::Local,
         _ => Class::Replicated,
     })
+}
+
+/// Records the class of every value `op` writes; a state it updates keeps its own class, and
+/// may receive neither a partial sum nor (when replicated) a chip's local value.
+fn write_class(
+    op: &rdu_spatial::program::KernelOp,
+    result: Class,
+    at: &str,
+    class: &mut BTreeMap<String, Class>,
+) -> Result<(), String> {
+    for (k, out) in op.outs.iter().enumerate() {
+        let is_state = op.update && k + 1 == op.outs.len();
+        if is_state {
+            let want = class.get(out).copied().unwrap_or(Class::Replicated);
+            if result == Class::Partial || (want == Class::Replicated && result == Class::Local) {
+                return Err(format!("{at} writes a {result:?} value into the {want:?} state `{out}`"));
+            }
+        } else {
+            class.insert(out.clone(), result);
+        }
+    }
+    Ok(())
 }
 
 /// One chip's bindings: its slices of the full seeded tensors (stacked experts cut one expert

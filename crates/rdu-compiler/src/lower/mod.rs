@@ -39,6 +39,9 @@ pub fn lower(
 }
 
 /// `lower` for a program that runs over `split.chips` chips, each on its slices.
+///
+/// In tests and debug builds (`cfg!(debug_assertions)`) the structure check runs after every
+/// pass (`after_pass`), so a pass that breaks the program is named where it does.
 pub fn lower_split(
     name: &str,
     program: &Program,
@@ -48,6 +51,10 @@ pub fn lower_split(
     chip: &Chip,
     dump: &mut dyn FnMut(&str, &SpatialProgram),
 ) -> SpatialProgram {
+    let mut dump = |pass: &str, p: &SpatialProgram| {
+        after_pass(name, pass, p, graph);
+        dump(pass, p)
+    };
     let mut p = passes::select::select(name, &chip.name, program, graph);
     dump("select", &p);
     passes::from_q8(&mut p, stored_q8);
@@ -63,4 +70,17 @@ pub fn lower_split(
     passes::tensor_parallel::tensor_parallel(&mut p, split.chips, split.slices);
     dump("tensor_parallel", &p);
     p
+}
+
+/// In tests and debug builds, the structure check of `program` after `pass` (every fault, not
+/// only the first): a pass must leave a program whose kernel ops are its source statements and
+/// whose reads, folds, tiles and states are sound. A fault here is a bug of the pass, never of
+/// the input (which lifted), so it panics naming the pass; release builds skip the check and
+/// leave its faults to certification.
+fn after_pass(name: &str, pass: &str, program: &SpatialProgram, graph: &Graph) {
+    if !cfg!(debug_assertions) {
+        return;
+    }
+    let faults = crate::certify::structure_faults(program, graph);
+    assert!(faults.is_empty(), "program `{name}` after pass `{pass}`: {}", faults.join("; "));
 }

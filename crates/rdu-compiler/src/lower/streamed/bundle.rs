@@ -2,7 +2,7 @@
 //! manifest saying which kind runs at each layer, how its names bind, and where every
 //! checkpoint tensor, state, shared table and activation comes from.
 
-use super::deploy::{ProgramPart, StreamedModel};
+use super::model::{ProgramPart, StreamedModel};
 use crate::lang::{
     ast::{DType, DeclKind},
     parse,
@@ -23,76 +23,16 @@ impl StreamedModel {
     /// certified programs only.
     pub fn bundle(&self) -> Result<Bundle, String> {
         let parts = std::iter::once(&self.embed).chain(self.kinds.iter().map(|k| &k.program)).chain([&self.head]);
-        if let Some(p) = parts.into_iter().find(|p| super::estimate::estimate_only(p)) {
+        if let Some(p) = parts.into_iter().find(|p| p.estimate_only()) {
             return Err(format!(
                 "program `{}` was lowered for an estimate only (numbers not certified); a bundle needs certified programs",
                 p.name
             ));
         }
         let mut files = BTreeMap::new();
-        let mut entry = |part: &ProgramPart| {
-            let (src, spatial) = (format!("programs/{}.rdu", part.name), format!("programs/{}.spatial", part.name));
-            let (src_text, spatial_text) = (part.source.text.clone(), rdu_spatial::text::print(&part.spatial));
-            let (source_blake3, spatial_blake3) =
-                (file_blake3(src_text.as_bytes()), file_blake3(spatial_text.as_bytes()));
-            files.insert(src.clone(), src_text);
-            files.insert(spatial.clone(), spatial_text);
-            let certified_against = part
-                .certified_against
-                .iter()
-                .map(|(role, source)| {
-                    let word = match role {
-                        AttachedRole::Unsplit => "unsplit",
-                        AttachedRole::Reduced => "reduced",
-                        AttachedRole::ReducedUnsplit => "reduced_unsplit",
-                    };
-                    let file = format!("programs/{}.{word}.rdu", part.name);
-                    let blake3 = file_blake3(source.text.as_bytes());
-                    files.insert(file.clone(), source.text.clone());
-                    Attached { role: *role, file, blake3 }
-                })
-                .collect();
-            ProgramEntry {
-                name: part.name.clone(),
-                file_source: src,
-                file_spatial: spatial,
-                source_blake3,
-                spatial_blake3,
-                certified_against,
-                digest: part.digest.clone(),
-                declared: part.declared.clone(),
-                bind: part.bind.clone(),
-                certificate: CertificateEntry {
-                    checks: part.certificate.checks.clone(),
-                    seed: part.certificate.seed,
-                    tolerance: part.certificate.tolerance,
-                    max_abs_err: part.certificate.max_abs_err,
-                },
-                cost: CostEntry::from(&part.cost),
-            }
-        };
-        let embed = entry(&self.embed);
-        let head = entry(&self.head);
-        let kinds = self
-            .kinds
-            .iter()
-            .map(|k| {
-                let e = entry(&k.program);
-                KindEntry {
-                    name: e.name,
-                    file_source: e.file_source,
-                    file_spatial: e.file_spatial,
-                    source_blake3: e.source_blake3,
-                    spatial_blake3: e.spatial_blake3,
-                    certified_against: e.certified_against,
-                    digest: e.digest,
-                    layers: k.layers.clone(),
-                    declared: e.declared,
-                    certificate: e.certificate,
-                    cost: e.cost,
-                }
-            })
-            .collect();
+        let embed = program_entry(&self.embed, &mut files);
+        let head = program_entry(&self.head, &mut files);
+        let kinds = self.kinds.iter().map(|k| kind_entry(program_entry(&k.program, &mut files), &k.layers)).collect();
         let layers = self
             .layers
             .iter()
@@ -106,21 +46,11 @@ impl StreamedModel {
         for (source, bind) in sources {
             tables.add(self, source, bind)?;
         }
-        let (mode, seq) = match self.cut {
-            Cut::Forward { seq } => (CutMode::Forward, Some(seq)),
-            Cut::Decode { .. } => (CutMode::Decode, None),
-            Cut::Batched { .. } => (CutMode::Batched, None),
-            Cut::Tp { .. } => (CutMode::Tp, None),
-            Cut::BatchedTp { .. } => (CutMode::BatchedTp, None),
-            Cut::Prefill { .. } => (CutMode::Prefill, None),
-        };
-        let tp =
-            (self.cut.tp() > 1 || matches!(self.cut, Cut::Tp { .. } | Cut::BatchedTp { .. })).then(|| self.cut.tp());
         let manifest = Manifest {
             format: FORMAT.to_string(),
             version: VERSION,
             model: self.spec.name.clone(),
-            cut: CutEntry { mode, ctx: self.cut.ctx(), seq, batch: self.cut.batch(), tp, chunk: self.cut.chunk() },
+            cut: cut_entry(self.cut),
             chip: self.chip.name.clone(),
             storage: self.storage.label().to_string(),
             programs: Programs { embed, head, kinds },
@@ -134,6 +64,80 @@ impl StreamedModel {
         };
         Ok(Bundle { manifest, files })
     }
+}
+
+/// The manifest entry of one program, its source and spatial text (and the sources it was
+/// certified against) added to `files`.
+fn program_entry(part: &ProgramPart, files: &mut BTreeMap<String, String>) -> ProgramEntry {
+    let (src, spatial) = (format!("programs/{}.rdu", part.name), format!("programs/{}.spatial", part.name));
+    let (src_text, spatial_text) = (part.source.text.clone(), rdu_spatial::text::print(&part.spatial));
+    let (source_blake3, spatial_blake3) = (file_blake3(src_text.as_bytes()), file_blake3(spatial_text.as_bytes()));
+    files.insert(src.clone(), src_text);
+    files.insert(spatial.clone(), spatial_text);
+    let certified_against = part
+        .certified_against
+        .iter()
+        .map(|(role, source)| {
+            let word = match role {
+                AttachedRole::Unsplit => "unsplit",
+                AttachedRole::Reduced => "reduced",
+                AttachedRole::ReducedUnsplit => "reduced_unsplit",
+            };
+            let file = format!("programs/{}.{word}.rdu", part.name);
+            let blake3 = file_blake3(source.text.as_bytes());
+            files.insert(file.clone(), source.text.clone());
+            Attached { role: *role, file, blake3 }
+        })
+        .collect();
+    ProgramEntry {
+        name: part.name.clone(),
+        file_source: src,
+        file_spatial: spatial,
+        source_blake3,
+        spatial_blake3,
+        certified_against,
+        digest: part.digest.clone(),
+        declared: part.declared.clone(),
+        bind: part.bind.clone(),
+        certificate: CertificateEntry {
+            checks: part.certificate.checks.clone(),
+            seed: part.certificate.seed,
+            tolerance: part.certificate.tolerance,
+            max_abs_err: part.certificate.max_abs_err,
+        },
+        cost: CostEntry::from(&part.cost),
+    }
+}
+
+/// A kind's manifest entry: its program's, with the layers it runs.
+fn kind_entry(e: ProgramEntry, layers: &[usize]) -> KindEntry {
+    KindEntry {
+        name: e.name,
+        file_source: e.file_source,
+        file_spatial: e.file_spatial,
+        source_blake3: e.source_blake3,
+        spatial_blake3: e.spatial_blake3,
+        certified_against: e.certified_against,
+        digest: e.digest,
+        layers: layers.to_vec(),
+        declared: e.declared,
+        certificate: e.certificate,
+        cost: e.cost,
+    }
+}
+
+/// The manifest's record of `cut`.
+fn cut_entry(cut: Cut) -> CutEntry {
+    let (mode, seq) = match cut {
+        Cut::Forward { seq } => (CutMode::Forward, Some(seq)),
+        Cut::Decode { .. } => (CutMode::Decode, None),
+        Cut::Batched { .. } => (CutMode::Batched, None),
+        Cut::Tp { .. } => (CutMode::Tp, None),
+        Cut::BatchedTp { .. } => (CutMode::BatchedTp, None),
+        Cut::Prefill { .. } => (CutMode::Prefill, None),
+    };
+    let tp = (cut.tp() > 1 || matches!(cut, Cut::Tp { .. } | Cut::BatchedTp { .. })).then(|| cut.tp());
+    CutEntry { mode, ctx: cut.ctx(), seq, batch: cut.batch(), tp, chunk: cut.chunk() }
 }
 
 /// The whole shape of a tensor a chip declares as `local`, and every chip's manifest ranges.

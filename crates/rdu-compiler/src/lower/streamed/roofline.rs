@@ -13,7 +13,7 @@
 //! The model roofline time is `floor bytes / (chips × HBM bandwidth)`.
 //! `/work/shared/tools/model_roofline.py` computes the same figure from a written bundle.
 
-use super::deploy::StreamedModel;
+use super::model::StreamedModel;
 use crate::lang::ast::{Arg, DeclKind};
 use crate::lang::{parse, Source};
 use crate::model::spec::Ffn;

@@ -12,7 +12,7 @@
 //! to the manifest (`schedule`), run by the host in that order, and costed exactly as written:
 //! `docs/SPATIAL.md` gives the model term by term.
 
-use super::deploy::{ProgramPart, StepEstimate, StreamedModel};
+use super::model::{ProgramPart, StepEstimate, StreamedModel};
 use crate::lower::work::stored_bytes;
 use crate::model::spec::Cut;
 use rdu_spatial::chip::Chip;
@@ -24,7 +24,7 @@ use rdu_spatial::program::SpatialProgram;
 /// ahead of its activations (`Stage::prefetchable_weights`). A program of several sections
 /// reloads the chip between them and is never marked. The marks do not change what the program
 /// computes; they say what a looped invocation of it overlaps.
-pub(super) fn mark_prefetch(program: &mut SpatialProgram) {
+pub(crate) fn mark_prefetch(program: &mut SpatialProgram) {
     if program.sections.len() != 1 {
         return;
     }
@@ -42,7 +42,7 @@ pub(super) fn mark_prefetch(program: &mut SpatialProgram) {
 /// units), and only with several kinds; otherwise the whole chip. The share has the chip's name
 /// and every other figure unchanged (one program runs at a time, with the chip's HBM, clock and
 /// links). Depends on the number of kinds only, so kind programs do not depend on depth.
-pub(super) fn kind_chip(chip: &Chip, cut: Cut, kinds: usize) -> Chip {
+pub(crate) fn kind_chip(chip: &Chip, cut: Cut, kinds: usize) -> Chip {
     let decode = matches!(cut, Cut::Decode { .. } | Cut::Batched { .. } | Cut::Tp { .. } | Cut::BatchedTp { .. });
     if !decode || kinds < 2 {
         return chip.clone();

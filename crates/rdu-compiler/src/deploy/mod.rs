@@ -1,0 +1,122 @@
+//! The deployment driver: a model at a cut lowered as the RDU runs it — the embedding, one
+//! program per layer kind and the head, each lowered (`crate::lower`) and certified
+//! (`crate::certify`) once, every layer bound to its kind — into a `StreamedModel`.
+//!
+//! [`deploy`] is the one entry; `Cut::validate` holds the size checks, `part::lower_part` how
+//! a program is certified (whole, on reduced rows, or against the unsplit program over its
+//! chips), `programs::Driver` which program each part is and the loop over the kinds.
+//! `lower_*_streamed` (`cuts.rs`) name the cuts for callers; [`estimate_streamed`] and
+//! [`Estimator`] run the same driver without numbers.
+
+mod cuts;
+mod estimate;
+mod part;
+mod programs;
+
+pub use cuts::{
+    lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed, lower_forward_streamed,
+    lower_prefill_streamed, lower_tp_decode_streamed,
+};
+pub use estimate::{estimate_streamed, Estimator, Spine};
+pub use programs::HEAD_INPUT;
+
+use crate::fit::admits_tp;
+use crate::lower::streamed::kinds::{kinds_of_sources, Storage};
+use crate::lower::streamed::model::{LowerOptions, Progress, StreamedModel, StreamedReject};
+use crate::model::author::covers;
+use crate::model::spec::{Cut, ModelSpec};
+use part::Check;
+use programs::Driver;
+
+/// The embedding and head programs are certified numerically on at most this many vocabulary
+/// rows (their products are tiled along the vocabulary, and every tile runs the same code).
+pub const CERTIFY_VOCAB_ROWS: usize = 8192;
+
+/// Lowers and certifies `spec` at `cut`: the embedding, one program per layer kind and the
+/// head, every layer bound to its kind. Refused in one line (`StreamedReject::Invalid`) when
+/// the cut's sizes cannot make a step (`Cut::validate`) or the model does not admit its
+/// tensor-parallel width.
+pub fn deploy(spec: &ModelSpec, cut: &Cut, opts: LowerOptions<'_>) -> Result<StreamedModel, StreamedReject> {
+    let cut = *cut;
+    cut.validate()?;
+    admit(spec, cut, &opts.storage)?;
+    let started = std::time::Instant::now();
+    let LowerOptions { chip, storage, seed, progress } = opts;
+    let driver = Driver { spec, cut, chip: &chip, storage: &storage, seed, check: Check::Numbers };
+    let layer_sources = driver.layer_sources();
+    let groups = kinds_of_sources(spec, &layer_sources);
+    let total = groups.len() + 2;
+    progress(Progress::Program { index: 0, total, name: "embed" });
+    let embed = driver.embed(progress)?;
+    let (kinds, layers) = driver.kinds(&layer_sources, &groups, (1, total), progress)?;
+    progress(Progress::Program { index: total - 1, total, name: "head" });
+    let head = driver.head(progress)?;
+    Ok(StreamedModel {
+        spec: spec.clone(),
+        cut,
+        chip,
+        storage,
+        embed,
+        kinds,
+        head,
+        layers,
+        layer_sources,
+        lowering_seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Whether `spec` admits a tensor-parallel `cut`'s width with its storage (`fit::admits_tp`)
+/// and has a vocabulary to split its head over; the refusal is one line naming the dimension.
+fn admit(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Result<(), StreamedReject> {
+    if !matches!(cut, Cut::Tp { .. } | Cut::BatchedTp { .. }) {
+        return Ok(());
+    }
+    let tp = cut.tp();
+    admits_tp(spec, tp, storage).map_err(|r| StreamedReject::Invalid(r.to_string()))?;
+    if !covers(spec.vocab, tp) {
+        return Err(StreamedReject::Invalid(format!(
+            "a vocabulary of {} is too small to split the head over {tp} chips",
+            spec.vocab
+        )));
+    }
+    Ok(())
+}
+
+impl Cut {
+    /// The one-line refusal of a cut whose sizes cannot make a step: no tokens, sequences,
+    /// chunk rows or context positions, or a prefill chunk longer than its context.
+    pub fn validate(self) -> Result<(), StreamedReject> {
+        let invalid = |m: &str| Err(StreamedReject::Invalid(m.to_string()));
+        if matches!(self, Cut::Forward { seq: 0 }) {
+            return invalid("the sequence length must be at least 1");
+        }
+        if self.batch() == Some(0) {
+            return invalid("a batch holds at least 1 sequence");
+        }
+        if self.chunk() == Some(0) {
+            return invalid("the chunk must hold at least 1 token");
+        }
+        if self.ctx() == Some(0) {
+            return invalid("the context must hold at least 1 position");
+        }
+        if let (Some(chunk), Some(ctx)) = (self.chunk(), self.ctx()) {
+            if chunk > ctx {
+                return Err(StreamedReject::Invalid(format!(
+                    "a chunk of {chunk} tokens does not fit a context of {ctx} positions; use --chunk {ctx} or less"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The one-chip counterpart of a tensor-parallel cut (`Decode` or `Batched`): its
+    /// replicated embedding, and the unsplit programs its kinds and head are certified
+    /// against. Any other cut is its own.
+    pub fn unsplit(self) -> Cut {
+        match self {
+            Cut::Tp { ctx, .. } => Cut::Decode { ctx },
+            Cut::BatchedTp { batch, ctx, .. } => Cut::Batched { batch, ctx },
+            other => other,
+        }
+    }
+}
