@@ -183,16 +183,16 @@ fn plus_one(mut t: T) -> T {
     t
 }
 
-fn deepseek2(config: &Value, st: &SafeTensors, read: &dyn Fn(&str) -> T) -> (Kvs, Tensors) {
+/// MLA's widths: (kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim).
+fn mla_dims(config: &Value) -> (usize, usize, usize, usize) {
+    (u(config, "kv_lora_rank"), u(config, "qk_nope_head_dim"), u(config, "qk_rope_head_dim"), u(config, "v_head_dim"))
+}
+
+/// The `deepseek2` metadata llama.cpp's converter writes.
+fn deepseek2_kvs(config: &Value) -> Kvs {
     let arch = "deepseek2";
     let mut kvs = common_kvs(arch, config);
-    let heads = u(config, "num_attention_heads");
-    let (kvr, nope, rope, v) = (
-        u(config, "kv_lora_rank"),
-        u(config, "qk_nope_head_dim"),
-        u(config, "qk_rope_head_dim"),
-        u(config, "v_head_dim"),
-    );
+    let (kvr, nope, rope, v) = mla_dims(config);
     // MLA becomes MQA over the 576-wide latent (kv_lora + rope).
     set(&mut kvs, format!("{arch}.attention.head_count_kv"), u32v(1));
     kvs.push((format!("{arch}.leading_dense_block_count"), u32v(u(config, "first_k_dense_replace"))));
@@ -230,7 +230,14 @@ fn deepseek2(config: &Value, st: &SafeTensors, read: &dyn Fn(&str) -> T) -> (Kvs
             kvs.push((format!("{arch}.rope.scaling.yarn_log_multiplier"), f32v(0.1 * m)));
         }
     }
+    kvs
+}
 
+fn deepseek2(config: &Value, st: &SafeTensors, read: &dyn Fn(&str) -> T) -> (Kvs, Tensors) {
+    let kvs = deepseek2_kvs(config);
+    let heads = u(config, "num_attention_heads");
+    let experts = u(config, "n_routed_experts");
+    let (kvr, nope, _, v) = mla_dims(config);
     let mut out: Tensors = vec![
         ("token_embd.weight".into(), read("model.embed_tokens.weight")),
         ("output_norm.weight".into(), read("model.norm.weight")),
@@ -286,19 +293,37 @@ fn deepseek2(config: &Value, st: &SafeTensors, read: &dyn Fn(&str) -> T) -> (Kvs
     (kvs, out)
 }
 
-fn qwen_hybrid(config: &Value, st: &SafeTensors, read: &dyn Fn(&str) -> T, target: Target) -> (Kvs, Tensors) {
-    let arch = if target == Target::Qwen3Next { "qwen3next" } else { "qwen35moe" };
+/// Qwen3-Next's and Qwen3.5's DeltaNet widths.
+#[derive(Clone, Copy)]
+struct Gdn {
+    nk: usize,
+    nv: usize,
+    dk: usize,
+    dv: usize,
+    /// Value heads per key head.
+    r: usize,
+    kd: usize,
+    vd: usize,
+}
+
+impl Gdn {
+    fn of(config: &Value) -> Gdn {
+        let (nk, nv) = (u(config, "linear_num_key_heads"), u(config, "linear_num_value_heads"));
+        let (dk, dv) = (u(config, "linear_key_head_dim"), u(config, "linear_value_head_dim"));
+        Gdn { nk, nv, dk, dv, r: nv / nk, kd: nk * dk, vd: nv * dv }
+    }
+}
+
+/// The `qwen3next` / `qwen35moe` metadata llama.cpp's converter writes.
+fn qwen_hybrid_kvs(config: &Value, arch: &str, target: Target) -> Kvs {
     let mut kvs = common_kvs(arch, config);
-    let (nk, nv) = (u(config, "linear_num_key_heads"), u(config, "linear_num_value_heads"));
-    let (dk, dv) = (u(config, "linear_key_head_dim"), u(config, "linear_value_head_dim"));
-    let (r, kd, vd) = (nv / nk, nk * dk, nv * dv);
+    let Gdn { nk, nv, dk, vd, .. } = Gdn::of(config);
     let head_dim = u(config, "head_dim");
     let partial = config["rope_parameters"]["partial_rotary_factor"]
         .as_f64()
         .or_else(|| config["partial_rotary_factor"].as_f64())
         .unwrap_or(0.25);
-    let experts = u(config, "num_experts");
-    kvs.push((format!("{arch}.expert_count"), u32v(experts)));
+    kvs.push((format!("{arch}.expert_count"), u32v(u(config, "num_experts"))));
     kvs.push((format!("{arch}.expert_used_count"), u32v(u(config, "num_experts_per_tok"))));
     kvs.push((format!("{arch}.attention.key_length"), u32v(head_dim)));
     kvs.push((format!("{arch}.attention.value_length"), u32v(head_dim)));
@@ -320,6 +345,15 @@ fn qwen_hybrid(config: &Value, st: &SafeTensors, read: &dyn Fn(&str) -> T, targe
         let sections = [half - half / 2, half / 2, 0, 0].map(|s| GgufValue::I32(s as i32)).to_vec();
         kvs.push((format!("{arch}.rope.dimension_sections"), GgufValue::Array(GgufValueType::I32, sections)));
     }
+    kvs
+}
+
+fn qwen_hybrid(config: &Value, st: &SafeTensors, read: &dyn Fn(&str) -> T, target: Target) -> (Kvs, Tensors) {
+    let arch = if target == Target::Qwen3Next { "qwen3next" } else { "qwen35moe" };
+    let kvs = qwen_hybrid_kvs(config, arch, target);
+    let gdn = Gdn::of(config);
+    let (nk, nv, r) = (gdn.nk, gdn.nv, gdn.r);
+    let experts = u(config, "num_experts");
 
     // Value head `g·r + j` (grouped by key head) → `j·nk + g` (tiled) for Qwen3.5.
     let tiled = |h: usize| if target == Target::Qwen35Moe { (h % r) * nk + h / r } else { h };
@@ -347,50 +381,9 @@ fn qwen_hybrid(config: &Value, st: &SafeTensors, read: &dyn Fn(&str) -> T, targe
             put(blk("attn_q_norm.weight"), norm(&at("self_attn.q_norm.weight")));
             put(blk("attn_k_norm.weight"), norm(&at("self_attn.k_norm.weight")));
         } else {
-            // in_proj_qkvz [nk·(2dk + 2r·dv), H]: per key group [q | k | v (r heads) | z (r heads)].
-            let qkvz = read(&at("linear_attn.in_proj_qkvz.weight"));
-            let hidden = qkvz.shape[1];
-            let group = 2 * dk + 2 * r * dv;
-            let rows_of = |g: usize, start: usize, len: usize| g * group + start..g * group + start + len;
-            let mut qkv_rows: Vec<usize> = (0..nk).flat_map(|g| rows_of(g, 0, dk)).collect();
-            qkv_rows.extend((0..nk).flat_map(|g| rows_of(g, dk, dk)));
-            let v_rows: Vec<usize> = (0..nk).flat_map(|g| rows_of(g, 2 * dk, r * dv)).collect();
-            let z_rows: Vec<usize> = (0..nk).flat_map(|g| rows_of(g, 2 * dk + r * dv, r * dv)).collect();
-            // Value heads (dv rows each) in GGUF order.
-            let heads_in_order = |rows: &[usize]| -> Vec<usize> {
-                v_order.iter().flat_map(|&h| rows[h * dv..(h + 1) * dv].iter().copied()).collect()
-            };
-            qkv_rows.extend(heads_in_order(&v_rows));
-            put(blk("attn_qkv.weight"), T::new(vec![2 * kd + vd, hidden], qkvz.rows(hidden, &qkv_rows)));
-            put(blk("attn_gate.weight"), T::new(vec![vd, hidden], qkvz.rows(hidden, &heads_in_order(&z_rows))));
-            // in_proj_ba [2·nv, H]: per key group [b (r) | a (r)].
-            let ba = read(&at("linear_attn.in_proj_ba.weight"));
-            if target == Target::Qwen3Next {
-                put(blk("ssm_ba.weight"), ba);
-            } else {
-                let b_rows: Vec<usize> = v_order.iter().map(|&h| (h / r) * 2 * r + h % r).collect();
-                let a_rows: Vec<usize> = v_order.iter().map(|&h| (h / r) * 2 * r + r + h % r).collect();
-                put(blk("ssm_beta.weight"), T::new(vec![nv, hidden], ba.rows(hidden, &b_rows)));
-                put(blk("ssm_alpha.weight"), T::new(vec![nv, hidden], ba.rows(hidden, &a_rows)));
+            for (name, t) in deltanet(&at, read, &gdn, &v_order, target) {
+                put(blk(name), t);
             }
-            // conv1d [conv, 1, K] squeezed to [conv, K]; its v channels reordered with the heads.
-            let conv = read(&at("linear_attn.conv1d.weight"));
-            let k = conv.shape[2];
-            let mut conv_rows: Vec<usize> = (0..2 * kd).collect();
-            conv_rows.extend(v_order.iter().flat_map(|&h| 2 * kd + h * dv..2 * kd + (h + 1) * dv));
-            put(blk("ssm_conv1d.weight"), T::new(vec![2 * kd + vd, k], conv.rows(k, &conv_rows)));
-            let per_head = |t: T| T::new(vec![nv], t.rows(1, &v_order));
-            put(blk("ssm_dt.bias"), per_head(read(&at("linear_attn.dt_bias"))));
-            let a = per_head(read(&at("linear_attn.A_log")));
-            put(blk("ssm_a"), T::new(vec![nv], a.data.iter().map(|v| -v.exp()).collect()));
-            put(blk("ssm_norm.weight"), read(&at("linear_attn.norm.weight")));
-            // out_proj [H, vd]: its input columns follow the value heads.
-            let o = read(&at("linear_attn.out_proj.weight"));
-            let cols: Vec<usize> = v_order.iter().flat_map(|&h| h * dv..(h + 1) * dv).collect();
-            let data = (0..o.shape[0])
-                .flat_map(|row| cols.iter().map(move |&c| (row, c)))
-                .map(|(row, c)| o.data[row * vd + c]);
-            put(blk("ssm_out.weight"), T::new(o.shape.clone(), data.collect()));
         }
         put(blk("ffn_gate_inp.weight"), read(&at("mlp.gate.weight")));
         for (proj, name) in [("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"), ("down_proj", "ffn_down_exps")]
@@ -405,4 +398,60 @@ fn qwen_hybrid(config: &Value, st: &SafeTensors, read: &dyn Fn(&str) -> T, targe
         put(blk("ffn_gate_inp_shexp.weight"), read(&at("mlp.shared_expert_gate.weight")));
     }
     (kvs, out)
+}
+
+/// A DeltaNet layer's tensors (GGUF name within the block, tensor), as the converter writes
+/// them: q/k/v regrouped, value heads in GGUF order (`v_order`), norms and A as it stores them.
+fn deltanet(
+    at: &dyn Fn(&str) -> String,
+    read: &dyn Fn(&str) -> T,
+    gdn: &Gdn,
+    v_order: &[usize],
+    target: Target,
+) -> Vec<(&'static str, T)> {
+    let Gdn { nk, nv, dk, dv, r, kd, vd } = *gdn;
+    let mut out = Vec::new();
+    // in_proj_qkvz [nk·(2dk + 2r·dv), H]: per key group [q | k | v (r heads) | z (r heads)].
+    let qkvz = read(&at("linear_attn.in_proj_qkvz.weight"));
+    let hidden = qkvz.shape[1];
+    let group = 2 * dk + 2 * r * dv;
+    let rows_of = |g: usize, start: usize, len: usize| g * group + start..g * group + start + len;
+    let mut qkv_rows: Vec<usize> = (0..nk).flat_map(|g| rows_of(g, 0, dk)).collect();
+    qkv_rows.extend((0..nk).flat_map(|g| rows_of(g, dk, dk)));
+    let v_rows: Vec<usize> = (0..nk).flat_map(|g| rows_of(g, 2 * dk, r * dv)).collect();
+    let z_rows: Vec<usize> = (0..nk).flat_map(|g| rows_of(g, 2 * dk + r * dv, r * dv)).collect();
+    // Value heads (dv rows each) in GGUF order.
+    let heads_in_order = |rows: &[usize]| -> Vec<usize> {
+        v_order.iter().flat_map(|&h| rows[h * dv..(h + 1) * dv].iter().copied()).collect()
+    };
+    qkv_rows.extend(heads_in_order(&v_rows));
+    out.push(("attn_qkv.weight", T::new(vec![2 * kd + vd, hidden], qkvz.rows(hidden, &qkv_rows))));
+    out.push(("attn_gate.weight", T::new(vec![vd, hidden], qkvz.rows(hidden, &heads_in_order(&z_rows)))));
+    // in_proj_ba [2·nv, H]: per key group [b (r) | a (r)].
+    let ba = read(&at("linear_attn.in_proj_ba.weight"));
+    if target == Target::Qwen3Next {
+        out.push(("ssm_ba.weight", ba));
+    } else {
+        let b_rows: Vec<usize> = v_order.iter().map(|&h| (h / r) * 2 * r + h % r).collect();
+        let a_rows: Vec<usize> = v_order.iter().map(|&h| (h / r) * 2 * r + r + h % r).collect();
+        out.push(("ssm_beta.weight", T::new(vec![nv, hidden], ba.rows(hidden, &b_rows))));
+        out.push(("ssm_alpha.weight", T::new(vec![nv, hidden], ba.rows(hidden, &a_rows))));
+    }
+    // conv1d [conv, 1, K] squeezed to [conv, K]; its v channels reordered with the heads.
+    let conv = read(&at("linear_attn.conv1d.weight"));
+    let k = conv.shape[2];
+    let mut conv_rows: Vec<usize> = (0..2 * kd).collect();
+    conv_rows.extend(v_order.iter().flat_map(|&h| 2 * kd + h * dv..2 * kd + (h + 1) * dv));
+    out.push(("ssm_conv1d.weight", T::new(vec![2 * kd + vd, k], conv.rows(k, &conv_rows))));
+    let per_head = |t: T| T::new(vec![nv], t.rows(1, v_order));
+    out.push(("ssm_dt.bias", per_head(read(&at("linear_attn.dt_bias")))));
+    let a = per_head(read(&at("linear_attn.A_log")));
+    out.push(("ssm_a", T::new(vec![nv], a.data.iter().map(|v| -v.exp()).collect())));
+    out.push(("ssm_norm.weight", read(&at("linear_attn.norm.weight"))));
+    // out_proj [H, vd]: its input columns follow the value heads.
+    let o = read(&at("linear_attn.out_proj.weight"));
+    let cols: Vec<usize> = v_order.iter().flat_map(|&h| h * dv..(h + 1) * dv).collect();
+    let data = (0..o.shape[0]).flat_map(|row| cols.iter().map(move |&c| (row, c))).map(|(row, c)| o.data[row * vd + c]);
+    out.push(("ssm_out.weight", T::new(o.shape.clone(), data.collect())));
+    out
 }

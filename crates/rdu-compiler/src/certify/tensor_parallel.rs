@@ -259,12 +259,7 @@ fn disjoint(tp: &rdu_spatial::program::TpInfo, n: &str) -> bool {
 
 /// What the result of op `op` over `args` (each with its class) is on the chips, or why it
 /// may not read them.
-fn op_class(
-    op: Op,
-    args: &[(&str, Class)],
-    at: &str,
-    contracts_split: &dyn Fn(&str) -> bool,
-) -> Result<Class, String> {
+fn op_class(op: Op, args: &[(&str, Class)], at: &str, contracts_split: &dyn Fn(&str) -> bool) -> Result<Class, String> {
     let any = |c: Class| args.iter().any(|a| a.1 == c);
     let all_partial = || args.iter().all(|a| a.1 == Class::Partial);
     Ok(match op {
