@@ -4,10 +4,8 @@
 use crate::model_arg::{StateArg, StorageArg, Weights};
 use anyhow::{anyhow, bail, Result};
 use clap::{Args, ValueEnum};
-use rdu_compiler::lower::streamed::{
-    lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed, lower_forward_streamed,
-    lower_prefill_streamed, lower_tp_decode_streamed, LowerOptions, Progress, Storage,
-};
+use rdu_compiler::deploy::deploy;
+use rdu_compiler::lower::streamed::{LowerOptions, Progress, Storage};
 use rdu_compiler::model::spec::{Cut, ModelSpec, StateDtype};
 use rdu_host::WeightsSource;
 use rdu_spatial::chip::Chip;
@@ -178,15 +176,7 @@ pub(crate) fn lower_into(
     let bar = crate::progress::lowering_bar(args.json);
     let progress = &mut |p: Progress<'_>| crate::progress::show(&bar, &p);
     let opts = LowerOptions { chip: chip.clone(), storage: storage.clone(), seed: 0, progress };
-    let model = match cut {
-        Cut::Forward { seq } => lower_forward_streamed(spec, seq, opts),
-        Cut::Decode { ctx } => lower_decode_streamed(spec, ctx, opts),
-        Cut::Tp { tp, ctx } => lower_tp_decode_streamed(spec, tp, ctx, opts),
-        Cut::Batched { batch, ctx } => lower_batched_decode_streamed(spec, batch, ctx, opts),
-        Cut::BatchedTp { batch, tp, ctx } => lower_batched_tp_decode_streamed(spec, batch, tp, ctx, opts),
-        Cut::Prefill { chunk, ctx } => lower_prefill_streamed(spec, chunk, ctx, opts),
-    }
-    .map_err(|e| anyhow!("{e}"))?;
+    let model = deploy(spec, &cut, opts).map_err(|e| anyhow!("{e}"))?;
     model.bundle().map_err(|e| anyhow!(e))?.write(dir, true)?;
     Ok(())
 }
