@@ -13,24 +13,14 @@ use rdu_compiler::model::gguf::from_gguf_path;
 use rdu_compiler::reference::GgufWeights;
 use rdu_host::{Host, WeightsSource};
 use rdu_spatial::chip::Chip;
-use rdu_testkit::{fixtures, npy, Tolerance};
+use rdu_testkit::{argmax, fixtures, npy, Tolerance};
 use std::process::Command;
-
-fn argmax(row: &[f32]) -> usize {
-    (0..row.len()).fold(0, |b, i| if row[i] > row[b] { i } else { b })
-}
 
 fn check(arch: &str, quant: &str) {
     let path = fixtures::gguf_file(arch, quant);
     let spec = f32_states(from_gguf_path(&path).expect("import"));
     let storage = GgufWeights::open(&spec, &path).expect("open").storage();
-    let tokens = npy::ids(fixtures::gguf_dir(arch).join("tokens.npy"));
-    let want = npy::f32(fixtures::gguf_dir(arch).join(if quant == "f32" {
-        "logits_hf_f32.npy"
-    } else {
-        "logits_hf_q8deq.npy"
-    }));
-    let llamacpp = npy::f32(fixtures::gguf_dir(arch).join(format!("logits_llamacpp_{quant}.npy")));
+    let fixtures::GgufReferences { tokens, transformers: want, llamacpp } = fixtures::gguf_references(arch, quant);
     let vocab = spec.vocab;
     let source = WeightsSource::Gguf(path.clone());
     let chip = || Chip::builtin("sn50").expect("chip");

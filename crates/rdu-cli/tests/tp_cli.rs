@@ -5,13 +5,8 @@
 mod common;
 
 use common::{ok, user_error};
-use rdu_testkit::{fixtures, npy};
+use rdu_testkit::{fixtures, npy, Tolerance};
 use serde_json::Value;
-
-fn max_diff(got: &[f32], want: &[f32]) -> f32 {
-    assert_eq!(got.len(), want.len());
-    got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max)
-}
 
 #[test]
 fn a_refused_width_is_one_line_naming_the_dimension() {
@@ -67,11 +62,11 @@ fn gguf_at_tp_2(arch: &str) {
         ];
         ok(&args);
         let got = npy::f32(&out);
-        let d = max_diff(&got, &want);
+        let d = Tolerance::F32.worst(&got, &want).diff;
         assert!(d <= 1e-4, "{arch} tp {tp}: max |diff| {d:e} against transformers (Q8_0 dequantised)");
         runs.push(got);
     }
-    assert!(max_diff(&runs[0], &runs[1]) <= 1e-4, "{arch}");
+    Tolerance::F32.assert(arch, &runs[0], &runs[1]);
     // Four chips would split the output projection's 64 input columns into 16: not whole blocks.
     let line = user_error(&["run", gguf.to_str().unwrap(), "--tokens", &tokens, "--tp", "4"]);
     assert!(line.contains("Q8_0 blocks of Wo0"), "{arch}: {line}");

@@ -10,7 +10,7 @@ use rdu_compiler::model::gguf::{from_gguf, from_gguf_path};
 use rdu_compiler::model::naming::{checkpoint_source, TensorSource};
 use rdu_compiler::model::spec::{Dialect, Family, Mixer, RopeScaling, RopeStyle};
 use rdu_compiler::reference::{GgufWeights, Reference};
-use rdu_testkit::{argmax, fixtures, npy, Tolerance};
+use rdu_testkit::{argmax, fixtures, Tolerance};
 
 #[test]
 fn llama_imports() {
@@ -76,13 +76,7 @@ fn check_reference(arch: &str, quant: &str) -> (f32, f32) {
     let spec = f32_states(from_gguf_path(&path).expect("import"));
     let weights = GgufWeights::open(&spec, &path).expect("open");
     let storage = weights.storage();
-    let tokens = npy::ids(fixtures::gguf_dir(arch).join("tokens.npy"));
-    let want = npy::f32(fixtures::gguf_dir(arch).join(if quant == "f32" {
-        "logits_hf_f32.npy"
-    } else {
-        "logits_hf_q8deq.npy"
-    }));
-    let llamacpp = npy::f32(fixtures::gguf_dir(arch).join(format!("logits_llamacpp_{quant}.npy")));
+    let fixtures::GgufReferences { tokens, transformers: want, llamacpp } = fixtures::gguf_references(arch, quant);
     let vocab = spec.vocab;
     let mut reference = Reference::new(&spec, storage, &weights);
     let out = reference.forward(&tokens).unwrap_or_else(|e| panic!("{arch}/{quant}: {e}"));

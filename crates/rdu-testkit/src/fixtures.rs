@@ -39,3 +39,25 @@ pub fn gguf_file(arch: &str, quant: &str) -> PathBuf {
 pub fn read(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
+
+/// What a llama.cpp-made GGUF fixture (`tests/data/fixtures/gguf/<arch>`) is held to.
+pub struct GgufReferences {
+    /// The prompt.
+    pub tokens: Vec<u32>,
+    /// transformers' logits on the weights the file holds: the original ones for `f32`
+    /// (`logits_hf_f32.npy`), the Q8_0-dequantised ones otherwise (`logits_hf_q8deq.npy`).
+    pub transformers: Vec<f32>,
+    /// llama.cpp's logits on the file (`logits_llamacpp_<quant>.npy`).
+    pub llamacpp: Vec<f32>,
+}
+
+/// The references of `tiny-<arch>-<quant>.gguf`.
+pub fn gguf_references(arch: &str, quant: &str) -> GgufReferences {
+    let dir = gguf_dir(arch);
+    let transformers = if quant == "f32" { "logits_hf_f32.npy" } else { "logits_hf_q8deq.npy" };
+    GgufReferences {
+        tokens: crate::npy::ids(dir.join("tokens.npy")),
+        transformers: crate::npy::f32(dir.join(transformers)),
+        llamacpp: crate::npy::f32(dir.join(format!("logits_llamacpp_{quant}.npy"))),
+    }
+}

@@ -55,21 +55,21 @@ impl Tolerance {
             within,
         };
         // The largest difference, and the element furthest past its bound (a NaN is furthest).
-        let (mut largest, mut failing): (Option<usize>, Option<(usize, f32)>) = (None, None);
+        let (mut largest, mut failing) = ((0, 0.0f32), None::<(usize, f32)>);
         for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
             let diff = (g - w).abs();
-            if largest.is_none_or(|l| diff > (got[l] - want[l]).abs()) {
-                largest = Some(i);
+            if diff > largest.1 {
+                largest = (i, diff);
             }
             let excess = if diff.is_nan() { f32::INFINITY } else { diff - (self.abs + self.rel * w.abs()) };
             if excess > 0.0 && failing.is_none_or(|(_, e)| excess > e) {
                 failing = Some((i, excess));
             }
         }
-        match (failing, largest) {
-            (Some((i, _)), _) => at(i, false),
-            (None, Some(i)) => at(i, true),
-            (None, None) => Worst { index: 0, got: 0.0, want: 0.0, diff: 0.0, within: true },
+        match failing {
+            Some((i, _)) => at(i, false),
+            None if got.is_empty() => Worst { index: 0, got: 0.0, want: 0.0, diff: 0.0, within: true },
+            None => at(largest.0, true),
         }
     }
 
