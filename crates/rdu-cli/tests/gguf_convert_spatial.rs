@@ -1,5 +1,5 @@
 //! The spatial engine on `deepseek2`, `qwen3next` and `qwen35moe` GGUF files made from the
-//! transformers fixtures by the test-side converter (`rdu-compiler/tests/support/hf_to_gguf.rs`,
+//! transformers fixtures by the test-side converter (`rdu_testkit::hf_to_gguf`,
 //! llama.cpp's transforms): imported, lowered with storage as stored, written as a bundle,
 //! read back by the host from the GGUF file and run through the simulator. F32 files: forward
 //! and token-by-token decode within 1e-4 of transformers. Q8_0 files (weights kept as blocks,

@@ -1,6 +1,6 @@
 //! GGUF import of `deepseek2`, `qwen3next` and `qwen35moe`, without llama.cpp-made fixtures:
 //! the transformers fixtures in `tests/data/fixtures/hf/` are converted the way llama.cpp's
-//! `convert_hf_to_gguf.py` converts them (`support/hf_to_gguf.rs`), imported, and run through
+//! `convert_hf_to_gguf.py` converts them (`rdu_testkit::hf_to_gguf`), imported, and run through
 //! the reference runner — forward and token-by-token decode within 1e-4 of transformers'
 //! logits for the F32 files; a Q8_0 file (storage as stored) within 1e-4 of the F32 file
 //! holding its dequantised values. The imported spec must be the config.json spec up to the
