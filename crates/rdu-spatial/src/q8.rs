@@ -92,6 +92,86 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     dot_dense(a, b)
 }
 
+/// `acc[i] += w · v[i]`, the product rounded before the sum (never fused), so AVX2 gives
+/// the bits the plain loop gives.
+pub fn add_scaled(acc: &mut [f32], w: f32, v: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        return unsafe { add_scaled_avx2(acc, w, v) };
+    }
+    for (a, x) in acc.iter_mut().zip(v) {
+        *a += w * x;
+    }
+}
+
+/// [`add_scaled`] with AVX2.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn add_scaled_avx2(acc: &mut [f32], w: f32, v: &[f32]) {
+    use std::arch::x86_64::*;
+    let n = acc.len().min(v.len());
+    let wv = _mm256_set1_ps(w);
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: i + 8 <= n, the length of both slices at least.
+        let p = acc.as_mut_ptr().add(i);
+        _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), _mm256_mul_ps(wv, _mm256_loadu_ps(v.as_ptr().add(i)))));
+        i += 8;
+    }
+    for k in i..n {
+        acc[k] += w * v[k];
+    }
+}
+
+/// `dot(a, b)` for each of four `bs` at once, each result bit-identical to its own `dot`
+/// (the same lanes, order and tail): four independent accumulators instead of one chain.
+pub fn dot4(a: &[f32], bs: [&[f32]; 4]) -> [f32; 4] {
+    #[cfg(target_arch = "x86_64")]
+    if bs.iter().all(|b| b.len() == a.len())
+        && std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma")
+    {
+        // SAFETY: the CPU supports AVX2 and FMA, checked just above.
+        return unsafe { dot4_avx2(a, bs) };
+    }
+    bs.map(|b| dot(a, b))
+}
+
+/// [`dot4`] with AVX2 and FMA: `dot_dense_avx2` four times over, interleaved.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA, and every `bs[i]` must be as long as `a`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot4_avx2(a: &[f32], bs: [&[f32]; 4]) -> [f32; 4] {
+    use std::arch::x86_64::*;
+    let n = a.len();
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: i + 8 <= n and every slice holds n floats.
+        let x = _mm256_loadu_ps(a.as_ptr().add(i));
+        for (acc, b) in acc.iter_mut().zip(bs) {
+            *acc = _mm256_fmadd_ps(x, _mm256_loadu_ps(b.as_ptr().add(i)), *acc);
+        }
+        i += 8;
+    }
+    let mut out = [0.0f32; 4];
+    for ((o, acc), b) in out.iter_mut().zip(acc).zip(bs) {
+        let mut lanes = [0.0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+        *o = sum8(&lanes);
+        for k in i..n {
+            *o += a[k] * b[k];
+        }
+    }
+    out
+}
+
 /// `dot_dense` with AVX2 and FMA: eight lanes, each product-add fused.
 ///
 /// # Safety
@@ -133,6 +213,35 @@ fn sum8(acc: &[f32; 8]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dot4_is_four_dots_bit_for_bit() {
+        for n in [0, 5, 8, 37, 576] {
+            let v = |seed: u32| -> Vec<f32> {
+                (0..n)
+                    .map(|i| ((i as u32).wrapping_mul(2654435761) ^ seed) % 1000)
+                    .map(|v| v as f32 / 997.0 - 0.5)
+                    .collect()
+            };
+            let (a, b0, b1, b2, b3) = (v(1), v(2), v(3), v(4), v(5));
+            let got = dot4(&a, [&b0, &b1, &b2, &b3]);
+            let want = [dot(&a, &b0), dot(&a, &b1), dot(&a, &b2), dot(&a, &b3)];
+            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "n {n}");
+        }
+    }
+
+    #[test]
+    fn add_scaled_is_the_plain_loop_bit_for_bit() {
+        let v: Vec<f32> = (0..37).map(|i| (i as f32 * 0.37).sin()).collect();
+        let mut got: Vec<f32> = (0..37).map(|i| (i as f32 * 0.11).cos()).collect();
+        let mut want = got.clone();
+        add_scaled(&mut got, 0.2917, &v);
+        want.iter_mut().zip(&v).for_each(|(a, x)| *a += 0.2917 * x);
+        assert_eq!(
+            got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            want.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
+    }
 
     #[test]
     fn dot_row_is_the_blockwise_sum() {

@@ -9,7 +9,12 @@ use super::ops::{Call, Outs};
 use super::region::{region, untiled, Axes};
 use super::tensor::SimTensor;
 use super::{invalid, SimError};
-use crate::q8::dot;
+use crate::q8::{add_scaled, dot, dot4};
+
+/// Heads one work item of an attention serves with each key it reads.
+const HEADS: usize = 16;
+/// From this many rows on, an attention gathers each kv head's keys and values first.
+const GATHER_ROWS: usize = 8;
 
 /// Rotates the first `dim` dims of every head of row `i` by table row `p_i`.
 pub(super) fn rope(call: &Call<'_>) -> Outs {
@@ -173,6 +178,34 @@ impl<'a> Kv<'a> {
     }
 }
 
+/// A copy of `kv`'s `rows` rows ordered kv head by kv head.
+struct HeadMajor {
+    data: Vec<f32>,
+    rows: usize,
+}
+
+impl HeadMajor {
+    /// `kv` read from this copy.
+    fn kv<'a>(&'a self, kv: &Kv<'_>) -> Kv<'a> {
+        Kv { data: &self.data, slot: kv.len, group: self.rows * kv.len, len: kv.len }
+    }
+}
+
+/// `kv`'s rows regrouped kv head by kv head, when it holds more than one kv head per row.
+fn head_major(kv: &Kv<'_>, rows: usize) -> Option<HeadMajor> {
+    if kv.group == 0 || kv.slot <= kv.len {
+        return None;
+    }
+    let groups = kv.slot / kv.group;
+    let mut data = Vec::with_capacity(groups * rows * kv.len);
+    for g in 0..groups {
+        for r in 0..rows {
+            data.extend_from_slice(kv.at(r, g));
+        }
+    }
+    Some(HeadMajor { data, rows })
+}
+
 /// Where one attended key sits: a cache slot, or a row of the chunk's own keys.
 #[derive(Clone, Copy)]
 enum Src {
@@ -236,38 +269,82 @@ fn run(
         pos.iter().map(|&p| sources(window.map_or(0, |w| (p + 1).saturating_sub(w)), p, s, &by_position)).collect();
     let dv = values.len;
     let reg = region(call.tiling(), &[n, h, dv], Axes::Only(1), 1)?;
-    let items: Vec<(usize, usize)> =
-        (0..n).flat_map(|r| reg.tiles.iter().flat_map(move |&(a, b)| (a..b).map(move |j| (r, j)))).collect();
-    let one = |&(r, j): &(usize, usize)| -> Result<Vec<f32>, SimError> {
-        let srcs = &row_sources[r];
-        let qv = &q[(r * h + j) * dk..(r * h + j + 1) * dk];
-        let kvh = j / per_group;
-        let (row_keys, row_values) = (chunk.as_ref().map(|c| &c.0), chunk.as_ref().map(|c| &c.1));
-        let mut scores = Vec::with_capacity(srcs.len());
-        for &(src, _) in srcs {
-            scores.push(scale * dot(qv, read(&keys, row_keys, src, kvh)?));
+    // Work items: a row and a run of at most HEADS heads of one tile sharing one kv head, so
+    // each key and value read serves every head of the run; run-major, so the items a thread
+    // takes in turn read the same kv head's keys and values (the whole cache may not fit in
+    // the last-level cache: row-major order streamed it from memory for every row).
+    let mut items: Vec<(usize, usize, usize)> = Vec::new();
+    for &(a, b) in &reg.tiles {
+        let mut j0 = a;
+        while j0 < b {
+            let j1 = b.min((j0 / per_group + 1) * per_group).min(j0 + HEADS);
+            items.extend((0..n).map(|r| (r, j0, j1)));
+            j0 = j1;
         }
-        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let weights: Vec<f32> = scores.iter().zip(srcs).map(|(sc, (_, m))| m * (sc - max).exp()).collect();
-        let total: f32 = weights.iter().sum();
-        let mut o = vec![0.0f32; dv];
-        for (w, &(src, _)) in weights.iter().zip(srcs) {
-            let w = w / total;
-            for (acc, val) in o.iter_mut().zip(read(&values, row_values, src, kvh)?) {
-                *acc += w * val;
+    }
+    // For a chunk of rows, each kv head's keys and values gathered together first: read in
+    // place, a kv head's key of every slot lies in its own page of a large cache and every
+    // row's reads missed the TLB. (One row reads each key once: a copy would not pay.)
+    let gather = |kv: &Kv<'_>, rows: usize| if n >= GATHER_ROWS { head_major(kv, rows) } else { None };
+    let (kh, vh) = (gather(&keys, s), gather(&values, s));
+    let (keys, values) = (kh.as_ref().map_or(keys, |b| b.kv(&keys)), vh.as_ref().map_or(values, |b| b.kv(&values)));
+    let chunk_major = chunk.as_ref().map(|(k, v)| (gather(k, n), gather(v, n)));
+    let chunk = match (chunk, &chunk_major) {
+        (Some((k, v)), Some((kb, vb))) => {
+            Some((kb.as_ref().map_or(k, |b| b.kv(&k)), vb.as_ref().map_or(v, |b| b.kv(&v))))
+        }
+        _ => None,
+    };
+    let (row_keys, row_values) = (chunk.as_ref().map(|c| &c.0), chunk.as_ref().map(|c| &c.1));
+    let one = |&(r, j0, j1): &(usize, usize, usize)| -> Result<Vec<f32>, SimError> {
+        let (srcs, kvh, heads) = (&row_sources[r], j0 / per_group, j1 - j0);
+        let len = srcs.len();
+        let qs: Vec<&[f32]> = (j0..j1).map(|j| &q[(r * h + j) * dk..(r * h + j + 1) * dk]).collect();
+        // scores[head][e] = scale · q·k, four keys at a time for every head of the run.
+        let mut scores = vec![0.0f32; heads * len];
+        let mut e = 0;
+        while e + 4 <= len {
+            let k = |i: usize| read(&keys, row_keys, srcs[e + i].0, kvh);
+            let four = [k(0)?, k(1)?, k(2)?, k(3)?];
+            for (jj, qv) in qs.iter().enumerate() {
+                let d = dot4(qv, four);
+                for (i, v) in d.into_iter().enumerate() {
+                    scores[jj * len + e + i] = scale * v;
+                }
+            }
+            e += 4;
+        }
+        for e in e..len {
+            let key = read(&keys, row_keys, srcs[e].0, kvh)?;
+            for (jj, qv) in qs.iter().enumerate() {
+                scores[jj * len + e] = scale * dot(qv, key);
+            }
+        }
+        // Softmax weights in f32, each divided by its head's total.
+        for head in scores.chunks_exact_mut(len.max(1)) {
+            let max = head.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            head.iter_mut().zip(srcs).for_each(|(s, (_, m))| *s = m * (*s - max).exp());
+            let total: f32 = head.iter().sum();
+            head.iter_mut().for_each(|w| *w /= total);
+        }
+        let mut o = vec![0.0f32; heads * dv];
+        for (e, &(src, _)) in srcs.iter().enumerate() {
+            let val = read(&values, row_values, src, kvh)?;
+            for (jj, acc) in o.chunks_exact_mut(dv.max(1)).enumerate() {
+                add_scaled(acc, scores[jj * len + e], val);
             }
         }
         Ok(o)
     };
-    let work: usize = items.len() * dk * row_sources.iter().map(Vec::len).max().unwrap_or(1);
+    let work: usize = n * h * dk * row_sources.iter().map(Vec::len).max().unwrap_or(1);
     let outs: Vec<Vec<f32>> = if work >= 1 << 16 {
         items.par_iter().map(one).collect::<Result<_, _>>()?
     } else {
         items.iter().map(one).collect::<Result<_, _>>()?
     };
     let mut y = vec![0.0f32; n * h * dv];
-    for (&(r, j), o) in items.iter().zip(outs) {
-        y[(r * h + j) * dv..(r * h + j + 1) * dv].copy_from_slice(&o);
+    for (&(r, j0, j1), o) in items.iter().zip(outs) {
+        y[(r * h + j0) * dv..(r * h + j1) * dv].copy_from_slice(&o);
     }
     Ok(vec![SimTensor::f32(vec![n, h, dv], y)])
 }

@@ -19,9 +19,10 @@ use crate::q8::{dequant_block, dot, dot_row, Q8Block, QK8_0};
 const PAR_WORK: usize = 1 << 16;
 /// From this many activation rows on, a product goes through `matrixmultiply`.
 const GEMM_ROWS: usize = 4;
-/// Bytes of weight rows widened at a time for `matrixmultiply` (a panel that stays in L2;
-/// larger panels repack the activations less often).
-const PANEL_BYTES: usize = 1 << 19;
+/// Bytes of weight rows widened at a time for `matrixmultiply`. Each call packs the
+/// activations once, so a panel of many rows makes that a small part of the work (panels of
+/// 512 KiB — 24 rows of 5376 — spent most of a 512-row prefill repacking them).
+const PANEL_BYTES: usize = 1 << 23;
 
 /// A weight matrix seen as rows of `cols` values: dense, Q8_0 blocks, or a block format read
 /// in place.
@@ -61,44 +62,63 @@ impl Rows<'_> {
     }
 }
 
-/// `out[(j − start)·n + r] = rows[j] · xs[r]` for `j` in `start..end`, `r` in `0..n`, where
-/// `xs` holds `n` activation rows of `rows.cols()` values.
-pub(super) fn products(rows: Rows<'_>, xs: &[f32], n: usize, start: usize, end: usize) -> Vec<f32> {
-    let m = end - start;
+/// `out[i·n + r] = rows[j_i] · xs[r]`, where `j_0, j_1, …` are the rows of `ranges` (each
+/// `(start, end)`) in order and `xs` holds `n` activation rows of `rows.cols()` values.
+///
+/// An op passes all its tiles at once: every tile's rows are still multiplied, but a product
+/// through `matrixmultiply` packs the activations once per call, and a call per tile of
+/// 128 rows spent most of a 512-row prefill repacking them.
+pub(super) fn products(rows: Rows<'_>, xs: &[f32], n: usize, ranges: &[(usize, usize)]) -> Vec<f32> {
+    let m: usize = ranges.iter().map(|&(s, e)| e.saturating_sub(s)).sum();
     let mut out = vec![0.0f32; m * n];
-    products_into(rows, xs, n, start, end, &mut out);
-    out
-}
-
-/// [`products`] into `out` (`(end − start)·n` values).
-pub(super) fn products_into(rows: Rows<'_>, xs: &[f32], n: usize, start: usize, end: usize, out: &mut [f32]) {
-    let (cols, m) = (rows.cols(), end - start);
     if m == 0 || n == 0 {
-        return;
+        return out;
     }
-    let work = m * n * cols.max(1);
+    let work = m * n * rows.cols().max(1);
     let threads = rayon::current_num_threads();
     // Row dots balance over small chunks; a matrixmultiply call pays for packing the
     // activations, so each thread takes one run of rows.
     let split = if n >= GEMM_ROWS { threads } else { threads * 4 };
     let per = if work < PAR_WORK { m } else { m.div_ceil(split).max(1) };
     let kernel = q8_kernel();
-    let fill = |(c, chunk): (usize, &mut [f32])| {
-        let j0 = start + c * per;
-        let rows_here = chunk.len() / n;
-        match rows {
-            Rows::Dense { data, cols } if n >= GEMM_ROWS && cols > 0 => {
-                gemm_into(&data[j0 * cols..(j0 + rows_here) * cols], xs, n, cols, rows_here, chunk)
+    let pieces = split_ranges(ranges, per);
+    let fill = |(piece, chunk): (&Vec<(usize, usize)>, &mut [f32])| match (rows, piece.as_slice()) {
+        (Rows::Dense { data, cols }, &[(j0, j1)]) if n >= GEMM_ROWS && cols > 0 => {
+            gemm_into(&data[j0 * cols..j1 * cols], xs, n, cols, j1 - j0, chunk)
+        }
+        _ if n >= GEMM_ROWS && rows.cols() > 0 => panels(rows, xs, n, piece, chunk),
+        _ => {
+            let mut at = 0;
+            for &(j0, j1) in piece {
+                dot_rows(rows, kernel, xs, n, j0, &mut chunk[at..at + (j1 - j0) * n]);
+                at += (j1 - j0) * n;
             }
-            _ if n >= GEMM_ROWS && cols > 0 => panels(rows, xs, n, j0, chunk),
-            _ => dot_rows(rows, kernel, xs, n, j0, chunk),
         }
     };
-    if per >= m {
-        fill((0, &mut out[..m * n]));
+    if pieces.len() == 1 {
+        fill((&pieces[0], &mut out));
     } else {
-        out[..m * n].par_chunks_mut(per * n).enumerate().for_each(fill);
+        pieces.par_iter().zip(out.par_chunks_mut(per * n)).for_each(fill);
     }
+    out
+}
+
+/// `ranges` cut into pieces of `per` rows (the last may be shorter), each a list of ranges.
+fn split_ranges(ranges: &[(usize, usize)], per: usize) -> Vec<Vec<(usize, usize)>> {
+    let mut pieces = vec![Vec::new()];
+    let mut room = per;
+    for &(mut s, e) in ranges {
+        while s < e {
+            if room == 0 {
+                pieces.push(Vec::new());
+                room = per;
+            }
+            let take = room.min(e - s);
+            pieces.last_mut().expect("a piece").push((s, s + take));
+            (s, room) = (s + take, room - take);
+        }
+    }
+    pieces
 }
 
 /// `chunk[jj·n + r] = rows[j0 + jj] · xs[r]`, one row dot product at a time.
@@ -168,19 +188,21 @@ fn q8_dot(kernel: Q8Kernel, row: &[Q8Block], x: &[f32]) -> f32 {
     }
 }
 
-/// `chunk[jj·n + r] = rows[j0 + jj] · xs[r]` through `matrixmultiply`, a panel of weight rows
-/// (`PANEL_BYTES` of f32) widened at a time.
-fn panels(rows: Rows<'_>, xs: &[f32], n: usize, j0: usize, chunk: &mut [f32]) {
+/// `chunk[i·n + r] = rows[j_i] · xs[r]` for the rows `j_i` of `piece` through
+/// `matrixmultiply`, a panel of weight rows (`PANEL_BYTES` of f32) widened at a time.
+fn panels(rows: Rows<'_>, xs: &[f32], n: usize, piece: &[(usize, usize)], chunk: &mut [f32]) {
     let cols = rows.cols();
-    let panel_rows = (PANEL_BYTES / 4 / cols.max(1)).clamp(16, 1024);
-    let mut panel = vec![0.0f32; panel_rows.min(chunk.len() / n) * cols];
-    for (p, out) in chunk.chunks_mut(panel_rows * n).enumerate() {
-        let here = out.len() / n;
-        let first = j0 + p * panel_rows;
-        for (jj, dst) in panel.chunks_exact_mut(cols).take(here).enumerate() {
-            rows.widen(first + jj, dst);
+    let total = chunk.len() / n;
+    let panel_rows = (PANEL_BYTES / 4 / cols.max(1)).clamp(16, 1024).min(total);
+    let mut panel = vec![0.0f32; panel_rows * cols];
+    let (mut filled, mut done) = (0, 0);
+    for j in piece.iter().flat_map(|&(s, e)| s..e) {
+        rows.widen(j, &mut panel[filled * cols..(filled + 1) * cols]);
+        filled += 1;
+        if filled == panel_rows || done + filled == total {
+            gemm_into(&panel[..filled * cols], xs, n, cols, filled, &mut chunk[done * n..(done + filled) * n]);
+            (done, filled) = (done + filled, 0);
         }
-        gemm_into(&panel[..here * cols], xs, n, cols, here, out);
     }
 }
 
@@ -240,7 +262,7 @@ mod tests {
             let xs = values(n * k, 11 + n as u32);
             for (rows, wv) in [(Rows::Dense { data: &w, cols: k }, &w), (Rows::Q8 { blocks: &q8.blocks, cols: k }, &wq)]
             {
-                let got = products(rows, &xs, n, 3, m);
+                let got = products(rows, &xs, n, &[(3, 40), (40, m)]);
                 for j in 3..m {
                     for r in 0..n {
                         let row = &wv[j * k..(j + 1) * k];

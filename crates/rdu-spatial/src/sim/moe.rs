@@ -95,21 +95,23 @@ pub(super) fn experts(call: &Call<'_>) -> Outs {
         let (sg, su, sd) = (fetch(call, 3, e, per)?, fetch(call, 4, e, per)?, fetch(call, 5, e, per)?);
         let m = who.len();
         let xs: Vec<f32> = who.iter().flat_map(|&(r, _)| &x[r * d..(r + 1) * d]).copied().collect();
-        let gate = products(rows(&sg, d)?, &xs, m, 0, hid);
-        let up = products(rows(&su, d)?, &xs, m, 0, hid);
+        let gate = products(rows(&sg, d)?, &xs, m, &[(0, hid)]);
+        let up = products(rows(&su, d)?, &xs, m, &[(0, hid)]);
         let mut h = vec![0.0f32; m * hid];
         for i in 0..hid {
             for u in 0..m {
                 h[u * hid + i] = act(gate[i * m + u]) * up[i * m + u];
             }
         }
+        let down = products(rows(&sd, hid)?, &h, m, &reg.tiles);
+        let mut at = 0;
         for &(s, t) in &reg.tiles {
-            let down = products(rows(&sd, hid)?, &h, m, s, t);
             for (u, &(r, slot)) in who.iter().enumerate() {
                 for j in s..t {
-                    contrib[(r * kk + slot) * d + j] = down[(j - s) * m + u];
+                    contrib[(r * kk + slot) * d + j] = down[(at + j - s) * m + u];
                 }
             }
+            at += t - s;
         }
     }
     let mut y = vec![0.0f32; n * d];

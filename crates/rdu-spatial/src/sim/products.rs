@@ -35,14 +35,16 @@ pub(super) fn linear(call: &Call<'_>) -> Outs {
     let rows = rows_of(w, 0, out)?;
     let reg = region(call.tiling(), &[n, out], Axes::Only(1), 1)?;
     let mut y = vec![0.0f32; n * out];
+    let tmp = products(rows, x, n, &reg.tiles);
+    let mut at = 0;
     for &(s, e) in &reg.tiles {
-        let tmp = products(rows, x, n, s, e);
         for j in s..e {
             let b = bias.map_or(0.0, |b| b[j]);
             for r in 0..n {
-                y[r * out + j] = tmp[(j - s) * n + r] + b;
+                y[r * out + j] = tmp[(at + j - s) * n + r] + b;
             }
         }
+        at += e - s;
     }
     Ok(vec![SimTensor::f32(vec![n, out], y)])
 }
@@ -62,7 +64,7 @@ pub(super) fn linear_heads(call: &Call<'_>) -> Outs {
     let heads: Vec<usize> = reg.tiles.iter().flat_map(|&(s, e)| s..e).collect();
     let head = |&j: &usize| -> Result<Vec<f32>, SimError> {
         let xs: Vec<f32> = (0..n).flat_map(|r| &x[(r * h + j) * inp..(r * h + j + 1) * inp]).copied().collect();
-        Ok(products(rows_of(w, j * out, out)?, &xs, n, 0, out))
+        Ok(products(rows_of(w, j * out, out)?, &xs, n, &[(0, out)]))
     };
     let per_head: Vec<Vec<f32>> = if n * h * out * inp >= 1 << 16 {
         heads.par_iter().map(head).collect::<Result<_, _>>()?

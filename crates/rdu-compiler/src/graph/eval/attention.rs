@@ -78,9 +78,10 @@ pub(super) fn cache_put(c: &Tensor, x: &Tensor, pos: &Tensor) -> Kernel {
     Ok(vec![t.ok_or("cache and rows of different dtypes")?])
 }
 
-/// Keys and values of one store (the cache's slots, or the chunk's own rows), widened to
-/// f64: the key of (index, kv head) is `dk` values at `keys[(index·g + head)·key_stride..]`,
-/// its value `dv` values at `values[(index·g + head)·value_stride..]`.
+/// Keys and values of every entry a row may read, widened to f64: the cache's `S` slots,
+/// then — for a prefill chunk — the chunk's own `N` rows. The key of (entry, kv head) is `dk`
+/// values at `keys[(entry·g + head)·key_stride..]`, its value `dv` values at
+/// `values[(entry·g + head)·value_stride..]`.
 struct Store {
     keys: Vec<f64>,
     key_stride: usize,
@@ -90,69 +91,68 @@ struct Store {
 }
 
 impl Store {
+    /// The cache's entries, then the chunk's (when given), each widened to f64.
+    fn widen(cache: &[f32], chunk: Option<&[f32]>) -> Vec<f64> {
+        cache.iter().chain(chunk.unwrap_or_default()).map(|&v| f64::from(v)).collect()
+    }
+
     fn values(&self) -> &[f64] {
         self.values.as_deref().unwrap_or(&self.keys)
     }
 }
 
-/// Where one attention reads: `q [N, h, dk]`; the cache, and — for a prefill chunk — the
-/// chunk's own rows.
+/// Where one attention reads: `q [N, h, dk]` and the store of cache slots and chunk rows.
 struct Attention<'a> {
     q: &'a [f32],
     n: usize,
     heads: usize,
     dk: usize,
     slots: usize,
+    /// The chunk's rows in the store (0 for a decode step).
+    chunk_rows: usize,
     kv_heads: usize,
     dv: usize,
-    cache: Store,
-    /// The chunk's own keys and values, when given.
-    rows: Option<Store>,
+    store: Store,
 }
 
-/// A run of attended positions read from consecutive indices of one store.
-#[derive(Clone, Copy)]
-struct Run {
-    /// Read from the chunk's rows (else from the cache's slots).
-    chunk: bool,
-    /// The store index of the run's first position.
-    start: usize,
-    len: usize,
-}
+/// f64 values of scores (and of their weights) one task holds at a time.
+const BLOCK_SCORES: usize = 1 << 22;
 
 /// Causal softmax attention: row `i` at `p_i` sees positions `t ≤ p_i` with `p_i − t < window`;
 /// position `t` is read from the chunk's row `j` when the chunk is given and `p_j = t` (the last
-/// such row), otherwise from slot `t mod S`; query head `j` uses kv head `j / (h/g)`. Scores
-/// (`q·k`) and the weighted sum of values are f64 products (`gemm`), the softmax in f64; rows in
-/// parallel.
+/// such row), otherwise from slot `t mod S`; query head `j` uses kv head `j / (h/g)`.
+///
+/// A block of rows at a time: the scores `q·k` of every query against every stored entry are
+/// one f64 product (`gemm`); each row's softmax (in f64) runs over the entries it reads, the
+/// others weigh exactly 0; the weighted sum of values is a second product. Blocks in parallel.
 fn attend_core(a: &Attention<'_>, pos: &Tensor, scale: f64, window: Option<usize>) -> Kernel {
     let positions = positions(pos, a.n)?;
     // Position → the chunk row that holds it (the last row at that position wins).
     let chunk: BTreeMap<usize, usize> =
-        if a.rows.is_some() { positions.iter().enumerate().map(|(j, &p)| (p, j)).collect() } else { BTreeMap::new() };
+        if a.chunk_rows > 0 { positions.iter().enumerate().map(|(j, &p)| (p, j)).collect() } else { BTreeMap::new() };
+    let reads: Vec<Vec<usize>> =
+        positions.iter().enumerate().map(|(i, &p)| reads(a, &chunk, p, i, window)).collect::<Result<_, _>>()?;
     let q64 = gemm::widen(a.q);
-    let rows: Vec<Result<Vec<f32>, String>> =
-        (0..a.n).into_par_iter().map(|i| attend_row(a, &q64, &chunk, positions[i], i, scale, window)).collect();
-    let mut data = Vec::with_capacity(a.n * a.heads * a.dv);
-    for row in rows {
-        data.extend(row?);
-    }
-    Ok(vec![out(&[a.n, a.heads, a.dv], data)?])
+    let entries = a.slots + a.chunk_rows;
+    let block = (BLOCK_SCORES / (a.heads / a.kv_heads * entries).max(1)).max(1);
+    let starts: Vec<usize> = (0..a.n).step_by(block).collect();
+    let blocks: Vec<Vec<f32>> =
+        starts.par_iter().map(|&i0| attend_block(a, &q64, i0, &reads[i0..a.n.min(i0 + block)], scale)).collect();
+    Ok(vec![out(&[a.n, a.heads, a.dv], blocks.concat())?])
 }
 
-/// Row `i` (at position `p`) of [`attend_core`]: `h × dv` values.
-fn attend_row(
+/// The store entries row `i` (at position `p`) reads, in position order: slot `t mod S` of the
+/// cache, or `S + j` for the chunk's row `j`.
+fn reads(
     a: &Attention<'_>,
-    q64: &[f64],
     chunk: &BTreeMap<usize, usize>,
     p: usize,
     i: usize,
-    scale: f64,
     window: Option<usize>,
-) -> Result<Vec<f32>, String> {
+) -> Result<Vec<usize>, String> {
     let first = window.map_or(0, |w| (p + 1).saturating_sub(w));
-    let cached: Vec<usize> = (first..=p).filter(|t| !chunk.contains_key(t)).collect();
-    if let (Some(lo), Some(hi)) = (cached.first(), cached.last()) {
+    let mut cached = (first..=p).filter(|t| !chunk.contains_key(t));
+    if let (Some(lo), Some(hi)) = (cached.next(), cached.next_back()) {
         if hi - lo + 1 > a.slots {
             return Err(format!(
                 "row {i} at position {p} reads positions {lo}..={hi} from the cache but it holds {} slots; \
@@ -161,79 +161,66 @@ fn attend_row(
             ));
         }
     }
-    // The attended positions in order, as runs of consecutive store indices.
-    let mut runs: Vec<Run> = Vec::new();
-    for t in first..=p {
-        let (in_chunk, index) = match chunk.get(&t) {
-            Some(&row) => (true, row),
-            None if a.slots == 0 => return Err(format!("row {i} reads position {t} from a cache with no slots")),
-            None => (false, t % a.slots),
-        };
-        match runs.last_mut() {
-            Some(r) if r.chunk == in_chunk && r.start + r.len == index => r.len += 1,
-            _ => runs.push(Run { chunk: in_chunk, start: index, len: 1 }),
-        }
-    }
-    let total_len = p + 1 - first;
-    let group = a.heads / a.kv_heads;
-    let mut row = Vec::with_capacity(a.heads * a.dv);
+    (first..=p)
+        .map(|t| match chunk.get(&t) {
+            Some(&row) => Ok(a.slots + row),
+            None if a.slots == 0 => Err(format!("row {i} reads position {t} from a cache with no slots")),
+            None => Ok(t % a.slots),
+        })
+        .collect()
+}
+
+/// Rows `i0..i0 + reads.len()` of [`attend_core`]: `h × dv` values each.
+fn attend_block(a: &Attention<'_>, q64: &[f64], i0: usize, reads: &[Vec<usize>], scale: f64) -> Vec<f32> {
+    let (rows, group, entries) = (reads.len(), a.heads / a.kv_heads, a.slots + a.chunk_rows);
+    let s = &a.store;
+    let mut out = vec![0f32; rows * a.heads * a.dv];
     for kv in 0..a.kv_heads {
-        // The query heads of this kv head: `group × dk`.
-        let q = View::dense(&q64[(i * a.heads + kv * group) * a.dk..][..group * a.dk], group, a.dk);
-        let store = |r: &Run| if r.chunk { a.rows.as_ref().expect("chunk rows") } else { &a.cache };
-        // scores[head, position] = scale · q·k
-        let mut scores = vec![0f64; group * total_len];
-        let mut column = 0;
-        for r in &runs {
-            let s = store(r);
-            let keys = View {
-                data: &s.keys,
-                offset: (r.start * a.kv_heads + kv) * s.key_stride,
-                rows: r.len,
-                cols: a.dk,
-                row_stride: a.kv_heads * s.key_stride,
-                col_stride: 1,
-            };
-            let mut part = vec![0f64; group * r.len];
-            gemm::gemm(q, keys.t(), &mut part, false);
+        // The query heads of kv head `kv`, row by row: `rows·group × dk`.
+        let q: Vec<f64> =
+            (0..rows).flat_map(|r| &q64[((i0 + r) * a.heads + kv * group) * a.dk..][..group * a.dk]).copied().collect();
+        let keys = View {
+            data: &s.keys,
+            offset: kv * s.key_stride,
+            rows: entries,
+            cols: a.dk,
+            row_stride: a.kv_heads * s.key_stride,
+            col_stride: 1,
+        };
+        let mut scores = vec![0f64; rows * group * entries];
+        gemm::gemm(View::dense(&q, rows * group, a.dk), keys.t(), &mut scores, false);
+        // Softmax weights (unnormalised) over the entries each row reads, and their totals.
+        let mut weights = vec![0f64; rows * group * entries];
+        let mut totals = vec![0f64; rows * group];
+        for (r, read) in reads.iter().enumerate() {
             for h in 0..group {
-                for (o, &v) in scores[h * total_len + column..][..r.len].iter_mut().zip(&part[h * r.len..][..r.len]) {
-                    *o = scale * v;
-                }
+                let at = (r * group + h) * entries;
+                let (sc, w) = (&scores[at..at + entries], &mut weights[at..at + entries]);
+                let max = read.iter().map(|&e| scale * sc[e]).fold(f64::NEG_INFINITY, f64::max);
+                read.iter().for_each(|&e| w[e] = (scale * sc[e] - max).exp());
+                totals[r * group + h] = read.iter().map(|&e| w[e]).sum();
             }
-            column += r.len;
         }
-        // Softmax weights (unnormalised) and their totals, per head.
-        let mut totals = vec![0f64; group];
-        for (h, total) in totals.iter_mut().enumerate() {
-            let head = &mut scores[h * total_len..][..total_len];
-            let max = head.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            head.iter_mut().for_each(|s| *s = (*s - max).exp());
-            *total = head.iter().sum();
-        }
-        // acc[head] = Σ weight · value, then divided by the head's total.
-        let mut acc = vec![0f64; group * a.dv];
-        let mut column = 0;
-        for r in &runs {
-            let s = store(r);
-            let weights =
-                View { data: &scores, offset: column, rows: group, cols: r.len, row_stride: total_len, col_stride: 1 };
-            let values = View {
-                data: s.values(),
-                offset: (r.start * a.kv_heads + kv) * s.value_stride,
-                rows: r.len,
-                cols: a.dv,
-                row_stride: a.kv_heads * s.value_stride,
-                col_stride: 1,
-            };
-            gemm::gemm(weights, values, &mut acc, true);
-            column += r.len;
-        }
-        for (h, total) in totals.iter().enumerate() {
-            row.extend(acc[h * a.dv..][..a.dv].iter().map(|o| (o / total) as f32));
+        // acc = weights · values, then divided by each head's total.
+        let values = View {
+            data: s.values(),
+            offset: kv * s.value_stride,
+            rows: entries,
+            cols: a.dv,
+            row_stride: a.kv_heads * s.value_stride,
+            col_stride: 1,
+        };
+        let mut acc = vec![0f64; rows * group * a.dv];
+        gemm::gemm(View::dense(&weights, rows * group, entries), values, &mut acc, false);
+        for (rh, total) in totals.iter().enumerate() {
+            let (r, h) = (rh / group, rh % group);
+            let dst = &mut out[(r * a.heads + kv * group + h) * a.dv..][..a.dv];
+            for (o, v) in dst.iter_mut().zip(&acc[rh * a.dv..][..a.dv]) {
+                *o = (v / total) as f32;
+            }
         }
     }
-    Ok(row)
+    out
 }
 
 /// `attend(q [N, h, dk], K [S, g, dk], V [S, g, dv], pos (, k [N, g, dk], v [N, g, dv]))`.
@@ -245,23 +232,15 @@ pub(super) fn attend(ins: &[&Tensor], scale: f64, window: Option<usize>) -> Kern
     };
     let (slots, kv_heads, dk) = (k.shape()[0], k.shape()[1], k.shape()[2]);
     let dv = v.shape()[2];
-    let store = |ks: &[f32], vs: &[f32]| Store {
-        keys: gemm::widen(ks),
+    let store = Store {
+        keys: Store::widen(f32s(k)?, chunk.map(|c| c.0)),
         key_stride: dk,
-        values: Some(gemm::widen(vs)),
+        values: Some(Store::widen(f32s(v)?, chunk.map(|c| c.1))),
         value_stride: dv,
     };
-    let a = Attention {
-        q: f32s(q)?,
-        n: q.shape()[0],
-        heads: q.shape()[1],
-        dk,
-        slots,
-        kv_heads,
-        dv,
-        cache: store(f32s(k)?, f32s(v)?),
-        rows: chunk.map(|(kn, vn)| store(kn, vn)),
-    };
+    let n = q.shape()[0];
+    let chunk_rows = if chunk.is_some() { n } else { 0 };
+    let a = Attention { q: f32s(q)?, n, heads: q.shape()[1], dk, slots, chunk_rows, kv_heads, dv, store };
     attend_core(&a, pos, scale, window)
 }
 
@@ -274,17 +253,10 @@ pub(super) fn attend_mla(ins: &[&Tensor], scale: f64, latent: usize, window: Opt
         _ => return Err("attend_mla takes q, C, pos (and the chunk's c)".into()),
     };
     let (slots, width) = (c.shape()[0], c.shape()[1]);
-    let store = |cs: &[f32]| Store { keys: gemm::widen(cs), key_stride: width, values: None, value_stride: width };
-    let a = Attention {
-        q: f32s(q)?,
-        n: q.shape()[0],
-        heads: q.shape()[1],
-        dk: width,
-        slots,
-        kv_heads: 1,
-        dv: latent,
-        cache: store(f32s(c)?),
-        rows: chunk.map(store),
-    };
+    let store = Store { keys: Store::widen(f32s(c)?, chunk), key_stride: width, values: None, value_stride: width };
+    let n = q.shape()[0];
+    let chunk_rows = if chunk.is_some() { n } else { 0 };
+    let a =
+        Attention { q: f32s(q)?, n, heads: q.shape()[1], dk: width, slots, chunk_rows, kv_heads: 1, dv: latent, store };
     attend_core(&a, pos, scale, window)
 }

@@ -82,8 +82,10 @@ pub(super) fn widen(v: &[f32]) -> Vec<f64> {
     v.iter().map(|&x| f64::from(x)).collect()
 }
 
-/// Output columns of a product computed together by one task.
-const COLUMNS: usize = 64;
+/// Bytes of widened weight rows one task multiplies at a time. `dgemm` packs each operand
+/// once per call, so a block wide enough makes packing the activations a small part of the
+/// work (blocks of 64 columns spent most of a 512-row prefill packing them).
+const BLOCK_BYTES: usize = 1 << 25;
 
 /// `y = x Wᵀ (+ b)` for `x [n × k]`, `W [o × k]` (f32, row-major): each element the f64 sum
 /// of its products (plus the bias, in f64), rounded to f32. Parallel over blocks of output
@@ -94,24 +96,28 @@ pub(super) fn linear_f32(x: &[f32], n: usize, w: &[f32], o: usize, k: usize, bia
         return y;
     }
     let x64 = widen(x);
+    // At least two blocks per thread (for balance), at most BLOCK_BYTES of widened rows each.
+    let per_thread = o.div_ceil(2 * rayon::current_num_threads());
+    let columns = per_thread.min(BLOCK_BYTES / 8 / k.max(1)).max(16);
     let blocks: Vec<(usize, Vec<f64>)> = (0..o)
-        .step_by(COLUMNS)
+        .step_by(columns)
         .collect::<Vec<_>>()
         .into_par_iter()
         .map(|j0| {
-            let cols = COLUMNS.min(o - j0);
+            let cols = columns.min(o - j0);
             let w64 = widen(&w[j0 * k..(j0 + cols) * k]);
-            let mut c = vec![0f64; n * cols];
-            gemm(View::dense(&x64, n, k), View::dense(&w64, cols, k).t(), &mut c, false);
+            // c [cols × n] = W_block · xᵀ.
+            let mut c = vec![0f64; cols * n];
+            gemm(View::dense(&w64, cols, k), View::dense(&x64, n, k).t(), &mut c, false);
             (j0, c)
         })
         .collect();
     for (j0, c) in blocks {
-        let cols = c.len() / n;
-        for r in 0..n {
-            for (jj, &v) in c[r * cols..(r + 1) * cols].iter().enumerate() {
-                let j = j0 + jj;
-                y[r * o + j] = (v + bias.map_or(0.0, |b| f64::from(b[j]))) as f32;
+        for (jj, col) in c.chunks_exact(n).enumerate() {
+            let j = j0 + jj;
+            let b = bias.map_or(0.0, |b| f64::from(b[j]));
+            for (r, &v) in col.iter().enumerate() {
+                y[r * o + j] = (v + b) as f32;
             }
         }
     }
