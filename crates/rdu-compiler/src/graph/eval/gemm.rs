@@ -84,8 +84,9 @@ pub(super) fn widen(v: &[f32]) -> Vec<f64> {
 
 /// Bytes of widened weight rows one task multiplies at a time. `dgemm` packs each operand
 /// once per call, so a block wide enough makes packing the activations a small part of the
-/// work (blocks of 64 columns spent most of a 512-row prefill packing them).
-const BLOCK_BYTES: usize = 1 << 25;
+/// work (blocks of 64 columns spent most of a 512-row prefill packing them); 8 MiB stays
+/// under the size from which the allocator maps every buffer afresh.
+const BLOCK_BYTES: usize = 1 << 23;
 
 /// `y = x Wᵀ (+ b)` for `x [n × k]`, `W [o × k]` (f32, row-major): each element the f64 sum
 /// of its products (plus the bias, in f64), rounded to f32. Parallel over blocks of output
