@@ -45,24 +45,6 @@ pub fn quantize_q8_0(values: &[f32], shape: &[usize]) -> Result<Q8Weight> {
     Ok(Q8Weight { shape: shape.to_vec(), blocks })
 }
 
-/// `x.round()` (halves away from zero) without the libm call the baseline x86-64 target makes
-/// for it: below 2²³ in magnitude `x as i32` truncates exactly and `x − trunc(x)` is exact;
-/// from there on every f32 is whole. NaN stays NaN. (Only the sign of a zero result may
-/// differ, which the cast to i8 erases.)
-#[inline(always)]
-fn round_half_away(x: f32) -> f32 {
-    if x.abs() < 8_388_608.0 {
-        let t = x as i32 as f32;
-        match x - t {
-            f if f >= 0.5 => t + 1.0,
-            f if f <= -0.5 => t - 1.0,
-            _ => t,
-        }
-    } else {
-        x
-    }
-}
-
 impl Q8Block {
     /// Quantises one block of 32 values (see [`quantize_q8_0`]); uses the first 32 of `x`,
     /// padding with zeros if there are fewer.
@@ -72,7 +54,7 @@ impl Q8Block {
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         let mut qs = [0i8; QK8_0];
         for (q, &v) in qs.iter_mut().zip(x) {
-            *q = round_half_away(v * id).clamp(-128.0, 127.0) as i8;
+            *q = (v * id).round().clamp(-128.0, 127.0) as i8;
         }
         Q8Block { d: f16::from_f32(d).to_f32(), qs }
     }
@@ -103,23 +85,5 @@ impl Q8Weight {
     /// Dense f32 values, row-major.
     pub fn dequantize(&self) -> Vec<f32> {
         self.blocks.iter().flat_map(|b| b.dequantize()).collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::round_half_away;
-
-    #[test]
-    fn rounding_is_f32_round_as_i8_sees_it() {
-        let mut values = vec![0.5, -0.5, 1.5, -1.5, 2.5, 126.5, -127.5, 0.49999997, -0.49999997, 1e30, -1e30];
-        values.extend((-3000..3000).map(|i| i as f32 * 0.04321));
-        values.extend((0..2000).map(|i| 8_388_600.0 + i as f32 * 0.25));
-        for v in values {
-            let (got, want) = (round_half_away(v), v.round());
-            assert!(got == want, "{v}: {got} vs {want}");
-            assert_eq!(got.clamp(-128.0, 127.0) as i8, want.clamp(-128.0, 127.0) as i8, "{v}");
-        }
-        assert!(round_half_away(f32::NAN).is_nan());
     }
 }

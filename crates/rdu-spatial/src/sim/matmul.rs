@@ -23,6 +23,8 @@ const GEMM_ROWS: usize = 4;
 /// activations once, so a panel of many rows makes that a small part of the work (panels of
 /// 512 KiB — 24 rows of 5376 — spent most of a 512-row prefill repacking them).
 const PANEL_BYTES: usize = 1 << 23;
+/// Bytes of weight rows a panel may always take (it stays in L2).
+const L2_BYTES: usize = 1 << 19;
 
 /// A weight matrix seen as rows of `cols` values: dense, Q8_0 blocks, or a block format read
 /// in place.
@@ -193,7 +195,12 @@ fn q8_dot(kernel: Q8Kernel, row: &[Q8Block], x: &[f32]) -> f32 {
 fn panels(rows: Rows<'_>, xs: &[f32], n: usize, piece: &[(usize, usize)], chunk: &mut [f32]) {
     let cols = rows.cols();
     let total = chunk.len() / n;
-    let panel_rows = (PANEL_BYTES / 4 / cols.max(1)).clamp(16, 1024).min(total);
+    // A panel as many rows as the activations (so packing them costs no more than packing
+    // the panel) up to PANEL_BYTES, and never smaller than what stays in L2 (L2_BYTES): few
+    // activation rows do little arithmetic per widened value, and a large panel would only
+    // add memory traffic.
+    let rows_in = |bytes: usize| bytes / 4 / cols.max(1);
+    let panel_rows = n.min(rows_in(PANEL_BYTES)).max(rows_in(L2_BYTES)).clamp(16, 1024).min(total);
     let mut panel = vec![0.0f32; panel_rows * cols];
     let (mut filled, mut done) = (0, 0);
     for j in piece.iter().flat_map(|&(s, e)| s..e) {

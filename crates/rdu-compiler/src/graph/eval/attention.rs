@@ -115,9 +115,9 @@ struct Attention<'a> {
     store: Store,
 }
 
-/// f64 values of scores (and of their weights) one task holds at a time: 8 MiB each, under
-/// the size from which the allocator maps every buffer afresh (and faults in its pages).
-const BLOCK_SCORES: usize = 1 << 20;
+/// f64 values of scores (and of their weights) one task holds at a time (32 MiB each: enough
+/// rows of a 128-head latent attention that packing the cache is a small part of the work).
+const BLOCK_SCORES: usize = 1 << 22;
 
 /// Causal softmax attention: row `i` at `p_i` sees positions `t ≤ p_i` with `p_i − t < window`;
 /// position `t` is read from the chunk's row `j` when the chunk is given and `p_j = t` (the last

@@ -84,9 +84,8 @@ pub(super) fn widen(v: &[f32]) -> Vec<f64> {
 
 /// Bytes of widened weight rows one task multiplies at a time. `dgemm` packs each operand
 /// once per call, so a block wide enough makes packing the activations a small part of the
-/// work (blocks of 64 columns spent most of a 512-row prefill packing them); 8 MiB stays
-/// under the size from which the allocator maps every buffer afresh.
-const BLOCK_BYTES: usize = 1 << 23;
+/// work (blocks of 64 columns spent most of a 512-row prefill packing them).
+const BLOCK_BYTES: usize = 1 << 25;
 
 /// `y = x Wᵀ (+ b)` for `x [n × k]`, `W [o × k]` (f32, row-major): each element the f64 sum
 /// of its products (plus the bias, in f64), rounded to f32. Parallel over blocks of output
@@ -97,9 +96,11 @@ pub(super) fn linear_f32(x: &[f32], n: usize, w: &[f32], o: usize, k: usize, bia
         return y;
     }
     let x64 = widen(x);
-    // At least two blocks per thread (for balance), at most BLOCK_BYTES of widened rows each.
+    // As many columns as rows of `x` (packing `x` then costs no more than packing the block;
+    // few rows keep the block small enough to stay in cache), at most BLOCK_BYTES of widened
+    // rows, and at least two blocks per thread for balance.
     let per_thread = o.div_ceil(2 * rayon::current_num_threads());
-    let columns = per_thread.min(BLOCK_BYTES / 8 / k.max(1)).max(16);
+    let columns = n.max(64).min(BLOCK_BYTES / 8 / k.max(1)).min(per_thread).max(16);
     let blocks: Vec<(usize, Vec<f64>)> = (0..o)
         .step_by(columns)
         .collect::<Vec<_>>()
