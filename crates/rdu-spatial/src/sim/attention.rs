@@ -184,10 +184,11 @@ struct HeadMajor {
     rows: usize,
 }
 
-impl HeadMajor {
-    /// `kv` read from this copy.
-    fn kv<'a>(&'a self, kv: &Kv<'_>) -> Kv<'a> {
-        Kv { data: &self.data, slot: kv.len, group: self.rows * kv.len, len: kv.len }
+/// `kv` read from its head-major copy, when it has one.
+fn through<'a>(kv: Kv<'a>, copy: &'a Option<HeadMajor>) -> Kv<'a> {
+    match copy {
+        Some(c) => Kv { data: &c.data, slot: kv.len, group: c.rows * kv.len, len: kv.len },
+        None => kv,
     }
 }
 
@@ -286,15 +287,14 @@ fn run(
     // place, a kv head's key of every slot lies in its own page of a large cache and every
     // row's reads missed the TLB. (One row reads each key once: a copy would not pay.)
     let gather = |kv: &Kv<'_>, rows: usize| if n >= GATHER_ROWS { head_major(kv, rows) } else { None };
-    let (kh, vh) = (gather(&keys, s), gather(&values, s));
-    let (keys, values) = (kh.as_ref().map_or(keys, |b| b.kv(&keys)), vh.as_ref().map_or(values, |b| b.kv(&values)));
-    let chunk_major = chunk.as_ref().map(|(k, v)| (gather(k, n), gather(v, n)));
-    let chunk = match (chunk, &chunk_major) {
-        (Some((k, v)), Some((kb, vb))) => {
-            Some((kb.as_ref().map_or(k, |b| b.kv(&k)), vb.as_ref().map_or(v, |b| b.kv(&v))))
-        }
-        _ => None,
-    };
+    let copies = [
+        gather(&keys, s),
+        gather(&values, s),
+        chunk.and_then(|(k, _)| gather(&k, n)),
+        chunk.and_then(|(_, v)| gather(&v, n)),
+    ];
+    let (keys, values) = (through(keys, &copies[0]), through(values, &copies[1]));
+    let chunk = chunk.map(|(k, v)| (through(k, &copies[2]), through(v, &copies[3])));
     let (row_keys, row_values) = (chunk.as_ref().map(|c| &c.0), chunk.as_ref().map(|c| &c.1));
     let one = |&(r, j0, j1): &(usize, usize, usize)| -> Result<Vec<f32>, SimError> {
         let (srcs, kvh, heads) = (&row_sources[r], j0 / per_group, j1 - j0);
