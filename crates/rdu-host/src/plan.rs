@@ -1,12 +1,13 @@
 //! What a step takes and checks: how many tokens, the context, the vocabulary, and how the runtime inputs are filled.
 //!
-//! The manifest's `inputs` are filled by name: `tok`/`toks` (i32 `[rows]`) with the step's
-//! token ids; `pos` and each sequence's `pos_s{b}` with the step's position — a scalar, or
-//! `[rows]` holding consecutive positions. Any other runtime input is refused at load.
+//! The manifest's `inputs` are filled by their `role`: `tokens` (i32 `[rows]`) with the step's
+//! token ids; `position` with the position of the step (or of its `sequence` in a batched
+//! step) — a scalar, or `[rows]` holding consecutive positions. Nothing is read from a name.
+//! Any other runtime input is refused at load.
 
 use std::collections::BTreeMap;
 
-use rdu_spatial::manifest::{CutMode, Manifest};
+use rdu_spatial::manifest::{CutMode, InputRole, Manifest};
 use rdu_spatial::{Arg, Op, SimTensor, SpatialProgram};
 
 use crate::error::{HostError, Result};
@@ -16,12 +17,19 @@ use crate::error::{HostError, Result};
 enum Feed {
     Tokens(String),
     /// A position input: a scalar, or one consecutive position per row; `seq` is the
-    /// sequence of a batched step whose position it is (`pos_s{b}`), `None` for `pos`.
+    /// sequence of a batched step whose position it is, `None` for the whole step's.
     Position {
         name: String,
         per_row: bool,
         seq: Option<usize>,
     },
+}
+
+fn role_word(role: InputRole) -> &'static str {
+    match role {
+        InputRole::Tokens => "tokens",
+        InputRole::Position => "position",
+    }
 }
 
 /// The step's shape and checks, fixed when the bundle is loaded.
@@ -51,23 +59,22 @@ impl Plan {
             if input.dtype != "i32" {
                 return Err(fail(&input.name, format!("has dtype {}; token and position inputs are i32", input.dtype)));
             }
-            let name = input.name.clone();
-            let seq = name.strip_prefix("pos_s").and_then(|b| b.parse::<usize>().ok());
-            let is_pos = name == "pos" || seq.is_some();
-            match (name.as_str(), input.shape.as_slice()) {
-                ("tok" | "toks", &[n]) => {
+            let (name, seq) = (input.name.clone(), input.sequence);
+            match (input.role, input.shape.as_slice()) {
+                (InputRole::Tokens, &[n]) if seq.is_none() => {
                     rows = Some(n);
                     feeds.push(Feed::Tokens(name));
                 }
-                (_, []) if is_pos => feeds.push(Feed::Position { name, per_row: false, seq }),
-                (_, &[n]) if is_pos => {
+                (InputRole::Position, []) => feeds.push(Feed::Position { name, per_row: false, seq }),
+                (InputRole::Position, &[n]) => {
                     per_row.push((name.clone(), n));
                     feeds.push(Feed::Position { name, per_row: true, seq });
                 }
-                _ => {
+                (role, shape) => {
                     let problem = format!(
-                        "shape {:?} is not one this host fills (tok/toks [rows], pos [] or [rows])",
-                        input.shape
+                        "a {} input of shape {shape:?}{} is not one this host fills (tokens [rows] for the whole step, positions [] or [rows])",
+                        role_word(role),
+                        seq.map(|b| format!(" for sequence {b}")).unwrap_or_default(),
                     );
                     return Err(fail(&input.name, problem));
                 }
@@ -80,11 +87,11 @@ impl Plan {
         let batched = matches!(manifest.cut.mode, CutMode::Batched | CutMode::BatchedTp);
         let span = if batched { 1 } else { rows };
         let sequences = if batched { rows } else { 1 };
-        if let Some(b) = feeds.iter().find_map(|f| match f {
-            Feed::Position { seq: Some(b), .. } if *b >= sequences => Some(*b),
+        if let Some((name, b)) = feeds.iter().find_map(|f| match f {
+            Feed::Position { name, seq: Some(b), .. } if *b >= sequences => Some((name, *b)),
             _ => None,
         }) {
-            return Err(fail(&format!("pos_s{b}"), format!("names sequence {b} of a step of {sequences}")));
+            return Err(fail(name, format!("names sequence {b} of a step of {sequences}")));
         }
         let ctx = manifest.cut.ctx.or(manifest.cut.seq).unwrap_or(rows);
         let logits = match head.outputs.as_slice() {

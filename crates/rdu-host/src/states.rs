@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use rdu_spatial::manifest::{StateDtype, StateEntry};
+use rdu_spatial::names::TensorName;
 use rdu_spatial::{Dtype, SimData, SimTensor};
 
 /// Every state a manifest declares, held between steps.
@@ -32,8 +33,7 @@ impl States {
     /// Zeroes the states of sequence `b` of a batched bundle (`..._s{b}`): its slot starts a
     /// new sequence while the others go on.
     pub fn reset_sequence(&mut self, b: usize) {
-        let suffix = format!("_s{b}");
-        self.reset_where(|name| name.ends_with(&suffix));
+        self.reset_where(|name| TensorName::parse(name).seq == Some(b));
     }
 
     fn reset_where(&mut self, pick: impl Fn(&str) -> bool) {

@@ -226,3 +226,23 @@ fn gguf_tensor_whose_type_cannot_serve_q8_0_storage_is_refused() {
     );
     assert_eq!(err.to_string(), want);
 }
+
+#[test]
+fn runtime_inputs_are_filled_by_their_role_and_a_role_the_host_cannot_fill_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let set = |edit: &dyn Fn(&mut rdu_spatial::manifest::InputEntry), dir: &str| {
+        let mut b = bundle(Variant::Dense);
+        edit(b.manifest.inputs.iter_mut().find(|i| i.name == "pos").unwrap());
+        write(&b, tmp.path(), dir)
+    };
+    // The position input given the tokens' role: the host reads the role, not the name.
+    let dir = set(&|i| i.role = rdu_spatial::manifest::InputRole::Tokens, "tokens");
+    let err = error(load(&dir, &seeded()));
+    assert!(matches!(&err, HostError::Input { name, .. } if name == "pos"), "{err:?}");
+    assert!(err.to_string().contains("a tokens input of shape [] is not one this host fills"), "{err}");
+    // A position of a sequence the step does not have.
+    let dir = set(&|i| i.sequence = Some(1), "sequence");
+    let err = error(load(&dir, &seeded()));
+    assert!(err.to_string().contains("`pos`") && err.to_string().contains("names sequence 1 of a step of 1"), "{err}");
+    assert!(!err.to_string().contains('\n'), "{err}");
+}

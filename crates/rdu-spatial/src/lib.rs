@@ -10,6 +10,7 @@ pub mod chip;
 pub mod cost;
 pub mod manifest;
 pub mod memory;
+pub mod names;
 pub mod op;
 pub mod program;
 pub mod q8;

@@ -1,4 +1,4 @@
-//! The serde types of a bundle's `manifest.json` (format "rdu-bundle", version 3); checking them is `bundle::validate`.
+//! The serde types of a bundle's `manifest.json` (format "rdu-bundle", version 4); checking them is `bundle::validate`.
 //!
 //! Every map is a `BTreeMap` and every list keeps the order the compiler gave it, so one
 //! manifest always serialises to the same bytes. Optional fields are left out when absent.
@@ -15,8 +15,9 @@ mod json;
 /// The marker in `format` that says a directory is an rdu bundle.
 pub const FORMAT: &str = "rdu-bundle";
 /// The manifest version this build writes and reads. Version 2 added the file hashes and the `schedule`;
-/// version 3 the vocabulary-parallel head (gathered `activations[].slices`, `reduced_unsplit`).
-pub const VERSION: u32 = 3;
+/// version 3 the vocabulary-parallel head (gathered `activations[].slices`, `reduced_unsplit`);
+/// version 4 the runtime inputs' `role` and `sequence`.
+pub const VERSION: u32 = 4;
 
 /// `manifest.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -332,12 +333,29 @@ pub struct Slice {
     pub len: usize,
 }
 
+/// A runtime input the host fills every step. Its `role` says with what, so the host never
+/// reads meaning from a name.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InputEntry {
     pub name: String,
     pub dtype: String,
     pub shape: Vec<usize>,
+    pub role: InputRole,
+    /// The sequence of a batched step whose position this is (`pos_s{b}`); absent when the
+    /// input serves the whole step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence: Option<usize>,
+}
+
+/// What a runtime input carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputRole {
+    /// The step's token ids, one per row.
+    Tokens,
+    /// A position: a scalar, or one per row.
+    Position,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

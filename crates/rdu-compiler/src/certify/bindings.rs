@@ -7,6 +7,8 @@
 use crate::graph::{Bindings, Data, Graph, Tensor};
 use crate::lang::ast::DeclKind;
 use rdu_checkpoint::seeded_weight;
+use rdu_spatial::manifest::RopeTable;
+use rdu_spatial::names::parse_rope_table;
 use rdu_spatial::program::{Arg, Op, SpatialProgram, Storage};
 use rdu_spatial::q8::Q8Weight;
 use rdu_spatial::sim::{SimBindings, SimTensor, WeightSlab};
@@ -74,7 +76,7 @@ impl Inputs {
                         scaling: rdu_spatial::rope::RopeScaling::None,
                     };
                     let (cos, sin) = rdu_spatial::rope::tables(&rope, shape[0]);
-                    Data::F32(if name.starts_with("sin") { sin } else { cos })
+                    Data::F32(if matches!(parse_rope_table(&name), Some((RopeTable::Sin, _))) { sin } else { cos })
                 }
                 (DeclKind::State, _) => Data::F32(scaled(seeded_weight(seed, &name, &shape, false), 0.5)),
                 _ => Data::F32(seeded_weight(seed, &name, &shape, false)),

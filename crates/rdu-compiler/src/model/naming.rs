@@ -2,6 +2,7 @@
 //! every family — in one place.
 
 use crate::model::spec::{Dialect, Family, Ffn, Layer, Mixer, ModelSpec};
+use rdu_spatial::names::TensorName;
 
 /// Where a program weight's values come from in the checkpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,8 +32,8 @@ pub fn checkpoint_source(spec: &ModelSpec, name: &str) -> Option<TensorSource> {
         }
         _ => {}
     }
-    let base = name.trim_end_matches(|c: char| c.is_ascii_digit());
-    let layer: usize = name[base.len()..].parse().ok()?;
+    let TensorName { base, layer: Some(layer), seq: None } = TensorName::parse(name) else { return None };
+    let base = base.as_str();
     let spec_layer = spec.layers.get(layer)?;
     let at = |rest: &str| format!("{prefix}layers.{layer}.{rest}");
     let rest = hf_norm(spec_layer, base).or_else(|| hf_mixer(&spec_layer.mixer, base));
@@ -147,8 +148,8 @@ fn gguf_source(spec: &ModelSpec, name: &str) -> Option<String> {
         "Wout" if !spec.head.tied => return Some("output.weight".into()),
         _ => {}
     }
-    let base = name.trim_end_matches(|c: char| c.is_ascii_digit());
-    let layer: usize = name[base.len()..].parse().ok()?;
+    let TensorName { base, layer: Some(layer), seq: None } = TensorName::parse(name) else { return None };
+    let base = base.as_str();
     let spec_layer = spec.layers.get(layer)?;
     let norms = &spec_layer.norms;
     // Qwen3-Next/3.5 store the pre-FFN norm (HF post_attention_layernorm) as ATTN_POST_NORM.

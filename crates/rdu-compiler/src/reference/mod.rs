@@ -16,6 +16,8 @@ use crate::lang::{ast::DeclKind, parse, Source};
 use crate::model::author::{embed_source, head_source, source_of};
 use crate::model::spec::{Cut, ModelSpec};
 use crate::model::storage::Storage;
+use rdu_spatial::manifest::RopeTable;
+use rdu_spatial::names::parse_rope_table;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -192,12 +194,11 @@ fn stored_q8(t: Tensor) -> Result<Tensor, String> {
 
 /// `cos{r}` / `sin{r}` of `shape` `[rows, dim/2]` for rotation `r` of the spec.
 fn shared_table(spec: &ModelSpec, name: &str, shape: &[usize]) -> Result<Tensor, String> {
-    let (which, r) = name.split_at(3);
-    let rot = r.parse::<usize>().ok().and_then(|r| spec.rotations.get(r));
-    let (Some(rot), [rows, _]) = (rot, shape) else {
+    let table = parse_rope_table(name).and_then(|(table, r)| Some((table, spec.rotations.get(r)?)));
+    let (Some((table, rot)), [rows, _]) = (table, shape) else {
         return Err(format!("unknown shared tensor `{name}`"));
     };
     let (cos, sin) = rdu_spatial::rope::tables(&rot.rope_spec(), *rows);
-    let data = if which == "cos" { cos } else { sin };
+    let data = if table == RopeTable::Cos { cos } else { sin };
     Ok(Tensor::f32(shape.to_vec(), data))
 }

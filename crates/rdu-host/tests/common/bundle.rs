@@ -159,8 +159,20 @@ pub fn bundle_rows(variant: Variant, rows: Rows) -> Bundle {
         layers: vec![layer(0), layer(1)],
         tensors,
         inputs: vec![
-            InputEntry { name: "tok".into(), dtype: "i32".into(), shape: vec![rows.n] },
-            InputEntry { name: "pos".into(), dtype: "i32".into(), shape: pos_shape },
+            InputEntry {
+                name: "tok".into(),
+                dtype: "i32".into(),
+                shape: vec![rows.n],
+                role: InputRole::Tokens,
+                sequence: None,
+            },
+            InputEntry {
+                name: "pos".into(),
+                dtype: "i32".into(),
+                shape: pos_shape,
+                role: InputRole::Position,
+                sequence: None,
+            },
         ],
         states: ["K0", "K1"]
             .iter()

@@ -12,9 +12,10 @@ use crate::model::spec::Cut;
 use rdu_spatial::bundle::Bundle;
 use rdu_spatial::manifest::{
     file_blake3, ActivationEntry, Attached, AttachedRole, CertificateEntry, Checkpoint, CheckpointKind, CostEntry,
-    Cut as CutEntry, CutMode, InputEntry, KindEntry, LayerEntry, Manifest, ProgramEntry, Programs, RopeTable,
-    SharedEntry, SharedRope, Slice, StateDtype, StateEntry, TensorEntry, TensorStorage, FORMAT, VERSION,
+    Cut as CutEntry, CutMode, InputEntry, KindEntry, LayerEntry, Manifest, ProgramEntry, Programs, SharedEntry,
+    SharedRope, Slice, StateDtype, StateEntry, TensorEntry, TensorStorage, FORMAT, VERSION,
 };
+use rdu_spatial::names::{parse_rope_table, runtime_input};
 use std::collections::BTreeMap;
 
 impl StreamedModel {
@@ -206,21 +207,22 @@ impl Tables {
                     let storage = if source.q8.contains(&name) { TensorStorage::Q8_0 } else { TensorStorage::Dense };
                     self.tensors.insert(name, TensorEntry { shape, dtype: "f32".into(), storage, checkpoint, slices });
                 }
-                DeclKind::Input if is_runtime_input(&name) => {
-                    self.inputs.insert(name.clone(), InputEntry { name, dtype: d.ty.dtype.keyword().into(), shape });
-                }
-                DeclKind::Input => {
-                    self.activations.insert(name.clone(), ActivationEntry { name, shape, slices: Vec::new() });
-                }
+                DeclKind::Input => match runtime_input(&name) {
+                    Some((role, sequence)) => {
+                        let dtype = d.ty.dtype.keyword().into();
+                        self.inputs.insert(name.clone(), InputEntry { name, dtype, shape, role, sequence });
+                    }
+                    None => {
+                        self.activations.insert(name.clone(), ActivationEntry { name, shape, slices: Vec::new() });
+                    }
+                },
                 DeclKind::State => {
                     let dtype = if d.ty.dtype == DType::Bf16 { StateDtype::Bf16 } else { StateDtype::F32 };
                     self.states.insert(name.clone(), StateEntry { name, dtype, shape, slices });
                 }
                 DeclKind::Shared => {
-                    let rotation = name[3..].parse::<usize>().ok().and_then(|r| spec.rotations.get(r));
-                    let rope = rotation.map(|rot| SharedRope {
-                        table: if name.starts_with("sin") { RopeTable::Sin } else { RopeTable::Cos },
-                        spec: rot.rope_spec(),
+                    let rope = parse_rope_table(&name).and_then(|(table, r)| {
+                        spec.rotations.get(r).map(|rot| SharedRope { table, spec: rot.rope_spec() })
                     });
                     self.shared.insert(name.clone(), SharedEntry { name, shape, rope });
                 }
@@ -240,9 +242,4 @@ impl Tables {
         }
         Ok(())
     }
-}
-
-/// Token and position inputs the host supplies every step: `tok`, `toks`, `pos`, `pos_s{b}`.
-fn is_runtime_input(name: &str) -> bool {
-    matches!(name, "tok" | "toks" | "pos") || name.strip_prefix("pos_s").is_some_and(|b| b.parse::<usize>().is_ok())
 }

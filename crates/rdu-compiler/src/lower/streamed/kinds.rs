@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 
 pub use crate::lang::renaming;
 pub use crate::model::storage::Storage;
+use rdu_spatial::names::TensorName;
+pub use rdu_spatial::names::{HiddenNames, SINGLE, STACKED};
 
 /// One layer kind before lowering: its name, digest and layers (ascending).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,9 +69,7 @@ pub(crate) fn kinds_of_sources(spec: &ModelSpec, sources: &[Source]) -> Vec<Kind
                     layer.ffn.label()
                 );
                 // The weights stored Q8_0, by base name (`Wv3` → `wv`).
-                q8_sets.push(
-                    source.q8.iter().map(|n| n.trim_end_matches(|c: char| c.is_ascii_digit()).to_lowercase()).collect(),
-                );
+                q8_sets.push(source.q8.iter().map(|n| TensorName::parse(n).base.to_lowercase()).collect());
                 kinds.push(KindGroup {
                     name,
                     digest,
@@ -105,22 +105,6 @@ pub(crate) fn kinds_of_sources(spec: &ModelSpec, sources: &[Source]) -> Vec<Kind
     kinds
 }
 
-/// How a bundle names its layers' hidden-state inputs: `first` in layer 0, `{prefix}{l-1}`
-/// in layer `l` (and `{prefix}{l}` is layer `l`'s output).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HiddenNames {
-    pub first: &'static str,
-    pub prefix: &'static str,
-}
-
-/// One sequence: `x`, `xo0`, `xo1`, …
-pub const SINGLE: HiddenNames = HiddenNames { first: "x", prefix: "xo" };
-/// A batch of sequences stacked: `X`, `bxo0`, `bxo1`, …
-pub const STACKED: HiddenNames = HiddenNames { first: "X", prefix: "bxo" };
-
-/// Bases of shared tensors whose digit suffix is a rotation index, never a layer's.
-const SHARED_BASES: [&str; 2] = ["cos", "sin"];
-
 /// The name layer `to` gives the tensor that layer `from` calls `name`: the hidden-state
 /// input is named by position (`x` for the first layer, `xo{l-1}` after); every per-layer
 /// tensor carries its layer's index as a suffix (`Wq0`, `x2n3`); anything else — the shared
@@ -133,28 +117,14 @@ pub fn rebind(name: &str, from: usize, to: usize) -> String {
 /// stacked `X`/`bxo{l-1}` of a batch. A per-sequence tensor keeps its sequence suffix
 /// (`Kc3_s1` at layer 7 is `Kc7_s1`).
 pub fn rebind_via(name: &str, from: usize, to: usize, hidden: HiddenNames) -> String {
-    let input_of = |l: usize| if l == 0 { hidden.first.to_string() } else { format!("{}{}", hidden.prefix, l - 1) };
-    if name == input_of(from) {
-        return input_of(to);
+    let name = TensorName::parse(name);
+    if name == hidden.input_of(from) {
+        return hidden.input_of(to).to_string();
     }
-    let (stem, seq) = split_sequence_suffix(name);
-    let base = stem.trim_end_matches(|c: char| c.is_ascii_digit());
-    let digits = &stem[base.len()..];
-    if base.is_empty() || digits.is_empty() || SHARED_BASES.contains(&base) || digits != from.to_string() {
-        return name.to_string();
+    match name.layer {
+        Some(l) if l == from => TensorName { layer: Some(to), ..name }.to_string(),
+        _ => name.to_string(),
     }
-    format!("{base}{to}{seq}")
-}
-
-/// `Kc3_s1` → (`Kc3`, `_s1`); a name without a sequence suffix → (name, "").
-fn split_sequence_suffix(name: &str) -> (&str, &str) {
-    if let Some(i) = name.rfind("_s") {
-        let tail = &name[i + 2..];
-        if !tail.is_empty() && tail.bytes().all(|b| b.is_ascii_digit()) && i > 0 {
-            return (&name[..i], &name[i..]);
-        }
-    }
-    (name, "")
 }
 
 #[cfg(test)]

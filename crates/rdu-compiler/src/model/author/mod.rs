@@ -21,7 +21,8 @@ pub use writer::Q8_BLOCK;
 use crate::lang::Source;
 use crate::model::spec::{Cut, Layer, Mixer, ModelSpec, Norms};
 use crate::model::storage::Storage;
-use rdu_spatial::Op;
+use rdu_spatial::manifest::RopeTable;
+use rdu_spatial::{names, Op};
 use writer::{float, list, Writer};
 
 /// The program of layer `layer` of `spec` for one step of `cut`.
@@ -80,14 +81,14 @@ pub fn embed_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
     // A prefill chunk's tokens are all given at run time (no seed).
     let seed = (cut.ctx().is_some() && cut.chunk().is_none()).then(|| list(&vec![1; n]));
     let (tok, x) = (token_input(cut), hidden_name_for(cut, 0));
-    w.input(tok, "i32", &[n], seed.as_deref());
+    w.input(&tok, "i32", &[n], seed.as_deref());
     let table = w.projection("E", &[spec.vocab, spec.d_model]);
     match spec.embed.scale {
         Some(s) => {
-            w.bind_exact("e", Op::Embed, &[tok, &table], &[]);
+            w.bind_exact("e", Op::Embed, &[&tok, &table], &[]);
             w.bind_exact(&x, Op::Scale, &["e"], &[("by", float(s))]);
         }
-        None => w.bind_exact(&x, Op::Embed, &[tok, &table], &[]),
+        None => w.bind_exact(&x, Op::Embed, &[&tok, &table], &[]),
     }
     w.output(&x);
     w.finish(&format!("{} embedding of {}", cut_word(cut), spec.name))
@@ -132,35 +133,24 @@ pub fn head_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
 
 /// The hidden-state input of layer `layer`: `x` for the first, `xo{layer-1}` after.
 pub fn hidden_name(layer: usize) -> String {
-    if layer == 0 {
-        "x".to_string()
-    } else {
-        format!("xo{}", layer - 1)
-    }
+    names::SINGLE.input_of(layer).to_string()
 }
 
 /// The hidden-state input of layer `layer` under `cut`: a batched step stacks its sequences'
 /// rows as `X` for the first layer and `bxo{layer-1}` after (`rebind_via` with `STACKED`).
 pub fn hidden_name_for(cut: Cut, layer: usize) -> String {
-    match (cut.batch(), layer) {
-        (None, _) => hidden_name(layer),
-        (Some(_), 0) => "X".to_string(),
-        (Some(_), l) => format!("bxo{}", l - 1),
-    }
+    let hidden = if cut.batch().is_some() { names::STACKED } else { names::SINGLE };
+    hidden.input_of(layer).to_string()
 }
 
 /// The embedding program's token input: `toks` for a batched step, `tok` otherwise.
-pub fn token_input(cut: Cut) -> &'static str {
-    if cut.batch().is_some() {
-        "toks"
-    } else {
-        "tok"
-    }
+pub fn token_input(cut: Cut) -> String {
+    names::token_input(cut.batch().is_some()).to_string()
 }
 
 /// The position input of sequence `b` of a batched step; `pos` when the step is one sequence.
 pub fn position_input(b: Option<usize>) -> String {
-    b.map(|b| format!("pos_s{b}")).unwrap_or_else(|| "pos".to_string())
+    names::position_input(b).to_string()
 }
 
 fn rows(cut: Cut) -> usize {
@@ -314,7 +304,7 @@ impl<'s> LayerCtx<'s> {
     pub fn rope_tables(&self, w: &mut Writer<'_>) -> (String, String, usize) {
         let r = self.layer.rotation.expect("a layer with RoPE has a rotation");
         let dim = self.spec.rotations[r].dim;
-        let (cos, sin) = (format!("cos{r}"), format!("sin{r}"));
+        let (cos, sin) = (names::rope_table(RopeTable::Cos, r), names::rope_table(RopeTable::Sin, r));
         w.shared(&cos, &[self.table_rows(), dim / 2]);
         w.shared(&sin, &[self.table_rows(), dim / 2]);
         (cos, sin, dim)

@@ -5,6 +5,7 @@ use super::split::{local_extent, parts, Run};
 use crate::lang::{Slices, Source};
 use crate::model::spec::StateDtype;
 use crate::model::storage::Storage;
+use rdu_spatial::names::TensorName;
 use rdu_spatial::Op;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -13,9 +14,10 @@ use std::fmt::Write as _;
 pub const Q8_BLOCK: usize = rdu_checkpoint::QK8_0;
 
 pub(crate) struct Writer<'a> {
-    suffix: String,
-    /// `_s{b}` while writing sequence `b`'s part of a batched step (see [`Writer::sequence`]).
-    seq: String,
+    /// The layer whose names this writer gives (`None`: the embedding or head program).
+    layer: Option<usize>,
+    /// The sequence `b` while writing its part of a batched step (see [`Writer::sequence`]).
+    seq: Option<usize>,
     decls: Vec<String>,
     stmts: Vec<String>,
     outputs: Vec<String>,
@@ -50,8 +52,8 @@ impl<'a> Writer<'a> {
     /// A writer for layer `layer` (names get the suffix) or for the embedding/head (`None`).
     pub fn new(layer: Option<usize>, storage: &'a Storage) -> Writer<'a> {
         Writer {
-            suffix: layer.map(|l| l.to_string()).unwrap_or_default(),
-            seq: String::new(),
+            layer,
+            seq: None,
             decls: Vec::new(),
             stmts: Vec::new(),
             outputs: Vec::new(),
@@ -89,13 +91,13 @@ impl<'a> Writer<'a> {
     /// The per-layer name of `base` (with the sequence suffix inside a batched sequence's part).
     pub fn name(&self, base: &str) -> String {
         debug_assert!(!base.ends_with(|c: char| c.is_ascii_digit()), "base name `{base}` ends in a digit");
-        format!("{base}{}{}", self.suffix, self.seq)
+        TensorName { base: base.to_string(), layer: self.layer, seq: self.seq }.to_string()
     }
 
     /// Names given from now on belong to sequence `b` of a batched step (`Kc3_s1`), or to
     /// the whole step again with `None`.
     pub fn sequence(&mut self, b: Option<usize>) {
-        self.seq = b.map(|b| format!("_s{b}")).unwrap_or_default();
+        self.seq = b;
     }
 
     fn decl(&mut self, kind: &str, name: &str, dtype: &str, shape: &[usize], seed: Option<&str>) {

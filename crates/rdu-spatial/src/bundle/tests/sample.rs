@@ -59,8 +59,20 @@ pub fn sample() -> Bundle {
         layers,
         tensors,
         inputs: vec![
-            InputEntry { name: "tok".into(), dtype: "i32".into(), shape: vec![1] },
-            InputEntry { name: "pos".into(), dtype: "i32".into(), shape: vec![] },
+            InputEntry {
+                name: "tok".into(),
+                dtype: "i32".into(),
+                shape: vec![1],
+                role: InputRole::Tokens,
+                sequence: None,
+            },
+            InputEntry {
+                name: "pos".into(),
+                dtype: "i32".into(),
+                shape: vec![],
+                role: InputRole::Position,
+                sequence: None,
+            },
         ],
         states: (0..3)
             .map(|l| StateEntry {

@@ -70,7 +70,7 @@ fn writing_twice_gives_byte_identical_files() {
     sample().write(&a, false).unwrap();
     assert_eq!(first, snapshot(&a), "replacing a bundle with itself changes no byte");
     let manifest = String::from_utf8(first["manifest.json"].clone()).unwrap();
-    assert!(manifest.starts_with("{\n  \"format\": \"rdu-bundle\",\n  \"version\": 3,") && manifest.ends_with("}\n"));
+    assert!(manifest.starts_with("{\n  \"format\": \"rdu-bundle\",\n  \"version\": 4,") && manifest.ends_with("}\n"));
     assert_eq!(entries(tmp.path()), ["a", "b"]);
 }
 
@@ -151,12 +151,12 @@ fn read_rejects_other_formats_and_versions() {
     let dir = tmp.path().join("bundle");
     sample().write(&dir, false).unwrap();
     let manifest = fs::read_to_string(dir.join("manifest.json")).unwrap();
-    fs::write(dir.join("manifest.json"), manifest.replace("\"version\": 3", "\"version\": 2")).unwrap();
+    fs::write(dir.join("manifest.json"), manifest.replace("\"version\": 4", "\"version\": 2")).unwrap();
     let err = Bundle::read(&dir).unwrap_err();
     assert!(matches!(err, BundleError::Version { found: 2, .. }), "{err}");
     // An old bundle is refused in one line that names both versions and what to do.
     let message = err.to_string();
-    assert!(message.contains("version 2 is not supported") && message.contains("reads version 3"), "{message}");
+    assert!(message.contains("version 2 is not supported") && message.contains("reads version 4"), "{message}");
     assert!(message.contains("lower the model again") && !message.contains('\n'), "{message}");
     fs::write(dir.join("manifest.json"), manifest.replace("rdu-bundle", "other")).unwrap();
     assert!(matches!(Bundle::read(&dir), Err(BundleError::Format { .. })));
