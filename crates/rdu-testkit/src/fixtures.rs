@@ -35,11 +35,6 @@ pub fn gguf_file(arch: &str, quant: &str) -> PathBuf {
     gguf_dir(arch).join(format!("tiny-{arch}-{quant}.gguf"))
 }
 
-/// The bytes of a file, or a panic naming it.
-pub fn read(path: &Path) -> Vec<u8> {
-    std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
 /// What a llama.cpp-made GGUF fixture (`tests/data/fixtures/gguf/<arch>`) is held to.
 pub struct GgufReferences {
     /// The prompt.

@@ -18,7 +18,7 @@ const GATHER_ROWS: usize = 8;
 
 /// Rotates the first `dim` dims of every head of row `i` by table row `p_i`.
 pub(super) fn rope(call: &Call<'_>) -> Outs {
-    call.expect(4, 4, &["dim", "style"])?;
+    call.expect()?;
     let (tx, x) = call.f32(0)?;
     let (tc, cos) = call.f32(1)?;
     let (ts, sin) = call.f32(2)?;
@@ -61,7 +61,7 @@ pub(super) fn rope(call: &Call<'_>) -> Outs {
 
 /// Writes row `i` of `x` to slot `p_i mod S` of the cache `C`.
 pub(super) fn cache_put(call: &mut Call<'_>) -> Outs {
-    call.expect(3, 3, &[])?;
+    call.expect()?;
     untiled(call.tiling())?;
     let c_shape = call.shape_of(0)?;
     let (tx, x) = call.f32(1)?;
@@ -86,7 +86,7 @@ pub(super) fn cache_put(call: &mut Call<'_>) -> Outs {
 /// Causal softmax attention over a (ring) cache with grouped kv heads and an optional window;
 /// a prefill chunk passes its own keys and values after `pos`.
 pub(super) fn attend(call: &Call<'_>) -> Outs {
-    call.expect(4, 6, &["scale", "window"])?;
+    call.expect()?;
     if call.args.len() == 5 {
         return invalid("takes the chunk's keys and values together: 4 or 6 arguments, given 5");
     }
@@ -124,7 +124,7 @@ pub(super) fn attend(call: &Call<'_>) -> Outs {
 /// Absorbed multi-head latent attention: key `C[slot]` (all `c` dims), value its first `latent`;
 /// a prefill chunk passes its own latents after `pos`.
 pub(super) fn attend_mla(call: &Call<'_>) -> Outs {
-    call.expect(3, 4, &["scale", "latent", "window"])?;
+    call.expect()?;
     let (tq, q) = call.f32(0)?;
     let (tc, c) = call.f32(1)?;
     let (&[n, h, dc], &[s, cdim]) = (tq.shape.as_slice(), tc.shape.as_slice()) else {
@@ -242,6 +242,35 @@ fn read<'d>(kv: &Kv<'d>, rows: Option<&Kv<'d>>, src: Src, group: usize) -> Resul
     }
 }
 
+/// `scores[head][e] = scale · q·k` of every head of a run (`qs`) against the `len` keys it
+/// attends (`key(e)`), four keys at a time.
+fn scores<'k>(
+    qs: &[&[f32]],
+    key: impl Fn(usize) -> Result<&'k [f32], SimError>,
+    len: usize,
+    scale: f32,
+) -> Result<Vec<f32>, SimError> {
+    let mut scores = vec![0.0f32; qs.len() * len];
+    let mut e = 0;
+    while e + 4 <= len {
+        let four = [key(e)?, key(e + 1)?, key(e + 2)?, key(e + 3)?];
+        for (jj, qv) in qs.iter().enumerate() {
+            let d = dot4(qv, four);
+            for (i, v) in d.into_iter().enumerate() {
+                scores[jj * len + e + i] = scale * v;
+            }
+        }
+        e += 4;
+    }
+    for e in e..len {
+        let k = key(e)?;
+        for (jj, qv) in qs.iter().enumerate() {
+            scores[jj * len + e] = scale * dot(qv, k);
+        }
+    }
+    Ok(scores)
+}
+
 /// Scores `scale · q·k` over the attended positions (`pos` is argument `pos_arg`), softmax in
 /// f32, weighted sum of values.
 #[allow(clippy::too_many_arguments)]
@@ -300,26 +329,7 @@ fn run(
         let (srcs, kvh, heads) = (&row_sources[r], j0 / per_group, j1 - j0);
         let len = srcs.len();
         let qs: Vec<&[f32]> = (j0..j1).map(|j| &q[(r * h + j) * dk..(r * h + j + 1) * dk]).collect();
-        // scores[head][e] = scale · q·k, four keys at a time for every head of the run.
-        let mut scores = vec![0.0f32; heads * len];
-        let mut e = 0;
-        while e + 4 <= len {
-            let k = |i: usize| read(&keys, row_keys, srcs[e + i].0, kvh);
-            let four = [k(0)?, k(1)?, k(2)?, k(3)?];
-            for (jj, qv) in qs.iter().enumerate() {
-                let d = dot4(qv, four);
-                for (i, v) in d.into_iter().enumerate() {
-                    scores[jj * len + e + i] = scale * v;
-                }
-            }
-            e += 4;
-        }
-        for e in e..len {
-            let key = read(&keys, row_keys, srcs[e].0, kvh)?;
-            for (jj, qv) in qs.iter().enumerate() {
-                scores[jj * len + e] = scale * dot(qv, key);
-            }
-        }
+        let mut scores = scores(&qs, |e| read(&keys, row_keys, srcs[e].0, kvh), len, scale)?;
         // Softmax weights in f32, each divided by its head's total.
         for head in scores.chunks_exact_mut(len.max(1)) {
             let max = head.iter().copied().fold(f32::NEG_INFINITY, f32::max);

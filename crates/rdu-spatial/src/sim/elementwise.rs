@@ -8,7 +8,7 @@ use super::{invalid, SimError};
 
 /// `a ∘ b` with numpy broadcasting.
 pub(super) fn binary(call: &Call<'_>, f: impl Fn(f32, f32) -> f32) -> Outs {
-    call.expect(2, 2, &[])?;
+    call.expect()?;
     let (ta, a) = call.f32(0)?;
     let (tb, b) = call.f32(1)?;
     let shape = broadcast(&ta.shape, &tb.shape)?;
@@ -36,9 +36,9 @@ pub(super) fn binary(call: &Call<'_>, f: impl Fn(f32, f32) -> f32) -> Outs {
     Ok(vec![SimTensor::f32(shape, out)])
 }
 
-/// `f(x)` elementwise; `known` lists the op's attributes.
-pub(super) fn unary(call: &Call<'_>, known: &[&str], f: impl Fn(f32) -> f32) -> Outs {
-    call.expect(1, 1, known)?;
+/// `f(x)` elementwise.
+pub(super) fn unary(call: &Call<'_>, f: impl Fn(f32) -> f32) -> Outs {
+    call.expect()?;
     let (t, x) = call.f32(0)?;
     let reg = region(call.tiling(), &t.shape, Axes::Any, 0)?;
     let mut out = vec![0.0f32; x.len()];

@@ -15,7 +15,7 @@ use crate::q8::QK8_0;
 
 /// `w [N, K]`, `idx i32[N, K]`: the `K` most probable experts of each row.
 pub(super) fn route(call: &Call<'_>) -> Outs {
-    call.expect(1, 1, &["k", "norm", "scale", "groups", "topk_groups"])?;
+    call.expect()?;
     untiled(call.tiling())?;
     let (t, logits) = call.f32(0)?;
     let &[n, e] = t.shape.as_slice() else { return invalid(format!("expects logits [N, E], given {:?}", t.shape)) };
@@ -61,7 +61,7 @@ pub(super) fn route(call: &Call<'_>) -> Outs {
 
 /// `Σₖ w[n,k] · Wd[e] (act(Wg[e] x) ⊙ Wu[e] x)` with `e = idx[n,k]`.
 pub(super) fn experts(call: &Call<'_>) -> Outs {
-    call.expect(6, 6, &["act"])?;
+    call.expect()?;
     let (tx, x) = call.f32(0)?;
     let (tw, w) = call.f32(1)?;
     let (ti, idx) = call.i32(2)?;

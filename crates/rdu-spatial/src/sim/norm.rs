@@ -9,7 +9,7 @@ use crate::q8::dot_dense;
 
 /// `x / √(mean(x²) + eps) · (w + offset)` over the last axis.
 pub(super) fn rms_norm(call: &Call<'_>) -> Outs {
-    call.expect(2, 2, &["eps", "offset"])?;
+    call.expect()?;
     let (t, x) = call.f32(0)?;
     let (tw, w) = call.f32(1)?;
     let eps = call.req_float("eps")?;
@@ -29,7 +29,7 @@ pub(super) fn rms_norm(call: &Call<'_>) -> Outs {
 
 /// `x / √(Σx² + eps)` over the last axis.
 pub(super) fn l2_norm(call: &Call<'_>) -> Outs {
-    call.expect(1, 1, &["eps"])?;
+    call.expect()?;
     let (t, x) = call.f32(0)?;
     let eps = call.req_float("eps")?;
     let d = last_dim(&t.shape)?;

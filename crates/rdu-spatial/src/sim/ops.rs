@@ -19,14 +19,14 @@ pub(super) fn dispatch(call: &mut Call<'_>) -> Outs {
         Op::Mul => ew::binary(call, |a, b| a * b),
         Op::Scale => {
             let by = call.req_float("by")?;
-            ew::unary(call, &["by"], move |x| x * by)
+            ew::unary(call, move |x| x * by)
         }
-        Op::Neg => ew::unary(call, &[], |x| -x),
-        Op::Exp => ew::unary(call, &[], f32::exp),
-        Op::Sigmoid => ew::unary(call, &[], ew::sigmoid),
-        Op::Silu => ew::unary(call, &[], |x| x * ew::sigmoid(x)),
-        Op::Softplus => ew::unary(call, &[], ew::softplus),
-        Op::GeluTanh => ew::unary(call, &[], ew::gelu_tanh),
+        Op::Neg => ew::unary(call, |x| -x),
+        Op::Exp => ew::unary(call, f32::exp),
+        Op::Sigmoid => ew::unary(call, ew::sigmoid),
+        Op::Silu => ew::unary(call, |x| x * ew::sigmoid(x)),
+        Op::Softplus => ew::unary(call, ew::softplus),
+        Op::GeluTanh => ew::unary(call, ew::gelu_tanh),
         Op::RmsNorm => norm::rms_norm(call),
         Op::L2Norm => norm::l2_norm(call),
         Op::Linear => products::linear(call),
@@ -54,7 +54,7 @@ pub(super) fn dispatch(call: &mut Call<'_>) -> Outs {
 
 /// `all_reduce(x)`: the sum of `x` over the chips (the value itself on one chip).
 fn all_reduce(call: &mut Call<'_>) -> Outs {
-    call.expect(1, 1, &[])?;
+    call.expect()?;
     let mut x = call.f32(0)?.0.clone();
     if let Some((group, chip)) = call.collective {
         group.all_reduce(chip, &mut x)?;
@@ -106,12 +106,23 @@ pub(super) struct Call<'e> {
 
 impl<'e> Call<'e> {
     /// Checks the argument count is in `min..=max` and every attribute is one of `known`.
-    pub(super) fn expect(&self, min: usize, max: usize, known: &[&str]) -> Result<(), SimError> {
+    /// Checks the operands and attributes against the op table's row: how many operands the
+    /// op takes and which attribute keys it knows (no kernel lists its own).
+    pub(super) fn expect(&self) -> Result<(), SimError> {
+        let facts = self.op.op.facts();
+        // A shape literal (`reshape`'s) is an argument beside the tensor operands.
+        let literal = usize::from(facts.shape_literal);
+        let (min, max) = (facts.operands.0 + literal, facts.operands.1.saturating_add(literal));
         let n = self.args.len();
         if n < min || n > max {
-            let want = if min == max { format!("{min}") } else { format!("{min} to {max}") };
+            let want = match (min, max) {
+                _ if min == max => format!("{min}"),
+                (_, usize::MAX) => format!("at least {min}"),
+                _ => format!("{min} to {max}"),
+            };
             return invalid(format!("takes {want} arguments, given {n}"));
         }
+        let known = facts.attrs;
         if let Some((k, _)) = self.op.attrs.iter().find(|(k, _)| !known.contains(&k.as_str())) {
             return invalid(format!("unknown attribute `{k}`"));
         }

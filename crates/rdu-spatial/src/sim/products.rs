@@ -13,7 +13,7 @@ use crate::q8::QK8_0;
 
 /// `y = x Wᵀ (+ b)`: `x [N, in]`, `W [out, in]`, `b [out]`.
 pub(super) fn linear(call: &Call<'_>) -> Outs {
-    call.expect(2, 3, &[])?;
+    call.expect()?;
     let (tx, x) = call.f32(0)?;
     let w = call.weight(1)?;
     let (&[n, inp], &[out, w_in]) = (tx.shape.as_slice(), w.shape()) else {
@@ -51,7 +51,7 @@ pub(super) fn linear(call: &Call<'_>) -> Outs {
 
 /// One `linear` per head: `x [N, h, in]`, `W [h, out, in]` → `[N, h, out]`.
 pub(super) fn linear_heads(call: &Call<'_>) -> Outs {
-    call.expect(2, 2, &[])?;
+    call.expect()?;
     let (tx, x) = call.f32(0)?;
     let w = call.weight(1)?;
     let (&[n, h, inp], &[wh, out, w_in]) = (tx.shape.as_slice(), w.shape()) else {
@@ -84,7 +84,7 @@ pub(super) fn linear_heads(call: &Call<'_>) -> Outs {
 
 /// Row lookup `E[ids[n]]`: `ids i32[N]`, `E [V, D]` → `[N, D]`.
 pub(super) fn embed(call: &Call<'_>) -> Outs {
-    call.expect(2, 2, &[])?;
+    call.expect()?;
     let (tid, ids) = call.i32(0)?;
     let e = call.weight(1)?;
     let (&[n], &[v, d]) = (tid.shape.as_slice(), e.shape()) else {
@@ -121,7 +121,7 @@ pub(super) fn embed(call: &Call<'_>) -> Outs {
 
 /// Index of the largest value of each row (the first on ties): `x [N, V]` → `i32[N]`.
 pub(super) fn argmax(call: &Call<'_>) -> Outs {
-    call.expect(1, 1, &[])?;
+    call.expect()?;
     untiled(call.tiling())?;
     let (t, x) = call.f32(0)?;
     let &[n, v] = t.shape.as_slice() else { return invalid(format!("expects x [N, V], given {:?}", t.shape)) };

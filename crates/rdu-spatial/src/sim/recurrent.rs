@@ -11,7 +11,7 @@ use super::tensor::SimTensor;
 
 /// `y[t, c] = Σᵢ w[c, i] · u[t + i, c]` with `u = concat(state or zeros, x)`.
 pub(super) fn conv_step(call: &Call<'_>) -> Outs {
-    call.expect(2, 3, &[])?;
+    call.expect()?;
     let (tx, x) = call.f32(0)?;
     let (tw, w) = call.f32(1)?;
     let (&[n, c], &[wc, k]) = (tx.shape.as_slice(), tw.shape.as_slice()) else {
@@ -56,7 +56,7 @@ pub(super) fn conv_step(call: &Call<'_>) -> Outs {
 
 /// The last `K − 1` rows of `concat(state, x)`.
 pub(super) fn conv_shift(call: &Call<'_>) -> Outs {
-    call.expect(2, 2, &[])?;
+    call.expect()?;
     untiled(call.tiling())?;
     let (ts, s) = call.f32(0)?;
     let (tx, x) = call.f32(1)?;
@@ -76,7 +76,7 @@ pub(super) fn conv_shift(call: &Call<'_>) -> Outs {
 /// whose second output is the state after the last row).
 pub(super) fn delta(call: &mut Call<'_>, with_state: bool) -> Outs {
     let first = usize::from(with_state);
-    call.expect(5 + first, 5 + first, &["kmap"])?;
+    call.expect()?;
     untiled(call.tiling())?;
     let (tq, q) = call.f32(first)?;
     let (tk, k) = call.f32(first + 1)?;

@@ -8,7 +8,7 @@ use super::{invalid, SimError};
 
 /// Row-major reinterpretation: `reshape(x, [d0, d1, ...])`.
 pub(super) fn reshape(call: &Call<'_>) -> Outs {
-    call.expect(2, 2, &[])?;
+    call.expect()?;
     untiled(call.tiling())?;
     let t = call.dense(0)?;
     let shape = usize_list(call.lit(1)?, "the shape")?;
@@ -21,7 +21,7 @@ pub(super) fn reshape(call: &Call<'_>) -> Outs {
 
 /// Elements `start .. start + len` along `axis`.
 pub(super) fn slice(call: &Call<'_>) -> Outs {
-    call.expect(1, 1, &["axis", "start", "len"])?;
+    call.expect()?;
     untiled(call.tiling())?;
     let t = call.dense(0)?;
     let (axis, start, len) = (call.req_count("axis")?, call.req_count("start")?, call.req_count("len")?);
@@ -39,7 +39,7 @@ pub(super) fn slice(call: &Call<'_>) -> Outs {
 
 /// Concatenation along `axis`; the other axes must agree.
 pub(super) fn concat(call: &Call<'_>) -> Outs {
-    call.expect(1, usize::MAX, &["axis"])?;
+    call.expect()?;
     untiled(call.tiling())?;
     let axis = call.req_count("axis")?;
     let parts: Vec<&SimTensor> = (0..call.args.len()).map(|i| call.dense(i)).collect::<Result<_, _>>()?;
@@ -78,7 +78,7 @@ pub(super) fn concat(call: &Call<'_>) -> Outs {
 
 /// numpy's `transpose(perm)`: output axis `i` is input axis `perm[i]`.
 pub(super) fn transpose(call: &Call<'_>) -> Outs {
-    call.expect(1, 1, &["perm"])?;
+    call.expect()?;
     untiled(call.tiling())?;
     let t = call.dense(0)?;
     let perm = match call.op.attr("perm") {
@@ -116,7 +116,7 @@ pub(super) fn transpose(call: &Call<'_>) -> Outs {
 
 /// A Q8_0 weight as dense f32 of its declared shape.
 pub(super) fn dequant(call: &Call<'_>) -> Outs {
-    call.expect(1, 1, &[])?;
+    call.expect()?;
     untiled(call.tiling())?;
     match call.args.first() {
         Some(ArgVal::Q8(w)) => Ok(vec![SimTensor::f32(w.shape.clone(), w.dequantize())]),
