@@ -111,7 +111,7 @@ pub fn source(args: &SourceArgs) -> Result<()> {
         (Some(l), None) => bail!("--layer {l} is out of range: {} has layers 0..{}", spec.name, spec.n_layers() - 1),
         (None, None) => bail!("give --layer N or --part embed|head"),
     };
-    print!("{}", src.text);
+    print!("{}", src.text());
     if !src.q8.is_empty() {
         println!("# stored Q8_0: {}", src.q8.iter().cloned().collect::<Vec<_>>().join(" "));
     }

@@ -16,7 +16,7 @@
 //! counted once.
 
 use crate::lang::ast::{DType, DeclKind};
-use crate::lang::{parse, Source};
+use crate::lang::Source;
 use crate::lower::streamed::kinds::layer_kinds_for;
 use crate::lower::streamed::model::StreamedModel;
 use crate::model::author::{embed_source, head_source, source_of, Q8_BLOCK};
@@ -154,7 +154,7 @@ impl Tally {
     /// Adds to `part` every declaration of `source` not counted before; `what` names the
     /// program in an error (`layer 3`).
     pub fn add(&mut self, part: &mut Part, source: &Source, what: &str) -> Result<(), TallyError> {
-        let program = parse(&source.text).map_err(|d| TallyError::Parse {
+        let program = source.program().map_err(|d| TallyError::Parse {
             what: what.to_string(),
             first: d.first().map_or(String::new(), |d| d.to_string()),
         })?;

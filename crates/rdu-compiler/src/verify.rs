@@ -18,7 +18,7 @@
 use crate::certify::{certify, certify_tp, check_structure, check_tp_structure, Certificate};
 use crate::front::lift;
 use crate::graph::Graph;
-use crate::lang::{parse, shape_digest, Slices, Source};
+use crate::lang::{shape_digest, Slices, Source};
 use crate::lower::{lower, lower_split, Split, PASSES};
 use crate::model::spec::{Cut, ModelSpec};
 use rdu_spatial::bundle::Bundle;
@@ -165,12 +165,13 @@ fn verify_program(
     let bundle_name = |n: &str| e.bind.get(n).cloned().unwrap_or_else(|| n.to_string());
     // The source, with the Q8_0 set and slices the manifest gives its names.
     let text = stored_file(bundle, name, e.file_source)?;
-    let (program, graph) = front(name, e.file_source, text)?;
-    let (q8, slices) = storage_of(m, &program, &bundle_name);
+    let source = Source::new(text.clone(), BTreeSet::new());
+    let (program, graph) = front(name, e.file_source, &source)?;
+    let (q8, slices) = storage_of(m, program, &bundle_name);
     // A program on the replicated spine reads every tensor whole (the embedding of a tied
     // table that the vocabulary-parallel head reads sliced).
     let slices = if split { slices } else { BTreeMap::new() };
-    let source = Source { text: text.clone(), q8: q8.clone(), slices: slices.clone() };
+    let source = source.with_storage(q8.clone(), slices.clone());
     let digest = shape_digest(&source).hex();
     if digest != e.digest {
         return Err(fault(
@@ -240,8 +241,9 @@ impl Stored<'_> {
     fn attached(&self, role: AttachedRole) -> Result<Option<(Source, Graph)>, VerifyFault> {
         let Some(a) = self.e.attached.iter().find(|a| a.role == role) else { return Ok(None) };
         let text = stored_file(self.bundle, self.e.name, &a.file)?;
-        let (_, graph) = front(self.e.name, &a.file, text)?;
-        Ok(Some((Source { text: text.clone(), q8: self.q8.clone(), slices: BTreeMap::new() }, graph)))
+        let source = Source::new(text.clone(), self.q8.clone());
+        let (_, graph) = front(self.e.name, &a.file, &source)?;
+        Ok(Some((source, graph)))
     }
 
     /// A one-chip program certified again: itself, or its numbers on the stored reduced
@@ -299,10 +301,10 @@ impl Stored<'_> {
                 // the reduced program's runs are the compiler's cover of its smaller axis.
                 let small_unsplit = lower_source(name, &small_whole, &small_whole_graph, chip)?;
                 let small_slices = reduced_slices(slices, &small_unsplit, chips);
-                let (small_program, _) = front(name, "attached source", &small.text)?;
+                let (small_program, _) = front(name, "attached source", &small)?;
                 let split = Split { chips, slices: &small_slices };
                 let small_spatial =
-                    lower_split(name, &small_program, &small_graph, &small.q8, split, chip, &mut |_, _| {});
+                    lower_split(name, small_program, &small_graph, &small.q8, split, chip, &mut |_, _| {});
                 let mut c = certified(
                     name,
                     certify_tp(&small_spatial, &small_graph, &small_unsplit, &small_whole_graph, chip, seed),
@@ -320,12 +322,16 @@ impl Stored<'_> {
     }
 }
 
-fn front(name: &str, path: &str, text: &str) -> Result<(crate::lang::ast::Program, Graph), VerifyFault> {
-    let program = parse(text).map_err(|d| {
+fn front<'s>(
+    name: &str,
+    path: &str,
+    source: &'s Source,
+) -> Result<(&'s crate::lang::ast::Program, Graph), VerifyFault> {
+    let program = source.program().map_err(|d| {
         let first = d.first().map(ToString::to_string).unwrap_or_default();
         fault(name, "parse", format!("{path}: {first}"))
     })?;
-    let graph = lift(&program).map_err(|r| {
+    let graph = lift(program).map_err(|r| {
         let first = r.diagnostics.first().map(ToString::to_string).unwrap_or_default();
         fault(name, "lift", format!("{path}: {first}"))
     })?;
@@ -335,9 +341,9 @@ fn front(name: &str, path: &str, text: &str) -> Result<(crate::lang::ast::Progra
 /// `source` lowered by this build (for a reduced or unsplit program the bundle does not store
 /// lowered: only its reference and its declarations are used).
 fn lower_source(name: &str, source: &Source, graph: &Graph, chip: &Chip) -> Result<SpatialProgram, VerifyFault> {
-    let (program, _) = front(name, "attached source", &source.text)?;
+    let (program, _) = front(name, "attached source", source)?;
     debug_assert_eq!(PASSES.len(), 7);
-    Ok(lower(name, &program, graph, &source.q8, chip, &mut |_, _| {}))
+    Ok(lower(name, program, graph, &source.q8, chip, &mut |_, _| {}))
 }
 
 /// The slices of the reduced form of a split program whose full slices are `full`: a tensor
@@ -502,7 +508,7 @@ pub fn verify_model(bundle: &Bundle, spec: &ModelSpec) -> Result<(), VerifyFault
         let text = bundle.files.get(kind.file_source).cloned().unwrap_or_default();
         let authored = source_of(spec, layer.layer, cut, &storage);
         let kind_source = Source::new(text, BTreeSet::new());
-        let layer_source = Source::new(authored.text, BTreeSet::new());
+        let layer_source = Source::new(authored.text().to_string(), BTreeSet::new());
         let map = renaming(&kind_source, &layer_source).ok_or_else(|| {
             fault(
                 kind.name,
@@ -534,7 +540,7 @@ pub fn verify_model(bundle: &Bundle, spec: &ModelSpec) -> Result<(), VerifyFault
         let text = bundle.files.get(e.file_source).cloned().unwrap_or_default();
         let back: BTreeMap<&str, &str> = e.bind.iter().map(|(a, b)| (b.as_str(), a.as_str())).collect();
         let mut program =
-            parse(&authored.text).map_err(|_| fault(e.name, "model", "the model's program does not parse"))?;
+            authored.program().map_err(|_| fault(e.name, "model", "the model's program does not parse"))?.clone();
         program.rename(&|n| back.get(n).map_or_else(|| n.to_string(), |s| s.to_string()));
         let ours = Source::new(crate::lang::print(&program), BTreeSet::new());
         if shape_digest(&ours) != shape_digest(&Source::new(text, BTreeSet::new())) {

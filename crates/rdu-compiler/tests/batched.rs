@@ -102,7 +102,7 @@ fn a_batched_layer_reads_the_decode_layers_weights() {
             let weights = |cut| {
                 let src = source_of(&spec, l, cut, &Storage::AllQ8);
                 let mut w: Vec<String> =
-                    src.text.lines().filter(|s| s.starts_with("weight ")).map(String::from).collect();
+                    src.text().lines().filter(|s| s.starts_with("weight ")).map(String::from).collect();
                 w.sort();
                 (w, src.q8)
             };

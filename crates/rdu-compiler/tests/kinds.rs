@@ -121,7 +121,7 @@ fn a_layer_stored_differently_is_its_own_kind() {
 
 /// Every name bound (declared or assigned) in a program, and the shared ones.
 fn bound_names(source: &Source) -> BTreeSet<String> {
-    let program = parse(&source.text).expect("authored program parses");
+    let program = source.program().expect("authored program parses");
     let mut names: BTreeSet<String> = program
         .decls()
         .filter(|d| d.kind != rdu_compiler::lang::ast::DeclKind::Shared)
@@ -171,10 +171,10 @@ fn authored_programs_round_trip_through_printer_and_parser() {
             };
             sources.extend(layers.iter().map(|&l| source_of(&spec, l, cut, &Storage::AllQ8)));
             for src in sources {
-                let p = parse(&src.text).unwrap_or_else(|d| panic!("{name}: {}\n{}", d[0], src.text));
+                let p = parse(src.text()).unwrap_or_else(|d| panic!("{name}: {}\n{}", d[0], src.text()));
                 let printed = print(&p);
                 assert_eq!(parse(&printed).expect("printed program parses"), p, "{name}");
-                let reprinted = Source { text: printed, q8: src.q8.clone(), slices: src.slices.clone() };
+                let reprinted = Source::split(printed, src.q8.clone(), src.slices.clone());
                 assert_eq!(shape_digest(&reprinted), shape_digest(&src), "{name}: printing changed the digest");
             }
         }

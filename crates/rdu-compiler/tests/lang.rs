@@ -245,7 +245,7 @@ proptest! {
         mutate(&mut changed, &mut changed_q8, m);
         let (changed, changed_q8) = rename(&changed, &changed_q8, &map);
         let (from, to) = (source_of(&p, &q8), source_of(&changed, &changed_q8));
-        prop_assert!(parse(&to.text).is_ok(), "{:?} broke the program", m);
+        prop_assert!(parse(to.text()).is_ok(), "{:?} broke the program", m);
         prop_assert_ne!(shape_digest(&from), shape_digest(&to), "{:?}", m);
         prop_assert_eq!(renaming(&from, &to), None, "{:?}", m);
         prop_assert_eq!(renaming(&to, &from), None, "{:?}", m);

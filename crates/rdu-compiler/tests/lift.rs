@@ -116,7 +116,7 @@ fn authored_programs_of_every_preset_lift() {
             }
             sources.push(("head".to_string(), head_source(&spec, cut, &Storage::AllQ8)));
             for (what, source) in sources {
-                match lift(&parsed(&source.text)) {
+                match lift(&parsed(source.text())) {
                     Ok(g) => {
                         assert_eq!(g.verify(), Ok(()));
                         lifted_count += 1;

@@ -153,7 +153,7 @@ fn tiny_qwen3_next_golden_in_every_cut() {
 fn lowered_kind(name: &str, chip: &Chip) -> (rdu_spatial::program::SpatialProgram, rdu_compiler::graph::Graph) {
     let spec = presets::resolve(name).expect("preset");
     let src = source_of(&spec, 0, Cut::Decode { ctx: 64 }, &Storage::AllQ8);
-    let program = parse(&src.text).expect("parses");
+    let program = parse(src.text()).expect("parses");
     let graph = lift(&program).expect("lifts");
     (lower("kind", &program, &graph, &src.q8, chip, &mut |_, _| {}), graph)
 }

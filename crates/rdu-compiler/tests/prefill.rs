@@ -26,11 +26,11 @@ fn prefill_layers_declare_the_decode_states_on_every_preset() {
             for layer in 0..spec.n_layers() {
                 let p = source_of(&spec, layer, prefill, &Storage::AllQ8);
                 let d = source_of(&spec, layer, decode, &Storage::AllQ8);
-                let states = decls(&p.text, DeclKind::State);
-                assert_eq!(states, decls(&d.text, DeclKind::State), "{name} layer {layer} chunk {chunk}");
+                let states = decls(p.text(), DeclKind::State);
+                assert_eq!(states, decls(d.text(), DeclKind::State), "{name} layer {layer} chunk {chunk}");
                 // Every layer with a cache or a recurrence carries state.
                 assert!(!states.is_empty(), "{name} layer {layer}: no state");
-                let inputs = decls(&p.text, DeclKind::Input);
+                let inputs = decls(p.text(), DeclKind::Input);
                 assert!(inputs.iter().all(|(n, s)| n != "pos" || s == &[chunk]), "{name} layer {layer}: {inputs:?}");
                 assert_eq!(p.q8, d.q8, "{name} layer {layer}: the Q8_0 sets differ");
             }
@@ -48,12 +48,12 @@ fn a_prefill_chunk_embeds_every_row_and_the_head_reads_the_last() {
         let spec = presets::resolve(name).expect("preset");
         let cut = Cut::Prefill { chunk: 5, ctx: 32 };
         let embed = embed_source(&spec, cut, &Storage::AllQ8);
-        assert_eq!(decls(&embed.text, DeclKind::Input), [("tok".to_string(), vec![5])], "{name}");
-        let head = lift(&parse(&head_source(&spec, cut, &Storage::AllQ8).text).expect("parses")).expect("lifts");
+        assert_eq!(decls(embed.text(), DeclKind::Input), [("tok".to_string(), vec![5])], "{name}");
+        let head = lift(&parse(head_source(&spec, cut, &Storage::AllQ8).text()).expect("parses")).expect("lifts");
         let logits = head.outputs.iter().find(|o| o.name == "logits").expect("logits");
         assert_eq!(head.value(logits.value).ty.shape, [1, spec.vocab], "{name}");
         for layer in 0..spec.n_layers() {
-            lift(&parse(&source_of(&spec, layer, cut, &Storage::AllQ8).text).expect("parses"))
+            lift(&parse(source_of(&spec, layer, cut, &Storage::AllQ8).text()).expect("parses"))
                 .unwrap_or_else(|r| panic!("{name} layer {layer}: {r}"));
         }
     }

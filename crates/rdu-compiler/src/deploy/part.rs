@@ -6,7 +6,7 @@ use super::CERTIFY_VOCAB_ROWS;
 use crate::certify::{certify, certify_tp, check_structure, check_tp_structure, Certificate, CertifyFault};
 use crate::front::{lift, Refusal};
 use crate::graph::Graph;
-use crate::lang::{parse, shape_digest, Source};
+use crate::lang::{shape_digest, Source};
 use crate::lower::streamed::model::{ProgramPart, Progress, StreamedReject, ESTIMATE_ONLY};
 use crate::lower::streamed::schedule::mark_prefetch;
 use crate::lower::{cost::program_cost, lower, lower_split, Split};
@@ -107,10 +107,10 @@ pub(super) fn lower_part(
 
 impl Part<'_> {
     /// `src` parsed and lifted, refused in the part's name.
-    fn front(&self, src: &Source) -> Result<(crate::lang::ast::Program, Graph), StreamedReject> {
+    fn front<'s>(&self, src: &'s Source) -> Result<(&'s crate::lang::ast::Program, Graph), StreamedReject> {
         let front = |refusal| StreamedReject::Front { program: self.name.to_string(), refusal };
-        let program = parse(&src.text).map_err(|d| front(Refusal { diagnostics: d }))?;
-        let graph = lift(&program).map_err(front)?;
+        let program = src.program().map_err(|d| front(Refusal { diagnostics: d.to_vec() }))?;
+        let graph = lift(program).map_err(front)?;
         Ok((program, graph))
     }
 
@@ -126,9 +126,9 @@ impl Part<'_> {
         let mut spatial = match self.split {
             Some(chips) => {
                 let split = Split { chips, slices: &src.slices };
-                lower_split(self.name, &program, &graph, &src.q8, split, chip, dump)
+                lower_split(self.name, program, &graph, &src.q8, split, chip, dump)
             }
-            None => lower(self.name, &program, &graph, &src.q8, chip, dump),
+            None => lower(self.name, program, &graph, &src.q8, chip, dump),
         };
         if self.looped {
             // A kind runs looped: its weight-streaming stages prefetch the next layer's weights.
@@ -140,7 +140,7 @@ impl Part<'_> {
     /// An unsplit program the split part is certified against, lowered on one chip.
     fn unsplit(&self, src: &Source, chip: &Chip) -> Result<(SpatialProgram, Graph), StreamedReject> {
         let (program, graph) = self.front(src)?;
-        Ok((lower(self.name, &program, &graph, &src.q8, chip, &mut |_, _| {}), graph))
+        Ok((lower(self.name, program, &graph, &src.q8, chip, &mut |_, _| {}), graph))
     }
 }
 

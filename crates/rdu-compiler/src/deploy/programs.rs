@@ -6,7 +6,7 @@ use super::part::{lower_part, Against, Check, Part};
 use super::CERTIFY_VOCAB_ROWS;
 use crate::certify::CertifyFault;
 use crate::front::{lift, Refusal};
-use crate::lang::{parse, Source};
+use crate::lang::Source;
 use crate::lower::lower;
 use crate::lower::streamed::kinds::{rebind_via, KindGroup, Storage, SINGLE, STACKED};
 use crate::lower::streamed::model::{LayerBinding, LayerKind, ProgramPart, Progress, StreamedReject};
@@ -175,9 +175,9 @@ fn context_too_large(
     let fits = |c: usize| -> bool {
         let Some(at) = cut.with_ctx(c) else { return false };
         let source = source_of(spec, layer, at, storage);
-        let Ok(parsed) = parse(&source.text) else { return false };
-        let Ok(graph) = lift(&parsed) else { return false };
-        let spatial = lower(program, &parsed, &graph, &source.q8, chip, &mut |_, _| {});
+        let Ok(parsed) = source.program() else { return false };
+        let Ok(graph) = lift(parsed) else { return false };
+        let spatial = lower(program, parsed, &graph, &source.q8, chip, &mut |_, _| {});
         crate::certify::check_structure(&spatial, &graph, chip).is_ok()
     };
     let smallest = cut.chunk().unwrap_or(1);
@@ -257,15 +257,16 @@ fn needs_whole_chip(first: &Result<ProgramPart, StreamedReject>, share: &Chip, c
 
 /// `source` with the name `from` renamed `to` (comments kept).
 fn rename_source(source: &Source, from: &str, to: &str) -> Result<Source, StreamedReject> {
-    let mut program = parse(&source.text)
-        .map_err(|d| StreamedReject::Front { program: "head".to_string(), refusal: Refusal { diagnostics: d } })?;
+    let mut program = source
+        .program()
+        .map_err(|d| StreamedReject::Front {
+            program: "head".to_string(),
+            refusal: Refusal { diagnostics: d.to_vec() },
+        })?
+        .clone();
     program.rename(&|n| if n == from { to.to_string() } else { n.to_string() });
-    let comment: String = source.text.lines().take_while(|l| l.starts_with('#')).map(|l| format!("{l}\n")).collect();
-    Ok(Source {
-        text: format!("{comment}{}", crate::lang::print(&program)),
-        q8: source.q8.clone(),
-        slices: source.slices.clone(),
-    })
+    let comment: String = source.text().lines().take_while(|l| l.starts_with('#')).map(|l| format!("{l}\n")).collect();
+    Ok(Source::split(format!("{comment}{}", crate::lang::print(&program)), source.q8.clone(), source.slices.clone()))
 }
 
 /// A kind's program as the bundle carries it: its representative's program with every
@@ -275,16 +276,15 @@ fn rename_source(source: &Source, from: &str, to: &str) -> Result<Source, Stream
 fn canonical(rep: &Source, layer: usize, kind: &str, cut: Cut) -> Result<Source, StreamedReject> {
     let hidden = if cut.batch().is_some() { STACKED } else { SINGLE };
     let rebind = |n: &str| rebind_via(n, layer, 0, hidden);
-    let mut program = parse(&rep.text)
-        .map_err(|d| StreamedReject::Front { program: kind.to_string(), refusal: Refusal { diagnostics: d } })?;
+    let mut program = rep
+        .program()
+        .map_err(|d| StreamedReject::Front { program: kind.to_string(), refusal: Refusal { diagnostics: d.to_vec() } })?
+        .clone();
     program.rename(&|n| rebind(n));
     let text =
         format!("# layer kind {kind}, {}; names as in layer 0\n{}", cut.describe(), crate::lang::print(&program));
-    Ok(Source {
-        text,
-        q8: rep.q8.iter().map(|n| rebind(n)).collect(),
-        slices: rep.slices.iter().map(|(n, s)| (rebind(n), s.clone())).collect(),
-    })
+    let q8 = rep.q8.iter().map(|n| rebind(n)).collect();
+    Ok(Source::split(text, q8, rep.slices.iter().map(|(n, s)| (rebind(n), s.clone())).collect()))
 }
 
 /// The embedding or head source certification runs in place of the real one for a vocabulary

@@ -9,7 +9,6 @@
 //! nowhere — is kept exactly. Comments and blanks are not tokens.
 use super::ast::{Arg, DeclKind, Item, Program};
 use super::lexer::{lex, Token, TokenKind};
-use super::parser::parse;
 use super::Source;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -28,7 +27,7 @@ impl Digest {
 /// (under a different domain tag), so it never shares a digest with one that does.
 pub fn shape_digest(source: &Source) -> Digest {
     let mut h = blake3::Hasher::new();
-    let (indices, verbatim) = match Canon::of(&source.text) {
+    let (indices, verbatim) = match Canon::of(source) {
         Some(canon) => {
             h.update(b"rdu-lang-digest-v1/program\0");
             canon.hash_into(&mut h);
@@ -36,7 +35,7 @@ pub fn shape_digest(source: &Source) -> Digest {
         }
         None => {
             h.update(b"rdu-lang-digest-v1/raw\0");
-            frame(&mut h, source.text.as_bytes());
+            frame(&mut h, source.text().as_bytes());
             (Vec::new(), source.q8.iter().map(String::as_str).collect())
         }
     };
@@ -53,7 +52,7 @@ pub fn shape_digest(source: &Source) -> Digest {
         // Tensor-parallel slices: which chip loads which rows is part of the program.
         h.update(b"slices");
         h.update(&(source.slices.len() as u64).to_le_bytes());
-        let canon = Canon::of(&source.text);
+        let canon = Canon::of(source);
         let mut keyed: Vec<(Option<usize>, &str, &super::Slices)> = source
             .slices
             .iter()
@@ -99,13 +98,13 @@ pub struct Renamer<'s> {
 impl<'s> Renamer<'s> {
     /// `None` when `from` does not parse.
     pub fn new(from: &'s Source) -> Option<Renamer<'s>> {
-        Some(Renamer { from, canon: Canon::of(&from.text)? })
+        Some(Renamer { from, canon: Canon::of(from)? })
     }
 
     /// The bijection from this program to `to`, as [`renaming`].
     pub fn to(&self, to: &Source) -> Option<BTreeMap<String, String>> {
         let (from, a) = (self.from, &self.canon);
-        let b = Canon::of(&to.text)?;
+        let b = Canon::of(to)?;
         if a.stream.len() != b.stream.len() {
             return None;
         }
@@ -154,10 +153,10 @@ struct Canon<'s> {
 impl<'s> Canon<'s> {
     const BOUND_MARK: u8 = 0xff;
 
-    fn of(text: &'s str) -> Option<Canon<'s>> {
-        let program = parse(text).ok()?;
-        let (tokens, _) = lex(text);
-        let (names, bound_set) = name_positions(&program);
+    fn of(source: &'s Source) -> Option<Canon<'s>> {
+        let program = source.program().ok()?;
+        let (tokens, _) = lex(source.text());
+        let (names, bound_set) = name_positions(program);
         let mut bound = HashMap::new();
         let mut stream = Vec::with_capacity(tokens.len());
         for t in tokens {

@@ -12,7 +12,7 @@ pub use weights::{GgufWeights, HfWeights, SeededWeights, WeightSource};
 
 use crate::front::lift;
 use crate::graph::{eval, Bindings, Graph, Tensor};
-use crate::lang::{ast::DeclKind, parse, Source};
+use crate::lang::{ast::DeclKind, Source};
 use crate::model::author::{embed_source, head_source, source_of};
 use crate::model::spec::{Cut, ModelSpec};
 use crate::model::storage::Storage;
@@ -32,8 +32,8 @@ struct Lifted {
 }
 
 fn lift_source(what: &str, source: &Source) -> Result<Lifted, String> {
-    let program = parse(&source.text).map_err(|d| format!("{what}: authored program does not parse: {}", d[0]))?;
-    let graph = lift(&program).map_err(|r| format!("{what}: authored program does not lift: {}", r.diagnostics[0]))?;
+    let program = source.program().map_err(|d| format!("{what}: authored program does not parse: {}", d[0]))?;
+    let graph = lift(program).map_err(|r| format!("{what}: authored program does not lift: {}", r.diagnostics[0]))?;
     let decls = program.decls().map(|d| (d.kind, d.name.text.clone(), d.ty.shape.clone())).collect();
     Ok(Lifted { graph, decls, q8: source.q8.clone() })
 }

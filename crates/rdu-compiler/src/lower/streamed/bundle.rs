@@ -3,10 +3,7 @@
 //! checkpoint tensor, state, shared table and activation comes from.
 
 use super::model::{ProgramPart, StreamedModel};
-use crate::lang::{
-    ast::{DType, DeclKind},
-    parse,
-};
+use crate::lang::ast::{DType, DeclKind};
 use crate::model::naming::{checkpoint_source, TensorSource};
 use crate::model::spec::Cut;
 use rdu_spatial::bundle::Bundle;
@@ -71,7 +68,7 @@ impl StreamedModel {
 /// certified against) added to `files`.
 fn program_entry(part: &ProgramPart, files: &mut BTreeMap<String, String>) -> ProgramEntry {
     let (src, spatial) = (format!("programs/{}.rdu", part.name), format!("programs/{}.spatial", part.name));
-    let (src_text, spatial_text) = (part.source.text.clone(), rdu_spatial::text::print(&part.spatial));
+    let (src_text, spatial_text) = (part.source.text().to_string(), rdu_spatial::text::print(&part.spatial));
     let (source_blake3, spatial_blake3) = (file_blake3(src_text.as_bytes()), file_blake3(spatial_text.as_bytes()));
     files.insert(src.clone(), src_text);
     files.insert(spatial.clone(), spatial_text);
@@ -85,8 +82,8 @@ fn program_entry(part: &ProgramPart, files: &mut BTreeMap<String, String>) -> Pr
                 AttachedRole::ReducedUnsplit => "reduced_unsplit",
             };
             let file = format!("programs/{}.{word}.rdu", part.name);
-            let blake3 = file_blake3(source.text.as_bytes());
-            files.insert(file.clone(), source.text.clone());
+            let blake3 = file_blake3(source.text().as_bytes());
+            files.insert(file.clone(), source.text().to_string());
             Attached { role: *role, file, blake3 }
         })
         .collect();
@@ -173,7 +170,7 @@ impl Tables {
         source: &crate::lang::Source,
         bind: &BTreeMap<String, String>,
     ) -> Result<(), String> {
-        let program = parse(&source.text).map_err(|d| d[0].to_string())?;
+        let program = source.program().map_err(|d| d[0].to_string())?;
         let spec = &model.spec;
         for d in program.decls() {
             let name = bind.get(&d.name.text).cloned().unwrap_or_else(|| d.name.text.clone());

@@ -15,7 +15,7 @@
 
 use super::model::StreamedModel;
 use crate::lang::ast::{Arg, DeclKind};
-use crate::lang::{parse, Source};
+use crate::lang::Source;
 use crate::model::spec::Ffn;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -89,7 +89,7 @@ impl StreamedModel {
         tensors: &mut BTreeMap<String, Counted>,
     ) {
         // Every program of a lowered model parsed when it was lowered.
-        let Ok(program) = parse(&source.text) else { return };
+        let Ok(program) = source.program() else { return };
         let stacks: BTreeSet<&str> = program
             .stmts()
             .filter(|s| s.op.text == rdu_spatial::Op::Experts.name())

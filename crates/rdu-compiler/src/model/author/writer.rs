@@ -253,6 +253,6 @@ impl<'a> Writer<'a> {
             text.push_str(line);
             text.push('\n');
         }
-        Source { text, q8: self.q8, slices: self.slices }
+        Source::split(text, self.q8, self.slices)
     }
 }
