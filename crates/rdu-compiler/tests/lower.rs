@@ -2,15 +2,16 @@
 //! real shapes (decode, ctx 4096, Q8_0 and dense, SN50 and SN40L); a miscompiled kind is
 //! caught; a kind that needs more units than the chip has is sectioned, not rejected.
 
-use rdu_compiler::certify::{certify, CertifyFault};
+use rdu_compiler::certify::{certify, check_structure, seeded_inputs, CertifyFault};
 use rdu_compiler::front::lift;
+use rdu_compiler::graph::Bindings;
 use rdu_compiler::lang::parse;
 use rdu_compiler::lower::lower;
 use rdu_compiler::lower::streamed::{
     layer_kinds, layer_kinds_for, lower_decode_streamed, lower_forward_streamed, lower_prefill_streamed, LowerOptions,
     Storage,
 };
-use rdu_compiler::model::author::source_of;
+use rdu_compiler::model::author::{embed_source, source_of};
 use rdu_compiler::model::presets;
 use rdu_compiler::model::spec::Cut;
 use rdu_spatial::chip::Chip;
@@ -385,4 +386,48 @@ fn llama_3_1_8b_prefill_512_certifies() {
 #[test]
 fn qwen3_8b_prefill_512_certifies() {
     prefill_real("qwen3-8b");
+}
+
+/// `check_structure` — all that an estimate and the full-size program of a reduced
+/// certification are held to — refuses a structural fault and a program larger than the chip.
+#[test]
+fn check_structure_refuses_a_structural_fault_and_a_program_past_the_chip() {
+    let chip = Chip::builtin("sn50").unwrap();
+    let (program, graph) = lowered_kind("tiny-llama", &chip);
+    check_structure(&program, &graph, &chip).expect("the lowered program is sound");
+    let mut swapped = program.clone();
+    first_op(&mut swapped, "mul").args.swap(0, 1);
+    let fault = check_structure(&swapped, &graph, &chip).expect_err("swapped operands");
+    assert!(matches!(&fault, CertifyFault::Structure(m) if m.contains("reads")), "{fault}");
+    let fault = check_structure(&program, &graph, &small_chip(2, 4096)).expect_err("a 2-unit chip");
+    assert!(matches!(fault, CertifyFault::Resources(_)), "{fault}");
+}
+
+/// A lowering-only `dequant` reads one weight into a new tensor; one marked as writing in place
+/// is a structural fault.
+#[test]
+fn a_dequant_written_in_place_is_caught() {
+    let chip = Chip::builtin("sn50").unwrap();
+    let (mut program, graph) = lowered_kind("tiny-deepseek-v2", &chip);
+    assert_eq!(rdu_compiler::certify::structure_faults(&program, &graph), Vec::<String>::new());
+    first_op(&mut program, "dequant").update = true;
+    let faults = rdu_compiler::certify::structure_faults(&program, &graph);
+    assert!(faults.iter().any(|f| f.contains("must read one weight and write one tensor")), "{faults:#?}");
+}
+
+/// Certification's token ids cover the embedding table: `(7919·i + seed) mod vocab` for row `i`,
+/// the vocabulary read from the table the program's `embed` looks up.
+#[test]
+fn seeded_token_ids_spread_over_the_embedding_table() {
+    let chip = Chip::builtin("sn50").unwrap();
+    let spec = presets::resolve("tiny-llama").expect("preset");
+    let src = embed_source(&spec, Cut::Prefill { chunk: 8, ctx: 64 }, &Storage::AllQ8);
+    let graph = lift(src.program().expect("parses")).expect("lifts");
+    let program = lower("embed", src.program().unwrap(), &graph, &src.q8, &chip, &mut |_, _| {});
+    let seed = 11;
+    let inputs = seeded_inputs(&program, &graph, seed);
+    let tok = Bindings::tensor(&inputs, "tok").expect("a token input");
+    let want: Vec<i32> = (0..8).map(|i| ((i * 7919 + seed) % spec.vocab as u64) as i32).collect();
+    assert_eq!(tok.as_i32(), Some(want.as_slice()), "vocabulary {}", spec.vocab);
+    assert!(want.iter().any(|&t| t as usize >= spec.vocab / 2), "ids reach the upper half of the table");
 }

@@ -134,3 +134,41 @@ pub fn check_structure(program: &SpatialProgram, graph: &Graph, chip: &Chip) -> 
     structure::check(program, graph).map_err(CertifyFault::Structure)?;
     structure::resources(program, chip).map_err(CertifyFault::Resources)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::Tensor;
+    use rdu_spatial::sim::SimTensor;
+
+    #[test]
+    fn integer_results_are_compared_exactly_as_numbers() {
+        let want = Tensor::i32(vec![3], vec![4, -2, 9]);
+        let same = SimTensor::i32(vec![3], vec![4, -2, 9]);
+        assert_eq!(compare("idx", &same, &want).unwrap(), (0.0, TOLERANCE * 9.0));
+        let other = SimTensor::i32(vec![3], vec![4, -1, 9]);
+        let fault = compare("idx", &other, &want).unwrap_err();
+        assert!(matches!(fault, CertifyFault::Numbers { index: 1, diff, .. } if diff == 1.0), "{fault}");
+        let float = SimTensor::f32(vec![3], vec![4.0, -2.0, 9.0]);
+        let fault = compare("idx", &float, &want).unwrap_err();
+        assert!(matches!(fault, CertifyFault::Engine { .. }), "{fault}");
+    }
+
+    #[test]
+    fn a_difference_exactly_at_the_bound_passes_and_the_first_worst_element_is_named() {
+        // A scale whose bound `TOLERANCE · scale` is an f32 value, so a result can differ by it exactly.
+        let scale = f32::from_bits(1_065_353_358);
+        let bound = TOLERANCE * scale as f64;
+        assert_eq!(bound as f32 as f64, bound, "the bound is an f32 value");
+        let want = Tensor::f32(vec![2], vec![scale, 0.0]);
+        let at = SimTensor::f32(vec![2], vec![scale, bound as f32]);
+        assert_eq!(compare("y", &at, &want).unwrap(), (bound, bound));
+        // Past the bound by one ulp: refused, naming the element.
+        let past = SimTensor::f32(vec![2], vec![scale, f32::from_bits((bound as f32).to_bits() + 1)]);
+        assert!(matches!(compare("y", &past, &want).unwrap_err(), CertifyFault::Numbers { index: 1, .. }));
+        // Two elements off by the same amount: the first is the one named.
+        let want = Tensor::f32(vec![3], vec![0.0, 0.0, 0.0]);
+        let two = SimTensor::f32(vec![3], vec![0.0, 0.5, -0.5]);
+        assert!(matches!(compare("y", &two, &want).unwrap_err(), CertifyFault::Numbers { index: 1, .. }));
+    }
+}
