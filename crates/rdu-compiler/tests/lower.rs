@@ -431,3 +431,22 @@ fn seeded_token_ids_spread_over_the_embedding_table() {
     assert_eq!(tok.as_i32(), Some(want.as_slice()), "vocabulary {}", spec.vocab);
     assert!(want.iter().any(|&t| t as usize >= spec.vocab / 2), "ids reach the upper half of the table");
 }
+
+/// A batched layer is certified with every sequence near the end of its context, each at its
+/// own position (`pos_s{b}` = ctx − 1 − b): every sequence's cache is read (almost) whole, and
+/// a step that mixed up the sequences' positions would not match.
+#[test]
+fn seeded_positions_of_a_batched_step_are_each_sequences_own_near_the_end_of_the_context() {
+    let chip = Chip::builtin("sn50").unwrap();
+    let spec = presets::resolve("tiny-llama").expect("preset");
+    let ctx = 64;
+    let src = source_of(&spec, 0, Cut::Batched { batch: 3, ctx }, &Storage::AllQ8);
+    let graph = lift(src.program().expect("parses")).expect("lifts");
+    let program = lower("kind", src.program().unwrap(), &graph, &src.q8, &chip, &mut |_, _| {});
+    let inputs = seeded_inputs(&program, &graph, 7);
+    for b in 0..3 {
+        let pos = Bindings::tensor(&inputs, &format!("pos_s{b}")).expect("a position per sequence");
+        assert_eq!(pos.as_i32(), Some(&[(ctx - 1 - b) as i32][..]), "sequence {b}");
+    }
+    certify(&program, &graph, &chip, 7).expect("the batched layer certifies at those positions");
+}

@@ -7,8 +7,9 @@
 use crate::graph::{Bindings, Data, Graph, Tensor};
 use crate::lang::ast::DeclKind;
 use rdu_checkpoint::seeded_weight;
+use rdu_spatial::manifest::InputRole;
 use rdu_spatial::manifest::RopeTable;
-use rdu_spatial::names::parse_rope_table;
+use rdu_spatial::names::{parse_rope_table, runtime_input};
 use rdu_spatial::program::{Arg, Op, SpatialProgram, Storage};
 use rdu_spatial::q8::Q8Weight;
 use rdu_spatial::sim::{SimBindings, SimTensor, WeightSlab};
@@ -52,14 +53,20 @@ impl Inputs {
                 continue;
             }
             let stored_q8 = decls.get(name.as_str()).is_some_and(|t| t.storage == Storage::Q8_0);
-            let values = match (decl.kind, name.as_str()) {
-                // A decode step at the last position its tables allow: rings wrap, caches are read whole.
-                (DeclKind::Input, "pos") if shape.is_empty() => {
-                    Data::I32(vec![if has_state { table_rows as i32 - 1 } else { 0 }])
+            let position = match runtime_input(&name) {
+                Some((InputRole::Position, seq)) if decl.kind == DeclKind::Input => Some(seq.unwrap_or(0)),
+                _ => None,
+            };
+            let values = match (decl.kind, position) {
+                // A decode step at the last position its tables allow: rings wrap, caches are read
+                // whole. Sequence `b` of a batched step one position earlier, so that each
+                // sequence's position is its own.
+                (DeclKind::Input, Some(b)) if shape.is_empty() => {
+                    Data::I32(vec![if has_state { table_rows.saturating_sub(1 + b) as i32 } else { 0 }])
                 }
                 // A chunk of rows with one position each: the last rows the tables allow, so the
                 // chunk reads the cache before it and its rows wrap the rings.
-                (DeclKind::Input, "pos") => {
+                (DeclKind::Input, Some(_)) => {
                     let n: usize = shape.iter().product();
                     let first = if has_state { table_rows.saturating_sub(n) } else { 0 };
                     Data::I32((0..n).map(|i| (first + i) as i32).collect())
