@@ -24,5 +24,3 @@ pub use crate::gguf_value::{
 pub use crate::kquants::k_scale_min;
 pub use crate::q8::{quantize_q8_0, Q8Block, Q8Weight, QK8_0};
 pub use crate::safetensors::{Dtype, SafeTensors};
-pub mod seeded;
-pub use seeded::{seeded_weight, uniform_at};

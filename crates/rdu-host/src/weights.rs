@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rdu_checkpoint::{quantize_q8_0, seeded_weight, GgmlType, Gguf, Q8Block, SafeTensors};
+use rdu_checkpoint::{quantize_q8_0, GgmlType, Gguf, Q8Block, SafeTensors};
 use rdu_spatial::manifest::{CheckpointKind, Manifest, TensorEntry, TensorStorage};
+use rdu_spatial::seeded_weight;
 use rdu_spatial::sim::{can_pack, PackedWeight};
 use rdu_spatial::{Q8Weight, SimTensor};
 
@@ -23,7 +24,7 @@ pub enum WeightsSource {
     Hf(PathBuf),
     /// A llama.cpp GGUF file.
     Gguf(PathBuf),
-    /// `rdu_checkpoint::seeded_weight` under each manifest tensor's own name, as the compiler's reference runner draws them.
+    /// `rdu_spatial::seeded_weight` under each manifest tensor's own name, as the compiler's reference runner draws them.
     Seeded { seed: u64, unit_offset: bool },
 }
 

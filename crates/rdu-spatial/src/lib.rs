@@ -15,6 +15,7 @@ pub mod op;
 pub mod program;
 pub mod q8;
 pub mod rope;
+pub mod seeded;
 pub mod sim;
 pub mod tensor_parallel;
 pub mod text;
@@ -24,6 +25,7 @@ pub use program::{
     Arg, Dtype, Home, KernelOp, Lit, Role, Section, SpatialProgram, Stage, Storage, TensorDecl, Tiling, TpInfo, TpSplit,
 };
 pub use q8::{Q8Block, Q8Weight};
+pub use seeded::{seeded_weight, uniform_at};
 pub use sim::{
     simulate, simulate_in_place, MapBindings, SimBindings, SimData, SimError, SimOut, SimTensor, WeightSlab,
 };

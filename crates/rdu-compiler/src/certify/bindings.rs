@@ -6,12 +6,12 @@
 
 use crate::graph::{Bindings, Data, Graph, Tensor};
 use crate::lang::ast::DeclKind;
-use rdu_checkpoint::seeded_weight;
 use rdu_spatial::manifest::InputRole;
 use rdu_spatial::manifest::RopeTable;
 use rdu_spatial::names::{parse_rope_table, runtime_input};
 use rdu_spatial::program::{Arg, Op, SpatialProgram, Storage};
 use rdu_spatial::q8::Q8Weight;
+use rdu_spatial::seeded_weight;
 use rdu_spatial::sim::{SimBindings, SimTensor, WeightSlab};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};

@@ -160,6 +160,6 @@ pub struct SeededWeights {
 
 impl WeightSource for SeededWeights {
     fn weight(&self, name: &str, shape: &[usize]) -> Result<Tensor, String> {
-        Ok(Tensor::f32(shape.to_vec(), rdu_checkpoint::seeded_weight(self.seed, name, shape, self.unit_offset)))
+        Ok(Tensor::f32(shape.to_vec(), rdu_spatial::seeded_weight(self.seed, name, shape, self.unit_offset)))
     }
 }

@@ -69,7 +69,7 @@ pub fn values() -> Values {
 pub fn seeded_values(seed: u64) -> Values {
     TENSORS
         .iter()
-        .map(|(name, _, _)| (name.to_string(), rdu_checkpoint::seeded_weight(seed, name, &shape_of(name), false)))
+        .map(|(name, _, _)| (name.to_string(), rdu_spatial::seeded_weight(seed, name, &shape_of(name), false)))
         .collect()
 }
 

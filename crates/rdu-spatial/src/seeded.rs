@@ -3,15 +3,17 @@
 
 use rayon::prelude::*;
 
+use crate::names::TensorName;
+
 /// The values of weight `name` of `shape` under `seed`. Projections are uniform with the
 /// variance of `1/fan_in`; 1-D weights are small noise around a centre that suits their role
 /// (norm weights around 1, or around 0 under the `(1+w)` convention).
 pub fn seeded_weight(seed: u64, name: &str, shape: &[usize], unit_offset: bool) -> Vec<f32> {
     let n: usize = shape.iter().product();
     let key = seed ^ fnv1a(name.as_bytes());
-    let base = name.trim_end_matches(|c: char| c.is_ascii_digit());
     if shape.len() == 1 {
-        let centre = match base {
+        let base = TensorName::parse(name).base;
+        let centre = match base.as_str() {
             "Alog" => 0.5,
             "ssma" => -1.5,
             "dtb" | "bq" | "bk" | "bv" => 0.0,
