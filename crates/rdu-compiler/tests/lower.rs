@@ -501,6 +501,20 @@ fn resources_refuse_a_section_past_the_chip_and_a_bad_placement() {
     assert!(m.contains("lies outside the chip's 2080 PCUs"), "{m}");
     let m = placed(&|st| st[0].region.as_mut().unwrap().pmu.1 -= 1);
     assert!(m.contains("does not hold its"), "{m}");
+    let m = placed(&|st| {
+        let r = st[1].region.as_mut().unwrap();
+        r.pcu = (r.pcu.1, r.pcu.0);
+    });
+    assert!(m.contains("does not hold its"), "a reversed run: {m}");
+    // Stages touch in any order: the first two's PCU runs swapped (the second now ends where
+    // the first begins) are placed soundly.
+    let mut swapped = program.clone();
+    let st = &mut swapped.sections[0].stages;
+    let (a, b) = (st[0].region.unwrap().pcu, st[1].region.unwrap().pcu);
+    let (ca, cb) = (a.1 - a.0, b.1 - b.0);
+    st[1].region.as_mut().unwrap().pcu = (a.0, a.0 + cb);
+    st[0].region.as_mut().unwrap().pcu = (a.0 + cb, a.0 + cb + ca);
+    check_structure(&swapped, &graph, &chip).expect("touching runs, in any order, do not overlap");
 }
 
 /// Every declared state is a state of the source, written back, in its own shape.
