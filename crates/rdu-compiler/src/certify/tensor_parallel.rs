@@ -402,3 +402,41 @@ impl SimBindings for ChipInputs<'_> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tiny tensor-parallel kind as `rdu lower` writes it (the golden file).
+    const KIND: &str = include_str!("../../../../tests/golden/tiny-qwen3-next/tp/programs/gated_attention_moe.spatial");
+
+    fn program(text: &str) -> SpatialProgram {
+        rdu_spatial::text::parse(text).expect("the golden program parses")
+    }
+
+    /// The partial-sum check on its own (the exact kernel check, which runs before it, also
+    /// refuses a dropped all-reduce: this shows the second line of defence holds by itself).
+    #[test]
+    fn a_partial_sum_that_escapes_its_all_reduce_is_refused() {
+        check_partials(&program(KIND)).expect("the lowered program all-reduces every partial sum");
+        let dropped = KIND.replace("mar0 = all_reduce(mo0)", "mar0 = scale(mo0, by=1.0)");
+        assert_ne!(dropped, KIND);
+        let err = check_partials(&program(&dropped)).expect_err("a partial sum reaches the residual add");
+        assert!(err.contains("partial sum"), "{err}");
+    }
+
+    /// A tensor without slices must have its whole shape on every chip.
+    #[test]
+    fn a_replicated_tensor_of_another_shape_is_refused() {
+        let full = program(KIND);
+        let mut split = full.clone();
+        let tp = split.tp.clone().expect("a tensor-parallel program");
+        let whole =
+            split.tensors.iter_mut().find(|t| t.role.is_bound() && !tp.splits.iter().any(|s| s.tensor == t.name));
+        let whole = whole.expect("a replicated tensor");
+        whole.shape[0] += 1;
+        let name = whole.name.clone();
+        let err = check_slices(&split, &full, tp.chips as usize).expect_err("a replicated tensor of another shape");
+        assert!(err.contains(&format!("`{name}`")) && err.contains("has no slices"), "{err}");
+    }
+}
