@@ -425,6 +425,39 @@ mod tests {
         assert!(err.contains("partial sum"), "{err}");
     }
 
+    /// `edit` applied to the golden program (which it must change), then the partial-sum check.
+    fn partials_after(edit: &dyn Fn(&str) -> String) -> Result<(), String> {
+        let edited = edit(KIND);
+        assert_ne!(edited, KIND, "the edit applies to the golden program");
+        check_partials(&program(&edited))
+    }
+
+    #[test]
+    fn a_split_result_that_is_neither_all_reduced_nor_gathered_is_refused() {
+        let err = partials_after(&|t| t.replace("output xo0", "output xo0\noutput sm0")).expect_err("a local output");
+        assert!(err.contains("output `sm0` is not the same on every chip"), "{err}");
+    }
+
+    #[test]
+    fn a_sum_over_overlapping_ranges_is_refused() {
+        let overlap =
+            |t: &str| t.replace("split Wo0 axis=1 [[0..32], [32..64]]", "split Wo0 axis=1 [[0..40], [24..64]]");
+        let err = partials_after(&overlap).expect_err("both chips sum the same columns");
+        assert!(err.contains("sums over `Wo0`, whose chips' ranges overlap"), "{err}");
+    }
+
+    /// Experts over replicated weights give the same value on every chip, not a partial sum:
+    /// adding it to one is refused.
+    #[test]
+    fn experts_over_replicated_weights_are_not_a_partial_sum() {
+        let replicated = |t: &str| {
+            let keep = |l: &&str| !["split Weg0", "split Weu0", "split Wed0"].iter().any(|s| l.starts_with(s));
+            t.lines().filter(keep).map(|l| format!("{l}\n")).collect()
+        };
+        let err = partials_after(&replicated).expect_err("a replicated value added to a partial sum");
+        assert!(err.contains("adds a partial sum to a value that is not one"), "{err}");
+    }
+
     /// A tensor without slices must have its whole shape on every chip.
     #[test]
     fn a_replicated_tensor_of_another_shape_is_refused() {
