@@ -458,6 +458,27 @@ mod tests {
         assert!(err.contains("adds a partial sum to a value that is not one"), "{err}");
     }
 
+    /// Linear ops carry a partial sum to its all-reduce: a scaled partial sum is still one.
+    #[test]
+    fn a_partial_sum_may_be_scaled_before_its_all_reduce_but_not_mixed_or_activated() {
+        let at = "  mar0 = all_reduce(mo0)";
+        let before =
+            |op: &'static str| move |t: &str| t.replace(at, &format!("  mos0 = {op}\n  mar0 = all_reduce(mos0)"));
+        partials_after(&before("scale(mo0, by=2.0)")).expect("a scaled partial sum is all-reduced");
+        let err =
+            partials_after(&before("concat(mo0, x, axis=1)")).expect_err("a partial sum beside a replicated value");
+        assert!(err.contains("mixes a partial sum with other values"), "{err}");
+        let err =
+            partials_after(&|t| t.replace(at, "  mar0 = silu(mo0)")).expect_err("a nonlinear op on a partial sum");
+        assert!(err.contains("reads a partial sum before it is all-reduced"), "{err}");
+    }
+
+    #[test]
+    fn a_partial_sum_multiplied_by_a_chips_own_value_is_refused() {
+        let err = partials_after(&|t| t.replace("sgo0 = mul(so0, sgs0)", "sgo0 = mul(so0, sa0)")).expect_err("local");
+        assert!(err.contains("multiplies a partial sum by a value that is not replicated"), "{err}");
+    }
+
     /// A tensor without slices must have its whole shape on every chip.
     #[test]
     fn a_replicated_tensor_of_another_shape_is_refused() {
