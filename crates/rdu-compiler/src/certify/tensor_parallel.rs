@@ -479,6 +479,13 @@ mod tests {
         assert!(err.contains("multiplies a partial sum by a value that is not replicated"), "{err}");
     }
 
+    /// A replicated state may not receive a chip's own value (each chip would keep another).
+    #[test]
+    fn a_chips_own_value_written_into_a_replicated_state_is_refused() {
+        let err = partials_after(&|t| t.replace("split Kc0 axis=1 [[0..1], [1..2]]\n", "")).expect_err("replicated");
+        assert!(err.contains("writes a Local value into the Replicated state `Kc0`"), "{err}");
+    }
+
     /// A tensor without slices must have its whole shape on every chip.
     #[test]
     fn a_replicated_tensor_of_another_shape_is_refused() {
