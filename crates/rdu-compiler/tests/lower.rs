@@ -538,3 +538,16 @@ fn a_state_unknown_to_the_source_or_of_another_shape_is_caught() {
     assert!(found.contains(&"state `Zc0` is not a state of the source".to_string()), "{found:#?}");
     assert!(found.contains(&"state `Zc0` is never written back".to_string()), "{found:#?}");
 }
+
+/// Sectioning counts PCUs as well as PMUs: on a chip of 2 PCUs (and all its PMUs) every section
+/// holds at most 2 stages, each on its own PCU.
+#[test]
+fn a_chip_short_of_pcus_alone_gets_sections_of_at_most_its_pcus() {
+    let chip = sn50_with("[pcus]\nvalue = 2080", "[pcus]\nvalue = 2");
+    let (program, graph) = lowered_kind("tiny-llama", &chip);
+    assert!(program.sections.len() > 1, "{} sections", program.sections.len());
+    for (s, section) in program.sections.iter().enumerate() {
+        assert!(section.stages.len() <= 2, "section {s} holds {} stages", section.stages.len());
+    }
+    check_structure(&program, &graph, &chip).expect("every section fits the 2 PCUs");
+}
