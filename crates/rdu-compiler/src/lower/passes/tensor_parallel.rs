@@ -30,3 +30,22 @@ pub fn tensor_parallel(program: &mut SpatialProgram, chips: usize, slices: &BTre
         .collect();
     program.tp = Some(TpInfo { chips: u32::try_from(chips).unwrap_or(u32::MAX), splits, all_reduce });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A one-chip embedding program as `rdu lower` writes it (the golden file).
+    const EMBED: &str = include_str!("../../../../../tests/golden/tiny-qwen3-next/decode/programs/embed.spatial");
+
+    #[test]
+    fn a_program_over_several_chips_records_them_even_without_slices_or_all_reduces() {
+        let mut program = rdu_spatial::text::parse(EMBED).expect("the golden program parses");
+        assert!(program.tp.is_none());
+        tensor_parallel(&mut program, 1, &BTreeMap::new());
+        assert!(program.tp.is_none(), "one chip, nothing split: left alone");
+        tensor_parallel(&mut program, 2, &BTreeMap::new());
+        let tp = program.tp.expect("two chips are recorded");
+        assert_eq!((tp.chips, tp.splits.len(), tp.all_reduce.len()), (2, 0, 0));
+    }
+}
