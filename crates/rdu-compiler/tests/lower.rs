@@ -551,3 +551,20 @@ fn a_chip_short_of_pcus_alone_gets_sections_of_at_most_its_pcus() {
     }
     check_structure(&program, &graph, &chip).expect("every section fits the 2 PCUs");
 }
+
+/// A weight read dense by an op that does not fold Q8_0 is dequantised into a temporary of its
+/// own shape and type (`Wkvb0_dq`), in SRAM.
+#[test]
+fn a_dequantised_weight_keeps_its_shape() {
+    use rdu_spatial::program::{Home, Role, Storage as Stored};
+    let chip = Chip::builtin("sn50").unwrap();
+    let (program, _) = lowered_kind("tiny-deepseek-v2", &chip);
+    let temps: Vec<_> = program.tensors.iter().filter(|t| t.name.ends_with("_dq")).collect();
+    assert!(!temps.is_empty(), "the MLA kind dequantises a weight");
+    for t in temps {
+        let weight = program.decl(t.name.strip_suffix("_dq").unwrap()).expect("the weight is declared");
+        assert_eq!((weight.storage, weight.role), (Stored::Q8_0, Role::Weight), "{}", weight.name);
+        assert_eq!((&t.shape, t.dtype), (&weight.shape, weight.dtype), "{}", t.name);
+        assert_eq!((t.storage, t.role, t.home), (Stored::Dense, Role::Temp, Home::Sram), "{}", t.name);
+    }
+}
