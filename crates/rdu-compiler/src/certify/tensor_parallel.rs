@@ -486,6 +486,28 @@ mod tests {
         assert!(err.contains("writes a Local value into the Replicated state `Kc0`"), "{err}");
     }
 
+    /// The same kind unsplit (the decode golden file), the whole shapes the slices are checked against.
+    const WHOLE: &str =
+        include_str!("../../../../tests/golden/tiny-qwen3-next/decode/programs/gated_attention_moe.spatial");
+
+    /// A weight whose split axis is never summed over may cover it in overlapping runs of one
+    /// length (an axis the chips do not divide); a run past the whole is still refused.
+    #[test]
+    fn a_weight_may_cover_an_axis_it_is_not_summed_over_in_overlapping_runs() {
+        let full = program(WHOLE);
+        check_slices(&program(KIND), &full, 2).expect("the lowered split holds");
+        let covered = |parts: &str, rows: usize| {
+            let text = KIND
+                .replace("split Wq0 axis=0 [[0..64], [64..128]]", &format!("split Wq0 axis=0 {parts}"))
+                .replace("tensor Wq0 : f32[64, 64]", &format!("tensor Wq0 : f32[{rows}, 64]"));
+            assert_ne!(text, KIND);
+            check_slices(&program(&text), &full, 2)
+        };
+        covered("[[0..80], [48..128]]", 80).expect("an overlapping cover of a weight's output rows");
+        let err = covered("[[0..80], [56..136]]", 80).expect_err("a run past the whole");
+        assert!(err.contains("Wq0"), "{err}");
+    }
+
     /// A tensor without slices must have its whole shape on every chip.
     #[test]
     fn a_replicated_tensor_of_another_shape_is_refused() {
