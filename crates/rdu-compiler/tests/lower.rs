@@ -568,3 +568,24 @@ fn a_dequantised_weight_keeps_its_shape() {
         assert_eq!((t.storage, t.role, t.home), (Stored::Dense, Role::Temp, Home::Sram), "{}", t.name);
     }
 }
+
+/// A stored Q8_0 weight read dense by several ops, and two such weights, are each dequantised
+/// exactly once, into their own temporaries; the program certifies.
+#[test]
+fn each_weight_read_dense_is_dequantised_once() {
+    let text = "input x : f32[128]\nweight A : q8[2, 64]\nweight B : q8[2, 64]\n\
+                a1 = reshape(A, [128])\na2 = reshape(A, [64, 2])\nb1 = reshape(B, [128])\n\
+                z = reshape(a2, [128])\ny = add(a1, b1)\nu = add(y, z)\no = add(u, x)\n";
+    let program = parse(text).expect("parses");
+    let graph = lift(&program).expect("lifts");
+    let q8 = ["A".to_string(), "B".to_string()].into_iter().collect();
+    let chip = Chip::builtin("sn50").unwrap();
+    let spatial = lower("dq", &program, &graph, &q8, &chip, &mut |_, _| {});
+    for w in ["A", "B"] {
+        let temp = format!("{w}_dq");
+        assert_eq!(spatial.tensors.iter().filter(|t| t.name == temp).count(), 1, "{temp} declared once");
+        let writes = spatial.ops().filter(|(_, op)| op.outs == [temp.clone()]).count();
+        assert_eq!(writes, 1, "{w} dequantised once");
+    }
+    certify(&spatial, &graph, &chip, 3).expect("the program certifies");
+}
