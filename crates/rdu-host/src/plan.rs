@@ -25,13 +25,6 @@ enum Feed {
     },
 }
 
-fn role_word(role: InputRole) -> &'static str {
-    match role {
-        InputRole::Tokens => "tokens",
-        InputRole::Position => "position",
-    }
-}
-
 /// The step's shape and checks, fixed when the bundle is loaded.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Plan {
@@ -73,7 +66,7 @@ impl Plan {
                 (role, shape) => {
                     let problem = format!(
                         "a {} input of shape {shape:?}{} is not one this host fills (tokens [rows] for the whole step, positions [] or [rows])",
-                        role_word(role),
+                        role.word(),
                         seq.map(|b| format!(" for sequence {b}")).unwrap_or_default(),
                     );
                     return Err(fail(&input.name, problem));

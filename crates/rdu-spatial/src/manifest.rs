@@ -358,6 +358,16 @@ pub enum InputRole {
     Position,
 }
 
+impl InputRole {
+    /// The role as the manifest spells it.
+    pub fn word(self) -> &'static str {
+        match self {
+            InputRole::Tokens => "tokens",
+            InputRole::Position => "position",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StateEntry {

@@ -6,8 +6,7 @@
 
 use crate::graph::{Bindings, Data, Graph, Tensor};
 use crate::lang::ast::DeclKind;
-use rdu_spatial::manifest::InputRole;
-use rdu_spatial::manifest::RopeTable;
+use rdu_spatial::manifest::{InputRole, RopeTable};
 use rdu_spatial::names::{parse_rope_table, runtime_input};
 use rdu_spatial::program::{Arg, Op, SpatialProgram, Storage};
 use rdu_spatial::q8::Q8Weight;
