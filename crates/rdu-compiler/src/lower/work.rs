@@ -119,7 +119,18 @@ pub fn op_work(model: &WorkModel<'_>, op: &KernelOp) -> Work {
             let chips = model.chips;
             work.link_bytes = out_elems * 4 * 2 * (chips - 1) / chips;
         }
-        Op::DeltaStep | Op::DeltaScan | Op::ConvStep | Op::ConvShift | Op::CachePut => {
+        Op::CachePut => {
+            // The new rows are written at their slots, in place (`sim::attention::cache_put`);
+            // the rest of the cache is neither read nor written. Stored at the cache's own
+            // width (bf16 or f32), and staged in SRAM as f32 on the way.
+            let cache = tensor_args.first();
+            let rows = tensor_args.get(1).map_or(0, |x| numel(&x.shape));
+            let per_elem = cache.map_or(0, |c| stored_bytes(c) / numel(&c.shape).max(1));
+            work.hbm_bytes = rows * per_elem;
+            work.sram_bytes = rows * 4;
+            work.flops = rows;
+        }
+        Op::DeltaStep | Op::DeltaScan | Op::ConvStep | Op::ConvShift => {
             // States are read and written back.
             work.hbm_bytes = tensor_args.iter().filter(|t| t.role == Role::State).map(|t| 2 * stored_bytes(t)).sum();
             work.flops = 6 * out_elems.max(tensor_args.iter().map(|t| numel(&t.shape)).max().unwrap_or(0));
