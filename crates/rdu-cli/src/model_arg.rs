@@ -107,8 +107,9 @@ pub struct TargetArgs {
     /// Which weights are stored Q8_0
     #[arg(long, value_enum, default_value = "auto")]
     pub storage: StorageArg,
-    /// How carried state (KV caches, latent caches, recurrent state) is stored
-    #[arg(long, value_enum, default_value = "f32")]
+    /// How carried state (KV caches, latent caches, recurrent state) is stored: bf16, as
+    /// deployments store it, by default; f32 to match transformers' float32 cache
+    #[arg(long, value_enum, default_value = "bf16")]
     pub state: StateArg,
 }
 

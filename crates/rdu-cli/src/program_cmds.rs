@@ -37,8 +37,9 @@ pub struct SourceArgs {
     sizes: CutSizes,
     #[arg(long, value_enum, default_value = "auto")]
     storage: StorageArg,
-    /// How carried state is stored: the element type of the `state` declarations
-    #[arg(long, value_enum, default_value = "f32")]
+    /// How carried state is stored: the element type of the `state` declarations (bf16 by
+    /// default, as `rdu lower` lowers)
+    #[arg(long, value_enum, default_value = "bf16")]
     state: StateArg,
 }
 

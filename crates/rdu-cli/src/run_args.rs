@@ -98,14 +98,15 @@ pub struct RunArgs {
     /// the batched tensor-parallel cut)
     #[arg(long, value_name = "T")]
     pub(crate) tp: Option<usize>,
-    /// How carried state is stored: bf16 when lowering here (as `rdu lower` does), as the
-    /// bundle stores it with --bundle (a different --state is refused)
+    /// How carried state is stored: f32 when lowering here unless given (a run on a checkpoint
+    /// is compared with transformers' float32 cache; `rdu lower` deploys bf16), as the bundle
+    /// stores it with --bundle (a different --state is refused)
     #[arg(long, value_enum)]
     pub(crate) state: Option<StateArg>,
 }
 
 /// The state storage a run uses: the bundle's, when it runs one (refusing a `--state` that
-/// differs), else `--state`, bf16 by default like `rdu lower`.
+/// differs), else `--state`, f32 by default (what transformers' own float32 cache holds).
 pub(crate) fn run_state(args: &RunArgs) -> Result<StateArg> {
     let Some(dir) = &args.bundle else { return Ok(args.state.unwrap_or(StateArg::F32)) };
     let bundle = rdu_spatial::bundle::Bundle::read(dir).map_err(|e| anyhow!("{}: {e}", dir.display()))?;

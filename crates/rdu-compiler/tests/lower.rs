@@ -13,7 +13,7 @@ use rdu_compiler::lower::streamed::{
 };
 use rdu_compiler::model::author::{embed_source, source_of};
 use rdu_compiler::model::presets;
-use rdu_compiler::model::spec::Cut;
+use rdu_compiler::model::spec::{Cut, StateDtype};
 use rdu_spatial::chip::Chip;
 use rdu_spatial::program::Lit;
 
@@ -29,10 +29,12 @@ fn opts<'a>(
 }
 
 /// Decode at ctx 4096, Q8_0 and dense, SN50 and SN40L: every kind certified, the kinds the
-/// same as `layer_kinds`.
+/// same as `layer_kinds`. Q8_0 with bf16 states (what `rdu lower` deploys by default), dense
+/// with f32 states, so that both state storages are certified at real shapes.
 fn lower_real(name: &str) {
-    let spec = presets::resolve(name).expect("preset");
+    let mut spec = presets::resolve(name).expect("preset");
     for storage in [Storage::AllQ8, Storage::Dense] {
+        spec.state = if storage == Storage::AllQ8 { StateDtype::Bf16 } else { StateDtype::F32 };
         let expected: Vec<Vec<usize>> = layer_kinds(&spec, &storage).into_iter().map(|k| k.layers).collect();
         for chip in ["sn50", "sn40l"] {
             let model = lower_decode_streamed(&spec, 4096, opts(chip, storage.clone(), &mut |_| {}))
@@ -134,7 +136,10 @@ fn tiny_qwen3_next_golden_in_every_cut() {
         lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_tp_decode_streamed,
     };
     let name = "tiny-qwen3-next";
-    let spec = presets::resolve(name).expect("preset");
+    // bf16 states, as `rdu lower` lowers by default: its conv and recurrent states, rewritten
+    // every step, meet bf16 rounding ties in every cut.
+    let mut spec = presets::resolve(name).expect("preset");
+    spec.state = StateDtype::Bf16;
     let cuts = [
         ("forward", lower_forward_streamed(&spec, 7, opts("sn50", Storage::AllQ8, &mut |_| {}))),
         ("decode", lower_decode_streamed(&spec, 64, opts("sn50", Storage::AllQ8, &mut |_| {}))),

@@ -17,9 +17,61 @@ pub fn round_bf16_slice(values: &mut [f32]) {
     }
 }
 
+/// `x` rounded to bfloat16 as [`round_bf16`] rounds it, unless `x` lies within `band` (relative)
+/// of the midpoint between its two bfloat16 neighbours and `other` is one of them: then `other`.
+///
+/// Certification's tie rule. The simulator computes a value in f32 and the reference in f64
+/// (stored f32); the two agree to ~1e-6, but where that value sits on a rounding midpoint they
+/// may round to different neighbours, a difference of 2⁻⁸ relative that says nothing about the
+/// program. Within the band either neighbour is a correct rounding at the reference's own
+/// accuracy; anywhere else the reference rounds on its own and the two must agree.
+pub fn round_bf16_near(x: f32, other: f32, band: f32) -> f32 {
+    let rounded = round_bf16(x);
+    if other == rounded || !x.is_finite() || !other.is_finite() {
+        return rounded;
+    }
+    // The neighbours are x truncated to bf16 (toward zero) and the next bf16 away from zero;
+    // their midpoint is x's upper half with the rounding bit set, an exact f32.
+    let upper = x.to_bits() & 0xFFFF_0000;
+    let toward_zero = f32::from_bits(upper);
+    let away = f32::from_bits(upper + 0x1_0000);
+    let midpoint = f32::from_bits(upper | 0x8000);
+    let near = ((x - midpoint).abs() as f64) <= band as f64 * midpoint.abs() as f64;
+    if near && (other == toward_zero || other == away) {
+        other
+    } else {
+        rounded
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_value_near_a_midpoint_takes_the_other_engines_neighbour_and_no_other_value_does() {
+        let (lo, hi) = (1.0f32, 1.0 + 2f32.powi(-7));
+        let mid = 1.0 + 2f32.powi(-8);
+        let just_above = f32::from_bits(mid.to_bits() + 3);
+        assert_eq!(round_bf16(just_above), hi);
+        // Within the band of the midpoint: either neighbour, as the other engine rounded.
+        assert_eq!(round_bf16_near(just_above, lo, 1e-4), lo);
+        assert_eq!(round_bf16_near(just_above, hi, 1e-4), hi);
+        assert_eq!(round_bf16_near(mid, hi, 1e-4), hi, "an exact tie may go either way too");
+        // A value that is not a neighbour is never taken.
+        assert_eq!(round_bf16_near(just_above, 1.0 + 2f32.powi(-6), 1e-4), hi);
+        assert_eq!(round_bf16_near(just_above, 0.5, 1e-4), hi);
+        // Outside the band: the value's own rounding, whatever the other engine stored.
+        let far = 1.0 + 2f32.powi(-8) + 2f32.powi(-10);
+        assert_eq!(round_bf16_near(far, lo, 1e-4), hi);
+        assert_eq!(round_bf16_near(1.0 + 2f32.powi(-10), hi, 1e-4), lo);
+        // Negative values mirror: the neighbour toward zero and the one away from it.
+        assert_eq!(round_bf16_near(-just_above, -lo, 1e-4), -lo);
+        assert_eq!(round_bf16_near(-just_above, lo, 1e-4), -hi);
+        // A bf16 value is never near a midpoint: it stays, whatever the other engine stored.
+        assert_eq!(round_bf16_near(hi, lo, 1e-4), hi);
+        assert!(round_bf16_near(f32::NAN, 1.0, 1e-4).is_nan());
+    }
 
     #[test]
     fn rounds_to_nearest_even_as_torch() {

@@ -11,12 +11,12 @@
 
 use super::bindings::Inputs;
 use super::{compare, structure, Certificate, CertifyFault, TOLERANCE};
-use crate::graph::{eval, Graph};
+use crate::graph::{eval_breaking_ties, Graph};
 use rdu_spatial::chip::Chip;
 use rdu_spatial::program::{Arg, Op, Role, SpatialProgram, Storage, TpSplit};
 use rdu_spatial::q8::Q8Weight;
 use rdu_spatial::sim::{simulate_chip, AllReduce, Collective, SimBindings, SimTensor, WeightSlab};
-use rdu_spatial::tensor_parallel::{check_cover, check_split, take, take_q8};
+use rdu_spatial::tensor_parallel::{check_cover, check_split, join, take, take_q8};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
@@ -34,8 +34,6 @@ pub fn certify_tp(
     let tp = program.tp.as_ref().ok_or_else(|| CertifyFault::Structure("no tensor-parallel layout".into()))?;
     let chips = tp.chips as usize;
     let inputs = Inputs::new(full, full_graph, seed);
-    let reference =
-        eval(full_graph, &inputs).map_err(|e| CertifyFault::Engine { engine: "reference", message: e.to_string() })?;
     let splits: BTreeMap<&str, &TpSplit> = tp.splits.iter().map(|s| (s.tensor.as_str(), s)).collect();
     let group = AllReduce::new(chips);
     let runs: Vec<Result<_, CertifyFault>> = std::thread::scope(|scope| {
@@ -64,9 +62,13 @@ pub fn certify_tp(
             })
             .collect()
     });
+    let runs = runs.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let joined = joined_states(&runs, &splits, full);
+    let ties = joined.iter().map(|(n, v)| (n.clone(), v.as_slice())).collect();
+    let reference = eval_breaking_ties(full_graph, &inputs, &ties, TOLERANCE as f32)
+        .map_err(|e| CertifyFault::Engine { engine: "reference", message: e.to_string() })?;
     let (mut max_abs_err, mut tolerance) = (0f64, TOLERANCE);
-    for (c, run) in runs.into_iter().enumerate() {
-        let (outputs, states) = run?;
+    for (c, (outputs, states)) in runs.iter().enumerate() {
         let results = reference.outputs.iter().map(|(n, w)| (n, w, outputs.get(n), "produced no"));
         let finals = reference.states.iter().map(|(n, w)| (n, w, states.get(n), "left no state"));
         for (name, want, got, missing) in results.chain(finals) {
@@ -88,6 +90,36 @@ pub fn certify_tp(
         reference.states.len()
     ));
     Ok(Certificate { checks, seed, tolerance, max_abs_err })
+}
+
+/// Every chip's final f32 states joined into the unsplit program's (a split state from its
+/// chips' slices, a whole one from chip 0): the reference's tie-breakers for bf16 states
+/// (`graph::eval_breaking_ties`, as in `certify`). A state that cannot be joined is left out,
+/// and the reference rounds it on its own.
+fn joined_states(
+    runs: &[(BTreeMap<String, SimTensor>, BTreeMap<String, SimTensor>)],
+    splits: &BTreeMap<&str, &TpSplit>,
+    full: &SpatialProgram,
+) -> BTreeMap<String, Vec<f32>> {
+    let Some((_, first)) = runs.first() else { return BTreeMap::new() };
+    let mut out = BTreeMap::new();
+    for (name, t) in first {
+        let joined = match (splits.get(name.as_str()), full.decl(name)) {
+            (Some(split), Some(whole)) => {
+                let pieces: Option<Vec<(&[usize], &[f32])>> = (runs.iter())
+                    .map(|(_, states)| states.get(name).and_then(|t| Some((t.shape.as_slice(), t.as_f32()?))))
+                    .collect();
+                let extent = whole.shape.get(split.axis).copied().unwrap_or(0);
+                pieces.and_then(|p| join(&p, split.axis, &split.parts, extent).ok()).map(|(_, v)| v)
+            }
+            (None, _) => t.as_f32().map(<[f32]>::to_vec),
+            (Some(_), None) => None,
+        };
+        if let Some(v) = joined {
+            out.insert(name.clone(), v);
+        }
+    }
+    out
 }
 
 /// The structural half of [`certify_tp`], without running a number: structure and resources of

@@ -78,6 +78,21 @@ type Kernel = Result<Vec<Tensor>, String>;
 
 /// Runs one step of `graph` over the tensors `env` binds.
 pub fn eval(graph: &Graph, env: &dyn Bindings) -> Result<Evaluated, EvalError> {
+    eval_breaking_ties(graph, env, &BTreeMap::new(), 0.0)
+}
+
+/// Runs one step of `graph` as [`eval`] does, except that a value written into a bf16 state
+/// within `band` (relative) of a bf16 rounding midpoint is rounded to the neighbour `ties`
+/// holds for that state and element, when it holds one of the two
+/// (`rdu_spatial::bf16::round_bf16_near`) — certification passes the simulator's final states,
+/// so that a tie within both engines' accuracy is broken alike. Every other value is rounded
+/// as `eval` rounds it.
+pub fn eval_breaking_ties(
+    graph: &Graph,
+    env: &dyn Bindings,
+    ties: &BTreeMap<String, &[f32]>,
+    band: f32,
+) -> Result<Evaluated, EvalError> {
     graph.verify().map_err(|m| EvalError::new(None, format!("malformed graph: {m}")))?;
     let mut run = Run { graph, env, values: vec![None; graph.values.len()] };
     // States stored as bf16: a value written into one (an update, which shares the state's
@@ -95,9 +110,16 @@ pub fn eval(graph: &Graph, env: &dyn Bindings) -> Result<Evaluated, EvalError> {
                     format!("`{}` computed {t:?}, not the {} the graph says", graph.value(v).name, graph.ty(v));
                 return Err(EvalError::new(Some(node.stmt), message));
             }
-            if bf16_states.contains(graph.value(v).name.as_str()) {
+            let name = graph.value(v).name.as_str();
+            if bf16_states.contains(name) {
                 if let super::Data::F32(values) = &mut t.data {
-                    rdu_spatial::bf16::round_bf16_slice(values);
+                    match ties.get(name).filter(|other| other.len() == values.len()) {
+                        Some(other) => values
+                            .iter_mut()
+                            .zip(other.iter())
+                            .for_each(|(x, &o)| *x = rdu_spatial::bf16::round_bf16_near(*x, o, band)),
+                        None => rdu_spatial::bf16::round_bf16_slice(values),
+                    }
                 }
             }
             run.values[v.index()] = Some(Arc::new(t));
