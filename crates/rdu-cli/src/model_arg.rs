@@ -197,14 +197,6 @@ impl StateArg {
     }
 }
 
-/// Bytes of memory this machine has free (`MemAvailable`), when it says.
-pub fn free_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
 /// `spec` declaring its states as `state` says.
 pub fn with_state(mut spec: ModelSpec, state: StateArg) -> ModelSpec {
     spec.state = state.dtype();

@@ -141,7 +141,7 @@ fn check_engine(args: &RunArgs, spec: &ModelSpec, storage: &Storage, cut: RunCut
         // this machine cannot hold before allocating it.
         let (params, state) = rdu_compiler::fit::decode_demand(spec, ctx, storage)?;
         let need = params.saturating_mul(4).saturating_add(state);
-        if let Some(free) = crate::model_arg::free_memory() {
+        if let Some(free) = rdu_compiler::deploy::free_memory() {
             if need > free {
                 bail!(
                     "the reference engine would hold {:.1} GB ({} parameters as f32 and the caches of ctx {ctx}), more than the {:.1} GB this machine has free",

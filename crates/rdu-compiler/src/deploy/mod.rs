@@ -10,6 +10,7 @@
 
 mod cuts;
 mod estimate;
+mod memory;
 mod part;
 mod programs;
 
@@ -18,6 +19,7 @@ pub use cuts::{
     lower_prefill_streamed, lower_tp_decode_streamed,
 };
 pub use estimate::{estimate_streamed, Estimator, Spine};
+pub use memory::free_memory;
 pub use programs::HEAD_INPUT;
 
 use crate::fit::admits_tp;
@@ -34,12 +36,15 @@ pub const CERTIFY_VOCAB_ROWS: usize = 8192;
 
 /// Lowers and certifies `spec` at `cut`: the embedding, one program per layer kind and the
 /// head, every layer bound to its kind. Refused in one line (`StreamedReject::Invalid`) when
-/// the cut's sizes cannot make a step (`Cut::validate`) or the model does not admit its
-/// tensor-parallel width.
+/// the cut's sizes cannot make a step (`Cut::validate`), the model does not admit its
+/// tensor-parallel width, or its weights and states do not fit the chip's memory or its
+/// certification this machine's (`memory`).
 pub fn deploy(spec: &ModelSpec, cut: &Cut, opts: LowerOptions<'_>) -> Result<StreamedModel, StreamedReject> {
     let cut = *cut;
     cut.validate()?;
     admit(spec, cut, &opts.storage)?;
+    memory::check_chip(spec, cut, &opts.storage, &opts.chip)?;
+    memory::check_host(spec, cut, &opts.storage, free_memory())?;
     let started = std::time::Instant::now();
     let LowerOptions { chip, storage, seed, progress } = opts;
     let driver = Driver { spec, cut, chip: &chip, storage: &storage, seed, check: Check::Numbers };
