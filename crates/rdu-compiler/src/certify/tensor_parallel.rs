@@ -92,12 +92,15 @@ pub fn certify_tp(
     Ok(Certificate { checks, seed, tolerance, max_abs_err })
 }
 
+/// One chip's outputs and final states, by name.
+type ChipRun = (BTreeMap<String, SimTensor>, BTreeMap<String, SimTensor>);
+
 /// Every chip's final f32 states joined into the unsplit program's (a split state from its
 /// chips' slices, a whole one from chip 0): the reference's tie-breakers for bf16 states
 /// (`graph::eval_breaking_ties`, as in `certify`). A state that cannot be joined is left out,
 /// and the reference rounds it on its own.
 fn joined_states(
-    runs: &[(BTreeMap<String, SimTensor>, BTreeMap<String, SimTensor>)],
+    runs: &[ChipRun],
     splits: &BTreeMap<&str, &TpSplit>,
     full: &SpatialProgram,
 ) -> BTreeMap<String, Vec<f32>> {
