@@ -296,11 +296,15 @@ fn fit_llama_8b_fits_in_hbm() {
     let v = fit("llama-3.1-8b");
     let weights = v["weight_bytes"].as_u64().expect("weights");
     assert!((8_000_000_000..9_000_000_000).contains(&weights), "≈8.5 GB of Q8_0: {weights}");
-    // 32 layers of K and V, 4096 positions, 8 kv heads of 128, f32 as the programs declare them.
-    assert_eq!(v["state_bytes"], 32 * 2 * 4096 * 8 * 128 * 4u64);
+    // 32 layers of K and V, 4096 positions, 8 kv heads of 128, bf16 as `rdu lower` stores them
+    // by default; 4 bytes an element with --state f32.
+    assert_eq!(v["state_bytes"], 32 * 2 * 4096 * 8 * 128 * 2u64);
+    let f32_states: Value =
+        serde_json::from_str(&ok(&["fit", "llama-3.1-8b", "--state", "f32", "--json"])).expect("JSON");
+    assert_eq!(f32_states["state_bytes"], 32 * 2 * 4096 * 8 * 128 * 4u64);
     // A batch of 8 holds 8 caches and the same weights.
     let batched: Value = serde_json::from_str(&ok(&["fit", "llama-3.1-8b", "--batch", "8", "--json"])).expect("JSON");
-    assert_eq!(batched["state_bytes"], 8 * 32 * 2 * 4096 * 8 * 128 * 4u64);
+    assert_eq!(batched["state_bytes"], 8 * 32 * 2 * 4096 * 8 * 128 * 2u64);
     assert_eq!(batched["weight_bytes"], v["weight_bytes"]);
     assert_eq!((v["fits_hbm"].as_bool(), v["spills_to_ddr"].as_bool()), (Some(true), Some(false)));
     let dense: Value =

@@ -490,6 +490,16 @@ pub fn verify_model(bundle: &Bundle, spec: &ModelSpec) -> Result<(), VerifyFault
     use crate::model::author::{embed_source, head_source, source_of};
     use crate::model::storage::Storage as ModelStorage;
     let m = &bundle.manifest;
+    // Re-authored with the states stored as the bundle stores them (a deployment's choice, like
+    // Q8_0 storage below).
+    let mut spec = spec.clone();
+    let dtypes: BTreeSet<_> = m.states.iter().map(|s| s.dtype).collect();
+    match dtypes.into_iter().collect::<Vec<_>>().as_slice() {
+        [] => {}
+        [one] => spec.state = *one,
+        _ => return Err(fault("manifest", "states", "some states are stored bf16 and others f32")),
+    }
+    let spec = &spec;
     let cut = manifest_cut(m).ok_or_else(|| fault("manifest", "cut", "the cut lacks a size its mode needs"))?;
     if spec.n_layers() != m.layers.len() {
         return Err(fault(
