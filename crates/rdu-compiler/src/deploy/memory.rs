@@ -32,15 +32,21 @@ fn chip_bytes(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Result<u64, Stre
     Ok(part.weight_bytes + part.state_bytes + part.shared_bytes)
 }
 
-/// Host bytes of certifying one program of `source` numerically, about: every declared tensor
-/// as f32 (weights are drawn as f32 before any Q8_0 blocks are made), and every state three
-/// times (the seeded value, the simulator's and the reference's final ones).
+/// Host bytes that grow with the ctx when one program of `source` is certified numerically:
+/// its states three times as f32 (the seeded value, the simulator's and the reference's final
+/// ones) and its shared tables (the RoPE tables) once. Weights do not grow with the ctx and are
+/// drawn per tile or per selected expert (`certify::Inputs`), so they are not counted: this
+/// bounds the context, not the model.
 fn certify_bytes(source: &Source) -> u64 {
     let Ok(program) = source.program() else { return 0 };
     let mut bytes = 0u64;
     for decl in program.decls() {
         let elems = decl.ty.shape.iter().fold(1u64, |n, &d| n.saturating_mul(d as u64));
-        let copies = if decl.kind == DeclKind::State { 3 } else { 1 };
+        let copies = match decl.kind {
+            DeclKind::State => 3,
+            DeclKind::Shared => 1,
+            _ => 0,
+        };
         bytes = bytes.saturating_add(elems.saturating_mul(4 * copies));
     }
     bytes
@@ -121,7 +127,7 @@ pub(super) fn check_host(
     }
     let Some(ctx) = cut.ctx() else {
         return Err(StreamedReject::Invalid(format!(
-            "certifying {} at real shapes needs about {:.1} GB of this machine's memory, more than the {:.1} GB free",
+            "certifying {} at real shapes holds about {:.1} GB of states and tables, more than the {:.1} GB of this machine's memory free",
             spec.name,
             need as f64 / GB,
             free as f64 / GB
@@ -137,7 +143,7 @@ pub(super) fn check_host(
         false => "lower on a machine with more memory".to_string(),
     };
     Err(StreamedReject::Invalid(format!(
-        "ctx {ctx} is too large to certify here: certifying a layer of {} at real shapes over {ctx} positions needs about {:.1} GB of this machine's memory, more than the {:.1} GB free; {advice}",
+        "ctx {ctx} is too large to certify here: certifying a layer of {} at real shapes holds its caches and tables over {ctx} positions, about {:.1} GB, more than the {:.1} GB of this machine's memory free; {advice}",
         spec.name,
         need as f64 / GB,
         free as f64 / GB
