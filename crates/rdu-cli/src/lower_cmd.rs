@@ -130,6 +130,8 @@ fn summary_json(model: &StreamedModel) -> Value {
             "floor_bytes": step.floor_bytes,
             "model_roofline_seconds": step.model_roofline_seconds,
             "model_roofline_fraction": step.model_roofline_fraction,
+            "model_flops": step.model_flops,
+            "model_flop_utilisation": step.model_flop_utilisation,
             "serial_seconds": serial.seconds,
             "serial_reconfigurations": serial.reconfigurations,
         },
@@ -187,6 +189,13 @@ fn print_summary(model: &StreamedModel, out: Option<&PathBuf>) {
         model.cut.tp(),
         if model.cut.tp() == 1 { "" } else { "s" },
         step.model_roofline_fraction * 100.0
+    );
+    println!(
+        "  model FLOP utilisation: {:.0}% ({:.2} TFLOP a step at the model's count over {} × {:.0} TFLOP/s bf16 peak)",
+        step.model_flop_utilisation * 100.0,
+        step.model_flops / 1e12,
+        model.cut.tp(),
+        model.chip.peak_flops_bf16 / 1e12
     );
     println!(
         "  HBM roofline of rdu's own bytes: {:.1} µs ({:.0}% of it)",

@@ -95,3 +95,56 @@ fn the_floor_is_the_issue_formula_over_a_written_manifest() {
     check_against_manifest("tiny-gemma3", &lower_tp_decode_streamed(&spec("tiny-gemma3"), 2, 64, sn50()).unwrap());
     check_against_manifest("tiny-qwen3", &lower_prefill_streamed(&spec("tiny-qwen3"), 4, 64, sn50()).unwrap());
 }
+
+/// Model FLOPs of a step of a written manifest of an attention model without sliding windows,
+/// from the manifest and config.json alone: 2 per row and element of every tensor of two or
+/// more axes (not a table only the embedding reads; a stack of routed experts at
+/// `top_k / n_experts`; the head's for one row a sequence in prefill), plus attention,
+/// `2 · rows · heads · ctx · 2 · head_dim` a layer.
+fn flops_of_manifest(m: &Manifest, config: &serde_json::Value) -> f64 {
+    let int = |k: &str| config.get(k).and_then(|v| v.as_u64()).unwrap_or(0) as f64;
+    let (n_exp, top_k) = (int("num_experts"), int("num_experts_per_tok"));
+    let rows = m.cut.chunk.or(m.cut.batch).unwrap_or(1) as f64;
+    let head_rows = if m.cut.chunk.is_some() { 1.0 } else { rows };
+    let head: BTreeSet<&String> = m.programs.head.declared.iter().collect();
+    let embed_only: BTreeSet<&String> = m.programs.embed.declared.iter().filter(|n| !head.contains(n)).collect();
+    let mut flops = 0.0;
+    for (name, t) in m.tensors.iter().filter(|(n, t)| t.shape.len() >= 2 && !embed_only.contains(n)) {
+        let mut n: f64 = t.shape.iter().map(|&d| d as f64).product();
+        if n_exp > 0.0 && t.shape.len() == 3 && t.shape[0] as f64 == n_exp {
+            n *= top_k / n_exp;
+        }
+        flops += 2.0 * n * if head.contains(name) { head_rows } else { rows };
+    }
+    let ctx = m.cut.ctx.unwrap() as f64;
+    flops + int("num_hidden_layers") * 2.0 * rows * int("num_attention_heads") * ctx * 2.0 * int("head_dim")
+}
+
+#[test]
+fn model_flops_are_the_model_count_over_a_written_manifest_and_utilisation_is_of_the_chips_peak() {
+    let spec = |n: &str| presets::resolve(n).unwrap();
+    let cases = [
+        ("tiny-llama", lower_prefill_streamed(&spec("tiny-llama"), 8, 64, opts("sn50", Storage::AllQ8)).unwrap()),
+        ("tiny-llama", lower_decode_streamed(&spec("tiny-llama"), 64, opts("sn40l", Storage::Dense)).unwrap()),
+        // Routed experts at top_k / n_experts, a dense first layer, two chips.
+        (
+            "tiny-qwen3-moe",
+            lower_batched_tp_decode_streamed(&spec("tiny-qwen3-moe"), 3, 2, 64, opts("sn50", Storage::Dense)).unwrap(),
+        ),
+    ];
+    for (name, model) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bundle");
+        model.bundle().unwrap().write(&path, false).unwrap();
+        let m = Bundle::open(&path).expect("a valid bundle").manifest;
+        let config: serde_json::Value = serde_json::from_str(presets::config_text(name).unwrap()).unwrap();
+        let want = flops_of_manifest(&m, &config);
+        let step = model.step_estimate();
+        let at = format!("{name} {}", model.cut.describe());
+        assert!((step.model_flops - want).abs() <= 1e-9 * want, "{at}: {} vs {want}", step.model_flops);
+        let peak = m.cut.tp.unwrap_or(1) as f64 * model.chip.peak_flops_bf16;
+        let mfu = want / step.seconds / peak;
+        assert!((step.model_flop_utilisation - mfu).abs() <= 1e-12, "{at}: {} vs {mfu}", step.model_flop_utilisation);
+        assert!(mfu > 0.0 && mfu < 1.0, "{at}: {mfu}");
+    }
+}

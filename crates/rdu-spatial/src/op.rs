@@ -76,7 +76,8 @@ pub struct Facts {
     pub attrs: &'static [&'static str],
     /// A positional literal follows the first operand (`reshape`'s shape list).
     pub shape_literal: bool,
-    /// Streams weights, caches or states: anchors a fused stage of its own.
+    /// Streams weights, reads a cache or reads and writes a whole state: anchors a fused stage
+    /// of its own. (Writing a cache's new rows, `cache_put`, streams nothing.)
     pub heavy: bool,
     /// The operands that may be stored Q8_0 and are folded block by block.
     pub weights: Weights,
@@ -176,13 +177,15 @@ impl Op {
             Op::Linear => f("linear", 2, 3).heavy().weights(ROW),
             Op::LinearHeads => f("linear_heads", 2, 2).heavy().weights(ROW),
             Op::Embed => Facts { activation_addressed: true, ..f("embed", 2, 2).heavy().weights(ROW) },
-            Op::Argmax => f("argmax", 1, 1).heavy(),
+            // Argmax, cache_put and route stream nothing (a row of logits, the new cache rows
+            // written in place, a router's scores): each is the epilogue of the stage before it.
+            Op::Argmax => f("argmax", 1, 1),
             Op::Reshape => Facts { shape_literal: true, ..f("reshape", 1, 1) },
             Op::Slice => f("slice", 1, 1).attrs(&["axis", "start", "len"]),
             Op::Concat => f("concat", 2, usize::MAX).attrs(&["axis"]),
             Op::Transpose => f("transpose", 1, 1).attrs(&["perm"]),
             Op::Rope => f("rope", 4, 4).attrs(&["dim", "style"]),
-            Op::CachePut => Facts { in_place: true, ..f("cache_put", 3, 3).heavy() },
+            Op::CachePut => Facts { in_place: true, ..f("cache_put", 3, 3) },
             // A prefill chunk passes its own keys and values after `pos` (see docs/LANGUAGE.md).
             Op::Attend => f("attend", 4, 6).attrs(&["scale", "window"]).heavy(),
             Op::AttendMla => f("attend_mla", 3, 4).attrs(&["scale", "latent", "window"]).heavy(),
@@ -193,7 +196,7 @@ impl Op {
             // Inputs `S, q, k, v, g, beta`; outputs `o, S'`.
             Op::DeltaStep => Facts { in_place: true, ..f("delta_step", 6, 6).attrs(&["kmap"]).outputs(2).heavy() },
             // Outputs `w, idx`.
-            Op::Route => f("route", 1, 1).attrs(&["k", "norm", "scale", "groups", "topk_groups"]).outputs(2).heavy(),
+            Op::Route => f("route", 1, 1).attrs(&["k", "norm", "scale", "groups", "topk_groups"]).outputs(2),
             Op::Experts => Facts {
                 activation_addressed: true,
                 ..f("experts", 6, 6).attrs(&["act"]).heavy().weights(Weights::Experts(3, 6))

@@ -33,7 +33,14 @@ pub fn tile(program: &mut SpatialProgram, chip: &Chip) {
                     Op::Attend | Op::AttendMla => {
                         arg_shape(1).map(|k| (1, 2 * k.iter().product::<usize>() as u64 / out[1].max(1) as u64))
                     }
-                    Op::Experts => arg_shape(3).map(|w| (1, 2 * 3 * w[1] as u64)),
+                    // Every expert a step's rows select streams through each tile:
+                    // `min(rows · top_k, n_experts)` experts' three matrices (`work::op_work`).
+                    Op::Experts => arg_shape(3).map(|w| {
+                        let top_k = arg_shape(1).and_then(|r| r.last().copied()).unwrap_or(1);
+                        let rows = arg_shape(0).and_then(|x| x.first().copied()).unwrap_or(1);
+                        let touched = (rows * top_k).clamp(1, w[0].max(1));
+                        (1, 2 * 3 * (w[1] * touched) as u64)
+                    }),
                     _ => None,
                 };
                 let Some((axis, per_index)) = plan else { continue };

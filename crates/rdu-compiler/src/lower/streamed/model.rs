@@ -133,4 +133,8 @@ pub struct StepEstimate {
     pub model_roofline_seconds: f64,
     /// `model_roofline_seconds / seconds`: the fraction of the model's roofline reached.
     pub model_roofline_fraction: f64,
+    /// The model's FLOPs of one step over all chips (`StreamedModel::model_flops`).
+    pub model_flops: f64,
+    /// `model_flops / seconds / (chips × peak bf16 FLOP/s)`: model FLOP utilisation.
+    pub model_flop_utilisation: f64,
 }

@@ -16,7 +16,7 @@
 use super::model::StreamedModel;
 use crate::lang::ast::{Arg, DeclKind};
 use crate::lang::Source;
-use crate::model::spec::Ffn;
+use crate::model::spec::{Cut, Ffn, Mixer};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Bytes an element of a Q8_0 weight: 32 int8 values and an f16 scale per block of 32.
@@ -38,6 +38,8 @@ struct Counted {
     elements: f64,
     /// Elements of one row (the last axis): an embedding lookup reads one.
     row: f64,
+    /// Two or more axes: a product's weight (norm scales and biases are vectors).
+    matrix: bool,
     q8: bool,
     state: bool,
     /// Read by the embedding program (and, if `head` too, by the head: a tied table).
@@ -50,17 +52,7 @@ struct Counted {
 impl StreamedModel {
     /// The model's floor bytes and roofline time for one step of this deployment.
     pub fn model_floor(&self) -> ModelFloor {
-        let mut tensors: BTreeMap<String, Counted> = BTreeMap::new();
-        let none = BTreeMap::new();
-        let routed = |layer: Option<usize>| match layer.map(|l| &self.spec.layers[l].ffn) {
-            Some(Ffn::Moe { experts, top_k, .. }) => Some((*experts, *top_k)),
-            _ => None,
-        };
-        self.count(&self.embed.source, &none, None, Role::Embed, &mut tensors);
-        for (l, source) in self.layer_sources.iter().enumerate() {
-            self.count(source, &none, routed(Some(l)), Role::Layer, &mut tensors);
-        }
-        self.count(&self.head.source, &self.head.bind, None, Role::Head, &mut tensors);
+        let tensors = self.counted();
         let batch = self.cut.batch().unwrap_or(1) as f64;
         let bytes = tensors
             .values()
@@ -76,6 +68,71 @@ impl StreamedModel {
             .sum::<f64>();
         let chips = self.cut.tp().max(1) as f64;
         ModelFloor { bytes, seconds: bytes / (chips * self.chip.hbm_bandwidth) }
+    }
+
+    /// The model's FLOPs for one step, at the model's count (independent of how rdu lowers it):
+    /// - 2 per weight element and row for every matrix weight (a weight of two or more axes;
+    ///   norms and biases are left out), routed expert stacks at `top_k / n_experts` of theirs,
+    ///   the embedding table not at all (a lookup) unless it is the tied head, and the head for
+    ///   the rows whose logits the step makes (one per sequence in prefill, every row otherwise);
+    /// - attention, 2 per row, head, position seen and dimension of a score and of a value
+    ///   (`2 · head_dim` for attention; `qk_nope + qk_rope + v_dim` for MLA, its unabsorbed
+    ///   form), each row seeing `ctx` positions in a step over a cache (the step that ends the
+    ///   context it is sized for) and `(seq + 1) / 2` on average in a forward step, at most its
+    ///   window;
+    /// - Gated DeltaNet, `4 · k_dim · v_dim` per row and value head (the state's decay-and-update
+    ///   and its read-out).
+    pub fn model_flops(&self) -> f64 {
+        let rows = self.cut.rows() as f64;
+        let head_rows = match self.cut {
+            Cut::Prefill { .. } => 1.0,
+            _ => rows,
+        };
+        let products: f64 = (self.counted().values())
+            .filter(|t| t.matrix && !t.state && !(t.embed && !t.head))
+            .map(|t| {
+                let share = t.experts.map_or(1.0, |(n, k)| k as f64 / n.max(1) as f64);
+                2.0 * t.elements * share * if t.head { head_rows } else { rows }
+            })
+            .sum();
+        let seen = |window: Option<usize>| -> f64 {
+            let positions = match self.cut {
+                Cut::Forward { seq } => (seq as f64 + 1.0) / 2.0,
+                cut => cut.ctx().unwrap_or(1) as f64,
+            };
+            window.map_or(positions, |w| positions.min(w as f64))
+        };
+        let mixers: f64 = (self.spec.layers.iter())
+            .map(|layer| match &layer.mixer {
+                Mixer::Attention { heads, head_dim, .. } => {
+                    2.0 * rows * *heads as f64 * seen(layer.window) * 2.0 * *head_dim as f64
+                }
+                Mixer::Mla { heads, qk_nope, qk_rope, v_dim, .. } => {
+                    2.0 * rows * *heads as f64 * seen(layer.window) * (qk_nope + qk_rope + v_dim) as f64
+                }
+                Mixer::GatedDeltaNet { v_heads, k_dim, v_dim, .. } => {
+                    4.0 * rows * *v_heads as f64 * (*k_dim * *v_dim) as f64
+                }
+            })
+            .sum();
+        products + mixers
+    }
+
+    /// Every weight and state of the model, whole, by bundle name, as the floor and the FLOP
+    /// count see them.
+    fn counted(&self) -> BTreeMap<String, Counted> {
+        let mut tensors: BTreeMap<String, Counted> = BTreeMap::new();
+        let none = BTreeMap::new();
+        let routed = |layer: Option<usize>| match layer.map(|l| &self.spec.layers[l].ffn) {
+            Some(Ffn::Moe { experts, top_k, .. }) => Some((*experts, *top_k)),
+            _ => None,
+        };
+        self.count(&self.embed.source, &none, None, Role::Embed, &mut tensors);
+        for (l, source) in self.layer_sources.iter().enumerate() {
+            self.count(source, &none, routed(Some(l)), Role::Layer, &mut tensors);
+        }
+        self.count(&self.head.source, &self.head.bind, None, Role::Head, &mut tensors);
+        tensors
     }
 
     /// Adds the weights and states `source` declares (under the bundle names `bind` gives
@@ -116,6 +173,7 @@ impl StreamedModel {
             let t = tensors.entry(name.clone()).or_insert(Counted {
                 elements: shape.iter().map(|&n| n as f64).product(),
                 row: shape.last().map_or(1.0, |&n| n as f64),
+                matrix: shape.len() >= 2,
                 q8: source.q8.contains(&name) || source.q8.contains(&d.name.text),
                 state,
                 embed: false,

@@ -334,7 +334,11 @@ fn estimate(model: &StreamedModel, schedule: &Schedule, looping: bool) -> StepEs
     let seconds = cost.seconds;
     let rows = model.cut.rows();
     let floor = model.model_floor();
+    let model_flops = model.model_flops();
+    let peak = model.cut.tp().max(1) as f64 * model.chip.peak_flops_bf16;
     StepEstimate {
+        model_flops,
+        model_flop_utilisation: if seconds > 0.0 { model_flops / seconds / peak } else { 0.0 },
         floor_bytes: floor.bytes.round() as u64,
         model_roofline_seconds: floor.seconds,
         model_roofline_fraction: if seconds > 0.0 { floor.seconds / seconds } else { 0.0 },
