@@ -3,7 +3,8 @@
 # (`model_roofline_fraction`: the model's floor bytes over chips × HBM bandwidth, divided by the
 # estimated step) and tokens/s, from `rdu plan --json` — whose cells are exactly `rdu lower`'s
 # estimates for the same cut (crates/rdu-cli/tests/plan.rs holds them equal) — plus the Q8_0 /
-# bf16 decode ratio on one chip. Not part of CI. A few seconds a model.
+# bf16 decode ratio on one chip, and the model FLOP utilisation of two prefill deployments
+# (lowered and certified). Not part of CI. A few seconds a model, a minute for the prefills.
 # Usage: bash bench/roofline.sh     RDU=path/to/rdu to use a given binary (default: the release
 # build, built first).
 set -euo pipefail
@@ -20,6 +21,9 @@ trap 'rm -rf "$plans"' EXIT
 "$RDU" plan qwen3-next-80b-a3b --json >"$plans/qwen3-next.json"
 "$RDU" plan gemma-3-27b-it --json >"$plans/gemma.json"
 "$RDU" plan deepseek-v2 --json >"$plans/deepseek.json"
+# Prefill is lowered and certified (plan does not cover it): chunk 512, ctx 4096.
+"$RDU" lower llama-3.1-8b --cut prefill --json -o "$plans/llama-prefill" >"$plans/llama-prefill.json"
+"$RDU" lower deepseek-v2-lite --cut prefill --json -o "$plans/dsl-prefill" >"$plans/dsl-prefill.json"
 python3 - "$plans" <<'EOF'
 import json, os, sys
 d = sys.argv[1]
@@ -46,4 +50,10 @@ for label, name, tp, batch, goal, toks in goals:
 q8 = cell("llama", 1, 1)["tokens_per_second_per_sequence"]
 bf16 = cell("llama-dense", 1, 1)["tokens_per_second_per_sequence"]
 print(f"\nQ8_0 over bf16 decode speed, llama-3.1-8b on one chip: {q8 / bf16:.2f}× (goal ≥ 1.8×).")
+print("\n| prefill (SN50, Q8_0, chunk 512, ctx 4096) | model FLOP utilisation | tokens/s | goal | met |")
+print("|---|---|---|---|---|")
+for label, name, goal in [("llama-3.1-8b", "llama-prefill", 0.70), ("deepseek-v2-lite", "dsl-prefill", 0.50)]:
+    step = json.load(open(os.path.join(d, name + ".json")))["step"]
+    u = step["model_flop_utilisation"]
+    print(f"| {label} | {u:.2f} | {step['tokens_per_second']:,.0f} | ≥ {goal:.2f} | {'yes' if u >= goal else 'no'} |")
 EOF

@@ -167,9 +167,9 @@ pub unsafe fn dot_q8_row_avx2(row: &[u8], x: &[f32]) -> f32 {
     ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]))
 }
 
-/// `dot_q8_row_avx2` with AVX-512: two blocks of 16 lanes each per step, the same per-block
-/// sums as eight lanes (the two halves of each 16-lane product added lane by lane, which
-/// reassociates each lane's four products as two pairs).
+/// `dot_q8_row_avx2` with AVX-512: each block's 32 products in 16 lanes (two pairs a lane),
+/// blocks summed round-robin into four running sums added at the end — a reassociation of
+/// the same sum, within `q8_row_kernels_agree_on_the_same_tiles`'s bound of the portable one.
 ///
 /// # Safety
 /// The CPU must support AVX-512 F and BW, and F16C.
@@ -178,17 +178,33 @@ pub unsafe fn dot_q8_row_avx2(row: &[u8], x: &[f32]) -> f32 {
 pub unsafe fn dot_q8_row_avx512(row: &[u8], x: &[f32]) -> f32 {
     use std::arch::x86_64::*;
     let n = (row.len() / 34).min(x.len() / QK8_0);
-    let mut total = _mm512_setzero_ps();
-    for i in 0..n {
-        // SAFETY: block i spans bytes 34i..34i+34 of `row` and floats 32i..32i+32 of `x`.
-        let (b, xp) = (row.as_ptr().add(34 * i), x.as_ptr().add(32 * i));
+    // One block's scaled products added into `total`.
+    #[inline(always)]
+    unsafe fn block(b: *const u8, xp: *const f32, total: __m512) -> __m512 {
         let d = _mm512_set1_ps(f16_scale(b));
         let lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(b.add(2) as *const __m128i)));
         let hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(b.add(18) as *const __m128i)));
         let acc = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xp.add(16)), _mm512_mul_ps(lo, _mm512_loadu_ps(xp)));
-        total = _mm512_fmadd_ps(d, acc, total);
+        _mm512_fmadd_ps(d, acc, total)
     }
-    _mm512_reduce_add_ps(total)
+    // Four running sums, blocks taken round-robin, so consecutive blocks' multiply-adds do
+    // not wait on each other (one sum made every block wait out the last one's FMA latency).
+    let mut t = [_mm512_setzero_ps(); 4];
+    let (row, x) = (row.as_ptr(), x.as_ptr());
+    let mut i = 0;
+    while i + 4 <= n {
+        // SAFETY: blocks i..i+4 span bytes 34i..34(i+4) of `row` and floats 32i..32(i+4) of `x`.
+        for (k, acc) in t.iter_mut().enumerate() {
+            *acc = block(row.add(34 * (i + k)), x.add(32 * (i + k)), *acc);
+        }
+        i += 4;
+    }
+    while i < n {
+        // SAFETY: as above, block i.
+        t[i % 4] = block(row.add(34 * i), x.add(32 * i), t[i % 4]);
+        i += 1;
+    }
+    _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(t[0], t[1]), _mm512_add_ps(t[2], t[3])))
 }
 
 /// The block's f16 scale (its first two bytes) as f32.
