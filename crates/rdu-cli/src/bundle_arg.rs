@@ -82,12 +82,12 @@ fn check_cut(args: &RunArgs, shown: &str, cut: &rdu_spatial::manifest::Cut, batc
             "the bundle {shown} is batched ({} sequences a step): give its prompts with --batch-prompts FILE",
             cut.batch.unwrap_or(1)
         ),
-        (CutMode::Forward | CutMode::Prefill, true) => {
+        (CutMode::Forward | CutMode::Prefill | CutMode::PrefillTp, true) => {
             bail!("--batch-prompts needs a batched bundle, but {shown} is a {mode} bundle")
         }
         _ => {}
     }
-    if args.decode_bundle.is_some() && cut.mode != CutMode::Prefill {
+    if args.decode_bundle.is_some() && !matches!(cut.mode, CutMode::Prefill | CutMode::PrefillTp) {
         bail!("--decode-bundle continues a prefill bundle, but {shown} is a {mode} bundle: drop --decode-bundle");
     }
     Ok(())

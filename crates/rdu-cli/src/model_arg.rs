@@ -32,13 +32,14 @@ impl StorageArg {
 pub struct CutArg(pub CutMode);
 
 /// Every cut mode with its `--cut` word and what it lowers, in the order `--help` lists them.
-const CUTS: [(CutArg, &str, &str); 6] = [
+const CUTS: [(CutArg, &str, &str); 7] = [
     (CutArg(CutMode::Forward), "forward", "A whole sequence at once, causally, without a cache"),
     (CutArg(CutMode::Decode), "decode", "One token against a KV cache / carried state"),
     (CutArg(CutMode::Batched), "batched", "--batch sequences per step, one token each, every weight read once for all"),
     (CutArg(CutMode::Tp), "tp", "One token over --tp chips (tensor parallel)"),
     (CutArg(CutMode::BatchedTp), "batched-tp", "--batch sequences over --tp chips: the serving shape"),
     (CutArg(CutMode::Prefill), "prefill", "--chunk tokens of one sequence per step, over the decode step's state"),
+    (CutArg(CutMode::PrefillTp), "prefill-tp", "--chunk tokens over --tp chips, over the tp decode step's state"),
 ];
 
 /// The word `rdu lower --cut` takes for a manifest's cut.
@@ -94,6 +95,7 @@ impl CutArg {
             CutMode::Tp => Cut::Tp { tp, ctx },
             CutMode::BatchedTp => Cut::BatchedTp { batch, tp, ctx },
             CutMode::Prefill => Cut::Prefill { chunk, ctx },
+            CutMode::PrefillTp => Cut::PrefillTp { chunk, tp, ctx },
         })
     }
 }

@@ -6,7 +6,6 @@ use clap::Args;
 use rdu_compiler::lower::streamed::layer_kinds;
 use rdu_compiler::model::author::{embed_source, head_source, source_of};
 use rdu_compiler::model::presets;
-use rdu_compiler::model::spec::Cut;
 use serde_json::json;
 
 #[derive(Args)]
@@ -102,7 +101,7 @@ pub fn source(args: &SourceArgs) -> Result<()> {
     let spec = with_state(spec, args.state);
     let cut = args.cut.cut(&args.sizes)?;
     let storage = storage_of(args.storage, &weights);
-    if matches!(cut, Cut::Tp { .. } | Cut::BatchedTp { .. }) {
+    if cut.is_split() {
         rdu_compiler::fit::admits_tp(&spec, cut.tp(), &storage)?;
     }
     let src = match (args.layer, args.part.as_deref()) {

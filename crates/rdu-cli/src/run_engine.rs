@@ -189,7 +189,8 @@ fn load_bar(json: bool) -> ProgressBar {
 }
 
 /// The spatial engine with chunked prefill: a prefill bundle of `chunk` rows and a decode
-/// bundle, both over `ctx` positions (given, or lowered now), run by one `rdu_host::Session`
+/// bundle, both over `ctx` positions (given, or lowered now: over `--tp` chips when given, a
+/// prefill-tp and a tp decode bundle), run by one `rdu_host::Session`
 /// (the hosts share the weights and hand the sequence's states to each other).
 fn chunked_engine(setup: Setup<'_>) -> Result<RunEngine<'_>> {
     let (args, spec, ctx) = (setup.args, setup.spec, setup.ctx);
@@ -203,15 +204,24 @@ fn chunked_engine(setup: Setup<'_>) -> Result<RunEngine<'_>> {
         Some(dir) => dir.clone(),
         None => {
             let dir = tmp.path().join("prefill");
-            lower(&setup, &chip, Cut::Prefill { chunk: setup.chunk.unwrap_or(1), ctx }, &dir)?;
+            let chunk = setup.chunk.unwrap_or(1);
+            let cut = match args.tp {
+                Some(tp) => Cut::PrefillTp { chunk, tp, ctx },
+                None => Cut::Prefill { chunk, ctx },
+            };
+            lower(&setup, &chip, cut, &dir)?;
             dir
         }
     };
     let decode_dir = match &args.decode_bundle {
-        Some(dir) => decode_bundle(dir, spec, ctx)?,
+        Some(dir) => decode_bundle(dir, spec, ctx, crate::bundle_arg::manifest(&prefill_dir)?.cut.tp)?,
         None => {
             let dir = tmp.path().join("decode");
-            lower(&setup, &chip, Cut::Decode { ctx }, &dir)?;
+            let cut = match args.tp {
+                Some(tp) => Cut::Tp { tp, ctx },
+                None => Cut::Decode { ctx },
+            };
+            lower(&setup, &chip, cut, &dir)?;
             dir
         }
     };
@@ -227,12 +237,16 @@ fn chunked_engine(setup: Setup<'_>) -> Result<RunEngine<'_>> {
 }
 
 /// The `--decode-bundle` a prefill bundle continues into: a decode bundle of the same model
-/// over the same `ctx`.
-fn decode_bundle(dir: &Path, spec: &ModelSpec, ctx: usize) -> Result<PathBuf> {
+/// over the same `ctx` — a tp decode bundle over the same chips when the prefill is over `tp`.
+fn decode_bundle(dir: &Path, spec: &ModelSpec, ctx: usize, tp: Option<usize>) -> Result<PathBuf> {
     let m = crate::bundle_arg::manifest(dir)?;
-    if m.cut.mode != CutMode::Decode || m.model != spec.name || m.cut.ctx != Some(ctx) {
+    let (mode, want) = match tp {
+        Some(tp) => (CutMode::Tp, format!("a tp decode bundle over {tp} chips")),
+        None => (CutMode::Decode, "a decode bundle".to_string()),
+    };
+    if m.cut.mode != mode || m.model != spec.name || m.cut.ctx != Some(ctx) || m.cut.tp != tp {
         bail!(
-            "--decode-bundle {} must be a decode bundle of `{}` for ctx {ctx}, but it is a {} bundle of `{}` for ctx {}",
+            "--decode-bundle {} must be {want} of `{}` for ctx {ctx}, but it is a {} bundle of `{}` for ctx {}",
             dir.display(),
             spec.name,
             crate::model_arg::mode_word(m.cut.mode),

@@ -113,3 +113,41 @@ fn a_tp_bundle_runs_from_disk_and_generates_what_one_chip_does() {
     assert_eq!(run(&["--bundle", bundle.to_str().unwrap()])["generated"], one["generated"]);
     assert_eq!(run(&["--tp", "2"])["generated"], one["generated"]);
 }
+
+#[test]
+fn a_prompt_prefilled_over_two_chips_continues_into_a_tp_decode_bundle() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = |n: &str| tmp.path().join(n).to_str().unwrap().to_string();
+    let lower = |extra: &[&str], out: &str| {
+        let mut args = vec!["lower", "tiny-llama", "--ctx", "32", "-o", out];
+        args.extend_from_slice(extra);
+        ok(&args);
+    };
+    lower(&["--cut", "prefill-tp", "--tp", "2", "--chunk", "4"], &dir("ptp"));
+    lower(&["--cut", "tp", "--tp", "2"], &dir("tp"));
+    lower(&["--cut", "decode"], &dir("one"));
+    let run = |extra: &[&str]| -> Value {
+        let mut args = vec!["run", "tiny-llama", "--tokens", "3,1,4,1,5,9,2,6,5,3,5", "-n", "6", "--json"];
+        args.extend_from_slice(extra);
+        serde_json::from_str(&ok(&args)).unwrap()
+    };
+    // Token by token over two chips, and two chunks of 4 over two chips then token by token.
+    let tp = run(&["--bundle", &dir("tp")]);
+    let chunked = run(&["--bundle", &dir("ptp"), "--decode-bundle", &dir("tp")]);
+    assert_eq!(chunked["generated"], tp["generated"]);
+    // Lowered here: --tp with --chunk prefills over the chips too.
+    assert_eq!(run(&["--tp", "2", "--chunk", "4"])["generated"], tp["generated"]);
+    assert_eq!(tp["generated"], run(&["--bundle", &dir("one")])["generated"], "what one chip generates");
+    // A one-chip decode bundle cannot take the chips' states.
+    let line = user_error(&[
+        "run",
+        "tiny-llama",
+        "--tokens",
+        "3,1,4,1,5",
+        "--bundle",
+        &dir("ptp"),
+        "--decode-bundle",
+        &dir("one"),
+    ]);
+    assert!(line.contains("must be a tp decode bundle over 2 chips"), "{line}");
+}

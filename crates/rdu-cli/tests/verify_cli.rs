@@ -18,13 +18,14 @@ fn lower(dir: &Path, args: &[&str]) {
 #[test]
 fn pristine_bundles_of_every_cut_verify_one_line_per_program() {
     let tmp = tempfile::tempdir().unwrap();
-    let cuts: [&[&str]; 6] = [
+    let cuts: [&[&str]; 7] = [
         &["--cut", "forward", "--seq", "3"],
         &["--cut", "decode", "--ctx", "16"],
         &["--cut", "batched", "--batch", "2", "--ctx", "16"],
         &["--cut", "tp", "--tp", "2", "--ctx", "16"],
         &["--cut", "batched-tp", "--batch", "2", "--tp", "2", "--ctx", "16"],
         &["--cut", "prefill", "--chunk", "3", "--ctx", "16"],
+        &["--cut", "prefill-tp", "--chunk", "3", "--tp", "2", "--ctx", "16"],
     ];
     for (i, cut) in cuts.iter().enumerate() {
         let dir = tmp.path().join(format!("b{i}"));

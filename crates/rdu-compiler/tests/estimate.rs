@@ -7,8 +7,8 @@
 use rdu_compiler::fit::admits_tp;
 use rdu_compiler::lower::streamed::{
     estimate_streamed, lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed,
-    lower_forward_streamed, lower_prefill_streamed, lower_tp_decode_streamed, Estimator, LowerOptions, Storage,
-    StreamedModel, StreamedReject, ESTIMATE_ONLY,
+    lower_forward_streamed, lower_prefill_streamed, lower_prefill_tp_streamed, lower_tp_decode_streamed, Estimator,
+    LowerOptions, Storage, StreamedModel, StreamedReject, ESTIMATE_ONLY,
 };
 use rdu_compiler::model::presets;
 use rdu_compiler::model::spec::{Cut, ModelSpec};
@@ -29,6 +29,7 @@ fn certified(spec: &ModelSpec, cut: Cut) -> Result<StreamedModel, StreamedReject
         Cut::Tp { tp, ctx } => lower_tp_decode_streamed(spec, tp, ctx, o),
         Cut::BatchedTp { batch, tp, ctx } => lower_batched_tp_decode_streamed(spec, batch, tp, ctx, o),
         Cut::Prefill { chunk, ctx } => lower_prefill_streamed(spec, chunk, ctx, o),
+        Cut::PrefillTp { chunk, tp, ctx } => lower_prefill_tp_streamed(spec, chunk, tp, ctx, o),
     }
 }
 
@@ -96,6 +97,12 @@ fn prefill_and_forward_estimates_equal_their_lowering() {
         let estimated = estimate_streamed(&spec, cut, opts(&mut |_| {})).unwrap();
         same(&label, &estimated, &lowered);
     }
+    // Prefill over two chips.
+    let spec = presets::get("tiny-llama").expect("preset");
+    let cut = Cut::PrefillTp { chunk: 4, tp: 2, ctx: 32 };
+    let lowered = certified(&spec, cut).unwrap();
+    let estimated = estimate_streamed(&spec, cut, opts(&mut |_| {})).unwrap();
+    same("tiny-llama prefill over 2 chips", &estimated, &lowered);
 }
 
 #[test]

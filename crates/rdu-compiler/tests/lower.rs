@@ -148,6 +148,16 @@ fn tiny_qwen3_next_golden_in_every_cut() {
         ("tp", lower_tp_decode_streamed(&spec, 2, 64, opts("sn50", Storage::Dense, &mut |_| {}))),
         ("batched-tp", lower_batched_tp_decode_streamed(&spec, 3, 2, 64, opts("sn50", Storage::Dense, &mut |_| {}))),
         ("prefill", lower_prefill_streamed(&spec, 8, 64, opts("sn50", Storage::AllQ8, &mut |_| {}))),
+        (
+            "prefill-tp",
+            rdu_compiler::lower::streamed::lower_prefill_tp_streamed(
+                &spec,
+                8,
+                2,
+                64,
+                opts("sn50", Storage::Dense, &mut |_| {}),
+            ),
+        ),
     ];
     for (cut, model) in cuts {
         let model = model.unwrap_or_else(|e| panic!("{name} {cut}: {e}"));

@@ -279,3 +279,42 @@ fn every_tiny_preset_certifies_at_every_admitted_width_up_to_4() {
         }
     }
 }
+
+/// Prefill over 8 chips at real shapes: llama-3.1-8b's chunk of 512 rows against 4096
+/// positions, every kind and the head certified over the chips against the unsplit prefill
+/// programs, the states the tp decode cut's (same names and per-chip slices), so a tp decode
+/// bundle continues from them.
+#[test]
+fn llama_3_1_8b_prefill_over_8_chips_certifies_at_the_real_chunk() {
+    use rdu_compiler::lower::streamed::lower_prefill_tp_streamed;
+    let spec = presets::resolve("llama-3.1-8b").unwrap();
+    let model = lower_prefill_tp_streamed(&spec, 512, 8, 4096, opts(Storage::AllQ8, &mut |_| {})).unwrap();
+    for k in &model.kinds {
+        let checks = k.program.certificate.checks.join(", ");
+        assert!(checks.contains("numbers over 8 chips"), "{}: {checks}", k.program.name);
+    }
+    assert!(model.head.certificate.checks.iter().any(|c| c.starts_with("numbers over 8 chips")));
+    let decode = lower_tp_decode_streamed(&spec, 8, 4096, opts(Storage::AllQ8, &mut |_| {})).unwrap();
+    let states = |m: &rdu_compiler::lower::streamed::StreamedModel| m.bundle().unwrap().manifest.states;
+    assert_eq!(states(&model), states(&decode), "the tp decode cut's states, sliced alike");
+    let step = model.step_estimate();
+    assert!(step.model_flop_utilisation > 0.0 && step.model_flop_utilisation < 1.0, "{step:?}");
+}
+
+/// Every tiny preset that admits two chips lowers its prefill over them, certified.
+#[test]
+fn tiny_presets_prefill_over_two_chips() {
+    use rdu_compiler::lower::streamed::lower_prefill_tp_streamed;
+    for name in presets::names().into_iter().filter(|n| n.starts_with("tiny-")) {
+        let spec = presets::resolve(name).unwrap();
+        if admits_tp(&spec, 2, &Storage::Dense).is_err() {
+            continue;
+        }
+        let model = lower_prefill_tp_streamed(&spec, 5, 2, 64, opts(Storage::Dense, &mut |_| {}))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        for k in &model.kinds {
+            let checks = k.program.certificate.checks.join(", ");
+            assert!(checks.contains("numbers over 2 chips"), "{name} {}: {checks}", k.program.name);
+        }
+    }
+}

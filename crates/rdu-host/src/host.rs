@@ -105,7 +105,7 @@ impl Host {
         }
         let plan = Plan::new(&dir, m, &programs[0], &programs[1])?;
         // A tensor-parallel host cuts every chip's slices out of its own weights.
-        let tensor_parallel = matches!(m.cut.mode, CutMode::Tp | CutMode::BatchedTp);
+        let tensor_parallel = matches!(m.cut.mode, CutMode::Tp | CutMode::BatchedTp | CutMode::PrefillTp);
         let (weights, chips) = match share {
             Some(other) if !tensor_parallel && other.manifest.tensors == m.tensors => {
                 (Arc::clone(&other.weights), None)
@@ -196,10 +196,47 @@ impl Host {
         self.states.put_all(states).map_err(|problem| HostError::StatesMismatch { problem })
     }
 
+    /// Moves every chip's share of the states out of a tensor-parallel host (`None` for any
+    /// other), as [`Host::take_states`] moves a one-chip host's.
+    pub(crate) fn take_chip_states(&mut self) -> Option<Vec<States>> {
+        self.chips.as_mut().map(|c| c.states.iter_mut().map(States::take_all).collect())
+    }
+
+    /// Moves every chip's share of the states into a tensor-parallel host, as
+    /// [`Host::put_states`] does for a one-chip host.
+    pub(crate) fn put_chip_states(&mut self, states: Option<Vec<States>>) -> Result<()> {
+        match (&mut self.chips, states) {
+            (None, None) => Ok(()),
+            (Some(chips), Some(states)) if chips.states.len() == states.len() => {
+                for (mine, theirs) in chips.states.iter_mut().zip(states) {
+                    if !theirs.is_held() {
+                        return Err(HostError::StatesEmpty);
+                    }
+                    mine.put_all(theirs).map_err(|problem| HostError::StatesMismatch { problem })?;
+                }
+                Ok(())
+            }
+            _ => Err(HostError::StatesMismatch { problem: chips_problem(&self.chips) }),
+        }
+    }
+
     /// Refuses, before anything runs, a pair of hosts whose states could not move between them.
     pub fn check_states_match(&self, other: &Host) -> Result<()> {
-        let problem = crate::states::mismatch(self.states.shapes(), other.states.shapes())
-            .or_else(|| crate::states::dtype_mismatch(self.states.dtypes(), other.states.dtypes()));
+        let chips = |h: &Host| h.chips.as_ref().map(|c| c.states.len());
+        if chips(self) != chips(other) {
+            let problem = format!(
+                "the bundles run over different chips ({} and {})",
+                chips(self).unwrap_or(1),
+                chips(other).unwrap_or(1)
+            );
+            return Err(HostError::StatesMismatch { problem });
+        }
+        let (mine, theirs) = match (&self.chips, &other.chips) {
+            (Some(a), Some(b)) => (&a.states[0], &b.states[0]),
+            _ => (&self.states, &other.states),
+        };
+        let problem = crate::states::mismatch(mine.shapes(), theirs.shapes())
+            .or_else(|| crate::states::dtype_mismatch(mine.dtypes(), theirs.dtypes()));
         match problem {
             Some(problem) => Err(HostError::StatesMismatch { problem }),
             None => Ok(()),
@@ -312,5 +349,13 @@ impl Call {
         // Every result but a state (which travels in the state map) is passed on as an activation.
         let outputs = program.outputs.iter().filter(|n| !is_state(n)).filter_map(pair).collect();
         Call { label, program: index, bind, states, outputs }
+    }
+}
+
+/// Why chips' states cannot move into a host with `chips`.
+fn chips_problem(chips: &Option<crate::tensor_parallel::Chips>) -> String {
+    match chips {
+        Some(c) => format!("this host runs over {} chips; the states given are not its chips'", c.states.len()),
+        None => "this host runs on one chip; the states given are several chips'".to_string(),
     }
 }

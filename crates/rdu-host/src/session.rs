@@ -33,6 +33,7 @@ impl Session {
         }
         // The states start with the prefill host; the decode host holds none until it runs.
         let _ = decode.take_states();
+        let _ = decode.take_chip_states();
         Ok(Session { prefill, decode, at_prefill: true })
     }
 
@@ -82,6 +83,7 @@ impl Session {
             let (from, to) =
                 if prefill { (&mut self.decode, &mut self.prefill) } else { (&mut self.prefill, &mut self.decode) };
             to.put_states(from.take_states())?;
+            to.put_chip_states(from.take_chip_states())?;
             self.at_prefill = prefill;
         }
         Ok(())

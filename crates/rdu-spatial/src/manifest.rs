@@ -75,6 +75,7 @@ pub enum CutMode {
     Tp,
     BatchedTp,
     Prefill,
+    PrefillTp,
 }
 
 /// The embedding program, one program per layer kind, the head.

@@ -83,3 +83,20 @@ pub fn lower_batched_tp_decode_streamed(
 pub fn lower_prefill_streamed(spec: &ModelSpec, chunk: usize, ctx: usize, opts: LowerOptions<'_>) -> Deployed {
     deploy(spec, &Cut::Prefill { chunk, ctx }, opts)
 }
+
+/// Lower `spec`'s PREFILL over `tp` chips: [`lower_prefill_streamed`]'s chunk of `chunk` rows,
+/// every layer kind split over the chips as [`lower_tp_decode_streamed`] splits it (each chip
+/// its heads, FFN and expert columns, its slices of the caches, two all-reduces a layer), the
+/// head vocabulary-parallel on the chunk's last row. The states are the tensor-parallel decode
+/// cut's of the same `ctx`, sliced alike, so a tp decode bundle continues from them. Every kind
+/// and the head are certified over their chips against the unsplit prefill programs
+/// (`certify::certify_tp`), at the real chunk.
+pub fn lower_prefill_tp_streamed(
+    spec: &ModelSpec,
+    chunk: usize,
+    tp: usize,
+    ctx: usize,
+    opts: LowerOptions<'_>,
+) -> Deployed {
+    deploy(spec, &Cut::PrefillTp { chunk, tp, ctx }, opts)
+}

@@ -55,7 +55,7 @@ fn certify_bytes(source: &Source) -> u64 {
 /// The most host memory certifying any layer of `cut` takes: the largest layer program, and
 /// under tensor parallelism its unsplit counterpart beside every chip's share.
 fn host_bytes(spec: &ModelSpec, cut: Cut, storage: &Storage) -> u64 {
-    let split = matches!(cut, Cut::Tp { .. } | Cut::BatchedTp { .. });
+    let split = cut.is_split();
     (0..spec.n_layers())
         .map(|l| match split {
             true => certify_bytes(&source_of(spec, l, cut.unsplit(), storage)).saturating_mul(2),

@@ -16,7 +16,7 @@ mod programs;
 
 pub use cuts::{
     lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed, lower_forward_streamed,
-    lower_prefill_streamed, lower_tp_decode_streamed,
+    lower_prefill_streamed, lower_prefill_tp_streamed, lower_tp_decode_streamed,
 };
 pub use estimate::{estimate_streamed, Estimator, Spine};
 pub use memory::free_memory;
@@ -73,7 +73,7 @@ pub fn deploy(spec: &ModelSpec, cut: &Cut, opts: LowerOptions<'_>) -> Result<Str
 /// Whether `spec` admits a tensor-parallel `cut`'s width with its storage (`fit::admits_tp`)
 /// and has a vocabulary to split its head over; the refusal is one line naming the dimension.
 fn admit(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Result<(), StreamedReject> {
-    if !matches!(cut, Cut::Tp { .. } | Cut::BatchedTp { .. }) {
+    if !cut.is_split() {
         return Ok(());
     }
     let tp = cut.tp();
@@ -114,13 +114,14 @@ impl Cut {
         Ok(())
     }
 
-    /// The one-chip counterpart of a tensor-parallel cut (`Decode` or `Batched`): its
+    /// The one-chip counterpart of a tensor-parallel cut (`Decode`, `Batched` or `Prefill`): its
     /// replicated embedding, and the unsplit programs its kinds and head are certified
     /// against. Any other cut is its own.
     pub fn unsplit(self) -> Cut {
         match self {
             Cut::Tp { ctx, .. } => Cut::Decode { ctx },
             Cut::BatchedTp { batch, ctx, .. } => Cut::Batched { batch, ctx },
+            Cut::PrefillTp { chunk, ctx, .. } => Cut::Prefill { chunk, ctx },
             other => other,
         }
     }

@@ -31,7 +31,7 @@ pub(super) struct Driver<'a> {
 impl Driver<'_> {
     /// The chips a tensor-parallel cut's kinds and head are split over; `None` on one chip.
     pub fn split(&self) -> Option<usize> {
-        matches!(self.cut, Cut::Tp { .. } | Cut::BatchedTp { .. }).then(|| self.cut.tp())
+        self.cut.is_split().then(|| self.cut.tp())
     }
 
     /// Every layer's own authored program, in order.

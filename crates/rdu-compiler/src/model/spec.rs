@@ -290,6 +290,9 @@ pub enum Cut {
     BatchedTp { batch: usize, tp: usize, ctx: usize },
     /// `chunk` tokens of one sequence, rows in order, over the decode step's own state.
     Prefill { chunk: usize, ctx: usize },
+    /// A prefill chunk over `tp` chips, every chip its share of the heads and FFN columns, over
+    /// the tensor-parallel decode step's own state.
+    PrefillTp { chunk: usize, tp: usize, ctx: usize },
 }
 
 impl Cut {
@@ -303,6 +306,7 @@ impl Cut {
             Cut::Tp { tp, .. } => Some(Cut::Tp { tp, ctx }),
             Cut::BatchedTp { batch, tp, .. } => Some(Cut::BatchedTp { batch, tp, ctx }),
             Cut::Prefill { chunk, .. } => (chunk <= ctx).then_some(Cut::Prefill { chunk, ctx }),
+            Cut::PrefillTp { chunk, tp, .. } => (chunk <= ctx).then_some(Cut::PrefillTp { chunk, tp, ctx }),
         }
     }
 
@@ -312,7 +316,7 @@ impl Cut {
             Cut::Forward { seq } => seq,
             Cut::Decode { .. } | Cut::Tp { .. } => 1,
             Cut::Batched { batch, .. } | Cut::BatchedTp { batch, .. } => batch,
-            Cut::Prefill { chunk, .. } => chunk,
+            Cut::Prefill { chunk, .. } | Cut::PrefillTp { chunk, .. } => chunk,
         }
     }
 
@@ -324,7 +328,8 @@ impl Cut {
             | Cut::Batched { ctx, .. }
             | Cut::Tp { ctx, .. }
             | Cut::BatchedTp { ctx, .. }
-            | Cut::Prefill { ctx, .. } => Some(ctx),
+            | Cut::Prefill { ctx, .. }
+            | Cut::PrefillTp { ctx, .. } => Some(ctx),
         }
     }
 
@@ -339,15 +344,20 @@ impl Cut {
     /// Chips a layer program runs over (1 unless tensor-parallel).
     pub fn tp(self) -> usize {
         match self {
-            Cut::Tp { tp, .. } | Cut::BatchedTp { tp, .. } => tp,
+            Cut::Tp { tp, .. } | Cut::BatchedTp { tp, .. } | Cut::PrefillTp { tp, .. } => tp,
             _ => 1,
         }
+    }
+
+    /// Whether every layer runs split over several chips (`Tp`, `BatchedTp`, `PrefillTp`).
+    pub fn is_split(self) -> bool {
+        matches!(self, Cut::Tp { .. } | Cut::BatchedTp { .. } | Cut::PrefillTp { .. })
     }
 
     /// Rows of one prefill chunk.
     pub fn chunk(self) -> Option<usize> {
         match self {
-            Cut::Prefill { chunk, .. } => Some(chunk),
+            Cut::Prefill { chunk, .. } | Cut::PrefillTp { chunk, .. } => Some(chunk),
             _ => None,
         }
     }
@@ -361,6 +371,7 @@ impl Cut {
             Cut::Tp { .. } => "tensor-parallel decode",
             Cut::BatchedTp { .. } => "batched tensor-parallel decode",
             Cut::Prefill { .. } => "prefill",
+            Cut::PrefillTp { .. } => "tensor-parallel prefill",
         }
     }
 
@@ -375,6 +386,9 @@ impl Cut {
                 format!("batched decode of {batch} sequences over {tp} chips against {ctx} positions")
             }
             Cut::Prefill { chunk, ctx } => format!("prefill of {chunk} rows against {ctx} positions"),
+            Cut::PrefillTp { chunk, tp, ctx } => {
+                format!("prefill of {chunk} rows over {tp} chips against {ctx} positions")
+            }
         }
     }
 }

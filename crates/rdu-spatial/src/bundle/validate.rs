@@ -69,6 +69,7 @@ impl Ctx<'_> {
             CutMode::Tp => &[("ctx", cut.ctx), ("tp", cut.tp)],
             CutMode::BatchedTp => &[("ctx", cut.ctx), ("batch", cut.batch), ("tp", cut.tp)],
             CutMode::Prefill => &[("ctx", cut.ctx), ("chunk", cut.chunk)],
+            CutMode::PrefillTp => &[("ctx", cut.ctx), ("chunk", cut.chunk), ("tp", cut.tp)],
         };
         let mode = serde_json::to_value(cut.mode).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
         for (key, value) in needs {

@@ -133,8 +133,9 @@ fn cut_entry(cut: Cut) -> CutEntry {
         Cut::Tp { .. } => (CutMode::Tp, None),
         Cut::BatchedTp { .. } => (CutMode::BatchedTp, None),
         Cut::Prefill { .. } => (CutMode::Prefill, None),
+        Cut::PrefillTp { .. } => (CutMode::PrefillTp, None),
     };
-    let tp = (cut.tp() > 1 || matches!(cut, Cut::Tp { .. } | Cut::BatchedTp { .. })).then(|| cut.tp());
+    let tp = (cut.tp() > 1 || cut.is_split()).then(|| cut.tp());
     CutEntry { mode, ctx: cut.ctx(), seq, batch: cut.batch(), tp, chunk: cut.chunk() }
 }
 
@@ -229,7 +230,7 @@ impl Tables {
         for out in program.outputs() {
             let width = if out.text == "logits" { spec.vocab } else { spec.d_model };
             // A prefill head computes the logits of the chunk's last row only.
-            let rows = if out.text == "logits" && matches!(model.cut, Cut::Prefill { .. }) { 1 } else { rows };
+            let rows = if out.text == "logits" && model.cut.chunk().is_some() { 1 } else { rows };
             // A gathered result (a vocabulary-parallel head's logits): every chip's ranges.
             let (shape, slices) = match source.slices.get(&out.text) {
                 Some(s) => whole(&[rows, width], s),

@@ -85,11 +85,11 @@ impl StreamedModel {
     pub fn model_flops(&self) -> f64 {
         let rows = self.cut.rows() as f64;
         let head_rows = match self.cut {
-            Cut::Prefill { .. } => 1.0,
+            Cut::Prefill { .. } | Cut::PrefillTp { .. } => 1.0,
             _ => rows,
         };
         let products: f64 = (self.counted().values())
-            .filter(|t| t.matrix && !t.state && !(t.embed && !t.head))
+            .filter(|t| t.matrix && !t.state && (t.head || !t.embed))
             .map(|t| {
                 let share = t.experts.map_or(1.0, |(n, k)| k as f64 / n.max(1) as f64);
                 2.0 * t.elements * share * if t.head { head_rows } else { rows }

@@ -102,7 +102,7 @@ pub fn embed_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
 /// that run of the logits, which the host joins in chip order (the logits' slices record the
 /// runs). The vocabulary must leave every chip a run (`split::covers`).
 pub fn head_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
-    let tensor_parallel = matches!(cut, Cut::Tp { .. } | Cut::BatchedTp { .. });
+    let tensor_parallel = cut.is_split();
     let mut w = Writer::new(None, storage);
     if tensor_parallel {
         w = w.tensor_parallel(cut.tp());
@@ -116,7 +116,7 @@ pub fn head_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
     let attrs = norm_attrs(spec.head.norm_eps, spec.head.norm_unit_offset);
     let last = match cut {
         // A prefill chunk's logits are its last row's: the next token follows it.
-        Cut::Prefill { .. } => {
+        Cut::Prefill { .. } | Cut::PrefillTp { .. } => {
             let slice = attention::slice(0, n - 1, 1);
             w.bind_exact("xr", Op::Slice, &[&input], &slice);
             "xr".to_string()
@@ -232,7 +232,7 @@ impl<'s> LayerCtx<'s> {
 
     /// Whether the program is one chip's share of a tensor-parallel layer (`all_reduce`s written).
     pub fn tensor_parallel(&self) -> bool {
-        matches!(self.cut, Cut::Tp { .. } | Cut::BatchedTp { .. })
+        self.cut.is_split()
     }
 
     /// Heads (or columns) of `n` one chip holds.
@@ -259,7 +259,7 @@ impl<'s> LayerCtx<'s> {
         match self.cut {
             Cut::Forward { .. } => Some("0"),
             // A prefill chunk's positions are one per row, all given at run time.
-            Cut::Prefill { .. } => None,
+            Cut::Prefill { .. } | Cut::PrefillTp { .. } => None,
             _ => Some("1"),
         }
     }
@@ -267,7 +267,7 @@ impl<'s> LayerCtx<'s> {
     /// `pos`: a scalar (row `i` at `pos + i`), or one position per row of a prefill chunk.
     fn pos_shape(&self) -> Vec<usize> {
         match self.cut {
-            Cut::Prefill { chunk, .. } => vec![chunk],
+            Cut::Prefill { chunk, .. } | Cut::PrefillTp { chunk, .. } => vec![chunk],
             _ => Vec::new(),
         }
     }
@@ -281,7 +281,7 @@ impl<'s> LayerCtx<'s> {
     /// before `cache_put`), so that a ring of `window` slots is never overwritten by rows the
     /// chunk still attends to, and the state stays the decode step's.
     pub fn prefill(&self) -> bool {
-        matches!(self.cut, Cut::Prefill { .. })
+        self.cut.chunk().is_some()
     }
 
     /// Rows of the RoPE tables: every position a step can see.
