@@ -65,11 +65,14 @@ fn host_bytes(spec: &ModelSpec, cut: Cut, storage: &Storage) -> u64 {
         .unwrap_or(0)
 }
 
-/// The largest ctx in `smallest..ctx` at which `fits` holds (it holds at `smallest` and
-/// grows monotonically false with the ctx), by bisection.
-fn largest_fitting(cut: Cut, smallest: usize, fits: impl Fn(Cut) -> bool) -> usize {
-    let ctx = cut.ctx().unwrap_or(smallest);
-    let (mut lo, mut hi) = (smallest, ctx);
+/// The largest ctx up to the cut's at which `fits` holds (it holds less as the ctx grows), by
+/// bisection; `None` when not even the smallest ctx (one position, or the chunk) fits.
+fn largest_fitting(cut: Cut, fits: impl Fn(Cut) -> bool) -> Option<usize> {
+    let smallest = cut.chunk().unwrap_or(1);
+    if !cut.with_ctx(smallest).is_some_and(&fits) {
+        return None;
+    }
+    let (mut lo, mut hi) = (smallest, cut.ctx().unwrap_or(smallest));
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
         if cut.with_ctx(mid).is_some_and(&fits) {
@@ -78,7 +81,7 @@ fn largest_fitting(cut: Cut, smallest: usize, fits: impl Fn(Cut) -> bool) -> usi
             hi = mid;
         }
     }
-    lo
+    Some(lo)
 }
 
 /// Refuses a cut whose weights and states do not fit the chip's HBM and DDR together, naming
@@ -98,11 +101,10 @@ pub(super) fn check_chip(spec: &ModelSpec, cut: Cut, storage: &Storage, chip: &C
             capacity as f64 / GB
         )));
     };
-    let smallest = cut.chunk().unwrap_or(1);
     let fits = |at: Cut| chip_bytes(spec, at, storage).is_ok_and(|b| b <= capacity);
-    let advice = match cut.with_ctx(smallest).is_some_and(fits) {
-        true => format!("pass --ctx {} or less", largest_fitting(cut, smallest, fits)),
-        false => "no ctx fits: its weights alone are too large".to_string(),
+    let advice = match largest_fitting(cut, fits) {
+        Some(most) => format!("pass --ctx {most} or less"),
+        None => "no ctx fits: its weights alone are too large".to_string(),
     };
     Err(StreamedReject::Invalid(format!(
         "ctx {ctx} is too large for the {}: its weights and the states of {ctx} positions need {:.1} GB, more than its HBM and DDR hold ({:.1} GB); {advice}",
@@ -133,14 +135,10 @@ pub(super) fn check_host(
             free as f64 / GB
         )));
     };
-    let smallest = cut.chunk().unwrap_or(1);
     let fits = |at: Cut| host_bytes(spec, at, storage) <= free;
-    let advice = match cut.with_ctx(smallest).is_some_and(fits) {
-        true => format!(
-            "pass --ctx {} or less, or lower on a machine with more memory",
-            largest_fitting(cut, smallest, fits)
-        ),
-        false => "lower on a machine with more memory".to_string(),
+    let advice = match largest_fitting(cut, fits) {
+        Some(most) => format!("pass --ctx {most} or less, or lower on a machine with more memory"),
+        None => "lower on a machine with more memory".to_string(),
     };
     Err(StreamedReject::Invalid(format!(
         "ctx {ctx} is too large to certify here: certifying a layer of {} at real shapes holds its caches and tables over {ctx} positions, about {:.1} GB, more than the {:.1} GB of this machine's memory free; {advice}",
