@@ -110,11 +110,10 @@ pub struct RunArgs {
 pub(crate) fn run_state(args: &RunArgs) -> Result<StateArg> {
     let Some(dir) = &args.bundle else { return Ok(args.state.unwrap_or(StateArg::F32)) };
     let bundle = rdu_spatial::bundle::Bundle::read(dir).map_err(|e| anyhow!("{}: {e}", dir.display()))?;
-    let stored: std::collections::BTreeSet<StateDtype> = bundle.manifest.states.iter().map(|s| s.dtype).collect();
-    let stored = match stored.into_iter().collect::<Vec<_>>().as_slice() {
-        [] => return Ok(args.state.unwrap_or(StateArg::F32)),
-        [one] => *one,
-        _ => bail!("{}: the bundle stores some states bf16 and others f32", dir.display()),
+    let stored = match bundle.manifest.state_dtype() {
+        Ok(None) => return Ok(args.state.unwrap_or(StateArg::F32)),
+        Ok(Some(one)) => one,
+        Err(problem) => bail!("{}: {problem}", dir.display()),
     };
     let stored = if stored == StateDtype::Bf16 { StateArg::Bf16 } else { StateArg::F32 };
     match args.state {

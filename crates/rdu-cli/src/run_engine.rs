@@ -194,34 +194,30 @@ fn load_bar(json: bool) -> ProgressBar {
 /// (the hosts share the weights and hand the sequence's states to each other).
 fn chunked_engine(setup: Setup<'_>) -> Result<RunEngine<'_>> {
     let (args, spec, ctx) = (setup.args, setup.spec, setup.ctx);
-    // A given prefill bundle's chip; the decode bundle it continues into is lowered for it.
-    let chip = match &args.bundle {
-        Some(dir) => Chip::resolve(&crate::bundle_arg::manifest(dir)?.chip)?,
-        None => Chip::resolve(args.chip())?,
+    // A given prefill bundle's chip and chips; the decode bundle it continues into is lowered
+    // for them.
+    let given = args.bundle.as_deref().map(crate::bundle_arg::manifest).transpose()?;
+    let chip = Chip::resolve(given.as_ref().map_or(args.chip(), |m| m.chip.as_str()))?;
+    let tp = given.as_ref().map_or(args.tp, |m| m.cut.tp);
+    let chunk = setup.chunk.unwrap_or(1);
+    let (prefill_cut, decode_cut) = match tp {
+        Some(tp) => (Cut::PrefillTp { chunk, tp, ctx }, Cut::Tp { tp, ctx }),
+        None => (Cut::Prefill { chunk, ctx }, Cut::Decode { ctx }),
     };
     let tmp = tempfile::tempdir().context("creating a temporary bundle directory")?;
     let prefill_dir = match &args.bundle {
         Some(dir) => dir.clone(),
         None => {
             let dir = tmp.path().join("prefill");
-            let chunk = setup.chunk.unwrap_or(1);
-            let cut = match args.tp {
-                Some(tp) => Cut::PrefillTp { chunk, tp, ctx },
-                None => Cut::Prefill { chunk, ctx },
-            };
-            lower(&setup, &chip, cut, &dir)?;
+            lower(&setup, &chip, prefill_cut, &dir)?;
             dir
         }
     };
     let decode_dir = match &args.decode_bundle {
-        Some(dir) => decode_bundle(dir, spec, ctx, crate::bundle_arg::manifest(&prefill_dir)?.cut.tp)?,
+        Some(dir) => decode_bundle(dir, spec, ctx, tp)?,
         None => {
             let dir = tmp.path().join("decode");
-            let cut = match args.tp {
-                Some(tp) => Cut::Tp { tp, ctx },
-                None => Cut::Decode { ctx },
-            };
-            lower(&setup, &chip, cut, &dir)?;
+            lower(&setup, &chip, decode_cut, &dir)?;
             dir
         }
     };

@@ -127,7 +127,7 @@ pub fn verify_bundle(
             format!("the bundle is for chip `{}`, not `{}`; pass its chip description", m.chip, chip.name),
         ));
     }
-    let tp = matches!(m.cut.mode, CutMode::Tp | CutMode::BatchedTp | CutMode::PrefillTp);
+    let tp = m.cut.mode.is_split();
     let chips = m.cut.tp.unwrap_or(1);
     let mut out = Vec::new();
     for e in entries(m) {
@@ -142,7 +142,7 @@ pub fn verify_bundle(
 pub fn verify_one(bundle: &Bundle, name: &str, chip: &Chip) -> Result<ProgramReport, VerifyFault> {
     let m = &bundle.manifest;
     bundle.validate().map_err(|e| fault("manifest", "bindings", e.to_string()))?;
-    let tp = matches!(m.cut.mode, CutMode::Tp | CutMode::BatchedTp | CutMode::PrefillTp);
+    let tp = m.cut.mode.is_split();
     let entries = entries(m);
     let e = entries.iter().find(|e| e.name == name).ok_or_else(|| fault(name, "files", "no such program"))?;
     verify_program(bundle, e, chip, tp && split_over_chips(m, e), m.cut.tp.unwrap_or(1))
@@ -494,11 +494,8 @@ pub fn verify_model(bundle: &Bundle, spec: &ModelSpec) -> Result<(), VerifyFault
     // Re-authored with the states stored as the bundle stores them (a deployment's choice, like
     // Q8_0 storage below).
     let mut spec = spec.clone();
-    let dtypes: BTreeSet<_> = m.states.iter().map(|s| s.dtype).collect();
-    match dtypes.into_iter().collect::<Vec<_>>().as_slice() {
-        [] => {}
-        [one] => spec.state = *one,
-        _ => return Err(fault("manifest", "states", "some states are stored bf16 and others f32")),
+    if let Some(dtype) = m.state_dtype().map_err(|problem| fault("manifest", "states", problem))? {
+        spec.state = dtype;
     }
     let spec = &spec;
     let cut = manifest_cut(m).ok_or_else(|| fault("manifest", "cut", "the cut lacks a size its mode needs"))?;

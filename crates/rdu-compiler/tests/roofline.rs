@@ -52,14 +52,19 @@ fn floor_of_manifest(m: &Manifest, config: &serde_json::Value) -> f64 {
     floor + m.states.iter().map(|s| s.shape.iter().map(|&d| d as f64).product::<f64>() * 2.0).sum::<f64>()
 }
 
-/// Writes `model`'s bundle, reads its manifest back, and holds the estimate's floor, model
-/// roofline and fraction to the ones recomputed from it.
-fn check_against_manifest(name: &str, model: &StreamedModel) {
+/// `model`'s bundle written and its manifest read back, and the preset `name`'s config.json.
+fn written(name: &str, model: &StreamedModel) -> (Manifest, serde_json::Value) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bundle");
     model.bundle().unwrap().write(&path, false).unwrap();
     let m = Bundle::open(&path).expect("a valid bundle").manifest;
-    let config: serde_json::Value = serde_json::from_str(presets::config_text(name).unwrap()).unwrap();
+    (m, serde_json::from_str(presets::config_text(name).unwrap()).unwrap())
+}
+
+/// Writes `model`'s bundle, reads its manifest back, and holds the estimate's floor, model
+/// roofline and fraction to the ones recomputed from it.
+fn check_against_manifest(name: &str, model: &StreamedModel) {
+    let (m, config) = written(name, model);
     let floor = floor_of_manifest(&m, &config);
     let step = model.step_estimate();
     let at = format!("{name} {}", model.cut.describe());
@@ -133,11 +138,7 @@ fn model_flops_are_the_model_count_over_a_written_manifest_and_utilisation_is_of
         ),
     ];
     for (name, model) in cases {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("bundle");
-        model.bundle().unwrap().write(&path, false).unwrap();
-        let m = Bundle::open(&path).expect("a valid bundle").manifest;
-        let config: serde_json::Value = serde_json::from_str(presets::config_text(name).unwrap()).unwrap();
+        let (m, config) = written(name, &model);
         let want = flops_of_manifest(&m, &config);
         let step = model.step_estimate();
         let at = format!("{name} {}", model.cut.describe());

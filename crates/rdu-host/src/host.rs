@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rdu_spatial::bundle::{is_bundle, Bundle};
-use rdu_spatial::manifest::{CutMode, Manifest};
+use rdu_spatial::manifest::Manifest;
 use rdu_spatial::{simulate_in_place, text, Role, SimTensor, SpatialProgram};
 
 use crate::check::{check, Use};
@@ -105,7 +105,7 @@ impl Host {
         }
         let plan = Plan::new(&dir, m, &programs[0], &programs[1])?;
         // A tensor-parallel host cuts every chip's slices out of its own weights.
-        let tensor_parallel = matches!(m.cut.mode, CutMode::Tp | CutMode::BatchedTp | CutMode::PrefillTp);
+        let tensor_parallel = m.cut.mode.is_split();
         let (weights, chips) = match share {
             Some(other) if !tensor_parallel && other.manifest.tensors == m.tensors => {
                 (Arc::clone(&other.weights), None)

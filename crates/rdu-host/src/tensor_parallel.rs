@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use rdu_spatial::manifest::{chip_ranges, chip_shape, CutMode, Manifest, StateEntry};
+use rdu_spatial::manifest::{chip_ranges, chip_shape, Manifest, StateEntry};
 use rdu_spatial::sim::{simulate_chip, AllReduce, SimError};
 use rdu_spatial::tensor_parallel::{join, take, take_q8};
 use rdu_spatial::{SimTensor, SpatialProgram};
@@ -41,7 +41,7 @@ impl Chips {
     /// the replicated spine reads whole (a tied embedding table the head reads split), and
     /// which stay there too.
     pub fn new(m: &Manifest, weights: &mut Weights, spine: &BTreeSet<String>) -> Result<Option<Chips>> {
-        let tensor_parallel = matches!(m.cut.mode, CutMode::Tp | CutMode::BatchedTp | CutMode::PrefillTp);
+        let tensor_parallel = m.cut.mode.is_split();
         let Some(n) = m.cut.tp.filter(|_| tensor_parallel) else { return Ok(None) };
         let mut chips: Vec<Weights> = (0..n).map(|_| Weights::default()).collect();
         for (name, entry) in m.tensors.iter().filter(|(_, e)| !e.slices.is_empty()) {

@@ -78,6 +78,13 @@ pub enum CutMode {
     PrefillTp,
 }
 
+impl CutMode {
+    /// Whether the kind programs run split over `cut.tp` chips (`tp`, `batched-tp`, `prefill-tp`).
+    pub fn is_split(self) -> bool {
+        matches!(self, CutMode::Tp | CutMode::BatchedTp | CutMode::PrefillTp)
+    }
+}
+
 /// The embedding program, one program per layer kind, the head.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -485,6 +492,17 @@ impl From<&StepCost> for CostEntry {
 }
 
 impl Manifest {
+    /// How the bundle stores its states: `None` when it carries none; refused (one line) when
+    /// some are stored bf16 and others f32.
+    pub fn state_dtype(&self) -> Result<Option<StateDtype>, &'static str> {
+        let stored: std::collections::BTreeSet<StateDtype> = self.states.iter().map(|s| s.dtype).collect();
+        match stored.into_iter().collect::<Vec<_>>().as_slice() {
+            [] => Ok(None),
+            [one] => Ok(Some(*one)),
+            _ => Err("some states are stored bf16 and others f32"),
+        }
+    }
+
     /// The bytes of `manifest.json`: deterministic pretty JSON, arrays of scalars on one line, a trailing newline.
     pub fn to_json(&self) -> String {
         json::pretty(&serde_json::to_value(self).expect("a manifest always serialises"))

@@ -20,8 +20,7 @@ pub fn seeded_inputs(program: &SpatialProgram, graph: &Graph, seed: u64) -> Inpu
 use crate::graph::{eval_breaking_ties, Graph};
 use rdu_spatial::chip::Chip;
 use rdu_spatial::program::SpatialProgram;
-use rdu_spatial::sim::{simulate, SimTensor};
-use std::collections::BTreeMap;
+use rdu_spatial::sim::simulate;
 
 /// Relative tolerance of the numeric check: every result element must satisfy
 /// `|sim − ref| ≤ TOLERANCE · max(1, max|ref|)` over its tensor.
@@ -62,7 +61,11 @@ pub fn certify(program: &SpatialProgram, graph: &Graph, chip: &Chip, seed: u64) 
     let inputs = Inputs::new(program, graph, seed);
     let simulated =
         simulate(program, &inputs).map_err(|e| CertifyFault::Engine { engine: "simulator", message: e.to_string() })?;
-    let reference = eval_breaking_ties(graph, &inputs, &state_ties(&simulated.states), TOLERANCE as f32)
+    // bf16 states: a value within the tolerance of a rounding midpoint may round to either
+    // neighbour, and the reference takes the one the simulator stored; every other value is
+    // rounded by the reference alone and must agree.
+    let ties = |name: &str| simulated.states.get(name)?.as_f32();
+    let reference = eval_breaking_ties(graph, &inputs, &ties, TOLERANCE as f32)
         .map_err(|e| CertifyFault::Engine { engine: "reference", message: e.to_string() })?;
     let (mut max_abs_err, mut tolerance) = (0f64, TOLERANCE);
     let results = reference.outputs.iter().map(|(n, t)| (n, t, simulated.outputs.get(n)));
@@ -80,14 +83,6 @@ pub fn certify(program: &SpatialProgram, graph: &Graph, chip: &Chip, seed: u64) 
         reference.outputs.len() + reference.states.len()
     ));
     Ok(Certificate { checks, seed, tolerance, max_abs_err })
-}
-
-/// The simulator's final states, by name, as the reference's tie-breakers for bf16 states
-/// (`graph::eval_breaking_ties`): a value within the tolerance of a bf16 rounding midpoint may
-/// round to either neighbour, and the reference takes the one the simulator stored; every
-/// other value is rounded by the reference alone and must agree.
-fn state_ties(states: &BTreeMap<String, SimTensor>) -> BTreeMap<String, &[f32]> {
-    states.iter().filter_map(|(n, t)| Some((n.clone(), t.as_f32()?))).collect()
 }
 
 /// The largest absolute difference of one result and the bound it was held to, or the fault

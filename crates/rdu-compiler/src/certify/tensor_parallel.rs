@@ -64,7 +64,7 @@ pub fn certify_tp(
     });
     let runs = runs.into_iter().collect::<Result<Vec<_>, _>>()?;
     let joined = joined_states(&runs, &splits, full);
-    let ties = joined.iter().map(|(n, v)| (n.clone(), v.as_slice())).collect();
+    let ties = |name: &str| joined.get(name).map(|v| v.as_ref());
     let reference = eval_breaking_ties(full_graph, &inputs, &ties, TOLERANCE as f32)
         .map_err(|e| CertifyFault::Engine { engine: "reference", message: e.to_string() })?;
     let (mut max_abs_err, mut tolerance) = (0f64, TOLERANCE);
@@ -95,31 +95,31 @@ pub fn certify_tp(
 /// One chip's outputs and final states, by name.
 type ChipRun = (BTreeMap<String, SimTensor>, BTreeMap<String, SimTensor>);
 
-/// Every chip's final f32 states joined into the unsplit program's (a split state from its
-/// chips' slices, a whole one from chip 0): the reference's tie-breakers for bf16 states
-/// (`graph::eval_breaking_ties`, as in `certify`). A state that cannot be joined is left out,
-/// and the reference rounds it on its own.
-fn joined_states(
-    runs: &[ChipRun],
+/// Every chip's final bf16 states joined into the unsplit program's (a split state from its
+/// chips' slices, a whole one borrowed from chip 0): the reference's tie-breakers
+/// (`graph::eval_breaking_ties`, as in `certify`). An f32 state rounds nothing and is left out;
+/// so is a state that cannot be joined, which the reference then rounds on its own.
+fn joined_states<'r>(
+    runs: &'r [ChipRun],
     splits: &BTreeMap<&str, &TpSplit>,
     full: &SpatialProgram,
-) -> BTreeMap<String, Vec<f32>> {
+) -> BTreeMap<&'r str, Cow<'r, [f32]>> {
     let Some((_, first)) = runs.first() else { return BTreeMap::new() };
     let mut out = BTreeMap::new();
     for (name, t) in first {
-        let joined = match (splits.get(name.as_str()), full.decl(name)) {
-            (Some(split), Some(whole)) => {
+        let Some(whole) = full.decl(name).filter(|d| d.storage == Storage::Bf16) else { continue };
+        let joined = match splits.get(name.as_str()) {
+            Some(split) => {
                 let pieces: Option<Vec<(&[usize], &[f32])>> = (runs.iter())
                     .map(|(_, states)| states.get(name).and_then(|t| Some((t.shape.as_slice(), t.as_f32()?))))
                     .collect();
                 let extent = whole.shape.get(split.axis).copied().unwrap_or(0);
-                pieces.and_then(|p| join(&p, split.axis, &split.parts, extent).ok()).map(|(_, v)| v)
+                pieces.and_then(|p| join(&p, split.axis, &split.parts, extent).ok()).map(|(_, v)| Cow::Owned(v))
             }
-            (None, _) => t.as_f32().map(<[f32]>::to_vec),
-            (Some(_), None) => None,
+            None => t.as_f32().map(Cow::Borrowed),
         };
         if let Some(v) = joined {
-            out.insert(name.clone(), v);
+            out.insert(name.as_str(), v);
         }
     }
     out

@@ -6,27 +6,29 @@
 //! KV caches live in HBM and stream through the chip (`attend` reads them, `cache_put` writes
 //! its rows in place), so on-chip SRAM does not bound the context: memory does.
 
+use super::programs::layer_sources;
 use crate::fit::{Part, Tally};
 use crate::lang::ast::DeclKind;
 use crate::lang::Source;
 use crate::lower::streamed::kinds::Storage;
 use crate::lower::streamed::model::StreamedReject;
-use crate::model::author::{embed_source, head_source, source_of};
+use crate::model::author::{embed_source, head_source};
 use crate::model::spec::{Cut, ModelSpec};
 use rdu_spatial::chip::Chip;
 
 const GB: f64 = 1e9;
 
 /// Bytes one chip of `cut` holds: every weight (as stored), state and shared table of the
-/// embedding, every layer and the head, each name once (`fit::Tally`, as `rdu fit` counts).
-fn chip_bytes(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Result<u64, StreamedReject> {
+/// embedding, every layer (`layers`, authored at `cut`) and the head, each name once
+/// (`fit::Tally`, as `rdu fit` counts).
+fn chip_bytes(spec: &ModelSpec, cut: Cut, storage: &Storage, layers: &[Source]) -> Result<u64, StreamedReject> {
     let (mut tally, mut part) = (Tally::default(), Part::default());
     let mut add = |source: &Source, what: &str| {
         tally.add(&mut part, source, what).map_err(|e| StreamedReject::Invalid(e.to_string()))
     };
     add(&embed_source(spec, cut.unsplit(), storage), "embedding")?;
-    for l in 0..spec.n_layers() {
-        add(&source_of(spec, l, cut, storage), &format!("layer {l}"))?;
+    for (l, source) in layers.iter().enumerate() {
+        add(source, &format!("layer {l}"))?;
     }
     add(&head_source(spec, cut, storage), "head")?;
     Ok(part.weight_bytes + part.state_bytes + part.shared_bytes)
@@ -52,17 +54,15 @@ fn certify_bytes(source: &Source) -> u64 {
     bytes
 }
 
-/// The most host memory certifying any layer of `cut` takes: the largest layer program, and
-/// under tensor parallelism its unsplit counterpart beside every chip's share.
-fn host_bytes(spec: &ModelSpec, cut: Cut, storage: &Storage) -> u64 {
-    let split = cut.is_split();
-    (0..spec.n_layers())
-        .map(|l| match split {
-            true => certify_bytes(&source_of(spec, l, cut.unsplit(), storage)).saturating_mul(2),
-            false => certify_bytes(&source_of(spec, l, cut, storage)),
-        })
-        .max()
-        .unwrap_or(0)
+/// The most host memory certifying any layer of `cut` (`layers`, authored at `cut`) takes:
+/// the largest layer program, and under tensor parallelism its unsplit counterpart beside
+/// every chip's share.
+fn host_bytes(spec: &ModelSpec, cut: Cut, storage: &Storage, layers: &[Source]) -> u64 {
+    let most = |sources: &[Source]| sources.iter().map(certify_bytes).max().unwrap_or(0);
+    match cut.is_split() {
+        true => most(&layer_sources(spec, cut.unsplit(), storage)).saturating_mul(2),
+        false => most(layers),
+    }
 }
 
 /// The largest ctx up to the cut's at which `fits` holds (it holds less as the ctx grows), by
@@ -84,11 +84,18 @@ fn largest_fitting(cut: Cut, fits: impl Fn(Cut) -> bool) -> Option<usize> {
     Some(lo)
 }
 
-/// Refuses a cut whose weights and states do not fit the chip's HBM and DDR together, naming
-/// the largest ctx that does (or saying no ctx does, when the weights alone do not fit).
-pub(super) fn check_chip(spec: &ModelSpec, cut: Cut, storage: &Storage, chip: &Chip) -> Result<(), StreamedReject> {
+/// Refuses a cut (its layers' programs `layers`) whose weights and states do not fit the
+/// chip's HBM and DDR together, naming the largest ctx that does (or saying no ctx does, when
+/// the weights alone do not fit).
+pub(super) fn check_chip(
+    spec: &ModelSpec,
+    cut: Cut,
+    storage: &Storage,
+    chip: &Chip,
+    layers: &[Source],
+) -> Result<(), StreamedReject> {
     let capacity = chip.hbm_bytes.saturating_add(chip.ddr_bytes);
-    let need = chip_bytes(spec, cut, storage)?;
+    let need = chip_bytes(spec, cut, storage, layers)?;
     if need <= capacity {
         return Ok(());
     }
@@ -101,7 +108,7 @@ pub(super) fn check_chip(spec: &ModelSpec, cut: Cut, storage: &Storage, chip: &C
             capacity as f64 / GB
         )));
     };
-    let fits = |at: Cut| chip_bytes(spec, at, storage).is_ok_and(|b| b <= capacity);
+    let fits = |at: Cut| chip_bytes(spec, at, storage, &layer_sources(spec, at, storage)).is_ok_and(|b| b <= capacity);
     let advice = match largest_fitting(cut, fits) {
         Some(most) => format!("pass --ctx {most} or less"),
         None => "no ctx fits: its weights alone are too large".to_string(),
@@ -114,16 +121,18 @@ pub(super) fn check_chip(spec: &ModelSpec, cut: Cut, storage: &Storage, chip: &C
     )))
 }
 
-/// Refuses a cut whose largest kind cannot be certified at real shapes in `free` bytes of this
-/// machine's memory, naming the largest ctx that can. `free: None` (not known) admits it.
+/// Refuses a cut (its layers' programs `layers`) whose largest kind cannot be certified at real
+/// shapes in `free` bytes of this machine's memory, naming the largest ctx that can. `free:
+/// None` (not known) admits it.
 pub(super) fn check_host(
     spec: &ModelSpec,
     cut: Cut,
     storage: &Storage,
+    layers: &[Source],
     free: Option<u64>,
 ) -> Result<(), StreamedReject> {
     let Some(free) = free else { return Ok(()) };
-    let need = host_bytes(spec, cut, storage);
+    let need = host_bytes(spec, cut, storage, layers);
     if need <= free {
         return Ok(());
     }
@@ -135,7 +144,7 @@ pub(super) fn check_host(
             free as f64 / GB
         )));
     };
-    let fits = |at: Cut| host_bytes(spec, at, storage) <= free;
+    let fits = |at: Cut| host_bytes(spec, at, storage, &layer_sources(spec, at, storage)) <= free;
     let advice = match largest_fitting(cut, fits) {
         Some(most) => format!("pass --ctx {most} or less, or lower on a machine with more memory"),
         None => "lower on a machine with more memory".to_string(),
@@ -161,35 +170,49 @@ mod tests {
     use super::*;
     use crate::model::presets;
 
+    /// The checks and counts with the layers authored at the cut, as `deploy` passes them.
+    fn chip_at(spec: &ModelSpec, cut: Cut, storage: &Storage) -> u64 {
+        chip_bytes(spec, cut, storage, &layer_sources(spec, cut, storage)).unwrap()
+    }
+    fn host_at(spec: &ModelSpec, cut: Cut, storage: &Storage) -> u64 {
+        host_bytes(spec, cut, storage, &layer_sources(spec, cut, storage))
+    }
+    fn check_chip_at(spec: &ModelSpec, cut: Cut, chip: &Chip) -> Result<(), StreamedReject> {
+        check_chip(spec, cut, &Storage::AllQ8, chip, &layer_sources(spec, cut, &Storage::AllQ8))
+    }
+    fn check_host_at(spec: &ModelSpec, cut: Cut, free: Option<u64>) -> Result<(), StreamedReject> {
+        check_host(spec, cut, &Storage::AllQ8, &layer_sources(spec, cut, &Storage::AllQ8), free)
+    }
+
     #[test]
     fn a_ctx_whose_states_overflow_the_chip_is_refused_with_the_largest_that_fits() {
         let spec = presets::resolve("tiny-llama").unwrap();
         let chip = Chip::builtin("sn50").unwrap();
         let cut = Cut::Decode { ctx: 4_000_000_000 };
-        let e = check_chip(&spec, cut, &Storage::AllQ8, &chip).unwrap_err().to_string();
+        let e = check_chip_at(&spec, cut, &chip).unwrap_err().to_string();
         assert!(e.starts_with("ctx 4000000000 is too large for the sn50: its weights and the states"), "{e}");
         let limit: usize = e.rsplit("--ctx ").next().and_then(|r| r.split(' ').next()).unwrap().parse().unwrap();
         let capacity = chip.hbm_bytes + chip.ddr_bytes;
-        assert!(chip_bytes(&spec, Cut::Decode { ctx: limit }, &Storage::AllQ8).unwrap() <= capacity);
-        assert!(chip_bytes(&spec, Cut::Decode { ctx: limit + 1 }, &Storage::AllQ8).unwrap() > capacity);
-        assert!(check_chip(&spec, Cut::Decode { ctx: limit }, &Storage::AllQ8, &chip).is_ok());
+        assert!(chip_at(&spec, Cut::Decode { ctx: limit }, &Storage::AllQ8) <= capacity);
+        assert!(chip_at(&spec, Cut::Decode { ctx: limit + 1 }, &Storage::AllQ8) > capacity);
+        assert!(check_chip_at(&spec, Cut::Decode { ctx: limit }, &chip).is_ok());
     }
 
     #[test]
     fn a_ctx_too_large_to_certify_on_this_machine_is_refused_with_the_largest_that_can_be() {
         let spec = presets::resolve("tiny-llama").unwrap();
         let cut = Cut::Decode { ctx: 1_000_000 };
-        let need = host_bytes(&spec, cut, &Storage::AllQ8);
-        assert!(check_host(&spec, cut, &Storage::AllQ8, Some(need)).is_ok());
-        assert!(check_host(&spec, cut, &Storage::AllQ8, None).is_ok(), "unknown free memory admits");
+        let need = host_at(&spec, cut, &Storage::AllQ8);
+        assert!(check_host_at(&spec, cut, Some(need)).is_ok());
+        assert!(check_host_at(&spec, cut, None).is_ok(), "unknown free memory admits");
         let free = need / 3;
-        let e = check_host(&spec, cut, &Storage::AllQ8, Some(free)).unwrap_err().to_string();
+        let e = check_host_at(&spec, cut, Some(free)).unwrap_err().to_string();
         assert!(e.starts_with("ctx 1000000 is too large to certify here"), "{e}");
         let limit: usize = e.rsplit("--ctx ").next().and_then(|r| r.split(' ').next()).unwrap().parse().unwrap();
-        assert!(host_bytes(&spec, Cut::Decode { ctx: limit }, &Storage::AllQ8) <= free);
-        assert!(host_bytes(&spec, Cut::Decode { ctx: limit + 1 }, &Storage::AllQ8) > free);
+        assert!(host_at(&spec, Cut::Decode { ctx: limit }, &Storage::AllQ8) <= free);
+        assert!(host_at(&spec, Cut::Decode { ctx: limit + 1 }, &Storage::AllQ8) > free);
         // Split over two chips, each chip's share is certified beside the unsplit program.
         let tp = Cut::Tp { tp: 2, ctx: 1_000_000 };
-        assert_eq!(host_bytes(&spec, tp, &Storage::Dense), 2 * host_bytes(&spec, cut, &Storage::Dense));
+        assert_eq!(host_at(&spec, tp, &Storage::Dense), 2 * host_at(&spec, cut, &Storage::Dense));
     }
 }

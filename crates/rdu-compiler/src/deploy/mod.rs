@@ -43,12 +43,12 @@ pub fn deploy(spec: &ModelSpec, cut: &Cut, opts: LowerOptions<'_>) -> Result<Str
     let cut = *cut;
     cut.validate()?;
     admit(spec, cut, &opts.storage)?;
-    memory::check_chip(spec, cut, &opts.storage, &opts.chip)?;
-    memory::check_host(spec, cut, &opts.storage, free_memory())?;
     let started = std::time::Instant::now();
     let LowerOptions { chip, storage, seed, progress } = opts;
     let driver = Driver { spec, cut, chip: &chip, storage: &storage, seed, check: Check::Numbers };
     let layer_sources = driver.layer_sources();
+    memory::check_chip(spec, cut, &storage, &chip, &layer_sources)?;
+    memory::check_host(spec, cut, &storage, &layer_sources, free_memory())?;
     let groups = kinds_of_sources(spec, &layer_sources);
     let total = groups.len() + 2;
     progress(Progress::Program { index: 0, total, name: "embed" });

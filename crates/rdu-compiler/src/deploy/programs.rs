@@ -15,6 +15,11 @@ use crate::model::author::{embed_source, head_source, hidden_name_for, source_of
 use crate::model::spec::{Cut, ModelSpec};
 use rdu_spatial::chip::Chip;
 
+/// Every layer's own authored program at `cut`, in order.
+pub(super) fn layer_sources(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Vec<Source> {
+    (0..spec.n_layers()).map(|l| source_of(spec, l, cut, storage)).collect()
+}
+
 /// The head program's name for its input, the last layer's output.
 pub const HEAD_INPUT: &str = "xl";
 
@@ -36,7 +41,7 @@ impl Driver<'_> {
 
     /// Every layer's own authored program, in order.
     pub fn layer_sources(&self) -> Vec<Source> {
-        (0..self.spec.n_layers()).map(|l| source_of(self.spec, l, self.cut, self.storage)).collect()
+        layer_sources(self.spec, self.cut, self.storage)
     }
 
     /// What a program is certified against, as `check` says: the unsplit `whole` of a split

@@ -78,19 +78,19 @@ type Kernel = Result<Vec<Tensor>, String>;
 
 /// Runs one step of `graph` over the tensors `env` binds.
 pub fn eval(graph: &Graph, env: &dyn Bindings) -> Result<Evaluated, EvalError> {
-    eval_breaking_ties(graph, env, &BTreeMap::new(), 0.0)
+    eval_breaking_ties(graph, env, &|_| None, 0.0)
 }
 
 /// Runs one step of `graph` as [`eval`] does, except that a value written into a bf16 state
 /// within `band` (relative) of a bf16 rounding midpoint is rounded to the neighbour `ties`
-/// holds for that state and element, when it holds one of the two
+/// gives for that state (by name) and element, when it is one of the two
 /// (`rdu_spatial::bf16::round_bf16_near`) — certification passes the simulator's final states,
 /// so that a tie within both engines' accuracy is broken alike. Every other value is rounded
 /// as `eval` rounds it.
-pub fn eval_breaking_ties(
+pub fn eval_breaking_ties<'t>(
     graph: &Graph,
     env: &dyn Bindings,
-    ties: &BTreeMap<String, &[f32]>,
+    ties: &dyn Fn(&str) -> Option<&'t [f32]>,
     band: f32,
 ) -> Result<Evaluated, EvalError> {
     graph.verify().map_err(|m| EvalError::new(None, format!("malformed graph: {m}")))?;
@@ -113,7 +113,7 @@ pub fn eval_breaking_ties(
             let name = graph.value(v).name.as_str();
             if bf16_states.contains(name) {
                 if let super::Data::F32(values) = &mut t.data {
-                    match ties.get(name).filter(|other| other.len() == values.len()) {
+                    match ties(name).filter(|other| other.len() == values.len()) {
                         Some(other) => values
                             .iter_mut()
                             .zip(other.iter())

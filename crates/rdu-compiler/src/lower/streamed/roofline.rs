@@ -52,7 +52,17 @@ struct Counted {
 impl StreamedModel {
     /// The model's floor bytes and roofline time for one step of this deployment.
     pub fn model_floor(&self) -> ModelFloor {
+        self.floor_of(&self.counted())
+    }
+
+    /// [`StreamedModel::model_floor`] and [`StreamedModel::model_flops`], the model's tensors
+    /// counted once for both.
+    pub(crate) fn model_yardsticks(&self) -> (ModelFloor, f64) {
         let tensors = self.counted();
+        (self.floor_of(&tensors), self.flops_of(&tensors))
+    }
+
+    fn floor_of(&self, tensors: &BTreeMap<String, Counted>) -> ModelFloor {
         let batch = self.cut.batch().unwrap_or(1) as f64;
         let bytes = tensors
             .values()
@@ -83,12 +93,14 @@ impl StreamedModel {
     /// - Gated DeltaNet, `4 · k_dim · v_dim` per row and value head (the state's decay-and-update
     ///   and its read-out).
     pub fn model_flops(&self) -> f64 {
+        self.flops_of(&self.counted())
+    }
+
+    fn flops_of(&self, tensors: &BTreeMap<String, Counted>) -> f64 {
         let rows = self.cut.rows() as f64;
-        let head_rows = match self.cut {
-            Cut::Prefill { .. } | Cut::PrefillTp { .. } => 1.0,
-            _ => rows,
-        };
-        let products: f64 = (self.counted().values())
+        // A prefill chunk makes the logits of its last row only.
+        let head_rows = if self.cut.chunk().is_some() { 1.0 } else { rows };
+        let products: f64 = (tensors.values())
             .filter(|t| t.matrix && !t.state && (t.head || !t.embed))
             .map(|t| {
                 let share = t.experts.map_or(1.0, |(n, k)| k as f64 / n.max(1) as f64);

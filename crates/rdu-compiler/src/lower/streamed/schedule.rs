@@ -333,8 +333,7 @@ fn estimate(model: &StreamedModel, schedule: &Schedule, looping: bool) -> StepEs
         .expect("the schedule runs the model's programs");
     let seconds = cost.seconds;
     let rows = model.cut.rows();
-    let floor = model.model_floor();
-    let model_flops = model.model_flops();
+    let (floor, model_flops) = model.model_yardsticks();
     let peak = model.cut.tp().max(1) as f64 * model.chip.peak_flops_bf16;
     StepEstimate {
         model_flops,
