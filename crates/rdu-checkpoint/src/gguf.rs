@@ -22,6 +22,18 @@ impl Gguf {
         Gguf::parse(path.display().to_string(), Bytes::map(path)?)
     }
 
+    /// Maps and parses the GGUF file at `path` as [`Gguf::open`] does (every check the same),
+    /// keeping its metadata's scalars and strings but not its arrays: for a reader of tensors,
+    /// which would otherwise carry the tokenizer's vocabulary (a million values for a 262,144-token
+    /// vocabulary, tens of MB) for as long as it reads weights. `get` of an array key is `None`.
+    pub fn open_for_tensors(path: impl AsRef<Path>) -> Result<Gguf> {
+        let mut gguf = Gguf::open(path)?;
+        gguf.header.metadata.retain(|(_, v)| !matches!(v, GgufValue::Array(..)));
+        gguf.header.metadata.shrink_to_fit();
+        gguf.header.key_index = gguf.header.metadata.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect();
+        Ok(gguf)
+    }
+
     /// Parses GGUF bytes already in memory; `label` stands for the file name in errors.
     pub fn from_bytes(label: &str, bytes: Vec<u8>) -> Result<Gguf> {
         Gguf::parse(label.to_string(), Bytes::Owned(bytes))

@@ -138,3 +138,35 @@ fn value_type_ids_match_the_spec() {
     assert_eq!((GgmlType::Q5_K.block_size(), GgmlType::Q5_K.type_size()), (256, 176));
     assert_eq!((GgmlType::Q5_0.block_size(), GgmlType::Q5_0.type_size()), (32, 22));
 }
+
+#[test]
+fn open_for_tensors_keeps_scalars_and_tensors_but_not_arrays() {
+    let data: Vec<u8> = (0..6).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let writer = with_every_value().kv("general.alignment", GgufValue::U32(64)).tensor("w", &[3, 2], 0, data);
+    let mut writer = writer;
+    writer.alignment = 64;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.gguf");
+    std::fs::write(&path, writer.build()).unwrap();
+    let full = Gguf::open(&path).unwrap();
+    let tensors = Gguf::open_for_tensors(&path).unwrap();
+    for (key, value) in full.metadata() {
+        match value {
+            GgufValue::Array(..) => assert_eq!(tensors.get(key), None, "{key}: an array is not kept"),
+            _ => assert_eq!(tensors.get(key), Some(value), "{key}"),
+        }
+    }
+    assert!(full.metadata().any(|(_, v)| matches!(v, GgufValue::Array(..))), "the file has arrays to drop");
+    assert_eq!(tensors.metadata().count(), full.metadata().filter(|(_, v)| !matches!(v, GgufValue::Array(..))).count());
+    assert_eq!((tensors.alignment(), tensors.data_start()), (full.alignment(), full.data_start()));
+    assert_eq!(tensors.read_f32("w").unwrap(), full.read_f32("w").unwrap());
+    // Every check of `open` still runs: a truncated file is refused the same way.
+    let (bytes, data_start) = (std::fs::read(&path).unwrap(), full.data_start() as usize);
+    drop((full, tensors)); // unmapped before the file shrinks
+    std::fs::write(&path, &bytes[..data_start + 8]).unwrap();
+    assert_eq!(
+        Gguf::open_for_tensors(&path).err().map(|e| e.to_string()),
+        Gguf::open(&path).err().map(|e| e.to_string())
+    );
+    assert!(Gguf::open(&path).is_err());
+}

@@ -205,3 +205,16 @@ fn real_gemma3_270m_matches_llama_cpp() {
     let text = "Grüße aus Köln!\n\n  def f(x):\n\treturn x ✓ 東京";
     assert_eq!(tok.decode(&tok.encode(text, false).unwrap()), text);
 }
+
+#[test]
+fn spm_duplicate_texts_resolve_to_the_first_id_as_in_llama_cpp() {
+    // A second "▁cat" after the first: text → id takes the first (llama.cpp's `token_to_id`),
+    // and the later id still decodes to its text.
+    let mut vocab = SPM.to_vec();
+    vocab.push(("▁cat", 5.0, 1));
+    let later = (vocab.len() - 1) as u32;
+    let tok = Tokenizer::from_gguf(&spm_gguf(&vocab, &[])).unwrap();
+    assert_eq!(tok.encode("the cat", false).unwrap(), vec![id(SPM, "▁the"), id(SPM, "▁cat")]);
+    assert_eq!(tok.decode_piece(later), " cat");
+    assert_eq!(tok.vocab_size(), vocab.len());
+}

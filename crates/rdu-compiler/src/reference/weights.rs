@@ -92,7 +92,7 @@ pub struct GgufWeights {
 
 impl GgufWeights {
     pub fn open(spec: &ModelSpec, path: &Path) -> Result<GgufWeights, String> {
-        let gguf = Gguf::open(path).map_err(|e| e.to_string())?;
+        let gguf = Gguf::open_for_tensors(path).map_err(|e| e.to_string())?;
         Ok(GgufWeights { spec: spec.clone(), gguf })
     }
 

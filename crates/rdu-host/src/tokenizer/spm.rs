@@ -142,10 +142,8 @@ impl Spm {
         for &b in piece.as_bytes() {
             let id = self
                 .vocab
-                .index
-                .get(&format!("<0x{b:02X}>"))
-                .or_else(|| self.vocab.index.get(std::str::from_utf8(&[b]).unwrap_or("\u{0}")))
-                .copied()
+                .id(&format!("<0x{b:02X}>"))
+                .or_else(|| self.vocab.id(std::str::from_utf8(&[b]).unwrap_or("\u{0}")))
                 .or(self.vocab.unk);
             match id {
                 Some(id) => out.push(id),

@@ -2,7 +2,6 @@
 
 use crate::error::{HostError, Result};
 use rdu_checkpoint::Gguf;
-use std::collections::HashMap;
 
 /// `tokenizer.ggml.token_type` values (llama.cpp's `llama_token_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,10 +38,9 @@ pub enum Fragment<'a> {
 /// Tokens, their types and scores, the text → id index and the special ids of a GGUF file.
 pub struct Vocab {
     pub file: String,
-    pub tokens: Vec<String>,
+    tokens: Pieces,
     pub types: Vec<TokenType>,
     pub scores: Vec<f32>,
-    pub index: HashMap<String, u32>,
     pub bos: Option<u32>,
     pub eos: Vec<u32>,
     pub unk: Option<u32>,
@@ -57,16 +55,14 @@ impl Vocab {
     pub fn from_gguf(gguf: &Gguf, add_bos_default: bool) -> Result<Vocab> {
         let file = gguf.file().to_string();
         let err = |problem: String| HostError::Tokenizer { file: file.clone(), problem };
-        let tokens: Vec<String> = gguf
-            .get_str_array("tokenizer.ggml.tokens")?
-            .ok_or_else(|| err("no `tokenizer.ggml.tokens` array; use a GGUF converted with its tokenizer".into()))?
-            .into_iter()
-            .map(str::to_string)
-            .collect();
-        if tokens.is_empty() {
+        let tokens =
+            Pieces::new(&gguf.get_str_array("tokenizer.ggml.tokens")?.ok_or_else(|| {
+                err("no `tokenizer.ggml.tokens` array; use a GGUF converted with its tokenizer".into())
+            })?);
+        if tokens.ends.is_empty() {
             return Err(err("`tokenizer.ggml.tokens` is empty".into()));
         }
-        let n = tokens.len();
+        let n = tokens.ends.len();
         let types = match gguf.get_i64_array("tokenizer.ggml.token_type")? {
             None => vec![TokenType::Normal; n],
             Some(raw) if raw.len() == n => raw
@@ -86,20 +82,15 @@ impl Vocab {
         let unk = special_id(gguf, "tokenizer.ggml.unknown_token_id", n)?;
         let eos = end_ids(gguf, n)?;
         let add_bos = gguf.get_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(add_bos_default);
-        let mut index = HashMap::with_capacity(n);
-        for (i, t) in tokens.iter().enumerate() {
-            // The first of duplicate texts wins, as in llama.cpp's `token_to_id`.
-            index.entry(t.clone()).or_insert(i as u32);
-        }
         let mut specials: Vec<u32> = (0..n as u32)
-            .filter(|&i| types[i as usize] == TokenType::UserDefined && !tokens[i as usize].is_empty())
+            .filter(|&i| types[i as usize] == TokenType::UserDefined && !tokens.get(i).is_empty())
             .collect();
-        specials.sort_by_key(|&i| std::cmp::Reverse(tokens[i as usize].len()));
-        Ok(Vocab { file, tokens, types, scores, index, bos, eos, unk, add_bos, specials })
+        specials.sort_by_key(|&i| std::cmp::Reverse(tokens.get(i).len()));
+        Ok(Vocab { file, tokens, types, scores, bos, eos, unk, add_bos, specials })
     }
 
     pub fn len(&self) -> usize {
-        self.tokens.len()
+        self.tokens.ends.len()
     }
 
     pub fn err(&self, problem: String) -> HostError {
@@ -108,7 +99,7 @@ impl Vocab {
 
     /// The id of `text` if it is a token that plain text may produce (normal or user-defined).
     pub fn text_token(&self, text: &str) -> Option<u32> {
-        let &id = self.index.get(text)?;
+        let id = self.id(text)?;
         matches!(self.types[id as usize], TokenType::Normal | TokenType::UserDefined).then_some(id)
     }
 
@@ -121,7 +112,7 @@ impl Vocab {
     pub fn split_specials<'a>(&self, text: &'a str) -> Vec<Fragment<'a>> {
         let mut frags = vec![Fragment::Text(text)];
         for &id in &self.specials {
-            let pat = self.tokens[id as usize].as_str();
+            let pat = self.tokens.get(id);
             if !text.contains(pat) {
                 continue;
             }
@@ -149,7 +140,55 @@ impl Vocab {
 
     /// The text of token `id`, or `None` outside the vocabulary.
     pub fn check_id(&self, id: u32) -> Option<&str> {
-        self.tokens.get(id as usize).map(String::as_str)
+        ((id as usize) < self.len()).then(|| self.tokens.get(id))
+    }
+
+    /// The id of the token whose text is `text` (the first of duplicate texts, as in
+    /// llama.cpp's `token_to_id`).
+    pub fn id(&self, text: &str) -> Option<u32> {
+        self.tokens.id(text)
+    }
+}
+
+/// Every token's text in one buffer, and the ids ordered by text for lookups: a few bytes a
+/// token (a 262,144-token vocabulary takes about 5 MB, where a `String` a token and a hash map
+/// from text to id took about 36 MB).
+struct Pieces {
+    text: String,
+    /// Where each token's text ends in `text` (it starts where the one before ends).
+    ends: Vec<usize>,
+    /// Ids in the order of their texts (bytewise), only the first id of duplicate texts.
+    by_text: Vec<u32>,
+}
+
+impl Pieces {
+    fn new(tokens: &[&str]) -> Pieces {
+        let mut text = String::with_capacity(tokens.iter().map(|t| t.len()).sum());
+        let ends = tokens
+            .iter()
+            .map(|t| {
+                text.push_str(t);
+                text.len()
+            })
+            .collect();
+        let mut pieces = Pieces { text, ends, by_text: Vec::new() };
+        let mut by_text: Vec<u32> = (0..tokens.len() as u32).collect();
+        // Stable: equal texts stay in id order, so the first of them is kept.
+        by_text.sort_by(|&a, &b| pieces.get(a).cmp(pieces.get(b)));
+        by_text.dedup_by(|later, first| pieces.get(*later) == pieces.get(*first));
+        pieces.by_text = by_text;
+        pieces
+    }
+
+    /// The text of token `id` (which must be in the vocabulary).
+    fn get(&self, id: u32) -> &str {
+        let i = id as usize;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.text[start..self.ends[i]]
+    }
+
+    fn id(&self, text: &str) -> Option<u32> {
+        self.by_text.binary_search_by(|&id| self.get(id).cmp(text)).ok().map(|at| self.by_text[at])
     }
 }
 
