@@ -333,7 +333,7 @@ fn run(
         // Softmax weights in f32, each divided by its head's total.
         for head in scores.chunks_exact_mut(len.max(1)) {
             let max = head.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            head.iter_mut().zip(srcs).for_each(|(s, (_, m))| *s = m * (*s - max).exp());
+            head.iter_mut().zip(srcs).for_each(|(s, (_, m))| *s = m * super::mathf::exp(*s - max));
             let total: f32 = head.iter().sum();
             head.iter_mut().for_each(|w| *w /= total);
         }

@@ -1,6 +1,7 @@
 //! Elementwise ops: numpy-broadcasting `add`/`sub`/`mul` and the unary activations; tileable
 //! along any axis of the output.
 
+use super::mathf;
 use super::ops::{Call, Outs};
 use super::region::{region, Axes};
 use super::tensor::{strides, SimTensor};
@@ -51,7 +52,7 @@ pub(super) fn unary(call: &Call<'_>, f: impl Fn(f32) -> f32) -> Outs {
 }
 
 pub(super) fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
+    1.0 / (1.0 + mathf::exp(-x))
 }
 
 /// `ln(1 + eˣ)`, and `x` itself above 20 (torch's threshold).
@@ -65,7 +66,7 @@ pub(super) fn softplus(x: f32) -> f32 {
 
 pub(super) fn gelu_tanh(x: f32) -> f32 {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)).tanh())
+    0.5 * x * (1.0 + mathf::tanh(SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
 }
 
 /// numpy's broadcast of two shapes.

@@ -11,6 +11,7 @@ mod bind;
 mod collective;
 mod elementwise;
 mod exec;
+mod mathf;
 mod matmul;
 mod moe;
 mod norm;

@@ -33,7 +33,7 @@ pub(super) fn route(call: &Call<'_>) -> Outs {
     let (mut w, mut idx) = (Vec::with_capacity(n * k), Vec::with_capacity(n * k));
     for row in logits.chunks_exact(e) {
         let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let exps: Vec<f32> = row.iter().map(|v| (v - max).exp()).collect();
+        let exps: Vec<f32> = row.iter().map(|v| super::mathf::exp(v - max)).collect();
         let total: f32 = exps.iter().sum();
         let mut p: Vec<f32> = exps.iter().map(|v| v / total).collect();
         if groups > 1 {
