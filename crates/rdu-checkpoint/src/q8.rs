@@ -45,6 +45,20 @@ pub fn quantize_q8_0(values: &[f32], shape: &[usize]) -> Result<Q8Weight> {
     Ok(Q8Weight { shape: shape.to_vec(), blocks })
 }
 
+/// `roundf`: to the nearest integer, halves away from zero. Written with a truncating
+/// conversion (exact: below 2²³ `v − t` is exact, and from 2²³ up every f32 is already an
+/// integer, as are ±∞; NaN stays NaN), because `f32::round` is a call into libm on baseline
+/// x86-64 that kept the quantiser's loop scalar.
+#[inline]
+fn round_half_away(v: f32) -> f32 {
+    if v.is_nan() || v.abs() >= 8_388_608.0 {
+        return v;
+    }
+    let t = v as i32 as f32;
+    let r = if (v - t).abs() >= 0.5 { t + v.signum() } else { t };
+    r.copysign(v)
+}
+
 impl Q8Block {
     /// Quantises one block of 32 values (see [`quantize_q8_0`]); uses the first 32 of `x`,
     /// padding with zeros if there are fewer.
@@ -54,7 +68,7 @@ impl Q8Block {
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         let mut qs = [0i8; QK8_0];
         for (q, &v) in qs.iter_mut().zip(x) {
-            *q = (v * id).round().clamp(-128.0, 127.0) as i8;
+            *q = round_half_away(v * id).clamp(-128.0, 127.0) as i8;
         }
         Q8Block { d: f16::from_f32(d).to_f32(), qs }
     }
@@ -85,5 +99,27 @@ impl Q8Weight {
     /// Dense f32 values, row-major.
     pub fn dequantize(&self) -> Vec<f32> {
         self.blocks.iter().flat_map(|b| b.dequantize()).collect()
+    }
+}
+
+#[cfg(test)]
+mod round_tests {
+    use super::round_half_away;
+
+    #[test]
+    fn round_half_away_is_roundf() {
+        let mut v = -200.0f32;
+        while v < 200.0 {
+            // Every f32 step near the halves, and a dense grid elsewhere.
+            let h = v + 0.5;
+            for x in [v, h, h.next_up(), h.next_down()] {
+                assert_eq!(round_half_away(x).to_bits(), x.round().to_bits(), "{x}");
+            }
+            v += 0.125;
+        }
+        for x in [0.499_999_97f32, -0.499_999_97, 0.5, -0.5, 1.5, -2.5, 8_388_607.5, 3e9, -3e9, f32::INFINITY] {
+            assert_eq!(round_half_away(x).to_bits(), x.round().to_bits(), "{x}");
+        }
+        assert_eq!(round_half_away(f32::NAN) as i8, f32::NAN.round() as i8);
     }
 }

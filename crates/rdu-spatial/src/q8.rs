@@ -127,52 +127,17 @@ unsafe fn add_scaled_avx2(acc: &mut [f32], w: f32, v: &[f32]) {
     }
 }
 
-/// `dot(a, b)` for each of four `bs` at once, each result bit-identical to its own `dot`
-/// (the same lanes, order and tail): four independent accumulators instead of one chain.
+/// `dot(a, b)` for each of four `bs`, each result its own `dot` (which already keeps four
+/// independent chains of fused product-adds in flight).
 pub fn dot4(a: &[f32], bs: [&[f32]; 4]) -> [f32; 4] {
-    #[cfg(target_arch = "x86_64")]
-    if bs.iter().all(|b| b.len() == a.len())
-        && std::arch::is_x86_feature_detected!("avx2")
-        && std::arch::is_x86_feature_detected!("fma")
-    {
-        // SAFETY: the CPU supports AVX2 and FMA, checked just above.
-        return unsafe { dot4_avx2(a, bs) };
-    }
     bs.map(|b| dot(a, b))
 }
 
-/// [`dot4`] with AVX2 and FMA: `dot_dense_avx2` four times over, interleaved.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA, and every `bs[i]` must be as long as `a`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot4_avx2(a: &[f32], bs: [&[f32]; 4]) -> [f32; 4] {
-    use std::arch::x86_64::*;
-    let n = a.len();
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut i = 0;
-    while i + 8 <= n {
-        // SAFETY: i + 8 <= n and every slice holds n floats.
-        let x = _mm256_loadu_ps(a.as_ptr().add(i));
-        for (acc, b) in acc.iter_mut().zip(bs) {
-            *acc = _mm256_fmadd_ps(x, _mm256_loadu_ps(b.as_ptr().add(i)), *acc);
-        }
-        i += 8;
-    }
-    let mut out = [0.0f32; 4];
-    for ((o, acc), b) in out.iter_mut().zip(acc).zip(bs) {
-        let mut lanes = [0.0f32; 8];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
-        *o = sum8(&lanes);
-        for k in i..n {
-            *o += a[k] * b[k];
-        }
-    }
-    out
-}
-
-/// `dot_dense` with AVX2 and FMA: eight lanes, each product-add fused.
+/// `dot_dense` with AVX2 and FMA: eight lanes in four running sums — the `k`-th run of eight
+/// values is product-added (fused) into sum `k mod 4`, so four chains of FMAs are in flight
+/// instead of one — the sums added lane by lane as `(s0 + s1) + (s2 + s3)`, the lanes as
+/// `sum8`, then the tail past the last run of eight. `sim::packed::dot_widened_avx2` keeps
+/// exactly this order (its results are bit-identical to this of the widened row).
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
@@ -181,20 +146,41 @@ unsafe fn dot4_avx2(a: &[f32], bs: [&[f32]; 4]) -> [f32; 4] {
 pub unsafe fn dot_dense_avx2(a: &[f32], b: &[f32]) -> f32 {
     use std::arch::x86_64::*;
     let n = a.len().min(b.len());
-    let mut acc = _mm256_setzero_ps();
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
     let mut i = 0;
-    while i + 8 <= n {
-        // SAFETY: i + 8 <= n, so both 8-float loads are inside the slices.
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(i)), _mm256_loadu_ps(b.as_ptr().add(i)), acc);
-        i += 8;
+    // SAFETY (every load): i + 8·(k+1) <= n for the run loaded, so both loads are inside the slices.
+    while i + 32 <= n {
+        for (k, acc) in acc.iter_mut().enumerate() {
+            *acc = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i + 8 * k)), _mm256_loadu_ps(pb.add(i + 8 * k)), *acc);
+        }
+        i += 32;
     }
-    let mut lanes = [0.0f32; 8];
-    _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
-    let mut total = sum8(&lanes);
+    let mut k = 0;
+    while i + 8 <= n {
+        acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), acc[k]);
+        (i, k) = (i + 8, k + 1);
+    }
+    let mut total = fold4(acc);
     for k in i..n {
         total += a[k] * b[k];
     }
     total
+}
+
+/// Four running sums of eight lanes as one value: `(s0 + s1) + (s2 + s3)` lane by lane, then
+/// the lanes as `sum8`.
+///
+/// # Safety
+/// The CPU must support AVX.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+pub unsafe fn fold4(acc: [std::arch::x86_64::__m256; 4]) -> f32 {
+    use std::arch::x86_64::*;
+    let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let mut lanes = [0.0f32; 8];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), sum);
+    sum8(&lanes)
 }
 
 /// A block's 32 values as f32.

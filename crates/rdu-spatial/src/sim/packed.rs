@@ -223,8 +223,9 @@ unsafe fn f16_scale(b: *const u8) -> f32 {
 
 /// A dense-declared row kept in `format` times `x`, fused (the row is never written out) for
 /// Q5_0, Q4_K and Q8_0: each value is widened exactly as the reference widens it and
-/// multiply-added into eight lanes in the order `q8::dot_dense_avx2` uses, so the result is
-/// bit-identical to widening the row and taking `q8::dot` of it. `None` for other formats.
+/// multiply-added into the four running sums of eight lanes in the order `q8::dot_dense_avx2`
+/// uses (the `k`-th run of eight values into sum `k mod 4`), so the result is bit-identical to
+/// widening the row and taking `q8::dot` of it. `None` for other formats.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
@@ -232,7 +233,7 @@ unsafe fn f16_scale(b: *const u8) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_widened_avx2(format: GgmlType, row: &[u8], x: &[f32]) -> Option<f32> {
     use std::arch::x86_64::*;
-    let mut acc = _mm256_setzero_ps();
+    let mut acc = [_mm256_setzero_ps(); 4];
     // Eight bytes (signed) → eight f32, times the scale: exactly `f32::from(q) * d`.
     let f8 = |v: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
     match format {
@@ -253,10 +254,12 @@ pub unsafe fn dot_widened_avx2(format: GgmlType, row: &[u8], x: &[f32]) -> Optio
                 let nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), low4), _mm_and_si128(qs, low4));
                 let q = _mm256_sub_epi8(_mm256_or_si256(nib, high), sixteen);
                 let (lo, hi) = (_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-                acc = _mm256_fmadd_ps(_mm256_mul_ps(f8(lo), d), _mm256_loadu_ps(xp), acc);
-                acc = _mm256_fmadd_ps(_mm256_mul_ps(f8(_mm_srli_si128(lo, 8)), d), _mm256_loadu_ps(xp.add(8)), acc);
-                acc = _mm256_fmadd_ps(_mm256_mul_ps(f8(hi), d), _mm256_loadu_ps(xp.add(16)), acc);
-                acc = _mm256_fmadd_ps(_mm256_mul_ps(f8(_mm_srli_si128(hi, 8)), d), _mm256_loadu_ps(xp.add(24)), acc);
+                acc[0] = _mm256_fmadd_ps(_mm256_mul_ps(f8(lo), d), _mm256_loadu_ps(xp), acc[0]);
+                acc[1] =
+                    _mm256_fmadd_ps(_mm256_mul_ps(f8(_mm_srli_si128(lo, 8)), d), _mm256_loadu_ps(xp.add(8)), acc[1]);
+                acc[2] = _mm256_fmadd_ps(_mm256_mul_ps(f8(hi), d), _mm256_loadu_ps(xp.add(16)), acc[2]);
+                acc[3] =
+                    _mm256_fmadd_ps(_mm256_mul_ps(f8(_mm_srli_si128(hi, 8)), d), _mm256_loadu_ps(xp.add(24)), acc[3]);
             }
         }
         GgmlType::Q8_0 => {
@@ -266,10 +269,12 @@ pub unsafe fn dot_widened_avx2(format: GgmlType, row: &[u8], x: &[f32]) -> Optio
                 let d = _mm256_set1_ps(f16_scale(b));
                 let (lo, hi) =
                     (_mm_loadu_si128(b.add(2) as *const __m128i), _mm_loadu_si128(b.add(18) as *const __m128i));
-                acc = _mm256_fmadd_ps(_mm256_mul_ps(f8(lo), d), _mm256_loadu_ps(xp), acc);
-                acc = _mm256_fmadd_ps(_mm256_mul_ps(f8(_mm_srli_si128(lo, 8)), d), _mm256_loadu_ps(xp.add(8)), acc);
-                acc = _mm256_fmadd_ps(_mm256_mul_ps(f8(hi), d), _mm256_loadu_ps(xp.add(16)), acc);
-                acc = _mm256_fmadd_ps(_mm256_mul_ps(f8(_mm_srli_si128(hi, 8)), d), _mm256_loadu_ps(xp.add(24)), acc);
+                acc[0] = _mm256_fmadd_ps(_mm256_mul_ps(f8(lo), d), _mm256_loadu_ps(xp), acc[0]);
+                acc[1] =
+                    _mm256_fmadd_ps(_mm256_mul_ps(f8(_mm_srli_si128(lo, 8)), d), _mm256_loadu_ps(xp.add(8)), acc[1]);
+                acc[2] = _mm256_fmadd_ps(_mm256_mul_ps(f8(hi), d), _mm256_loadu_ps(xp.add(16)), acc[2]);
+                acc[3] =
+                    _mm256_fmadd_ps(_mm256_mul_ps(f8(_mm_srli_si128(hi, 8)), d), _mm256_loadu_ps(xp.add(24)), acc[3]);
             }
         }
         GgmlType::Q4_K => {
@@ -299,8 +304,10 @@ pub unsafe fn dot_widened_avx2(format: GgmlType, row: &[u8], x: &[f32]) -> Optio
                             // d·q − m, rounded after the product as the reference rounds it.
                             let w0 = _mm256_sub_ps(_mm256_mul_ps(dv, u8f(nib)), mv);
                             let w1 = _mm256_sub_ps(_mm256_mul_ps(dv, u8f(_mm_srli_si128(nib, 8))), mv);
-                            acc = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xs.add(16 * part)), acc);
-                            acc = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xs.add(16 * part + 8)), acc);
+                            // Runs 4·(…) + 2·part and + 1 of the row: sums 2·part and 2·part + 1.
+                            acc[2 * part] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xs.add(16 * part)), acc[2 * part]);
+                            acc[2 * part + 1] =
+                                _mm256_fmadd_ps(w1, _mm256_loadu_ps(xs.add(16 * part + 8)), acc[2 * part + 1]);
                         }
                     }
                 }
@@ -308,9 +315,7 @@ pub unsafe fn dot_widened_avx2(format: GgmlType, row: &[u8], x: &[f32]) -> Optio
         }
         _ => return None,
     }
-    let mut l = [0.0f32; 8];
-    _mm256_storeu_ps(l.as_mut_ptr(), acc);
-    Some(((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7])))
+    Some(crate::q8::fold4(acc))
 }
 
 /// Which Q8_0 row kernel this CPU runs (chosen once, at first use).

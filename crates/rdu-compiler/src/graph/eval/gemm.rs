@@ -2,9 +2,12 @@
 //!
 //! Every dot product of the interpreter that reads a weight or a cache goes through here:
 //! f32 values widened to f64 (a product of two f32 values is exact in f64), the sums
-//! accumulated in f64 by `matrixmultiply::dgemm`, the result rounded to f32 once by the
-//! caller. An element's sum depends only on its two vectors, never on how many rows or
-//! columns are computed with it, so a row gives the same value in a chunk and alone.
+//! accumulated in f64 by `matrixmultiply::dgemm` (a `linear` of at most `FEW_ROWS` rows: by
+//! direct running sums instead), the result rounded to f32 once by the caller. An element's
+//! sum depends only on its two vectors and on which of the two paths computes it, never on
+//! how many rows or columns are computed with it otherwise; the two paths add the same exact
+//! products in different orders, so they differ by f64 rounding (~1e-16 relative) before the
+//! result is rounded to f32.
 
 use rayon::prelude::*;
 
@@ -82,6 +85,48 @@ pub(super) fn widen(v: &[f32]) -> Vec<f64> {
     v.iter().map(|&x| f64::from(x)).collect()
 }
 
+/// At most this many rows (a decode step, a small batch), [`linear_f32`] takes each dot
+/// product directly from the f32 weights: `dgemm` would widen and pack every weight row for
+/// a product that reads it once.
+const FEW_ROWS: usize = 8;
+
+/// `y = x Wᵀ (+ b)` for few rows of `x`: each element the f64 sum of its `k` products in
+/// order of `k` (eight running sums over `k mod 8`, added in order at the end), parallel
+/// over the weight's rows.
+fn few_rows(x64: &[f64], n: usize, w: &[f32], k: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+    let o = w.len() / k.max(1);
+    let columns: Vec<Vec<f32>> = (0..o)
+        .into_par_iter()
+        .with_min_len(64)
+        .map(|j| {
+            let wj = &w[j * k..(j + 1) * k];
+            let b = bias.map_or(0.0, |b| f64::from(b[j]));
+            (0..n).map(|r| (dot_f64(&x64[r * k..(r + 1) * k], wj) + b) as f32).collect()
+        })
+        .collect();
+    for (j, col) in columns.iter().enumerate() {
+        for (r, &v) in col.iter().enumerate() {
+            y[r * o + j] = v;
+        }
+    }
+}
+
+/// `Σ x[i]·w[i]` in f64: eight running sums (element `i` into sum `i mod 8`), added in order.
+fn dot_f64(x: &[f64], w: &[f32]) -> f64 {
+    let mut sums = [0f64; 8];
+    let (xc, wc) = (x.chunks_exact(8), w.chunks_exact(8));
+    let (xr, wr) = (xc.remainder(), wc.remainder());
+    for (xs, ws) in xc.zip(wc) {
+        for i in 0..8 {
+            sums[i] += xs[i] * f64::from(ws[i]);
+        }
+    }
+    for (i, (&a, &b)) in xr.iter().zip(wr).enumerate() {
+        sums[i] += a * f64::from(b);
+    }
+    sums.iter().sum()
+}
+
 /// Bytes of widened weight rows one task multiplies at a time. `dgemm` packs each operand
 /// once per call, so a block wide enough makes packing the activations a small part of the
 /// work (blocks of 64 columns spent most of a 512-row prefill packing them).
@@ -96,6 +141,10 @@ pub(super) fn linear_f32(x: &[f32], n: usize, w: &[f32], o: usize, k: usize, bia
         return y;
     }
     let x64 = widen(x);
+    if n <= FEW_ROWS {
+        few_rows(&x64, n, w, k, bias, &mut y);
+        return y;
+    }
     // As many columns as rows of `x` (packing `x` then costs no more than packing the block;
     // few rows keep the block small enough to stay in cache), at most BLOCK_BYTES of widened
     // rows, and at least two blocks per thread for balance.
