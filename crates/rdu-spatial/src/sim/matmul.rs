@@ -154,7 +154,7 @@ fn dot_rows(rows: Rows<'_>, kernel: Q8Kernel, xs: &[f32], n: usize, j0: usize, c
             }
         }
         #[cfg(target_arch = "x86_64")]
-        Rows::Packed { format: format @ (GgmlType::Q5_0 | GgmlType::Q4_K), bytes, cols }
+        Rows::Packed { format: format @ (GgmlType::Q5_0 | GgmlType::Q4_K | GgmlType::Q6_K), bytes, cols }
             if kernel != Q8Kernel::Plain =>
         {
             let rb = Rows::packed_row_bytes(format, cols);

@@ -222,7 +222,7 @@ unsafe fn f16_scale(b: *const u8) -> f32 {
 }
 
 /// A dense-declared row kept in `format` times `x`, fused (the row is never written out) for
-/// Q5_0, Q4_K and Q8_0: each value is widened exactly as the reference widens it and
+/// Q5_0, Q4_K, Q6_K and Q8_0: each value is widened exactly as the reference widens it and
 /// multiply-added into the four running sums of eight lanes in the order `q8::dot_dense_avx2`
 /// uses (the `k`-th run of eight values into sum `k mod 4`), so the result is bit-identical to
 /// widening the row and taking `q8::dot` of it. `None` for other formats.
@@ -309,6 +309,58 @@ pub unsafe fn dot_widened_avx2(format: GgmlType, row: &[u8], x: &[f32]) -> Optio
                             acc[2 * part + 1] =
                                 _mm256_fmadd_ps(w1, _mm256_loadu_ps(xs.add(16 * part + 8)), acc[2 * part + 1]);
                         }
+                    }
+                }
+            }
+        }
+        GgmlType::Q6_K => {
+            let n = (row.len() / 210).min(x.len() / 256);
+            let (low4, three, mid, top) =
+                (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3), _mm256_set1_epi8(0x0C), _mm256_set1_epi8(0x30));
+            let minus32 = _mm256_set1_epi8(32);
+            for i in 0..n {
+                let b = row.as_ptr().add(210 * i);
+                let xp = x.as_ptr().add(256 * i);
+                let d = f16_scale(b.add(208));
+                for half in 0..2 {
+                    let ql = b.add(64 * half);
+                    let (ql_lo, ql_hi) =
+                        (_mm256_loadu_si256(ql as *const __m256i), _mm256_loadu_si256(ql.add(32) as *const __m256i));
+                    let qh = _mm256_loadu_si256(b.add(128 + 32 * half) as *const __m256i);
+                    // The four runs of 32 values of this half, as the reference assembles them:
+                    // low nibble or high nibble of ql, and two bits of qh above them.
+                    let q = [
+                        _mm256_or_si256(
+                            _mm256_and_si256(ql_lo, low4),
+                            _mm256_slli_epi16(_mm256_and_si256(qh, three), 4),
+                        ),
+                        _mm256_or_si256(_mm256_and_si256(ql_hi, low4), _mm256_slli_epi16(_mm256_and_si256(qh, mid), 2)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql_lo, 4), low4), _mm256_and_si256(qh, top)),
+                        _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16(ql_hi, 4), low4),
+                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), top),
+                        ),
+                    ];
+                    for (k, q) in q.into_iter().enumerate() {
+                        let q = _mm256_sub_epi8(q, minus32);
+                        let sc = b.add(192 + 8 * half + 2 * k);
+                        // Exactly the reference's `d · scale`, then `(d · scale) · (q − 32)`.
+                        let ds0 = _mm256_set1_ps(d * f32::from(*sc as i8));
+                        let ds1 = _mm256_set1_ps(d * f32::from(*sc.add(1) as i8));
+                        let (lo, hi) = (_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+                        let xs = xp.add(128 * half + 32 * k);
+                        acc[0] = _mm256_fmadd_ps(_mm256_mul_ps(ds0, f8(lo)), _mm256_loadu_ps(xs), acc[0]);
+                        acc[1] = _mm256_fmadd_ps(
+                            _mm256_mul_ps(ds0, f8(_mm_srli_si128(lo, 8))),
+                            _mm256_loadu_ps(xs.add(8)),
+                            acc[1],
+                        );
+                        acc[2] = _mm256_fmadd_ps(_mm256_mul_ps(ds1, f8(hi)), _mm256_loadu_ps(xs.add(16)), acc[2]);
+                        acc[3] = _mm256_fmadd_ps(
+                            _mm256_mul_ps(ds1, f8(_mm_srli_si128(hi, 8))),
+                            _mm256_loadu_ps(xs.add(24)),
+                            acc[3],
+                        );
                     }
                 }
             }
@@ -434,7 +486,7 @@ mod tests {
             && std::arch::is_x86_feature_detected!("fma")
             && std::arch::is_x86_feature_detected!("f16c")
         {
-            for format in [GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K] {
+            for format in [GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K] {
                 let cols = 512;
                 let bytes = blocks(format, cols / format.block_size() as usize, 9 + format as u32);
                 let x: Vec<f32> = (0..cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
