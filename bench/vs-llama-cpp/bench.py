@@ -62,14 +62,16 @@ def run_rdu(rdu, model, threads):
 
 
 def run_rdu_rss(rdu, model, threads):
-    """Peak RSS (MB) of one `rdu run` (getrusage of that child alone)."""
+    """Peak RSS (MiB) of one `rdu run`, as the run reports it (`timing.peak_rss_bytes`, its
+    own VmHWM). Not `wait4`'s ru_maxrss: a child spawned from this process counts this
+    process's pages (llama.cpp's model among them) until its exec, so it read ~416 MiB for
+    every file."""
     env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
     cmd = [rdu, "run", model, "--prompt", PROMPT, "-n", str(DECODE), "--json"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    _, status, usage = os.wait4(proc.pid, 0)
-    if status != 0:
-        sys.exit("rdu failed")
-    return usage.ru_maxrss / 1024
+    proc = subprocess.run(cmd, capture_output=True, env=env)
+    if proc.returncode != 0:
+        sys.exit(f"rdu failed: {proc.stderr.decode()}")
+    return json.loads(proc.stdout)["timing"]["peak_rss_bytes"] / 2**20
 
 
 def run_llama(model, threads):

@@ -223,6 +223,16 @@ impl Observer for Watch<'_> {
     }
 }
 
+/// This process's peak resident set (`VmHWM` of `/proc/self/status`): the run's own, unlike a
+/// parent's `wait4`, which also counts the parent's pages the child held before its `exec`.
+/// `None` where `/proc` is not there.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 =
+        status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().strip_suffix("kB")?.trim().parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// Prints the run: one JSON object (`--json`), the streamed text's end and the rates on
 /// stderr (`--prompt`), or the prompt and generated ids.
 fn print(args: &RunArgs, out: &Generated, watch: &mut Watch<'_>) {
@@ -245,6 +255,7 @@ fn print(args: &RunArgs, out: &Generated, watch: &mut Watch<'_>) {
             "decode_tokens": decode_steps,
             "decode_s": decode_seconds,
             "decode_tok_s": rate(decode_steps, decode_seconds),
+            "peak_rss_bytes": peak_rss_bytes(),
         });
         let (ids, generated, positions) = (&out.prompt, &out.generated, &out.positions);
         println!("{}", json!({"prompt": ids, "generated": generated, "positions": positions, "timing": timing}));

@@ -368,6 +368,11 @@ fn run_with_a_prompt_tokenizes_samples_deterministically_and_streams() {
         assert!(timing[key].as_f64().is_some_and(|v| v >= 0.0), "{key}: {timing}");
     }
     assert_eq!((timing["prompt_tokens"].as_u64(), timing["decode_tokens"].as_u64()), (Some(8), Some(2)));
+    // The run's own peak resident set, where /proc tells it: at least the binary's own pages.
+    if std::path::Path::new("/proc/self/status").exists() {
+        let rss = timing["peak_rss_bytes"].as_u64().unwrap_or_else(|| panic!("peak_rss_bytes: {timing}"));
+        assert!(rss > 1 << 20, "{rss}");
+    }
     let mut second: Value = serde_json::from_str(ok(&args).trim()).expect("json");
     second.as_object_mut().expect("an object").remove("timing");
     assert_eq!(first, second, "a seeded sampler repeats itself");
