@@ -133,6 +133,114 @@ pub fn dot4(a: &[f32], bs: [&[f32]; 4]) -> [f32; 4] {
     bs.map(|b| dot(a, b))
 }
 
+/// `[dot(a0, b0), dot(a0, b1), dot(a1, b0), dot(a1, b1)]`, each bit-identical to its own `dot`
+/// (the same four running sums, fold and tail), computed together so that each value loaded
+/// serves two products.
+pub fn dot2x2(a: [&[f32]; 2], b: [&[f32]; 2]) -> [f32; 4] {
+    #[cfg(target_arch = "x86_64")]
+    if a.iter().chain(&b).all(|v| v.len() == a[0].len())
+        && std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma")
+    {
+        // SAFETY: the CPU supports AVX2 and FMA, and the four slices are equally long.
+        return unsafe { dot2x2_avx2(a, b) };
+    }
+    [dot(a[0], b[0]), dot(a[0], b[1]), dot(a[1], b[0]), dot(a[1], b[1])]
+}
+
+/// [`dot2x2`] with AVX2 and FMA: `dot_dense_avx2`'s order for each of the four pairs.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA, and the four slices must be equally long.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot2x2_avx2(a: [&[f32]; 2], b: [&[f32]; 2]) -> [f32; 4] {
+    use std::arch::x86_64::*;
+    let n = a[0].len();
+    // acc[pair][sum], pairs in the order (a0,b0), (a0,b1), (a1,b0), (a1,b1).
+    let mut acc = [[_mm256_setzero_ps(); 4]; 4];
+    let run = |acc: &mut [[__m256; 4]; 4], i: usize, sum: usize| {
+        // SAFETY (every load): i + 8 <= n, the length of all four slices.
+        let (x0, x1) = (_mm256_loadu_ps(a[0].as_ptr().add(i)), _mm256_loadu_ps(a[1].as_ptr().add(i)));
+        let (y0, y1) = (_mm256_loadu_ps(b[0].as_ptr().add(i)), _mm256_loadu_ps(b[1].as_ptr().add(i)));
+        acc[0][sum] = _mm256_fmadd_ps(x0, y0, acc[0][sum]);
+        acc[1][sum] = _mm256_fmadd_ps(x0, y1, acc[1][sum]);
+        acc[2][sum] = _mm256_fmadd_ps(x1, y0, acc[2][sum]);
+        acc[3][sum] = _mm256_fmadd_ps(x1, y1, acc[3][sum]);
+    };
+    let mut i = 0;
+    while i + 32 <= n {
+        for sum in 0..4 {
+            run(&mut acc, i + 8 * sum, sum);
+        }
+        i += 32;
+    }
+    let mut sum = 0;
+    while i + 8 <= n {
+        run(&mut acc, i, sum);
+        (i, sum) = (i + 8, sum + 1);
+    }
+    let mut out = [0.0f32; 4];
+    for (p, o) in out.iter_mut().enumerate() {
+        let (x, y) = (a[p / 2], b[p % 2]);
+        *o = fold4(acc[p]);
+        for k in i..n {
+            *o += x[k] * y[k];
+        }
+    }
+    out
+}
+
+/// `add_scaled(acc[h], w[h][e], v[e])` for every `h` of the four accumulators (`acc` holds them
+/// one after another, `acc.len() / 4` values each) and, for each, every `e` of the four vectors
+/// in order: bit-identical to those calls (each product rounded, then added), computed together
+/// so that each accumulator is loaded and stored once per four vectors.
+pub fn add_scaled_4x4(acc: &mut [f32], w: [[f32; 4]; 4], v: [&[f32]; 4]) {
+    let len = acc.len() / 4;
+    #[cfg(target_arch = "x86_64")]
+    if acc.len() == 4 * len && v.iter().all(|v| v.len() == len) && std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2; `acc` holds four runs of `len` and every `v[e]` `len`.
+        return unsafe { add_scaled_4x4_avx2(acc, w, v) };
+    }
+    for (h, a) in acc.chunks_exact_mut(len.max(1)).take(4).enumerate() {
+        for e in 0..4 {
+            add_scaled(a, w[h][e], v[e]);
+        }
+    }
+}
+
+/// [`add_scaled_4x4`] with AVX2.
+///
+/// # Safety
+/// The CPU must support AVX2; `acc` must hold `4 · len` values and every `v[e]` `len`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn add_scaled_4x4_avx2(acc: &mut [f32], w: [[f32; 4]; 4], v: [&[f32]; 4]) {
+    use std::arch::x86_64::*;
+    let len = acc.len() / 4;
+    let mut i = 0;
+    while i + 8 <= len {
+        // SAFETY (every access): i + 8 <= len; accumulator h starts at h·len.
+        let vs = v.map(|v| _mm256_loadu_ps(v.as_ptr().add(i)));
+        for (h, wh) in w.iter().enumerate() {
+            let p = acc.as_mut_ptr().add(h * len + i);
+            let mut a = _mm256_loadu_ps(p);
+            for (e, ve) in vs.iter().enumerate() {
+                a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(wh[e]), *ve));
+            }
+            _mm256_storeu_ps(p, a);
+        }
+        i += 8;
+    }
+    for (h, wh) in w.iter().enumerate() {
+        for k in i..len {
+            for (e, ve) in v.iter().enumerate() {
+                acc[h * len + k] += wh[e] * ve[k];
+            }
+        }
+    }
+}
+
 /// `dot_dense` with AVX2 and FMA: eight lanes in four running sums — the `k`-th run of eight
 /// values is product-added (fused) into sum `k mod 4`, so four chains of FMAs are in flight
 /// instead of one — the sums added lane by lane as `(s0 + s1) + (s2 + s3)`, the lanes as
@@ -199,6 +307,34 @@ fn sum8(acc: &[f32; 8]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dot2x2_and_add_scaled_4x4_are_their_single_calls_bit_for_bit() {
+        let v = |n: usize, seed: u32| -> Vec<f32> {
+            (0..n)
+                .map(|i| ((i as u32).wrapping_mul(2654435761) ^ seed) % 1000)
+                .map(|v| v as f32 / 997.0 - 0.5)
+                .collect()
+        };
+        for n in [0, 5, 8, 37, 64, 576] {
+            let (a0, a1, b0, b1) = (v(n, 1), v(n, 2), v(n, 3), v(n, 4));
+            let got = dot2x2([&a0, &a1], [&b0, &b1]);
+            let want = [dot(&a0, &b0), dot(&a0, &b1), dot(&a1, &b0), dot(&a1, &b1)];
+            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "dot2x2, n {n}");
+            let vs = [v(n, 5), v(n, 6), v(n, 7), v(n, 8)];
+            let w = [[0.3, -1.7, 0.01, 2.5], [1.1, 0.0, -0.4, 0.9], [-2.0, 0.5, 0.25, -0.125], [0.7, 0.7, -0.7, 3.0]];
+            let mut got = v(4 * n, 9);
+            let mut want = got.clone();
+            add_scaled_4x4(&mut got, w, [&vs[0], &vs[1], &vs[2], &vs[3]]);
+            for (h, acc) in want.chunks_exact_mut(n.max(1)).enumerate() {
+                for e in 0..4 {
+                    add_scaled(acc, w[h][e], &vs[e]);
+                }
+            }
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "add_scaled_4x4, n {n}");
+        }
+    }
 
     #[test]
     fn dot4_is_four_dots_bit_for_bit() {

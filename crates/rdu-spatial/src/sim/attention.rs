@@ -9,7 +9,7 @@ use super::ops::{Call, Outs};
 use super::region::{region, untiled, Axes};
 use super::tensor::SimTensor;
 use super::{invalid, SimError};
-use crate::q8::{add_scaled, dot, dot4};
+use crate::q8::{add_scaled, add_scaled_4x4, dot, dot2x2};
 
 /// Heads one work item of an attention serves with each key it reads.
 const HEADS: usize = 16;
@@ -243,7 +243,7 @@ fn read<'d>(kv: &Kv<'d>, rows: Option<&Kv<'d>>, src: Src, group: usize) -> Resul
 }
 
 /// `scores[head][e] = scale · q·k` of every head of a run (`qs`) against the `len` keys it
-/// attends (`key(e)`), four keys at a time.
+/// attends (`key(e)`): two heads by two keys at a time (`dot2x2`, each score exactly its `dot`).
 fn scores<'k>(
     qs: &[&[f32]],
     key: impl Fn(usize) -> Result<&'k [f32], SimError>,
@@ -252,23 +252,65 @@ fn scores<'k>(
 ) -> Result<Vec<f32>, SimError> {
     let mut scores = vec![0.0f32; qs.len() * len];
     let mut e = 0;
-    while e + 4 <= len {
-        let four = [key(e)?, key(e + 1)?, key(e + 2)?, key(e + 3)?];
-        for (jj, qv) in qs.iter().enumerate() {
-            let d = dot4(qv, four);
-            for (i, v) in d.into_iter().enumerate() {
-                scores[jj * len + e + i] = scale * v;
+    while e + 2 <= len {
+        let two = [key(e)?, key(e + 1)?];
+        let mut jj = 0;
+        while jj + 2 <= qs.len() {
+            let d = dot2x2([qs[jj], qs[jj + 1]], two);
+            let (first, second) = (jj * len + e, (jj + 1) * len + e);
+            (scores[first], scores[first + 1]) = (scale * d[0], scale * d[1]);
+            (scores[second], scores[second + 1]) = (scale * d[2], scale * d[3]);
+            jj += 2;
+        }
+        if jj < qs.len() {
+            for (i, k) in two.into_iter().enumerate() {
+                scores[jj * len + e + i] = scale * dot(qs[jj], k);
             }
         }
-        e += 4;
+        e += 2;
     }
-    for e in e..len {
+    if e < len {
         let k = key(e)?;
         for (jj, qv) in qs.iter().enumerate() {
             scores[jj * len + e] = scale * dot(qv, k);
         }
     }
     Ok(scores)
+}
+
+/// `o[head] = Σₑ weights[head][e] · value(e)` in order of `e` (each product rounded, then added,
+/// as `add_scaled`), four heads by four values at a time (`add_scaled_4x4`).
+fn weighted_sum<'v>(
+    weights: &[f32],
+    len: usize,
+    value: impl Fn(usize) -> Result<&'v [f32], SimError>,
+    heads: usize,
+    dv: usize,
+) -> Result<Vec<f32>, SimError> {
+    let mut o = vec![0.0f32; heads * dv];
+    let mut e = 0;
+    while e + 4 <= len {
+        let vals = [value(e)?, value(e + 1)?, value(e + 2)?, value(e + 3)?];
+        let mut jj = 0;
+        while jj + 4 <= heads {
+            let w = std::array::from_fn(|h| std::array::from_fn(|i| weights[(jj + h) * len + e + i]));
+            add_scaled_4x4(&mut o[jj * dv..(jj + 4) * dv], w, vals);
+            jj += 4;
+        }
+        for jj in jj..heads {
+            for (i, val) in vals.iter().enumerate() {
+                add_scaled(&mut o[jj * dv..(jj + 1) * dv], weights[jj * len + e + i], val);
+            }
+        }
+        e += 4;
+    }
+    for e in e..len {
+        let val = value(e)?;
+        for (jj, acc) in o.chunks_exact_mut(dv.max(1)).enumerate() {
+            add_scaled(acc, weights[jj * len + e], val);
+        }
+    }
+    Ok(o)
 }
 
 /// Scores `scale · q·k` over the attended positions (`pos` is argument `pos_arg`), softmax in
@@ -337,14 +379,7 @@ fn run(
             let total: f32 = head.iter().sum();
             head.iter_mut().for_each(|w| *w /= total);
         }
-        let mut o = vec![0.0f32; heads * dv];
-        for (e, &(src, _)) in srcs.iter().enumerate() {
-            let val = read(&values, row_values, src, kvh)?;
-            for (jj, acc) in o.chunks_exact_mut(dv.max(1)).enumerate() {
-                add_scaled(acc, scores[jj * len + e], val);
-            }
-        }
-        Ok(o)
+        weighted_sum(&scores, len, |e| read(&values, row_values, srcs[e].0, kvh), heads, dv)
     };
     let work: usize = n * h * dk * row_sources.iter().map(Vec::len).max().unwrap_or(1);
     let outs: Vec<Vec<f32>> = if work >= 1 << 16 {
