@@ -236,6 +236,15 @@ pub unsafe fn dot_widened_avx2(format: GgmlType, row: &[u8], x: &[f32]) -> Optio
     let mut acc = [_mm256_setzero_ps(); 4];
     // Eight bytes (signed) → eight f32, times the scale: exactly `f32::from(q) * d`.
     let f8 = |v: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+    // 32 signed bytes `q` times the scales (`d0` for the first 16, `d1` for the last), each
+    // product-added with `x[0..32]` into the four running sums, run by run.
+    let add32 = |acc: &mut [__m256; 4], q: __m256i, d0: __m256, d1: __m256, xp: *const f32| {
+        let (lo, hi) = (_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+        let runs = [(lo, d0), (_mm_srli_si128(lo, 8), d0), (hi, d1), (_mm_srli_si128(hi, 8), d1)];
+        for (k, (v, d)) in runs.into_iter().enumerate() {
+            acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(f8(v), d), _mm256_loadu_ps(xp.add(8 * k)), acc[k]);
+        }
+    };
     match format {
         GgmlType::Q5_0 => {
             let n = (row.len() / 22).min(x.len() / 32);
@@ -252,14 +261,7 @@ pub unsafe fn dot_widened_avx2(format: GgmlType, row: &[u8], x: &[f32]) -> Optio
                     _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_or_si256(bits, bit), _mm256_set1_epi64x(-1)), sixteen);
                 let qs = _mm_loadu_si128(b.add(6) as *const __m128i);
                 let nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), low4), _mm_and_si128(qs, low4));
-                let q = _mm256_sub_epi8(_mm256_or_si256(nib, high), sixteen);
-                let (lo, hi) = (_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-                acc[0] = _mm256_fmadd_ps(_mm256_mul_ps(f8(lo), d), _mm256_loadu_ps(xp), acc[0]);
-                acc[1] =
-                    _mm256_fmadd_ps(_mm256_mul_ps(f8(_mm_srli_si128(lo, 8)), d), _mm256_loadu_ps(xp.add(8)), acc[1]);
-                acc[2] = _mm256_fmadd_ps(_mm256_mul_ps(f8(hi), d), _mm256_loadu_ps(xp.add(16)), acc[2]);
-                acc[3] =
-                    _mm256_fmadd_ps(_mm256_mul_ps(f8(_mm_srli_si128(hi, 8)), d), _mm256_loadu_ps(xp.add(24)), acc[3]);
+                add32(&mut acc, _mm256_sub_epi8(_mm256_or_si256(nib, high), sixteen), d, d, xp);
             }
         }
         GgmlType::Q8_0 => {
@@ -267,14 +269,7 @@ pub unsafe fn dot_widened_avx2(format: GgmlType, row: &[u8], x: &[f32]) -> Optio
             for i in 0..n {
                 let (b, xp) = (row.as_ptr().add(34 * i), x.as_ptr().add(32 * i));
                 let d = _mm256_set1_ps(f16_scale(b));
-                let (lo, hi) =
-                    (_mm_loadu_si128(b.add(2) as *const __m128i), _mm_loadu_si128(b.add(18) as *const __m128i));
-                acc[0] = _mm256_fmadd_ps(_mm256_mul_ps(f8(lo), d), _mm256_loadu_ps(xp), acc[0]);
-                acc[1] =
-                    _mm256_fmadd_ps(_mm256_mul_ps(f8(_mm_srli_si128(lo, 8)), d), _mm256_loadu_ps(xp.add(8)), acc[1]);
-                acc[2] = _mm256_fmadd_ps(_mm256_mul_ps(f8(hi), d), _mm256_loadu_ps(xp.add(16)), acc[2]);
-                acc[3] =
-                    _mm256_fmadd_ps(_mm256_mul_ps(f8(_mm_srli_si128(hi, 8)), d), _mm256_loadu_ps(xp.add(24)), acc[3]);
+                add32(&mut acc, _mm256_loadu_si256(b.add(2) as *const __m256i), d, d, xp);
             }
         }
         GgmlType::Q4_K => {
@@ -342,25 +337,11 @@ pub unsafe fn dot_widened_avx2(format: GgmlType, row: &[u8], x: &[f32]) -> Optio
                         ),
                     ];
                     for (k, q) in q.into_iter().enumerate() {
-                        let q = _mm256_sub_epi8(q, minus32);
                         let sc = b.add(192 + 8 * half + 2 * k);
                         // Exactly the reference's `d · scale`, then `(d · scale) · (q − 32)`.
                         let ds0 = _mm256_set1_ps(d * f32::from(*sc as i8));
                         let ds1 = _mm256_set1_ps(d * f32::from(*sc.add(1) as i8));
-                        let (lo, hi) = (_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-                        let xs = xp.add(128 * half + 32 * k);
-                        acc[0] = _mm256_fmadd_ps(_mm256_mul_ps(ds0, f8(lo)), _mm256_loadu_ps(xs), acc[0]);
-                        acc[1] = _mm256_fmadd_ps(
-                            _mm256_mul_ps(ds0, f8(_mm_srli_si128(lo, 8))),
-                            _mm256_loadu_ps(xs.add(8)),
-                            acc[1],
-                        );
-                        acc[2] = _mm256_fmadd_ps(_mm256_mul_ps(ds1, f8(hi)), _mm256_loadu_ps(xs.add(16)), acc[2]);
-                        acc[3] = _mm256_fmadd_ps(
-                            _mm256_mul_ps(ds1, f8(_mm_srli_si128(hi, 8))),
-                            _mm256_loadu_ps(xs.add(24)),
-                            acc[3],
-                        );
+                        add32(&mut acc, _mm256_sub_epi8(q, minus32), ds0, ds1, xp.add(128 * half + 32 * k));
                     }
                 }
             }
