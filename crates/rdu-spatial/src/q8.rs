@@ -127,12 +127,6 @@ unsafe fn add_scaled_avx2(acc: &mut [f32], w: f32, v: &[f32]) {
     }
 }
 
-/// `dot(a, b)` for each of four `bs`, each result its own `dot` (which already keeps four
-/// independent chains of fused product-adds in flight).
-pub fn dot4(a: &[f32], bs: [&[f32]; 4]) -> [f32; 4] {
-    bs.map(|b| dot(a, b))
-}
-
 /// `[dot(a0, b0), dot(a0, b1), dot(a1, b0), dot(a1, b1)]`, each bit-identical to its own `dot`
 /// (the same four running sums, fold and tail), computed together so that each value loaded
 /// serves two products.
@@ -333,22 +327,6 @@ mod tests {
             }
             let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got), bits(&want), "add_scaled_4x4, n {n}");
-        }
-    }
-
-    #[test]
-    fn dot4_is_four_dots_bit_for_bit() {
-        for n in [0, 5, 8, 37, 576] {
-            let v = |seed: u32| -> Vec<f32> {
-                (0..n)
-                    .map(|i| ((i as u32).wrapping_mul(2654435761) ^ seed) % 1000)
-                    .map(|v| v as f32 / 997.0 - 0.5)
-                    .collect()
-            };
-            let (a, b0, b1, b2, b3) = (v(1), v(2), v(3), v(4), v(5));
-            let got = dot4(&a, [&b0, &b1, &b2, &b3]);
-            let want = [dot(&a, &b0), dot(&a, &b1), dot(&a, &b2), dot(&a, &b3)];
-            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "n {n}");
         }
     }
 
