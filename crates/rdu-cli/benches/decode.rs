@@ -32,8 +32,10 @@ fn host(
     (host, dir)
 }
 
-/// One decode step a criterion iteration, wrapping around the context.
+/// One decode step a criterion iteration, wrapping around the context; each step runs on a
+/// worker of a rayon pool, as `rdu run` runs (so its products fork inside the pool).
 fn steps(c: &mut Criterion, name: &str, host: &mut Host) {
+    let pool = rayon::ThreadPoolBuilder::new().build().expect("a thread pool");
     let mut group = c.benchmark_group("decode");
     group.throughput(Throughput::Elements(1));
     group.sample_size(20);
@@ -44,7 +46,7 @@ fn steps(c: &mut Criterion, name: &str, host: &mut Host) {
                 host.reset();
                 pos = 0;
             }
-            host.step(&[818], pos).expect("step");
+            pool.install(|| host.step(&[818], pos).expect("step"));
             pos += 1;
         })
     });

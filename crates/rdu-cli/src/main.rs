@@ -62,6 +62,20 @@ enum Command {
     Plan(plan_cmd::PlanArgs),
 }
 
+/// Runs `f` on a worker of a rayon pool (as many threads as the global pool would have:
+/// `RAYON_NUM_THREADS` or one a core), so the simulator's parallel products fork from a worker
+/// — the other workers steal their pieces — instead of each being injected into the pool from
+/// outside and waited for on a lock (Q8_0 Gemma 3 270M decode, 2 threads: 50–57 → 56–62 tok/s).
+fn in_pool<T>(f: impl FnOnce() -> anyhow::Result<T> + Send) -> anyhow::Result<T>
+where
+    T: Send,
+{
+    match rayon::ThreadPoolBuilder::new().build() {
+        Ok(pool) => pool.install(f),
+        Err(_) => f(),
+    }
+}
+
 fn main() -> ExitCode {
     quiet_on_closed_pipe();
     // Negative numbers reach the value parsers (and their one-line refusal) instead of
@@ -82,7 +96,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let result = match cli.command {
+    let result = in_pool(move || match cli.command {
         Command::Presets => program_cmds::presets(),
         Command::Kinds(args) => program_cmds::kinds(&args),
         Command::Source(args) => program_cmds::source(&args),
@@ -97,7 +111,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => verify_cmd::run(&args),
         Command::Report(args) => report::run(&args),
         Command::Plan(args) => plan_cmd::run(&args),
-    };
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
