@@ -78,6 +78,7 @@ where
 
 fn main() -> ExitCode {
     quiet_on_closed_pipe();
+    one_heap();
     // Negative numbers reach the value parsers (and their one-line refusal) instead of
     // being taken for flags.
     let command = Cli::command().mut_subcommands(|sub| {
@@ -118,6 +119,18 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// One glibc heap for every thread. The work runs on pool workers (`in_pool`), and with a heap
+/// per thread the memory one worker frees (lowering's certification, an op's buffers) is not
+/// reused by the other, so `rdu run`'s peak resident size on the Gemma 3 270M Q4_K_M file rose
+/// from 313–323 MiB to 325–360 MiB; with one heap it is 318–329 MiB, decode speed unchanged.
+fn one_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets a glibc allocator parameter; it runs before any other thread.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
     }
 }
 
