@@ -327,14 +327,20 @@ fn kind_programs_do_not_depend_on_depth() {
 /// Prefill, chunks of 512 over ctx 4096 (Q8_0, SN50): every kind certified at its real shapes,
 /// and the kinds — names and layers — those of the decode cut.
 fn prefill_real(name: &str) {
+    prefill_real_seeded(name, 7)
+}
+
+/// `prefill_real` with certification inputs of `seed`.
+fn prefill_real_seeded(name: &str, seed: u64) {
     let spec = presets::resolve(name).expect("preset");
     let started = std::time::Instant::now();
     let decode: Vec<(String, Vec<usize>)> = layer_kinds_for(&spec, Cut::Decode { ctx: 4096 }, &Storage::AllQ8)
         .into_iter()
         .map(|k| (k.name, k.layers))
         .collect();
-    let model = lower_prefill_streamed(&spec, 512, 4096, opts("sn50", Storage::AllQ8, &mut |_| {}))
-        .unwrap_or_else(|e| panic!("{name} prefill: {e}"));
+    let model =
+        lower_prefill_streamed(&spec, 512, 4096, LowerOptions { seed, ..opts("sn50", Storage::AllQ8, &mut |_| {}) })
+            .unwrap_or_else(|e| panic!("{name} prefill: {e}"));
     let kinds: Vec<(String, Vec<usize>)> =
         model.kinds.iter().map(|k| (k.program.name.clone(), k.layers.clone())).collect();
     assert_eq!(kinds, decode, "{name}: the prefill kinds differ from the decode kinds");
@@ -388,9 +394,13 @@ fn deepseek_v2_prefill_512_certifies() {
     prefill_real("deepseek-v2");
 }
 
+/// Seed 0 (`rdu lower`'s default) puts a router near-tie in the chunk — experts whose
+/// probabilities the two engines' last bits order differently, so `mla_moe` failed
+/// certification by a whole expert's contribution — and certification takes the simulator's
+/// choice at such a tie (`eval_breaking_all_ties`), every value still held to the tolerance.
 #[test]
 fn deepseek_v2_lite_prefill_512_certifies() {
-    prefill_real("deepseek-v2-lite");
+    prefill_real_seeded("deepseek-v2-lite", 0);
 }
 
 #[test]

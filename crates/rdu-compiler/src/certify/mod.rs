@@ -17,7 +17,7 @@ pub fn seeded_inputs(program: &SpatialProgram, graph: &Graph, seed: u64) -> Inpu
     Inputs::new(program, graph, seed)
 }
 
-use crate::graph::{eval_breaking_ties, Graph};
+use crate::graph::{eval_breaking_all_ties, Graph};
 use rdu_spatial::chip::Chip;
 use rdu_spatial::program::SpatialProgram;
 use rdu_spatial::sim::simulate;
@@ -64,8 +64,11 @@ pub fn certify(program: &SpatialProgram, graph: &Graph, chip: &Chip, seed: u64) 
     // bf16 states: a value within the tolerance of a rounding midpoint may round to either
     // neighbour, and the reference takes the one the simulator stored; every other value is
     // rounded by the reference alone and must agree.
+    // Likewise a route whose router scores put two experts within the tolerance of each other
+    // may choose either; the reference takes the simulator's choice when it is such a tie.
     let ties = |name: &str| simulated.states.get(name)?.as_f32();
-    let reference = eval_breaking_ties(graph, &inputs, &ties, TOLERANCE as f32)
+    let routes = |name: &str| simulated.routes.get(name)?.as_i32();
+    let reference = eval_breaking_all_ties(graph, &inputs, &ties, &routes, TOLERANCE as f32)
         .map_err(|e| CertifyFault::Engine { engine: "reference", message: e.to_string() })?;
     let (mut max_abs_err, mut tolerance) = (0f64, TOLERANCE);
     let results = reference.outputs.iter().map(|(n, t)| (n, t, simulated.outputs.get(n)));

@@ -12,7 +12,7 @@ mod op;
 mod print;
 mod tensor;
 
-pub use eval::{eval, eval_breaking_ties, Bindings, EvalError, Evaluated};
+pub use eval::{eval, eval_breaking_all_ties, eval_breaking_ties, Bindings, EvalError, Evaluated};
 pub use infer::{infer, Fault, Site, TypeError};
 pub use op::{Act, KMap, Op, RopeStyle};
 pub use tensor::{numel, Data, Tensor};

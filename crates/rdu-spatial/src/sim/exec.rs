@@ -13,15 +13,17 @@ use crate::program::{Arg, KernelOp, Op, Role, SpatialProgram, Storage, TensorDec
 use crate::q8::{Q8Weight, QK8_0};
 
 /// Runs `program`; states in `states` (when `in_place`) are read from and written back there.
+/// With `routes`, every `route` op's expert indices are kept there under the name it binds.
 pub(super) fn run(
     program: &SpatialProgram,
     bindings: &dyn SimBindings,
     states: &mut BTreeMap<String, SimTensor>,
     in_place: bool,
     collective: Option<(&dyn Collective, usize)>,
+    routes: Option<&mut BTreeMap<String, SimTensor>>,
 ) -> Result<BTreeMap<String, SimTensor>, SimError> {
     let decls: BTreeMap<&str, &TensorDecl> = program.tensors.iter().map(|d| (d.name.as_str(), d)).collect();
-    let mut ex = Exec { bindings, decls, env: BTreeMap::new(), collective };
+    let mut ex = Exec { bindings, decls, env: BTreeMap::new(), collective, routes };
     if in_place {
         for decl in program.tensors.iter().filter(|d| d.role == Role::State) {
             if let Some(t) = states.remove(&decl.name) {
@@ -66,14 +68,15 @@ pub(super) enum Val<'b> {
     Packed { w: PackedWeight<'b>, q8: bool },
 }
 
-struct Exec<'p, 'b> {
+struct Exec<'p, 'b, 'r> {
     bindings: &'b dyn SimBindings,
     decls: BTreeMap<&'p str, &'p TensorDecl>,
     env: BTreeMap<String, Val<'b>>,
     collective: Option<(&'b dyn Collective, usize)>,
+    routes: Option<&'r mut BTreeMap<String, SimTensor>>,
 }
 
-impl<'p, 'b> Exec<'p, 'b> {
+impl<'p, 'b> Exec<'p, 'b, '_> {
     fn steps(&mut self, program: &'p SpatialProgram) -> Result<(), SimError> {
         for stage in program.sections.iter().flat_map(|s| &s.stages) {
             for (index, op) in stage.ops.iter().enumerate() {
@@ -149,6 +152,11 @@ impl<'p, 'b> Exec<'p, 'b> {
         if outs.len() != op.outs.len() {
             let n = outs.len();
             return super::invalid(format!("`{}` produces {n} outputs, the op binds {}", op.op, op.outs.len()));
+        }
+        if let (Op::Route, Some(routes), Some(name), Some(idx)) =
+            (&op.op, self.routes.as_mut(), op.outs.get(1), outs.get(1))
+        {
+            routes.insert(name.clone(), idx.clone());
         }
         for (k, (name, value)) in op.outs.iter().zip(outs).enumerate() {
             let is_state = op.update && k + 1 == op.outs.len();

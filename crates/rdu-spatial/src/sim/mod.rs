@@ -41,6 +41,8 @@ pub struct SimOut {
     pub outputs: BTreeMap<String, SimTensor>,
     /// The final value of every declared state.
     pub states: BTreeMap<String, SimTensor>,
+    /// Each `route` op's chosen experts (`[n, k]` i32), by the name it binds them to.
+    pub routes: BTreeMap<String, SimTensor>,
 }
 
 /// Why a program could not be executed.
@@ -60,9 +62,9 @@ pub enum SimError {
 
 /// Runs one step of `program`; `env` supplies every input, weight, shared and state tensor.
 pub fn simulate(program: &SpatialProgram, env: &dyn SimBindings) -> Result<SimOut, SimError> {
-    let mut states = BTreeMap::new();
-    let outputs = exec::run(program, env, &mut states, false, None)?;
-    Ok(SimOut { outputs, states })
+    let (mut states, mut routes) = (BTreeMap::new(), BTreeMap::new());
+    let outputs = exec::run(program, env, &mut states, false, None, Some(&mut routes))?;
+    Ok(SimOut { outputs, states, routes })
 }
 
 /// One chip's step of a tensor-parallel program: `env` binds this chip's slices, `states`
@@ -76,7 +78,7 @@ pub fn simulate_chip(
     collective: &dyn Collective,
     chip: usize,
 ) -> Result<BTreeMap<String, SimTensor>, SimError> {
-    let result = exec::run(program, env, states, in_place, Some((collective, chip)));
+    let result = exec::run(program, env, states, in_place, Some((collective, chip)), None);
     if let Err(e) = &result {
         collective.abort(&e.to_string());
     }
@@ -91,7 +93,7 @@ pub fn simulate_in_place(
     env: &dyn SimBindings,
     states: &mut BTreeMap<String, SimTensor>,
 ) -> Result<BTreeMap<String, SimTensor>, SimError> {
-    exec::run(program, env, states, true, None)
+    exec::run(program, env, states, true, None, None)
 }
 
 /// A kernel's complaint, before the executor says which op made it.

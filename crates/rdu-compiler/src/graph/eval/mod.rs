@@ -93,6 +93,22 @@ pub fn eval_breaking_ties<'t>(
     ties: &dyn Fn(&str) -> Option<&'t [f32]>,
     band: f32,
 ) -> Result<Evaluated, EvalError> {
+    eval_breaking_all_ties(graph, env, ties, &|_| None, band)
+}
+
+/// [`eval_breaking_ties`], and a `route` whose choice of experts for a row differs from the one
+/// `routes` gives for its expert indices (by name, `[n, k]`) takes that one instead when it is
+/// a near-tie: every expert it chooses has a probability within `band` of the reference's
+/// `k`-th (and, with groups, its group within `band` of the last group kept). Certification
+/// passes the simulator's choices: router scores that differ in their last bits between the
+/// two engines may order a near-tie either way, and both orders are right.
+pub fn eval_breaking_all_ties<'t>(
+    graph: &Graph,
+    env: &dyn Bindings,
+    ties: &dyn Fn(&str) -> Option<&'t [f32]>,
+    routes: &dyn Fn(&str) -> Option<&'t [i32]>,
+    band: f32,
+) -> Result<Evaluated, EvalError> {
     graph.verify().map_err(|m| EvalError::new(None, format!("malformed graph: {m}")))?;
     let mut run = Run { graph, env, values: vec![None; graph.values.len()] };
     // States stored as bf16: a value written into one (an update, which shares the state's
@@ -103,7 +119,7 @@ pub fn eval_breaking_ties<'t>(
         .map(|(_, v, _)| v.name.as_str())
         .collect();
     for node in &graph.nodes {
-        let outs = run.node(node)?;
+        let outs = run.node(node, routes, band)?;
         for (&v, mut t) in node.outputs.iter().zip(outs) {
             if t.shape() != graph.ty(v).shape.as_slice() || t.dtype() != graph.ty(v).dtype {
                 let message =
@@ -192,7 +208,12 @@ impl Run<'_> {
         Ok(row)
     }
 
-    fn node(&mut self, node: &Node) -> Result<Vec<Tensor>, EvalError> {
+    fn node<'t>(
+        &mut self,
+        node: &Node,
+        routes: &dyn Fn(&str) -> Option<&'t [i32]>,
+        band: f32,
+    ) -> Result<Vec<Tensor>, EvalError> {
         // `experts` reads its stacked weights row by row; every other op reads whole tensors.
         let eager = if matches!(node.op, Op::Experts { .. }) { 3 } else { node.inputs.len() };
         let mut args = Vec::with_capacity(eager);
@@ -205,6 +226,11 @@ impl Run<'_> {
                 let weights = [node.inputs[3], node.inputs[4], node.inputs[5]];
                 let n_experts = self.graph.ty(weights[0]).shape[0];
                 moe::experts(&ins, *act, n_experts, &mut |which, e| self.row(weights[which], e))
+            }
+            Op::Route { k, norm, scale, groups, topk_groups } => {
+                let other = node.outputs.get(1).and_then(|&v| routes(&self.graph.value(v).name));
+                let tie = other.map(|idx| (idx, f64::from(band)));
+                moe::route(ins[0], *k, *norm, *scale, *groups, *topk_groups, tie)
             }
             op => kernel(op, &ins),
         };
@@ -241,7 +267,7 @@ fn kernel(op: &Op, ins: &[&Tensor]) -> Kernel {
         Op::DeltaScan { kmap } => recurrent::delta(None, ins, *kmap),
         Op::DeltaStep { kmap } => recurrent::delta(Some(ins[0]), &ins[1..], *kmap),
         Op::Route { k, norm, scale, groups, topk_groups } => {
-            moe::route(ins[0], *k, *norm, *scale, *groups, *topk_groups)
+            moe::route(ins[0], *k, *norm, *scale, *groups, *topk_groups, None)
         }
         Op::Experts { .. } => Err("experts is evaluated row by row".into()),
         // The reference interpreter runs a program as one chip: the sum over one chip is the value.

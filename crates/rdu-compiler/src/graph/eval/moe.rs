@@ -18,7 +18,20 @@ fn top_k(values: &[f64], k: usize) -> Vec<usize> {
 
 /// `p = softmax(logits)`; with `groups > 1` keep the `topk_groups` groups with the largest
 /// max `p` (others zeroed); the `k` largest; `w / Σw` when `norm`; then `· scale`.
-pub(super) fn route(logits: &Tensor, k: usize, norm: bool, scale: f64, groups: usize, topk_groups: usize) -> Kernel {
+///
+/// `tie`: another engine's choices (`[n, k]` expert indices) and a band. A row whose choice
+/// differs takes the other one when it is a near-tie — each expert it chooses has `p` within
+/// the band of the `k`-th largest, and with groups its group's max within the band of the last
+/// group kept — its weights then computed from the same `p` (`eval_breaking_all_ties`).
+pub(super) fn route(
+    logits: &Tensor,
+    k: usize,
+    norm: bool,
+    scale: f64,
+    groups: usize,
+    topk_groups: usize,
+    tie: Option<(&[i32], f64)>,
+) -> Kernel {
     let (n, e) = (logits.shape()[0], logits.shape()[1]);
     let ls = f32s(logits)?;
     let (mut weights, mut indices) = (Vec::with_capacity(n * k), Vec::with_capacity(n * k));
@@ -27,20 +40,40 @@ pub(super) fn route(logits: &Tensor, k: usize, norm: bool, scale: f64, groups: u
         let max = row.iter().map(|&v| f64::from(v)).fold(f64::NEG_INFINITY, f64::max);
         let exps: Vec<f64> = row.iter().map(|&v| (f64::from(v) - max).exp()).collect();
         let total: f64 = exps.iter().sum();
-        let mut p: Vec<f64> = exps.iter().map(|x| x / total).collect();
+        let all: Vec<f64> = exps.iter().map(|x| x / total).collect();
+        let mut p = all.clone();
+        let size = e / groups.max(1);
+        let mut group_bar = f64::NEG_INFINITY;
         if groups > 1 {
-            let size = e / groups;
             let best: Vec<f64> = (0..groups)
                 .map(|g| p[g * size..(g + 1) * size].iter().copied().fold(f64::NEG_INFINITY, f64::max))
                 .collect();
             let kept = top_k(&best, topk_groups);
+            group_bar = kept.iter().map(|&g| best[g]).fold(f64::INFINITY, f64::min);
             for (i, v) in p.iter_mut().enumerate() {
                 if !kept.contains(&(i / size)) {
                     *v = 0.0;
                 }
             }
         }
-        let chosen = top_k(&p, k);
+        let mut chosen = top_k(&p, k);
+        if let Some((other, band)) = tie {
+            let theirs: Option<Vec<usize>> =
+                other.get(r * k..(r + 1) * k).map(|o| o.iter().filter_map(|&i| usize::try_from(i).ok()).collect());
+            if let Some(theirs) = theirs.filter(|t| t.len() == k && *t != chosen) {
+                let bar = chosen.iter().map(|&i| p[i]).fold(f64::INFINITY, f64::min);
+                let group_max =
+                    |g: usize| all[g * size..(g + 1) * size].iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let near = theirs.iter().all(|&i| {
+                    i < e && all[i] >= bar - band && (groups <= 1 || group_max(i / size) >= group_bar - band)
+                });
+                let distinct = theirs.iter().enumerate().all(|(a, x)| !theirs[..a].contains(x));
+                if near && distinct {
+                    chosen = theirs;
+                    p = all.clone();
+                }
+            }
+        }
         let mut w: Vec<f64> = chosen.iter().map(|&i| p[i]).collect();
         if norm {
             let sum: f64 = w.iter().sum();

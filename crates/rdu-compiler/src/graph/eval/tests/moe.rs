@@ -50,6 +50,40 @@ fn route_with_groups_keeps_the_best_groups_only() {
     assert_eq!(run(route(2, false, 1.0, 2, 1), &[&tied])[1], i(&[1, 2], &[0, 1]));
 }
 
+/// Another engine's choice of experts is taken for a row exactly when it is a near-tie (each
+/// chosen expert's `p` within the band of the reference's `k`-th, its group within the band of
+/// the last group kept), its weights from the same probabilities; otherwise the reference's
+/// own choice stands.
+#[test]
+fn route_takes_another_engines_choice_only_at_a_near_tie() {
+    use crate::graph::eval::moe::route as reference_route;
+    // p ∝ [0.25, 0.25 + 1e-6, 0.3, 0.2 − 1e-6]: the top 2 are [2, 1]; [2, 0] is a near-tie.
+    let l = logits(&[0.25, 0.25 + 1e-6, 0.3, 0.2 - 1e-6]);
+    let own = reference_route(&l, 2, true, 1.0, 1, 1, None).expect("routes");
+    assert_eq!(own[1], i(&[1, 2], &[2, 1]));
+    let near = reference_route(&l, 2, true, 1.0, 1, 1, Some((&[2, 0], 1e-4))).expect("routes");
+    assert_eq!(near[1], i(&[1, 2], &[2, 0]));
+    assert_close(&near[0], &[1, 2], &[0.3 / 0.55, 0.25 / 0.55]);
+    // The same set in another order is taken too (it fixes the order the experts are summed in).
+    let order = reference_route(&l, 2, true, 1.0, 1, 1, Some((&[1, 2], 1e-4))).expect("routes");
+    assert_eq!(order[1], i(&[1, 2], &[1, 2]));
+    // Expert 3 is 0.05 below: not a tie, and neither is anything with a band of zero.
+    for (other, band) in [([2, 3], 1e-4), ([2, 0], 0.0), ([2, 2], 1e-4), ([2, 9], 1e-4), ([2, -1], 1e-4)] {
+        let got = reference_route(&l, 2, true, 1.0, 1, 1, Some((&other, band))).expect("routes");
+        assert_eq!(got[1], own[1], "{other:?} band {band}");
+    }
+    // Groups {0, 1} and {2, 3}, one kept: group 1 (max 0.3) wins; expert 1 of group 0 is in a
+    // group 0.05 below the kept one, so choosing it is no tie.
+    let grouped = reference_route(&l, 1, false, 1.0, 2, 1, Some((&[1], 1e-4))).expect("routes");
+    assert_eq!(grouped[1], i(&[1, 1], &[2]));
+    // Groups {0, 1} (max 0.25 + 1e-6) and {2, 3} with p ∝ [.., .., 0.25, 0.2]: a near-tie of groups.
+    let l2 = logits(&[0.3, 0.25 + 1e-6, 0.25, 0.2]);
+    let g2 = reference_route(&l2, 1, false, 1.0, 2, 1, None).expect("routes");
+    assert_eq!(g2[1], i(&[1, 1], &[0]));
+    let g2 = reference_route(&logits(&[0.25, 0.2, 0.25 + 1e-6, 0.3 - 1e-6]), 1, false, 1.0, 2, 1, Some((&[0], 1e-4)));
+    assert_eq!(g2.expect("routes")[1], i(&[1, 1], &[3]), "expert 0's p is 0.05 below the k-th: no tie");
+}
+
 /// Bindings over a map that count every fetch.
 struct Counting {
     inner: BTreeMap<String, Tensor>,
