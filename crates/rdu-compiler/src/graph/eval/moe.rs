@@ -70,7 +70,7 @@ pub(super) fn route(
                 let distinct = theirs.iter().enumerate().all(|(a, x)| !theirs[..a].contains(x));
                 if near && distinct {
                     chosen = theirs;
-                    p = all.clone();
+                    p = all;
                 }
             }
         }

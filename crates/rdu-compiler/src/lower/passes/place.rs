@@ -2,10 +2,9 @@
 //! balanced — every stage gets its minimum; the remaining PMUs go in proportion to the bytes
 //! stages stream, the remaining PCUs in proportion to their FLOPs or one at a time to the stage
 //! with the most FLOPs per PCU, whichever the cost model times shorter — then give every stage
-//! its region of
-//! the chip's unit mesh: consecutive runs of PCUs and of PMUs in the mesh's serpentine order,
-//! stage after stage, so each stage is a connected strip and the next stage starts where it
-//! ends (`rdu_spatial::program::Region`).
+//! its region of the chip's unit mesh: consecutive runs of PCUs and of PMUs in the mesh's
+//! serpentine order, stage after stage, so each stage is a connected strip and the next stage
+//! starts where it ends (`rdu_spatial::program::Region`).
 
 use super::super::work::{op_work, Work, WorkModel};
 use super::section::minimum_units;
@@ -55,8 +54,8 @@ pub fn place(program: &mut SpatialProgram, chip: &Chip) {
         let proportional = share(chip.pcus, &pcu_mins, &flops);
         let balanced = balance(chip.pcus, &pcu_mins, &flops);
         assign(program, s, &proportional, &pmus);
-        let before = section_seconds(program, s, chip);
         if balanced != proportional {
+            let before = section_seconds(program, s, chip);
             assign(program, s, &balanced, &pmus);
             if section_seconds(program, s, chip) >= before {
                 assign(program, s, &proportional, &pmus);
@@ -92,17 +91,13 @@ fn section_seconds(program: &SpatialProgram, s: usize, chip: &Chip) -> f64 {
 /// less than its share whenever the lighter ones had large minimums: a llama-3.1-8b prefill
 /// layer's FFN stage was the slowest, model FLOP utilisation 0.69.) Deterministic.
 fn balance(total: u32, minimum: &[u32], weights: &[u64]) -> Vec<u32> {
+    if weights.iter().all(|&w| w == 0) {
+        // No work to balance: as `share` gives units out.
+        return share(total, minimum, weights);
+    }
     let mut out: Vec<u32> = minimum.to_vec();
     let used: u64 = minimum.iter().map(|&m| u64::from(m)).sum();
-    let spare = u64::from(total).saturating_sub(used);
-    if weights.iter().all(|&w| w == 0) {
-        // No work to balance: one spare unit to each stage in order, while they last.
-        for u in out.iter_mut().take(spare as usize) {
-            *u += 1;
-        }
-        return out;
-    }
-    for _ in 0..spare {
+    for _ in 0..u64::from(total).saturating_sub(used) {
         // The stage with the largest weights[i] / out[i], compared exactly as
         // weights[i] · out[j] against weights[j] · out[i] (a stage with work and no unit first).
         let mut best = 0;
@@ -163,7 +158,7 @@ mod tests {
     }
 
     /// Every way of giving `total` units to three stages with at least their minimums: no way
-    /// makes the slowest stage faster than `share` does, and `share` gives out every unit.
+    /// makes the slowest stage faster than `balance` does, and `balance` gives out every unit.
     #[test]
     fn balance_makes_the_slowest_stage_as_fast_as_whole_units_allow() {
         let cases: [([u32; 3], [u64; 3]); 5] = [
