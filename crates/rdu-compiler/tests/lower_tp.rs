@@ -18,6 +18,9 @@ use rdu_compiler::model::spec::Cut;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::program::{Lit, SpatialProgram};
 
+#[path = "support/tp.rs"]
+mod support_tp;
+
 fn opts<'a>(
     storage: Storage,
     progress: &'a mut dyn FnMut(rdu_compiler::lower::streamed::Progress<'_>),
@@ -89,7 +92,12 @@ fn lower_real_tp8(name: &str) {
         }
         assert!(c.max_abs_err.is_finite(), "{name} {}", k.program.name);
         let tp = k.program.spatial.tp.as_ref().expect("a tp layout");
-        assert_eq!((tp.chips, tp.all_reduce.len()), (8, 2), "{name} {}", k.program.name);
+        assert_eq!(
+            (tp.chips, tp.all_reduce.len()),
+            (8, support_tp::all_reduces(&spec, 8)),
+            "{name} {}",
+            k.program.name
+        );
         assert!(k.program.cost.link_bytes > 0, "{name}: the all-reduces cost no link traffic");
     }
     let step = model.step_estimate();
@@ -170,11 +178,24 @@ fn a_miscompiled_split_is_caught() {
         let (program, graph, unsplit, whole) = split_kind(name, 2);
         certify_tp(&program, &graph, &unsplit, &whole, &chip, 3).unwrap_or_else(|e| panic!("{name}: {e}"));
 
-        // Two chips swap their heads of the first split weight: each computes another chip's share.
+        // Two chips swap their heads of the first weight split by heads: each computes another
+        // chip's share, which only the numbers show.
+        let heads = program.tp.as_ref().unwrap().splits.iter().position(|s| s.axis == 0).expect("a head split");
         let mut swapped = program.clone();
-        swapped.tp.as_mut().unwrap().splits[0].parts.swap(0, 1);
+        swapped.tp.as_mut().unwrap().splits[heads].parts.swap(0, 1);
         let fault = certify_tp(&swapped, &graph, &unsplit, &whole, &chip, 3).expect_err("swapped slices");
         assert!(matches!(fault, CertifyFault::Numbers { .. }), "{name}: {fault}");
+
+        // A weight that meets a chip's shard of its input, its columns swapped between chips:
+        // each chip would multiply its shard by another's columns.
+        let split = program.tp.as_ref().unwrap().splits.iter().position(|s| s.tensor.starts_with("Wqa"));
+        if let Some(i) = split {
+            let mut crossed = program.clone();
+            crossed.tp.as_mut().unwrap().splits[i].parts.swap(0, 1);
+            let fault = certify_tp(&crossed, &graph, &unsplit, &whole, &chip, 3).expect_err("crossed columns");
+            assert!(matches!(&fault, CertifyFault::Structure(m) if m.contains("split alike")), "{name}: {fault}");
+        }
+        assert_eq!(split.is_some(), name == "tiny-deepseek-v2", "{name}: which programs shard");
 
         // Both chips load the same rows: the slices no longer partition the tensor.
         let mut overlap = program.clone();

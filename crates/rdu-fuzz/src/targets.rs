@@ -313,6 +313,7 @@ const SPATIAL_WORDS: &[&str] = &[
     "all_reduce",
     "tp",
     Op::Slice.name(),
+    Op::Shard.name(),
     "matmul",
     Op::RmsNorm.name(),
     Op::Silu.name(),

@@ -48,6 +48,7 @@ pub enum Op {
     Route,
     Experts,
     AllReduce,
+    Shard,
     /// A Q8_0 weight as dense f32 (inserted by lowering for weight views; not in the language).
     Dequant,
 }
@@ -121,7 +122,7 @@ impl Facts {
 
 impl Op {
     /// Every op, in table order.
-    pub const ALL: [Op; 32] = [
+    pub const ALL: [Op; 33] = [
         Op::Add,
         Op::Sub,
         Op::Mul,
@@ -153,6 +154,7 @@ impl Op {
         Op::Route,
         Op::Experts,
         Op::AllReduce,
+        Op::Shard,
         Op::Dequant,
     ];
 
@@ -203,6 +205,9 @@ impl Op {
             },
             // The sum of the operand over the chips of a tensor-parallel program.
             Op::AllReduce => f("all_reduce", 1, 1),
+            // This chip's part of a value every chip holds whole: the `chips` equal parts of
+            // `axis`, chip c taking the c-th (what a weight split alike along its `in` axis meets).
+            Op::Shard => f("shard", 1, 1).attrs(&["axis", "chips"]),
             Op::Dequant => Facts { lowering_only: true, ..f("dequant", 1, 1) },
         }
     }

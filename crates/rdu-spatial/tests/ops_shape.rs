@@ -1,4 +1,4 @@
-//! `reshape`, `slice`, `concat` and `transpose` on f32 and i32 data.
+//! `reshape`, `slice`, `shard`, `concat` and `transpose` on f32 and i32 data.
 
 mod common;
 use common::*;
@@ -53,4 +53,34 @@ fn transpose_follows_numpy_perm() {
     assert_eq!(out(&r, "z"), [0., 2., 4., 6., 8., 10., 1., 3., 5., 7., 9., 11.]);
     let e = run(&b, "y = transpose(x, perm=[0, 0, 1])", &["y"]).unwrap_err().to_string();
     assert!(e.contains("not a permutation"), "{e}");
+}
+
+#[test]
+fn shard_gives_each_chip_its_equal_part_and_one_chip_the_whole() {
+    let b = MapBindings::new().with("x", f(&[2, 4], &[0., 1., 2., 3., 4., 5., 6., 7.]));
+    let two = program(&b, "y = shard(x, axis=1, chips=2)", &["y"]);
+    let group = rdu_spatial::sim::AllReduce::new(2);
+    let parts: Vec<Vec<f32>> = std::thread::scope(|s| {
+        let runs: Vec<_> = (0..2)
+            .map(|chip| {
+                let (two, b, group) = (&two, &b, &group);
+                s.spawn(move || {
+                    let mut states = Default::default();
+                    let out = rdu_spatial::sim::simulate_chip(two, b, &mut states, false, group, chip).expect("runs");
+                    assert_eq!(out["y"].shape, [2, 2]);
+                    out["y"].as_f32().unwrap().to_vec()
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    assert_eq!(parts, [vec![0., 1., 4., 5.], vec![2., 3., 6., 7.]]);
+    // One chip alone is chip 0 of one: only a shard into one part is its whole value.
+    assert_eq!(out(&run(&b, "y = shard(x, axis=1, chips=1)", &["y"]).unwrap(), "y"), [0., 1., 2., 3., 4., 5., 6., 7.]);
+    let e = run(&b, "y = shard(x, axis=1, chips=2)", &["y"]).unwrap_err().to_string();
+    assert!(e.contains("shard into 2 parts on a group of 1 chips"), "{e}");
+    let b3 = MapBindings::new().with("x", f(&[1, 3], &[0., 1., 2.]));
+    let e =
+        run(&b3, "y = shard(x, axis=1, chips=1)\nz = shard(x, axis=2, chips=1)", &["y", "z"]).unwrap_err().to_string();
+    assert!(e.contains("axis 2 of [1, 3]"), "{e}");
 }

@@ -147,6 +147,7 @@ pub fn check_tp_structure(
         "slices: the {} split tensors are partitioned (or exactly replicated, or a gathered result covered in chip order) over {chips} chips, in bounds",
         tp.splits.len()
     ));
+    check_shards(program).map_err(CertifyFault::Structure)?;
     check_partials(program).map_err(CertifyFault::Structure)?;
     checks.push(format!(
         "partial sums: every partial sum is all-reduced ({} all-reduce stages) before a nonlinear op, output or state reads it",
@@ -222,6 +223,48 @@ fn check_slices(program: &SpatialProgram, full: &SpatialProgram, chips: usize) -
         rest[split.axis] = whole.shape[split.axis];
         if rest != whole.shape {
             return Err(format!("`{}` is {:?} on a chip, {:?} whole", t.name, t.shape, whole.shape));
+        }
+    }
+    Ok(())
+}
+
+/// Every `shard` cuts its value into as many parts as the program has chips, and a product
+/// reading a shard contracts it with a weight split along its `in` axis into the same equal
+/// parts in chip order — so each chip multiplies the columns it holds by its own slice.
+fn check_shards(program: &SpatialProgram) -> Result<(), String> {
+    let tp = program.tp.as_ref().ok_or("no tensor-parallel layout")?;
+    let chips = tp.chips as usize;
+    let mut shards: BTreeMap<&str, usize> = BTreeMap::new();
+    for (stage, op) in program.ops() {
+        let at = format!("stage {} op `{}`", stage.name, op.op);
+        if op.op == Op::Shard {
+            let parts = match op.attr("chips") {
+                Some(rdu_spatial::program::Lit::Int(n)) => usize::try_from(*n).ok(),
+                _ => None,
+            };
+            if parts != Some(chips) {
+                return Err(format!("{at} cuts its value into {parts:?} parts on {chips} chips"));
+            }
+            let Some(out) = op.outs.first() else { return Err(format!("{at} has no result")) };
+            let axis = match op.attr("axis") {
+                Some(rdu_spatial::program::Lit::Int(a)) => usize::try_from(*a).ok(),
+                _ => None,
+            };
+            let rank = program.decl(out).map_or(0, |d| d.shape.len());
+            if axis != Some(rank.saturating_sub(1)) {
+                return Err(format!("{at} cuts axis {axis:?}; a shard feeds a product, which contracts the last"));
+            }
+            shards.insert(out, chips);
+            continue;
+        }
+        let Some(x) = op.reads().next().filter(|x| shards.contains_key(x)) else { continue };
+        let w = op.reads().nth(1).unwrap_or_default();
+        let (rank, local) = program.decl(w).map_or((0, 0), |d| (d.shape.len(), d.shape.last().copied().unwrap_or(0)));
+        let equal: Vec<Vec<(usize, usize)>> = (0..chips).map(|c| vec![(c * local, (c + 1) * local)]).collect();
+        let split = tp.splits.iter().find(|s| s.tensor == w);
+        let alike = split.is_some_and(|s| s.axis + 1 == rank && s.parts == equal);
+        if !matches!(op.op, Op::Linear | Op::LinearHeads) || !alike {
+            return Err(format!("{at} reads the shard `{x}` but is not a product over a weight split alike"));
         }
     }
     Ok(())
@@ -305,6 +348,13 @@ fn op_class(op: Op, args: &[(&str, Class)], at: &str, contracts_split: &dyn Fn(&
                     "{at} sums a value that is not a partial sum ({c:?}): it would be counted once per chip"
                 ))
             }
+            None => return Err(format!("{at} has no operand")),
+        },
+        // Each chip its own equal part of a value they all hold: a local value, split as a
+        // weight split along its `in` axis into equal parts is (`check_shards`).
+        Op::Shard => match args.first().map(|a| a.1) {
+            Some(Class::Replicated) => Class::Local,
+            Some(c) => return Err(format!("{at} shards a value that is not the same on every chip ({c:?})")),
             None => return Err(format!("{at} has no operand")),
         },
         Op::Linear | Op::LinearHeads if args.len() >= 2 && contracts_split(args[1].0) => {

@@ -159,6 +159,10 @@ fn build(stmt: &Stmt, kind: Kind, a: &mut Attrs<'_>) -> Option<Op> {
             let (axis, start, len) = (a.count("axis"), a.count("start"), a.count("len"));
             Op::Slice { axis: axis?, start: start?, len: len? }
         }
+        Kind::Shard => {
+            let (axis, chips) = (a.count("axis"), a.positive("chips", true).flatten());
+            Op::Shard { axis: axis?, chips: chips? }
+        }
         Kind::Concat => Op::Concat { axis: a.count("axis")? },
         Kind::Transpose => {
             let perm = a.read("perm", true, "a list of axes", Literal::as_usize_list).flatten();

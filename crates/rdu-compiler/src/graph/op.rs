@@ -139,6 +139,12 @@ pub enum Op {
     },
     /// The sum of the operand over the chips of a tensor-parallel program (identity on one chip).
     AllReduce,
+    /// This chip's part of a value every chip holds: of `chips` equal parts of `axis`, chip `c`
+    /// takes the `c`-th.
+    Shard {
+        axis: usize,
+        chips: usize,
+    },
 }
 
 impl Op {
@@ -177,6 +183,7 @@ impl Op {
             Op::Route { .. } => K::Route,
             Op::Experts { .. } => K::Experts,
             Op::AllReduce => K::AllReduce,
+            Op::Shard { .. } => K::Shard,
         }
     }
 
@@ -206,6 +213,7 @@ impl fmt::Display for Op {
             Op::L2Norm { eps } => write!(f, " eps={eps:?}"),
             Op::Reshape { shape } => write!(f, " shape={shape:?}"),
             Op::Slice { axis, start, len } => write!(f, " axis={axis} start={start} len={len}"),
+            Op::Shard { axis, chips } => write!(f, " axis={axis} chips={chips}"),
             Op::Concat { axis } => write!(f, " axis={axis}"),
             Op::Transpose { perm } => write!(f, " perm={perm:?}"),
             Op::Rope { dim, style } => write!(f, " dim={dim} style={}", style.word()),

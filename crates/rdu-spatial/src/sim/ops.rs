@@ -49,6 +49,7 @@ pub(super) fn dispatch(call: &mut Call<'_>) -> Outs {
         Op::Route => moe::route(call),
         Op::Experts => moe::experts(call),
         Op::AllReduce => all_reduce(call),
+        Op::Shard => shape::shard(call),
     }
 }
 

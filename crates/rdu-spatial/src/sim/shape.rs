@@ -1,4 +1,4 @@
-//! Shape ops — `reshape`, `slice`, `concat`, `transpose` — on f32 or i32 data, and `dequant`
+//! Shape ops — `reshape`, `slice`, `shard`, `concat`, `transpose` — on f32 or i32 data, and `dequant`
 //! (a Q8_0 weight as dense f32, for weight views); none of them is tileable.
 
 use super::ops::{usize_list, ArgVal, Call, Outs};
@@ -29,12 +29,38 @@ pub(super) fn slice(call: &Call<'_>) -> Outs {
     if start.checked_add(len).is_none_or(|end| end > dim) {
         return invalid(format!("slice {start}..{start}+{len} of axis {axis} of size {dim}"));
     }
+    Ok(vec![range(t, axis, start, len)])
+}
+
+/// Elements `start .. start + len` (in bounds) along `axis` of `t`.
+fn range(t: &SimTensor, axis: usize, start: usize, len: usize) -> SimTensor {
+    let dim = t.shape[axis];
     let inner: usize = t.shape[axis + 1..].iter().product();
     let outer: usize = t.shape[..axis].iter().product();
     let mut shape = t.shape.clone();
     shape[axis] = len;
     let runs = (0..outer).map(|o| (o * dim + start) * inner..(o * dim + start + len) * inner);
-    Ok(vec![SimTensor { shape, data: gather_runs(&t.data, runs) }])
+    SimTensor { shape, data: gather_runs(&t.data, runs) }
+}
+
+/// `shard(x)`: this chip's part of `x` along `axis` — of `chips` equal parts, chip `c` takes
+/// the `c`-th. The chip is the one the collective names; a program run on one chip alone is
+/// chip 0 of a group of one, so only `chips=1` is its whole value.
+pub(super) fn shard(call: &Call<'_>) -> Outs {
+    call.expect()?;
+    untiled(call.tiling())?;
+    let t = call.dense(0)?;
+    let (axis, chips) = (call.req_count("axis")?, call.req_count("chips")?);
+    let (group, chip) = call.collective.map_or((1, 0), |(g, c)| (g.chips(), c));
+    if chips != group {
+        return invalid(format!("shard into {chips} parts on a group of {group} chips"));
+    }
+    let Some(&dim) = t.shape.get(axis) else { return invalid(format!("axis {axis} of {:?}", t.shape)) };
+    if chips == 0 || dim % chips != 0 {
+        return invalid(format!("shard of axis {axis} of size {dim} into {chips} equal parts"));
+    }
+    let len = dim / chips;
+    Ok(vec![range(t, axis, chip * len, len)])
 }
 
 /// Concatenation along `axis`; the other axes must agree.

@@ -116,6 +116,20 @@ pub(super) fn slice(a: &Operands<'_>, axis: usize, start: usize, len: usize) -> 
     Ok(vec![Type { dtype: x.dtype, shape }])
 }
 
+/// `shard(x, axis=A, chips=C)`: one chip's `1/C` of axis `A`, which `C` must divide.
+pub(super) fn shard(a: &Operands<'_>, axis: usize, chips: usize) -> Result<Vec<Type>, TypeError> {
+    let x = a.ty(0);
+    let Some(&size) = x.shape.get(axis) else {
+        return Err(a.attr_error("axis", format!("axis {axis} is out of range for {x}")));
+    };
+    if chips == 0 || size % chips != 0 {
+        return Err(a.attr_error("chips", format!("{chips} chips do not divide axis {axis} of {x} into equal parts")));
+    }
+    let mut shape = x.shape.clone();
+    shape[axis] = size / chips;
+    Ok(vec![Type { dtype: x.dtype, shape }])
+}
+
 /// `concat(a, b, ..., axis=A)`: one dtype and rank, equal sizes except along `A`.
 pub(super) fn concat(a: &Operands<'_>, axis: usize) -> Result<Vec<Type>, TypeError> {
     let first = a.ty(0);

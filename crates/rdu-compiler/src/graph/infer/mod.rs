@@ -64,6 +64,7 @@ pub fn infer(op: &Op, inputs: &[&Type]) -> Result<Vec<Type>, TypeError> {
         Op::Argmax => basic::argmax(&a),
         Op::Reshape { shape } => basic::reshape(&a, shape),
         Op::Slice { axis, start, len } => basic::slice(&a, *axis, *start, *len),
+        Op::Shard { axis, chips } => basic::shard(&a, *axis, *chips),
         Op::Concat { axis } => basic::concat(&a, *axis),
         Op::Transpose { perm } => basic::transpose(&a, perm),
         Op::Rope { dim, .. } => sequence::rope(&a, *dim),

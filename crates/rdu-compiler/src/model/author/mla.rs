@@ -3,7 +3,7 @@
 
 use super::attention::slice;
 use super::split::Run;
-use super::writer::{float, list, Writer};
+use super::writer::{float, list, Writer, Q8_BLOCK};
 use super::LayerCtx;
 use crate::model::spec::{Dialect, Mixer};
 use rdu_spatial::Op;
@@ -17,18 +17,30 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     };
     let (n, d) = (ctx.rows, ctx.spec.d_model);
     let qk = nope + rope;
-    // Each chip its heads; the latent (q_a, kv_a and the cache) is replicated on every chip.
+    // Each chip its heads; the latent cache is replicated on every chip. The latent's
+    // down-projections (q_a, kv_a), whose results every head reads, are split along their `in`
+    // axis when each chip's columns hold whole Q8_0 blocks: each chip multiplies its shard of
+    // `hn` by its columns and one all-reduce sums both (`down`); otherwise every chip reads them
+    // whole.
     let by_heads = |unit: usize| [Run::heads(heads, unit)];
+    let row_split = ctx.tensor_parallel() && d.is_multiple_of(ctx.tp * Q8_BLOCK);
+    let down = |w: &mut Writer<'_>, base: &str, rows: usize| {
+        if row_split {
+            w.projection_split(base, &[rows, d], 1, &[Run::columns(d)])
+        } else {
+            w.projection(base, &[rows, d])
+        }
+    };
     let q_weights = match q_lora_rank {
         Some(ql) => {
-            let wqa = w.projection("Wqa", &[ql, d]);
+            let wqa = down(w, "Wqa", ql);
             let qan = w.weight("qan", &[ql]);
             let wqb = w.projection_split("Wqb", &[heads * qk, ql], 0, &by_heads(qk));
             Query::Lora { wqa, qan, wqb }
         }
         None => Query::Direct(w.projection_split("Wq", &[heads * qk, d], 0, &by_heads(qk))),
     };
-    let wkva = w.projection("Wkva", &[kvr + rope, d]);
+    let wkva = down(w, "Wkva", kvr + rope);
     let kvn = w.weight("kvn", &[kvr]);
     let gguf = matches!(ctx.spec.dialect, Dialect::Gguf);
     let up = if gguf {
@@ -44,11 +56,32 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     let heads = ctx.local(heads);
     let (cos, sin, rot) = ctx.rope_tables(w);
 
+    // The down-projections over the chips: both partial products summed by one all-reduce.
+    let reduced = row_split.then(|| {
+        let chips = [("axis", "1".to_string()), ("chips", ctx.tp.to_string())];
+        let hs = w.op("hs", Op::Shard, &[hn], &chips);
+        let ckv = w.op("ckvp", Op::Linear, &[&hs, &wkva], &[]);
+        match &q_weights {
+            Query::Lora { wqa, .. } => {
+                let qa = w.op("qap", Op::Linear, &[&hs, wqa], &[]);
+                let both = w.op("dp", Op::Concat, &[&qa, &ckv], &[("axis", "1".into())]);
+                let sum = ctx.all_reduce(w, "dr", &both);
+                let ql = q_lora_rank.unwrap_or(0);
+                let qa = w.op("qa", Op::Slice, &[&sum], &slice(1, 0, ql));
+                (Some(qa), w.op("ckv", Op::Slice, &[&sum], &slice(1, ql, kvr + rope)))
+            }
+            Query::Direct(_) => (None, ctx.all_reduce(w, "ckv", &ckv)),
+        }
+    });
+
     // Query.
     let q = match q_weights {
         Query::Direct(wq) => w.op("q", Op::Linear, &[hn, &wq], &[]),
         Query::Lora { wqa, qan, wqb } => {
-            let qa = w.op("qa", Op::Linear, &[hn, &wqa], &[]);
+            let qa = match reduced.as_ref().and_then(|r| r.0.clone()) {
+                Some(qa) => qa,
+                None => w.op("qa", Op::Linear, &[hn, &wqa], &[]),
+            };
             let qan_out = w.op("qal", Op::RmsNorm, &[&qa, &qan], &ctx.norm_attrs());
             w.op("q", Op::Linear, &[&qan_out, &wqb], &[])
         }
@@ -63,7 +96,10 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     });
 
     // Latent and rope key.
-    let ckv = w.op("ckv", Op::Linear, &[hn, &wkva], &[]);
+    let ckv = match reduced {
+        Some((_, ckv)) => ckv,
+        None => w.op("ckv", Op::Linear, &[hn, &wkva], &[]),
+    };
     let c = w.op("c", Op::Slice, &[&ckv], &slice(1, 0, kvr));
     let kpe = w.op("kpe", Op::Slice, &[&ckv], &slice(1, kvr, rope));
     let cn = w.op("cn", Op::RmsNorm, &[&c, &kvn], &ctx.norm_attrs());

@@ -1,6 +1,6 @@
 //! Shape ops on both dtypes.
 
-use super::{assert_close, f, i, run1};
+use super::{assert_close, f, i, run1, try_run};
 use crate::graph::{Op, Tensor};
 
 #[test]
@@ -16,6 +16,14 @@ fn slice_along_an_inner_axis() {
     assert_close(&run1(Op::Slice { axis: 0, start: 1, len: 1 }, &[&x]), &[1, 4], &[4., 5., 6., 7.]);
     let ids = i(&[3], &[7, 8, 9]);
     assert_eq!(run1(Op::Slice { axis: 0, start: 2, len: 1 }, &[&ids]), i(&[1], &[9]));
+}
+
+#[test]
+fn shard_on_one_chip_is_the_whole_value_and_needs_a_chip_otherwise() {
+    let x = Tensor::from_fn(&[2, 4], |k| k as f32);
+    assert_close(&run1(Op::Shard { axis: 1, chips: 1 }, &[&x]), &[2, 4], &[0., 1., 2., 3., 4., 5., 6., 7.]);
+    let e = try_run(Op::Shard { axis: 1, chips: 2 }, &[&x]).expect_err("two chips' parts on one").to_string();
+    assert!(e.contains("shard into 2 parts needs a chip's index"), "{e}");
 }
 
 #[test]
