@@ -6,6 +6,8 @@
 //! `tests/data/fixtures/hf/*`. A width a fixture does not admit is refused naming the dimension.
 
 mod common;
+#[path = "../../rdu-compiler/tests/support/tp.rs"]
+mod support_tp;
 
 use common::f32_states;
 use rdu_compiler::fit::admits_tp;
@@ -13,7 +15,7 @@ use rdu_compiler::lower::streamed::{
     lower_decode_streamed, lower_tp_decode_streamed, LowerOptions, Storage, StreamedModel, StreamedReject,
 };
 use rdu_compiler::model::config::from_config_path;
-use rdu_compiler::model::spec::{Mixer, ModelSpec};
+use rdu_compiler::model::spec::ModelSpec;
 use rdu_host::{Host, WeightsSource};
 use rdu_spatial::chip::Chip;
 use rdu_spatial::manifest::chip_ranges;
@@ -74,10 +76,9 @@ fn check(arch: &str) {
         assert_eq!(model.kinds.len(), one.kinds.len(), "{arch} tp {tp}: kinds differ from decode");
         for (k, d) in model.kinds.iter().zip(&one.kinds) {
             assert_eq!(k.layers, d.layers, "{arch} tp {tp}: kind {} groups other layers", k.program.name);
-            // Mixer and FFN all-reduces, and MLA's down-projections' when each chip's columns
-            // of them hold whole Q8_0 blocks (64 over 2 chips; not over 4).
-            let mla = spec.layers.iter().any(|l| matches!(l.mixer, Mixer::Mla { .. }));
-            let want = if mla && spec.d_model.is_multiple_of(tp * 32) { 3 } else { 2 };
+            // MLA's down-projections all-reduced too where each chip's columns hold whole
+            // Q8_0 blocks (64 over 2 chips; not over 4).
+            let want = support_tp::all_reduces(&spec, tp);
             let got = k.program.spatial.tp.as_ref().map(|t| (t.chips as usize, t.all_reduce.len()));
             assert_eq!(got, Some((tp, want)), "{arch} tp {tp} kind {}", k.program.name);
         }

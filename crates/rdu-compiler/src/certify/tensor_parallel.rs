@@ -18,7 +18,7 @@ use rdu_spatial::q8::Q8Weight;
 use rdu_spatial::sim::{simulate_chip, AllReduce, Collective, SimBindings, SimTensor, WeightSlab};
 use rdu_spatial::tensor_parallel::{check_cover, check_split, join, take, take_q8};
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Certifies `program` (one chip's share, lowered from `graph`, its `tp` filled) against the
 /// unsplit program `full` (lowered from `full_graph`: same names, full shapes).
@@ -234,36 +234,33 @@ fn check_slices(program: &SpatialProgram, full: &SpatialProgram, chips: usize) -
 fn check_shards(program: &SpatialProgram) -> Result<(), String> {
     let tp = program.tp.as_ref().ok_or("no tensor-parallel layout")?;
     let chips = tp.chips as usize;
-    let mut shards: BTreeMap<&str, usize> = BTreeMap::new();
+    let count = |op: &rdu_spatial::program::KernelOp, key: &str| {
+        op.attr(key).and_then(|l| l.as_int()).and_then(|n| usize::try_from(n).ok())
+    };
+    let mut shards: BTreeSet<&str> = BTreeSet::new();
     for (stage, op) in program.ops() {
         let at = format!("stage {} op `{}`", stage.name, op.op);
         if op.op == Op::Shard {
-            let parts = match op.attr("chips") {
-                Some(rdu_spatial::program::Lit::Int(n)) => usize::try_from(*n).ok(),
-                _ => None,
-            };
+            let parts = count(op, "chips");
             if parts != Some(chips) {
                 return Err(format!("{at} cuts its value into {parts:?} parts on {chips} chips"));
             }
             let Some(out) = op.outs.first() else { return Err(format!("{at} has no result")) };
-            let axis = match op.attr("axis") {
-                Some(rdu_spatial::program::Lit::Int(a)) => usize::try_from(*a).ok(),
-                _ => None,
-            };
+            let axis = count(op, "axis");
             let rank = program.decl(out).map_or(0, |d| d.shape.len());
             if axis != Some(rank.saturating_sub(1)) {
                 return Err(format!("{at} cuts axis {axis:?}; a shard feeds a product, which contracts the last"));
             }
-            shards.insert(out, chips);
+            shards.insert(out);
             continue;
         }
-        let Some(x) = op.reads().next().filter(|x| shards.contains_key(x)) else { continue };
-        let w = op.reads().nth(1).unwrap_or_default();
+        let Some(x) = op.reads().find(|x| shards.contains(x)) else { continue };
+        let (first, w) = (op.reads().next(), op.reads().nth(1).unwrap_or_default());
         let (rank, local) = program.decl(w).map_or((0, 0), |d| (d.shape.len(), d.shape.last().copied().unwrap_or(0)));
         let equal: Vec<Vec<(usize, usize)>> = (0..chips).map(|c| vec![(c * local, (c + 1) * local)]).collect();
         let split = tp.splits.iter().find(|s| s.tensor == w);
         let alike = split.is_some_and(|s| s.axis + 1 == rank && s.parts == equal);
-        if !matches!(op.op, Op::Linear | Op::LinearHeads) || !alike {
+        if !matches!(op.op, Op::Linear | Op::LinearHeads) || first != Some(x) || !alike {
             return Err(format!("{at} reads the shard `{x}` but is not a product over a weight split alike"));
         }
     }

@@ -1,4 +1,4 @@
-//! What a tensor-parallel kind of a real preset is expected to all-reduce.
+//! What a tensor-parallel kind is expected to all-reduce (shared with `rdu-cli`'s tp conformance test).
 
 use rdu_compiler::model::spec::{Mixer, ModelSpec};
 

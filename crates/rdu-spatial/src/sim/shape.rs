@@ -56,7 +56,7 @@ pub(super) fn shard(call: &Call<'_>) -> Outs {
         return invalid(format!("shard into {chips} parts on a group of {group} chips"));
     }
     let Some(&dim) = t.shape.get(axis) else { return invalid(format!("axis {axis} of {:?}", t.shape)) };
-    if chips == 0 || dim % chips != 0 {
+    if dim % chips != 0 {
         return invalid(format!("shard of axis {axis} of size {dim} into {chips} equal parts"));
     }
     let len = dim / chips;

@@ -36,7 +36,7 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
             let wqa = down(w, "Wqa", ql);
             let qan = w.weight("qan", &[ql]);
             let wqb = w.projection_split("Wqb", &[heads * qk, ql], 0, &by_heads(qk));
-            Query::Lora { wqa, qan, wqb }
+            Query::Lora { rank: ql, wqa, qan, wqb }
         }
         None => Query::Direct(w.projection_split("Wq", &[heads * qk, d], 0, &by_heads(qk))),
     };
@@ -62,13 +62,12 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
         let hs = w.op("hs", Op::Shard, &[hn], &chips);
         let ckv = w.op("ckvp", Op::Linear, &[&hs, &wkva], &[]);
         match &q_weights {
-            Query::Lora { wqa, .. } => {
+            Query::Lora { rank: ql, wqa, .. } => {
                 let qa = w.op("qap", Op::Linear, &[&hs, wqa], &[]);
                 let both = w.op("dp", Op::Concat, &[&qa, &ckv], &[("axis", "1".into())]);
                 let sum = ctx.all_reduce(w, "dr", &both);
-                let ql = q_lora_rank.unwrap_or(0);
-                let qa = w.op("qa", Op::Slice, &[&sum], &slice(1, 0, ql));
-                (Some(qa), w.op("ckv", Op::Slice, &[&sum], &slice(1, ql, kvr + rope)))
+                let qa = w.op("qa", Op::Slice, &[&sum], &slice(1, 0, *ql));
+                (Some(qa), w.op("ckv", Op::Slice, &[&sum], &slice(1, *ql, kvr + rope)))
             }
             Query::Direct(_) => (None, ctx.all_reduce(w, "ckv", &ckv)),
         }
@@ -77,7 +76,7 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     // Query.
     let q = match q_weights {
         Query::Direct(wq) => w.op("q", Op::Linear, &[hn, &wq], &[]),
-        Query::Lora { wqa, qan, wqb } => {
+        Query::Lora { wqa, qan, wqb, .. } => {
             let qa = match reduced.as_ref().and_then(|r| r.0.clone()) {
                 Some(qa) => qa,
                 None => w.op("qa", Op::Linear, &[hn, &wqa], &[]),
@@ -146,10 +145,10 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     w.op("mo", Op::Linear, &[&of, &wo], &[])
 }
 
-/// The query projection: direct, or through the low-rank `q_a` (normed) and `q_b`.
+/// The query projection: direct, or through the low-rank `q_a` (normed, `rank` wide) and `q_b`.
 enum Query {
     Direct(String),
-    Lora { wqa: String, qan: String, wqb: String },
+    Lora { rank: usize, wqa: String, qan: String, wqb: String },
 }
 
 /// The latent's key/value up-projection: HF's fused `kv_b`, or llama.cpp's per-head
