@@ -45,18 +45,17 @@ pub fn quantize_q8_0(values: &[f32], shape: &[usize]) -> Result<Q8Weight> {
     Ok(Q8Weight { shape: shape.to_vec(), blocks })
 }
 
-/// `roundf`: to the nearest integer, halves away from zero. Written with a truncating
-/// conversion (exact: below 2²³ `v − t` is exact, and from 2²³ up every f32 is already an
-/// integer, as are ±∞; NaN stays NaN), because `f32::round` is a call into libm on baseline
-/// x86-64 that kept the quantiser's loop scalar.
-#[inline]
-fn round_half_away(v: f32) -> f32 {
-    if v.is_nan() || v.abs() >= 8_388_608.0 {
-        return v;
-    }
-    let t = v as i32 as f32;
-    let r = if (v - t).abs() >= 0.5 { t + v.signum() } else { t };
-    r.copysign(v)
+/// `roundf(v)` clamped to `[-128, 127]`, as an `i8` (NaN gives 0, as `NaN as i8` does).
+/// Clamped first — `round` is monotone and the bounds are integers, so clamping before
+/// rounding is clamping after — then rounded with a truncating conversion, exact on the
+/// clamped range (`c − t` is exact below 2²³), without a branch, so the quantiser's loop
+/// vectorises: `f32::round` is a call into libm on baseline x86-64.
+#[inline(always)]
+fn round_clamp_i8(v: f32) -> i8 {
+    let c = v.clamp(-128.0, 127.0);
+    let t = c as i32;
+    let frac = c - t as f32;
+    (t + i32::from(frac >= 0.5) - i32::from(frac <= -0.5)) as i8
 }
 
 impl Q8Block {
@@ -68,7 +67,7 @@ impl Q8Block {
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         let mut qs = [0i8; QK8_0];
         for (q, &v) in qs.iter_mut().zip(x) {
-            *q = round_half_away(v * id).clamp(-128.0, 127.0) as i8;
+            *q = round_clamp_i8(v * id);
         }
         Q8Block { d: f16::from_f32(d).to_f32(), qs }
     }
@@ -104,22 +103,28 @@ impl Q8Weight {
 
 #[cfg(test)]
 mod round_tests {
-    use super::round_half_away;
+    use super::round_clamp_i8;
+
+    /// `roundf`, clamped, as `i8`: what the quantiser must give.
+    fn want(x: f32) -> i8 {
+        x.round().clamp(-128.0, 127.0) as i8
+    }
 
     #[test]
-    fn round_half_away_is_roundf() {
+    fn round_clamp_i8_is_roundf_clamped() {
         let mut v = -200.0f32;
         while v < 200.0 {
             // Every f32 step near the halves, and a dense grid elsewhere.
             let h = v + 0.5;
             for x in [v, h, h.next_up(), h.next_down()] {
-                assert_eq!(round_half_away(x).to_bits(), x.round().to_bits(), "{x}");
+                assert_eq!(round_clamp_i8(x), want(x), "{x}");
             }
             v += 0.125;
         }
-        for x in [0.499_999_97f32, -0.499_999_97, 0.5, -0.5, 1.5, -2.5, 8_388_607.5, 3e9, -3e9, f32::INFINITY] {
-            assert_eq!(round_half_away(x).to_bits(), x.round().to_bits(), "{x}");
+        let edges = [0.499_999_97f32, -0.499_999_97, 0.5, -0.5, 1.5, -2.5, 126.5, 127.49, -127.5, -128.5, -128.49];
+        for x in edges.into_iter().chain([8_388_607.5, 3e9, -3e9, f32::INFINITY, f32::NEG_INFINITY, -0.0]) {
+            assert_eq!(round_clamp_i8(x), want(x), "{x}");
         }
-        assert_eq!(round_half_away(f32::NAN) as i8, f32::NAN.round() as i8);
+        assert_eq!(round_clamp_i8(f32::NAN), f32::NAN.round() as i8);
     }
 }

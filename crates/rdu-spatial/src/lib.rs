@@ -25,7 +25,7 @@ pub use program::{
     Arg, Dtype, Home, KernelOp, Lit, Role, Section, SpatialProgram, Stage, Storage, TensorDecl, Tiling, TpInfo, TpSplit,
 };
 pub use q8::{Q8Block, Q8Weight};
-pub use seeded::{seeded_weight, uniform_at};
+pub use seeded::{seeded_weight, uniform_at, Seeded};
 pub use sim::{
     simulate, simulate_in_place, MapBindings, SimBindings, SimData, SimError, SimOut, SimTensor, WeightSlab,
 };

@@ -10,27 +10,57 @@ use crate::names::TensorName;
 /// (norm weights around 1, or around 0 under the `(1+w)` convention).
 pub fn seeded_weight(seed: u64, name: &str, shape: &[usize], unit_offset: bool) -> Vec<f32> {
     let n: usize = shape.iter().product();
-    let key = seed ^ fnv1a(name.as_bytes());
-    if shape.len() == 1 {
-        let base = TensorName::parse(name).base;
-        let centre = match base.as_str() {
-            "Alog" => 0.5,
-            "ssma" => -1.5,
-            "dtb" | "bq" | "bk" | "bv" => 0.0,
-            _ if unit_offset && base != "gn" => 0.0,
-            _ => 1.0,
-        };
-        (0..n).map(|i| centre + 0.1 * uniform_at(key, i)).collect()
-    } else {
-        let fan_in = *shape.last().unwrap_or(&1) as f32;
-        let bound = (3.0 / fan_in.max(1.0)).sqrt();
-        let mut out = vec![0f32; n];
-        out.par_chunks_mut(1 << 16).enumerate().for_each(|(c, chunk)| {
-            for (j, v) in chunk.iter_mut().enumerate() {
-                *v = bound * uniform_at(key, (c << 16) + j);
-            }
-        });
-        out
+    let draw = Seeded::new(seed, name, shape, unit_offset);
+    let mut out = vec![0f32; n];
+    out.par_chunks_mut(1 << 16).enumerate().for_each(|(c, chunk)| draw.fill(c << 16, chunk));
+    out
+}
+
+/// How [`seeded_weight`] draws each element of one weight: element `i` on its own, so a part
+/// of a weight (a tensor-parallel slice, one Q8_0 block) is drawn without the rest.
+#[derive(Clone, Copy, Debug)]
+pub struct Seeded {
+    key: u64,
+    /// `Some(c)`: `c + amp · u` (1-D weights); `None`: `amp · u` (projections).
+    centre: Option<f32>,
+    amp: f32,
+}
+
+impl Seeded {
+    pub fn new(seed: u64, name: &str, shape: &[usize], unit_offset: bool) -> Seeded {
+        let key = seed ^ fnv1a(name.as_bytes());
+        if shape.len() == 1 {
+            let base = TensorName::parse(name).base;
+            let centre = match base.as_str() {
+                "Alog" => 0.5,
+                "ssma" => -1.5,
+                "dtb" | "bq" | "bk" | "bv" => 0.0,
+                _ if unit_offset && base != "gn" => 0.0,
+                _ => 1.0,
+            };
+            Seeded { key, centre: Some(centre), amp: 0.1 }
+        } else {
+            let fan_in = *shape.last().unwrap_or(&1) as f32;
+            Seeded { key, centre: None, amp: (3.0 / fan_in.max(1.0)).sqrt() }
+        }
+    }
+
+    /// Element `i` of the weight.
+    #[inline]
+    pub fn at(&self, i: usize) -> f32 {
+        let u = uniform_at(self.key, i);
+        match self.centre {
+            Some(c) => c + self.amp * u,
+            None => self.amp * u,
+        }
+    }
+
+    /// Elements `start..start + out.len()` of the weight, into `out`.
+    #[inline]
+    pub fn fill(&self, start: usize, out: &mut [f32]) {
+        for (j, v) in out.iter_mut().enumerate() {
+            *v = self.at(start + j);
+        }
     }
 }
 

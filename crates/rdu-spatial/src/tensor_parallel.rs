@@ -191,11 +191,24 @@ pub fn take<T: Copy>(
 /// A chip's slice of a Q8_0 weight: its blocks, cut along `axis` (along the last axis only at
 /// whole blocks — a range that would split a block is an error).
 pub fn take_q8(w: &Q8Weight, axis: usize, ranges: &[(usize, usize)]) -> Result<Q8Weight, String> {
-    let rank = w.shape.len();
+    let (block_shape, block_ranges) = q8_block_ranges(&w.shape, axis, ranges)?;
+    let (mut shape, blocks) = take(&block_shape, &w.blocks, axis, &block_ranges)?;
+    shape[w.shape.len() - 1] *= QK8_0;
+    Ok(Q8Weight { shape, blocks })
+}
+
+/// A weight's grid of Q8_0 blocks and ranges on it: see [`q8_block_ranges`].
+pub type BlockGrid = (Vec<usize>, Vec<(usize, usize)>);
+
+/// A Q8_0 weight of `shape` as a grid of blocks (the last axis counted in blocks of
+/// [`QK8_0`]), and `ranges` of `axis` on that grid: [`take`] of the block grid with them is
+/// [`take_q8`]'s slice. Along the last axis only whole blocks may be taken.
+pub fn q8_block_ranges(shape: &[usize], axis: usize, ranges: &[(usize, usize)]) -> Result<BlockGrid, String> {
+    let rank = shape.len();
     if rank == 0 || axis >= rank {
-        return Err(format!("axis {axis} of a Q8_0 weight of shape {:?}", w.shape));
+        return Err(format!("axis {axis} of a Q8_0 weight of shape {shape:?}"));
     }
-    let mut block_shape = w.shape.clone();
+    let mut block_shape = shape.to_vec();
     block_shape[rank - 1] /= QK8_0;
     let block_ranges: Vec<(usize, usize)> = if axis == rank - 1 {
         if let Some(&(s, e)) = ranges.iter().find(|(s, e)| !s.is_multiple_of(QK8_0) || !e.is_multiple_of(QK8_0)) {
@@ -205,9 +218,7 @@ pub fn take_q8(w: &Q8Weight, axis: usize, ranges: &[(usize, usize)]) -> Result<Q
     } else {
         ranges.to_vec()
     };
-    let (mut shape, blocks) = take(&block_shape, &w.blocks, axis, &block_ranges)?;
-    shape[rank - 1] *= QK8_0;
-    Ok(Q8Weight { shape, blocks })
+    Ok((block_shape, block_ranges))
 }
 
 #[cfg(test)]

@@ -6,12 +6,14 @@
 
 use crate::graph::{Bindings, Data, Graph, Tensor};
 use crate::lang::ast::DeclKind;
+use rayon::prelude::*;
 use rdu_spatial::manifest::{InputRole, RopeTable};
 use rdu_spatial::names::{parse_rope_table, runtime_input};
 use rdu_spatial::program::{Arg, Op, SpatialProgram, Storage};
-use rdu_spatial::q8::Q8Weight;
-use rdu_spatial::seeded_weight;
+use rdu_spatial::q8::{Q8Block, Q8Weight, QK8_0};
 use rdu_spatial::sim::{SimBindings, SimTensor, WeightSlab};
+use rdu_spatial::tensor_parallel::{q8_block_ranges, take};
+use rdu_spatial::{seeded_weight, Seeded};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -123,23 +125,79 @@ impl Inputs {
         self.experts.contains_key(name)
     }
 
-    /// Expert `e` of a stacked weight: dense values, and its Q8_0 blocks when stored so.
-    pub(super) fn expert_values(&self, name: &str, e: usize) -> Option<(Vec<usize>, Vec<f32>, Option<Q8Weight>)> {
+    /// Expert `e` of a stacked weight as the reference reads it: its values, a Q8_0-stored
+    /// one's exactly dequantised. Each block is drawn, quantised and widened in place — the
+    /// expert's raw draw is never held whole.
+    pub(super) fn expert_dense(&self, name: &str, e: usize) -> Option<(Vec<usize>, Vec<f32>)> {
         let (shape, q8) = self.experts.get(name)?;
-        let values = seeded_weight(self.seed, &format!("{name}/{e}"), shape, false);
+        let draw = self.expert_draw(name, e, shape);
+        let n: usize = shape.iter().product();
+        let mut out = vec![0f32; n];
         if *q8 {
-            let (q, dense) = quantize(shape, &values);
-            Some((shape.clone(), dense, Some(q)))
+            out.par_chunks_mut(QK8_0).enumerate().for_each(|(b, o)| {
+                draw.fill(QK8_0 * b, o);
+                rdu_spatial::q8::dequant_block(&Q8Block::quantize(o), o);
+            });
         } else {
-            Some((shape.clone(), values, None))
+            out.par_chunks_mut(1 << 16).enumerate().for_each(|(c, o)| draw.fill(c << 16, o));
         }
+        Some((shape.clone(), out))
+    }
+
+    /// Expert `e` of a stacked weight as the simulator reads it — Q8_0 blocks when stored so,
+    /// values otherwise — whole, or only the `part` (axis of one expert, ranges) a chip holds:
+    /// a chip's blocks are drawn and quantised alone, the same blocks the whole expert has.
+    pub(super) fn expert_slab(
+        &self,
+        name: &str,
+        e: usize,
+        part: Option<(usize, &[(usize, usize)])>,
+    ) -> Option<Result<WeightSlab<'static>, String>> {
+        let (shape, q8) = self.experts.get(name)?;
+        if !*q8 {
+            let (shape, values) = self.expert_dense(name, e)?;
+            return Some(match part {
+                None => Ok(WeightSlab::Dense(Cow::Owned(values))),
+                Some((axis, ranges)) => {
+                    take(&shape, &values, axis, ranges).map(|(_, v)| WeightSlab::Dense(Cow::Owned(v)))
+                }
+            });
+        }
+        let draw = self.expert_draw(name, e, shape);
+        let blocks = shape.iter().product::<usize>() / QK8_0;
+        // Which blocks of the expert, in order.
+        let sources: Vec<usize> = match part {
+            None => (0..blocks).collect(),
+            Some((axis, ranges)) => {
+                let grid = q8_block_ranges(shape, axis, ranges)
+                    .and_then(|(grid, ranges)| take(&grid, &(0..blocks).collect::<Vec<_>>(), axis, &ranges));
+                match grid {
+                    Ok((_, sources)) => sources,
+                    Err(e) => return Some(Err(e)),
+                }
+            }
+        };
+        let q: Vec<Q8Block> = sources
+            .par_iter()
+            .with_min_len(256)
+            .map(|&b| {
+                let mut v = [0f32; QK8_0];
+                draw.fill(QK8_0 * b, &mut v);
+                Q8Block::quantize(&v)
+            })
+            .collect();
+        Some(Ok(WeightSlab::Q8(Cow::Owned(q))))
+    }
+
+    /// How expert `e` of stacked weight `name` (each expert `shape`) is drawn.
+    fn expert_draw(&self, name: &str, e: usize, shape: &[usize]) -> Seeded {
+        Seeded::new(self.seed, &format!("{name}/{e}"), shape, false)
     }
 }
 
 /// Q8_0 blocks of `values` and their exact dequantised values, block by block in parallel.
 fn quantize(shape: &[usize], values: &[f32]) -> (Q8Weight, Vec<f32>) {
-    use rayon::prelude::*;
-    let blocks: Vec<_> = values.par_chunks(32).map(rdu_spatial::q8::Q8Block::quantize).collect();
+    let blocks: Vec<_> = values.par_chunks(QK8_0).map(Q8Block::quantize).collect();
     let mut dense = vec![0f32; values.len()];
     dense.par_chunks_mut(32).zip(&blocks).for_each(|(out, b)| rdu_spatial::q8::dequant_block(b, out));
     (Q8Weight { shape: shape.to_vec(), blocks }, dense)
@@ -171,7 +229,7 @@ impl Bindings for Inputs {
 
     fn slice0(&self, name: &str, index: usize) -> Option<Arc<Tensor>> {
         if self.experts.contains_key(name) {
-            let (shape, values, _) = self.expert_values(name, index)?;
+            let (shape, values) = self.expert_dense(name, index)?;
             return Some(Arc::new(Tensor::f32(shape, values)));
         }
         Bindings::tensor(self, name)?.slice0(index).map(Arc::new)
@@ -188,13 +246,51 @@ impl SimBindings for Inputs {
     }
 
     fn expert(&self, name: &str, expert: usize) -> Option<WeightSlab<'_>> {
-        if !self.experts.contains_key(name) {
-            return None;
+        self.expert_slab(name, expert, None)?.ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdu_spatial::tensor_parallel::take_q8;
+
+    fn inputs() -> Inputs {
+        let mut experts = BTreeMap::new();
+        experts.insert("Wg".to_string(), (vec![64, 96], true));
+        experts.insert("Wd".to_string(), (vec![96, 64], false));
+        Inputs { seed: 3, dense: BTreeMap::new(), q8: BTreeMap::new(), experts }
+    }
+
+    fn q8_slab(slab: WeightSlab<'_>) -> Vec<Q8Block> {
+        match slab {
+            WeightSlab::Q8(b) => b.into_owned(),
+            WeightSlab::Dense(_) => panic!("a Q8_0-stored expert served dense"),
         }
-        let (_, values, q8) = self.expert_values(name, expert)?;
-        Some(match q8 {
-            Some(q) => WeightSlab::Q8(Cow::Owned(q.blocks)),
-            None => WeightSlab::Dense(Cow::Owned(values)),
-        })
+    }
+
+    /// An expert drawn block by block is the expert drawn whole and quantised (the seeded
+    /// weight of `name/e`); a chip's part is that part of the whole, along either axis.
+    #[test]
+    fn an_expert_and_a_chips_part_of_it_are_the_seeded_weights_values() {
+        let inputs = inputs();
+        let values = seeded_weight(3, "Wg/5", &[64, 96], false);
+        let (whole, dense) = quantize(&[64, 96], &values);
+        assert_eq!(q8_slab(inputs.expert_slab("Wg", 5, None).unwrap().unwrap()), whole.blocks);
+        assert_eq!(inputs.expert_dense("Wg", 5).unwrap(), (vec![64, 96], dense));
+        for (axis, ranges) in [(0, vec![(0, 16), (48, 64)]), (1, vec![(32, 96)]), (1, vec![(0, 32), (64, 96)])] {
+            let part = q8_slab(inputs.expert_slab("Wg", 5, Some((axis, &ranges))).unwrap().unwrap());
+            assert_eq!(part, take_q8(&whole, axis, &ranges).unwrap().blocks, "axis {axis} {ranges:?}");
+        }
+        // A range that splits a block is refused, not served.
+        assert!(inputs.expert_slab("Wg", 5, Some((1, &[(0, 16)]))).unwrap().is_err());
+        // A dense-stored expert: its values, and a part of them.
+        let values = seeded_weight(3, "Wd/2", &[96, 64], false);
+        assert_eq!(inputs.expert_dense("Wd", 2).unwrap().1, values);
+        let Ok(WeightSlab::Dense(part)) = inputs.expert_slab("Wd", 2, Some((1, &[(8, 40)]))).unwrap() else {
+            panic!("a dense expert served as blocks")
+        };
+        assert_eq!(part.into_owned(), take(&[96, 64], &values, 1, &[(8, 40)]).unwrap().1);
+        assert!(inputs.expert_slab("Wx", 0, None).is_none());
     }
 }

@@ -476,12 +476,7 @@ impl SimBindings for ChipInputs<'_> {
         let Some(split) = self.splits.get(name) else { return self.full.expert(name, expert) };
         // The stacked axis 0 is the expert; the split axis of one expert is one less.
         let axis = split.axis.checked_sub(1)?;
-        let (shape, values, q8) = self.full.expert_values(name, expert)?;
-        let ranges = &split.parts[self.chip];
-        Some(match q8 {
-            Some(q) => WeightSlab::Q8(Cow::Owned(take_q8(&q, axis, ranges).ok()?.blocks)),
-            None => WeightSlab::Dense(Cow::Owned(take(&shape, &values, axis, ranges).ok()?.1)),
-        })
+        self.full.expert_slab(name, expert, Some((axis, &split.parts[self.chip])))?.ok()
     }
 }
 
