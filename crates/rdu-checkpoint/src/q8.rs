@@ -52,10 +52,16 @@ pub fn quantize_q8_0(values: &[f32], shape: &[usize]) -> Result<Q8Weight> {
 /// vectorises: `f32::round` is a call into libm on baseline x86-64.
 #[inline(always)]
 fn round_clamp_i8(v: f32) -> i8 {
+    // NaN to 0 (a select, not a branch): `c` is then finite, in [-128, 127].
     let c = v.clamp(-128.0, 127.0);
-    let t = c as i32;
+    let c = if c.is_nan() { 0.0 } else { c };
+    // SAFETY: `c` is finite and within i32's range, so the truncation is defined (the
+    // saturating `as` would keep the loop scalar).
+    let t = unsafe { c.to_int_unchecked::<i32>() };
     let frac = c - t as f32;
-    (t + i32::from(frac >= 0.5) - i32::from(frac <= -0.5)) as i8
+    // Wrapping: `t` lies in [-128, 127] and moves by at most one back into it, so nothing wraps;
+    // checked arithmetic (the test profile's) would keep the loop scalar.
+    t.wrapping_add(i32::from(frac >= 0.5)).wrapping_sub(i32::from(frac <= -0.5)) as i8
 }
 
 impl Q8Block {
