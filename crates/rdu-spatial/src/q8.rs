@@ -136,10 +136,29 @@ pub fn dot2x2(a: [&[f32]; 2], b: [&[f32]; 2]) -> [f32; 4] {
         && std::arch::is_x86_feature_detected!("avx2")
         && std::arch::is_x86_feature_detected!("fma")
     {
-        // SAFETY: the CPU supports AVX2 and FMA, and the four slices are equally long.
-        return unsafe { dot2x2_avx2(a, b) };
+        // SAFETY: the CPU supports AVX2 and FMA (and AVX-512 VL where taken), and the four
+        // slices are equally long.
+        return unsafe {
+            if wide_registers() {
+                dot2x2_avx512vl(a, b)
+            } else {
+                dot2x2_avx2(a, b)
+            }
+        };
     }
     [dot(a[0], b[0]), dot(a[0], b[1]), dot(a[1], b[0]), dot(a[1], b[1])]
+}
+
+/// Whether the CPU has AVX-512 VL: the same 256-bit kernels then have 32 vector registers
+/// instead of 16, enough to keep every running sum (or weight) of `dot2x2` and
+/// `add_scaled_4x4` in a register. The instructions, and so the results, are the same.
+#[cfg(target_arch = "x86_64")]
+fn wide_registers() -> bool {
+    use std::sync::OnceLock;
+    static WIDE: OnceLock<bool> = OnceLock::new();
+    *WIDE.get_or_init(|| {
+        std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512vl")
+    })
 }
 
 /// [`dot2x2`] with AVX2 and FMA: `dot_dense_avx2`'s order for each of the four pairs.
@@ -149,31 +168,76 @@ pub fn dot2x2(a: [&[f32]; 2], b: [&[f32]; 2]) -> [f32; 4] {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn dot2x2_avx2(a: [&[f32]; 2], b: [&[f32]; 2]) -> [f32; 4] {
+    dot2x2_body(a, b)
+}
+
+/// [`dot2x2_avx2`] compiled with AVX-512 VL's 32 registers (the same 256-bit instructions).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, AVX-512 F and VL, and the four slices must be equally long.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
+unsafe fn dot2x2_avx512vl(a: [&[f32]; 2], b: [&[f32]; 2]) -> [f32; 4] {
+    dot2x2_body(a, b)
+}
+
+/// The body of the `dot2x2` kernels: the four pairs' running sums `k` and `k + 1` (runs of
+/// eight values `k, k + 4, k + 8, …`) in one pass over the values, sums 0 and 1 then sums 2
+/// and 3 — each sum's chain of fused multiply-adds in the order `dot_dense_avx2` takes it, so
+/// each pair's result is its `dot`; eight sums at a time stay in registers.
+///
+/// # Safety
+/// AVX2 and FMA (the caller's target features), four equally long slices.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn dot2x2_body(a: [&[f32]; 2], b: [&[f32]; 2]) -> [f32; 4] {
     use std::arch::x86_64::*;
     let n = a[0].len();
+    let (a0, a1, b0, b1) = (a[0].as_ptr(), a[1].as_ptr(), b[0].as_ptr(), b[1].as_ptr());
     // acc[pair][sum], pairs in the order (a0,b0), (a0,b1), (a1,b0), (a1,b1).
     let mut acc = [[_mm256_setzero_ps(); 4]; 4];
-    let run = |acc: &mut [[__m256; 4]; 4], i: usize, sum: usize| {
-        // SAFETY (every load): i + 8 <= n, the length of all four slices.
-        let (x0, x1) = (_mm256_loadu_ps(a[0].as_ptr().add(i)), _mm256_loadu_ps(a[1].as_ptr().add(i)));
-        let (y0, y1) = (_mm256_loadu_ps(b[0].as_ptr().add(i)), _mm256_loadu_ps(b[1].as_ptr().add(i)));
-        acc[0][sum] = _mm256_fmadd_ps(x0, y0, acc[0][sum]);
-        acc[1][sum] = _mm256_fmadd_ps(x0, y1, acc[1][sum]);
-        acc[2][sum] = _mm256_fmadd_ps(x1, y0, acc[2][sum]);
-        acc[3][sum] = _mm256_fmadd_ps(x1, y1, acc[3][sum]);
-    };
+    // The run at `i` product-added into sum `sum` of every pair. A macro, not a closure: a
+    // closure would not inherit the caller's target features, and its intrinsics would not
+    // inline.
+    // SAFETY (every load): i + 8 <= n, the length of all four slices.
+    macro_rules! run {
+        ($i:expr, $sum:expr) => {{
+            let (i, sum) = ($i, $sum);
+            let (x0, x1) = (_mm256_loadu_ps(a0.add(i)), _mm256_loadu_ps(a1.add(i)));
+            let (y0, y1) = (_mm256_loadu_ps(b0.add(i)), _mm256_loadu_ps(b1.add(i)));
+            acc[0][sum] = _mm256_fmadd_ps(x0, y0, acc[0][sum]);
+            acc[1][sum] = _mm256_fmadd_ps(x0, y1, acc[1][sum]);
+            acc[2][sum] = _mm256_fmadd_ps(x1, y0, acc[2][sum]);
+            acc[3][sum] = _mm256_fmadd_ps(x1, y1, acc[3][sum]);
+        }};
+    }
+    // Every index into `acc` a constant, so the sums live in registers (an index known only
+    // at run time keeps the whole array in memory).
+    let full = n / 32 * 32;
     let mut i = 0;
-    while i + 32 <= n {
-        for sum in 0..4 {
-            run(&mut acc, i + 8 * sum, sum);
-        }
+    while i < full {
+        run!(i, 0);
+        run!(i + 8, 1);
         i += 32;
     }
-    let mut sum = 0;
-    while i + 8 <= n {
-        run(&mut acc, i, sum);
-        (i, sum) = (i + 8, sum + 1);
+    let mut i = 0;
+    while i < full {
+        run!(i + 16, 2);
+        run!(i + 24, 3);
+        i += 32;
     }
+    // Runs past the last full 32, into sums 0, 1, 2 in turn (after each sum's own chain).
+    let tail = (n - full) / 8;
+    if tail > 0 {
+        run!(full, 0);
+    }
+    if tail > 1 {
+        run!(full + 8, 1);
+    }
+    if tail > 2 {
+        run!(full + 16, 2);
+    }
+    let i = full + 8 * tail;
     let mut out = [0.0f32; 4];
     for (p, o) in out.iter_mut().enumerate() {
         let (x, y) = (a[p / 2], b[p % 2]);
@@ -193,8 +257,15 @@ pub fn add_scaled_4x4(acc: &mut [f32], w: [[f32; 4]; 4], v: [&[f32]; 4]) {
     let len = acc.len() / 4;
     #[cfg(target_arch = "x86_64")]
     if acc.len() == 4 * len && v.iter().all(|v| v.len() == len) && std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2; `acc` holds four runs of `len` and every `v[e]` `len`.
-        return unsafe { add_scaled_4x4_avx2(acc, w, v) };
+        // SAFETY: the CPU supports AVX2 (and AVX-512 VL where taken); `acc` holds four runs
+        // of `len` and every `v[e]` `len`.
+        return unsafe {
+            if wide_registers() {
+                add_scaled_4x4_avx512vl(acc, w, v)
+            } else {
+                add_scaled_4x4_avx2(acc, w, v)
+            }
+        };
     }
     for (h, a) in acc.chunks_exact_mut(len.max(1)).take(4).enumerate() {
         for e in 0..4 {
@@ -210,17 +281,50 @@ pub fn add_scaled_4x4(acc: &mut [f32], w: [[f32; 4]; 4], v: [&[f32]; 4]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn add_scaled_4x4_avx2(acc: &mut [f32], w: [[f32; 4]; 4], v: [&[f32]; 4]) {
+    add_scaled_4x4_body(acc, w, v)
+}
+
+/// [`add_scaled_4x4_avx2`] compiled with AVX-512 VL's 32 registers, which hold all sixteen
+/// weights (the same 256-bit instructions).
+///
+/// # Safety
+/// The CPU must support AVX2, AVX-512 F and VL; `acc` must hold `4 · len` values and every
+/// `v[e]` `len`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avx512f,avx512vl")]
+unsafe fn add_scaled_4x4_avx512vl(acc: &mut [f32], w: [[f32; 4]; 4], v: [&[f32]; 4]) {
+    add_scaled_4x4_body(acc, w, v)
+}
+
+/// The body of the `add_scaled_4x4` kernels: each product rounded, then added, in order of `e`.
+///
+/// # Safety
+/// AVX2 (the caller's target features); `acc` holds `4 · len` values and every `v[e]` `len`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn add_scaled_4x4_body(acc: &mut [f32], w: [[f32; 4]; 4], v: [&[f32]; 4]) {
     use std::arch::x86_64::*;
     let len = acc.len() / 4;
+    // Plain loops, not closures (which would not inherit the caller's target features).
+    let mut ws = [[_mm256_setzero_ps(); 4]; 4];
+    for (wsh, wh) in ws.iter_mut().zip(&w) {
+        for (x, &we) in wsh.iter_mut().zip(wh) {
+            *x = _mm256_set1_ps(we);
+        }
+    }
+    let (vp, ap) = ([v[0].as_ptr(), v[1].as_ptr(), v[2].as_ptr(), v[3].as_ptr()], acc.as_mut_ptr());
     let mut i = 0;
     while i + 8 <= len {
         // SAFETY (every access): i + 8 <= len; accumulator h starts at h·len.
-        let vs = v.map(|v| _mm256_loadu_ps(v.as_ptr().add(i)));
-        for (h, wh) in w.iter().enumerate() {
-            let p = acc.as_mut_ptr().add(h * len + i);
+        let mut vs = [_mm256_setzero_ps(); 4];
+        for (x, p) in vs.iter_mut().zip(vp) {
+            *x = _mm256_loadu_ps(p.add(i));
+        }
+        for (h, wsh) in ws.iter().enumerate() {
+            let p = ap.add(h * len + i);
             let mut a = _mm256_loadu_ps(p);
-            for (e, ve) in vs.iter().enumerate() {
-                a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(wh[e]), *ve));
+            for (we, ve) in wsh.iter().zip(&vs) {
+                a = _mm256_add_ps(a, _mm256_mul_ps(*we, *ve));
             }
             _mm256_storeu_ps(p, a);
         }
@@ -310,11 +414,29 @@ mod tests {
                 .map(|v| v as f32 / 997.0 - 0.5)
                 .collect()
         };
-        for n in [0, 5, 8, 37, 64, 576] {
+        // Lengths with and without full runs of 32, with runs of eight past them, and a tail.
+        for n in [0, 5, 8, 37, 64, 88, 91, 576] {
             let (a0, a1, b0, b1) = (v(n, 1), v(n, 2), v(n, 3), v(n, 4));
             let got = dot2x2([&a0, &a1], [&b0, &b1]);
             let want = [dot(&a0, &b0), dot(&a0, &b1), dot(&a1, &b0), dot(&a1, &b1)];
             assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "dot2x2, n {n}");
+            // Both compilations of the kernel where the CPU has them (the dispatch takes one).
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                // SAFETY: AVX2 and FMA checked; four equally long slices.
+                let narrow = unsafe { dot2x2_avx2([&a0, &a1], [&b0, &b1]) };
+                assert_eq!(narrow.map(f32::to_bits), want.map(f32::to_bits), "dot2x2 (16 registers), n {n}");
+                let w = [[0.5, -1.0, 0.25, 2.0]; 4];
+                let vs = [&b0[..], &b1[..], &a0[..], &a1[..]];
+                let (mut x, mut y) = (v(4 * n, 11), v(4 * n, 11));
+                // SAFETY: AVX2 checked; `x` holds four runs of n, every vector n.
+                unsafe { add_scaled_4x4_avx2(&mut x, w, vs) };
+                add_scaled_4x4(&mut y, w, vs);
+                assert_eq!(
+                    x.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                );
+            }
             let vs = [v(n, 5), v(n, 6), v(n, 7), v(n, 8)];
             let w = [[0.3, -1.7, 0.01, 2.5], [1.1, 0.0, -0.4, 0.9], [-2.0, 0.5, 0.25, -0.125], [0.7, 0.7, -0.7, 3.0]];
             let mut got = v(4 * n, 9);
