@@ -281,7 +281,7 @@ pub fn add_scaled_4x4(acc: &mut [f32], w: [[f32; 4]; 4], v: [&[f32]; 4]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn add_scaled_4x4_avx2(acc: &mut [f32], w: [[f32; 4]; 4], v: [&[f32]; 4]) {
-    add_scaled_4x4_body(acc, w, v)
+    add_scaled_hx4_body(acc, w, v)
 }
 
 /// [`add_scaled_4x4_avx2`] compiled with AVX-512 VL's 32 registers, which hold all sixteen
@@ -293,20 +293,56 @@ unsafe fn add_scaled_4x4_avx2(acc: &mut [f32], w: [[f32; 4]; 4], v: [&[f32]; 4])
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,avx512f,avx512vl")]
 unsafe fn add_scaled_4x4_avx512vl(acc: &mut [f32], w: [[f32; 4]; 4], v: [&[f32]; 4]) {
-    add_scaled_4x4_body(acc, w, v)
+    add_scaled_hx4_body(acc, w, v)
 }
 
-/// The body of the `add_scaled_4x4` kernels: each product rounded, then added, in order of `e`.
+/// [`add_scaled_4x4`] for the `w.len()` (1 to 4) accumulators `acc` holds: the heads of a run
+/// past its last four. Bit-identical to the `add_scaled` calls, each accumulator loaded and
+/// stored once per four vectors.
+pub fn add_scaled_nx4(acc: &mut [f32], w: &[[f32; 4]], v: [&[f32]; 4]) {
+    let len = acc.len() / w.len().max(1);
+    #[cfg(target_arch = "x86_64")]
+    if acc.len() == w.len() * len && v.iter().all(|v| v.len() == len) && std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2; `acc` holds `w.len()` runs of `len`, every `v[e]` `len`.
+        unsafe {
+            match *w {
+                [a] => return add_scaled_nx4_avx2(acc, [a], v),
+                [a, b] => return add_scaled_nx4_avx2(acc, [a, b], v),
+                [a, b, c] => return add_scaled_nx4_avx2(acc, [a, b, c], v),
+                [a, b, c, d] => return add_scaled_nx4_avx2(acc, [a, b, c, d], v),
+                _ => {}
+            }
+        }
+    }
+    for (a, wh) in acc.chunks_exact_mut(len.max(1)).zip(w) {
+        for (e, ve) in v.iter().enumerate() {
+            add_scaled(a, wh[e], ve);
+        }
+    }
+}
+
+/// [`add_scaled_nx4`] with AVX2, for `H` accumulators.
 ///
 /// # Safety
-/// AVX2 (the caller's target features); `acc` holds `4 · len` values and every `v[e]` `len`.
+/// The CPU must support AVX2; `acc` must hold `H · len` values and every `v[e]` `len`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn add_scaled_nx4_avx2<const H: usize>(acc: &mut [f32], w: [[f32; 4]; H], v: [&[f32]; 4]) {
+    add_scaled_hx4_body(acc, w, v)
+}
+
+/// The body of the `add_scaled_4x4` and `add_scaled_nx4` kernels, for `H` accumulators: each
+/// product rounded, then added, in order of `e`.
+///
+/// # Safety
+/// AVX2 (the caller's target features); `acc` holds `H · len` values and every `v[e]` `len`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn add_scaled_4x4_body(acc: &mut [f32], w: [[f32; 4]; 4], v: [&[f32]; 4]) {
+unsafe fn add_scaled_hx4_body<const H: usize>(acc: &mut [f32], w: [[f32; 4]; H], v: [&[f32]; 4]) {
     use std::arch::x86_64::*;
-    let len = acc.len() / 4;
+    let len = acc.len() / H;
     // Plain loops, not closures (which would not inherit the caller's target features).
-    let mut ws = [[_mm256_setzero_ps(); 4]; 4];
+    let mut ws = [[_mm256_setzero_ps(); 4]; H];
     for (wsh, wh) in ws.iter_mut().zip(&w) {
         for (x, &we) in wsh.iter_mut().zip(wh) {
             *x = _mm256_set1_ps(we);
@@ -407,7 +443,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dot2x2_and_add_scaled_4x4_are_their_single_calls_bit_for_bit() {
+    fn dot2x2_add_scaled_4x4_and_nx4_are_their_single_calls_bit_for_bit() {
         let v = |n: usize, seed: u32| -> Vec<f32> {
             (0..n)
                 .map(|i| ((i as u32).wrapping_mul(2654435761) ^ seed) % 1000)
@@ -449,6 +485,17 @@ mod tests {
             }
             let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got), bits(&want), "add_scaled_4x4, n {n}");
+            for heads in 1..=4 {
+                let mut few = v(heads * n, 12);
+                let mut want = few.clone();
+                add_scaled_nx4(&mut few, &w[..heads], [&vs[0], &vs[1], &vs[2], &vs[3]]);
+                for (h, acc) in want.chunks_exact_mut(n.max(1)).enumerate() {
+                    for (e, ve) in vs.iter().enumerate() {
+                        add_scaled(acc, w[h][e], ve);
+                    }
+                }
+                assert_eq!(bits(&few), bits(&want), "add_scaled_nx4, {heads} heads, n {n}");
+            }
         }
     }
 

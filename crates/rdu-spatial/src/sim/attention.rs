@@ -9,7 +9,7 @@ use super::ops::{Call, Outs};
 use super::region::{region, untiled, Axes};
 use super::tensor::SimTensor;
 use super::{invalid, SimError};
-use crate::q8::{add_scaled, add_scaled_4x4, dot, dot2x2};
+use crate::q8::{add_scaled, add_scaled_4x4, add_scaled_nx4, dot, dot2x2};
 
 /// Heads one work item of an attention serves with each key it reads.
 const HEADS: usize = 16;
@@ -279,7 +279,8 @@ fn scores<'k>(
 }
 
 /// `o[head] = Σₑ weights[head][e] · value(e)` in order of `e` (each product rounded, then added,
-/// as `add_scaled`), four heads by four values at a time (`add_scaled_4x4`).
+/// as `add_scaled`), four heads by four values at a time (`add_scaled_4x4`; the heads past the
+/// last four together, four values at a time: `add_scaled_nx4`).
 fn weighted_sum<'v>(
     weights: &[f32],
     len: usize,
@@ -297,10 +298,12 @@ fn weighted_sum<'v>(
             add_scaled_4x4(&mut o[jj * dv..(jj + 4) * dv], w, vals);
             jj += 4;
         }
-        for jj in jj..heads {
-            for (i, val) in vals.iter().enumerate() {
-                add_scaled(&mut o[jj * dv..(jj + 1) * dv], weights[jj * len + e + i], val);
+        if jj < heads {
+            let mut w = [[0f32; 4]; 4];
+            for (h, wh) in (jj..heads).zip(w.iter_mut()) {
+                *wh = std::array::from_fn(|i| weights[h * len + e + i]);
             }
+            add_scaled_nx4(&mut o[jj * dv..heads * dv], &w[..heads - jj], vals);
         }
         e += 4;
     }
