@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use rdu_checkpoint::GgmlType;
 
 #[cfg(target_arch = "x86_64")]
-use super::packed::{dot_q5_0_row_avx512, dot_widened_avx2};
+use super::packed::{dot_packed_row_avx512, dot_widened_avx2};
 use super::packed::{dot_q8_row_with, q8_kernel, widen_row, Q8Kernel};
 use crate::q8::{dequant_block, dot, dot_row, Q8Block, QK8_0};
 
@@ -154,13 +154,15 @@ fn dot_rows(rows: Rows<'_>, kernel: Q8Kernel, xs: &[f32], n: usize, j0: usize, c
             }
         }
         #[cfg(target_arch = "x86_64")]
-        Rows::Packed { format: GgmlType::Q5_0, bytes, cols } if kernel == Q8Kernel::Avx512 => {
-            let rb = Rows::packed_row_bytes(GgmlType::Q5_0, cols);
+        Rows::Packed { format: format @ (GgmlType::Q5_0 | GgmlType::Q4_K | GgmlType::Q6_K), bytes, cols }
+            if kernel == Q8Kernel::Avx512 =>
+        {
+            let rb = Rows::packed_row_bytes(format, cols);
             for (jj, col) in chunk.chunks_exact_mut(n).enumerate() {
                 let row = &bytes[(j0 + jj) * rb..(j0 + jj + 1) * rb];
                 for (r, o) in col.iter_mut().enumerate() {
                     // SAFETY: `q8_kernel` chooses `Avx512` only with AVX-512 F, BW, VL, FMA and F16C.
-                    *o = unsafe { dot_q5_0_row_avx512(row, &xs[r * cols..(r + 1) * cols]) };
+                    *o = unsafe { dot_packed_row_avx512(format, row, &xs[r * cols..(r + 1) * cols]) }.unwrap_or(0.0);
                 }
             }
         }

@@ -256,6 +256,132 @@ pub unsafe fn dot_q5_0_row_avx512(row: &[u8], x: &[f32]) -> f32 {
     _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(t[0], t[1]), _mm512_add_ps(t[2], t[3])))
 }
 
+/// A dense-declared Q4_K row times `x` with AVX-512: every value widened exactly as the
+/// reference widens it (`d·q − m`, the product rounded, then the difference), sixteen values a
+/// vector into four running sums (one per sixteen-value quarter of a chunk of 64) added at the
+/// end — `dot_widened_avx2`'s Q4_K products, reassociated, within
+/// `k_row_kernels_agree_on_the_same_tiles`'s bound of the widened row's `dot`.
+///
+/// # Safety
+/// The CPU must support AVX-512 F and BW, AVX2, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+pub unsafe fn dot_q4_k_row_avx512(row: &[u8], x: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = (row.len() / 144).min(x.len() / 256);
+    let low4 = _mm256_set1_epi8(0x0F);
+    let mut t = [_mm512_setzero_ps(); 4];
+    for i in 0..n {
+        // SAFETY: super-block i spans bytes 144i..144(i+1) of `row` and floats 256i..256(i+1) of `x`.
+        let b = std::slice::from_raw_parts(row.as_ptr().add(144 * i), 144);
+        let xp = x.as_ptr().add(256 * i);
+        let (d, dmin) = (f16(&b[0..2]), f16(&b[2..4]));
+        let scales = &b[4..16];
+        for chunk in 0..4 {
+            let (d1, m1) = k_scale_min(d, dmin, scales, 2 * chunk);
+            let (d2, m2) = k_scale_min(d, dmin, scales, 2 * chunk + 1);
+            let q = _mm256_loadu_si256(b.as_ptr().add(16 + 32 * chunk) as *const __m256i);
+            // Sub-block 2·chunk is the low nibbles of the chunk's 32 bytes, 2·chunk + 1 the high.
+            let (lo, hi) = (_mm256_and_si256(q, low4), _mm256_and_si256(_mm256_srli_epi16(q, 4), low4));
+            let xs = xp.add(64 * chunk);
+            // Sixteen unsigned nibbles (as bytes) → d·q − m.
+            macro_rules! w {
+                ($v:expr, $d:expr, $m:expr) => {
+                    _mm512_sub_ps(
+                        _mm512_mul_ps(_mm512_set1_ps($d), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32($v))),
+                        _mm512_set1_ps($m),
+                    )
+                };
+            }
+            t[0] = _mm512_fmadd_ps(w!(_mm256_castsi256_si128(lo), d1, m1), _mm512_loadu_ps(xs), t[0]);
+            t[1] = _mm512_fmadd_ps(w!(_mm256_extracti128_si256(lo, 1), d1, m1), _mm512_loadu_ps(xs.add(16)), t[1]);
+            t[2] = _mm512_fmadd_ps(w!(_mm256_castsi256_si128(hi), d2, m2), _mm512_loadu_ps(xs.add(32)), t[2]);
+            t[3] = _mm512_fmadd_ps(w!(_mm256_extracti128_si256(hi, 1), d2, m2), _mm512_loadu_ps(xs.add(48)), t[3]);
+        }
+    }
+    _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(t[0], t[1]), _mm512_add_ps(t[2], t[3])))
+}
+
+/// A dense-declared Q6_K row times `x` with AVX-512: every value widened exactly as the
+/// reference widens it (`(d·scale)·(q − 32)`), sixteen values a vector into four running sums
+/// (one per run of 32 values of a half) added at the end — `dot_widened_avx2`'s Q6_K products,
+/// reassociated, within `k_row_kernels_agree_on_the_same_tiles`'s bound.
+///
+/// # Safety
+/// The CPU must support AVX-512 F and BW, AVX2, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+pub unsafe fn dot_q6_k_row_avx512(row: &[u8], x: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = (row.len() / 210).min(x.len() / 256);
+    let (low4, three, mid, top) =
+        (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3), _mm256_set1_epi8(0x0C), _mm256_set1_epi8(0x30));
+    let minus32 = _mm256_set1_epi8(32);
+    let mut t = [_mm512_setzero_ps(); 4];
+    for i in 0..n {
+        // SAFETY: block i spans bytes 210i..210(i+1) of `row` and floats 256i..256(i+1) of `x`.
+        let b = row.as_ptr().add(210 * i);
+        let xp = x.as_ptr().add(256 * i);
+        let d = f16_scale(b.add(208));
+        for half in 0..2 {
+            let ql = b.add(64 * half);
+            let (ql_lo, ql_hi) =
+                (_mm256_loadu_si256(ql as *const __m256i), _mm256_loadu_si256(ql.add(32) as *const __m256i));
+            let qh = _mm256_loadu_si256(b.add(128 + 32 * half) as *const __m256i);
+            // The four runs of 32 values of this half, as the reference assembles them.
+            let q = [
+                _mm256_or_si256(_mm256_and_si256(ql_lo, low4), _mm256_slli_epi16(_mm256_and_si256(qh, three), 4)),
+                _mm256_or_si256(_mm256_and_si256(ql_hi, low4), _mm256_slli_epi16(_mm256_and_si256(qh, mid), 2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql_lo, 4), low4), _mm256_and_si256(qh, top)),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(ql_hi, 4), low4),
+                    _mm256_and_si256(_mm256_srli_epi16(qh, 2), top),
+                ),
+            ];
+            // Run k into sum k: every index a constant (unrolled by hand).
+            macro_rules! run {
+                ($k:literal) => {{
+                    let v = _mm256_sub_epi8(q[$k], minus32);
+                    let sc = b.add(192 + 8 * half + 2 * $k);
+                    // Exactly the reference's `d · scale`, then `(d · scale) · (q − 32)`.
+                    let ds0 = _mm512_set1_ps(d * f32::from(*sc as i8));
+                    let ds1 = _mm512_set1_ps(d * f32::from(*sc.add(1) as i8));
+                    let lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(v))), ds0);
+                    let hi =
+                        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(v, 1))), ds1);
+                    let xs = xp.add(128 * half + 32 * $k);
+                    t[$k] = _mm512_fmadd_ps(
+                        hi,
+                        _mm512_loadu_ps(xs.add(16)),
+                        _mm512_fmadd_ps(lo, _mm512_loadu_ps(xs), t[$k]),
+                    );
+                }};
+            }
+            run!(0);
+            run!(1);
+            run!(2);
+            run!(3);
+        }
+    }
+    _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(t[0], t[1]), _mm512_add_ps(t[2], t[3])))
+}
+
+/// The AVX-512 row kernel of a dense-declared weight kept in `format`, where there is one
+/// (Q5_0 needs AVX-512 VL as well: `q8_kernel` chooses `Avx512` only with it).
+///
+/// # Safety
+/// The CPU must support AVX-512 F, BW and VL, AVX2, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub unsafe fn dot_packed_row_avx512(format: GgmlType, row: &[u8], x: &[f32]) -> Option<f32> {
+    match format {
+        GgmlType::Q5_0 => Some(dot_q5_0_row_avx512(row, x)),
+        GgmlType::Q4_K => Some(dot_q4_k_row_avx512(row, x)),
+        GgmlType::Q6_K => Some(dot_q6_k_row_avx512(row, x)),
+        _ => None,
+    }
+}
+
 /// The block's f16 scale (its first two bytes) as f32.
 ///
 /// # Safety
@@ -551,6 +677,35 @@ mod tests {
                     // SAFETY: the AVX-512 kernel is chosen only where F, BW, VL, FMA and F16C are.
                     let got = unsafe { dot_q5_0_row_avx512(w.row(j), &x) };
                     assert!((got - want).abs() <= bound, "cols {cols} row {j}: {got} vs {want} (bound {bound})");
+                }
+            }
+        }
+    }
+
+    /// The AVX-512 Q4_K and Q6_K row kernels agree with `q8::dot` of the widened row within f32
+    /// reassociation (the bound of `q8_row_kernels_agree_on_the_same_tiles`).
+    #[test]
+    fn k_row_kernels_agree_on_the_same_tiles() {
+        #[cfg(target_arch = "x86_64")]
+        if q8_kernel() == Q8Kernel::Avx512 {
+            for (format, cols) in
+                [(GgmlType::Q4_K, 256), (GgmlType::Q4_K, 2048), (GgmlType::Q6_K, 256), (GgmlType::Q6_K, 2048)]
+            {
+                let bytes = blocks(format, 12 * cols / 256, 3 + cols as u32);
+                let w = PackedWeight { shape: &[12, cols], format, bytes: &bytes };
+                w.check().expect("12 rows");
+                let wv = w.widen_all();
+                let x: Vec<f32> = (0..cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+                for j in 0..12 {
+                    let wj = &wv[j * cols..(j + 1) * cols];
+                    let want = crate::q8::dot(wj, &x);
+                    let bound = wj.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum::<f32>() * 2f32.powi(-19);
+                    // SAFETY: the AVX-512 kernel is chosen only where F, BW, VL, FMA and F16C are.
+                    let got = unsafe { dot_packed_row_avx512(format, w.row(j), &x) }.expect("a K format");
+                    assert!(
+                        (got - want).abs() <= bound,
+                        "{format} cols {cols} row {j}: {got} vs {want} (bound {bound})"
+                    );
                 }
             }
         }
