@@ -24,13 +24,18 @@ impl Default for Sampling {
 /// The index of the largest logit, the first one on ties. Empty or NaN logits are an error.
 pub fn greedy(logits: &[f32]) -> Result<u32> {
     check_logits(logits)?;
-    let mut best = 0;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > logits[best] {
-            best = i;
+    // The largest value (no NaN is left: a select per lane, so the loop vectorises), then the
+    // first index holding it — the first of equal values, as a strict `>` scan keeps.
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let chunks = logits.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (m, &v) in lanes.iter_mut().zip(c) {
+            *m = if v > *m { v } else { *m };
         }
     }
-    Ok(best as u32)
+    let max = lanes.iter().chain(rest).fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+    Ok(logits.iter().position(|&v| v == max).unwrap_or(0) as u32)
 }
 
 /// A seeded sampler: the same seed and logits always give the same tokens.

@@ -16,6 +16,18 @@ fn greedy_picks_the_argmax_and_the_first_on_ties() {
     assert_eq!(greedy(&[0.1, 2.5, -1.0, 2.0]).unwrap(), 1);
     assert_eq!(greedy(&[1.0, 3.0, 3.0, 0.0]).unwrap(), 1);
     assert_eq!(greedy(&[f32::NEG_INFINITY, -5.0]).unwrap(), 1);
+    assert_eq!(greedy(&[f32::NEG_INFINITY; 3]).unwrap(), 0);
+    assert_eq!(greedy(&[-0.0, 0.0, -1.0]).unwrap(), 0);
+    // Long rows (runs of sixteen and a rest): the first index of the largest, wherever it lies.
+    let scan = |v: &[f32]| (0..v.len()).fold(0, |best, i| if v[i] > v[best] { i } else { best }) as u32;
+    let row: Vec<f32> = (0..1000).map(|i| ((i * 7919) % 997) as f32 / 13.0 - 30.0).collect();
+    assert_eq!(greedy(&row).unwrap(), scan(&row));
+    for at in [0, 15, 16, 500, 991, 999] {
+        let mut r = row.clone();
+        r[at] = 1e9;
+        r[(at + 333) % 1000] = 1e9; // a tie: the first of the two
+        assert_eq!(greedy(&r).unwrap(), scan(&r), "max at {at}");
+    }
     // Temperature 0 is greedy whatever the seed.
     assert_eq!(draws(Sampling { seed: 99, ..Sampling::default() }, &[0.0, 1.0, 1.0], 5), [1; 5]);
 }
