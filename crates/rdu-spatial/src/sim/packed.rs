@@ -168,7 +168,7 @@ pub unsafe fn dot_q8_row_avx2(row: &[u8], x: &[f32]) -> f32 {
 }
 
 /// `dot_q8_row_avx2` with AVX-512: each block's 32 products in 16 lanes (two pairs a lane),
-/// blocks summed round-robin into four running sums added at the end — a reassociation of
+/// blocks summed round-robin into four running sums added at the end (`four_sums`) — a reassociation of
 /// the same sum, within `q8_row_kernels_agree_on_the_same_tiles`'s bound of the portable one.
 ///
 /// # Safety
@@ -187,21 +187,40 @@ pub unsafe fn dot_q8_row_avx512(row: &[u8], x: &[f32]) -> f32 {
         let acc = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xp.add(16)), _mm512_mul_ps(lo, _mm512_loadu_ps(xp)));
         _mm512_fmadd_ps(d, acc, total)
     }
-    // Four running sums, blocks taken round-robin, so consecutive blocks' multiply-adds do
-    // not wait on each other (one sum made every block wait out the last one's FMA latency).
+    four_sums(n, 34, row.as_ptr(), x.as_ptr(), block)
+}
+
+/// The four running sums of the AVX-512 Q8_0 and Q5_0 row kernels: `block` (one block's
+/// products added into a sum) over blocks `0..n` (`stride` bytes of `row` and 32 floats of `x`
+/// each), taken round-robin, so consecutive blocks' multiply-adds do not wait on each other;
+/// blocks past the last four go into sum 0 (an index known only at run time would keep the
+/// sums in memory); the sums added at the end.
+///
+/// # Safety
+/// AVX-512 F (the caller's target features); `row` holds `n · stride` bytes, `x` `32 · n` floats.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn four_sums(
+    n: usize,
+    stride: usize,
+    row: *const u8,
+    x: *const f32,
+    block: unsafe fn(*const u8, *const f32, std::arch::x86_64::__m512) -> std::arch::x86_64::__m512,
+) -> f32 {
+    use std::arch::x86_64::*;
     let mut t = [_mm512_setzero_ps(); 4];
-    let (row, x) = (row.as_ptr(), x.as_ptr());
     let mut i = 0;
     while i + 4 <= n {
-        // SAFETY: blocks i..i+4 span bytes 34i..34(i+4) of `row` and floats 32i..32(i+4) of `x`.
-        for (k, acc) in t.iter_mut().enumerate() {
-            *acc = block(row.add(34 * (i + k)), x.add(32 * (i + k)), *acc);
-        }
+        // SAFETY: blocks i..i+4 lie inside `row` and `x` (the caller's bounds).
+        t[0] = block(row.add(stride * i), x.add(32 * i), t[0]);
+        t[1] = block(row.add(stride * (i + 1)), x.add(32 * (i + 1)), t[1]);
+        t[2] = block(row.add(stride * (i + 2)), x.add(32 * (i + 2)), t[2]);
+        t[3] = block(row.add(stride * (i + 3)), x.add(32 * (i + 3)), t[3]);
         i += 4;
     }
     while i < n {
         // SAFETY: as above, block i.
-        t[i % 4] = block(row.add(34 * i), x.add(32 * i), t[i % 4]);
+        t[0] = block(row.add(stride * i), x.add(32 * i), t[0]);
         i += 1;
     }
     _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(t[0], t[1]), _mm512_add_ps(t[2], t[3])))
@@ -236,24 +255,7 @@ pub unsafe fn dot_q5_0_row_avx512(row: &[u8], x: &[f32]) -> f32 {
         let (lo, hi) = (widen(_mm256_castsi256_si128(q)), widen(_mm256_extracti128_si256(q, 1)));
         _mm512_fmadd_ps(hi, _mm512_loadu_ps(xp.add(16)), _mm512_fmadd_ps(lo, _mm512_loadu_ps(xp), total))
     }
-    let mut t = [_mm512_setzero_ps(); 4];
-    let (row, x) = (row.as_ptr(), x.as_ptr());
-    let mut i = 0;
-    while i + 4 <= n {
-        // SAFETY: blocks i..i+4 span bytes 22i..22(i+4) of `row` and floats 32i..32(i+4) of `x`.
-        t[0] = block(row.add(22 * i), x.add(32 * i), t[0]);
-        t[1] = block(row.add(22 * (i + 1)), x.add(32 * (i + 1)), t[1]);
-        t[2] = block(row.add(22 * (i + 2)), x.add(32 * (i + 2)), t[2]);
-        t[3] = block(row.add(22 * (i + 3)), x.add(32 * (i + 3)), t[3]);
-        i += 4;
-    }
-    while i < n {
-        // SAFETY: as above, block i (into sum 0: an index known only at run time would keep
-        // the sums in memory).
-        t[0] = block(row.add(22 * i), x.add(32 * i), t[0]);
-        i += 1;
-    }
-    _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(t[0], t[1]), _mm512_add_ps(t[2], t[3])))
+    four_sums(n, 22, row.as_ptr(), x.as_ptr(), block)
 }
 
 /// A dense-declared Q4_K row times `x` with AVX-512: every value widened exactly as the
