@@ -316,8 +316,6 @@ pub unsafe fn dot_q4_k_row_avx512(row: &[u8], x: &[f32]) -> f32 {
 pub unsafe fn dot_q6_k_row_avx512(row: &[u8], x: &[f32]) -> f32 {
     use std::arch::x86_64::*;
     let n = (row.len() / 210).min(x.len() / 256);
-    let (low4, three, mid, top) =
-        (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3), _mm256_set1_epi8(0x0C), _mm256_set1_epi8(0x30));
     let minus32 = _mm256_set1_epi8(32);
     let mut t = [_mm512_setzero_ps(); 4];
     for i in 0..n {
@@ -326,20 +324,7 @@ pub unsafe fn dot_q6_k_row_avx512(row: &[u8], x: &[f32]) -> f32 {
         let xp = x.as_ptr().add(256 * i);
         let d = f16_scale(b.add(208));
         for half in 0..2 {
-            let ql = b.add(64 * half);
-            let (ql_lo, ql_hi) =
-                (_mm256_loadu_si256(ql as *const __m256i), _mm256_loadu_si256(ql.add(32) as *const __m256i));
-            let qh = _mm256_loadu_si256(b.add(128 + 32 * half) as *const __m256i);
-            // The four runs of 32 values of this half, as the reference assembles them.
-            let q = [
-                _mm256_or_si256(_mm256_and_si256(ql_lo, low4), _mm256_slli_epi16(_mm256_and_si256(qh, three), 4)),
-                _mm256_or_si256(_mm256_and_si256(ql_hi, low4), _mm256_slli_epi16(_mm256_and_si256(qh, mid), 2)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql_lo, 4), low4), _mm256_and_si256(qh, top)),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(ql_hi, 4), low4),
-                    _mm256_and_si256(_mm256_srli_epi16(qh, 2), top),
-                ),
-            ];
+            let q = q6_k_runs(b, half);
             // Run k into sum k: every index a constant (unrolled by hand).
             macro_rules! run {
                 ($k:literal) => {{
@@ -382,6 +367,31 @@ pub unsafe fn dot_packed_row_avx512(format: GgmlType, row: &[u8], x: &[f32]) -> 
         GgmlType::Q6_K => Some(dot_q6_k_row_avx512(row, x)),
         _ => None,
     }
+}
+
+/// The four runs of 32 six-bit values (0..64) of half `half` of the Q6_K block at `b`, as the
+/// reference assembles them: the low or high nibble of `ql`, and two bits of `qh` above it.
+///
+/// # Safety
+/// AVX2 (the caller's target features); `b` points at a whole 210-byte block.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn q6_k_runs(b: *const u8, half: usize) -> [std::arch::x86_64::__m256i; 4] {
+    use std::arch::x86_64::*;
+    let (low4, three, mid, top) =
+        (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3), _mm256_set1_epi8(0x0C), _mm256_set1_epi8(0x30));
+    let ql = b.add(64 * half);
+    let (ql_lo, ql_hi) = (_mm256_loadu_si256(ql as *const __m256i), _mm256_loadu_si256(ql.add(32) as *const __m256i));
+    let qh = _mm256_loadu_si256(b.add(128 + 32 * half) as *const __m256i);
+    [
+        _mm256_or_si256(_mm256_and_si256(ql_lo, low4), _mm256_slli_epi16(_mm256_and_si256(qh, three), 4)),
+        _mm256_or_si256(_mm256_and_si256(ql_hi, low4), _mm256_slli_epi16(_mm256_and_si256(qh, mid), 2)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql_lo, 4), low4), _mm256_and_si256(qh, top)),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16(ql_hi, 4), low4),
+            _mm256_and_si256(_mm256_srli_epi16(qh, 2), top),
+        ),
+    ]
 }
 
 /// The block's f16 scale (its first two bytes) as f32.
@@ -487,32 +497,13 @@ pub unsafe fn dot_widened_avx2(format: GgmlType, row: &[u8], x: &[f32]) -> Optio
         }
         GgmlType::Q6_K => {
             let n = (row.len() / 210).min(x.len() / 256);
-            let (low4, three, mid, top) =
-                (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3), _mm256_set1_epi8(0x0C), _mm256_set1_epi8(0x30));
             let minus32 = _mm256_set1_epi8(32);
             for i in 0..n {
                 let b = row.as_ptr().add(210 * i);
                 let xp = x.as_ptr().add(256 * i);
                 let d = f16_scale(b.add(208));
                 for half in 0..2 {
-                    let ql = b.add(64 * half);
-                    let (ql_lo, ql_hi) =
-                        (_mm256_loadu_si256(ql as *const __m256i), _mm256_loadu_si256(ql.add(32) as *const __m256i));
-                    let qh = _mm256_loadu_si256(b.add(128 + 32 * half) as *const __m256i);
-                    // The four runs of 32 values of this half, as the reference assembles them:
-                    // low nibble or high nibble of ql, and two bits of qh above them.
-                    let q = [
-                        _mm256_or_si256(
-                            _mm256_and_si256(ql_lo, low4),
-                            _mm256_slli_epi16(_mm256_and_si256(qh, three), 4),
-                        ),
-                        _mm256_or_si256(_mm256_and_si256(ql_hi, low4), _mm256_slli_epi16(_mm256_and_si256(qh, mid), 2)),
-                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql_lo, 4), low4), _mm256_and_si256(qh, top)),
-                        _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16(ql_hi, 4), low4),
-                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), top),
-                        ),
-                    ];
+                    let q = q6_k_runs(b, half);
                     for (k, q) in q.into_iter().enumerate() {
                         let sc = b.add(192 + 8 * half + 2 * k);
                         // Exactly the reference's `d · scale`, then `(d · scale) · (q − 32)`.
