@@ -277,11 +277,9 @@ pub unsafe fn dot_q4_k_row_avx512(row: &[u8], x: &[f32]) -> f32 {
         // SAFETY: super-block i spans bytes 144i..144(i+1) of `row` and floats 256i..256(i+1) of `x`.
         let b = std::slice::from_raw_parts(row.as_ptr().add(144 * i), 144);
         let xp = x.as_ptr().add(256 * i);
-        let (d, dmin) = (f16(&b[0..2]), f16(&b[2..4]));
-        let scales = &b[4..16];
+        let sm = q4_k_scales(b);
         for chunk in 0..4 {
-            let (d1, m1) = k_scale_min(d, dmin, scales, 2 * chunk);
-            let (d2, m2) = k_scale_min(d, dmin, scales, 2 * chunk + 1);
+            let ((d1, m1), (d2, m2)) = (sm[2 * chunk], sm[2 * chunk + 1]);
             let q = _mm256_loadu_si256(b.as_ptr().add(16 + 32 * chunk) as *const __m256i);
             // Sub-block 2·chunk is the low nibbles of the chunk's 32 bytes, 2·chunk + 1 the high.
             let (lo, hi) = (_mm256_and_si256(q, low4), _mm256_and_si256(_mm256_srli_epi16(q, 4), low4));
@@ -394,6 +392,14 @@ unsafe fn q6_k_runs(b: *const u8, half: usize) -> [std::arch::x86_64::__m256i; 4
     ]
 }
 
+/// The (scale, min) of each of the eight sub-blocks of the Q4_K super-block `b` (144 bytes),
+/// exactly the reference's (`k_scale_min` of its `d`, `dmin` and packed scales).
+#[inline(always)]
+fn q4_k_scales(b: &[u8]) -> [(f32, f32); 8] {
+    let (d, dmin) = (f16(&b[0..2]), f16(&b[2..4]));
+    std::array::from_fn(|j| k_scale_min(d, dmin, &b[4..16], j))
+}
+
 /// The block's f16 scale (its first two bytes) as f32.
 ///
 /// # Safety
@@ -467,11 +473,9 @@ pub unsafe fn dot_widened_avx2(format: GgmlType, row: &[u8], x: &[f32]) -> Optio
             for i in 0..n {
                 let b = std::slice::from_raw_parts(row.as_ptr().add(144 * i), 144);
                 let xp = x.as_ptr().add(256 * i);
-                let (d, dmin) = (f16(&b[0..2]), f16(&b[2..4]));
-                let scales = &b[4..16];
+                let sm = q4_k_scales(b);
                 for chunk in 0..4 {
-                    let (d1, m1) = k_scale_min(d, dmin, scales, 2 * chunk);
-                    let (d2, m2) = k_scale_min(d, dmin, scales, 2 * chunk + 1);
+                    let ((d1, m1), (d2, m2)) = (sm[2 * chunk], sm[2 * chunk + 1]);
                     let q = b.as_ptr().add(16 + 32 * chunk);
                     for (half, (dd, mm)) in [(d1, m1), (d2, m2)].into_iter().enumerate() {
                         let (dv, mv) = (_mm256_set1_ps(dd), _mm256_set1_ps(mm));
