@@ -4,16 +4,18 @@
 //! read back by the host from the GGUF file and run through the simulator. F32 files: forward
 //! and token-by-token decode within 1e-4 of transformers. Q8_0 files (weights kept as blocks,
 //! folded by `from_q8`): within 1e-4 of the reference runner on the F32 file of their
-//! dequantised values. Plus `rdu run FILE.gguf` on a converted file.
+//! dequantised values. F32 `deepseek2` files prefilled in chunks, within 1e-4 of transformers. Plus `rdu run FILE.gguf` on a converted file.
 
 mod common;
 
 use common::f32_states;
 use rdu_checkpoint::{GgufValue, GgufValueType};
-use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_forward_streamed, LowerOptions, Storage};
+use rdu_compiler::lower::streamed::{
+    lower_decode_streamed, lower_forward_streamed, lower_prefill_streamed, LowerOptions, Storage,
+};
 use rdu_compiler::model::gguf::from_gguf_path;
 use rdu_compiler::reference::{GgufWeights, Reference};
-use rdu_host::{Host, WeightsSource};
+use rdu_host::{Host, Session, WeightsSource};
 use rdu_spatial::chip::Chip;
 use rdu_testkit::hf_to_gguf::{convert, convert_edited, convert_with, Kvs, Quant, Target};
 use rdu_testkit::{fixtures, npy, Tolerance};
@@ -95,6 +97,56 @@ fn check_q8(arch: &str, target: Target) {
         dw = dw.max(Tolerance::F32.assert(&format!("{arch} as {target:?} Q8_0 decode at {pos}"), row, w));
     }
     eprintln!("{arch} as {target:?} Q8_0 (spatial, from_q8) vs dequantised reference: forward {fw:e}, decode {dw:e}");
+}
+
+/// F32 file, chunked prefill: the prompt's whole chunks through a prefill bundle (llama.cpp's
+/// per-head `attn_k_b`/`attn_v_b`, attended through the up-projections), then token by token
+/// through the decode bundle over the same latent cache; every row against transformers.
+fn check_prefill_f32(arch: &str, chunk: usize) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let path = gguf(tmp.path(), arch, Target::Deepseek2, Quant::F32);
+    let tokens = npy::ids(fixtures::hf(arch).join("tokens.npy"));
+    let full = npy::f32(fixtures::hf(arch).join("logits_full.npy"));
+    let spec = f32_states(from_gguf_path(&path).expect("import"));
+    let storage = GgufWeights::open(&spec, &path).expect("open").storage();
+    let source = WeightsSource::Gguf(path.clone());
+    let (vocab, t) = (spec.vocab, tokens.len());
+    let lower = |prefill: bool| {
+        let opts = LowerOptions {
+            chip: Chip::builtin("sn50").expect("chip"),
+            storage: storage.clone(),
+            seed: 0,
+            progress: &mut |_| {},
+        };
+        let model =
+            if prefill { lower_prefill_streamed(&spec, chunk, t, opts) } else { lower_decode_streamed(&spec, t, opts) };
+        let dir = tmp.path().join(if prefill { "prefill" } else { "decode" });
+        model.unwrap_or_else(|e| panic!("{arch}: {e}")).bundle().expect("bundle").write(&dir, false).expect("write");
+        dir
+    };
+    let (prefill_dir, decode_dir) = (lower(true), lower(false));
+    let prefill = Host::load(&prefill_dir, &source, &mut |_, _, _| {}).expect("load");
+    let decode = Host::load_sharing(&decode_dir, &prefill, &source, &mut |_, _, _| {}).expect("load");
+    let mut session = Session::new(prefill, decode).expect("session");
+    let (mut pos, mut worst) = (0, 0f32);
+    while pos < t {
+        let (row, at) = if pos + chunk <= t {
+            (session.prefill(&tokens[pos..pos + chunk], pos).expect("prefill").logits, pos + chunk - 1)
+        } else {
+            (session.decode(tokens[pos], pos).expect("decode").logits, pos)
+        };
+        let what = format!("{arch} as deepseek2, chunks of {chunk}: row {at}");
+        worst =
+            worst.max(Tolerance::F32.assert(&what, row.as_f32().expect("f32"), &full[at * vocab..(at + 1) * vocab]));
+        pos = at + 1;
+    }
+    eprintln!("{arch} as deepseek2, chunks of {chunk} then decoding: max |diff| against transformers {worst:e}");
+}
+
+#[test]
+fn deepseek2_prefill_f32() {
+    check_prefill_f32("deepseek_v2", 3);
+    check_prefill_f32("deepseek_v2_noqlora", 4);
 }
 
 #[test]

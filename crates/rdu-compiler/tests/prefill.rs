@@ -60,13 +60,13 @@ fn a_prefill_chunk_embeds_every_row_and_the_head_reads_the_last() {
 }
 
 /// `attend` takes the chunk's keys and values together, each shaped as one slot per query row;
-/// `attend_mla` the chunk's latents. Anything else is refused at the statement, by code.
+/// `attend_mla` and `attend_mla_up` the chunk's latents. Anything else is refused at the statement, by code.
 #[test]
 fn attend_over_a_chunk_is_typed() {
     let program = |call: &str| {
         format!(
             "input q : f32[3, 4, 8]\ninput p : i32[3]\ninput k : f32[3, 2, 8]\ninput v : f32[3, 2, 6]\n\
-             input kw : f32[2, 2, 8]\ninput c : f32[3, 8]\nstate K : f32[4, 2, 8]\nstate V : f32[4, 2, 6]\n\
+             input kw : f32[2, 2, 8]\ninput c : f32[3, 8]\ninput wk : f32[4, 6, 6]\ninput wv : f32[4, 5, 6]\nstate K : f32[4, 2, 8]\nstate V : f32[4, 2, 6]\n\
              state C : f32[4, 8]\n\
              a = {call}\nK <- cache_put(K, k, p)\nV <- cache_put(V, v, p)\nC <- cache_put(C, c, p)\noutput a\n"
         )
@@ -81,9 +81,14 @@ fn attend_over_a_chunk_is_typed() {
     // Fits: (the unused inputs are refused as unused declarations, not at `a`.)
     assert_eq!(refusal("attend(q, K, V, p, k, v, scale=0.5, window=2)"), None);
     assert_eq!(refusal("attend_mla(q, C, p, c, scale=0.5, latent=6)"), None);
+    assert_eq!(refusal("attend_mla_up(q, C, wk, wv, p, c, scale=0.5, latent=6)"), None);
     // The keys without the values; keys of another row count.
     assert_eq!(refusal("attend(q, K, V, p, k, scale=0.5)"), Some(("E0202", Some(0))));
     assert_eq!(refusal("attend(q, K, V, p, kw, v, scale=0.5)"), Some(("E0203", Some(0))));
     assert_eq!(refusal("attend(q, K, V, p, v, k, scale=0.5)"), Some(("E0203", Some(0))));
     assert_eq!(refusal("attend_mla(q, C, p, k, scale=0.5, latent=6)"), Some(("E0203", Some(0))));
+    assert_eq!(refusal("attend_mla_up(q, C, wk, wv, p, k, scale=0.5, latent=6)"), Some(("E0203", Some(0))));
+    // Up-projections whose rows do not make q's key, or of another latent width.
+    assert_eq!(refusal("attend_mla_up(q, C, wv, wv, p, c, scale=0.5, latent=6)"), Some(("E0203", Some(0))));
+    assert_eq!(refusal("attend_mla_up(q, C, wk, wv, p, c, scale=0.5, latent=5)"), Some(("E0203", Some(0))));
 }

@@ -41,6 +41,7 @@ pub enum Op {
     CachePut,
     Attend,
     AttendMla,
+    AttendMlaUp,
     ConvStep,
     ConvShift,
     DeltaScan,
@@ -122,7 +123,7 @@ impl Facts {
 
 impl Op {
     /// Every op, in table order.
-    pub const ALL: [Op; 33] = [
+    pub const ALL: [Op; 34] = [
         Op::Add,
         Op::Sub,
         Op::Mul,
@@ -147,6 +148,7 @@ impl Op {
         Op::CachePut,
         Op::Attend,
         Op::AttendMla,
+        Op::AttendMlaUp,
         Op::ConvStep,
         Op::ConvShift,
         Op::DeltaScan,
@@ -191,6 +193,9 @@ impl Op {
             // A prefill chunk passes its own keys and values after `pos` (see docs/LANGUAGE.md).
             Op::Attend => f("attend", 4, 6).attrs(&["scale", "window"]).heavy(),
             Op::AttendMla => f("attend_mla", 3, 4).attrs(&["scale", "latent", "window"]).heavy(),
+            // Latent attention through the up-projections (the unabsorbed form): inputs
+            // `q, C, Wk, Wv, pos` and, for a prefill chunk, its own latents `c`.
+            Op::AttendMlaUp => f("attend_mla_up", 5, 6).attrs(&["scale", "latent", "window"]).heavy(),
             // Inputs `x, w` or `x, w, state`.
             Op::ConvStep => f("conv_step", 2, 3).heavy(),
             Op::ConvShift => f("conv_shift", 2, 2),

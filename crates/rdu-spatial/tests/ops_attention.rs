@@ -1,8 +1,9 @@
-//! `rope`, `cache_put`, `attend` and `attend_mla` against hand computations and a naive model.
+//! `rope`, `cache_put`, `attend`, `attend_mla` and `attend_mla_up` against hand computations and a
+//! naive model.
 
 mod common;
 use common::*;
-use rdu_spatial::MapBindings;
+use rdu_spatial::{MapBindings, SimTensor};
 
 #[test]
 fn rope_rotates_neox_and_interleaved_pairs_and_passes_the_rest() {
@@ -102,4 +103,66 @@ fn attend_mla_uses_the_latent_as_key_and_its_prefix_as_value() {
         let want = naive(&q.as_f32().unwrap()[h * 6..(h + 1) * 6], cd, &vals, &[0, 1, 2, 3], 5, 0.3);
         close(&out(&r, "u")[h * 4..(h + 1) * 4], &want, 1e-6, 1e-5);
     }
+}
+
+/// Keys `Wk[j]·x ‖ rope` and values `Wv[j]·x` of every entry of `lat` (`rows × (l + r)`), laid
+/// out as `attend`'s `[rows, h, dk + r]` and `[rows, h, dv]`, by plain loops in f64.
+fn expand(
+    lat: &[f32],
+    rows: usize,
+    (h, l, r): (usize, usize, usize),
+    wk: &[f32],
+    wv: &[f32],
+) -> (SimTensor, SimTensor) {
+    let (dk, dv) = (wk.len() / (h * l), wv.len() / (h * l));
+    let up = |w: &[f32], j: usize, o: usize, x: &[f32]| -> f32 {
+        (0..l).map(|p| f64::from(w[(j * w.len() / h / l + o) * l + p]) * f64::from(x[p])).sum::<f64>() as f32
+    };
+    let (mut k, mut v) = (Vec::new(), Vec::new());
+    for x in lat.chunks_exact(l + r).take(rows) {
+        for j in 0..h {
+            k.extend((0..dk).map(|o| up(wk, j, o, x)).chain(x[l..].iter().copied()));
+            v.extend((0..dv).map(|o| up(wv, j, o, x)));
+        }
+    }
+    (f(&[rows, h, dk + r], &k), f(&[rows, h, dv], &v))
+}
+
+#[test]
+fn attend_mla_up_is_attend_over_the_keys_and_values_its_up_projections_make() {
+    // 3 heads, a latent of 4 and a rope key of 2 per entry, keys of 3 + 2 and values of 5; a
+    // cache of 6 slots and a chunk of 2 rows at positions 3 and 4 (read from the chunk).
+    let (h, l, r, dk, dv, s, n) = (3, 4, 2, 3, 5, 6, 2);
+    let (q, c, cn) = (rt(&[n, h, dk + r], 11), rt(&[s, l + r], 12), rt(&[n, l + r], 13));
+    let (wk, wv) = (rt(&[h, dk, l], 14), rt(&[h, dv, l], 15));
+    let (wkd, wvd) = (wk.as_f32().unwrap(), wv.as_f32().unwrap());
+    let (kc, vc) = expand(c.as_f32().unwrap(), s, (h, l, r), wkd, wvd);
+    let (kn, vn) = expand(cn.as_f32().unwrap(), n, (h, l, r), wkd, wvd);
+    let b = MapBindings::new()
+        .with("q", q)
+        .with("C", c)
+        .with("c", cn)
+        .with("Wk", wk.clone())
+        .with("Wv", wv.clone())
+        .with("K", kc)
+        .with("V", vc)
+        .with("k", kn)
+        .with("v", vn)
+        .with("pos", i(&[], &[3]));
+    let ops = "u = attend_mla_up(q, C, Wk, Wv, pos, c, scale=0.4, latent=4)\n\
+               w = attend(q, K, V, pos, k, v, scale=0.4)\n\
+               d = attend_mla_up(q, C, Wk, Wv, pos, scale=0.4, latent=4, window=2)\n\
+               e = attend(q, K, V, pos, scale=0.4, window=2)\n\
+               t = attend_mla_up(q, C, Wk, Wv, pos, c, scale=0.4, latent=4) tile(axis=1, [0..1, 1..3])";
+    let res = run(&b, ops, &["u", "w", "d", "e", "t"]).unwrap();
+    // Tiles along the heads give every head's output bit for bit.
+    assert_eq!(out(&res, "t"), out(&res, "u"));
+    assert_eq!(res.outputs["u"].shape, [n, h, dv]);
+    close(&out(&res, "u"), &out(&res, "w"), 1e-6, 1e-5);
+    // Without the chunk's latents every position is read from the cache, within a window of 2.
+    close(&out(&res, "d"), &out(&res, "e"), 1e-6, 1e-5);
+    // Up-projections of another latent width are refused in one line.
+    let bad = b.with("Wn", rt(&[h, dk, l + 1], 16));
+    let err = run(&bad, "u = attend_mla_up(q, C, Wn, Wv, pos, scale=0.4, latent=4)", &["u"]).unwrap_err().to_string();
+    assert!(err.contains("do not agree"), "{err}");
 }

@@ -133,6 +133,7 @@ const OPS: &[(&str, usize, &[&str])] = &[
     ("cache_put", 3, &[]),
     ("attend", 4, &["scale", "window"]),
     ("attend_mla", 3, &["scale", "latent"]),
+    ("attend_mla_up", 5, &["scale", "latent"]),
     ("conv_step", 2, &[]),
     ("conv_step", 3, &[]),
     ("conv_shift", 2, &[]),

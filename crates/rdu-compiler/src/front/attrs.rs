@@ -184,6 +184,10 @@ fn build(stmt: &Stmt, kind: Kind, a: &mut Attrs<'_>) -> Option<Op> {
             let (scale, latent, window) = (a.float("scale"), a.positive("latent", true), a.positive("window", false));
             Op::AttendMla { scale: scale?, latent: latent.flatten()?, window: window? }
         }
+        Kind::AttendMlaUp => {
+            let (scale, latent, window) = (a.float("scale"), a.positive("latent", true), a.positive("window", false));
+            Op::AttendMlaUp { scale: scale?, latent: latent.flatten()?, window: window? }
+        }
         Kind::ConvStep => Op::ConvStep,
         Kind::ConvShift => Op::ConvShift,
         Kind::DeltaScan => Op::DeltaScan { kmap: a.word("kmap", false, &kmaps)?.unwrap_or(KMap::Grouped) },

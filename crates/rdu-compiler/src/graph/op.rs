@@ -116,6 +116,12 @@ pub enum Op {
         latent: usize,
         window: Option<usize>,
     },
+    /// Inputs `q, C, Wk, Wv, pos` (and a prefill chunk's own latents `c`).
+    AttendMlaUp {
+        scale: f64,
+        latent: usize,
+        window: Option<usize>,
+    },
     /// Inputs `x, w` or `x, w, state`.
     ConvStep,
     ConvShift,
@@ -176,6 +182,7 @@ impl Op {
             Op::CachePut => K::CachePut,
             Op::Attend { .. } => K::Attend,
             Op::AttendMla { .. } => K::AttendMla,
+            Op::AttendMlaUp { .. } => K::AttendMlaUp,
             Op::ConvStep => K::ConvStep,
             Op::ConvShift => K::ConvShift,
             Op::DeltaScan { .. } => K::DeltaScan,
@@ -221,7 +228,7 @@ impl fmt::Display for Op {
                 write!(f, " scale={scale:?}")?;
                 window.map_or(Ok(()), |w| write!(f, " window={w}"))
             }
-            Op::AttendMla { scale, latent, window } => {
+            Op::AttendMla { scale, latent, window } | Op::AttendMlaUp { scale, latent, window } => {
                 write!(f, " scale={scale:?} latent={latent}")?;
                 window.map_or(Ok(()), |w| write!(f, " window={w}"))
             }

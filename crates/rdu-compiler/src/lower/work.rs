@@ -113,6 +113,28 @@ pub fn op_work(model: &WorkModel<'_>, op: &KernelOp) -> Work {
             let dv = out.map(|o| *o.shape.last().unwrap_or(&1) as u64).unwrap_or(1);
             work.flops = 2 * rows * heads * slots * (dk + dv);
         }
+        Op::AttendMlaUp => {
+            // Every cached latent is read once per step (the chunk's own after `pos`), with the
+            // up-projections `Wk`, `Wv` (weights as stored, or values the stage already holds);
+            // each head widens every entry's latent into its key and value, then attends.
+            work.hbm_bytes = tensor_args.iter().filter(|t| t.role == Role::State).map(|t| stored_bytes(t)).sum::<u64>()
+                + tensor_args
+                    .iter()
+                    .skip(2)
+                    .take(2)
+                    .filter(|t| t.role == Role::Weight)
+                    .map(|t| stored_bytes(t))
+                    .sum::<u64>();
+            let chunk_rows = match op.args.get(5) {
+                Some(Arg::Tensor(n)) => decl(n).map_or(0, |t| t.shape[0] as u64),
+                _ => 0,
+            };
+            let dim = |i: usize, axis: usize| tensor_args.get(i).map_or(1, |t| t.shape[axis] as u64);
+            let entries = dim(1, 0) + chunk_rows;
+            let (rows, heads, dq) = (dim(0, 0), dim(0, 1), dim(0, 2));
+            let (dk, dv, latent) = (dim(2, 1), dim(3, 1), dim(2, 2));
+            work.flops = 2 * heads * entries * latent * (dk + dv) + 2 * rows * heads * entries * (dq + dv);
+        }
         Op::AllReduce => {
             // A ring all-reduce sends 2(tp − 1)/tp of the tensor from every chip (reduce-scatter,
             // then all-gather), as f32; one chip sends nothing.

@@ -5,6 +5,7 @@
 use rayon::prelude::*;
 use std::collections::BTreeMap;
 
+use super::matmul::{gemm, View};
 use super::ops::{Call, Outs};
 use super::region::{region, untiled, Axes};
 use super::tensor::SimTensor;
@@ -15,6 +16,11 @@ use crate::q8::{add_scaled, add_scaled_4x4, add_scaled_nx4, dot, dot2x2};
 const HEADS: usize = 16;
 /// From this many rows on, an attention gathers each kv head's keys and values first.
 const GATHER_ROWS: usize = 8;
+/// Heads whose keys and values `attend_mla_up` widens from the latents together (the latents
+/// are packed once for them all).
+const UP_HEADS: usize = 16;
+/// Entries a task of `attend_mla_up`'s widening takes.
+const UP_ENTRIES: usize = 256;
 
 /// Rotates the first `dim` dims of every head of row `i` by table row `p_i`.
 pub(super) fn rope(call: &Call<'_>) -> Outs {
@@ -146,6 +152,141 @@ pub(super) fn attend_mla(call: &Call<'_>) -> Outs {
         None
     };
     run(call, q, [n, h, dc], 2, s, h.max(1), keys, values, chunk)
+}
+
+/// Multi-head latent attention through the up-projections (the unabsorbed form, for prefill):
+/// an entry — a cache slot of `C`, or a row of the chunk's own latents `c` — holds the latent
+/// `x` (its first `latent` values) and the rotated rope key (the rest); head `j` reads the key
+/// `Wk[j]·x ‖ rope key` and the value `Wv[j]·x`. Causal softmax as `attend`.
+///
+/// Sixteen heads of a tile at a time: the keys and values of every entry through
+/// `matrixmultiply` (blocks of entries in parallel), then head by head (in parallel) the scores
+/// of every row against every entry as one product, each row's softmax in f32 over the entries
+/// it reads (the others weigh exactly 0), the weighted sum of values as a second product.
+pub(super) fn attend_mla_up(call: &Call<'_>) -> Outs {
+    call.expect()?;
+    let (tq, q) = call.f32(0)?;
+    let (tc, c) = call.f32(1)?;
+    let (tk, wk) = call.f32(2)?;
+    let (tv, wv) = call.f32(3)?;
+    let latent = call.req_count("latent")?;
+    let shapes = (tq.shape.as_slice(), tc.shape.as_slice(), tk.shape.as_slice(), tv.shape.as_slice());
+    let (&[n, h, dq], &[s, width], &[kh, nope, kl], &[vh, dv, vl]) = shapes else {
+        return invalid(format!(
+            "expects q [N, h, dq], C [S, c], Wk [h, dk, latent], Wv [h, dv, latent], given {:?}, {:?}, {:?}, {:?}",
+            tq.shape, tc.shape, tk.shape, tv.shape
+        ));
+    };
+    if s == 0
+        || latent == 0
+        || latent > width
+        || (kh, vh, kl, vl) != (h, h, latent, latent)
+        || dq != nope + width - latent
+    {
+        return invalid(format!(
+            "q {:?}, C {:?}, Wk {:?}, Wv {:?} and latent {latent} do not agree",
+            tq.shape, tc.shape, tk.shape, tv.shape
+        ));
+    }
+    let chunk = if call.args.len() == 6 {
+        let (tcn, cn) = call.f32(5)?;
+        if tcn.shape != [n, width] {
+            return invalid(format!("the chunk's c {:?} must be [{n}, {width}]", tcn.shape));
+        }
+        Some(cn)
+    } else {
+        None
+    };
+    let scale = call.req_float("scale")?;
+    let window = call.attr_count("window")?;
+    if window == Some(0) {
+        return invalid("window must be at least 1");
+    }
+    let pos = positions(call, 4, n)?;
+    let by_position: BTreeMap<usize, usize> = match chunk {
+        Some(_) => pos.iter().enumerate().map(|(r, &p)| (p, r)).collect(),
+        None => BTreeMap::new(),
+    };
+    // Each row's entries (cache slots, then chunk rows after the `s` slots) and multiplicities.
+    let reads: Vec<Vec<(usize, f32)>> = (pos.iter())
+        .map(|&p| {
+            let srcs = sources(window.map_or(0, |w| (p + 1).saturating_sub(w)), p, s, &by_position);
+            srcs.into_iter()
+                .map(|(src, m)| {
+                    (
+                        match src {
+                            Src::Slot(sl) => sl,
+                            Src::Row(r) => s + r,
+                        },
+                        m,
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    let entries: Vec<f32>;
+    let all = match chunk {
+        Some(cn) => {
+            entries = c.iter().chain(cn).copied().collect();
+            &entries[..]
+        }
+        None => c,
+    };
+    let e = all.len() / width;
+    let reg = region(call.tiling(), &[n, h, dv], Axes::Only(1), 1)?;
+    let failed =
+        || SimError::Invalid { message: "internal: a product of attend_mla_up does not fit its buffers".into() };
+    let lat = View { data: all, offset: 0, rows: e, cols: latent, row_stride: width, col_stride: 1 };
+    // Every entry's latent through the up-projection rows of heads `j0..j0 + g` (`[e, g·rows]`),
+    // blocks of entries in parallel: each block's latents packed once for all the heads.
+    let widen = |w: &[f32], rows: usize, j0: usize, g: usize| -> Result<Vec<f32>, SimError> {
+        let b = View { offset: j0 * rows * latent, ..View::dense(w, g * rows, latent) }.t();
+        let mut out = vec![0.0f32; e * g * rows];
+        out.par_chunks_mut(UP_ENTRIES * g * rows).enumerate().try_for_each(|(block, o)| {
+            let a = View { offset: block * UP_ENTRIES * width, rows: o.len() / (g * rows), ..lat };
+            gemm(a, b, o, g * rows).ok_or_else(failed)
+        })?;
+        Ok(out)
+    };
+    let mut y = vec![0.0f32; n * h * dv];
+    for &(t0, t1) in &reg.tiles {
+        for j0 in (t0..t1).step_by(UP_HEADS) {
+            let g = (t1 - j0).min(UP_HEADS);
+            let (nopes, values) = (widen(wk, nope, j0, g)?, widen(wv, dv, j0, g)?);
+            let head = |i: usize| -> Result<Vec<f32>, SimError> {
+                let mut keys = vec![0.0f32; e * dq];
+                for (x, key) in keys.chunks_exact_mut(dq).enumerate() {
+                    key[..nope].copy_from_slice(&nopes[(x * g + i) * nope..][..nope]);
+                    key[nope..].copy_from_slice(&all[x * width + latent..][..width - latent]);
+                }
+                let qj = View { data: q, offset: (j0 + i) * dq, rows: n, cols: dq, row_stride: h * dq, col_stride: 1 };
+                let mut scores = vec![0.0f32; n * e];
+                gemm(qj, View::dense(&keys, e, dq).t(), &mut scores, e).ok_or_else(failed)?;
+                // Softmax weights in f32 over the entries each row reads, each divided by the total.
+                let mut weights = vec![0.0f32; n * e];
+                for ((read, sc), w) in reads.iter().zip(scores.chunks_exact(e)).zip(weights.chunks_exact_mut(e)) {
+                    let max = read.iter().map(|&(x, _)| scale * sc[x]).fold(f32::NEG_INFINITY, f32::max);
+                    let mut total = 0.0f32;
+                    for &(x, m) in read {
+                        w[x] = m * super::mathf::exp(scale * sc[x] - max);
+                        total += w[x];
+                    }
+                    read.iter().for_each(|&(x, _)| w[x] /= total);
+                }
+                let v = View { data: &values, offset: i * dv, rows: e, cols: dv, row_stride: g * dv, col_stride: 1 };
+                let mut o = vec![0.0f32; n * dv];
+                gemm(View::dense(&weights, n, e), v, &mut o, dv).ok_or_else(failed)?;
+                Ok(o)
+            };
+            let outs: Vec<Vec<f32>> = (0..g).into_par_iter().map(head).collect::<Result<_, _>>()?;
+            for (i, o) in outs.iter().enumerate() {
+                for (r, row) in o.chunks_exact(dv).enumerate() {
+                    y[(r * h + j0 + i) * dv..][..dv].copy_from_slice(row);
+                }
+            }
+        }
+    }
+    Ok(vec![SimTensor::f32(vec![n, h, dv], y)])
 }
 
 /// Positions of `n` rows from argument `i`: a scalar `pos` (row `r` at `pos + r`) or `i32[n]`.

@@ -226,6 +226,75 @@ fn panels(rows: Rows<'_>, xs: &[f32], n: usize, piece: &[(usize, usize)], chunk:
     }
 }
 
+/// A row-major f32 matrix seen in place: `rows × cols` values at
+/// `data[offset + r·row_stride + c·col_stride]`.
+#[derive(Clone, Copy)]
+pub(super) struct View<'a> {
+    pub data: &'a [f32],
+    pub offset: usize,
+    pub rows: usize,
+    pub cols: usize,
+    pub row_stride: usize,
+    pub col_stride: usize,
+}
+
+impl<'a> View<'a> {
+    /// The dense row-major `rows × cols` matrix of `data`.
+    pub fn dense(data: &'a [f32], rows: usize, cols: usize) -> View<'a> {
+        View { data, offset: 0, rows, cols, row_stride: cols, col_stride: 1 }
+    }
+
+    /// The transpose (no copy).
+    pub fn t(self) -> View<'a> {
+        View { rows: self.cols, cols: self.rows, row_stride: self.col_stride, col_stride: self.row_stride, ..self }
+    }
+
+    /// Whether every element lies inside `data`.
+    fn in_bounds(&self) -> bool {
+        self.rows == 0
+            || self.cols == 0
+            || self.offset + (self.rows - 1) * self.row_stride + (self.cols - 1) * self.col_stride < self.data.len()
+    }
+}
+
+/// `c = a · b` through `matrixmultiply`, `c` row-major `a.rows × b.cols` with rows
+/// `c_stride` apart; `None` (nothing written) when the shapes disagree or a view reaches past
+/// its data.
+pub(super) fn gemm(a: View<'_>, b: View<'_>, c: &mut [f32], c_stride: usize) -> Option<()> {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    let fits = b.rows == k && n <= c_stride && (m == 0 || (m - 1) * c_stride + n <= c.len());
+    if !fits || !a.in_bounds() || !b.in_bounds() {
+        return None;
+    }
+    if m == 0 || n == 0 {
+        return Some(());
+    }
+    let stride = |s: usize| isize::try_from(s).ok();
+    let (rsa, csa, rsb, csb, rsc) =
+        (stride(a.row_stride)?, stride(a.col_stride)?, stride(b.row_stride)?, stride(b.col_stride)?, stride(c_stride)?);
+    // SAFETY: every element the strides reach lies inside its slice: the views are checked
+    // above (`in_bounds`), and `c`'s last element `(m − 1)·c_stride + n − 1` is below its length.
+    unsafe {
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            1.0,
+            a.data.as_ptr().add(a.offset),
+            rsa,
+            csa,
+            b.data.as_ptr().add(b.offset),
+            rsb,
+            csb,
+            0.0,
+            c.as_mut_ptr(),
+            rsc,
+            1,
+        );
+    }
+    Some(())
+}
+
 /// `out[j·n + r] = w[j] · xs[r]` for the `m` rows of `w` through `matrixmultiply`.
 fn gemm_into(w: &[f32], xs: &[f32], n: usize, k: usize, m: usize, out: &mut [f32]) {
     if w.len() < m * k || xs.len() < n * k || out.len() < m * n {

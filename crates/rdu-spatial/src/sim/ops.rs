@@ -42,6 +42,7 @@ pub(super) fn dispatch(call: &mut Call<'_>) -> Outs {
         Op::CachePut => attention::cache_put(call),
         Op::Attend => attention::attend(call),
         Op::AttendMla => attention::attend_mla(call),
+        Op::AttendMlaUp => attention::attend_mla_up(call),
         Op::ConvStep => recurrent::conv_step(call),
         Op::ConvShift => recurrent::conv_shift(call),
         Op::DeltaScan => recurrent::delta(call, false),

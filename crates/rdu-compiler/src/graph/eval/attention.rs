@@ -118,6 +118,10 @@ struct Attention<'a> {
 /// f64 values of scores (and of their weights) one task holds at a time (32 MiB each: enough
 /// rows of a 128-head latent attention that packing the cache is a small part of the work).
 const BLOCK_SCORES: usize = 1 << 22;
+/// Heads whose keys and values `attend_mla_up` widens from the latents together.
+const UP_HEADS: usize = 16;
+/// Entries a task of `attend_mla_up`'s widening takes.
+const UP_ENTRIES: usize = 256;
 
 /// Causal softmax attention: row `i` at `p_i` sees positions `t ≤ p_i` with `p_i − t < window`;
 /// position `t` is read from the chunk's row `j` when the chunk is given and `p_j = t` (the last
@@ -260,4 +264,62 @@ pub(super) fn attend_mla(ins: &[&Tensor], scale: f64, latent: usize, window: Opt
     let a =
         Attention { q: f32s(q)?, n, heads: q.shape()[1], dk: width, slots, chunk_rows, kv_heads: 1, dv: latent, store };
     attend_core(&a, pos, scale, window)
+}
+
+/// `attend_mla_up(q [N, h, dq], C [S, c], Wk [h, dk, L], Wv [h, dv, L], pos (, c [N, c]))`: latent
+/// attention through the up-projections (the unabsorbed form). Entry `e` (a cache slot, or a
+/// chunk row) holds the latent `x = C[e][..L]` and the rotated rope key `C[e][L..]`; head `j`
+/// reads the key `Wk[j]·x ‖ C[e][L..]` and the value `Wv[j]·x`, each product in f64. Sixteen
+/// heads' keys and values at a time, then each head (in parallel) an attention of one kv head
+/// over every entry.
+pub(super) fn attend_mla_up(ins: &[&Tensor], scale: f64, latent: usize, window: Option<usize>) -> Kernel {
+    let (q, c, wk, wv, pos, chunk) = match ins {
+        [q, c, wk, wv, pos] => (q, c, wk, wv, pos, None),
+        [q, c, wk, wv, pos, cn] => (q, c, wk, wv, pos, Some(f32s(cn)?)),
+        _ => return Err("attend_mla_up takes q, C, Wk, Wv, pos (and the chunk's c)".into()),
+    };
+    let (n, heads, dq) = (q.shape()[0], q.shape()[1], q.shape()[2]);
+    let (slots, width) = (c.shape()[0], c.shape()[1]);
+    let (dk, dv, rope) = (wk.shape()[1], wv.shape()[1], width - latent);
+    let entries = Store::widen(f32s(c)?, chunk);
+    let e = entries.len() / width;
+    let (qv, wk, wv) = (f32s(q)?, gemm::widen(f32s(wk)?), gemm::widen(f32s(wv)?));
+    let lat = View { data: &entries, offset: 0, rows: e, cols: latent, row_stride: width, col_stride: 1 };
+    // Every entry's latent through the up-projection rows of heads `j0..j0 + g` (`[e, g·rows]`),
+    // blocks of entries in parallel.
+    let widen = |w: &[f64], rows: usize, j0: usize, g: usize| -> Vec<f64> {
+        let b = View { offset: j0 * rows * latent, ..View::dense(w, g * rows, latent) }.t();
+        let mut out = vec![0f64; e * g * rows];
+        out.par_chunks_mut(UP_ENTRIES * g * rows).enumerate().for_each(|(block, o)| {
+            let a = View { offset: block * UP_ENTRIES * width, rows: o.len() / (g * rows), ..lat };
+            gemm::gemm(a, b, o, false);
+        });
+        out
+    };
+    let chunk_rows = if chunk.is_some() { n } else { 0 };
+    let mut outs: Vec<Vec<f32>> = Vec::with_capacity(heads);
+    for j0 in (0..heads).step_by(UP_HEADS) {
+        let g = (heads - j0).min(UP_HEADS);
+        let (nopes, values) = (widen(&wk, dk, j0, g), widen(&wv, dv, j0, g));
+        let head = |i: usize| -> Result<Vec<f32>, String> {
+            let keys: Vec<f64> = (0..e)
+                .flat_map(|x| {
+                    nopes[(x * g + i) * dk..][..dk].iter().chain(&entries[x * width + latent..][..rope]).copied()
+                })
+                .collect();
+            let values: Vec<f64> = (0..e).flat_map(|x| &values[(x * g + i) * dv..][..dv]).copied().collect();
+            let qj: Vec<f32> = (0..n).flat_map(|r| &qv[(r * heads + j0 + i) * dq..][..dq]).copied().collect();
+            let store = Store { keys, key_stride: dq, values: Some(values), value_stride: dv };
+            let a = Attention { q: &qj, n, heads: 1, dk: dq, slots, chunk_rows, kv_heads: 1, dv, store };
+            Ok(f32s(&attend_core(&a, pos, scale, window)?[0])?.to_vec())
+        };
+        outs.extend((0..g).into_par_iter().map(head).collect::<Result<Vec<_>, _>>()?);
+    }
+    let mut data = vec![0f32; n * heads * dv];
+    for (j, o) in outs.iter().enumerate() {
+        for (r, row) in o.chunks_exact(dv.max(1)).enumerate() {
+            data[(r * heads + j) * dv..][..dv].copy_from_slice(row);
+        }
+    }
+    Ok(vec![out(&[n, heads, dv], data)?])
 }

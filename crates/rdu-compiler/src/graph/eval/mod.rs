@@ -262,6 +262,7 @@ fn kernel(op: &Op, ins: &[&Tensor]) -> Kernel {
         Op::CachePut => attention::cache_put(ins[0], ins[1], ins[2]),
         Op::Attend { scale, window } => attention::attend(ins, *scale, *window),
         Op::AttendMla { scale, latent, window } => attention::attend_mla(ins, *scale, *latent, *window),
+        Op::AttendMlaUp { scale, latent, window } => attention::attend_mla_up(ins, *scale, *latent, *window),
         Op::ConvStep => recurrent::conv_step(ins[0], ins[1], ins.get(2).copied()),
         Op::ConvShift => recurrent::conv_shift(ins[0], ins[1]),
         Op::DeltaScan { kmap } => recurrent::delta(None, ins, *kmap),

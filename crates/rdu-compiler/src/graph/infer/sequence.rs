@@ -86,6 +86,42 @@ pub(super) fn attend_mla(a: &Operands<'_>, latent: usize, window: Option<usize>)
     Ok(vec![Type::f32(&[q[0], q[1], latent])])
 }
 
+/// `attend_mla_up(q [N, h, dk + c − L], C [S, c], Wk [h, dk, L], Wv [h, dv, L], pos (, c [N, c]),
+/// latent=L) -> [N, h, dv]`.
+pub(super) fn attend_mla_up(a: &Operands<'_>, latent: usize, window: Option<usize>) -> Result<Vec<Type>, TypeError> {
+    let q = a.f32_rank(0, 3, "[N, h, dq]")?;
+    let c = a.f32_rank(1, 2, "[S, c]")?;
+    if c[0] == 0 {
+        return Err(a.shape_error(1, "f32[S, c] with S > 0"));
+    }
+    if latent == 0 || latent > c[1] {
+        return Err(a.attr_error("latent", format!("latent={latent} must be in 1..={} (the entry width)", c[1])));
+    }
+    let rope = c[1] - latent;
+    let wk = a.f32_rank(2, 3, &format!("[{}, dk, {latent}]", q[1]))?;
+    if wk[0] != q[1] || wk[2] != latent || wk[1] + rope != q[2] {
+        return Err(a.shape_error(
+            2,
+            format!(
+                "f32[{}, {}, {latent}] (a key of q's width less the {rope} rope values per head)",
+                q[1],
+                q[2].saturating_sub(rope)
+            ),
+        ));
+    }
+    let wv = a.f32_rank(3, 3, &format!("[{}, dv, {latent}]", q[1]))?;
+    if wv[0] != q[1] || wv[2] != latent || wv[1] == 0 {
+        return Err(a.shape_error(3, format!("f32[{}, dv, {latent}] with dv > 0", q[1])));
+    }
+    a.positions(4, q[0])?;
+    if a.len() == 6 {
+        // The chunk's own latents: one row per query row, laid out as a slot of C.
+        a.f32_exact(5, &[q[0], c[1]])?;
+    }
+    window_ok(a, window)?;
+    Ok(vec![Type::f32(&[q[0], q[1], wv[1]])])
+}
+
 /// `conv_step(x [N, C], w [C, K] (, state [K−1, C])) -> [N, C]`.
 pub(super) fn conv_step(a: &Operands<'_>) -> Result<Vec<Type>, TypeError> {
     let x = a.f32_rank(0, 2, "[N, C]")?;

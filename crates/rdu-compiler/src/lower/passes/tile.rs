@@ -33,6 +33,14 @@ pub fn tile(program: &mut SpatialProgram, chip: &Chip) {
                     Op::Attend | Op::AttendMla => {
                         arg_shape(1).map(|k| (1, 2 * k.iter().product::<usize>() as u64 / out[1].max(1) as u64))
                     }
+                    // A head's share of the cached latents and its rows of both up-projections.
+                    Op::AttendMlaUp => match (arg_shape(1), arg_shape(2), arg_shape(3)) {
+                        (Some(c), Some(k), Some(v)) => {
+                            let cache = c.iter().product::<usize>() / out[1].max(1);
+                            Some((1, 2 * (cache + k[1] * k[2] + v[1] * v[2]) as u64))
+                        }
+                        _ => None,
+                    },
                     // Every expert a step's rows select streams through each tile:
                     // `min(rows · top_k, n_experts)` experts' three matrices (`work::op_work`).
                     Op::Experts => arg_shape(3).map(|w| {

@@ -1,5 +1,7 @@
-//! DeepSeek-V2 multi-head latent attention in the absorbed form: every step caches the
-//! normalised latent and the rotated rope key (`kv_lora + qk_rope` values per position).
+//! DeepSeek-V2 multi-head latent attention: every step caches the normalised latent and the
+//! rotated rope key (`kv_lora + qk_rope` values per position). Decode and forward steps attend
+//! in the absorbed form (the key up-projection folded into the query, the value's applied after
+//! the attention); a prefill chunk attends through the up-projections (`attend_mla_up`).
 
 use super::attention::slice;
 use super::split::Run;
@@ -109,6 +111,37 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     let kpf = w.op("kpf", Op::Reshape, &[&kpr, &list(&[n, rope])], &[]);
     let lat = w.op("lat", Op::Concat, &[&cn, &kpf], &[("axis", "1".into())]);
 
+    let mut attrs = vec![("scale", float(scale)), ("latent", kvr.to_string())];
+    attrs.extend(ctx.window_attr());
+    if ctx.prefill() {
+        // A prefill chunk attends in the unabsorbed form: each head widens every cached latent
+        // (and the chunk's own) into its key and value through the up-projections, so a row's
+        // score costs `qk_nope + qk_rope` and its value `v_dim` instead of the absorbed form's
+        // `kv_lora + qk_rope` and `kv_lora`; the latent cache is the decode step's own.
+        let (wk, wv) = match up {
+            // attn_k_b holds W_UKᵀ per head: its transpose is W_UK [h, nope, kvr].
+            KvUp::PerHead { wkb, wvb } => (w.op("wuk", Op::Transpose, &[&wkb], &[("perm", list(&[0, 2, 1]))]), wvb),
+            KvUp::Fused(wkvb) => {
+                let kvb = w.op("kvb", Op::Reshape, &[&wkvb, &list(&[heads, nope + v_dim, kvr])], &[]);
+                (
+                    w.op("wuk", Op::Slice, &[&kvb], &slice(1, 0, nope)),
+                    w.op("wuv", Op::Slice, &[&kvb], &slice(1, nope, v_dim)),
+                )
+            }
+        };
+        let qf = w.op("qf", Op::Concat, &[&qnp, &qpr], &[("axis", "2".into())]);
+        let u = ctx.per_sequence(w, "u", &[("qf", &qf), ("lat", &lat)], |w, seq, x| {
+            let (qf, lat, pos) = (&x[0], &x[1], seq.pos.as_str());
+            let lc = w.state("Lc", &[ctx.cache_slots(), kvr + rope]);
+            // As attention: the chunk's own latents are attended to before they are written.
+            let u = w.op("u", Op::AttendMlaUp, &[qf, &lc, &wk, &wv, pos, lat], &attrs);
+            w.update(&lc, Op::CachePut, &[&lc, lat, pos], &[]);
+            u
+        });
+        let of = w.op("of", Op::Reshape, &[&u, &list(&[n, heads * v_dim])], &[]);
+        return w.op("mo", Op::Linear, &[&of, &wo], &[]);
+    }
+
     // Absorb the key up-projection into the query: q_abs_h = W_UK_hᵀ q_nope_h.
     let (wukt, wuv) = match up {
         KvUp::PerHead { wkb, wvb } => (wkb, wvb),
@@ -122,17 +155,9 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     };
     let qab = w.op("qab", Op::LinearHeads, &[&qnp, &wukt], &[]);
     let qc = w.op("qc", Op::Concat, &[&qab, &qpr], &[("axis", "2".into())]);
-    let mut attrs = vec![("scale", float(scale)), ("latent", kvr.to_string())];
-    attrs.extend(ctx.window_attr());
     let u = ctx.per_sequence(w, "u", &[("qc", &qc), ("lat", &lat)], |w, seq, x| {
         let (qc, lat, pos) = (&x[0], &x[1], seq.pos.as_str());
         match ctx.decode().then(|| w.state("Lc", &[ctx.cache_slots(), kvr + rope])) {
-            Some(lc) if ctx.prefill() => {
-                // As attention: the chunk's own latents are attended to before they are written.
-                let u = w.op("u", Op::AttendMla, &[qc, &lc, pos, lat], &attrs);
-                w.update(&lc, Op::CachePut, &[&lc, lat, pos], &[]);
-                u
-            }
             Some(lc) => {
                 w.update(&lc, Op::CachePut, &[&lc, lat, pos], &[]);
                 w.op("u", Op::AttendMla, &[qc, &lc, pos], &attrs)

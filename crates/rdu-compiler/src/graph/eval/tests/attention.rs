@@ -136,3 +136,35 @@ fn attend_mla_shares_one_key_and_reads_the_latent_prefix() {
     let op = Op::AttendMla { scale: 1.0, latent: 2, window: Some(1) };
     assert_close(&run1(op, &[&q, &c, &Tensor::scalar_i32(1)]), &[1, 2, 2], &[ln3, 7., ln3, 7.]);
 }
+
+#[test]
+fn attend_mla_up_equals_the_absorbed_form() {
+    // The unabsorbed form's score q_nope·(Wk c) + q_rope·rope is the absorbed one's
+    // (Wkᵀ q_nope)·c + q_rope·rope, and its value Wv·(Σ w c) the absorbed output's projection.
+    let (h, l, r, dk, dv, s, n) = (2, 4, 2, 3, 3, 5, 2);
+    let wave = |seed: f32| move |x: usize| ((x as f32 + 1.0) * seed).sin();
+    let (q, c, cn) = (
+        Tensor::from_fn(&[n, h, dk + r], wave(0.7)),
+        Tensor::from_fn(&[s, l + r], wave(1.3)),
+        Tensor::from_fn(&[n, l + r], wave(2.1)),
+    );
+    let (wk, wv) = (Tensor::from_fn(&[h, dk, l], wave(0.37)), Tensor::from_fn(&[h, dv, l], wave(0.53)));
+    let (qd, wkd) = (q.as_f32().unwrap(), wk.as_f32().unwrap());
+    // The absorbed query: Wk[j]ᵀ q_nope ‖ q_rope, for every row and head.
+    let mut qc = Vec::new();
+    for row in 0..n {
+        for j in 0..h {
+            let qj = &qd[(row * h + j) * (dk + r)..][..dk + r];
+            qc.extend((0..l).map(|p| (0..dk).map(|o| wkd[(j * dk + o) * l + p] * qj[o]).sum::<f32>()));
+            qc.extend_from_slice(&qj[dk..]);
+        }
+    }
+    let qc = f(&[n, h, l + r], &qc);
+    let pos = Tensor::scalar_i32(3);
+    for window in [None, Some(2)] {
+        let up = run1(Op::AttendMlaUp { scale: 0.4, latent: l, window }, &[&q, &c, &wk, &wv, &pos, &cn]);
+        let u = run1(Op::AttendMla { scale: 0.4, latent: l, window }, &[&qc, &c, &pos, &cn]);
+        let absorbed = run1(Op::LinearHeads, &[&u, &wv]);
+        assert_close(&up, &[n, h, dv], absorbed.as_f32().unwrap());
+    }
+}
