@@ -19,6 +19,7 @@ pub mod seeded;
 pub mod sim;
 pub mod tensor_parallel;
 pub mod text;
+pub mod view;
 
 pub use op::Op;
 pub use program::{

@@ -226,36 +226,8 @@ fn panels(rows: Rows<'_>, xs: &[f32], n: usize, piece: &[(usize, usize)], chunk:
     }
 }
 
-/// A row-major f32 matrix seen in place: `rows × cols` values at
-/// `data[offset + r·row_stride + c·col_stride]`.
-#[derive(Clone, Copy)]
-pub(super) struct View<'a> {
-    pub data: &'a [f32],
-    pub offset: usize,
-    pub rows: usize,
-    pub cols: usize,
-    pub row_stride: usize,
-    pub col_stride: usize,
-}
-
-impl<'a> View<'a> {
-    /// The dense row-major `rows × cols` matrix of `data`.
-    pub fn dense(data: &'a [f32], rows: usize, cols: usize) -> View<'a> {
-        View { data, offset: 0, rows, cols, row_stride: cols, col_stride: 1 }
-    }
-
-    /// The transpose (no copy).
-    pub fn t(self) -> View<'a> {
-        View { rows: self.cols, cols: self.rows, row_stride: self.col_stride, col_stride: self.row_stride, ..self }
-    }
-
-    /// Whether every element lies inside `data`.
-    fn in_bounds(&self) -> bool {
-        self.rows == 0
-            || self.cols == 0
-            || self.offset + (self.rows - 1) * self.row_stride + (self.cols - 1) * self.col_stride < self.data.len()
-    }
-}
+/// A row-major f32 matrix seen in place.
+pub(super) type View<'a> = crate::view::View<'a, f32>;
 
 /// `c = a · b` through `matrixmultiply`, `c` row-major `a.rows × b.cols` with rows
 /// `c_stride` apart; `None` (nothing written) when the shapes disagree or a view reaches past

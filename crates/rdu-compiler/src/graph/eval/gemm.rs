@@ -12,36 +12,7 @@
 use rayon::prelude::*;
 
 /// A row-major f64 matrix view: `rows × cols` elements at `data[offset + r·row_stride + c·col_stride]`.
-#[derive(Clone, Copy)]
-pub(super) struct View<'a> {
-    pub data: &'a [f64],
-    pub offset: usize,
-    pub rows: usize,
-    pub cols: usize,
-    pub row_stride: usize,
-    pub col_stride: usize,
-}
-
-impl<'a> View<'a> {
-    /// The dense row-major matrix `rows × cols` of `data`.
-    pub fn dense(data: &'a [f64], rows: usize, cols: usize) -> View<'a> {
-        View { data, offset: 0, rows, cols, row_stride: cols, col_stride: 1 }
-    }
-
-    /// The transpose of this view (no copy).
-    pub fn t(self) -> View<'a> {
-        View { rows: self.cols, cols: self.rows, row_stride: self.col_stride, col_stride: self.row_stride, ..self }
-    }
-
-    /// Every element of the view lies inside `data` (checked before the unsafe call).
-    fn in_bounds(&self) -> bool {
-        if self.rows == 0 || self.cols == 0 {
-            return true;
-        }
-        let last = self.offset + (self.rows - 1) * self.row_stride + (self.cols - 1) * self.col_stride;
-        last < self.data.len()
-    }
-}
+pub(super) type View<'a> = rdu_spatial::view::View<'a, f64>;
 
 /// `c ← a · b + (c if accumulate)`, `a [m × k]`, `b [k × n]`, `c` dense row-major `[m × n]`.
 pub(super) fn gemm(a: View<'_>, b: View<'_>, c: &mut [f64], accumulate: bool) {

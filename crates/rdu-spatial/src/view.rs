@@ -1,0 +1,54 @@
+//! A matrix seen in place, for the products the simulator (f32) and the compiler's reference
+//! interpreter (f64) hand to `matrixmultiply`: `rows × cols` elements at
+//! `data[offset + r·row_stride + c·col_stride]`, so a transpose, a head's columns or a block of
+//! rows is a view, not a copy.
+
+/// A strided matrix view of `data`.
+#[derive(Clone, Copy, Debug)]
+pub struct View<'a, T> {
+    pub data: &'a [T],
+    pub offset: usize,
+    pub rows: usize,
+    pub cols: usize,
+    pub row_stride: usize,
+    pub col_stride: usize,
+}
+
+impl<'a, T> View<'a, T> {
+    /// The dense row-major `rows × cols` matrix of `data`.
+    pub fn dense(data: &'a [T], rows: usize, cols: usize) -> View<'a, T> {
+        View { data, offset: 0, rows, cols, row_stride: cols, col_stride: 1 }
+    }
+
+    /// The transpose (no copy).
+    pub fn t(self) -> View<'a, T> {
+        View { rows: self.cols, cols: self.rows, row_stride: self.col_stride, col_stride: self.row_stride, ..self }
+    }
+
+    /// Whether every element of the view lies inside `data` (checked before handing its
+    /// pointer and strides to an unsafe product).
+    pub fn in_bounds(&self) -> bool {
+        self.rows == 0
+            || self.cols == 0
+            || (self.rows - 1)
+                .checked_mul(self.row_stride)
+                .zip((self.cols - 1).checked_mul(self.col_stride))
+                .and_then(|(r, c)| self.offset.checked_add(r)?.checked_add(c))
+                .is_some_and(|last| last < self.data.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::View;
+
+    #[test]
+    fn a_view_reaching_past_its_data_is_out_of_bounds() {
+        let data = [0f32; 6];
+        assert!(View::dense(&data, 2, 3).in_bounds());
+        assert!(View::dense(&data, 2, 3).t().in_bounds());
+        assert!(!View { offset: 1, ..View::dense(&data, 2, 3) }.in_bounds());
+        assert!(!View { row_stride: usize::MAX, ..View::dense(&data, 2, 3) }.in_bounds());
+        assert!(View::dense(&data, 0, 3).in_bounds());
+    }
+}
