@@ -117,14 +117,10 @@ pub fn op_work(model: &WorkModel<'_>, op: &KernelOp) -> Work {
             // Every cached latent is read once per step (the chunk's own after `pos`), with the
             // up-projections `Wk`, `Wv` (weights as stored, or values the stage already holds);
             // each head widens every entry's latent into its key and value, then attends.
-            work.hbm_bytes = tensor_args.iter().filter(|t| t.role == Role::State).map(|t| stored_bytes(t)).sum::<u64>()
-                + tensor_args
-                    .iter()
-                    .skip(2)
-                    .take(2)
-                    .filter(|t| t.role == Role::Weight)
-                    .map(|t| stored_bytes(t))
-                    .sum::<u64>();
+            work.hbm_bytes = (tensor_args.iter())
+                .filter(|t| matches!(t.role, Role::State | Role::Weight))
+                .map(|t| stored_bytes(t))
+                .sum();
             let chunk_rows = match op.args.get(5) {
                 Some(Arg::Tensor(n)) => decl(n).map_or(0, |t| t.shape[0] as u64),
                 _ => 0,

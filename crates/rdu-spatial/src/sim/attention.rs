@@ -198,31 +198,13 @@ pub(super) fn attend_mla_up(call: &Call<'_>) -> Outs {
         None
     };
     let scale = call.req_float("scale")?;
-    let window = call.attr_count("window")?;
-    if window == Some(0) {
-        return invalid("window must be at least 1");
-    }
-    let pos = positions(call, 4, n)?;
-    let by_position: BTreeMap<usize, usize> = match chunk {
-        Some(_) => pos.iter().enumerate().map(|(r, &p)| (p, r)).collect(),
-        None => BTreeMap::new(),
-    };
     // Each row's entries (cache slots, then chunk rows after the `s` slots) and multiplicities.
-    let reads: Vec<Vec<(usize, f32)>> = (pos.iter())
-        .map(|&p| {
-            let srcs = sources(window.map_or(0, |w| (p + 1).saturating_sub(w)), p, s, &by_position);
-            srcs.into_iter()
-                .map(|(src, m)| {
-                    (
-                        match src {
-                            Src::Slot(sl) => sl,
-                            Src::Row(r) => s + r,
-                        },
-                        m,
-                    )
-                })
-                .collect()
-        })
+    let entry = |src: Src| match src {
+        Src::Slot(sl) => sl,
+        Src::Row(r) => s + r,
+    };
+    let reads: Vec<Vec<(usize, f32)>> = (row_sources(call, 4, n, s, chunk.is_some())?.into_iter())
+        .map(|srcs| srcs.into_iter().map(|(src, m)| (entry(src), m)).collect())
         .collect();
     let entries: Vec<f32>;
     let all = match chunk {
@@ -374,6 +356,25 @@ fn sources(lo: usize, p: usize, s: usize, chunk: &BTreeMap<usize, usize>) -> Vec
     from_cache.into_iter().chain(rows).collect()
 }
 
+/// The attended keys of each of the `n` rows (positions from argument `pos_arg`, the `window`
+/// attribute if any) over a cache of `s` slots and, when `chunk`, the chunk's own rows.
+fn row_sources(
+    call: &Call<'_>,
+    pos_arg: usize,
+    n: usize,
+    s: usize,
+    chunk: bool,
+) -> Result<Vec<Vec<(Src, f32)>>, SimError> {
+    let window = call.attr_count("window")?;
+    if window == Some(0) {
+        return invalid("window must be at least 1");
+    }
+    let pos = positions(call, pos_arg, n)?;
+    let by_position: BTreeMap<usize, usize> =
+        if chunk { pos.iter().enumerate().map(|(r, &p)| (p, r)).collect() } else { BTreeMap::new() };
+    Ok(pos.iter().map(|&p| sources(window.map_or(0, |w| (p + 1).saturating_sub(w)), p, s, &by_position)).collect())
+}
+
 /// The key or value `src` points at: in the cache `kv`, or in the chunk's `rows`.
 fn read<'d>(kv: &Kv<'d>, rows: Option<&Kv<'d>>, src: Src, group: usize) -> Result<&'d [f32], SimError> {
     match (src, rows) {
@@ -472,17 +473,7 @@ fn run(
     chunk: Option<(Kv, Kv)>,
 ) -> Outs {
     let scale = call.req_float("scale")?;
-    let window = call.attr_count("window")?;
-    if window == Some(0) {
-        return invalid("window must be at least 1");
-    }
-    let pos = positions(call, pos_arg, n)?;
-    let by_position: BTreeMap<usize, usize> = match chunk {
-        Some(_) => pos.iter().enumerate().map(|(r, &p)| (p, r)).collect(),
-        None => BTreeMap::new(),
-    };
-    let row_sources: Vec<Vec<(Src, f32)>> =
-        pos.iter().map(|&p| sources(window.map_or(0, |w| (p + 1).saturating_sub(w)), p, s, &by_position)).collect();
+    let row_sources = row_sources(call, pos_arg, n, s, chunk.is_some())?;
     let dv = values.len;
     let reg = region(call.tiling(), &[n, h, dv], Axes::Only(1), 1)?;
     // Work items: a row and a run of at most HEADS heads of one tile sharing one kv head, so
