@@ -140,28 +140,51 @@ pub fn dot_q8_row_plain(row: &[u8], x: &[f32]) -> f32 {
     ((total[0] + total[4]) + (total[1] + total[5])) + ((total[2] + total[6]) + (total[3] + total[7]))
 }
 
-/// `dot_q8_row_plain` with AVX2 and FMA: the sums of `q8::dot_row_avx2`, read in place.
+/// `dot_q8_row_plain` with AVX2 and FMA, read in place: each run of eight bytes sign-extended
+/// straight from memory (no shuffles), a block's four runs multiply-added into two sums (so
+/// they do not wait on one chain), and blocks taken round-robin into four running sums added
+/// at the end — a reassociation of the portable sum, within
+/// `q8_row_kernels_agree_on_the_same_tiles`'s bound of it. Measured on a Zen 1 core, side by
+/// side with the one-chain kernel it replaced: 1.05× streaming 262,144 rows of 640 (Gemma 3's
+/// head), 1.0–1.09× on rows in cache.
 ///
 /// # Safety
-/// The CPU must support AVX2 and FMA.
+/// The CPU must support AVX2, FMA and F16C.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q8_row_avx2(row: &[u8], x: &[f32]) -> f32 {
     use std::arch::x86_64::*;
     let n = (row.len() / 34).min(x.len() / QK8_0);
-    let mut total = _mm256_setzero_ps();
-    let f = |v: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
-    for i in 0..n {
-        // SAFETY: block i spans bytes 34i..34i+34 of `row` and floats 32i..32i+32 of `x`.
-        let (b, xp) = (row.as_ptr().add(34 * i), x.as_ptr().add(32 * i));
-        let d = _mm256_set1_ps(f16_scale(b));
-        let (lo, hi) = (_mm_loadu_si128(b.add(2) as *const __m128i), _mm_loadu_si128(b.add(18) as *const __m128i));
-        let mut acc = _mm256_mul_ps(f(lo), _mm256_loadu_ps(xp));
-        acc = _mm256_fmadd_ps(f(_mm_srli_si128(lo, 8)), _mm256_loadu_ps(xp.add(8)), acc);
-        acc = _mm256_fmadd_ps(f(hi), _mm256_loadu_ps(xp.add(16)), acc);
-        acc = _mm256_fmadd_ps(f(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(xp.add(24)), acc);
-        total = _mm256_fmadd_ps(d, acc, total);
+    // One block's scaled products added into `total`.
+    #[inline(always)]
+    unsafe fn block(b: *const u8, xp: *const f32, total: __m256) -> __m256 {
+        // Run k of the block: eight weights as f32 times x[8k..8k+8].
+        let run = |k: usize| {
+            let q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(b.add(2 + 8 * k) as *const __m128i)));
+            (q, _mm256_loadu_ps(xp.add(8 * k)))
+        };
+        let ((q0, x0), (q1, x1), (q2, x2), (q3, x3)) = (run(0), run(1), run(2), run(3));
+        let a0 = _mm256_fmadd_ps(q2, x2, _mm256_mul_ps(q0, x0));
+        let a1 = _mm256_fmadd_ps(q3, x3, _mm256_mul_ps(q1, x1));
+        _mm256_fmadd_ps(_mm256_set1_ps(f16_scale(b)), _mm256_add_ps(a0, a1), total)
     }
+    let (row, x) = (row.as_ptr(), x.as_ptr());
+    let mut t = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 4 <= n {
+        // SAFETY: blocks i..i+4 span bytes 34i..34(i+4) of `row` and floats 32i..32(i+4) of `x`.
+        t[0] = block(row.add(34 * i), x.add(32 * i), t[0]);
+        t[1] = block(row.add(34 * (i + 1)), x.add(32 * (i + 1)), t[1]);
+        t[2] = block(row.add(34 * (i + 2)), x.add(32 * (i + 2)), t[2]);
+        t[3] = block(row.add(34 * (i + 3)), x.add(32 * (i + 3)), t[3]);
+        i += 4;
+    }
+    while i < n {
+        // SAFETY: as above, block i.
+        t[0] = block(row.add(34 * i), x.add(32 * i), t[0]);
+        i += 1;
+    }
+    let total = _mm256_add_ps(_mm256_add_ps(t[0], t[1]), _mm256_add_ps(t[2], t[3]));
     let mut l = [0.0f32; 8];
     _mm256_storeu_ps(l.as_mut_ptr(), total);
     ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]))
