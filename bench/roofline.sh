@@ -21,9 +21,12 @@ trap 'rm -rf "$plans"' EXIT
 "$RDU" plan qwen3-next-80b-a3b --json >"$plans/qwen3-next.json"
 "$RDU" plan gemma-3-27b-it --json >"$plans/gemma.json"
 "$RDU" plan deepseek-v2 --json >"$plans/deepseek.json"
-# Prefill is lowered and certified (plan does not cover it): chunk 512, ctx 4096.
+# Prefill is lowered and certified (plan does not cover it): chunk 512, ctx 4096, and
+# deepseek-v2-lite also at chunk 2048 (an MoE chunk streams every expert it selects once, so
+# its FLOP utilisation grows with the chunk).
 "$RDU" lower llama-3.1-8b --cut prefill --json -o "$plans/llama-prefill" >"$plans/llama-prefill.json"
 "$RDU" lower deepseek-v2-lite --cut prefill --json -o "$plans/dsl-prefill" >"$plans/dsl-prefill.json"
+"$RDU" lower deepseek-v2-lite --cut prefill --chunk 2048 --json -o "$plans/dsl-prefill-2048" >"$plans/dsl-prefill-2048.json"
 python3 - "$plans" <<'EOF'
 import json, os, sys
 d = sys.argv[1]
@@ -50,10 +53,14 @@ for label, name, tp, batch, goal, toks in goals:
 q8 = cell("llama", 1, 1)["tokens_per_second_per_sequence"]
 bf16 = cell("llama-dense", 1, 1)["tokens_per_second_per_sequence"]
 print(f"\nQ8_0 over bf16 decode speed, llama-3.1-8b on one chip: {q8 / bf16:.2f}× (goal ≥ 1.8×).")
-print("\n| prefill (SN50, Q8_0, chunk 512, ctx 4096) | model FLOP utilisation | tokens/s | goal | met |")
-print("|---|---|---|---|---|")
-for label, name, goal in [("llama-3.1-8b", "llama-prefill", 0.70), ("deepseek-v2-lite", "dsl-prefill", 0.50)]:
+print("\n| prefill (SN50, Q8_0, ctx 4096) | chunk | model FLOP utilisation | tokens/s | goal | met |")
+print("|---|---|---|---|---|---|")
+for label, name, chunk, goal in [
+    ("llama-3.1-8b", "llama-prefill", 512, 0.70),
+    ("deepseek-v2-lite", "dsl-prefill", 512, 0.50),
+    ("deepseek-v2-lite", "dsl-prefill-2048", 2048, 0.50),
+]:
     step = json.load(open(os.path.join(d, name + ".json")))["step"]
     u = step["model_flop_utilisation"]
-    print(f"| {label} | {u:.2f} | {step['tokens_per_second']:,.0f} | ≥ {goal:.2f} | {'yes' if u >= goal else 'no'} |")
+    print(f"| {label} | {chunk} | {u:.2f} | {step['tokens_per_second']:,.0f} | ≥ {goal:.2f} | {'yes' if u >= goal else 'no'} |")
 EOF
