@@ -168,22 +168,7 @@ pub unsafe fn dot_q8_row_avx2(row: &[u8], x: &[f32]) -> f32 {
         let a1 = _mm256_fmadd_ps(q3, x3, _mm256_mul_ps(q1, x1));
         _mm256_fmadd_ps(_mm256_set1_ps(f16_scale(b)), _mm256_add_ps(a0, a1), total)
     }
-    let (row, x) = (row.as_ptr(), x.as_ptr());
-    let mut t = [_mm256_setzero_ps(); 4];
-    let mut i = 0;
-    while i + 4 <= n {
-        // SAFETY: blocks i..i+4 span bytes 34i..34(i+4) of `row` and floats 32i..32(i+4) of `x`.
-        t[0] = block(row.add(34 * i), x.add(32 * i), t[0]);
-        t[1] = block(row.add(34 * (i + 1)), x.add(32 * (i + 1)), t[1]);
-        t[2] = block(row.add(34 * (i + 2)), x.add(32 * (i + 2)), t[2]);
-        t[3] = block(row.add(34 * (i + 3)), x.add(32 * (i + 3)), t[3]);
-        i += 4;
-    }
-    while i < n {
-        // SAFETY: as above, block i.
-        t[0] = block(row.add(34 * i), x.add(32 * i), t[0]);
-        i += 1;
-    }
+    let t = round_robin(n, 34, row.as_ptr(), x.as_ptr(), _mm256_setzero_ps(), block);
     let total = _mm256_add_ps(_mm256_add_ps(t[0], t[1]), _mm256_add_ps(t[2], t[3]));
     let mut l = [0.0f32; 8];
     _mm256_storeu_ps(l.as_mut_ptr(), total);
@@ -213,25 +198,25 @@ pub unsafe fn dot_q8_row_avx512(row: &[u8], x: &[f32]) -> f32 {
     four_sums(n, 34, row.as_ptr(), x.as_ptr(), block)
 }
 
-/// The four running sums of the AVX-512 Q8_0 and Q5_0 row kernels: `block` (one block's
-/// products added into a sum) over blocks `0..n` (`stride` bytes of `row` and 32 floats of `x`
-/// each), taken round-robin, so consecutive blocks' multiply-adds do not wait on each other;
-/// blocks past the last four go into sum 0 (an index known only at run time would keep the
-/// sums in memory); the sums added at the end.
+/// The four running sums of the AVX2 Q8_0 and the AVX-512 Q8_0 and Q5_0 row kernels: `block`
+/// (one block's products added into a sum) over blocks `0..n` (`stride` bytes of `row` and 32
+/// floats of `x` each), taken round-robin from `zero`, so consecutive blocks' multiply-adds do
+/// not wait on each other; blocks past the last four go into sum 0 (an index known only at run
+/// time would keep the sums in memory).
 ///
 /// # Safety
-/// AVX-512 F (the caller's target features); `row` holds `n · stride` bytes, `x` `32 · n` floats.
+/// The caller's target features cover `block`; `row` holds `n · stride` bytes, `x` `32 · n` floats.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn four_sums(
+unsafe fn round_robin<V: Copy>(
     n: usize,
     stride: usize,
     row: *const u8,
     x: *const f32,
-    block: unsafe fn(*const u8, *const f32, std::arch::x86_64::__m512) -> std::arch::x86_64::__m512,
-) -> f32 {
-    use std::arch::x86_64::*;
-    let mut t = [_mm512_setzero_ps(); 4];
+    zero: V,
+    block: unsafe fn(*const u8, *const f32, V) -> V,
+) -> [V; 4] {
+    let mut t = [zero; 4];
     let mut i = 0;
     while i + 4 <= n {
         // SAFETY: blocks i..i+4 lie inside `row` and `x` (the caller's bounds).
@@ -246,6 +231,24 @@ unsafe fn four_sums(
         t[0] = block(row.add(stride * i), x.add(32 * i), t[0]);
         i += 1;
     }
+    t
+}
+
+/// `round_robin` in AVX-512 vectors, its four sums added at the end.
+///
+/// # Safety
+/// AVX-512 F (the caller's target features); `row` and `x` as `round_robin` reads them.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn four_sums(
+    n: usize,
+    stride: usize,
+    row: *const u8,
+    x: *const f32,
+    block: unsafe fn(*const u8, *const f32, std::arch::x86_64::__m512) -> std::arch::x86_64::__m512,
+) -> f32 {
+    use std::arch::x86_64::*;
+    let t = round_robin(n, stride, row, x, _mm512_setzero_ps(), block);
     _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(t[0], t[1]), _mm512_add_ps(t[2], t[3])))
 }
 

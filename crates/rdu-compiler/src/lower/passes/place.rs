@@ -57,14 +57,14 @@ pub fn place(program: &mut SpatialProgram, chip: &Chip) {
         } else {
             proportional
         };
-        assign(program, s, &chosen, &pmus);
-        refine(program, s, chip, work, &pcu_mins);
+        assign(program, s, &refine(chip, work, &chosen, &pmus, &pcu_mins), &pmus);
     }
 }
 
-/// Fill-aware refinement of section `s`'s PCUs: while moving a block of PCUs from one stage
-/// (keeping its minimum) to another makes the cost model time the whole section shorter (by
-/// more than `MIN_GAIN` of it), make that move, at most `MAX_MOVES` times. The shares `place`
+/// Fill-aware refinement of a section's PCUs (`pcus`, for `work` on these PMUs), returning
+/// the PCUs it ends with: while moving a block of PCUs from one stage (keeping its minimum) to
+/// another makes the cost model time the whole section shorter (by more than `MIN_GAIN` of
+/// it), make that move, at most `MAX_MOVES` times. The shares `place`
 /// starts from balance the steady phase; this also weighs the fill, in which every stage but
 /// the slowest pays its first tile (a router stage of one tile on three PCUs pays all of its
 /// work there). PMUs stay as shared.
@@ -74,17 +74,7 @@ pub fn place(program: &mut SpatialProgram, chip: &Chip) {
 /// shortens the section on its own (timed as if the chip had the block spare), and for the
 /// best `RECEIVERS` of them in that order, every donor is timed giving the block; the first
 /// receiver with an improving donor takes the best one. Deterministic: ties to the earlier stage.
-fn refine(program: &mut SpatialProgram, s: usize, chip: &Chip, work: &[StageWork], pcu_mins: &[u32]) {
-    let pmus: Vec<u32> = program.sections[s].stages.iter().map(|st| st.pmus).collect();
-    let pcus: Vec<u32> = program.sections[s].stages.iter().map(|st| st.pcus).collect();
-    let refined = refined_pcus(chip, work, &pcus, &pmus, pcu_mins);
-    if refined != pcus {
-        assign(program, s, &refined, &pmus);
-    }
-}
-
-/// `refine`'s moves from `pcus` for a section of `work` with these PMUs: the PCUs it ends with.
-fn refined_pcus(chip: &Chip, work: &[StageWork], pcus: &[u32], pmus: &[u32], pcu_mins: &[u32]) -> Vec<u32> {
+fn refine(chip: &Chip, work: &[StageWork], pcus: &[u32], pmus: &[u32], pcu_mins: &[u32]) -> Vec<u32> {
     /// Receivers tried a move.
     const RECEIVERS: usize = 3;
     let n = work.len();
@@ -223,7 +213,7 @@ fn share(total: u32, minimum: &[u32], weights: &[u64]) -> Vec<u32> {
 
 #[cfg(test)]
 mod tests {
-    use super::{balance, placed_seconds, refined_pcus, share};
+    use super::{balance, placed_seconds, refine, share};
     use rdu_spatial::chip::Chip;
     use rdu_spatial::cost::StageWork;
 
@@ -250,14 +240,14 @@ mod tests {
         let flops: Vec<u64> = work.iter().map(|w| w.flops).collect();
         let pcus = share(chip.pcus, &mins, &flops);
         let pmus = share(chip.pmus, &mins, &work.iter().map(|w| w.hbm_bytes).collect::<Vec<_>>());
-        let refined = refined_pcus(&chip, &work, &pcus, &pmus, &mins);
+        let refined = refine(&chip, &work, &pcus, &pmus, &mins);
         let (before, after) =
             (placed_seconds(&chip, &work, &pcus, &pmus), placed_seconds(&chip, &work, &refined, &pmus));
         assert!(after < before * (1.0 - 1e-3), "{pcus:?} {before} -> {refined:?} {after}");
         assert!(refined[1] > pcus[1], "{pcus:?} -> {refined:?}");
         assert_eq!(refined.iter().sum::<u32>(), pcus.iter().sum::<u32>());
         assert!(refined.iter().zip(&mins).all(|(r, m)| r >= m));
-        assert_eq!(refined_pcus(&chip, &work, &refined, &pmus, &mins), refined);
+        assert_eq!(refine(&chip, &work, &refined, &pmus, &mins), refined);
     }
 
     /// The slowest stage's work per unit, `max weights[i] / units[i]`, as an exact fraction
