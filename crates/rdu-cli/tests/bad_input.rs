@@ -8,7 +8,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-mod common;
+use crate::common;
 
 use common::{ok, user_error};
 

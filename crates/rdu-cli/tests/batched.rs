@@ -6,7 +6,7 @@
 //! and `gen_logits.npy` within 1e-4; every sequence must get, token for token and within
 //! 1e-4 logit for logit, what a decode bundle gives it alone.
 
-mod common;
+use crate::common;
 
 use common::f32_states;
 use rdu_compiler::lower::streamed::{

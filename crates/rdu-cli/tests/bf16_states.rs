@@ -14,7 +14,6 @@ use rdu_host::{Host, WeightsSource};
 use rdu_spatial::bf16::round_bf16;
 use rdu_spatial::chip::Chip;
 use rdu_testkit::{argmax, fixtures, npy, Tolerance};
-mod common;
 
 fn check(arch: &str) {
     let dir = fixtures::hf(arch);

@@ -5,7 +5,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-mod common;
+use crate::common;
 
 use common::{ok, rdu, stderr, stdout, user_error};
 

@@ -1,6 +1,6 @@
 //! `rdu lower --cut batched` and `rdu run --batch-prompts` as a user runs them.
 
-mod common;
+use crate::common;
 
 use common::{ok, user_error};
 use rdu_testkit::{fixtures, npy, Tolerance};

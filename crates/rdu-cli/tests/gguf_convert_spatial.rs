@@ -6,7 +6,7 @@
 //! folded by `from_q8`): within 1e-4 of the reference runner on the F32 file of their
 //! dequantised values. F32 `deepseek2` files prefilled in chunks, within 1e-4 of transformers. Plus `rdu run FILE.gguf` on a converted file.
 
-mod common;
+use crate::common;
 
 use common::f32_states;
 use rdu_checkpoint::{GgufValue, GgufValueType};

@@ -9,7 +9,7 @@
 //! and why). Every file:
 //! the two engines within 1e-4 of each other.
 
-mod common;
+use crate::common;
 
 use common::ok;
 use rdu_testkit::{fixtures, npy, Tolerance};

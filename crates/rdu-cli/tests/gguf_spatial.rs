@@ -5,7 +5,7 @@
 //! of transformers (original weights for F32 files, Q8_0-dequantised weights for Q8_0 files),
 //! with llama.cpp's argmax at every position. Plus `rdu run FILE.gguf` with both engines.
 
-mod common;
+use crate::common;
 
 use common::f32_states;
 use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_forward_streamed, LowerOptions};

@@ -4,7 +4,7 @@
 //! last row of each must be the forward logits at that position), the rest of the prompt and 8
 //! greedy tokens through the decode bundle (`gen_logits.npy`, `gen_ids.npy`), within 1e-4.
 
-mod common;
+use crate::common;
 
 use common::f32_states;
 use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_prefill_streamed, LowerOptions, Storage};

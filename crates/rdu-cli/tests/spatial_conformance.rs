@@ -3,12 +3,12 @@
 //! through the simulator — forward logits, token-by-token decode logits and 8 greedy tokens
 //! within 1e-4 of `tests/data/fixtures/hf/*`.
 
+use crate::common;
 use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_forward_streamed, LowerOptions, Storage};
 use rdu_compiler::model::config::from_config_path;
 use rdu_host::{Host, WeightsSource};
 use rdu_spatial::chip::Chip;
 use rdu_testkit::{argmax, fixtures, npy, Tolerance};
-mod common;
 
 use common::f32_states;
 

@@ -2,7 +2,7 @@
 //! a Q8_0 GGUF checkpoint sliced per chip (whole blocks) gives transformers' logits; a tp
 //! bundle written by `rdu lower` runs with `rdu run --bundle` and generates what one chip does.
 
-mod common;
+use crate::common;
 
 use common::{ok, user_error};
 use rdu_testkit::{fixtures, npy, Tolerance};

@@ -5,7 +5,7 @@
 //! and the 8 generated positions within 1e-4 of the one-chip decode bundle's and of
 //! `tests/data/fixtures/hf/*`. A width a fixture does not admit is refused naming the dimension.
 
-mod common;
+use crate::common;
 #[path = "../../rdu-compiler/tests/support/tp.rs"]
 mod support_tp;
 

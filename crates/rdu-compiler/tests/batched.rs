@@ -115,8 +115,7 @@ fn a_batched_layer_reads_the_decode_layers_weights() {
     }
 }
 
-#[path = "support/tp.rs"]
-mod support_tp;
+use crate::support_tp;
 
 /// The serving shape: every kind of `name` certified for a batch of 8 sequences over 8 chips
 /// at its real shapes (ctx 4096, SN50), against the unsplit batched program — Q8_0 where 8

@@ -1,5 +1,6 @@
 //! The program language: the worked example, golden syntax errors, print/parse round trips,
 //! and the shape digest and renaming (hand-written cases and properties).
+#[path = "lang_gen/mod.rs"]
 mod lang_gen;
 
 use lang_gen::{mutate, mutations, program, program_q8_renaming, rename};

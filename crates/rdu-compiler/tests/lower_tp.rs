@@ -18,8 +18,7 @@ use rdu_compiler::model::spec::Cut;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::program::{Lit, SpatialProgram};
 
-#[path = "support/tp.rs"]
-mod support_tp;
+use crate::support_tp;
 
 fn opts<'a>(
     storage: Storage,

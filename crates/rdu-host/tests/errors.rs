@@ -1,6 +1,6 @@
 //! Bad input is a `HostError` with a message that names the thing and says what to do — never a panic.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

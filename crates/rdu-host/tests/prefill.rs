@@ -1,6 +1,6 @@
 //! Several rows a step (a prefill chunk): positions scalar or per row, rows in order, and a chunk may not run past the context.
 
-mod common;
+use crate::common;
 
 use common::bundle::{bundle_rows, write, Rows, DECODE};
 use common::*;

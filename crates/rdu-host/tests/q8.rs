@@ -1,6 +1,6 @@
 //! Q8_0 storage: quantised on load over a dense checkpoint, kept as blocks from a Q8_0 GGUF, within Q8_0 error of the dense run.
 
-mod common;
+use crate::common;
 
 use common::*;
 use rdu_host::{Host, WeightsSource};

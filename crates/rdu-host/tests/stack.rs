@@ -1,6 +1,6 @@
 //! Stacked checkpoint tensors: per-row (per-expert) tensors stacked along a new axis, dense from safetensors and as Q8_0 blocks from GGUF.
 
-mod common;
+use crate::common;
 
 use common::bundle::{bundle, write};
 use common::*;

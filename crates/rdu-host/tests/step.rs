@@ -1,6 +1,6 @@
 //! Stepping the hand-built bundle: logits equal the plain-loop math, for seeded and safetensors weights; state persists.
 
-mod common;
+use crate::common;
 
 use common::*;
 use rdu_host::{Host, WeightsSource};

@@ -1,7 +1,5 @@
 //! GGUF `gpt2` (byte-level BPE) tokenizer and HF `tokenizer.json`, which must agree on the same vocabulary and merges.
 
-mod common;
-
 use rdu_checkpoint::GgufValue;
 use rdu_host::tokenizer::byte_to_char;
 use rdu_host::{StreamDecoder, Tokenizer};

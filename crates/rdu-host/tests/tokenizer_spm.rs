@@ -4,8 +4,6 @@
 //! Gemma 3 270M Q4_K_M GGUF (see shared/fixtures/README.md) to check its tokenizer against
 //! llama.cpp's ids; without it that test prints that it was skipped and returns.
 
-mod common;
-
 use rdu_checkpoint::{Gguf, GgufValue};
 use rdu_host::{StreamDecoder, Tokenizer};
 use rdu_testkit::gguf_writer::{f32s, gguf_with, i32s, string, strings};

@@ -1,7 +1,7 @@
 //! `rope`, `cache_put`, `attend`, `attend_mla` and `attend_mla_up` against hand computations and a
 //! naive model.
 
-mod common;
+use crate::common;
 use common::*;
 use rdu_spatial::{MapBindings, SimTensor};
 

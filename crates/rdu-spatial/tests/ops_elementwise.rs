@@ -1,6 +1,6 @@
 //! Elementwise ops and norms on tiny hand-computed cases.
 
-mod common;
+use crate::common;
 use common::*;
 use rdu_spatial::MapBindings;
 

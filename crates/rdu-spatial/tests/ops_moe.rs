@@ -1,6 +1,6 @@
 //! `route` and `experts`, including that `experts` reads only the experts it selects.
 
-mod common;
+use crate::common;
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::BTreeMap;

@@ -1,6 +1,6 @@
 //! `linear`, `linear_heads`, `embed`, `argmax` and Q8_0 folding.
 
-mod common;
+use crate::common;
 use common::*;
 use rdu_spatial::MapBindings;
 

@@ -1,6 +1,6 @@
 //! `conv_step`, `conv_shift`, `delta_scan` and `delta_step`.
 
-mod common;
+use crate::common;
 use common::*;
 use rdu_spatial::MapBindings;
 

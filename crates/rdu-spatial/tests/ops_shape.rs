@@ -1,6 +1,6 @@
 //! `reshape`, `slice`, `shard`, `concat` and `transpose` on f32 and i32 data.
 
-mod common;
+use crate::common;
 use common::*;
 use rdu_spatial::MapBindings;
 

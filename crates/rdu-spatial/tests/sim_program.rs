@@ -1,7 +1,7 @@
 //! Whole programs: the golden decode layer (folded and tiled = dense and untiled, in place =
 //! copied states), runtime errors as one-line `SimError`s, and no panic on random programs.
 
-mod common;
+use crate::common;
 use std::collections::BTreeMap;
 
 use common::*;

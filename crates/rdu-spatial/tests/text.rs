@@ -1,7 +1,6 @@
 //! The text and JSON forms: a golden file, round trips of random programs, and a parser that
 //! never panics on garbage.
 
-mod common;
 use proptest::prelude::*;
 use rdu_spatial::text::{from_json, parse, print, to_json};
 use rdu_spatial::{

@@ -1,7 +1,7 @@
 //! Tiled ops compute tile by tile into a zeroed output: a correct tiling changes nothing, a
 //! gap or a wrong bound changes the numbers, and only tileable axes are accepted.
 
-mod common;
+use crate::common;
 use common::*;
 use rdu_spatial::MapBindings;
 

@@ -1,0 +1,20 @@
+//! Every integration test of `rdu-cli`, one binary: each `tests/*.rs` is a module here
+//! (one link instead of one per file, and libtest spreads all of them over the cores).
+
+mod bad_input;
+mod batched;
+mod bf16_states;
+mod cli;
+mod cli_batched;
+mod common;
+mod gemma270m;
+mod gguf_convert_spatial;
+mod gguf_real;
+mod gguf_spatial;
+mod plan;
+mod prefill_conformance;
+mod report;
+mod spatial_conformance;
+mod tp_cli;
+mod tp_conformance;
+mod verify_cli;
