@@ -614,3 +614,40 @@ fn each_weight_read_dense_is_dequantised_once() {
     }
     certify(&spatial, &graph, &chip, 3).expect("the program certifies");
 }
+
+/// The cost model's stage graph is the kind program's dataflow (`cost_input`'s `after`): a
+/// stage waits only for earlier stages that write what it reads. In Qwen3-Next's MoE layer the
+/// shared expert reads the normed row, not the router's choice, so its stages fill beside the
+/// router and the routed experts, and the section's fill is shorter than every stage's summed.
+#[test]
+fn a_kind_fills_along_its_dataflow() {
+    use rdu_compiler::lower::cost::{cost_input, program_cost};
+    use rdu_spatial::op::Op;
+    let chip = Chip::builtin("sn50").unwrap();
+    let (program, _) = lowered_kind("tiny-qwen3-next", &chip);
+    assert_eq!(program.sections.len(), 1);
+    let stages = &program.sections[0].stages;
+    let input = cost_input(&program);
+    let after = |i: usize| input.sections[0][i].after.clone().expect("lowering sets every stage's after");
+    let writes = |j: usize| stages[j].ops.iter().flat_map(|o| o.outs.clone()).collect::<Vec<_>>();
+    for (i, stage) in stages.iter().enumerate() {
+        for j in after(i) {
+            assert!(j < i, "stage {i} waits for a later stage {j}");
+            let reads: Vec<&str> = stage.ops.iter().flat_map(|o| o.reads()).collect();
+            assert!(writes(j).iter().any(|w| reads.contains(&w.as_str())), "stage {i} reads nothing stage {j} writes");
+        }
+    }
+    let with = |pick: &dyn Fn(&rdu_spatial::program::KernelOp) -> bool| {
+        stages.iter().position(|s| s.ops.iter().any(pick)).expect("the stage exists")
+    };
+    let route = with(&|o| o.op == Op::Route);
+    let experts = with(&|o| o.op == Op::Experts);
+    let shared = with(&|o| o.reads().any(|t| t.starts_with("Wsg")));
+    assert!(after(experts).contains(&route), "the routed experts wait for the router");
+    assert!(shared > experts && !after(shared).contains(&experts) && !after(shared).contains(&route));
+    let cost = program_cost(&program, &chip).expect("costs");
+    let section = &cost.sections[0];
+    let every: f64 = section.stages.iter().map(|s| s.fill_seconds).sum();
+    let skipped = section.stages[route].fill_seconds.min(section.stages[experts].fill_seconds);
+    assert!(section.fill_seconds <= every - skipped, "{} vs {every}", section.fill_seconds);
+}

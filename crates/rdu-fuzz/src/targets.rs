@@ -579,6 +579,7 @@ fn exercise_chip(input: &[u8]) -> Outcome {
                 pmus: pcus,
                 tiles: 8,
                 hops: 3,
+                after: None,
             };
             let input = CostInput { sections: vec![vec![stage("a", 1), stage("b", chip.pcus.max(1))]] };
             for precision in [Precision::Bf16, Precision::Fp8] {

@@ -3,9 +3,10 @@
 //! A stage streams its tiles through its own PCUs and PMUs, overlapping compute with
 //! traffic, so its time is the largest of its compute, HBM, DDR, SRAM and link times.
 //! A section runs its stages as one pipeline: the slowest stage (or the HBM, DDR or link
-//! traffic all its stages share, if that takes longer), plus the fill — every other
-//! stage's first tile, `pipeline_fill` cycles per stage and the link latency of every stage
-//! with all-reduce traffic, and the mesh hops from the previous stage's region to its own
+//! traffic all its stages share, if that takes longer), plus the fill — along the longest path
+//! through the stages' graph (a stage waits for the first tiles of the stages whose results it
+//! reads), each stage's first tile, `pipeline_fill` cycles per stage, the link latency of a
+//! stage with all-reduce traffic, and the mesh hops from the previous stage's region to its own
 //! (`hop` cycles each, from the placement) — plus one barrier. A step spanning several sections reloads
 //! each of them once per step. It does not model contention inside the mesh or SRAM
 //! capacity (certification checks that a section fits).
@@ -48,6 +49,10 @@ pub struct StageWork {
     /// the first tile crosses them, one `hop` of cycles each.
     #[serde(default)]
     pub hops: u32,
+    /// The earlier stages of the section (their indices) whose results this stage reads: its
+    /// first tile waits for theirs. `None`: the stage just before it, as in a chain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<Vec<usize>>,
 }
 
 /// What limits a stage or a section.
@@ -85,7 +90,11 @@ pub struct SectionCost {
     pub slowest: usize,
     pub steady_seconds: f64,
     pub bound: Bound,
+    /// The longest path of first tiles through the section's stages (`StageWork::after`):
+    /// the sum of each stage's `fill_seconds` along it.
     pub fill_seconds: f64,
+    /// The all-reduce latency on that path (part of `fill_seconds`).
+    pub latency_seconds: f64,
     pub synchronisation_seconds: f64,
     pub seconds: f64,
     pub pcus: u32,
@@ -125,6 +134,8 @@ pub enum CostError {
     NoUnits { section: usize, stage: String, work: &'static str, unit: &'static str },
     #[error("section {section} stage `{stage}` has 0 tiles; a stage streams at least one tile")]
     NoTiles { section: usize, stage: String },
+    #[error("section {section} stage `{stage}` waits for stage {after}, which does not come before it")]
+    StageOrder { section: usize, stage: String, after: usize },
     #[error("section {section} uses {used} {unit}s but the chip has {available}; split it into more sections")]
     OverChip { section: usize, unit: &'static str, used: u64, available: u64 },
     #[error("tensor of shape {shape:?} is not Q8_0: its last dimension is not a multiple of 32")]
@@ -198,18 +209,47 @@ fn section(chip: &Chip, idx: usize, work: &[StageWork], precision: Precision) ->
         (shared(|w| w.ddr_bytes, chip.ddr_bandwidth), Bound::Ddr),
         (shared(|w| w.link_bytes, chip.link_bandwidth), Bound::Link),
     ]);
-    let fill_seconds = stages.iter().map(|s| s.fill_seconds).sum::<f64>();
+    let (fill_seconds, latency_seconds) = longest_fill(chip, idx, work, &stages)?;
     Ok(SectionCost {
         slowest,
         steady_seconds,
         bound,
         fill_seconds,
+        latency_seconds,
         synchronisation_seconds: chip.synchronisation,
         seconds: steady_seconds + fill_seconds + chip.synchronisation,
         pcus: pcus as u32,
         pmus: pmus as u32,
         stages,
     })
+}
+
+/// The section's fill: the longest path of first tiles through its stages, each stage's first
+/// tile leaving once those of the stages it reads (`StageWork::after`) have, and the
+/// all-reduce latency on that path. A chain (every `after` unset) sums every stage's fill.
+fn longest_fill(
+    chip: &Chip,
+    section: usize,
+    work: &[StageWork],
+    stages: &[StageCost],
+) -> Result<(f64, f64), CostError> {
+    // Per stage: seconds until its first tile is out, and the all-reduce latency on the way.
+    let mut reach: Vec<(f64, f64)> = Vec::with_capacity(stages.len());
+    for (i, (cost, w)) in stages.iter().zip(work).enumerate() {
+        let chain = i.checked_sub(1);
+        let after = w.after.as_deref().unwrap_or(chain.as_slice());
+        let mut from = (0.0, 0.0);
+        for &j in after {
+            let &(seconds, latency) =
+                reach.get(j).ok_or_else(|| CostError::StageOrder { section, stage: w.name.clone(), after: j })?;
+            if seconds > from.0 {
+                from = (seconds, latency);
+            }
+        }
+        let latency = if w.link_bytes > 0 { chip.link_latency } else { 0.0 };
+        reach.push((from.0 + cost.fill_seconds, from.1 + latency));
+    }
+    Ok(reach.into_iter().fold((0.0, 0.0), |best, r| if r.0 > best.0 { r } else { best }))
 }
 
 fn stage(chip: &Chip, section: usize, w: &StageWork, precision: Precision) -> Result<StageCost, CostError> {

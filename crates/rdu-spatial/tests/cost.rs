@@ -73,6 +73,55 @@ fn a_section_is_its_slowest_stage_plus_the_fill_of_the_others_plus_a_barrier() {
     assert!(close(section.fill_seconds - finer.fill_seconds, t_fast / 8.0), "smaller tiles fill sooner");
 }
 
+/// Stages on parallel branches fill side by side: the section pays the longest path of first
+/// tiles through the stages it reads from (`after`), and the all-reduce latency on that path
+/// only. Unset `after` is a chain, every stage's fill summed; a stage may only wait for an
+/// earlier one.
+#[test]
+fn a_section_fills_along_its_longest_path() {
+    let chip = sn50();
+    let per_stage = chip.pipeline_fill_cycles / chip.clock_hz;
+    let slow = StageWork { hbm_bytes: 1_800_000_000, ..work("slow") };
+    // 0.5 µs of compute in four tiles: a first tile of 0.125 µs, well under an all-reduce.
+    let light =
+        |name: &str, after: Vec<usize>| StageWork { flops: 384_615, tiles: 4, after: Some(after), ..work(name) };
+    // 0 → {1, 2 → 3}: branch 1 is one stage long, branch 2 → 3 two; 4 joins both.
+    let stages = vec![
+        StageWork { after: Some(vec![]), ..slow.clone() },
+        light("short", vec![0]),
+        light("long_a", vec![0]),
+        StageWork { link_bytes: 1_000, ..light("long_b", vec![2]) },
+        light("join", vec![1, 3]),
+    ];
+    let dag = run(&chip, &one(stages.clone())).sections[0].clone();
+    let fill = |i: usize| dag.stages[i].fill_seconds;
+    assert!(fill(1) > 0.0 && close(fill(1), fill(2)));
+    let longest = fill(0) + fill(2) + fill(3) + fill(4);
+    assert!(close(dag.fill_seconds, longest), "{} != {longest}", dag.fill_seconds);
+    assert!(close(dag.latency_seconds, chip.link_latency), "the all-reduce is on the longest path");
+    assert!(close(fill(3) - fill(2), chip.link_latency));
+    // The same stages as a chain pay every fill.
+    let chain: Vec<StageWork> = stages.iter().map(|w| StageWork { after: None, ..w.clone() }).collect();
+    let chained = run(&chip, &one(chain)).sections[0].clone();
+    let every: f64 = chained.stages.iter().map(|s| s.fill_seconds).sum();
+    assert!(close(chained.fill_seconds, every) && chained.fill_seconds > dag.fill_seconds + 0.9 * per_stage);
+    // An all-reduce off the longest path is not paid: move it onto the short branch.
+    let mut off = stages.clone();
+    off[3].link_bytes = 0;
+    off[1].link_bytes = 1_000;
+    let off = run(&chip, &one(off)).sections[0].clone();
+    assert!(close(off.latency_seconds, chip.link_latency), "the short branch is now the longest");
+    let mut none = stages.clone();
+    none[3].link_bytes = 0;
+    let none = run(&chip, &one(none)).sections[0].clone();
+    assert_eq!(none.latency_seconds, 0.0);
+    // Waiting for itself or a later stage is refused.
+    let mut bad = stages;
+    bad[2].after = Some(vec![3]);
+    let err = estimate(&chip, &one(bad), Precision::Bf16).unwrap_err();
+    assert_eq!(err, CostError::StageOrder { section: 0, stage: "long_a".into(), after: 3 });
+}
+
 #[test]
 fn stages_of_a_section_share_the_hbm_bandwidth() {
     let chip = sn50();
@@ -139,6 +188,8 @@ fn the_roofline_fraction_never_exceeds_one() {
                         pmus: 1 + next(400) as u32,
                         tiles: 1 + next(64) as u32,
                         hops: next(8) as u32,
+                        // A chain, or any earlier stages of the section.
+                        after: (next(2) == 1).then(|| (0..i as usize).filter(|_| next(2) == 1).collect()),
                     })
                     .collect()
             })

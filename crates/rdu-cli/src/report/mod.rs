@@ -138,7 +138,7 @@ pub fn gather(bundle: &Bundle, chip: Chip) -> Result<Report> {
 }
 
 /// Where one invocation of a program spends its time.
-pub fn breakdown(cost: &StepCost, chip: &Chip) -> Breakdown {
+pub fn breakdown(cost: &StepCost) -> Breakdown {
     let mut b = Breakdown { reconfiguration: cost.reconfiguration_seconds, ..Breakdown::default() };
     for s in &cost.sections {
         match s.bound {
@@ -146,10 +146,8 @@ pub fn breakdown(cost: &StepCost, chip: &Chip) -> Breakdown {
             Bound::Compute | Bound::Sram => b.compute += s.steady_seconds,
             Bound::Link => b.collectives += s.steady_seconds,
         }
-        let link_latency: f64 =
-            s.stages.iter().filter(|st| st.link_seconds > 0.0).map(|_| chip.link_latency).sum::<f64>();
-        b.collectives += link_latency;
-        b.fill += s.fill_seconds - link_latency;
+        b.collectives += s.latency_seconds;
+        b.fill += s.fill_seconds - s.latency_seconds;
         b.synchronisation += s.synchronisation_seconds;
     }
     b
@@ -203,7 +201,7 @@ fn step_breakdown(m: &Manifest, programs: &[ProgramView], chip: &Chip) -> Result
     let mut per_program = vec![(0usize, Breakdown::default()); programs.len()];
     for (name, overlap) in &cost.calls {
         let i = programs.iter().position(|p| &p.name == name).expect("schedule_cost found it");
-        let mut b = breakdown(&programs[i].cost, chip);
+        let mut b = breakdown(&programs[i].cost);
         b.streaming -= overlap;
         step.add(&b, 1.0);
         per_program[i].0 += 1;

@@ -5,8 +5,10 @@ use super::work::{op_work, Work, WorkModel};
 use rdu_spatial::chip::Chip;
 use rdu_spatial::cost::{estimate, CostError, CostInput, Precision, StageWork, StepCost};
 use rdu_spatial::program::SpatialProgram;
+use std::collections::{BTreeMap, BTreeSet};
 
-/// The cost model's input for one step of `program`.
+/// The cost model's input for one step of `program`: each stage's work, and the earlier
+/// stages of its section whose results it reads (`StageWork::after`).
 pub fn cost_input(program: &SpatialProgram) -> CostInput {
     let model = WorkModel::of(program);
     CostInput {
@@ -14,10 +16,19 @@ pub fn cost_input(program: &SpatialProgram) -> CostInput {
             .sections
             .iter()
             .map(|section| {
+                // The stage that last wrote each tensor (a result, or a state updated in place).
+                let mut written: BTreeMap<&str, usize> = BTreeMap::new();
                 section
                     .stages
                     .iter()
-                    .map(|stage| {
+                    .enumerate()
+                    .map(|(i, stage)| {
+                        let reads = stage.ops.iter().flat_map(|op| op.reads());
+                        let after: BTreeSet<usize> =
+                            reads.filter_map(|t| written.get(t).copied()).filter(|&j| j != i).collect();
+                        for out in stage.ops.iter().flat_map(|op| &op.outs) {
+                            written.insert(out, i);
+                        }
                         let mut w = Work::default();
                         let mut tiles = 1u32;
                         for op in &stage.ops {
@@ -37,6 +48,7 @@ pub fn cost_input(program: &SpatialProgram) -> CostInput {
                             pmus: stage.pmus,
                             tiles,
                             hops: 0,
+                            after: Some(after.into_iter().collect()),
                         }
                     })
                     .collect()
