@@ -198,7 +198,7 @@ fn section(chip: &Chip, idx: usize, work: &[StageWork], precision: Precision) ->
     let per_stage_fill = chip.pipeline_fill_cycles / chip.clock_hz;
     for (i, (cost, w)) in stages.iter_mut().zip(work).enumerate() {
         let first_tile = if i == slowest { 0.0 } else { cost.seconds / f64::from(w.tiles) };
-        let latency = if w.link_bytes > 0 { chip.link_latency } else { 0.0 };
+        let latency = link_latency(chip, w);
         let hops = f64::from(w.hops) * chip.hop_cycles / chip.clock_hz;
         cost.fill_seconds = first_tile + per_stage_fill + latency + hops;
     }
@@ -246,10 +246,18 @@ fn longest_fill(
                 from = (seconds, latency);
             }
         }
-        let latency = if w.link_bytes > 0 { chip.link_latency } else { 0.0 };
-        reach.push((from.0 + cost.fill_seconds, from.1 + latency));
+        reach.push((from.0 + cost.fill_seconds, from.1 + link_latency(chip, w)));
     }
     Ok(reach.into_iter().fold((0.0, 0.0), |best, r| if r.0 > best.0 { r } else { best }))
+}
+
+/// The all-reduce latency a stage's first tile waits for: `link_latency` if it sends link traffic.
+fn link_latency(chip: &Chip, w: &StageWork) -> f64 {
+    if w.link_bytes > 0 {
+        chip.link_latency
+    } else {
+        0.0
+    }
 }
 
 fn stage(chip: &Chip, section: usize, w: &StageWork, precision: Precision) -> Result<StageCost, CostError> {

@@ -1,6 +1,5 @@
 //! Helpers shared by the CLI crate's tests: running the `rdu` binary and reading what it says.
 //! Fixture paths, npy readers and the tolerance are `rdu_testkit`'s.
-#![allow(dead_code)] // each test binary uses its own subset
 
 use std::process::{Command, Output};
 

@@ -5,8 +5,6 @@
 //! the cache as keys and values, then adds the result to its input; the head normalises and
 //! projects to the vocabulary. Layer 1's projection is rows 32..64 of a larger checkpoint tensor.
 
-#![allow(dead_code, unused_imports)]
-
 pub mod bundle;
 pub mod reference;
 

@@ -1,6 +1,5 @@
 //! Helpers shared by the integration tests: one-op programs written in the text form,
 //! deterministic pseudo-random data, and tolerance checks that name the worst element.
-#![allow(dead_code)]
 
 use std::fmt::Write;
 
