@@ -22,6 +22,7 @@ mod recurrent;
 mod region;
 mod shape;
 mod tensor;
+mod tiled;
 
 use std::collections::BTreeMap;
 

@@ -56,44 +56,212 @@ pub(super) fn widen(v: &[f32]) -> Vec<f64> {
     v.iter().map(|&x| f64::from(x)).collect()
 }
 
-/// At most this many rows (a decode step, a small batch), [`linear_f32`] takes each dot
-/// product directly from the f32 weights: `dgemm` would widen and pack every weight row for
-/// a product that reads it once.
-const FEW_ROWS: usize = 8;
+/// At most this many rows (a decode step, a small batch, a mixture-of-experts chunk's rows for
+/// one expert), [`linear_f32`] takes each dot product directly from the f32 weights: `dgemm`
+/// would widen and pack every weight row for a product that reads it a few times. Measured on
+/// a 2-core Zen 1 (`[n × 5120] · [5120 × 1536]`): 19 rows 9.6 GMAC/s here against 4.5 through
+/// `dgemm`, 128 rows 9.3 against 9.7, 512 rows 9.0 against 12.0.
+const FEW_ROWS: usize = 128;
 
-/// `y = x Wᵀ (+ b)` for few rows of `x`: each element the f64 sum of its `k` products in
-/// order of `k` (eight running sums over `k mod 8`, added in order at the end), parallel
-/// over the weight's rows.
+/// Running sums of a dot product: element `i` is added into sum `i mod LANES`.
+const LANES: usize = 8;
+/// Weight rows one task of [`few_rows`] takes: it reads every activation row once per block.
+const BLOCK_ROWS: usize = 16;
+/// Inputs of a step of [`few_rows`] (a multiple of `LANES`): the activation rows' part of a
+/// step stays in cache while the block's weight rows are multiplied with it.
+const STEP: usize = 512;
+
+/// `y = x Wᵀ (+ b)` for few rows of `x`, each element exactly `dot_f64` of its row and
+/// column (the same sums in the same order): parallel over blocks of weight rows, each block
+/// stepping through the inputs and taking two activation rows and two weight rows at a time,
+/// so that every value loaded serves two sums.
 fn few_rows(x64: &[f64], n: usize, w: &[f32], k: usize, bias: Option<&[f32]>, y: &mut [f32]) {
     let o = w.len() / k.max(1);
-    let columns: Vec<Vec<f32>> = (0..o)
+    let starts: Vec<usize> = (0..o).step_by(BLOCK_ROWS).collect();
+    let blocks: Vec<Vec<f64>> = starts
         .into_par_iter()
-        .with_min_len(64)
-        .map(|j| {
-            let wj = &w[j * k..(j + 1) * k];
-            let b = bias.map_or(0.0, |b| f64::from(b[j]));
-            (0..n).map(|r| (dot_f64(&x64[r * k..(r + 1) * k], wj) + b) as f32).collect()
+        .map(|j0| {
+            let rows = BLOCK_ROWS.min(o - j0);
+            // sums[jj·n + r]: the running sums of row r of x with weight row j0 + jj.
+            let mut sums = vec![[0f64; LANES]; rows * n];
+            for k0 in (0..k).step_by(STEP) {
+                let k1 = (k0 + STEP).min(k);
+                let x = |r: usize| &x64[r * k + k0..r * k + k1];
+                let wr = |jj: usize| &w[(j0 + jj) * k + k0..(j0 + jj) * k + k1];
+                let mut r = 0;
+                while r < n {
+                    let mut jj = 0;
+                    if r + 1 < n {
+                        while jj + 1 < rows {
+                            tile::<2, 2>([x(r), x(r + 1)], [wr(jj), wr(jj + 1)], &mut sums, jj, r, n);
+                            jj += 2;
+                        }
+                        if jj < rows {
+                            tile::<2, 1>([x(r), x(r + 1)], [wr(jj)], &mut sums, jj, r, n);
+                        }
+                        r += 2;
+                    } else {
+                        while jj + 3 < rows {
+                            tile::<1, 4>([x(r)], [wr(jj), wr(jj + 1), wr(jj + 2), wr(jj + 3)], &mut sums, jj, r, n);
+                            jj += 4;
+                        }
+                        while jj < rows {
+                            tile::<1, 1>([x(r)], [wr(jj)], &mut sums, jj, r, n);
+                            jj += 1;
+                        }
+                        r += 1;
+                    }
+                }
+            }
+            sums.iter().map(|s| s.iter().sum()).collect()
         })
         .collect();
-    for (j, col) in columns.iter().enumerate() {
-        for (r, &v) in col.iter().enumerate() {
-            y[r * o + j] = v;
+    for (b, block) in blocks.iter().enumerate() {
+        for (jj, col) in block.chunks_exact(n).enumerate() {
+            let j = b * BLOCK_ROWS + jj;
+            let add = bias.map_or(0.0, |b| f64::from(b[j]));
+            for (r, &v) in col.iter().enumerate() {
+                y[r * o + j] = (v + add) as f32;
+            }
+        }
+    }
+}
+
+/// Adds the products of `R` activation rows and `C` weight rows (one step's inputs, starting
+/// at a multiple of `LANES`) into their running sums `sums[(jj + c)·n + r + i]`: by AVX2 and
+/// FMA when the CPU has them, [`tile_plain`] otherwise and for the inputs past the last whole
+/// `LANES`. Both give the same sums: a product of two values widened from f32 is exact in f64,
+/// so a fused multiply-add rounds once where `a += x·w` does.
+#[inline(always)]
+fn tile<const R: usize, const C: usize>(
+    xs: [&[f64]; R],
+    ws: [&[f32]; C],
+    sums: &mut [[f64; LANES]],
+    jj: usize,
+    r: usize,
+    n: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2_fma() {
+        let len = xs[0].len();
+        let whole = len - len % LANES;
+        let fits = xs.iter().all(|x| x.len() == len) && ws.iter().all(|w| w.len() == len);
+        if fits && (jj + C - 1) * n + r + R - 1 < sums.len() {
+            // SAFETY: AVX2 and FMA are present; every row holds `whole` values and every sum
+            // the tile touches lies inside `sums` (both checked just above).
+            unsafe { tile_avx2::<R, C>(xs, ws, sums, jj * n + r, n, whole) };
+            return tile_plain::<R, C>(xs.map(|x| &x[whole..]), ws.map(|w| &w[whole..]), sums, jj, r, n);
+        }
+    }
+    tile_plain::<R, C>(xs, ws, sums, jj, r, n)
+}
+
+/// Whether this CPU has AVX2 and FMA (asked once).
+#[cfg(target_arch = "x86_64")]
+fn avx2_fma() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma"))
+}
+
+/// The first `whole` (a multiple of `LANES`) products of [`tile`] added into its sums
+/// (`sums[at + c·n + i]` for row `i` and weight row `c`), four lanes to a register.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA; every row holds at least `whole` values and every sum indexes `sums`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2<const R: usize, const C: usize>(
+    xs: [&[f64]; R],
+    ws: [&[f32]; C],
+    sums: &mut [[f64; LANES]],
+    at: usize,
+    n: usize,
+    whole: usize,
+) {
+    use std::arch::x86_64::*;
+    use std::mem::transmute;
+    // Values move in and out of registers as arrays (`transmute` between `[f64; 4]` and
+    // `__m256d` is a plain move; the unaligned load intrinsics would carry the test profile's
+    // pointer checks into the innermost loop).
+    let quad = |v: &[f64]| -> __m256d { transmute::<[f64; 4], __m256d>(v.try_into().expect("four values")) };
+    let wide =
+        |v: &[f32]| -> __m256d { _mm256_cvtps_pd(transmute::<[f32; 4], __m128>(v.try_into().expect("four values"))) };
+    // acc[i][c]: lanes 0–3 and 4–7 of row i's sums with weight row c.
+    let mut acc: [[[__m256d; 2]; C]; R] = std::array::from_fn(|i| {
+        std::array::from_fn(|c| [quad(&sums[at + c * n + i][..4]), quad(&sums[at + c * n + i][4..])])
+    });
+    for k in (0..whole).step_by(LANES) {
+        let wv: [[__m256d; 2]; C] = std::array::from_fn(|c| [wide(&ws[c][k..k + 4]), wide(&ws[c][k + 4..k + 8])]);
+        for (row, x) in acc.iter_mut().zip(&xs) {
+            let xv = [quad(&x[k..k + 4]), quad(&x[k + 4..k + 8])];
+            for (a, wc) in row.iter_mut().zip(&wv) {
+                a[0] = _mm256_fmadd_pd(xv[0], wc[0], a[0]);
+                a[1] = _mm256_fmadd_pd(xv[1], wc[1], a[1]);
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        for (c, a) in row.iter().enumerate() {
+            let (lo, hi) = (transmute::<__m256d, [f64; 4]>(a[0]), transmute::<__m256d, [f64; 4]>(a[1]));
+            sums[at + c * n + i] = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
+        }
+    }
+}
+
+/// [`tile`] in plain f64 arithmetic, lane by lane: its definition.
+#[inline(always)]
+fn tile_plain<const R: usize, const C: usize>(
+    xs: [&[f64]; R],
+    ws: [&[f32]; C],
+    sums: &mut [[f64; LANES]],
+    jj: usize,
+    r: usize,
+    n: usize,
+) {
+    let mut acc = [[[0f64; LANES]; C]; R];
+    for (i, row) in acc.iter_mut().enumerate() {
+        for (c, a) in row.iter_mut().enumerate() {
+            *a = sums[(jj + c) * n + r + i];
+        }
+    }
+    let len = xs[0].len();
+    let whole = len - len % LANES;
+    for at in (0..whole).step_by(LANES) {
+        let lanes = |v: &[f64]| -> [f64; LANES] { v[at..at + LANES].try_into().expect("LANES values") };
+        let wv: [[f64; LANES]; C] = std::array::from_fn(|c| {
+            let w: &[f32; LANES] = ws[c][at..at + LANES].try_into().expect("LANES values");
+            w.map(f64::from)
+        });
+        for (row, x) in acc.iter_mut().zip(xs) {
+            let xv = lanes(x);
+            for (a, wc) in row.iter_mut().zip(&wv) {
+                for l in 0..LANES {
+                    a[l] += xv[l] * wc[l];
+                }
+            }
+        }
+    }
+    for (l, at) in (whole..len).enumerate() {
+        for (i, row) in acc.iter_mut().enumerate() {
+            for (c, a) in row.iter_mut().enumerate() {
+                a[l] += xs[i][at] * f64::from(ws[c][at]);
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        for (c, a) in row.iter().enumerate() {
+            sums[(jj + c) * n + r + i] = *a;
         }
     }
 }
 
 /// `Σ x[i]·w[i]` in f64: eight running sums (element `i` into sum `i mod 8`), added in order.
+/// The definition [`few_rows`] computes with its tiles.
+#[cfg(test)]
 fn dot_f64(x: &[f64], w: &[f32]) -> f64 {
-    let mut sums = [0f64; 8];
-    let (xc, wc) = (x.chunks_exact(8), w.chunks_exact(8));
-    let (xr, wr) = (xc.remainder(), wc.remainder());
-    for (xs, ws) in xc.zip(wc) {
-        for i in 0..8 {
-            sums[i] += xs[i] * f64::from(ws[i]);
-        }
-    }
-    for (i, (&a, &b)) in xr.iter().zip(wr).enumerate() {
-        sums[i] += a * f64::from(b);
+    let mut sums = [0f64; LANES];
+    for (i, (&a, &b)) in x.iter().zip(w).enumerate() {
+        sums[i % LANES] += a * f64::from(b);
     }
     sums.iter().sum()
 }
@@ -144,4 +312,30 @@ pub(super) fn linear_f32(x: &[f32], n: usize, w: &[f32], o: usize, k: usize, bia
         }
     }
     y
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `few_rows` gives each element exactly `dot_f64` of its row and column (plus the bias),
+    /// across odd row and column counts, partial blocks and inputs past one step.
+    #[test]
+    fn few_rows_is_the_lane_sum_of_every_element() {
+        let value = |i: usize, s: usize| ((i * 2_654_435_761 + s * 40_503) % 1_000_003) as f32 / 1_000_003.0 - 0.5;
+        for (n, o, k) in [(1, 1, 1), (3, 35, 1037), (8, 16, 512), (19, 33, 2 * STEP + 13), (64, 17, 40)] {
+            let x: Vec<f32> = (0..n * k).map(|i| value(i, 1)).collect();
+            let w: Vec<f32> = (0..o * k).map(|i| value(i, 2)).collect();
+            let b: Vec<f32> = (0..o).map(|i| value(i, 3)).collect();
+            let x64 = widen(&x);
+            let mut y = vec![0f32; n * o];
+            few_rows(&x64, n, &w, k, Some(&b), &mut y);
+            for r in 0..n {
+                for j in 0..o {
+                    let want = (dot_f64(&x64[r * k..(r + 1) * k], &w[j * k..(j + 1) * k]) + f64::from(b[j])) as f32;
+                    assert_eq!(y[r * o + j].to_bits(), want.to_bits(), "n {n} o {o} k {k}: ({r}, {j})");
+                }
+            }
+        }
+    }
 }
