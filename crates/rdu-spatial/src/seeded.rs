@@ -58,8 +58,19 @@ impl Seeded {
     /// Elements `start..start + out.len()` of the weight, into `out`.
     #[inline]
     pub fn fill(&self, start: usize, out: &mut [f32]) {
-        for (j, v) in out.iter_mut().enumerate() {
-            *v = self.at(start + j);
+        // The stream's counter stepped by addition (element i's `key + (i+1)·GAMMA`, mod 2⁶⁴):
+        // the same values as `at`, 1.4× as fast as the loop of `at` (measured, Zen 1), which
+        // the compiler vectorises with emulated 64-bit multiplies.
+        let mut z = counter(self.key, start);
+        match self.centre {
+            Some(c) => out.iter_mut().for_each(|v| {
+                *v = c + self.amp * mix(z);
+                z = z.wrapping_add(GAMMA);
+            }),
+            None => out.iter_mut().for_each(|v| {
+                *v = self.amp * mix(z);
+                z = z.wrapping_add(GAMMA);
+            }),
         }
     }
 }
@@ -72,7 +83,21 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 /// Element `i` of the SplitMix64 stream keyed by `key` (counter-based, so any element can be
 /// computed on its own and chunks in parallel), mapped to a uniform value in [-1, 1).
 pub fn uniform_at(key: u64, i: usize) -> f32 {
-    let mut z = key.wrapping_add((i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    mix(counter(key, i))
+}
+
+/// SplitMix64's increment.
+const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// The counter of element `i` of the stream keyed by `key`.
+#[inline]
+fn counter(key: u64, i: usize) -> u64 {
+    key.wrapping_add((i as u64 + 1).wrapping_mul(GAMMA))
+}
+
+/// SplitMix64's output function of a counter, mapped to a uniform value in [-1, 1).
+#[inline]
+fn mix(mut z: u64) -> f32 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^= z >> 31;
@@ -93,5 +118,18 @@ mod tests {
         assert!(a.iter().all(|v| v.abs() <= bound));
         let norm = seeded_weight(7, "an3", &[64], false);
         assert!(norm.iter().all(|v| (v - 1.0).abs() <= 0.1));
+    }
+
+    /// `fill` steps the counter by addition: the values `at` gives one by one, from any start.
+    #[test]
+    fn fill_is_at_element_by_element() {
+        for (name, shape) in [("Wq3", vec![8, 96]), ("an3", vec![96])] {
+            let draw = Seeded::new(11, name, &shape, false);
+            let mut out = vec![0f32; 300];
+            draw.fill(500, &mut out);
+            for (j, v) in out.iter().enumerate() {
+                assert_eq!(v.to_bits(), draw.at(500 + j).to_bits(), "{name} element {}", 500 + j);
+            }
+        }
     }
 }
