@@ -81,8 +81,9 @@ fn tile<const R: usize, const C: usize>(
     r: usize,
     n: usize,
 ) {
+    // Every kernel but `Plain` is chosen only on a CPU with AVX2 and FMA.
     #[cfg(target_arch = "x86_64")]
-    if avx2_fma() {
+    if super::packed::q8_kernel() != super::packed::Q8Kernel::Plain {
         let len = xs[0].len();
         let whole = len - len % LANES;
         let fits = xs.iter().all(|x| x.len() == len) && ws.iter().all(|w| w.len() == len);
@@ -94,13 +95,6 @@ fn tile<const R: usize, const C: usize>(
         }
     }
     tile_plain::<R, C>(xs, ws, sums, i, r, n)
-}
-
-/// Whether this CPU has AVX2 and FMA (asked once).
-#[cfg(target_arch = "x86_64")]
-fn avx2_fma() -> bool {
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma"))
 }
 
 /// The first `whole` (a multiple of `LANES`) products of [`tile`] added into its sums
