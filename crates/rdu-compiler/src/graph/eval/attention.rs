@@ -131,12 +131,28 @@ const UP_ENTRIES: usize = 256;
 /// one f64 product (`gemm`); each row's softmax (in f64) runs over the entries it reads, the
 /// others weigh exactly 0; the weighted sum of values is a second product. Blocks in parallel.
 fn attend_core(a: &Attention<'_>, pos: &Tensor, scale: f64, window: Option<usize>) -> Kernel {
-    let positions = positions(pos, a.n)?;
+    let reads = row_reads(a.n, a.slots, a.chunk_rows, pos, window)?;
+    attend_rows(a, &reads, scale)
+}
+
+/// The store entries each of `n` rows at `pos` reads from a store of `slots` cache slots and
+/// `chunk_rows` chunk rows (see [`reads`]): the same for every head.
+fn row_reads(
+    n: usize,
+    slots: usize,
+    chunk_rows: usize,
+    pos: &Tensor,
+    window: Option<usize>,
+) -> Result<Vec<Vec<usize>>, String> {
+    let positions = positions(pos, n)?;
     // Position → the chunk row that holds it (the last row at that position wins).
     let chunk: BTreeMap<usize, usize> =
-        if a.chunk_rows > 0 { positions.iter().enumerate().map(|(j, &p)| (p, j)).collect() } else { BTreeMap::new() };
-    let reads: Vec<Vec<usize>> =
-        positions.iter().enumerate().map(|(i, &p)| reads(a, &chunk, p, i, window)).collect::<Result<_, _>>()?;
+        if chunk_rows > 0 { positions.iter().enumerate().map(|(j, &p)| (p, j)).collect() } else { BTreeMap::new() };
+    positions.iter().enumerate().map(|(i, &p)| reads(slots, &chunk, p, i, window)).collect()
+}
+
+/// [`attend_core`] with each row's entries (`reads`) given.
+fn attend_rows(a: &Attention<'_>, reads: &[Vec<usize>], scale: f64) -> Kernel {
     let q64 = gemm::widen(a.q);
     let entries = a.slots + a.chunk_rows;
     let block = (BLOCK_SCORES / (a.heads / a.kv_heads * entries).max(1)).max(1);
@@ -149,7 +165,7 @@ fn attend_core(a: &Attention<'_>, pos: &Tensor, scale: f64, window: Option<usize
 /// The store entries row `i` (at position `p`) reads, in position order: slot `t mod S` of the
 /// cache, or `S + j` for the chunk's row `j`.
 fn reads(
-    a: &Attention<'_>,
+    slots: usize,
     chunk: &BTreeMap<usize, usize>,
     p: usize,
     i: usize,
@@ -158,19 +174,19 @@ fn reads(
     let first = window.map_or(0, |w| (p + 1).saturating_sub(w));
     let mut cached = (first..=p).filter(|t| !chunk.contains_key(t));
     if let (Some(lo), Some(hi)) = (cached.next(), cached.next_back()) {
-        if hi - lo + 1 > a.slots {
+        if hi - lo + 1 > slots {
             return Err(format!(
                 "row {i} at position {p} reads positions {lo}..={hi} from the cache but it holds {} slots; \
                  use a window of at most {} or a larger cache",
-                a.slots, a.slots
+                slots, slots
             ));
         }
     }
     (first..=p)
         .map(|t| match chunk.get(&t) {
-            Some(&row) => Ok(a.slots + row),
-            None if a.slots == 0 => Err(format!("row {i} reads position {t} from a cache with no slots")),
-            None => Ok(t % a.slots),
+            Some(&row) => Ok(slots + row),
+            None if slots == 0 => Err(format!("row {i} reads position {t} from a cache with no slots")),
+            None => Ok(t % slots),
         })
         .collect()
 }
@@ -297,6 +313,8 @@ pub(super) fn attend_mla_up(ins: &[&Tensor], scale: f64, latent: usize, window: 
         out
     };
     let chunk_rows = if chunk.is_some() { n } else { 0 };
+    // Every head reads the same entries: worked out once.
+    let reads = row_reads(n, slots, chunk_rows, pos, window)?;
     let mut outs: Vec<Vec<f32>> = Vec::with_capacity(heads);
     for j0 in (0..heads).step_by(UP_HEADS) {
         let g = (heads - j0).min(UP_HEADS);
@@ -311,7 +329,7 @@ pub(super) fn attend_mla_up(ins: &[&Tensor], scale: f64, latent: usize, window: 
             let qj: Vec<f32> = (0..n).flat_map(|r| &qv[(r * heads + j0 + i) * dq..][..dq]).copied().collect();
             let store = Store { keys, key_stride: dq, values: Some(values), value_stride: dv };
             let a = Attention { q: &qj, n, heads: 1, dk: dq, slots, chunk_rows, kv_heads: 1, dv, store };
-            Ok(f32s(&attend_core(&a, pos, scale, window)?[0])?.to_vec())
+            Ok(f32s(&attend_rows(&a, &reads, scale)?[0])?.to_vec())
         };
         outs.extend((0..g).into_par_iter().map(head).collect::<Result<Vec<_>, _>>()?);
     }
