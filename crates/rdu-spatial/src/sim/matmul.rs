@@ -307,10 +307,11 @@ fn gemm_into(w: &[f32], xs: &[f32], n: usize, k: usize, m: usize, out: &mut [f32
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn values(n: usize, seed: u32) -> Vec<f32> {
+    /// Seeded test values in [-0.5, 0.5) (xorshift32).
+    pub(in crate::sim) fn values(n: usize, seed: u32) -> Vec<f32> {
         let mut s = seed | 1;
         (0..n)
             .map(|_| {

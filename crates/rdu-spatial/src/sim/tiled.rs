@@ -159,19 +159,8 @@ fn tile_plain<const R: usize, const C: usize>(
 
 #[cfg(test)]
 mod tests {
+    use super::super::matmul::tests::values;
     use super::*;
-
-    fn values(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-            })
-            .collect()
-    }
 
     /// The AVX2 kernel and the plain one, run on the same tiles, agree to f32 rounding of
     /// the sums (every tile shape the products use, inputs past one step and past a whole
