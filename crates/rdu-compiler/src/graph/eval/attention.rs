@@ -209,7 +209,7 @@ fn attend_block(a: &Attention<'_>, q64: &[f64], i0: usize, reads: &[Vec<usize>],
             col_stride: 1,
         };
         let mut scores = vec![0f64; rows * group * entries];
-        gemm::gemm(View::dense(&q, rows * group, a.dk), keys.t(), &mut scores, false);
+        gemm::gemm(View::dense(&q, rows * group, a.dk), keys.t(), &mut scores);
         // Softmax weights (unnormalised) over the entries each row reads, and their totals.
         let mut weights = vec![0f64; rows * group * entries];
         let mut totals = vec![0f64; rows * group];
@@ -232,7 +232,7 @@ fn attend_block(a: &Attention<'_>, q64: &[f64], i0: usize, reads: &[Vec<usize>],
             col_stride: 1,
         };
         let mut acc = vec![0f64; rows * group * a.dv];
-        gemm::gemm(View::dense(&weights, rows * group, entries), values, &mut acc, false);
+        gemm::gemm(View::dense(&weights, rows * group, entries), values, &mut acc);
         for (rh, total) in totals.iter().enumerate() {
             let (r, h) = (rh / group, rh % group);
             let dst = &mut out[(r * a.heads + kv * group + h) * a.dv..][..a.dv];
@@ -308,7 +308,7 @@ pub(super) fn attend_mla_up(ins: &[&Tensor], scale: f64, latent: usize, window: 
         let mut out = vec![0f64; e * g * rows];
         out.par_chunks_mut(UP_ENTRIES * g * rows).enumerate().for_each(|(block, o)| {
             let a = View { offset: block * UP_ENTRIES * width, rows: o.len() / (g * rows), ..lat };
-            gemm::gemm(a, b, o, false);
+            gemm::gemm(a, b, o);
         });
         out
     };

@@ -2,10 +2,11 @@
 //!
 //! Every dot product of the interpreter that reads a weight or a cache goes through here:
 //! f32 values widened to f64 (a product of two f32 values is exact in f64), the sums
-//! accumulated in f64 by `matrixmultiply::dgemm` (a `linear` of at most `FEW_ROWS` rows: by
-//! direct running sums instead), the result rounded to f32 once by the caller. An element's
-//! sum depends only on its two vectors and on which of the two paths computes it, never on
-//! how many rows or columns are computed with it otherwise; the two paths add the same exact
+//! accumulated in f64 by the `gemm` crate (a `linear` of at most `FEW_ROWS` rows: by direct
+//! running sums instead), the result rounded to f32 once by the caller. An element's sum
+//! depends only on its two vectors, on which of the two paths computes it and, through
+//! `gemm`, on how it blocks the inner dimension (from `k` and the CPU's cache sizes) — never
+//! on how many rows or columns are computed with it otherwise. The paths add the same exact
 //! products in different orders, so they differ by f64 rounding (~1e-16 relative) before the
 //! result is rounded to f32.
 
@@ -14,8 +15,9 @@ use rayon::prelude::*;
 /// A row-major f64 matrix view: `rows × cols` elements at `data[offset + r·row_stride + c·col_stride]`.
 pub(super) type View<'a> = rdu_spatial::view::View<'a, f64>;
 
-/// `c ← a · b + (c if accumulate)`, `a [m × k]`, `b [k × n]`, `c` dense row-major `[m × n]`.
-pub(super) fn gemm(a: View<'_>, b: View<'_>, c: &mut [f64], accumulate: bool) {
+/// `c ← a · b`, `a [m × k]`, `b [k × n]`, `c` dense row-major `[m × n]`; one thread (the
+/// callers run products in parallel).
+pub(super) fn gemm(a: View<'_>, b: View<'_>, c: &mut [f64]) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     assert!(b.rows == k && c.len() == m * n, "gemm: shapes [{m}×{k}]·[{}×{n}] into {}", b.rows, c.len());
     assert!(a.in_bounds() && b.in_bounds(), "gemm: a view reaches past its data");
@@ -23,30 +25,34 @@ pub(super) fn gemm(a: View<'_>, b: View<'_>, c: &mut [f64], accumulate: bool) {
         return;
     }
     if k == 0 {
-        if !accumulate {
-            c.fill(0.0);
-        }
+        c.fill(0.0);
         return;
     }
     let stride = |s: usize| isize::try_from(s).expect("stride fits isize");
     // SAFETY: both views were checked to lie inside their slices, and `c` holds exactly
-    // `m × n` elements addressed with strides (n, 1).
+    // `m × n` elements addressed with column stride 1 and row stride n. `gemm::gemm` writes
+    // `dst ← alpha·dst + beta·lhs·rhs` and, with `read_dst` false, never reads `dst`.
     unsafe {
-        matrixmultiply::dgemm(
+        gemm::gemm(
             m,
-            k,
             n,
-            1.0,
-            a.data.as_ptr().add(a.offset),
-            stride(a.row_stride),
-            stride(a.col_stride),
-            b.data.as_ptr().add(b.offset),
-            stride(b.row_stride),
-            stride(b.col_stride),
-            if accumulate { 1.0 } else { 0.0 },
+            k,
             c.as_mut_ptr(),
-            stride(n),
             1,
+            stride(n),
+            false,
+            a.data.as_ptr().add(a.offset),
+            stride(a.col_stride),
+            stride(a.row_stride),
+            b.data.as_ptr().add(b.offset),
+            stride(b.col_stride),
+            stride(b.row_stride),
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
         );
     }
 }
@@ -56,12 +62,13 @@ pub(super) fn widen(v: &[f32]) -> Vec<f64> {
     v.iter().map(|&x| f64::from(x)).collect()
 }
 
-/// At most this many rows (a decode step, a small batch, a mixture-of-experts chunk's rows for
-/// one expert), [`linear_f32`] takes each dot product directly from the f32 weights: `dgemm`
-/// would widen and pack every weight row for a product that reads it a few times. Measured on
-/// a 2-core Zen 1 (`[n × 5120] · [5120 × 1536]`): 19 rows 9.6 GMAC/s here against 4.5 through
-/// `dgemm`, 128 rows 9.3 against 9.7, 512 rows 9.0 against 12.0.
-const FEW_ROWS: usize = 128;
+/// At most this many rows (a decode step, a small batch), [`linear_f32`] takes each dot
+/// product directly from the f32 weights: `gemm` would widen every weight row to f64 for a
+/// product that reads it a few times. Measured on a 2-core Zen 1 (`[n × 5120] · [5120 ×
+/// 1536]`, both threads, the same run): 1 row 3.7 GMAC/s here against 2.4 through `gemm`,
+/// 4 rows 8.0 against 7.3, 6 rows 6.0 against 8.6, 8 rows 8.5 against 10.6, 19 rows 9.7
+/// against 14.4, 128 rows 10.2 against 19.2.
+const FEW_ROWS: usize = 5;
 
 /// Running sums of a dot product: element `i` is added into sum `i mod LANES`.
 const LANES: usize = 8;
@@ -266,7 +273,7 @@ fn dot_f64(x: &[f64], w: &[f32]) -> f64 {
     sums.iter().sum()
 }
 
-/// Bytes of widened weight rows one task multiplies at a time. `dgemm` packs each operand
+/// Bytes of widened weight rows one task multiplies at a time. `gemm` may pack each operand
 /// once per call, so a block wide enough makes packing the activations a small part of the
 /// work (blocks of 64 columns spent most of a 512-row prefill packing them).
 const BLOCK_BYTES: usize = 1 << 25;
@@ -282,8 +289,16 @@ pub(super) fn linear_f32(x: &[f32], n: usize, w: &[f32], o: usize, k: usize, bia
     let x64 = widen(x);
     if n <= FEW_ROWS {
         few_rows(&x64, n, w, k, bias, &mut y);
-        return y;
+    } else {
+        many_rows(&x64, n, w, k, bias, &mut y);
     }
+    y
+}
+
+/// `y = x Wᵀ (+ b)` through [`gemm`]: blocks of weight rows widened and multiplied with every
+/// row of `x`, blocks in parallel.
+fn many_rows(x64: &[f64], n: usize, w: &[f32], k: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+    let o = w.len() / k.max(1);
     // As many columns as rows of `x` (packing `x` then costs no more than packing the block;
     // few rows keep the block small enough to stay in cache), at most BLOCK_BYTES of widened
     // rows, and at least two blocks per thread for balance.
@@ -298,7 +313,7 @@ pub(super) fn linear_f32(x: &[f32], n: usize, w: &[f32], o: usize, k: usize, bia
             let w64 = widen(&w[j0 * k..(j0 + cols) * k]);
             // c [cols × n] = W_block · xᵀ.
             let mut c = vec![0f64; cols * n];
-            gemm(View::dense(&w64, cols, k), View::dense(&x64, n, k).t(), &mut c, false);
+            gemm(View::dense(&w64, cols, k), View::dense(x64, n, k).t(), &mut c);
             (j0, c)
         })
         .collect();
@@ -311,7 +326,6 @@ pub(super) fn linear_f32(x: &[f32], n: usize, w: &[f32], o: usize, k: usize, bia
             }
         }
     }
-    y
 }
 
 #[cfg(test)]
@@ -334,6 +348,33 @@ mod tests {
                 for j in 0..o {
                     let want = (dot_f64(&x64[r * k..(r + 1) * k], &w[j * k..(j + 1) * k]) + f64::from(b[j])) as f32;
                     assert_eq!(y[r * o + j].to_bits(), want.to_bits(), "n {n} o {o} k {k}: ({r}, {j})");
+                }
+            }
+        }
+    }
+
+    /// `many_rows` (the `gemm` path: blocks of widened weight rows, transposed activations)
+    /// gives each element its f64 sum rounded to f32: within f64 rounding of `dot_f64` before
+    /// the rounding, so within one f32 rounding after it — across partial blocks, bias and a
+    /// width past `gemm`'s inner blocking.
+    #[test]
+    fn many_rows_are_the_f64_sums_rounded_once() {
+        let value = |i: usize, s: usize| ((i * 2_654_435_761 + s * 40_503) % 1_000_003) as f32 / 1_000_003.0 - 0.5;
+        for (n, o, k) in [(6, 35, 1037), (19, 130, 700), (129, 17, 2 * STEP + 13), (40, 3, 1)] {
+            let x: Vec<f32> = (0..n * k).map(|i| value(i, 1)).collect();
+            let w: Vec<f32> = (0..o * k).map(|i| value(i, 2)).collect();
+            let b: Vec<f32> = (0..o).map(|i| value(i, 3)).collect();
+            let x64 = widen(&x);
+            let mut y = vec![f32::NAN; n * o];
+            many_rows(&x64, n, &w, k, Some(&b), &mut y);
+            for r in 0..n {
+                for j in 0..o {
+                    let (xr, wj) = (&x64[r * k..(r + 1) * k], &w[j * k..(j + 1) * k]);
+                    let want = dot_f64(xr, wj) + f64::from(b[j]);
+                    let mass: f64 = xr.iter().zip(wj).map(|(a, &c)| (a * f64::from(c)).abs()).sum::<f64>() + 1.0;
+                    let got = f64::from(y[r * o + j]);
+                    let bound = want.abs() * f64::from(f32::EPSILON) / 2.0 + mass * k as f64 * f64::EPSILON;
+                    assert!((got - want).abs() <= bound, "n {n} o {o} k {k}: ({r}, {j}) {got} against {want}");
                 }
             }
         }

@@ -26,7 +26,7 @@ pub(super) fn linear_heads(x: &Tensor, w: &Tensor) -> Kernel {
             let xj = View { data: &x64, offset: j * width, rows: n, cols: width, row_stride: h * width, col_stride: 1 };
             let wj = gemm::widen(&ws[j * o * width..(j + 1) * o * width]);
             let mut y = vec![0f64; n * o];
-            gemm::gemm(xj, View::dense(&wj, o, width).t(), &mut y, false);
+            gemm::gemm(xj, View::dense(&wj, o, width).t(), &mut y);
             y
         })
         .collect();
