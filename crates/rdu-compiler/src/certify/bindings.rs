@@ -133,14 +133,14 @@ impl Inputs {
         let draw = self.expert_draw(name, e, shape);
         let n: usize = shape.iter().product();
         let mut out = vec![0f32; n];
-        if *q8 {
-            out.par_chunks_mut(QK8_0).enumerate().for_each(|(b, o)| {
-                draw.fill(QK8_0 * b, o);
-                rdu_spatial::q8::dequant_block(&Q8Block::quantize(o), o);
-            });
-        } else {
-            out.par_chunks_mut(1 << 16).enumerate().for_each(|(c, o)| draw.fill(c << 16, o));
-        }
+        out.par_chunks_mut(DRAW_CHUNK).enumerate().for_each(|(c, o)| {
+            draw.fill(c * DRAW_CHUNK, o);
+            if *q8 {
+                for b in o.chunks_mut(QK8_0) {
+                    rdu_spatial::q8::dequant_block(&Q8Block::quantize(b), b);
+                }
+            }
+        });
         Some((shape.clone(), out))
     }
 
@@ -177,15 +177,14 @@ impl Inputs {
                 }
             }
         };
-        let q: Vec<Q8Block> = sources
-            .par_iter()
-            .with_min_len(256)
-            .map(|&b| {
-                let mut v = [0f32; QK8_0];
+        let mut q = vec![Q8Block { d: 0.0, qs: [0; QK8_0] }; sources.len()];
+        q.par_chunks_mut(DRAW_CHUNK / QK8_0).zip(sources.par_chunks(DRAW_CHUNK / QK8_0)).for_each(|(q, sources)| {
+            let mut v = [0f32; QK8_0];
+            for (q, &b) in q.iter_mut().zip(sources) {
                 draw.fill(QK8_0 * b, &mut v);
-                Q8Block::quantize(&v)
-            })
-            .collect();
+                *q = Q8Block::quantize(&v);
+            }
+        });
         Some(Ok(WeightSlab::Q8(Cow::Owned(q))))
     }
 
@@ -194,6 +193,9 @@ impl Inputs {
         Seeded::new(self.seed, &format!("{name}/{e}"), shape, false)
     }
 }
+
+/// Values of an expert one task draws (a whole number of Q8_0 blocks).
+const DRAW_CHUNK: usize = 1 << 14;
 
 /// Q8_0 blocks of `values` and their exact dequantised values, block by block in parallel.
 fn quantize(shape: &[usize], values: &[f32]) -> (Q8Weight, Vec<f32>) {
@@ -259,6 +261,9 @@ mod tests {
         let mut experts = BTreeMap::new();
         experts.insert("Wg".to_string(), (vec![64, 96], true));
         experts.insert("Wd".to_string(), (vec![96, 64], false));
+        // More values than one task draws, and not a whole number of tasks.
+        experts.insert("Wb".to_string(), (vec![160, 256], true));
+        experts.insert("Wc".to_string(), (vec![256, 160], false));
         Inputs { seed: 3, dense: BTreeMap::new(), q8: BTreeMap::new(), experts }
     }
 
@@ -292,5 +297,11 @@ mod tests {
         };
         assert_eq!(part.into_owned(), take(&[96, 64], &values, 1, &[(8, 40)]).unwrap().1);
         assert!(inputs.expert_slab("Wx", 0, None).is_none());
+        // Experts drawn over several tasks.
+        assert!(160 * 256 > 2 * DRAW_CHUNK && 160 * 256 % DRAW_CHUNK != 0);
+        let (whole, dense) = quantize(&[160, 256], &seeded_weight(3, "Wb/1", &[160, 256], false));
+        assert_eq!(q8_slab(inputs.expert_slab("Wb", 1, None).unwrap().unwrap()), whole.blocks);
+        assert_eq!(inputs.expert_dense("Wb", 1).unwrap(), (vec![160, 256], dense));
+        assert_eq!(inputs.expert_dense("Wc", 4).unwrap().1, seeded_weight(3, "Wc/4", &[256, 160], false));
     }
 }
