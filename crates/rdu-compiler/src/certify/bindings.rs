@@ -298,7 +298,7 @@ mod tests {
         assert_eq!(part.into_owned(), take(&[96, 64], &values, 1, &[(8, 40)]).unwrap().1);
         assert!(inputs.expert_slab("Wx", 0, None).is_none());
         // Experts drawn over several tasks.
-        assert!(160 * 256 > 2 * DRAW_CHUNK && 160 * 256 % DRAW_CHUNK != 0);
+        const { assert!(160 * 256 > 2 * DRAW_CHUNK && 160 * 256 % DRAW_CHUNK != 0) };
         let (whole, dense) = quantize(&[160, 256], &seeded_weight(3, "Wb/1", &[160, 256], false));
         assert_eq!(q8_slab(inputs.expert_slab("Wb", 1, None).unwrap().unwrap()), whole.blocks);
         assert_eq!(inputs.expert_dense("Wb", 1).unwrap(), (vec![160, 256], dense));
