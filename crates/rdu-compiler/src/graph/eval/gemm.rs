@@ -83,7 +83,7 @@ const STEP: usize = 512;
 /// stepping through the inputs and taking two activation rows and two weight rows at a time,
 /// so that every value loaded serves two sums.
 fn few_rows(x64: &[f64], n: usize, w: &[f32], k: usize, bias: Option<&[f32]>, y: &mut [f32]) {
-    let o = w.len() / k.max(1);
+    let o = y.len() / n.max(1);
     let starts: Vec<usize> = (0..o).step_by(BLOCK_ROWS).collect();
     let blocks: Vec<Vec<f64>> = starts
         .into_par_iter()
@@ -298,7 +298,7 @@ pub(super) fn linear_f32(x: &[f32], n: usize, w: &[f32], o: usize, k: usize, bia
 /// `y = x Wᵀ (+ b)` through [`gemm`]: blocks of weight rows widened and multiplied with every
 /// row of `x`, blocks in parallel.
 fn many_rows(x64: &[f64], n: usize, w: &[f32], k: usize, bias: Option<&[f32]>, y: &mut [f32]) {
-    let o = w.len() / k.max(1);
+    let o = y.len() / n.max(1);
     // As many columns as rows of `x` (packing `x` then costs no more than packing the block;
     // few rows keep the block small enough to stay in cache), at most BLOCK_BYTES of widened
     // rows, and at least two blocks per thread for balance.
@@ -337,7 +337,7 @@ mod tests {
     #[test]
     fn few_rows_is_the_lane_sum_of_every_element() {
         let value = |i: usize, s: usize| ((i * 2_654_435_761 + s * 40_503) % 1_000_003) as f32 / 1_000_003.0 - 0.5;
-        for (n, o, k) in [(1, 1, 1), (3, 35, 1037), (8, 16, 512), (19, 33, 2 * STEP + 13), (64, 17, 40)] {
+        for (n, o, k) in [(1, 1, 1), (3, 35, 1037), (8, 16, 512), (19, 33, 2 * STEP + 13), (64, 17, 40), (2, 3, 0)] {
             let x: Vec<f32> = (0..n * k).map(|i| value(i, 1)).collect();
             let w: Vec<f32> = (0..o * k).map(|i| value(i, 2)).collect();
             let b: Vec<f32> = (0..o).map(|i| value(i, 3)).collect();
@@ -360,7 +360,7 @@ mod tests {
     #[test]
     fn many_rows_are_the_f64_sums_rounded_once() {
         let value = |i: usize, s: usize| ((i * 2_654_435_761 + s * 40_503) % 1_000_003) as f32 / 1_000_003.0 - 0.5;
-        for (n, o, k) in [(6, 35, 1037), (19, 130, 700), (129, 17, 2 * STEP + 13), (40, 3, 1)] {
+        for (n, o, k) in [(6, 35, 1037), (19, 130, 700), (129, 17, 2 * STEP + 13), (40, 3, 1), (9, 4, 0)] {
             let x: Vec<f32> = (0..n * k).map(|i| value(i, 1)).collect();
             let w: Vec<f32> = (0..o * k).map(|i| value(i, 2)).collect();
             let b: Vec<f32> = (0..o).map(|i| value(i, 3)).collect();
