@@ -177,8 +177,8 @@ impl Inputs {
                 }
             }
         };
-        let mut q = vec![Q8Block { d: 0.0, qs: [0; QK8_0] }; sources.len()];
-        q.par_chunks_mut(DRAW_CHUNK / QK8_0).zip(sources.par_chunks(DRAW_CHUNK / QK8_0)).for_each(|(q, sources)| {
+        let (mut q, per_task) = (vec![Q8Block { d: 0.0, qs: [0; QK8_0] }; sources.len()], DRAW_CHUNK / QK8_0);
+        q.par_chunks_mut(per_task).zip(sources.par_chunks(per_task)).for_each(|(q, sources)| {
             let mut v = [0f32; QK8_0];
             for (q, &b) in q.iter_mut().zip(sources) {
                 draw.fill(QK8_0 * b, &mut v);

@@ -332,15 +332,19 @@ fn many_rows(x64: &[f64], n: usize, w: &[f32], k: usize, bias: Option<&[f32]>, y
 mod tests {
     use super::*;
 
+    /// Seeded `x [n × k]`, `W [o × k]` and a bias of `o`, in [-0.5, 0.5).
+    fn operands(n: usize, o: usize, k: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let value = |i: usize, s: usize| ((i * 2_654_435_761 + s * 40_503) % 1_000_003) as f32 / 1_000_003.0 - 0.5;
+        let draw = |len: usize, s: usize| (0..len).map(|i| value(i, s)).collect();
+        (draw(n * k, 1), draw(o * k, 2), draw(o, 3))
+    }
+
     /// `few_rows` gives each element exactly `dot_f64` of its row and column (plus the bias),
     /// across odd row and column counts, partial blocks and inputs past one step.
     #[test]
     fn few_rows_is_the_lane_sum_of_every_element() {
-        let value = |i: usize, s: usize| ((i * 2_654_435_761 + s * 40_503) % 1_000_003) as f32 / 1_000_003.0 - 0.5;
         for (n, o, k) in [(1, 1, 1), (3, 35, 1037), (8, 16, 512), (19, 33, 2 * STEP + 13), (64, 17, 40), (2, 3, 0)] {
-            let x: Vec<f32> = (0..n * k).map(|i| value(i, 1)).collect();
-            let w: Vec<f32> = (0..o * k).map(|i| value(i, 2)).collect();
-            let b: Vec<f32> = (0..o).map(|i| value(i, 3)).collect();
+            let (x, w, b) = operands(n, o, k);
             let x64 = widen(&x);
             let mut y = vec![0f32; n * o];
             few_rows(&x64, n, &w, k, Some(&b), &mut y);
@@ -359,11 +363,8 @@ mod tests {
     /// width past `gemm`'s inner blocking.
     #[test]
     fn many_rows_are_the_f64_sums_rounded_once() {
-        let value = |i: usize, s: usize| ((i * 2_654_435_761 + s * 40_503) % 1_000_003) as f32 / 1_000_003.0 - 0.5;
         for (n, o, k) in [(6, 35, 1037), (19, 130, 700), (129, 17, 2 * STEP + 13), (40, 3, 1), (9, 4, 0)] {
-            let x: Vec<f32> = (0..n * k).map(|i| value(i, 1)).collect();
-            let w: Vec<f32> = (0..o * k).map(|i| value(i, 2)).collect();
-            let b: Vec<f32> = (0..o).map(|i| value(i, 3)).collect();
+            let (x, w, b) = operands(n, o, k);
             let x64 = widen(&x);
             let mut y = vec![f32::NAN; n * o];
             many_rows(&x64, n, &w, k, Some(&b), &mut y);
