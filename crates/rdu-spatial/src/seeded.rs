@@ -4,6 +4,7 @@
 use rayon::prelude::*;
 
 use crate::names::TensorName;
+use crate::q8::{Q8Block, QK8_0};
 
 /// The values of weight `name` of `shape` under `seed`. Projections are uniform with the
 /// variance of `1/fan_in`; 1-D weights are small noise around a centre that suits their role
@@ -24,6 +25,9 @@ pub struct Seeded {
     /// `Some(c)`: `c + amp · u` (1-D weights); `None`: `amp · u` (projections).
     centre: Option<f32>,
     amp: f32,
+    /// A projection's Q8_0 scales ([`Seeded::fill_q8`]): the f16 bit patterns of `3/4` and all
+    /// of `amp/127` (positive f16s order as their bits do).
+    scales: (u16, u16),
 }
 
 impl Seeded {
@@ -38,10 +42,12 @@ impl Seeded {
                 _ if unit_offset && base != "gn" => 0.0,
                 _ => 1.0,
             };
-            Seeded { key, centre: Some(centre), amp: 0.1 }
+            Seeded { key, centre: Some(centre), amp: 0.1, scales: (0, 0) }
         } else {
             let fan_in = *shape.last().unwrap_or(&1) as f32;
-            Seeded { key, centre: None, amp: (3.0 / fan_in.max(1.0)).sqrt() }
+            let amp = (3.0 / fan_in.max(1.0)).sqrt();
+            let scale = |of: f32| half::f16::from_f32_const(of * amp / 127.0).to_bits();
+            Seeded { key, centre: None, amp, scales: (scale(0.75), scale(1.0)) }
         }
     }
 
@@ -75,6 +81,109 @@ impl Seeded {
     }
 }
 
+impl Seeded {
+    /// Q8_0 blocks `first..first + out.len()` of the weight, for a weight whose values only
+    /// need to be Q8_0 blocks of its kind (certification's seeded Q8_0-stored weights). A
+    /// projection's blocks are drawn as blocks: five SplitMix64 draws a block, four giving its
+    /// 32 quants (a byte each, uniform over `[-127, 127]` — the range the quantiser's rounding
+    /// of `amax/127`-scaled values gives — but for 0, twice as likely: the byte's −128 is taken
+    /// as 0) and one its scale, an f16 drawn evenly from those between `3/4` and all of
+    /// `amp/127`, so every value lies within the projection's `±amp` as its drawn values do and
+    /// the blocks' largest values vary from block to block as quantised ones do — 6× fewer
+    /// draws than drawing each of a block's values, and no quantiser. A 1-D weight (values
+    /// around a centre, which a symmetric block cannot draw directly) is drawn value by value
+    /// and quantised. Block `b` depends only on `(key, b)`: any run of blocks is drawn alone.
+    pub fn fill_q8(&self, first: usize, out: &mut [Q8Block]) {
+        for (j, block) in out.iter_mut().enumerate() {
+            *block = self.q8_block(first + j);
+        }
+    }
+
+    /// The values of Q8_0 blocks `first..` of the weight (see [`Seeded::fill_q8`]), exactly
+    /// dequantised, into `out` (a whole number of blocks).
+    pub fn fill_q8_values(&self, first: usize, out: &mut [f32]) {
+        if self.centre.is_some() {
+            for (j, values) in out.chunks_exact_mut(QK8_0).enumerate() {
+                crate::q8::dequant_block(&self.q8_block(first + j), values);
+            }
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2.
+            return unsafe { self.projection_values_avx2(first, out) };
+        }
+        self.projection_values(first, out)
+    }
+
+    /// [`Seeded::fill_q8_values`] of a projection, compiled for AVX2 (the same arithmetic: every
+    /// value `d·q` is exact in f32 — an f16 scale times an 8-bit quant — so any instructions give
+    /// the same values).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn projection_values_avx2(&self, first: usize, out: &mut [f32]) {
+        self.projection_values(first, out)
+    }
+
+    #[inline(always)]
+    fn projection_values(&self, first: usize, out: &mut [f32]) {
+        for (j, values) in out.chunks_exact_mut(QK8_0).enumerate() {
+            let (words, d) = self.projection_block(first + j);
+            for (values, x) in values.chunks_exact_mut(8).zip(words) {
+                for (k, v) in values.iter_mut().enumerate() {
+                    *v = d * (x >> (8 * k)) as u8 as i8 as f32;
+                }
+            }
+        }
+    }
+
+    /// Block `b` of [`Seeded::fill_q8`].
+    #[inline(always)]
+    fn q8_block(&self, b: usize) -> Q8Block {
+        if self.centre.is_some() {
+            let mut v = [0f32; QK8_0];
+            self.fill(QK8_0 * b, &mut v);
+            return Q8Block::quantize(&v);
+        }
+        let (words, d) = self.projection_block(b);
+        let mut qs = [0i8; QK8_0];
+        for (qs, x) in qs.chunks_exact_mut(8).zip(words) {
+            for (q, b) in qs.iter_mut().zip(x.to_le_bytes()) {
+                *q = b as i8;
+            }
+        }
+        Q8Block { d, qs }
+    }
+
+    /// A projection's block `b`: its quants, eight bytes (as `i8`s, little-endian) a word, and
+    /// its scale.
+    #[inline(always)]
+    fn projection_block(&self, b: usize) -> ([u64; 4], f32) {
+        let z = counter(self.key, Q8_DRAWS * b);
+        let words = [0u64, 1, 2, 3].map(|w| clear_0x80(mix64(z.wrapping_add(w.wrapping_mul(GAMMA)))));
+        let (lo, hi) = self.scales;
+        let u = mix64(z.wrapping_add(4u64.wrapping_mul(GAMMA))) >> 32;
+        let bits = lo + ((u * (hi - lo + 1) as u64) >> 32) as u16;
+        (words, half::f16::from_bits(bits).to_f32_const())
+    }
+}
+
+/// The bytes of `x` with each 0x80 (as an `i8`, −128: outside the quantiser's range) made 0,
+/// the others kept — eight at a time in one register (a byte is 0x80 exactly when it is zero
+/// after flipping its top bit; that zero test is exact, carrying nothing between bytes).
+#[inline(always)]
+fn clear_0x80(x: u64) -> u64 {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    const LOW: u64 = !HIGH;
+    let t = x ^ HIGH;
+    // A byte's top bit set in `m` exactly when the byte of `t` is not zero.
+    let m = ((t & LOW) + LOW) | t;
+    x & (m | LOW)
+}
+
+/// SplitMix64 draws a [`Seeded::fill_q8`] block takes.
+const Q8_DRAWS: usize = 5;
+
 /// FNV-1a: a stable 64-bit hash of a name (never `DefaultHasher`, whose values may change).
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
@@ -97,11 +206,16 @@ fn counter(key: u64, i: usize) -> u64 {
 
 /// SplitMix64's output function of a counter, mapped to a uniform value in [-1, 1).
 #[inline]
-fn mix(mut z: u64) -> f32 {
+fn mix(z: u64) -> f32 {
+    ((mix64(z) >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+}
+
+/// SplitMix64's output function of a counter: 64 random bits.
+#[inline]
+fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    ((z >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    z ^ (z >> 31)
 }
 
 #[cfg(test)]
@@ -118,6 +232,70 @@ mod tests {
         assert!(a.iter().all(|v| v.abs() <= bound));
         let norm = seeded_weight(7, "an3", &[64], false);
         assert!(norm.iter().all(|v| (v - 1.0).abs() <= 0.1));
+    }
+
+    /// A projection's Q8_0 blocks drawn as blocks: any run of them alone is the same blocks;
+    /// every value within the projection's `±amp`; quants over the whole of `[-127, 127]`,
+    /// evenly; scales between `3/4` and all of `amp/127`. A 1-D weight's blocks are its drawn
+    /// values quantised.
+    #[test]
+    fn q8_blocks_are_drawn_alone_within_the_weights_range() {
+        let zero = Q8Block { d: 0.0, qs: [0; QK8_0] };
+        let draw = Seeded::new(5, "Wu2", &[256, 512], false);
+        let mut whole = vec![zero; 4096];
+        draw.fill_q8(0, &mut whole);
+        for (first, len) in [(0, 1), (7, 100), (4000, 96)] {
+            let mut part = vec![zero; len];
+            draw.fill_q8(first, &mut part);
+            assert_eq!(part, whole[first..first + len], "blocks {first}..{}", first + len);
+            let mut values = vec![0f32; QK8_0 * len];
+            draw.fill_q8_values(first, &mut values);
+            for (b, v) in whole[first..first + len].iter().zip(values.chunks(QK8_0)) {
+                assert!(v.iter().zip(b.qs).all(|(&v, q)| v == q as f32 * b.d), "values of blocks from {first}");
+            }
+            // The portable loop gives the values the CPU's (AVX2 where it has it) gave.
+            let mut portable = vec![0f32; QK8_0 * len];
+            draw.projection_values(first, &mut portable);
+            assert_eq!(portable, values);
+        }
+        let amp = (3.0f32 / 512.0).sqrt();
+        let mut counts = [0usize; 255];
+        for b in &whole {
+            assert!(b.d >= 0.74 * amp / 127.0 && b.d <= 1.001 * amp / 127.0, "scale {}", b.d);
+            for &q in &b.qs {
+                assert!(q >= -127, "a quant of -128");
+                assert!((q as f32 * b.d).abs() <= 1.001 * amp);
+                counts[(q as i32 + 127) as usize] += 1;
+            }
+        }
+        // 131,072 quants, a 256th of them each value (~512) but 0, which has two 256ths.
+        let (zero_count, others) = (counts[127], counts.iter().enumerate().filter(|&(i, _)| i != 127));
+        let (lo, hi) = others.fold((usize::MAX, 0), |(lo, hi), (_, &c)| (lo.min(c), hi.max(c)));
+        assert!(lo > 400 && hi < 630, "quant counts {lo}..{hi}");
+        assert!((900..1150).contains(&zero_count), "zero {zero_count} times");
+        let mut other = vec![zero; 4096];
+        Seeded::new(6, "Wu2", &[256, 512], false).fill_q8(0, &mut other);
+        assert_ne!(other, whole, "another seed, other blocks");
+        // A norm weight (values around 1): its values drawn, then quantised.
+        let norm = Seeded::new(5, "an2", &[64], false);
+        let mut blocks = vec![zero; 2];
+        norm.fill_q8(0, &mut blocks);
+        let values = seeded_weight(5, "an2", &[64], false);
+        assert_eq!(blocks, values.chunks(QK8_0).map(Q8Block::quantize).collect::<Vec<_>>());
+    }
+
+    /// `clear_0x80` makes exactly the bytes 0x80 zero, in every position, whatever the others.
+    #[test]
+    fn clear_0x80_clears_exactly_the_bytes_0x80() {
+        for pos in 0..8 {
+            for b in 0..=255u64 {
+                for rest in [0u64, u64::MAX, 0x8080_8080_8080_8080, 0x7f7f_7f7f_7f7f_7f7f, 0x0123_4567_89ab_cdef] {
+                    let x = (rest & !(0xff << (8 * pos))) | (b << (8 * pos));
+                    let want = u64::from_le_bytes(x.to_le_bytes().map(|v| if v == 0x80 { 0 } else { v }));
+                    assert_eq!(clear_0x80(x), want, "{x:#018x}");
+                }
+            }
+        }
     }
 
     /// `fill` steps the counter by addition: the values `at` gives one by one, from any start.

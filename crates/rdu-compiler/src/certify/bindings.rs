@@ -54,6 +54,16 @@ impl Inputs {
                 continue;
             }
             let stored_q8 = decls.get(name.as_str()).is_some_and(|t| t.storage == Storage::Q8_0);
+            let n: usize = shape.iter().product();
+            if stored_q8 && decl.kind == DeclKind::Weight && n.is_multiple_of(QK8_0) {
+                // Drawn as Q8_0 blocks (`Seeded::fill_q8`), not as values then quantised.
+                let draw = Seeded::new(seed, &name, &shape, false);
+                let mut blocks = vec![Q8Block { d: 0.0, qs: [0; QK8_0] }; n / QK8_0];
+                blocks.par_chunks_mut(DRAW_BLOCKS).enumerate().for_each(|(c, b)| draw.fill_q8(c * DRAW_BLOCKS, b));
+                let (q, dense) = with_values(&shape, blocks);
+                inputs.q8.insert(name, (Arc::new(Tensor::f32(shape, dense)), q));
+                continue;
+            }
             let position = match runtime_input(&name) {
                 Some((InputRole::Position, seq)) if decl.kind == DeclKind::Input => Some(seq.unwrap_or(0)),
                 _ => None,
@@ -126,19 +136,18 @@ impl Inputs {
     }
 
     /// Expert `e` of a stacked weight as the reference reads it: its values, a Q8_0-stored
-    /// one's exactly dequantised. Each block is drawn, quantised and widened in place — the
-    /// expert's raw draw is never held whole.
+    /// one's blocks (`Seeded::fill_q8`) exactly dequantised, a task's blocks at a time — the
+    /// expert's blocks are never held whole.
     pub(super) fn expert_dense(&self, name: &str, e: usize) -> Option<(Vec<usize>, Vec<f32>)> {
         let (shape, q8) = self.experts.get(name)?;
         let draw = self.expert_draw(name, e, shape);
         let n: usize = shape.iter().product();
         let mut out = vec![0f32; n];
         out.par_chunks_mut(DRAW_CHUNK).enumerate().for_each(|(c, o)| {
-            draw.fill(c * DRAW_CHUNK, o);
             if *q8 {
-                for b in o.chunks_mut(QK8_0) {
-                    rdu_spatial::q8::dequant_block(&Q8Block::quantize(b), b);
-                }
+                draw.fill_q8_values(c * DRAW_BLOCKS, o);
+            } else {
+                draw.fill(c * DRAW_CHUNK, o);
             }
         });
         Some((shape.clone(), out))
@@ -177,12 +186,10 @@ impl Inputs {
                 }
             }
         };
-        let (mut q, per_task) = (vec![Q8Block { d: 0.0, qs: [0; QK8_0] }; sources.len()], DRAW_CHUNK / QK8_0);
-        q.par_chunks_mut(per_task).zip(sources.par_chunks(per_task)).for_each(|(q, sources)| {
-            let mut v = [0f32; QK8_0];
+        let mut q = vec![Q8Block { d: 0.0, qs: [0; QK8_0] }; sources.len()];
+        q.par_chunks_mut(DRAW_BLOCKS).zip(sources.par_chunks(DRAW_BLOCKS)).for_each(|(q, sources)| {
             for (q, &b) in q.iter_mut().zip(sources) {
-                draw.fill(QK8_0 * b, &mut v);
-                *q = Q8Block::quantize(&v);
+                draw.fill_q8(b, std::slice::from_mut(q));
             }
         });
         Some(Ok(WeightSlab::Q8(Cow::Owned(q))))
@@ -197,11 +204,21 @@ impl Inputs {
 /// Values of an expert one task draws (a whole number of Q8_0 blocks).
 const DRAW_CHUNK: usize = 1 << 14;
 
+/// Q8_0 blocks one task draws.
+const DRAW_BLOCKS: usize = DRAW_CHUNK / QK8_0;
+
 /// Q8_0 blocks of `values` and their exact dequantised values, block by block in parallel.
 fn quantize(shape: &[usize], values: &[f32]) -> (Q8Weight, Vec<f32>) {
     let blocks: Vec<_> = values.par_chunks(QK8_0).map(Q8Block::quantize).collect();
-    let mut dense = vec![0f32; values.len()];
-    dense.par_chunks_mut(32).zip(&blocks).for_each(|(out, b)| rdu_spatial::q8::dequant_block(b, out));
+    let (q, mut dense) = with_values(shape, blocks);
+    dense.truncate(values.len());
+    (q, dense)
+}
+
+/// A weight of Q8_0 `blocks` and their exact dequantised values.
+fn with_values(shape: &[usize], blocks: Vec<Q8Block>) -> (Q8Weight, Vec<f32>) {
+    let mut dense = vec![0f32; blocks.len() * QK8_0];
+    dense.par_chunks_mut(QK8_0).zip(&blocks).for_each(|(out, b)| rdu_spatial::q8::dequant_block(b, out));
     (Q8Weight { shape: shape.to_vec(), blocks }, dense)
 }
 
@@ -274,13 +291,21 @@ mod tests {
         }
     }
 
-    /// An expert drawn block by block is the expert drawn whole and quantised (the seeded
-    /// weight of `name/e`); a chip's part is that part of the whole, along either axis.
+    /// The Q8_0 blocks of seeded weight `name` of `shape` under seed 3, drawn in one run, and
+    /// their values.
+    fn drawn_whole(name: &str, shape: &[usize]) -> (Q8Weight, Vec<f32>) {
+        let mut blocks = vec![Q8Block { d: 0.0, qs: [0; QK8_0] }; shape.iter().product::<usize>() / QK8_0];
+        Seeded::new(3, name, shape, false).fill_q8(0, &mut blocks);
+        with_values(shape, blocks)
+    }
+
+    /// An expert drawn a task's blocks (or one block) at a time is the expert's blocks drawn
+    /// in one run (the seeded weight of `name/e`); a chip's part is that part of the whole,
+    /// along either axis.
     #[test]
     fn an_expert_and_a_chips_part_of_it_are_the_seeded_weights_values() {
         let inputs = inputs();
-        let values = seeded_weight(3, "Wg/5", &[64, 96], false);
-        let (whole, dense) = quantize(&[64, 96], &values);
+        let (whole, dense) = drawn_whole("Wg/5", &[64, 96]);
         assert_eq!(q8_slab(inputs.expert_slab("Wg", 5, None).unwrap().unwrap()), whole.blocks);
         assert_eq!(inputs.expert_dense("Wg", 5).unwrap(), (vec![64, 96], dense));
         for (axis, ranges) in [(0, vec![(0, 16), (48, 64)]), (1, vec![(32, 96)]), (1, vec![(0, 32), (64, 96)])] {
@@ -299,7 +324,7 @@ mod tests {
         assert!(inputs.expert_slab("Wx", 0, None).is_none());
         // Experts drawn over several tasks.
         const { assert!(160 * 256 > 2 * DRAW_CHUNK && 160 * 256 % DRAW_CHUNK != 0) };
-        let (whole, dense) = quantize(&[160, 256], &seeded_weight(3, "Wb/1", &[160, 256], false));
+        let (whole, dense) = drawn_whole("Wb/1", &[160, 256]);
         assert_eq!(q8_slab(inputs.expert_slab("Wb", 1, None).unwrap().unwrap()), whole.blocks);
         assert_eq!(inputs.expert_dense("Wb", 1).unwrap(), (vec![160, 256], dense));
         assert_eq!(inputs.expert_dense("Wc", 4).unwrap().1, seeded_weight(3, "Wc/4", &[256, 160], false));
