@@ -44,13 +44,40 @@ pub(super) fn unary(call: &Call<'_>, f: impl Fn(f32) -> f32) -> Outs {
     let reg = region(call.tiling(), &t.shape, Axes::Any, 0)?;
     let mut out = vec![0.0f32; x.len()];
     for seg in reg.segments(&t.shape) {
-        for (o, v) in out[seg.clone()].iter_mut().zip(&x[seg]) {
-            *o = f(*v);
-        }
+        map(&mut out[seg.clone()], &x[seg], &f);
     }
     Ok(vec![SimTensor::f32(t.shape.clone(), out)])
 }
 
+/// `out[i] = f(x[i])`, compiled for AVX2 as well and chosen at run time: the same operations
+/// on each value (Rust does not fuse a multiply and an add, so no result changes), eight
+/// lanes a vector where the portable build has four — GELU's `tanh` over a decode step's
+/// 2048 features ran at ~6 ns a value.
+fn map(out: &mut [f32], x: &[f32], f: &impl Fn(f32) -> f32) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked above.
+        return unsafe { map_avx2(out, x, f) };
+    }
+    map_plain(out, x, f)
+}
+
+#[inline(always)]
+fn map_plain(out: &mut [f32], x: &[f32], f: &impl Fn(f32) -> f32) {
+    for (o, v) in out.iter_mut().zip(x) {
+        *o = f(*v);
+    }
+}
+
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn map_avx2(out: &mut [f32], x: &[f32], f: &impl Fn(f32) -> f32) {
+    map_plain(out, x, f)
+}
+
+#[inline]
 pub(super) fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + mathf::exp(-x))
 }
@@ -64,6 +91,7 @@ pub(super) fn softplus(x: f32) -> f32 {
     }
 }
 
+#[inline]
 pub(super) fn gelu_tanh(x: f32) -> f32 {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     0.5 * x * (1.0 + mathf::tanh(SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
@@ -101,4 +129,27 @@ fn offset(mut flat: usize, out_strides: &[usize], in_strides: &[usize]) -> usize
         off += idx * is;
     }
     off
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The AVX2 build of the elementwise loop gives the portable build's bits, for GELU and
+    /// SiLU over inputs from −12 to 12 (both branches of `tanh`, `exp`'s clamps unreached and
+    /// reached) and a length that is not a multiple of any vector.
+    #[test]
+    fn the_avx2_loop_is_the_portable_loop_bit_for_bit() {
+        let x: Vec<f32> = (0..4099).map(|i| (i as f32 - 2049.0) / 170.0).chain([-100.0, 100.0, 0.0, -0.0]).collect();
+        // Each function its own instance of both loops, as `unary` compiles them.
+        fn agree(name: &str, x: &[f32], f: impl Fn(f32) -> f32) {
+            let (mut plain, mut fast) = (vec![0.0f32; x.len()], vec![0.0f32; x.len()]);
+            map_plain(&mut plain, x, &f);
+            map(&mut fast, x, &f);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&fast), bits(&plain), "{name}");
+        }
+        agree("gelu", &x, gelu_tanh);
+        agree("silu", &x, |v| v * sigmoid(v));
+    }
 }

@@ -48,12 +48,9 @@ pub(super) fn linear(call: &Call<'_>) -> Outs {
     let mut y = vec![0.0f32; n * out];
     let mut at = 0;
     for &(s, e) in &reg.tiles {
-        for j in s..e {
-            let b = bias.map_or(0.0, |b| b[j]);
-            for r in 0..n {
-                y[r * out + j] = tmp[(at + j - s) * n + r] + b;
-            }
-        }
+        transposed(&tmp[at * n..(at + e - s) * n], n, |r, i, v| {
+            y[r * out + s + i] = v + bias.map_or(0.0, |b| b[s + i]);
+        });
         at += e - s;
     }
     Ok(vec![SimTensor::f32(vec![n, out], y)])
@@ -83,13 +80,28 @@ pub(super) fn linear_heads(call: &Call<'_>) -> Outs {
     };
     let mut y = vec![0.0f32; n * h * out];
     for (&j, tmp) in heads.iter().zip(&per_head) {
-        for o in 0..out {
-            for r in 0..n {
-                y[(r * h + j) * out + o] = tmp[o * n + r];
+        transposed(tmp, n, |r, o, v| y[(r * h + j) * out + o] = v);
+    }
+    Ok(vec![SimTensor::f32(vec![n, h, out], y)])
+}
+
+/// `put(r, i, src[i·n + r])` for every row `i` of `src` (`[m, n]`, the products' order: a
+/// feature's `n` activation rows together) and `r < n`, in blocks of 16 × 16 so that both the
+/// reads and the caller's writes along `i` stay in cache (one pass down a column of the
+/// output a row apart missed the cache on every value of a prefill chunk).
+#[inline]
+fn transposed(src: &[f32], n: usize, mut put: impl FnMut(usize, usize, f32)) {
+    const B: usize = 16;
+    let m = src.len().checked_div(n).unwrap_or(0);
+    for i0 in (0..m).step_by(B) {
+        for r0 in (0..n).step_by(B) {
+            for r in r0..(r0 + B).min(n) {
+                for i in i0..(i0 + B).min(m) {
+                    put(r, i, src[i * n + r]);
+                }
             }
         }
     }
-    Ok(vec![SimTensor::f32(vec![n, h, out], y)])
 }
 
 /// Row lookup `E[ids[n]]`: `ids i32[N]`, `E [V, D]` → `[N, D]`.
@@ -172,6 +184,29 @@ pub(super) fn rows_of(w: Weight<'_>, first: usize, count: usize) -> Result<Rows<
                 .get(first * nb..(first + count) * nb)
                 .map(|blocks| Rows::Q8 { blocks, cols })
                 .map_or_else(|| invalid("weight rows out of range"), Ok)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::transposed;
+
+    /// Every element once, at its transposed place, for sizes on and off the block of 16
+    /// (and no rows at all).
+    #[test]
+    fn transposed_puts_every_element_once_at_its_place() {
+        for (m, n) in [(1, 1), (16, 16), (37, 5), (5, 37), (40, 33), (0, 4), (3, 0)] {
+            let src: Vec<f32> = (0..m * n).map(|v| v as f32).collect();
+            let mut got = vec![-1.0f32; m * n];
+            let mut seen = 0;
+            transposed(&src, n, |r, i, v| {
+                assert_eq!(got[r * m + i], -1.0, "({r}, {i}) put twice");
+                got[r * m + i] = v;
+                seen += 1;
+            });
+            let want: Vec<f32> = (0..n).flat_map(|r| (0..m).map(move |i| (i * n + r) as f32)).collect();
+            assert_eq!((seen, got), (m * n, want), "m {m} n {n}");
         }
     }
 }
