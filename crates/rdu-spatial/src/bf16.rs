@@ -17,6 +17,12 @@ pub fn round_bf16_slice(values: &mut [f32]) {
     }
 }
 
+/// Whether every value of `values` is a bfloat16 value (rounding leaves it as it is; any NaN
+/// counts as one).
+pub fn all_bf16(values: &[f32]) -> bool {
+    values.iter().all(|&v| v.is_nan() || round_bf16(v).to_bits() == v.to_bits())
+}
+
 /// `x` rounded to bfloat16 as [`round_bf16`] rounds it, unless `x` lies within `band` (relative)
 /// of the midpoint between its two bfloat16 neighbours and `other` is one of them: then `other`.
 ///

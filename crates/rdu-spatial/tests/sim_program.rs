@@ -62,6 +62,30 @@ fn in_place_states_give_the_same_step_as_copied_ones() {
     assert_eq!(states, copied.states);
 }
 
+/// A bf16 cache written in place has only the row it is given rounded; the copied step (its
+/// caches read from the bindings) rounds the whole cache after the write. Both give the same
+/// states and outputs, bit for bit, and the states hold bf16 values.
+#[test]
+fn a_bf16_cache_written_in_place_equals_the_copied_step() {
+    let mut p = parse(GOLDEN).unwrap();
+    for d in p.tensors.iter_mut().filter(|d| d.role == Role::State) {
+        d.storage = Storage::Bf16;
+    }
+    let mut b = bindings(&p);
+    for name in ["Kc1", "Vc1"] {
+        rdu_spatial::bf16::round_bf16_slice(b.tensors.get_mut(name).unwrap().as_f32_mut().unwrap());
+    }
+    let copied = simulate(&p, &b).unwrap();
+    let mut states: BTreeMap<_, _> = ["Kc1", "Vc1"].iter().map(|n| (n.to_string(), b.tensors[*n].clone())).collect();
+    let outputs = simulate_in_place(&p, &b, &mut states).unwrap();
+    assert_eq!(outputs, copied.outputs);
+    assert_eq!(states, copied.states);
+    assert!(states.values().all(|t| rdu_spatial::bf16::all_bf16(t.as_f32().unwrap())));
+    // The written row was not a bf16 row before rounding: rounding it mattered.
+    let x = b.tensors["Kc1"].as_f32().unwrap();
+    assert_ne!(&states["Kc1"].as_f32().unwrap()[3 * 32..4 * 32], &x[3 * 32..4 * 32]);
+}
+
 #[test]
 fn a_refused_in_place_update_leaves_the_state_with_the_caller() {
     let b = MapBindings::new().with("x", f(&[1, 3], &[1., 2., 3.])).with("pos", i(&[], &[0]));

@@ -1,7 +1,7 @@
 //! The executor: binds tensors on first read, runs every op in order, checks what it produces.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::bind::SimBindings;
 use super::collective::Collective;
@@ -23,11 +23,17 @@ pub(super) fn run(
     routes: Option<&mut BTreeMap<String, SimTensor>>,
 ) -> Result<BTreeMap<String, SimTensor>, SimError> {
     let decls: BTreeMap<&str, &TensorDecl> = program.tensors.iter().map(|d| (d.name.as_str(), d)).collect();
-    let mut ex = Exec { bindings, decls, env: BTreeMap::new(), collective, routes };
+    let mut ex = Exec { bindings, decls, env: BTreeMap::new(), collective, routes, clean: BTreeSet::new() };
     if in_place {
         for decl in program.tensors.iter().filter(|d| d.role == Role::State) {
             if let Some(t) = states.remove(&decl.name) {
+                debug_assert!(
+                    decl.storage != Storage::Bf16 || t.as_f32().is_none_or(crate::bf16::all_bf16),
+                    "the bf16 state {} holds values bf16 does not represent",
+                    decl.name
+                );
                 ex.env.insert(decl.name.clone(), Val::Dense(Cow::Owned(t)));
+                ex.clean.insert(decl.name.clone());
             }
         }
     }
@@ -74,6 +80,10 @@ struct Exec<'p, 'b, 'r> {
     env: BTreeMap<String, Val<'b>>,
     collective: Option<(&'b dyn Collective, usize)>,
     routes: Option<&'r mut BTreeMap<String, SimTensor>>,
+    /// States known to hold only values their storage represents: the caller's (in place) and
+    /// every one this run has bound. A row `cache_put` writes into such a bf16 state is
+    /// rounded as it goes in, not the whole cache after it.
+    clean: BTreeSet<String>,
 }
 
 impl<'p, 'b> Exec<'p, 'b, '_> {
@@ -125,10 +135,30 @@ impl<'p, 'b> Exec<'p, 'b, '_> {
         } else {
             None
         };
+        // Rows put into a clean bf16 state are rounded as they go in: the state after is the
+        // one rounding all of it would give, without a pass over a whole cache for each row.
+        let bf16_state = self.decls.get(last.as_str()).is_some_and(|d| d.storage == Storage::Bf16);
+        let rows: Option<SimTensor> = match (op.args.get(1), inplace.is_some() && bf16_state) {
+            (Some(Arg::Tensor(x)), true) if op.op == Op::CachePut && self.clean.contains(last.as_str()) => {
+                match self.env.get(x.as_str()) {
+                    Some(Val::Dense(t)) if t.as_f32().is_some() => {
+                        let mut rounded = t.as_ref().clone();
+                        if let Some(values) = rounded.as_f32_mut() {
+                            crate::bf16::round_bf16_slice(values);
+                        }
+                        Some(rounded)
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        let rows_rounded = rows.is_some();
         let mut args = Vec::with_capacity(op.args.len());
         for (i, arg) in op.args.iter().enumerate() {
             args.push(match arg {
                 Arg::Lit(lit) => ArgVal::Lit(lit),
+                Arg::Tensor(_) if i == 1 && rows.is_some() => ArgVal::Dense(rows.as_ref().expect("rounded rows")),
                 Arg::Tensor(name) => match self.env.get(name.as_str()) {
                     Some(Val::Dense(t)) => ArgVal::Dense(t),
                     Some(Val::Q8(w)) => ArgVal::Q8(w),
@@ -160,7 +190,7 @@ impl<'p, 'b> Exec<'p, 'b, '_> {
         }
         for (k, (name, value)) in op.outs.iter().zip(outs).enumerate() {
             let is_state = op.update && k + 1 == op.outs.len();
-            self.bind(name, value, is_state)?;
+            self.bind(name, value, is_state, is_state && rows_rounded)?;
         }
         Ok(())
     }
@@ -226,7 +256,9 @@ impl<'p, 'b> Exec<'p, 'b, '_> {
         }
     }
 
-    fn bind(&mut self, name: &str, mut value: SimTensor, is_state: bool) -> Result<(), SimError> {
+    /// Binds `name` to `value`; a bf16 state's values are rounded to bf16 unless `rounded`
+    /// (an in-place update that rounded what it wrote).
+    fn bind(&mut self, name: &str, mut value: SimTensor, is_state: bool, rounded: bool) -> Result<(), SimError> {
         let decl = self.decls.get(name).copied();
         if is_state && decl.map(|d| d.role) != Some(Role::State) {
             return super::invalid(format!("{name} is updated with `<-` but is not a declared state"));
@@ -246,11 +278,14 @@ impl<'p, 'b> Exec<'p, 'b, '_> {
                 return super::invalid(format!("produces {got} but {name} is declared {want}"));
             }
         }
-        if is_state && decl.is_some_and(|d| d.storage == Storage::Bf16) {
+        if is_state && !rounded && decl.is_some_and(|d| d.storage == Storage::Bf16) {
             // What is written into a bf16 state is stored as bf16: every value rounded (RNE).
             if let Some(values) = value.as_f32_mut() {
                 crate::bf16::round_bf16_slice(values);
             }
+        }
+        if is_state {
+            self.clean.insert(name.to_string());
         }
         self.env.insert(name.to_string(), Val::Dense(Cow::Owned(value)));
         Ok(())

@@ -89,6 +89,8 @@ pub fn simulate_chip(
 /// Runs one step with the states held by the caller: each state found in `states` is read from
 /// there (others from `env`) and updated in place — a KV cache is written, never copied. On
 /// return (also on error) `states` holds the latest value of every state the step reached.
+/// A state declared `storage=bf16` must hold bf16 values, as every state this function
+/// returns does (a `cache_put` into it rounds only the rows it writes; checked in debug builds).
 pub fn simulate_in_place(
     program: &SpatialProgram,
     env: &dyn SimBindings,
