@@ -33,13 +33,16 @@ fn strides(shape: &[usize]) -> Vec<usize> {
     s
 }
 
-/// The picks `f(multi-index)` for every multi-index of `shape` in row-major order.
-fn picks(shape: &[usize], mut f: impl FnMut(&[usize]) -> (usize, usize)) -> Vec<(usize, usize)> {
-    let total = numel(shape);
+/// The picks `f(multi-index)` for every multi-index of `shape` in row-major order, one at a
+/// time (a list of them took 16 bytes an element: a transpose of a large weight spent more
+/// time having the kernel zero the list's pages than copying).
+fn picks<'s>(
+    shape: &'s [usize],
+    mut f: impl FnMut(&[usize]) -> (usize, usize) + 's,
+) -> impl Iterator<Item = (usize, usize)> + 's {
     let mut index = vec![0usize; shape.len()];
-    let mut out = Vec::with_capacity(total);
-    for _ in 0..total {
-        out.push(f(&index));
+    (0..numel(shape)).map(move |_| {
+        let pick = f(&index);
         for axis in (0..shape.len()).rev() {
             index[axis] += 1;
             if index[axis] < shape[axis] {
@@ -47,8 +50,8 @@ fn picks(shape: &[usize], mut f: impl FnMut(&[usize]) -> (usize, usize)) -> Vec<
             }
             index[axis] = 0;
         }
-    }
-    out
+        pick
+    })
 }
 
 pub(super) fn reshape(x: &Tensor, shape: &[usize]) -> Kernel {
@@ -61,7 +64,7 @@ pub(super) fn slice(x: &Tensor, axis: usize, start: usize, len: usize) -> Kernel
     shape[axis] = len;
     let st = strides(x.shape());
     let picks = picks(&shape, |i| (0, i.iter().zip(&st).map(|(a, b)| a * b).sum::<usize>() + start * st[axis]));
-    gather(&[x], &shape, picks.into_iter())
+    gather(&[x], &shape, picks)
 }
 
 /// The operands joined along `axis`.
@@ -79,7 +82,7 @@ pub(super) fn concat(parts: &[&Tensor], axis: usize) -> Kernel {
         let flat: usize = i.iter().enumerate().map(|(d, &a)| if d == axis { k } else { a } * st[p][d]).sum();
         (p, flat)
     });
-    gather(parts, &shape, picks.into_iter())
+    gather(parts, &shape, picks)
 }
 
 /// numpy `transpose(perm)`: output axis `k` is input axis `perm[k]`.
@@ -87,5 +90,5 @@ pub(super) fn transpose(x: &Tensor, perm: &[usize]) -> Kernel {
     let shape: Vec<usize> = perm.iter().map(|&p| x.shape()[p]).collect();
     let st = strides(x.shape());
     let picks = picks(&shape, |i| (0, i.iter().zip(perm).map(|(a, &p)| a * st[p]).sum()));
-    gather(&[x], &shape, picks.into_iter())
+    gather(&[x], &shape, picks)
 }
