@@ -135,31 +135,14 @@ impl<'p, 'b> Exec<'p, 'b, '_> {
         } else {
             None
         };
-        // Rows put into a clean bf16 state are rounded as they go in: the state after is the
-        // one rounding all of it would give, without a pass over a whole cache for each row.
-        let bf16_state = self.decls.get(last.as_str()).is_some_and(|d| d.storage == Storage::Bf16);
-        let rows: Option<SimTensor> = match (op.args.get(1), inplace.is_some() && bf16_state) {
-            (Some(Arg::Tensor(x)), true) if op.op == Op::CachePut && self.clean.contains(last.as_str()) => {
-                match self.env.get(x.as_str()) {
-                    Some(Val::Dense(t)) if t.as_f32().is_some() => {
-                        let mut rounded = t.as_ref().clone();
-                        if let Some(values) = rounded.as_f32_mut() {
-                            crate::bf16::round_bf16_slice(values);
-                        }
-                        Some(rounded)
-                    }
-                    _ => None,
-                }
-            }
-            _ => None,
-        };
+        let rows = if inplace.is_some() { self.rounded_rows(op, last) } else { None };
         let rows_rounded = rows.is_some();
         let mut args = Vec::with_capacity(op.args.len());
         for (i, arg) in op.args.iter().enumerate() {
-            args.push(match arg {
-                Arg::Lit(lit) => ArgVal::Lit(lit),
-                Arg::Tensor(_) if i == 1 && rows.is_some() => ArgVal::Dense(rows.as_ref().expect("rounded rows")),
-                Arg::Tensor(name) => match self.env.get(name.as_str()) {
+            args.push(match (arg, &rows) {
+                (_, Some(rows)) if i == 1 => ArgVal::Dense(rows),
+                (Arg::Lit(lit), _) => ArgVal::Lit(lit),
+                (Arg::Tensor(name), _) => match self.env.get(name.as_str()) {
                     Some(Val::Dense(t)) => ArgVal::Dense(t),
                     Some(Val::Q8(w)) => ArgVal::Q8(w),
                     Some(Val::Packed { w, q8 }) => ArgVal::Packed(*w, *q8),
@@ -193,6 +176,23 @@ impl<'p, 'b> Exec<'p, 'b, '_> {
             self.bind(name, value, is_state, is_state && rows_rounded)?;
         }
         Ok(())
+    }
+
+    /// The rows a `cache_put` writes into a clean bf16 state, rounded as they go in: the state
+    /// after is the one rounding all of it would give, without a pass over a whole cache for
+    /// each row. `None` for any other op or state (and for rows that are not f32).
+    fn rounded_rows(&self, op: &KernelOp, state: &str) -> Option<SimTensor> {
+        if op.op != Op::CachePut
+            || !self.clean.contains(state)
+            || self.decls.get(state).is_none_or(|d| d.storage != Storage::Bf16)
+        {
+            return None;
+        }
+        let Some(Arg::Tensor(x)) = op.args.get(1) else { return None };
+        let Some(Val::Dense(t)) = self.env.get(x.as_str()) else { return None };
+        let mut rows = t.as_ref().clone();
+        crate::bf16::round_bf16_slice(rows.as_f32_mut()?);
+        Some(rows)
     }
 
     /// Makes `name` available in the environment, from the bindings if the program declares it
@@ -284,7 +284,7 @@ impl<'p, 'b> Exec<'p, 'b, '_> {
                 crate::bf16::round_bf16_slice(values);
             }
         }
-        if is_state {
+        if is_state && !self.clean.contains(name) {
             self.clean.insert(name.to_string());
         }
         self.env.insert(name.to_string(), Val::Dense(Cow::Owned(value)));
