@@ -1,6 +1,9 @@
 //! Every integration test of `rdu-compiler`, one binary: each `tests/*.rs` is a module here
 //! (one link instead of one per file, and libtest spreads all of them over the cores).
 
+// The real-shape certifications free gigabytes per kind: kept for reuse, not faulted in again.
+rdu_testkit::keep_freed_memory!();
+
 #[path = "support/tp.rs"]
 mod support_tp;
 
