@@ -138,7 +138,7 @@ impl Seeded {
     /// dequantised, into `out` (a whole number of blocks).
     pub fn fill_q8_values(&self, first: usize, out: &mut [f32]) {
         if self.centre.is_some() {
-            for (j, values) in out.chunks_exact_mut(QK8_0).enumerate() {
+            for (j, values) in out.as_chunks_mut::<QK8_0>().0.iter_mut().enumerate() {
                 crate::q8::dequant_block(&self.q8_block(first + j), values);
             }
             return;

@@ -218,7 +218,11 @@ fn quantize(shape: &[usize], values: &[f32]) -> (Q8Weight, Vec<f32>) {
 /// A weight of Q8_0 `blocks` and their exact dequantised values.
 fn with_values(shape: &[usize], blocks: Vec<Q8Block>) -> (Q8Weight, Vec<f32>) {
     let mut dense = vec![0f32; blocks.len() * QK8_0];
-    dense.par_chunks_mut(QK8_0).zip(&blocks).for_each(|(out, b)| rdu_spatial::q8::dequant_block(b, out));
+    dense.par_chunks_mut(DRAW_CHUNK).zip(blocks.par_chunks(DRAW_BLOCKS)).for_each(|(out, blocks)| {
+        for (out, b) in out.as_chunks_mut::<QK8_0>().0.iter_mut().zip(blocks) {
+            rdu_spatial::q8::dequant_block(b, out);
+        }
+    });
     (Q8Weight { shape: shape.to_vec(), blocks }, dense)
 }
 

@@ -60,7 +60,7 @@ impl Rows<'_> {
             Rows::Dense { data, cols } => out.copy_from_slice(&data[j * cols..(j + 1) * cols]),
             Rows::Q8 { blocks, cols } => {
                 let nb = cols / QK8_0;
-                for (b, o) in blocks[j * nb..(j + 1) * nb].iter().zip(out.chunks_exact_mut(QK8_0)) {
+                for (b, o) in blocks[j * nb..(j + 1) * nb].iter().zip(out.as_chunks_mut::<QK8_0>().0) {
                     dequant_block(b, o);
                 }
             }
