@@ -244,13 +244,20 @@ pub(super) fn attend_mla_up(call: &Call<'_>) -> Outs {
                 let qj = View { data: q, offset: (j0 + i) * dq, rows: n, cols: dq, row_stride: h * dq, col_stride: 1 };
                 let mut scores = vec![0.0f32; n * e];
                 gemm(qj, View::dense(&keys, e, dq).t(), &mut scores, e).ok_or_else(failed)?;
-                // Softmax weights in f32 over the entries each row reads, each divided by the total.
+                // Softmax weights in f32 over the entries each row reads, each divided by the total:
+                // the shifted scores gathered in reading order, their exponentials taken together
+                // (`map`: vectorised), the weights put back at their entries.
                 let mut weights = vec![0.0f32; n * e];
+                let (mut shifted, mut exps) = (Vec::new(), Vec::new());
                 for ((read, sc), w) in reads.iter().zip(scores.chunks_exact(e)).zip(weights.chunks_exact_mut(e)) {
                     let max = read.iter().map(|&(x, _)| scale * sc[x]).fold(f32::NEG_INFINITY, f32::max);
+                    shifted.clear();
+                    shifted.extend(read.iter().map(|&(x, _)| scale * sc[x] - max));
+                    exps.resize(shifted.len(), 0.0);
+                    super::elementwise::map(&mut exps, &shifted, &super::mathf::exp);
                     let mut total = 0.0f32;
-                    for &(x, m) in read {
-                        w[x] = m * super::mathf::exp(scale * sc[x] - max);
+                    for (&(x, m), &ex) in read.iter().zip(&exps) {
+                        w[x] = m * ex;
                         total += w[x];
                     }
                     read.iter().for_each(|&(x, _)| w[x] /= total);
@@ -507,10 +514,14 @@ fn run(
         let len = srcs.len();
         let qs: Vec<&[f32]> = (j0..j1).map(|j| &q[(r * h + j) * dk..(r * h + j + 1) * dk]).collect();
         let mut scores = scores(&qs, |e| read(&keys, row_keys, srcs[e].0, kvh), len, scale)?;
-        // Softmax weights in f32, each divided by its head's total.
+        // Softmax weights in f32, each divided by its head's total (the exponentials of a head's
+        // shifted scores taken together, `map`: vectorised).
+        let mut shifted = vec![0.0f32; len];
         for head in scores.chunks_exact_mut(len.max(1)) {
             let max = head.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            head.iter_mut().zip(srcs).for_each(|(s, (_, m))| *s = m * super::mathf::exp(*s - max));
+            shifted.iter_mut().zip(&*head).for_each(|(d, s)| *d = s - max);
+            super::elementwise::map(head, &shifted, &super::mathf::exp);
+            head.iter_mut().zip(srcs).for_each(|(s, (_, m))| *s *= m);
             let total: f32 = head.iter().sum();
             head.iter_mut().for_each(|w| *w /= total);
         }

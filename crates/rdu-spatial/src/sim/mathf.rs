@@ -16,7 +16,10 @@ const EXP_MAX: f32 = 88.7;
 pub(super) fn exp(x: f32) -> f32 {
     let x = x.clamp(EXP_MIN, EXP_MAX);
     // x = k·ln 2 + r with |r| ≤ ln 2 / 2; k by truncation after a shift that makes it positive.
-    let k = ((x * std::f32::consts::LOG2_E + 0.5 + 128.0) as i32 - 128) as f32;
+    // The integer steps wrap rather than check (the clamp keeps them far from overflow): a
+    // checked step (tests build with overflow checks) is a branch, and a loop with one is not
+    // vectorised.
+    let k = ((x * std::f32::consts::LOG2_E + 0.5 + 128.0) as i32).wrapping_sub(128) as f32;
     let r = (x - k * LN2_HI) - k * LN2_LO;
     // e^r by its Taylor series to r⁸ (the first omitted term is below 3e-10 for |r| ≤ 0.35).
     let p = 1.0
@@ -27,8 +30,8 @@ pub(super) fn exp(x: f32) -> f32 {
                         + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0 + r * (1.0 / 40320.0))))))));
     // 2^k: k is in -126..=128 after the clamp; split in two so both factors are normal.
     let k = k as i32;
-    let (k1, k2) = (k / 2, k - k / 2);
-    p * f32::from_bits(((k1 + 127) as u32) << 23) * f32::from_bits(((k2 + 127) as u32) << 23)
+    let (k1, k2) = (k / 2, k.wrapping_sub(k / 2));
+    p * f32::from_bits((k1.wrapping_add(127) as u32) << 23) * f32::from_bits((k2.wrapping_add(127) as u32) << 23)
 }
 
 /// `tanh x`: its odd Taylor series below 0.5 (to x¹⁷: the first omitted term is below 5e-9 of
