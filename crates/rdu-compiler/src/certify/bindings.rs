@@ -2,7 +2,9 @@
 //! (`graph::Bindings`) and to the simulator (`SimBindings`): the same values, Q8_0 weights as
 //! blocks to the simulator and as their exact dequantised values to the reference. Stacked
 //! expert weights are generated lazily, one expert at a time, so a step materialises only the
-//! experts it routes to.
+//! experts it routes to. Each value is held once: a dense tensor by the simulator until
+//! certification hands it to the reference ([`Inputs::hand_to_reference`], a move, not a copy),
+//! a Q8_0 weight's dequantised values made when the reference first reads them.
 
 use crate::graph::{Bindings, Data, Graph, Tensor};
 use crate::lang::ast::DeclKind;
@@ -11,18 +13,19 @@ use rdu_spatial::manifest::{InputRole, RopeTable};
 use rdu_spatial::names::{parse_rope_table, runtime_input};
 use rdu_spatial::program::{Arg, Op, SpatialProgram, Storage};
 use rdu_spatial::q8::{Q8Block, Q8Weight, QK8_0};
-use rdu_spatial::sim::{SimBindings, SimTensor, WeightSlab};
+use rdu_spatial::sim::{SimBindings, SimData, SimTensor, WeightSlab};
 use rdu_spatial::tensor_parallel::{q8_block_ranges, take};
 use rdu_spatial::{seeded_weight, Seeded};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Every declared tensor of one program, seeded.
 pub struct Inputs {
     seed: u64,
-    dense: BTreeMap<String, (Arc<Tensor>, SimTensor)>,
-    q8: BTreeMap<String, (Arc<Tensor>, Q8Weight)>,
+    dense: BTreeMap<String, Dense>,
+    /// Q8_0-stored weights: their blocks, and the reference's values once it has read them.
+    q8: BTreeMap<String, (OnceLock<Arc<Tensor>>, Q8Weight)>,
     /// Stacked expert weights: name → (per-expert shape, stored Q8_0).
     experts: BTreeMap<String, (Vec<usize>, bool)>,
 }
@@ -60,8 +63,7 @@ impl Inputs {
                 let draw = Seeded::new(seed, &name, &shape, false);
                 let mut blocks = vec![Q8Block { d: 0.0, qs: [0; QK8_0] }; n / QK8_0];
                 blocks.par_chunks_mut(DRAW_BLOCKS).enumerate().for_each(|(c, b)| draw.fill_q8(c * DRAW_BLOCKS, b));
-                let (q, dense) = with_values(&shape, blocks);
-                inputs.q8.insert(name, (Arc::new(Tensor::f32(shape, dense)), q));
+                inputs.q8.insert(name, (OnceLock::new(), Q8Weight { shape, blocks }));
                 continue;
             }
             let position = match runtime_input(&name) {
@@ -107,24 +109,28 @@ impl Inputs {
     fn insert(&mut self, name: String, shape: Vec<usize>, values: Data, stored_q8: bool) {
         match values {
             Data::F32(v) if stored_q8 => {
-                let (q, dense) = quantize(&shape, &v);
-                drop(v);
-                self.q8.insert(name, (Arc::new(Tensor::f32(shape, dense)), q));
+                let blocks = v.par_chunks(QK8_0).map(Q8Block::quantize).collect();
+                self.q8.insert(name, (OnceLock::new(), Q8Weight { shape, blocks }));
             }
             Data::F32(v) => {
-                let sim = SimTensor::f32(shape.clone(), v.clone());
-                self.dense.insert(name, (Arc::new(Tensor::f32(shape, v)), sim));
+                self.dense.insert(name, Dense::Sim(SimTensor::f32(shape, v)));
             }
             Data::I32(v) => {
-                let sim = SimTensor::i32(shape.clone(), v.clone());
-                self.dense.insert(name, (Arc::new(Tensor::i32(shape, v)), sim));
+                self.dense.insert(name, Dense::Sim(SimTensor::i32(shape, v)));
             }
         }
     }
 
+    /// Hands every dense tensor the simulator holds to the reference (moved, not copied): for
+    /// once the simulator has run. Either engine may still read any tensor after, the simulator
+    /// then through a copy.
+    pub fn hand_to_reference(&mut self) {
+        self.dense = std::mem::take(&mut self.dense).into_iter().map(|(k, d)| (k, d.into_reference())).collect();
+    }
+
     /// The simulator's view of a dense tensor, or a Q8_0 weight's blocks (tensor-parallel slicing).
-    pub(super) fn sim_dense(&self, name: &str) -> Option<&SimTensor> {
-        self.dense.get(name).map(|(_, t)| t)
+    pub(super) fn sim_dense(&self, name: &str) -> Option<Cow<'_, SimTensor>> {
+        self.dense.get(name).map(Dense::sim)
     }
 
     pub(super) fn sim_q8(&self, name: &str) -> Option<&Q8Weight> {
@@ -201,30 +207,63 @@ impl Inputs {
     }
 }
 
+/// A dense seeded tensor, held by one engine at a time: the simulator's, then the reference's.
+enum Dense {
+    Sim(SimTensor),
+    Reference(Arc<Tensor>),
+}
+
+impl Dense {
+    /// The reference's tensor (the simulator's data moved, not copied).
+    fn into_reference(self) -> Dense {
+        match self {
+            Dense::Sim(SimTensor { shape, data: SimData::F32(v) }) => Dense::Reference(Arc::new(Tensor::f32(shape, v))),
+            Dense::Sim(SimTensor { shape, data: SimData::I32(v) }) => Dense::Reference(Arc::new(Tensor::i32(shape, v))),
+            reference => reference,
+        }
+    }
+
+    /// The reference's view: its own tensor, or a copy of the simulator's.
+    fn reference(&self) -> Arc<Tensor> {
+        match self {
+            Dense::Reference(t) => t.clone(),
+            Dense::Sim(t) => match Dense::Sim(t.clone()).into_reference() {
+                Dense::Reference(t) => t,
+                Dense::Sim(_) => unreachable!("into_reference always gives the reference's tensor"),
+            },
+        }
+    }
+
+    /// The simulator's view: its own tensor, or a copy of the reference's.
+    fn sim(&self) -> Cow<'_, SimTensor> {
+        match self {
+            Dense::Sim(t) => Cow::Borrowed(t),
+            Dense::Reference(t) => Cow::Owned(match t.data() {
+                Data::F32(v) => SimTensor::f32(t.shape().to_vec(), v.clone()),
+                Data::I32(v) => SimTensor::i32(t.shape().to_vec(), v.clone()),
+            }),
+        }
+    }
+}
+
+/// The reference's values of a Q8_0 weight: its blocks exactly dequantised, a task of blocks at
+/// a time (the padding of a last partial block dropped).
+fn dequantised(w: &Q8Weight) -> Arc<Tensor> {
+    let mut dense = vec![0f32; w.blocks.len() * QK8_0];
+    dense.par_chunks_mut(DRAW_CHUNK).zip(w.blocks.par_chunks(DRAW_BLOCKS)).for_each(|(out, blocks)| {
+        for (out, b) in out.as_chunks_mut::<QK8_0>().0.iter_mut().zip(blocks) {
+            rdu_spatial::q8::dequant_block(b, out);
+        }
+    });
+    dense.truncate(w.shape.iter().product());
+    Arc::new(Tensor::f32(w.shape.clone(), dense))
+}
+
 /// Values of an expert one task draws (a whole number of Q8_0 blocks).
 const DRAW_CHUNK: usize = 1 << 14;
 
 /// Q8_0 blocks one task draws.
 const DRAW_BLOCKS: usize = DRAW_CHUNK / QK8_0;
-
-/// Q8_0 blocks of `values` and their exact dequantised values, block by block in parallel.
-fn quantize(shape: &[usize], values: &[f32]) -> (Q8Weight, Vec<f32>) {
-    let blocks: Vec<_> = values.par_chunks(QK8_0).map(Q8Block::quantize).collect();
-    let (q, mut dense) = with_values(shape, blocks);
-    dense.truncate(values.len());
-    (q, dense)
-}
-
-/// A weight of Q8_0 `blocks` and their exact dequantised values.
-fn with_values(shape: &[usize], blocks: Vec<Q8Block>) -> (Q8Weight, Vec<f32>) {
-    let mut dense = vec![0f32; blocks.len() * QK8_0];
-    dense.par_chunks_mut(DRAW_CHUNK).zip(blocks.par_chunks(DRAW_BLOCKS)).for_each(|(out, blocks)| {
-        for (out, b) in out.as_chunks_mut::<QK8_0>().0.iter_mut().zip(blocks) {
-            rdu_spatial::q8::dequant_block(b, out);
-        }
-    });
-    (Q8Weight { shape: shape.to_vec(), blocks }, dense)
-}
 
 /// Halves (or otherwise scales) seeded values: states are kept moderate.
 fn scaled(mut v: Vec<f32>, by: f32) -> Vec<f32> {
@@ -247,7 +286,10 @@ fn embed_rows(program: &SpatialProgram) -> usize {
 
 impl Bindings for Inputs {
     fn tensor(&self, name: &str) -> Option<Arc<Tensor>> {
-        self.dense.get(name).map(|(t, _)| t.clone()).or_else(|| self.q8.get(name).map(|(t, _)| t.clone()))
+        self.dense
+            .get(name)
+            .map(Dense::reference)
+            .or_else(|| self.q8.get(name).map(|(values, w)| values.get_or_init(|| dequantised(w)).clone()))
     }
 
     fn slice0(&self, name: &str, index: usize) -> Option<Arc<Tensor>> {
@@ -261,7 +303,7 @@ impl Bindings for Inputs {
 
 impl SimBindings for Inputs {
     fn tensor(&self, name: &str) -> Option<Cow<'_, SimTensor>> {
-        self.dense.get(name).map(|(_, t)| Cow::Borrowed(t))
+        self.dense.get(name).map(Dense::sim)
     }
 
     fn q8(&self, name: &str) -> Option<Cow<'_, Q8Weight>> {
@@ -300,7 +342,9 @@ mod tests {
     fn drawn_whole(name: &str, shape: &[usize]) -> (Q8Weight, Vec<f32>) {
         let mut blocks = vec![Q8Block { d: 0.0, qs: [0; QK8_0] }; shape.iter().product::<usize>() / QK8_0];
         Seeded::new(3, name, shape, false).fill_q8(0, &mut blocks);
-        with_values(shape, blocks)
+        let w = Q8Weight { shape: shape.to_vec(), blocks };
+        let Data::F32(values) = dequantised(&w).data().clone() else { panic!("dequantised values are f32") };
+        (w, values)
     }
 
     /// An expert drawn a task's blocks (or one block) at a time is the expert's blocks drawn

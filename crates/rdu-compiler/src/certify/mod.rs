@@ -58,9 +58,11 @@ pub fn certify(program: &SpatialProgram, graph: &Graph, chip: &Chip, seed: u64) 
     structure::resources(program, chip).map_err(CertifyFault::Resources)?;
     checks.push("resources".to_string());
 
-    let inputs = Inputs::new(program, graph, seed);
+    let mut inputs = Inputs::new(program, graph, seed);
     let simulated =
         simulate(program, &inputs).map_err(|e| CertifyFault::Engine { engine: "simulator", message: e.to_string() })?;
+    // The dense inputs moved to the reference: each held once, never copied.
+    inputs.hand_to_reference();
     // bf16 states: a value within the tolerance of a rounding midpoint may round to either
     // neighbour, and the reference takes the one the simulator stored; every other value is
     // rounded by the reference alone and must agree.

@@ -33,7 +33,7 @@ pub fn certify_tp(
     let mut checks = check_tp_structure(program, graph, full, chip)?;
     let tp = program.tp.as_ref().ok_or_else(|| CertifyFault::Structure("no tensor-parallel layout".into()))?;
     let chips = tp.chips as usize;
-    let inputs = Inputs::new(full, full_graph, seed);
+    let mut inputs = Inputs::new(full, full_graph, seed);
     let splits: BTreeMap<&str, &TpSplit> = tp.splits.iter().map(|s| (s.tensor.as_str(), s)).collect();
     let group = AllReduce::new(chips);
     let runs: Vec<Result<_, CertifyFault>> = std::thread::scope(|scope| {
@@ -63,6 +63,8 @@ pub fn certify_tp(
             .collect()
     });
     let runs = runs.into_iter().collect::<Result<Vec<_>, _>>()?;
+    // Every chip has run: the dense inputs moved to the reference, each held once.
+    inputs.hand_to_reference();
     let joined = joined_states(&runs, &splits, full);
     let ties = |name: &str| joined.get(name).map(|v| v.as_ref());
     let reference = eval_breaking_ties(full_graph, &inputs, &ties, TOLERANCE as f32)
