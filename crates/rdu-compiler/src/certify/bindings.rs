@@ -217,8 +217,7 @@ impl Dense {
     /// The reference's tensor (the simulator's data moved, not copied).
     fn into_reference(self) -> Dense {
         match self {
-            Dense::Sim(SimTensor { shape, data: SimData::F32(v) }) => Dense::Reference(Arc::new(Tensor::f32(shape, v))),
-            Dense::Sim(SimTensor { shape, data: SimData::I32(v) }) => Dense::Reference(Arc::new(Tensor::i32(shape, v))),
+            Dense::Sim(t) => Dense::Reference(reference_tensor(t)),
             reference => reference,
         }
     }
@@ -227,10 +226,7 @@ impl Dense {
     fn reference(&self) -> Arc<Tensor> {
         match self {
             Dense::Reference(t) => t.clone(),
-            Dense::Sim(t) => match Dense::Sim(t.clone()).into_reference() {
-                Dense::Reference(t) => t,
-                Dense::Sim(_) => unreachable!("into_reference always gives the reference's tensor"),
-            },
+            Dense::Sim(t) => reference_tensor(t.clone()),
         }
     }
 
@@ -244,6 +240,14 @@ impl Dense {
             }),
         }
     }
+}
+
+/// The simulator's tensor as the reference's, its data moved.
+fn reference_tensor(SimTensor { shape, data }: SimTensor) -> Arc<Tensor> {
+    Arc::new(match data {
+        SimData::F32(v) => Tensor::f32(shape, v),
+        SimData::I32(v) => Tensor::i32(shape, v),
+    })
 }
 
 /// The reference's values of a Q8_0 weight: its blocks exactly dequantised, a task of blocks at
