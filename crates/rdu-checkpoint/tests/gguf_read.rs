@@ -149,24 +149,46 @@ fn open_for_tensors_keeps_scalars_and_tensors_but_not_arrays() {
     let path = dir.path().join("t.gguf");
     std::fs::write(&path, writer.build()).unwrap();
     let full = Gguf::open(&path).unwrap();
-    let tensors = Gguf::open_for_tensors(&path).unwrap();
-    for (key, value) in full.metadata() {
-        match value {
-            GgufValue::Array(..) => assert_eq!(tensors.get(key), None, "{key}: an array is not kept"),
-            _ => assert_eq!(tensors.get(key), Some(value), "{key}"),
+    // Mapped, and read whole into huge-page memory: the same reading either way.
+    type Open = fn(&std::path::Path) -> rdu_checkpoint::Result<Gguf>;
+    let readers: [(&str, Open); 2] =
+        [("open_for_tensors", |p| Gguf::open_for_tensors(p)), ("open_resident", |p| Gguf::open_resident(p))];
+    for (how, open) in readers {
+        let tensors = open(&path).unwrap();
+        for (key, value) in full.metadata() {
+            match value {
+                GgufValue::Array(..) => assert_eq!(tensors.get(key), None, "{how} {key}: an array is not kept"),
+                _ => assert_eq!(tensors.get(key), Some(value), "{how} {key}"),
+            }
         }
+        assert!(full.metadata().any(|(_, v)| matches!(v, GgufValue::Array(..))), "the file has arrays to drop");
+        assert_eq!(
+            tensors.metadata().count(),
+            full.metadata().filter(|(_, v)| !matches!(v, GgufValue::Array(..))).count()
+        );
+        assert_eq!((tensors.alignment(), tensors.data_start()), (full.alignment(), full.data_start()), "{how}");
+        assert_eq!(tensors.read_f32("w").unwrap(), full.read_f32("w").unwrap(), "{how}");
+        assert_eq!(tensors.tensor_bytes("w").unwrap(), full.tensor_bytes("w").unwrap(), "{how}");
     }
-    assert!(full.metadata().any(|(_, v)| matches!(v, GgufValue::Array(..))), "the file has arrays to drop");
-    assert_eq!(tensors.metadata().count(), full.metadata().filter(|(_, v)| !matches!(v, GgufValue::Array(..))).count());
-    assert_eq!((tensors.alignment(), tensors.data_start()), (full.alignment(), full.data_start()));
-    assert_eq!(tensors.read_f32("w").unwrap(), full.read_f32("w").unwrap());
+    // The resident copy starts on a 2 MiB boundary: the file's byte 0 begins a huge page.
+    let resident = Gguf::open_resident(&path).unwrap();
+    let start = resident.tensor_bytes("w").unwrap().as_ptr() as usize - resident.data_start() as usize;
+    assert_eq!(start % (2 << 20), 0, "the file is read to {start:#x}");
     // Every check of `open` still runs: a truncated file is refused the same way.
     let (bytes, data_start) = (std::fs::read(&path).unwrap(), full.data_start() as usize);
-    drop((full, tensors)); // unmapped before the file shrinks
+    drop((full, resident)); // unmapped before the file shrinks
     std::fs::write(&path, &bytes[..data_start + 8]).unwrap();
-    assert_eq!(
-        Gguf::open_for_tensors(&path).err().map(|e| e.to_string()),
-        Gguf::open(&path).err().map(|e| e.to_string())
-    );
-    assert!(Gguf::open(&path).is_err());
+    let refused = Gguf::open(&path).err().map(|e| e.to_string());
+    assert!(refused.is_some());
+    assert_eq!(Gguf::open_for_tensors(&path).err().map(|e| e.to_string()), refused);
+    assert_eq!(Gguf::open_resident(&path).err().map(|e| e.to_string()), refused);
+    // As are an empty file and a missing one, each naming the file.
+    std::fs::write(&path, b"").unwrap();
+    let empty = Gguf::open(&path).err().map(|e| e.to_string());
+    assert!(empty.as_deref().is_some_and(|e| e.contains("t.gguf")), "{empty:?}");
+    assert_eq!(Gguf::open_resident(&path).err().map(|e| e.to_string()), empty);
+    let missing = dir.path().join("absent.gguf");
+    let err = Gguf::open_resident(&missing).err().map(|e| e.to_string());
+    assert!(err.as_deref().is_some_and(|e| e.contains("absent.gguf")), "{err:?}");
+    assert_eq!(err, Gguf::open(&missing).err().map(|e| e.to_string()));
 }

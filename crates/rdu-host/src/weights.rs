@@ -160,7 +160,7 @@ impl Reader {
             WeightsSource::Hf(path) => {
                 Reader::Hf { file: path.display().to_string(), tensors: SafeTensors::open(path)? }
             }
-            WeightsSource::Gguf(path) => Reader::Gguf(Arc::new(Gguf::open_for_tensors(path)?)),
+            WeightsSource::Gguf(path) => Reader::Gguf(Arc::new(Gguf::open_resident(path)?)),
             WeightsSource::Seeded { seed, unit_offset } => Reader::Seeded { seed: *seed, unit_offset: *unit_offset },
         })
     }
