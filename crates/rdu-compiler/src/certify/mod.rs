@@ -101,16 +101,21 @@ fn compare(
     if got.shape != want.shape {
         return Err(engine(format!("`{name}` has shape {:?}, the reference {:?}", got.shape, want.shape)));
     }
-    let (g, w): (Vec<f64>, Vec<f64>) = match (got.as_f32(), want.as_f32(), got.as_i32(), want.as_i32()) {
-        (Some(g), Some(w), _, _) => (g.iter().map(|&v| v as f64).collect(), w.iter().map(|&v| v as f64).collect()),
-        (_, _, Some(g), Some(w)) => (g.iter().map(|&v| v as f64).collect(), w.iter().map(|&v| v as f64).collect()),
-        _ => return Err(engine(format!("`{name}` has another dtype than the reference"))),
-    };
-    let scale = w.iter().fold(1f64, |m, v| m.max(v.abs()));
+    match (got.as_f32(), want.as_f32(), got.as_i32(), want.as_i32()) {
+        (Some(g), Some(w), _, _) => worst_of(name, g, w),
+        (_, _, Some(g), Some(w)) => worst_of(name, g, w),
+        _ => Err(engine(format!("`{name}` has another dtype than the reference"))),
+    }
+}
+
+/// [`compare`] of two results of one dtype, each value taken as f64 where it is read (a
+/// result may be a whole cache: no widened copies of it).
+fn worst_of<T: Copy + Into<f64>>(name: &str, got: &[T], want: &[T]) -> Result<(f64, f64), CertifyFault> {
+    let scale = want.iter().fold(1f64, |m, &v| m.max(v.into().abs()));
     let bound = TOLERANCE * scale;
     let mut worst = (0f64, 0usize);
-    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-        let d = (a - b).abs();
+    for (i, (&a, &b)) in got.iter().zip(want).enumerate() {
+        let d = (a.into() - b.into()).abs();
         if d > worst.0 || d.is_nan() {
             worst = (d, i);
         }
@@ -120,8 +125,8 @@ fn compare(
         return Err(CertifyFault::Numbers {
             tensor: name.to_string(),
             index: i,
-            got: g[i] as f32,
-            want: w[i] as f32,
+            got: got[i].into() as f32,
+            want: want[i].into() as f32,
             diff: worst.0,
             bound,
         });
