@@ -74,9 +74,17 @@ def run_rdu_rss(rdu, model, threads):
     return json.loads(proc.stdout)["timing"]["peak_rss_bytes"] / 2**20
 
 
-def run_llama(model, threads):
+def run_llama(model, threads, mmap=True):
+    """One llama.cpp run; `mmap=False` reads the weights into its own buffers instead of mapping
+    the file (rdu reads the file into huge pages: this shows how much of a ratio is that)."""
     llm = llama_cpp.Llama(
-        model_path=model, n_threads=threads, n_threads_batch=threads, n_ctx=512, n_batch=512, verbose=False
+        model_path=model,
+        n_threads=threads,
+        n_threads_batch=threads,
+        n_ctx=512,
+        n_batch=512,
+        use_mmap=mmap,
+        verbose=False,
     )
     ctx = llm._ctx.ctx
     llama_cpp.llama_perf_context_reset(ctx)
@@ -104,26 +112,31 @@ def main():
     a = ap.parse_args()
     make_q8(a.q4, a.q8, a.threads)
     files = {"Q8_0": a.q8, "Q4_K_M": a.q4}
-    runs = {(f, e): [] for f in files for e in ("rdu", "llama.cpp")}
+    engines = ("rdu", "llama.cpp", "no-mmap")
+    runs = {(f, e): [] for f in files for e in engines}
     for trial in range(a.trials):
         for name, path in files.items():
             r = run_rdu(a.rdu, path, a.threads)
             runs[(name, "rdu")].append(r)
             l = run_llama(path, a.threads)
             runs[(name, "llama.cpp")].append(l)
+            m = run_llama(path, a.threads, mmap=False)
+            runs[(name, "no-mmap")].append(m)
             print(
                 f"trial {trial + 1} {name}: rdu prompt {r['prompt_tok_s']:.1f} decode {r['decode_tok_s']:.1f} "
                 f"(load {r['load_s']:.2f}s, lowering {r['lower_s']:.2f}s) | llama.cpp prompt "
-                f"{l['prompt_tok_s']:.1f} decode {l['decode_tok_s']:.1f} tok/s",
+                f"{l['prompt_tok_s']:.1f} decode {l['decode_tok_s']:.1f} tok/s | llama.cpp use_mmap=False "
+                f"prompt {m['prompt_tok_s']:.1f} decode {m['decode_tok_s']:.1f} tok/s",
                 flush=True,
             )
     med = lambda f, e, k: statistics.median(r[k] for r in runs[(f, e)])
     print(f"\nmedians of {a.trials} interleaved runs, {a.threads} threads, prompt {runs[('Q8_0', 'rdu')][0]['prompt_tokens']} tokens, {DECODE} generated")
-    print(f"{'':28} {'rdu':>10} {'llama.cpp':>10} {'ratio':>7}")
+    print("(ratio: rdu over llama.cpp's defaults; the last two columns: llama.cpp with use_mmap=False)")
+    print(f"{'':28} {'rdu':>10} {'llama.cpp':>10} {'ratio':>7} {'no-mmap':>10} {'ratio':>7}")
     for name in files:
         for key, label in (("decode_tok_s", "decode"), ("prompt_tok_s", "prompt")):
-            x, y = med(name, "rdu", key), med(name, "llama.cpp", key)
-            print(f"{label + ' ' + name + ' (tok/s)':28} {x:10.1f} {y:10.1f} {x / y:6.2f}x")
+            x, y, z = (med(name, e, key) for e in engines)
+            print(f"{label + ' ' + name + ' (tok/s)':28} {x:10.1f} {y:10.1f} {x / y:6.2f}x {z:10.1f} {x / z:6.2f}x")
     for name, path in files.items():
         rss = run_rdu_rss(a.rdu, path, a.threads)
         size = os.path.getsize(path) / 2**20
