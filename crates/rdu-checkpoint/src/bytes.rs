@@ -22,6 +22,8 @@ pub(crate) enum Bytes {
 
 /// The size of a transparent huge page on x86-64 and aarch64 with 4 KiB base pages.
 const HUGE_PAGE: usize = 2 << 20;
+/// Bytes [`Bytes::read_resident`] reads between two reports of its progress.
+const READ_STEP: usize = 64 << 20;
 
 impl Bytes {
     /// Maps `path` read-only. The map assumes nobody truncates or rewrites the file while it
@@ -48,7 +50,9 @@ impl Bytes {
     /// Memory read in is the process's own and cannot be given back to the page cache under
     /// pressure, so a file larger than the memory the system reports available
     /// (`MemAvailable`), or one on a system that does not report it, is mapped instead.
-    pub(crate) fn read_resident(path: &Path) -> Result<Bytes> {
+    ///
+    /// `on_read(read, len)` is called after every `READ_STEP` bytes read, and at the end.
+    pub(crate) fn read_resident(path: &Path, on_read: &mut dyn FnMut(u64, u64)) -> Result<Bytes> {
         let io = |source| CheckpointError::Io { file: path.display().to_string(), source };
         let mut file = File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
@@ -77,7 +81,10 @@ impl Bytes {
             let _ = map.advise(memmap2::Advice::HugePage);
         }
         let offset = map.as_ptr().align_offset(HUGE_PAGE).min(HUGE_PAGE);
-        file.read_exact(&mut map[offset..offset + len]).map_err(io)?;
+        for (i, step) in map[offset..offset + len].chunks_mut(READ_STEP).enumerate() {
+            file.read_exact(step).map_err(io)?;
+            on_read((i * READ_STEP + step.len()) as u64, len as u64);
+        }
         let map = map.make_read_only().map_err(io)?;
         Ok(Bytes::Resident { map, offset, len })
     }

@@ -34,9 +34,11 @@ impl Gguf {
     /// of mapped: for an engine that streams every weight on every step, which then reads
     /// them at up to twice the bandwidth (see `Bytes::read_resident`). The same resident size
     /// once every weight has been read; the memory is the process's own, not page cache.
-    pub fn open_resident(path: impl AsRef<Path>) -> Result<Gguf> {
+    /// `on_read(bytes read, file size)` reports progress every 64 MiB (a file larger than the
+    /// available memory is mapped instead, and reports nothing).
+    pub fn open_resident(path: impl AsRef<Path>, on_read: &mut dyn FnMut(u64, u64)) -> Result<Gguf> {
         let path = path.as_ref();
-        Gguf::parse(path.display().to_string(), Bytes::read_resident(path)?).map(Gguf::without_arrays)
+        Gguf::parse(path.display().to_string(), Bytes::read_resident(path, on_read)?).map(Gguf::without_arrays)
     }
 
     /// The metadata's arrays dropped (see [`Gguf::open_for_tensors`]).

@@ -151,8 +151,10 @@ fn open_for_tensors_keeps_scalars_and_tensors_but_not_arrays() {
     let full = Gguf::open(&path).unwrap();
     // Mapped, and read whole into huge-page memory: the same reading either way.
     type Open = fn(&std::path::Path) -> rdu_checkpoint::Result<Gguf>;
-    let readers: [(&str, Open); 2] =
-        [("open_for_tensors", |p| Gguf::open_for_tensors(p)), ("open_resident", |p| Gguf::open_resident(p))];
+    let readers: [(&str, Open); 2] = [
+        ("open_for_tensors", |p| Gguf::open_for_tensors(p)),
+        ("open_resident", |p| Gguf::open_resident(p, &mut |_, _| {})),
+    ];
     for (how, open) in readers {
         let tensors = open(&path).unwrap();
         for (key, value) in full.metadata() {
@@ -171,7 +173,10 @@ fn open_for_tensors_keeps_scalars_and_tensors_but_not_arrays() {
         assert_eq!(tensors.tensor_bytes("w").unwrap(), full.tensor_bytes("w").unwrap(), "{how}");
     }
     // The resident copy starts on a 2 MiB boundary: the file's byte 0 begins a huge page.
-    let resident = Gguf::open_resident(&path).unwrap();
+    let mut reports = Vec::new();
+    let resident = Gguf::open_resident(&path, &mut |read, len| reports.push((read, len))).unwrap();
+    let size = std::fs::metadata(&path).unwrap().len();
+    assert_eq!(reports, [(size, size)], "one report for a file under 64 MiB, at its end");
     let start = resident.tensor_bytes("w").unwrap().as_ptr() as usize - resident.data_start() as usize;
     assert_eq!(start % (2 << 20), 0, "the file is read to {start:#x}");
     // Every check of `open` still runs: a truncated file is refused the same way.
@@ -181,14 +186,14 @@ fn open_for_tensors_keeps_scalars_and_tensors_but_not_arrays() {
     let refused = Gguf::open(&path).err().map(|e| e.to_string());
     assert!(refused.is_some());
     assert_eq!(Gguf::open_for_tensors(&path).err().map(|e| e.to_string()), refused);
-    assert_eq!(Gguf::open_resident(&path).err().map(|e| e.to_string()), refused);
+    assert_eq!(Gguf::open_resident(&path, &mut |_, _| {}).err().map(|e| e.to_string()), refused);
     // As are an empty file and a missing one, each naming the file.
     std::fs::write(&path, b"").unwrap();
     let empty = Gguf::open(&path).err().map(|e| e.to_string());
     assert!(empty.as_deref().is_some_and(|e| e.contains("t.gguf")), "{empty:?}");
-    assert_eq!(Gguf::open_resident(&path).err().map(|e| e.to_string()), empty);
+    assert_eq!(Gguf::open_resident(&path, &mut |_, _| {}).err().map(|e| e.to_string()), empty);
     let missing = dir.path().join("absent.gguf");
-    let err = Gguf::open_resident(&missing).err().map(|e| e.to_string());
+    let err = Gguf::open_resident(&missing, &mut |_, _| {}).err().map(|e| e.to_string());
     assert!(err.as_deref().is_some_and(|e| e.contains("absent.gguf")), "{err:?}");
     assert_eq!(err, Gguf::open(&missing).err().map(|e| e.to_string()));
 }

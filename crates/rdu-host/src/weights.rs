@@ -86,8 +86,11 @@ pub type Progress<'a> = &'a mut dyn FnMut(usize, usize, &str);
 impl Weights {
     /// Loads every entry of `manifest.tensors` from `source`, calling `progress` after each.
     pub fn load(manifest: &Manifest, source: &WeightsSource, progress: Progress<'_>) -> Result<Weights> {
-        let reader = Reader::open(source)?;
         let total = manifest.tensors.len();
+        let reader = Reader::open(source, &mut |read, len| {
+            let gb = |b: u64| b as f64 / 1e9;
+            progress(0, total, &format!("(reading the file: {:.2} of {:.2} GB)", gb(read), gb(len)));
+        })?;
         let mut weights = Weights::default();
         for (done, (name, entry)) in manifest.tensors.iter().enumerate() {
             if entry.dtype != "f32" {
@@ -155,12 +158,13 @@ enum Loaded {
 }
 
 impl Reader {
-    fn open(source: &WeightsSource) -> Result<Reader> {
+    /// The reader of `source`; `on_read(read, len)` reports a GGUF file's bytes read into memory.
+    fn open(source: &WeightsSource, on_read: &mut dyn FnMut(u64, u64)) -> Result<Reader> {
         Ok(match source {
             WeightsSource::Hf(path) => {
                 Reader::Hf { file: path.display().to_string(), tensors: SafeTensors::open(path)? }
             }
-            WeightsSource::Gguf(path) => Reader::Gguf(Arc::new(Gguf::open_resident(path)?)),
+            WeightsSource::Gguf(path) => Reader::Gguf(Arc::new(Gguf::open_resident(path, on_read)?)),
             WeightsSource::Seeded { seed, unit_offset } => Reader::Seeded { seed: *seed, unit_offset: *unit_offset },
         })
     }

@@ -60,7 +60,16 @@ fn q8_0_gguf_tensors_are_kept_as_their_blocks() {
     let path = tmp.path().join("model.gguf");
     write_tensors(&path, &tensors);
     let dir = write_bundle(tmp.path(), Variant::Q8);
-    let mut host = Host::load(&dir, &WeightsSource::Gguf(path.clone()), &mut |_, _, _| {}).unwrap();
+    let mut reports: Vec<(usize, usize, String)> = Vec::new();
+    let mut host = Host::load(&dir, &WeightsSource::Gguf(path.clone()), &mut |done, total, name| {
+        reports.push((done, total, name.to_string()))
+    })
+    .unwrap();
+    // The file read into memory is reported first (none of its tensors loaded yet), then each tensor.
+    let size = std::fs::metadata(&path).unwrap().len() as f64 / 1e9;
+    let total = reports.last().map(|r| r.1).unwrap();
+    assert_eq!(reports[0], (0, total, format!("(reading the file: {size:.2} of {size:.2} GB)")));
+    assert_eq!(reports[1..].iter().map(|r| r.0).collect::<Vec<_>>(), (1..=total).collect::<Vec<_>>());
 
     // A whole Q8_0 tensor is read in place: the held bytes are the file's own.
     let file = rdu_checkpoint::Gguf::open(&path).unwrap();
