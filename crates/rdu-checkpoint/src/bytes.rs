@@ -49,14 +49,19 @@ impl Bytes {
     ///
     /// Memory read in is the process's own and cannot be given back to the page cache under
     /// pressure, so a file larger than the memory the system reports available
-    /// (`MemAvailable`), or one on a system that does not report it, is mapped instead.
+    /// (`MemAvailable`, and the room under the process's cgroup memory limit when it has one),
+    /// or one on a system that reports neither, is mapped instead.
     ///
     /// `on_read(read, len)` is called after every `READ_STEP` bytes read, and at the end.
     pub(crate) fn read_resident(path: &Path, on_read: &mut dyn FnMut(u64, u64)) -> Result<Bytes> {
         let io = |source| CheckpointError::Io { file: path.display().to_string(), source };
         let mut file = File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
-        if available_memory().is_none_or(|free| len > free) {
+        let room = match (available_memory(), cgroup_room()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if room.is_none_or(|free| len > free) {
             return Bytes::map(path);
         }
         let len = usize::try_from(len).map_err(|_| {
@@ -93,10 +98,48 @@ impl Bytes {
 /// `MemAvailable` of `/proc/meminfo` in bytes: the memory the kernel estimates can be given
 /// to a new workload without swapping. `None` where there is no such file or line.
 fn available_memory() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?;
+    mem_available(&std::fs::read_to_string("/proc/meminfo").ok()?)
+}
+
+/// The `MemAvailable` line of a `/proc/meminfo` text, in bytes.
+fn mem_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?;
     let kib: u64 = line.trim().strip_suffix("kB")?.trim().parse().ok()?;
     kib.checked_mul(1024)
+}
+
+/// The room left under this process's cgroup memory limit: `memory.max − memory.current`
+/// (cgroup v2) or `memory.limit_in_bytes − memory.usage_in_bytes` (v1; no limit reads as a
+/// huge one), from the first of [`cgroup_memory_files`] that can be read. `None` where none
+/// can, or v2 says `max`. The usage counts page cache, so the room is, if anything,
+/// underestimated.
+fn cgroup_room() -> Option<u64> {
+    let groups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let number = |p: &Path| -> Option<u64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
+    cgroup_memory_files(&groups)
+        .into_iter()
+        .find_map(|(limit, usage)| Some(number(&limit)?.saturating_sub(number(&usage)?)))
+}
+
+/// The (limit, usage) files of each line of a `/proc/self/cgroup` text that can carry a memory
+/// limit, in its order: the v1 `memory` controller's, and the v2 unified hierarchy's (`0::`).
+fn cgroup_memory_files(groups: &str) -> Vec<(std::path::PathBuf, std::path::PathBuf)> {
+    groups
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.splitn(3, ':');
+            let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+            let rel = path.trim_start_matches('/');
+            let (dir, limit, usage) = if controllers.is_empty() {
+                (Path::new("/sys/fs/cgroup").join(rel), "memory.max", "memory.current")
+            } else if controllers.split(',').any(|c| c == "memory") {
+                (Path::new("/sys/fs/cgroup/memory").join(rel), "memory.limit_in_bytes", "memory.usage_in_bytes")
+            } else {
+                return None;
+            };
+            Some((dir.join(limit), dir.join(usage)))
+        })
+        .collect()
 }
 
 impl Deref for Bytes {
@@ -108,5 +151,48 @@ impl Deref for Bytes {
             Bytes::Resident { map, offset, len } => &map[*offset..*offset + *len],
             Bytes::Owned(vec) => vec,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn mem_available_reads_its_line_in_bytes() {
+        let info = "MemTotal:       24570592 kB\nMemFree:         1000 kB\nMemAvailable:   24170240 kB\n";
+        assert_eq!(mem_available(info), Some(24_170_240 * 1024));
+        assert_eq!(mem_available("MemTotal:       24570592 kB\n"), None);
+        assert_eq!(mem_available("MemAvailable:   lots\n"), None);
+    }
+
+    #[test]
+    fn cgroup_memory_files_of_v1_v2_and_hybrid_hierarchies() {
+        let files = |limit: &str, usage: &str| (PathBuf::from(limit), PathBuf::from(usage));
+        assert_eq!(
+            cgroup_memory_files("0::/user.slice/run.scope\n"),
+            [files(
+                "/sys/fs/cgroup/user.slice/run.scope/memory.max",
+                "/sys/fs/cgroup/user.slice/run.scope/memory.current"
+            )]
+        );
+        assert_eq!(
+            cgroup_memory_files("0::/\n"),
+            [files("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current")]
+        );
+        // Hybrid: the v1 memory controller first, then the unified hierarchy; other controllers skipped.
+        let hybrid = "5:devices:/\n4:memory:/jobs/a1\n3:cpu,cpuacct:/\n0::/\n";
+        assert_eq!(
+            cgroup_memory_files(hybrid),
+            [
+                files(
+                    "/sys/fs/cgroup/memory/jobs/a1/memory.limit_in_bytes",
+                    "/sys/fs/cgroup/memory/jobs/a1/memory.usage_in_bytes"
+                ),
+                files("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+            ]
+        );
+        assert!(cgroup_memory_files("garbage\n").is_empty());
     }
 }
