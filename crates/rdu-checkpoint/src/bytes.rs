@@ -43,9 +43,11 @@ impl Bytes {
     /// for transparent huge pages (`MADV_HUGEPAGE`; a kernel that has them off keeps small
     /// pages), then makes it read-only. The same resident size as a map whose every page is
     /// read, but streamed through far fewer TLB entries: on the 2-core Zen 4 VM of stop 36,
-    /// two threads read the 285 MB Gemma 3 270M Q8_0 file at 23–39 GB/s through its
-    /// page-cache map, 44–45 GB/s from small anonymous pages and 58–63 GB/s from huge ones
-    /// (`bench/vs-llama-cpp/bandwidth.c`'s loop); reading the file in took 0.08 s.
+    /// two threads running a loop of 512-bit loads read the 285 MB Gemma 3 270M Q8_0 file at
+    /// 23–39 GB/s through its page-cache map, 31–45 GB/s from small anonymous pages and
+    /// 58–63 GB/s from huge ones. The price is the read: 0.10–0.7 s there, most of it the
+    /// kernel zeroing fresh pages (slow on that VM's first touch of memory), against
+    /// 0.04–0.17 s to map the file.
     ///
     /// Memory read in is the process's own and cannot be given back to the page cache under
     /// pressure, so a file larger than the memory the system reports available
@@ -64,22 +66,15 @@ impl Bytes {
         if room.is_none_or(|free| len > free) {
             return Bytes::map(path);
         }
-        let len = usize::try_from(len).map_err(|_| {
-            io(std::io::Error::new(
-                std::io::ErrorKind::OutOfMemory,
-                format!("{len} bytes do not fit this address space"),
-            ))
-        })?;
+        let too_big =
+            || io(std::io::Error::new(std::io::ErrorKind::OutOfMemory, format!("{len} bytes do not fit memory")));
+        let len = usize::try_from(len).map_err(|_| too_big())?;
         if len == 0 {
             return Ok(Bytes::Owned(Vec::new()));
         }
-        let room = len.checked_add(HUGE_PAGE).ok_or_else(|| {
-            io(std::io::Error::new(
-                std::io::ErrorKind::OutOfMemory,
-                format!("{len} bytes do not fit this address space"),
-            ))
-        })?;
-        let mut map = MmapOptions::new().len(room).map_anon().map_err(io)?;
+        // Room to start the file on a huge-page boundary inside the map.
+        let span = len.checked_add(HUGE_PAGE).ok_or_else(too_big)?;
+        let mut map = MmapOptions::new().len(span).map_anon().map_err(io)?;
         #[cfg(target_os = "linux")]
         {
             // Advice only: without transparent huge pages the memory is still correct.
