@@ -30,6 +30,26 @@ pub struct Seeded {
     scales: (u16, u16),
 }
 
+/// `draw()` compiled for AVX-512 F and DQ where the CPU has them, else `None` (the caller then
+/// draws portably). The stream's 64-bit multiplies are one instruction there (`vpmullq`)
+/// instead of an emulation; the draws are integer arithmetic and exact conversions, so any
+/// instructions give the same values (`the_compiled_draws_are_the_portable_draws`).
+#[inline(always)]
+fn on_avx512dq<R>(draw: impl FnOnce() -> R) -> Option<R> {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512dq") {
+        #[target_feature(enable = "avx512f,avx512dq")]
+        unsafe fn compiled<R>(draw: impl FnOnce() -> R) -> R {
+            draw()
+        }
+        // SAFETY: the CPU has AVX-512 F and DQ (DQ implies F).
+        return Some(unsafe { compiled(draw) });
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    drop(draw);
+    None
+}
+
 impl Seeded {
     pub fn new(seed: u64, name: &str, shape: &[usize], unit_offset: bool) -> Seeded {
         let key = seed ^ fnv1a(name.as_bytes());
@@ -63,21 +83,9 @@ impl Seeded {
 
     /// Elements `start..start + out.len()` of the weight, into `out`.
     pub fn fill(&self, start: usize, out: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512dq") {
-            // SAFETY: the CPU has AVX-512 F and DQ (DQ implies F).
-            return unsafe { self.fill_avx512(start, out) };
+        if on_avx512dq(|| self.fill_values(start, out)).is_none() {
+            self.fill_values(start, out)
         }
-        self.fill_values(start, out)
-    }
-
-    /// [`Seeded::fill`] compiled for AVX-512: the stream's 64-bit multiplies are one instruction
-    /// there (`vpmullq`) instead of an emulation. Integer arithmetic and one conversion of a
-    /// 24-bit integer to f32 (exact), so any instructions give the same values.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512dq")]
-    unsafe fn fill_avx512(&self, start: usize, out: &mut [f32]) {
-        self.fill_values(start, out)
     }
 
     #[inline(always)]
@@ -112,19 +120,9 @@ impl Seeded {
     /// around a centre, which a symmetric block cannot draw directly) is drawn value by value
     /// and quantised. Block `b` depends only on `(key, b)`: any run of blocks is drawn alone.
     pub fn fill_q8(&self, first: usize, out: &mut [Q8Block]) {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512dq") {
-            // SAFETY: the CPU has AVX-512 F and DQ.
-            return unsafe { self.fill_q8_avx512(first, out) };
+        if on_avx512dq(|| self.fill_q8_blocks(first, out)).is_none() {
+            self.fill_q8_blocks(first, out)
         }
-        self.fill_q8_blocks(first, out)
-    }
-
-    /// [`Seeded::fill_q8`] compiled for AVX-512 (integer draws: the same blocks).
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512dq")]
-    unsafe fn fill_q8_avx512(&self, first: usize, out: &mut [Q8Block]) {
-        self.fill_q8_blocks(first, out)
     }
 
     #[inline(always)]
@@ -143,24 +141,14 @@ impl Seeded {
             }
             return;
         }
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512dq") {
-            // SAFETY: the CPU has AVX-512 F and DQ.
-            return unsafe { self.projection_values_avx512(first, out) };
+        if on_avx512dq(|| self.projection_values(first, out)).is_some() {
+            return;
         }
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has AVX2.
             return unsafe { self.projection_values_avx2(first, out) };
         }
-        self.projection_values(first, out)
-    }
-
-    /// [`Seeded::fill_q8_values`] of a projection, compiled for AVX-512 (as the AVX2 copy: the
-    /// same values).
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512dq")]
-    unsafe fn projection_values_avx512(&self, first: usize, out: &mut [f32]) {
         self.projection_values(first, out)
     }
 
