@@ -29,13 +29,17 @@ impl Bytes {
     /// Maps `path` read-only. The map assumes nobody truncates or rewrites the file while it
     /// is open, as every mmap-based checkpoint reader does.
     pub(crate) fn map(path: &Path) -> Result<Bytes> {
-        let io = |source| CheckpointError::Io { file: path.display().to_string(), source };
-        let file = File::open(path).map_err(io)?;
+        Bytes::map_file(&File::open(path).map_err(io_error(path))?, path)
+    }
+
+    /// [`Bytes::map`] of `file`, open already (`path` names it in errors).
+    fn map_file(file: &File, path: &Path) -> Result<Bytes> {
+        let io = io_error(path);
         if file.metadata().map_err(io)?.len() == 0 {
             return Ok(Bytes::Owned(Vec::new()));
         }
         // SAFETY: the map is read-only and private to this value; see the note above.
-        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+        let map = unsafe { Mmap::map(file) }.map_err(io)?;
         Ok(Bytes::Mapped(map))
     }
 
@@ -56,7 +60,7 @@ impl Bytes {
     ///
     /// `on_read(read, len)` is called after every `READ_STEP` bytes read, and at the end.
     pub(crate) fn read_resident(path: &Path, on_read: &mut dyn FnMut(u64, u64)) -> Result<Bytes> {
-        let io = |source| CheckpointError::Io { file: path.display().to_string(), source };
+        let io = io_error(path);
         let mut file = File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         let room = match (available_memory(), cgroup_room()) {
@@ -64,7 +68,7 @@ impl Bytes {
             (a, b) => a.or(b),
         };
         if room.is_none_or(|free| len > free) {
-            return Bytes::map(path);
+            return Bytes::map_file(&file, path);
         }
         let too_big =
             || io(std::io::Error::new(std::io::ErrorKind::OutOfMemory, format!("{len} bytes do not fit memory")));
@@ -88,6 +92,11 @@ impl Bytes {
         let map = map.make_read_only().map_err(io)?;
         Ok(Bytes::Resident { map, offset, len })
     }
+}
+
+/// The error of an I/O failure on the file at `path`.
+fn io_error(path: &Path) -> impl Fn(std::io::Error) -> CheckpointError + Copy + '_ {
+    move |source| CheckpointError::Io { file: path.display().to_string(), source }
 }
 
 /// `MemAvailable` of `/proc/meminfo` in bytes: the memory the kernel estimates can be given
