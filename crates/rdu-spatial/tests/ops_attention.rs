@@ -166,3 +166,76 @@ fn attend_mla_up_is_attend_over_the_keys_and_values_its_up_projections_make() {
     let err = run(&bad, "u = attend_mla_up(q, C, Wn, Wv, pos, scale=0.4, latent=4)", &["u"]).unwrap_err().to_string();
     assert!(err.contains("do not agree"), "{err}");
 }
+
+/// A chunk of rows (at least 8: the attention runs as products over blocks of rows) against the
+/// naive model row by row: grouped heads, with and without a window, the chunk's own keys and
+/// values or none, a 4-slot ring read past its size (a slot read as often as its positions), the
+/// latent form, and tiles along the heads.
+#[test]
+fn attend_over_a_chunk_of_rows_is_the_naive_model_row_by_row() {
+    // h = 4 query heads over g = 2 kv heads, S = 4 slots, 10 rows at positions 7..=16.
+    let (h, g, dk, dv, s, n, first) = (4, 2, 8, 3, 4, 10, 7);
+    let (q, k, v) = (rt(&[n, h, dk], 21), rt(&[s, g, dk], 22), rt(&[s, g, dv], 23));
+    let (kn, vn) = (rt(&[n, g, dk], 24), rt(&[n, g, dv], 25));
+    let (qm, c, cn) = (rt(&[n, h, 6], 26), rt(&[s, 6], 27), rt(&[n, 6], 28));
+    let b = MapBindings::new()
+        .with("q", q.clone())
+        .with("K", k.clone())
+        .with("V", v.clone())
+        .with("k", kn.clone())
+        .with("v", vn.clone())
+        .with("qm", qm.clone())
+        .with("C", c.clone())
+        .with("c", cn.clone())
+        .with("pos", i(&[], &[first as i32]));
+    let ops = "a = attend(q, K, V, pos, scale=0.5, window=5)\n\
+               w = attend(q, K, V, pos, k, v, scale=0.5)\n\
+               x = attend(q, K, V, pos, k, v, scale=0.5, window=6)\n\
+               t = attend(q, K, V, pos, k, v, scale=0.5) tile(axis=1, [0..1, 1..4])\n\
+               m = attend_mla(qm, C, pos, c, scale=0.3, latent=4)";
+    let r = run(&b, ops, &["a", "w", "x", "t", "m"]).unwrap();
+    assert_eq!(out(&r, "t"), out(&r, "w"), "tiles along the heads give every head's output bit for bit");
+    let (kd, vd, knd, vnd) = (k.as_f32().unwrap(), v.as_f32().unwrap(), kn.as_f32().unwrap(), vn.as_f32().unwrap());
+    // The key and value of position `t` for kv head `kv`: the chunk's row when `chunk` and the
+    // chunk holds `t`, otherwise slot `t mod S`.
+    let kv_of = |t: usize, kv: usize, chunk: bool| -> (Vec<f32>, Vec<f32>) {
+        if chunk && t >= first {
+            let row = t - first;
+            (knd[(row * g + kv) * dk..][..dk].to_vec(), vnd[(row * g + kv) * dv..][..dv].to_vec())
+        } else {
+            let sl = t % s;
+            (kd[(sl * g + kv) * dk..][..dk].to_vec(), vd[(sl * g + kv) * dv..][..dv].to_vec())
+        }
+    };
+    let qd = q.as_f32().unwrap();
+    for row in 0..n {
+        let p = first + row;
+        for head in 0..h {
+            let qv = &qd[(row * h + head) * dk..][..dk];
+            let at = |name: &str| out(&r, name)[(row * h + head) * dv..][..dv].to_vec();
+            for (name, lo, chunk) in [("a", p - 4, false), ("w", 0, true), ("x", p - 5, true)] {
+                let (keys, values): (Vec<Vec<f32>>, Vec<Vec<f32>>) =
+                    (lo..=p).map(|t| kv_of(t, head / (h / g), chunk)).unzip();
+                let len = keys.len();
+                let want = naive(qv, &keys.concat(), &values.concat(), &(0..len).collect::<Vec<_>>(), len, 0.5);
+                close(&at(name), &want, 1e-6, 1e-5);
+            }
+        }
+    }
+    // The latent form: every head reads the latent `C[t mod S]` (or the chunk's row) as its key,
+    // its first 4 values as its value.
+    let (qmd, cd, cnd) = (qm.as_f32().unwrap(), c.as_f32().unwrap(), cn.as_f32().unwrap());
+    for row in 0..n {
+        let p = first + row;
+        let keys: Vec<f32> = (0..=p)
+            .flat_map(|t| if t >= first { &cnd[(t - first) * 6..][..6] } else { &cd[(t % s) * 6..][..6] })
+            .copied()
+            .collect();
+        let values: Vec<f32> = keys.chunks_exact(6).flat_map(|key| &key[..4]).copied().collect();
+        for head in 0..h {
+            let want =
+                naive(&qmd[(row * h + head) * 6..][..6], &keys, &values, &(0..=p).collect::<Vec<_>>(), p + 1, 0.3);
+            close(&out(&r, "m")[(row * h + head) * 4..][..4], &want, 1e-6, 1e-5);
+        }
+    }
+}

@@ -14,8 +14,12 @@ use crate::q8::{add_scaled, add_scaled_4x4, add_scaled_nx4, dot, dot2x2};
 
 /// Heads one work item of an attention serves with each key it reads.
 const HEADS: usize = 16;
-/// From this many rows on, an attention gathers each kv head's keys and values first.
-const GATHER_ROWS: usize = 8;
+/// From this many rows on (a prefill chunk), an attention runs as two products per block of
+/// rows (`Rows::products`) instead of row by row.
+const PRODUCT_ROWS: usize = 8;
+/// Scores (f32) one task of `Rows::products` holds at a time (4 MiB): at a 4096-slot cache,
+/// 16 heads by 16 rows.
+const BLOCK_SCORES: usize = 1 << 20;
 /// Heads whose keys and values `attend_mla_up` widens from the latents together (the latents
 /// are packed once for them all).
 const UP_HEADS: usize = 16;
@@ -308,35 +312,6 @@ impl<'a> Kv<'a> {
     }
 }
 
-/// A copy of `kv`'s `rows` rows ordered kv head by kv head.
-struct HeadMajor {
-    data: Vec<f32>,
-    rows: usize,
-}
-
-/// `kv` read from its head-major copy, when it has one.
-fn through<'a>(kv: Kv<'a>, copy: &'a Option<HeadMajor>) -> Kv<'a> {
-    match copy {
-        Some(c) => Kv { data: &c.data, slot: kv.len, group: c.rows * kv.len, len: kv.len },
-        None => kv,
-    }
-}
-
-/// `kv`'s rows regrouped kv head by kv head, when it holds more than one kv head per row.
-fn head_major(kv: &Kv<'_>, rows: usize) -> Option<HeadMajor> {
-    if kv.group == 0 || kv.slot <= kv.len {
-        return None;
-    }
-    let groups = kv.slot / kv.group;
-    let mut data = Vec::with_capacity(groups * rows * kv.len);
-    for g in 0..groups {
-        for r in 0..rows {
-            data.extend_from_slice(kv.at(r, g));
-        }
-    }
-    Some(HeadMajor { data, rows })
-}
-
 /// Where one attended key sits: a cache slot, or a row of the chunk's own keys.
 #[derive(Clone, Copy)]
 enum Src {
@@ -466,7 +441,9 @@ fn weighted_sum<'v>(
 }
 
 /// Scores `scale · q·k` over the attended positions (`pos` is argument `pos_arg`), softmax in
-/// f32, weighted sum of values.
+/// f32, weighted sum of values: a chunk of at least `PRODUCT_ROWS` rows as products over blocks
+/// of rows (`Rows::products`), fewer rows (a decode step) row by row, each key and value read
+/// in place once for every head of a run.
 #[allow(clippy::too_many_arguments)]
 fn run(
     call: &Call<'_>,
@@ -483,6 +460,10 @@ fn run(
     let row_sources = row_sources(call, pos_arg, n, s, chunk.is_some())?;
     let dv = values.len;
     let reg = region(call.tiling(), &[n, h, dv], Axes::Only(1), 1)?;
+    if n >= PRODUCT_ROWS {
+        let a = Rows { q, n, h, dk, dv, s, per_group, keys, values, chunk, sources: &row_sources, scale };
+        return Ok(vec![SimTensor::f32(vec![n, h, dv], a.products(&reg.tiles)?)]);
+    }
     // Work items: a row and a run of at most HEADS heads of one tile sharing one kv head, so
     // each key and value read serves every head of the run; run-major, so the items a thread
     // takes in turn read the same kv head's keys and values (the whole cache may not fit in
@@ -496,18 +477,6 @@ fn run(
             j0 = j1;
         }
     }
-    // For a chunk of rows, each kv head's keys and values gathered together first: read in
-    // place, a kv head's key of every slot lies in its own page of a large cache and every
-    // row's reads missed the TLB. (One row reads each key once: a copy would not pay.)
-    let gather = |kv: &Kv<'_>, rows: usize| if n >= GATHER_ROWS { head_major(kv, rows) } else { None };
-    let copies = [
-        gather(&keys, s),
-        gather(&values, s),
-        chunk.and_then(|(k, _)| gather(&k, n)),
-        chunk.and_then(|(_, v)| gather(&v, n)),
-    ];
-    let (keys, values) = (through(keys, &copies[0]), through(values, &copies[1]));
-    let chunk = chunk.map(|(k, v)| (through(k, &copies[2]), through(v, &copies[3])));
     let (row_keys, row_values) = (chunk.as_ref().map(|c| &c.0), chunk.as_ref().map(|c| &c.1));
     let one = |&(r, j0, j1): &(usize, usize, usize)| -> Result<Vec<f32>, SimError> {
         let (srcs, kvh, heads) = (&row_sources[r], j0 / per_group, j1 - j0);
@@ -538,4 +507,112 @@ fn run(
         y[(r * h + j0) * dv..(r * h + j1) * dv].copy_from_slice(&o);
     }
     Ok(vec![SimTensor::f32(vec![n, h, dv], y)])
+}
+
+/// A chunk's attention (`run` of at least `PRODUCT_ROWS` rows): where its queries, keys and
+/// values sit and which entries each row reads.
+struct Rows<'a> {
+    q: &'a [f32],
+    n: usize,
+    h: usize,
+    dk: usize,
+    dv: usize,
+    /// Cache slots; the chunk's rows are entries `s..s + n`.
+    s: usize,
+    per_group: usize,
+    keys: Kv<'a>,
+    values: Kv<'a>,
+    chunk: Option<(Kv<'a>, Kv<'a>)>,
+    sources: &'a [Vec<(Src, f32)>],
+    scale: f32,
+}
+
+impl Rows<'_> {
+    /// Every head of the `tiles`, `[n, h, dv]` (the heads outside them 0): blocks of rows by
+    /// runs of at most `HEADS` heads sharing a kv head, in parallel. A block gathers the keys
+    /// and values of the entries its rows read (their union, in entry order: slots, then the
+    /// chunk's rows); the scores of every row and head against them are one product
+    /// (`matrixmultiply`); each row's softmax in f32 runs over the entries it reads, in reading
+    /// order, as row by row; an entry the row does not read weighs exactly 0; the weighted sum
+    /// of values is a second product.
+    fn products(&self, tiles: &[(usize, usize)]) -> Result<Vec<f32>, SimError> {
+        let entries = self.s + if self.chunk.is_some() { self.n } else { 0 };
+        let mut items: Vec<(usize, usize, usize, usize)> = Vec::new();
+        for &(a, b) in tiles {
+            let mut j0 = a;
+            while j0 < b {
+                let j1 = b.min((j0 / self.per_group + 1) * self.per_group).min(j0 + HEADS);
+                let block = (BLOCK_SCORES / ((j1 - j0) * entries).max(1)).max(1);
+                items.extend((0..self.n).step_by(block).map(|r0| (r0, self.n.min(r0 + block), j0, j1)));
+                j0 = j1;
+            }
+        }
+        let outs: Vec<Vec<f32>> = items.par_iter().map(|&item| self.block(item)).collect::<Result<_, _>>()?;
+        let mut y = vec![0.0f32; self.n * self.h * self.dv];
+        for (&(r0, r1, j0, j1), o) in items.iter().zip(outs) {
+            let g = j1 - j0;
+            for (r, row) in (r0..r1).zip(o.chunks_exact(g * self.dv)) {
+                y[(r * self.h + j0) * self.dv..(r * self.h + j1) * self.dv].copy_from_slice(row);
+            }
+        }
+        Ok(y)
+    }
+
+    /// Rows `r0..r1`, heads `j0..j1` (one kv head's): `[rows, heads, dv]`.
+    fn block(&self, (r0, r1, j0, j1): (usize, usize, usize, usize)) -> Result<Vec<f32>, SimError> {
+        let (g, kvh, dk, dv) = (j1 - j0, j0 / self.per_group, self.dk, self.dv);
+        let entry = |src: Src| match src {
+            Src::Slot(sl) => sl,
+            Src::Row(r) => self.s + r,
+        };
+        // The union of the rows' entries, in entry order, and each entry's place in it.
+        let mut place = vec![usize::MAX; self.s + self.n];
+        self.sources[r0..r1].iter().flatten().for_each(|&(src, _)| place[entry(src)] = 0);
+        let mut union = Vec::new();
+        for (e, at) in place.iter_mut().enumerate() {
+            if *at == 0 {
+                *at = union.len();
+                union.push(if e < self.s { Src::Slot(e) } else { Src::Row(e - self.s) });
+            }
+        }
+        let u = union.len();
+        let (row_keys, row_values) = (self.chunk.as_ref().map(|c| &c.0), self.chunk.as_ref().map(|c| &c.1));
+        let mut keys = Vec::with_capacity(u * dk);
+        let mut values = Vec::with_capacity(u * dv);
+        for &src in &union {
+            keys.extend_from_slice(read(&self.keys, row_keys, src, kvh)?);
+            values.extend_from_slice(read(&self.values, row_values, src, kvh)?);
+        }
+        let rows = r1 - r0;
+        let mut q = Vec::with_capacity(rows * g * dk);
+        for r in r0..r1 {
+            q.extend_from_slice(&self.q[(r * self.h + j0) * dk..(r * self.h + j1) * dk]);
+        }
+        let failed = || SimError::Invalid { message: "internal: a product of attend does not fit its buffers".into() };
+        let mut scores = vec![0.0f32; rows * g * u];
+        gemm(View::dense(&q, rows * g, dk), View::dense(&keys, u, dk).t(), &mut scores, u).ok_or_else(failed)?;
+        // Each (row, head)'s scores become its weights in place: the scaled scores of the
+        // entries it reads gathered in reading order, shifted by their maximum, their
+        // exponentials taken together (`map`: vectorised), times the entry's multiplicity,
+        // divided by the total; every other entry 0.
+        let (mut shifted, mut exps) = (Vec::new(), Vec::new());
+        for (rh, sc) in scores.chunks_exact_mut(u.max(1)).enumerate() {
+            let read = &self.sources[r0 + rh / g];
+            shifted.clear();
+            shifted.extend(read.iter().map(|&(src, _)| self.scale * sc[place[entry(src)]]));
+            let max = shifted.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            shifted.iter_mut().for_each(|x| *x -= max);
+            exps.resize(shifted.len(), 0.0);
+            super::elementwise::map(&mut exps, &shifted, &super::mathf::exp);
+            exps.iter_mut().zip(read).for_each(|(x, &(_, m))| *x *= m);
+            let total: f32 = exps.iter().sum();
+            sc.fill(0.0);
+            for (&(src, _), &x) in read.iter().zip(&exps) {
+                sc[place[entry(src)]] = x / total;
+            }
+        }
+        let mut out = vec![0.0f32; rows * g * dv];
+        gemm(View::dense(&scores, rows * g, u), View::dense(&values, u, dv), &mut out, dv).ok_or_else(failed)?;
+        Ok(out)
+    }
 }
