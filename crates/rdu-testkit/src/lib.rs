@@ -47,6 +47,8 @@ pub extern "C" fn keep_freed_memory() {
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 1);
         libc::mallopt(libc::M_MMAP_MAX, 0);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, libc::c_int::MAX);
+        // -1 (as glibc's size_t: the largest) turns trimming off; `c_int::MAX` would still trim
+        // a free top of more than 2 GiB, and a 27B preset's kind frees more than that.
+        libc::mallopt(libc::M_TRIM_THRESHOLD, -1);
     }
 }

@@ -109,29 +109,45 @@ fn compare(
 }
 
 /// [`compare`] of two results of one dtype, each value taken as f64 where it is read (a
-/// result may be a whole cache: no widened copies of it).
+/// result may be a whole cache: no widened copies of it). One pass of running maxima in
+/// `LANES` independent lanes (so it vectorises: `max` is exact in any order), a NaN difference
+/// remembered apart; the worst element's index is looked for only when it fails.
 fn worst_of<T: Copy + Into<f64>>(name: &str, got: &[T], want: &[T]) -> Result<(f64, f64), CertifyFault> {
-    let scale = want.iter().fold(1f64, |m, &v| m.max(v.into().abs()));
-    let bound = TOLERANCE * scale;
-    let mut worst = (0f64, 0usize);
-    for (i, (&a, &b)) in got.iter().zip(want).enumerate() {
-        let d = (a.into() - b.into()).abs();
-        if d > worst.0 || d.is_nan() {
-            worst = (d, i);
+    const LANES: usize = 8;
+    let (mut scale, mut worst, mut nan) = ([1f64; LANES], [0f64; LANES], [false; LANES]);
+    let (gs, wants) = (got.chunks_exact(LANES), want.chunks_exact(LANES));
+    let (g_rest, w_rest) = (gs.remainder(), wants.remainder());
+    for (g, w) in gs.zip(wants) {
+        for l in 0..LANES {
+            let (a, b): (f64, f64) = (g[l].into(), w[l].into());
+            let d = (a - b).abs();
+            scale[l] = scale[l].max(b.abs());
+            worst[l] = worst[l].max(d);
+            nan[l] |= d.is_nan();
         }
     }
-    if worst.0 > bound || worst.0.is_nan() {
-        let i = worst.1;
+    for (l, (&a, &b)) in g_rest.iter().zip(w_rest).enumerate() {
+        let (a, b): (f64, f64) = (a.into(), b.into());
+        scale[l] = scale[l].max(b.abs());
+        worst[l] = worst[l].max((a - b).abs());
+        nan[l] |= (a - b).is_nan();
+    }
+    let scale = scale.into_iter().fold(1f64, f64::max);
+    let worst = if nan.contains(&true) { f64::NAN } else { worst.into_iter().fold(0f64, f64::max) };
+    let bound = TOLERANCE * scale;
+    if worst > bound || worst.is_nan() {
+        let diff = |i: usize| (got[i].into() - want[i].into()).abs();
+        let i = (0..got.len().min(want.len())).find(|&i| diff(i).is_nan() || diff(i) == worst).unwrap_or_default();
         return Err(CertifyFault::Numbers {
             tensor: name.to_string(),
             index: i,
             got: got[i].into() as f32,
             want: want[i].into() as f32,
-            diff: worst.0,
+            diff: worst,
             bound,
         });
     }
-    Ok((worst.0, bound))
+    Ok((worst, bound))
 }
 
 /// Every structural fault of `program` against `graph` (the structure check, `structure.rs`,
@@ -184,5 +200,32 @@ mod tests {
         let want = Tensor::f32(vec![3], vec![0.0, 0.0, 0.0]);
         let two = SimTensor::f32(vec![3], vec![0.0, 0.5, -0.5]);
         assert!(matches!(compare("y", &two, &want).unwrap_err(), CertifyFault::Numbers { index: 1, .. }));
+    }
+
+    /// Past the first lanes' worth of elements: the largest value sets the scale wherever it is,
+    /// the worst element is found in any lane or in the remainder, and a NaN is always refused.
+    #[test]
+    fn the_worst_element_is_found_in_every_lane_and_a_nan_is_refused() {
+        let want: Vec<f32> = (0..37).map(|i| (i as f32 * 0.37).sin()).collect();
+        let mut big = want.clone();
+        big[21] = 400.0;
+        let same = SimTensor::f32(vec![37], big.clone());
+        assert_eq!(compare("y", &same, &Tensor::f32(vec![37], big.clone())).unwrap(), (0.0, TOLERANCE * 400.0));
+        for at in [0, 13, 21, 35] {
+            let mut got = want.clone();
+            got[at] += 0.25;
+            let fault = compare("y", &SimTensor::f32(vec![37], got), &Tensor::f32(vec![37], want.clone())).unwrap_err();
+            assert!(
+                matches!(fault, CertifyFault::Numbers { index, diff, .. } if index == at && (diff - 0.25).abs() < 1e-6),
+                "{fault}"
+            );
+            let mut got = want.clone();
+            got[at] = f32::NAN;
+            let fault = compare("y", &SimTensor::f32(vec![37], got), &Tensor::f32(vec![37], want.clone())).unwrap_err();
+            assert!(
+                matches!(fault, CertifyFault::Numbers { index, diff, .. } if index == at && diff.is_nan()),
+                "{fault}"
+            );
+        }
     }
 }

@@ -107,9 +107,8 @@ struct Attention<'a> {
     n: usize,
     heads: usize,
     dk: usize,
-    slots: usize,
-    /// The chunk's rows in the store (0 for a decode step).
-    chunk_rows: usize,
+    /// Entries in the store: the cache's slots, then the chunk's rows (none for a decode step).
+    entries: usize,
     kv_heads: usize,
     dv: usize,
     store: Store,
@@ -127,11 +126,12 @@ const UP_ENTRIES: usize = 256;
 /// position `t` is read from the chunk's row `j` when the chunk is given and `p_j = t` (the last
 /// such row), otherwise from slot `t mod S`; query head `j` uses kv head `j / (h/g)`.
 ///
-/// A block of rows at a time: the scores `q·k` of every query against every stored entry are
-/// one f64 product (`gemm`); each row's softmax (in f64) runs over the entries it reads, the
-/// others weigh exactly 0; the weighted sum of values is a second product. Blocks in parallel.
-fn attend_core(a: &Attention<'_>, pos: &Tensor, scale: f64, window: Option<usize>) -> Kernel {
-    let reads = row_reads(a.n, a.slots, a.chunk_rows, pos, window)?;
+/// A block of rows at a time: the scores `q·k` of every query against the entries the block's
+/// rows read (their union, in store order) are one f64 product (`gemm`); each row's softmax (in
+/// f64) runs over the entries it reads, the others weigh exactly 0; the weighted sum of values
+/// is a second product. Blocks in parallel.
+fn attend_core(a: &Attention<'_>, slots: usize, pos: &Tensor, scale: f64, window: Option<usize>) -> Kernel {
+    let reads = row_reads(a.n, slots, a.entries - slots, pos, window)?;
     attend_rows(a, &reads, scale)
 }
 
@@ -154,8 +154,7 @@ fn row_reads(
 /// [`attend_core`] with each row's entries (`reads`) given.
 fn attend_rows(a: &Attention<'_>, reads: &[Vec<usize>], scale: f64) -> Kernel {
     let q64 = gemm::widen(a.q);
-    let entries = a.slots + a.chunk_rows;
-    let block = (BLOCK_SCORES / (a.heads / a.kv_heads * entries).max(1)).max(1);
+    let block = (BLOCK_SCORES / (a.heads / a.kv_heads * a.entries).max(1)).max(1);
     let starts: Vec<usize> = (0..a.n).step_by(block).collect();
     let blocks: Vec<Vec<f32>> =
         starts.par_iter().map(|&i0| attend_block(a, &q64, i0, &reads[i0..a.n.min(i0 + block)], scale)).collect();
@@ -193,46 +192,48 @@ fn reads(
 
 /// Rows `i0..i0 + reads.len()` of [`attend_core`]: `h × dv` values each.
 fn attend_block(a: &Attention<'_>, q64: &[f64], i0: usize, reads: &[Vec<usize>], scale: f64) -> Vec<f32> {
-    let (rows, group, entries) = (reads.len(), a.heads / a.kv_heads, a.slots + a.chunk_rows);
+    let (rows, group) = (reads.len(), a.heads / a.kv_heads);
     let s = &a.store;
+    // The entries the rows read, in store order, and each one's place among them.
+    let mut place = vec![usize::MAX; a.entries];
+    reads.iter().flatten().for_each(|&e| place[e] = 0);
+    let mut union = Vec::new();
+    for (e, at) in place.iter_mut().enumerate() {
+        if *at == 0 {
+            *at = union.len();
+            union.push(e);
+        }
+    }
+    let u = union.len();
     let mut out = vec![0f32; rows * a.heads * a.dv];
     for kv in 0..a.kv_heads {
         // The query heads of kv head `kv`, row by row: `rows·group × dk`.
         let q: Vec<f64> =
             (0..rows).flat_map(|r| &q64[((i0 + r) * a.heads + kv * group) * a.dk..][..group * a.dk]).copied().collect();
-        let keys = View {
-            data: &s.keys,
-            offset: kv * s.key_stride,
-            rows: entries,
-            cols: a.dk,
-            row_stride: a.kv_heads * s.key_stride,
-            col_stride: 1,
-        };
-        let mut scores = vec![0f64; rows * group * entries];
-        gemm::gemm(View::dense(&q, rows * group, a.dk), keys.t(), &mut scores);
+        let keys: Vec<f64> =
+            union.iter().flat_map(|&e| &s.keys[(e * a.kv_heads + kv) * s.key_stride..][..a.dk]).copied().collect();
+        let mut scores = vec![0f64; rows * group * u];
+        gemm::gemm(View::dense(&q, rows * group, a.dk), View::dense(&keys, u, a.dk).t(), &mut scores);
         // Softmax weights (unnormalised) over the entries each row reads, and their totals.
-        let mut weights = vec![0f64; rows * group * entries];
+        let mut weights = vec![0f64; rows * group * u];
         let mut totals = vec![0f64; rows * group];
         for (r, read) in reads.iter().enumerate() {
             for h in 0..group {
-                let at = (r * group + h) * entries;
-                let (sc, w) = (&scores[at..at + entries], &mut weights[at..at + entries]);
-                let max = read.iter().map(|&e| scale * sc[e]).fold(f64::NEG_INFINITY, f64::max);
-                read.iter().for_each(|&e| w[e] = (scale * sc[e] - max).exp());
-                totals[r * group + h] = read.iter().map(|&e| w[e]).sum();
+                let at = (r * group + h) * u;
+                let (sc, w) = (&scores[at..at + u], &mut weights[at..at + u]);
+                let max = read.iter().map(|&e| scale * sc[place[e]]).fold(f64::NEG_INFINITY, f64::max);
+                read.iter().for_each(|&e| w[place[e]] = (scale * sc[place[e]] - max).exp());
+                totals[r * group + h] = read.iter().map(|&e| w[place[e]]).sum();
             }
         }
         // acc = weights · values, then divided by each head's total.
-        let values = View {
-            data: s.values(),
-            offset: kv * s.value_stride,
-            rows: entries,
-            cols: a.dv,
-            row_stride: a.kv_heads * s.value_stride,
-            col_stride: 1,
-        };
+        let values: Vec<f64> = union
+            .iter()
+            .flat_map(|&e| &s.values()[(e * a.kv_heads + kv) * s.value_stride..][..a.dv])
+            .copied()
+            .collect();
         let mut acc = vec![0f64; rows * group * a.dv];
-        gemm::gemm(View::dense(&weights, rows * group, entries), values, &mut acc);
+        gemm::gemm(View::dense(&weights, rows * group, u), View::dense(&values, u, a.dv), &mut acc);
         for (rh, total) in totals.iter().enumerate() {
             let (r, h) = (rh / group, rh % group);
             let dst = &mut out[(r * a.heads + kv * group + h) * a.dv..][..a.dv];
@@ -260,9 +261,9 @@ pub(super) fn attend(ins: &[&Tensor], scale: f64, window: Option<usize>) -> Kern
         value_stride: dv,
     };
     let n = q.shape()[0];
-    let chunk_rows = if chunk.is_some() { n } else { 0 };
-    let a = Attention { q: f32s(q)?, n, heads: q.shape()[1], dk, slots, chunk_rows, kv_heads, dv, store };
-    attend_core(&a, pos, scale, window)
+    let entries = slots + if chunk.is_some() { n } else { 0 };
+    let a = Attention { q: f32s(q)?, n, heads: q.shape()[1], dk, entries, kv_heads, dv, store };
+    attend_core(&a, slots, pos, scale, window)
 }
 
 /// `attend_mla(q [N, h, c], C [S, c], pos (, c [N, c]))`: one key per slot (or chunk row) for
@@ -276,10 +277,9 @@ pub(super) fn attend_mla(ins: &[&Tensor], scale: f64, latent: usize, window: Opt
     let (slots, width) = (c.shape()[0], c.shape()[1]);
     let store = Store { keys: Store::widen(f32s(c)?, chunk), key_stride: width, values: None, value_stride: width };
     let n = q.shape()[0];
-    let chunk_rows = if chunk.is_some() { n } else { 0 };
-    let a =
-        Attention { q: f32s(q)?, n, heads: q.shape()[1], dk: width, slots, chunk_rows, kv_heads: 1, dv: latent, store };
-    attend_core(&a, pos, scale, window)
+    let entries = slots + if chunk.is_some() { n } else { 0 };
+    let a = Attention { q: f32s(q)?, n, heads: q.shape()[1], dk: width, entries, kv_heads: 1, dv: latent, store };
+    attend_core(&a, slots, pos, scale, window)
 }
 
 /// `attend_mla_up(q [N, h, dq], C [S, c], Wk [h, dk, L], Wv [h, dv, L], pos (, c [N, c]))`: latent
@@ -297,8 +297,27 @@ pub(super) fn attend_mla_up(ins: &[&Tensor], scale: f64, latent: usize, window: 
     let (n, heads, dq) = (q.shape()[0], q.shape()[1], q.shape()[2]);
     let (slots, width) = (c.shape()[0], c.shape()[1]);
     let (dk, dv, rope) = (wk.shape()[1], wv.shape()[1], width - latent);
-    let entries = Store::widen(f32s(c)?, chunk);
-    let e = entries.len() / width;
+    let chunk_rows = if chunk.is_some() { n } else { 0 };
+    // Every head reads the same entries: worked out once, and only the entries some row reads
+    // (not a cache slot whose position the chunk holds) are widened, renumbered in store order.
+    let mut reads = row_reads(n, slots, chunk_rows, pos, window)?;
+    let mut place = vec![usize::MAX; slots + chunk_rows];
+    reads.iter().flatten().for_each(|&x| place[x] = 0);
+    let mut used = Vec::new();
+    for (x, at) in place.iter_mut().enumerate() {
+        if *at == 0 {
+            *at = used.len();
+            used.push(x);
+        }
+    }
+    reads.iter_mut().flatten().for_each(|x| *x = place[*x]);
+    let (cache, rows) = (f32s(c)?, chunk.unwrap_or_default());
+    let entries: Vec<f64> = used
+        .iter()
+        .flat_map(|&x| if x < slots { &cache[x * width..][..width] } else { &rows[(x - slots) * width..][..width] })
+        .map(|&v| f64::from(v))
+        .collect();
+    let e = used.len();
     let (qv, wk, wv) = (f32s(q)?, gemm::widen(f32s(wk)?), gemm::widen(f32s(wv)?));
     let lat = View { data: &entries, offset: 0, rows: e, cols: latent, row_stride: width, col_stride: 1 };
     // Every entry's latent through the up-projection rows of heads `j0..j0 + g` (`[e, g·rows]`),
@@ -312,9 +331,6 @@ pub(super) fn attend_mla_up(ins: &[&Tensor], scale: f64, latent: usize, window: 
         });
         out
     };
-    let chunk_rows = if chunk.is_some() { n } else { 0 };
-    // Every head reads the same entries: worked out once.
-    let reads = row_reads(n, slots, chunk_rows, pos, window)?;
     let mut outs: Vec<Vec<f32>> = Vec::with_capacity(heads);
     for j0 in (0..heads).step_by(UP_HEADS) {
         let g = (heads - j0).min(UP_HEADS);
@@ -328,7 +344,7 @@ pub(super) fn attend_mla_up(ins: &[&Tensor], scale: f64, latent: usize, window: 
             let values: Vec<f64> = (0..e).flat_map(|x| &values[(x * g + i) * dv..][..dv]).copied().collect();
             let qj: Vec<f32> = (0..n).flat_map(|r| &qv[(r * heads + j0 + i) * dq..][..dq]).copied().collect();
             let store = Store { keys, key_stride: dq, values: Some(values), value_stride: dv };
-            let a = Attention { q: &qj, n, heads: 1, dk: dq, slots, chunk_rows, kv_heads: 1, dv, store };
+            let a = Attention { q: &qj, n, heads: 1, dk: dq, entries: e, kv_heads: 1, dv, store };
             Ok(f32s(&attend_rows(&a, &reads, scale)?[0])?.to_vec())
         };
         outs.extend((0..g).into_par_iter().map(head).collect::<Result<Vec<_>, _>>()?);
