@@ -303,6 +303,10 @@ impl Bindings for Inputs {
         }
         Bindings::tensor(self, name)?.slice0(index).map(Arc::new)
     }
+
+    fn q8(&self, name: &str) -> Option<&Q8Weight> {
+        self.q8.get(name).map(|(_, w)| w)
+    }
 }
 
 impl SimBindings for Inputs {

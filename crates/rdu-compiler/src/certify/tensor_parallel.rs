@@ -45,9 +45,18 @@ pub fn certify_tp(
                         group.abort(&message);
                         CertifyFault::Engine { engine: "simulator", message: format!("chip {c}: {message}") }
                     };
-                    let env = ChipInputs::new(inputs, program, splits, c).map_err(fail)?;
-                    let mut states = BTreeMap::new();
-                    let outputs = simulate_chip(program, &env, &mut states, false, group, c)
+                    let mut env = ChipInputs::new(inputs, program, splits, c).map_err(fail)?;
+                    // The chip's slices of its f32 states are its own copies: handed over by
+                    // value, so an update (a cache's rows) writes them in place, not into a
+                    // clone. (A bf16 state stays bound: its seeded values are not all bf16
+                    // values, and the simulator rounds a bound state only when it is written.)
+                    let mut states: BTreeMap<String, SimTensor> = program
+                        .tensors
+                        .iter()
+                        .filter(|t| t.role == Role::State && t.storage != Storage::Bf16)
+                        .filter_map(|t| env.dense.remove(&t.name).map(|v| (t.name.clone(), v)))
+                        .collect();
+                    let outputs = simulate_chip(program, &env, &mut states, true, group, c)
                         .map_err(|e| CertifyFault::Engine { engine: "simulator", message: format!("chip {c}: {e}") })?;
                     Ok((outputs, states))
                 })

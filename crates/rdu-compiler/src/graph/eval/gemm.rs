@@ -11,6 +11,8 @@
 //! result is rounded to f32.
 
 use rayon::prelude::*;
+use rdu_spatial::q8::{dequant_block, Q8Block, QK8_0};
+use std::borrow::Cow;
 
 /// A row-major f64 matrix view: `rows × cols` elements at `data[offset + r·row_stride + c·col_stride]`.
 pub(super) type View<'a> = rdu_spatial::view::View<'a, f64>;
@@ -62,6 +64,34 @@ pub(super) fn widen(v: &[f32]) -> Vec<f64> {
     v.iter().map(|&x| f64::from(x)).collect()
 }
 
+/// The weight rows of a `linear`, `k` values each: f32 values, or Q8_0 blocks (`k / 32` a row)
+/// read as their exact values `d·q` a block of rows at a time — the whole weight is never
+/// held as f32.
+#[derive(Clone, Copy)]
+pub(super) enum Weights<'a> {
+    F32(&'a [f32]),
+    Q8(&'a [Q8Block]),
+}
+
+impl<'a> Weights<'a> {
+    /// Rows `j0..j1` as f32 values.
+    fn rows(self, j0: usize, j1: usize, k: usize) -> Cow<'a, [f32]> {
+        match self {
+            Weights::F32(w) => Cow::Borrowed(&w[j0 * k..j1 * k]),
+            Weights::Q8(blocks) => {
+                let per_row = k / QK8_0;
+                let mut values = vec![0f32; (j1 - j0) * k];
+                for (out, block) in
+                    values.as_chunks_mut::<QK8_0>().0.iter_mut().zip(&blocks[j0 * per_row..j1 * per_row])
+                {
+                    dequant_block(block, out);
+                }
+                Cow::Owned(values)
+            }
+        }
+    }
+}
+
 /// At most this many rows (a decode step, a small batch), [`linear_f32`] takes each dot
 /// product directly from the f32 weights: `gemm` would widen every weight row to f64 for a
 /// product that reads it a few times. Measured on a 2-core Zen 1 (`[n × 5120] · [5120 ×
@@ -82,19 +112,20 @@ const STEP: usize = 512;
 /// column (the same sums in the same order): parallel over blocks of weight rows, each block
 /// stepping through the inputs and taking two activation rows and two weight rows at a time,
 /// so that every value loaded serves two sums.
-fn few_rows(x64: &[f64], n: usize, w: &[f32], k: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+fn few_rows(x64: &[f64], n: usize, w: Weights<'_>, k: usize, bias: Option<&[f32]>, y: &mut [f32]) {
     let o = y.len() / n.max(1);
     let starts: Vec<usize> = (0..o).step_by(BLOCK_ROWS).collect();
     let blocks: Vec<Vec<f64>> = starts
         .into_par_iter()
         .map(|j0| {
             let rows = BLOCK_ROWS.min(o - j0);
+            let w = w.rows(j0, j0 + rows, k);
             // sums[jj·n + r]: the running sums of row r of x with weight row j0 + jj.
             let mut sums = vec![[0f64; LANES]; rows * n];
             for k0 in (0..k).step_by(STEP) {
                 let k1 = (k0 + STEP).min(k);
                 let x = |r: usize| &x64[r * k + k0..r * k + k1];
-                let wr = |jj: usize| &w[(j0 + jj) * k + k0..(j0 + jj) * k + k1];
+                let wr = |jj: usize| &w[jj * k + k0..jj * k + k1];
                 let mut r = 0;
                 while r < n {
                     let mut jj = 0;
@@ -281,7 +312,7 @@ const BLOCK_BYTES: usize = 1 << 25;
 /// `y = x Wᵀ (+ b)` for `x [n × k]`, `W [o × k]` (f32, row-major): each element the f64 sum
 /// of its products (plus the bias, in f64), rounded to f32. Parallel over blocks of output
 /// columns; each block's weight rows are widened once and multiplied with every row of `x`.
-pub(super) fn linear_f32(x: &[f32], n: usize, w: &[f32], o: usize, k: usize, bias: Option<&[f32]>) -> Vec<f32> {
+pub(super) fn linear_f32(x: &[f32], n: usize, w: Weights<'_>, o: usize, k: usize, bias: Option<&[f32]>) -> Vec<f32> {
     let mut y = vec![0f32; n * o];
     if n == 0 || o == 0 {
         return y;
@@ -297,7 +328,7 @@ pub(super) fn linear_f32(x: &[f32], n: usize, w: &[f32], o: usize, k: usize, bia
 
 /// `y = x Wᵀ (+ b)` through [`gemm`]: blocks of weight rows widened and multiplied with every
 /// row of `x`, blocks in parallel.
-fn many_rows(x64: &[f64], n: usize, w: &[f32], k: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+fn many_rows(x64: &[f64], n: usize, w: Weights<'_>, k: usize, bias: Option<&[f32]>, y: &mut [f32]) {
     let o = y.len() / n.max(1);
     // As many columns as rows of `x` (packing `x` then costs no more than packing the block;
     // few rows keep the block small enough to stay in cache), at most BLOCK_BYTES of widened
@@ -310,7 +341,7 @@ fn many_rows(x64: &[f64], n: usize, w: &[f32], k: usize, bias: Option<&[f32]>, y
         .into_par_iter()
         .map(|j0| {
             let cols = columns.min(o - j0);
-            let w64 = widen(&w[j0 * k..(j0 + cols) * k]);
+            let w64 = widen(&w.rows(j0, j0 + cols, k));
             // c [cols × n] = W_block · xᵀ.
             let mut c = vec![0f64; cols * n];
             gemm(View::dense(&w64, cols, k), View::dense(x64, n, k).t(), &mut c);
@@ -347,7 +378,7 @@ mod tests {
             let (x, w, b) = operands(n, o, k);
             let x64 = widen(&x);
             let mut y = vec![0f32; n * o];
-            few_rows(&x64, n, &w, k, Some(&b), &mut y);
+            few_rows(&x64, n, Weights::F32(&w), k, Some(&b), &mut y);
             for r in 0..n {
                 for j in 0..o {
                     let want = (dot_f64(&x64[r * k..(r + 1) * k], &w[j * k..(j + 1) * k]) + f64::from(b[j])) as f32;
@@ -367,7 +398,7 @@ mod tests {
             let (x, w, b) = operands(n, o, k);
             let x64 = widen(&x);
             let mut y = vec![f32::NAN; n * o];
-            many_rows(&x64, n, &w, k, Some(&b), &mut y);
+            many_rows(&x64, n, Weights::F32(&w), k, Some(&b), &mut y);
             for r in 0..n {
                 for j in 0..o {
                     let (xr, wj) = (&x64[r * k..(r + 1) * k], &w[j * k..(j + 1) * k]);

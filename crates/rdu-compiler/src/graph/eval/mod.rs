@@ -30,6 +30,12 @@ pub trait Bindings {
     fn slice0(&self, name: &str, index: usize) -> Option<Arc<Tensor>> {
         self.tensor(name)?.slice0(index).map(Arc::new)
     }
+    /// The weight `name` as Q8_0 blocks, when it is stored so: a `linear` that reads it (before
+    /// anything reads it whole) takes its exact values a block of rows at a time, never the
+    /// whole f32 tensor [`Bindings::tensor`] would make.
+    fn q8(&self, _name: &str) -> Option<&rdu_spatial::q8::Q8Weight> {
+        None
+    }
 }
 
 impl Bindings for BTreeMap<String, Tensor> {
@@ -158,7 +164,7 @@ struct Run<'g> {
     values: Vec<Option<Arc<Tensor>>>,
 }
 
-impl Run<'_> {
+impl<'g> Run<'g> {
     /// The tensor of `v`, fetching a declared tensor from the bindings on first use.
     fn get(&mut self, v: ValueId) -> Result<Arc<Tensor>, EvalError> {
         if let Some(t) = &self.values[v.index()] {
@@ -208,20 +214,41 @@ impl Run<'_> {
         Ok(row)
     }
 
+    /// The Q8_0 blocks of a `linear`'s weight, when the bindings store it so, nothing has read
+    /// it whole yet, and its shape is the graph's, rows of whole blocks.
+    fn q8_weight(&self, node: &Node) -> Option<&'g rdu_spatial::q8::Q8Weight> {
+        let (Op::Linear, Some(&w)) = (&node.op, node.inputs.get(1)) else { return None };
+        let value = self.graph.value(w);
+        if self.values[w.index()].is_some() || !matches!(value.origin, Origin::Decl(_)) {
+            return None;
+        }
+        let q8 = self.env.q8(&value.name)?;
+        let fits = value.ty.dtype == super::DType::F32
+            && q8.shape == value.ty.shape
+            && value.ty.shape.len() == 2
+            && value.ty.shape[1] % rdu_spatial::q8::QK8_0 == 0;
+        fits.then_some(q8)
+    }
+
     fn node<'t>(
         &mut self,
         node: &Node,
         routes: &dyn Fn(&str) -> Option<&'t [i32]>,
         band: f32,
     ) -> Result<Vec<Tensor>, EvalError> {
-        // `experts` reads its stacked weights row by row; every other op reads whole tensors.
+        // `experts` reads its stacked weights row by row; every other op reads whole tensors,
+        // but a `linear`'s weight bound as Q8_0 blocks and not yet read whole is read in place.
         let eager = if matches!(node.op, Op::Experts { .. }) { 3 } else { node.inputs.len() };
+        let q8 = self.q8_weight(node);
         let mut args = Vec::with_capacity(eager);
-        for &v in &node.inputs[..eager] {
-            args.push(self.get(v)?);
+        for (i, &v) in node.inputs[..eager].iter().enumerate() {
+            if q8.is_none() || i != 1 {
+                args.push(self.get(v)?);
+            }
         }
         let ins: Vec<&Tensor> = args.iter().map(|a| a.as_ref()).collect();
         let result = match &node.op {
+            Op::Linear if q8.is_some() => products::linear_q8(ins[0], q8.expect("checked"), ins.get(1).copied()),
             Op::Experts { act } => {
                 let weights = [node.inputs[3], node.inputs[4], node.inputs[5]];
                 let n_experts = self.graph.ty(weights[0]).shape[0];

@@ -2,7 +2,7 @@
 //! row's chosen experts, fetched one stacked-weight row at a time).
 
 use super::elementwise::{gelu_tanh, silu};
-use super::gemm::linear_f32;
+use super::gemm::{linear_f32, Weights};
 use super::{f32s, i32s, out, Kernel};
 use crate::graph::{Act, Tensor};
 use std::collections::BTreeMap;
@@ -121,8 +121,8 @@ pub(super) fn experts(ins: &[&Tensor], act: Act, n_experts: usize, rows: &mut Ro
         let xe: Vec<f32> = who.iter().flat_map(|&(r, _)| &xs[r * d..(r + 1) * d]).copied().collect();
         let m = who.len();
         // h = act(Wg x) ⊙ (Wu x), each product rounded to f32 as a `linear` would be.
-        let gate = linear_f32(&xe, m, wg, hidden, d, None);
-        let up = linear_f32(&xe, m, wu, hidden, d, None);
+        let gate = linear_f32(&xe, m, Weights::F32(wg), hidden, d, None);
+        let up = linear_f32(&xe, m, Weights::F32(wu), hidden, d, None);
         let h: Vec<f32> = gate
             .iter()
             .zip(&up)
@@ -134,7 +134,7 @@ pub(super) fn experts(ins: &[&Tensor], act: Act, n_experts: usize, rows: &mut Ro
                 a * u
             })
             .collect();
-        let ye = linear_f32(&h, m, wd, d, hidden, None);
+        let ye = linear_f32(&h, m, Weights::F32(wd), d, hidden, None);
         for (u, &(r, c)) in who.iter().enumerate() {
             down[(r * k + c) * d..][..d].copy_from_slice(&ye[u * d..(u + 1) * d]);
         }

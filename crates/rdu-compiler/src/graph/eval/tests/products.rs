@@ -76,3 +76,46 @@ fn a_chunk_attends_as_its_rows_do_one_at_a_time() {
         }
     }
 }
+
+/// Bindings that hold the weight `W` only as Q8_0 blocks: `tensor("W")` is unbound, so a
+/// `linear` that evaluates at all read the blocks in place.
+struct BlocksOnly {
+    dense: std::collections::BTreeMap<String, Tensor>,
+    w: rdu_spatial::q8::Q8Weight,
+}
+
+impl crate::graph::Bindings for BlocksOnly {
+    fn tensor(&self, name: &str) -> Option<std::sync::Arc<Tensor>> {
+        self.dense.get(name).cloned().map(std::sync::Arc::new)
+    }
+    fn q8(&self, name: &str) -> Option<&rdu_spatial::q8::Q8Weight> {
+        (name == "W").then_some(&self.w)
+    }
+}
+
+/// A `linear` whose weight is bound as Q8_0 blocks gives, bit for bit, what it gives over the
+/// blocks' exact values as an f32 tensor — few rows (the direct sums) and many (the `gemm`
+/// path), across blocks of weight rows — without the f32 tensor ever being asked for.
+#[test]
+fn linear_over_q8_blocks_is_linear_over_their_values() {
+    use crate::graph::{eval, Declaration, Graph, Type};
+    use crate::lang::ast::{DeclKind, Span};
+    let (o, k) = (70, 96);
+    let w = rdu_spatial::q8::quantize_q8_0(noise(&[o, k], 11).as_f32().unwrap(), &[o, k]).unwrap();
+    let values: Vec<f32> = w.blocks.iter().flat_map(|b| b.dequantize()).collect();
+    for n in [1, 3, 37] {
+        let mut g = Graph::new();
+        let x = g.declare("x", Type::f32(&[n, k]), Declaration::of(DeclKind::Input));
+        let wv = g.declare("W", Type::f32(&[o, k]), Declaration::of(DeclKind::Weight));
+        let b = g.declare("b", Type::f32(&[o]), Declaration::of(DeclKind::Weight));
+        let y = g.push(Op::Linear, &[x, wv, b], &["y"], 0, Span::default()).unwrap()[0];
+        g.output("y", y);
+        let dense: std::collections::BTreeMap<String, Tensor> =
+            [("x".to_string(), noise(&[n, k], 12)), ("b".to_string(), noise(&[o], 13))].into();
+        let mut whole = dense.clone();
+        whole.insert("W".into(), Tensor::f32(vec![o, k], values.clone()));
+        let want = eval(&g, &whole).unwrap().outputs["y"].clone();
+        let got = eval(&g, &BlocksOnly { dense, w: w.clone() }).unwrap().outputs["y"].clone();
+        assert_eq!(got, want, "{n} rows");
+    }
+}
