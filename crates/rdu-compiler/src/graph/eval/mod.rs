@@ -226,7 +226,7 @@ impl<'g> Run<'g> {
         let fits = value.ty.dtype == super::DType::F32
             && q8.shape == value.ty.shape
             && value.ty.shape.len() == 2
-            && value.ty.shape[1] % rdu_spatial::q8::QK8_0 == 0;
+            && value.ty.shape[1].is_multiple_of(rdu_spatial::q8::QK8_0);
         fits.then_some(q8)
     }
 

@@ -16,7 +16,7 @@ pub(super) fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Kernel {
 /// its exact values a block of rows at a time: the same products as the dequantised weight's.
 pub(super) fn linear_q8(x: &Tensor, w: &Q8Weight, b: Option<&Tensor>) -> Kernel {
     let (o, width) = (w.shape[0], x.shape()[1]);
-    if w.shape != [o, width] || width % QK8_0 != 0 || w.blocks.len() != o * width / QK8_0 {
+    if w.shape != [o, width] || !width.is_multiple_of(QK8_0) || w.blocks.len() != o * width / QK8_0 {
         return Err(format!("a Q8_0 weight {:?} cannot multiply rows of {width}", w.shape));
     }
     linear_of(x, gemm::Weights::Q8(&w.blocks), o, width, b)
