@@ -38,9 +38,27 @@ impl<'a, T> View<'a, T> {
     }
 }
 
+/// The `parts` one after another, `len` values in all (a hint): a slice at a time, as
+/// `memcpy` does it — `flat_map(..).copied()` copies value by value, unvectorised.
+pub fn gather<'a, T: Copy + 'a>(len: usize, parts: impl IntoIterator<Item = &'a [T]>) -> Vec<T> {
+    let mut out = Vec::with_capacity(len);
+    for part in parts {
+        out.extend_from_slice(part);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
-    use super::View;
+    use super::{gather, View};
+
+    #[test]
+    fn gather_puts_the_parts_one_after_another() {
+        let data = [1, 2, 3, 4, 5, 6];
+        assert_eq!(gather(4, [&data[4..], &data[..2]]), [5, 6, 1, 2]);
+        assert_eq!(gather(0, [&data[..3], &data[..0], &data[5..]]), [1, 2, 3, 6]);
+        assert!(gather::<u8>(3, []).is_empty());
+    }
 
     #[test]
     fn a_view_reaching_past_its_data_is_out_of_bounds() {

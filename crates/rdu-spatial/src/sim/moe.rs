@@ -94,7 +94,7 @@ pub(super) fn experts(call: &Call<'_>) -> Outs {
     for (&e, who) in &users {
         let (sg, su, sd) = (fetch(call, 3, e, per)?, fetch(call, 4, e, per)?, fetch(call, 5, e, per)?);
         let m = who.len();
-        let xs: Vec<f32> = who.iter().flat_map(|&(r, _)| &x[r * d..(r + 1) * d]).copied().collect();
+        let xs = crate::view::gather(who.len() * d, who.iter().map(|&(r, _)| &x[r * d..(r + 1) * d]));
         let gate = products(rows(&sg, d)?, &xs, m, &[(0, hid)]);
         let up = products(rows(&su, d)?, &xs, m, &[(0, hid)]);
         let mut h = vec![0.0f32; m * hid];

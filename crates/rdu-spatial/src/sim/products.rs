@@ -70,7 +70,7 @@ pub(super) fn linear_heads(call: &Call<'_>) -> Outs {
     let reg = region(call.tiling(), &[n, h, out], Axes::Only(1), 1)?;
     let heads: Vec<usize> = reg.tiles.iter().flat_map(|&(s, e)| s..e).collect();
     let head = |&j: &usize| -> Result<Vec<f32>, SimError> {
-        let xs: Vec<f32> = (0..n).flat_map(|r| &x[(r * h + j) * inp..(r * h + j + 1) * inp]).copied().collect();
+        let xs = crate::view::gather(n * inp, (0..n).map(|r| &x[(r * h + j) * inp..(r * h + j + 1) * inp]));
         Ok(products(rows_of(w, j * out, out)?, &xs, n, &[(0, out)]))
     };
     let per_head: Vec<Vec<f32>> = if n * h * out * inp >= 1 << 16 {

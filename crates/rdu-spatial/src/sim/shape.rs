@@ -40,7 +40,7 @@ fn range(t: &SimTensor, axis: usize, start: usize, len: usize) -> SimTensor {
     let mut shape = t.shape.clone();
     shape[axis] = len;
     let runs = (0..outer).map(|o| (o * dim + start) * inner..(o * dim + start + len) * inner);
-    SimTensor { shape, data: gather_runs(&t.data, runs) }
+    SimTensor { shape, data: gather_runs(&t.data, outer * len * inner, runs) }
 }
 
 /// `shard(x)`: this chip's part of `x` along `axis` — of `chips` equal parts, chip `c` takes
@@ -150,9 +150,9 @@ pub(super) fn dequant(call: &Call<'_>) -> Outs {
     }
 }
 
-fn gather_runs(data: &SimData, runs: impl Iterator<Item = std::ops::Range<usize>>) -> SimData {
+fn gather_runs(data: &SimData, total: usize, runs: impl Iterator<Item = std::ops::Range<usize>>) -> SimData {
     match data {
-        SimData::F32(v) => SimData::F32(runs.flat_map(|r| v[r].iter().copied()).collect()),
-        SimData::I32(v) => SimData::I32(runs.flat_map(|r| v[r].iter().copied()).collect()),
+        SimData::F32(v) => SimData::F32(crate::view::gather(total, runs.map(|r| &v[r]))),
+        SimData::I32(v) => SimData::I32(crate::view::gather(total, runs.map(|r| &v[r]))),
     }
 }

@@ -5,6 +5,7 @@ use super::gemm::{self, View};
 use super::{f32s, i32s, out, Kernel};
 use crate::graph::{numel, Data, RopeStyle, Tensor};
 use rayon::prelude::*;
+use rdu_spatial::view::gather;
 use std::collections::BTreeMap;
 
 /// The position of each of `n` rows: `pos + i` for a scalar `pos`, `pos[i]` for a vector.
@@ -208,30 +209,32 @@ fn attend_block(a: &Attention<'_>, q64: &[f64], i0: usize, reads: &[Vec<usize>],
     let mut out = vec![0f32; rows * a.heads * a.dv];
     for kv in 0..a.kv_heads {
         // The query heads of kv head `kv`, row by row: `rows·group × dk`.
-        let q: Vec<f64> =
-            (0..rows).flat_map(|r| &q64[((i0 + r) * a.heads + kv * group) * a.dk..][..group * a.dk]).copied().collect();
-        let keys: Vec<f64> =
-            union.iter().flat_map(|&e| &s.keys[(e * a.kv_heads + kv) * s.key_stride..][..a.dk]).copied().collect();
+        let q = gather(
+            rows * group * a.dk,
+            (0..rows).map(|r| &q64[((i0 + r) * a.heads + kv * group) * a.dk..][..group * a.dk]),
+        );
+        let keys = gather(u * a.dk, union.iter().map(|&e| &s.keys[(e * a.kv_heads + kv) * s.key_stride..][..a.dk]));
         let mut scores = vec![0f64; rows * group * u];
         gemm::gemm(View::dense(&q, rows * group, a.dk), View::dense(&keys, u, a.dk).t(), &mut scores);
-        // Softmax weights (unnormalised) over the entries each row reads, and their totals.
-        let mut weights = vec![0f64; rows * group * u];
+        // Softmax weights (unnormalised) over the entries each row reads, and their totals: each
+        // row of scores becomes its weights in place, 0 at the entries it does not read.
         let mut totals = vec![0f64; rows * group];
+        let mut exps = Vec::new();
         for (r, read) in reads.iter().enumerate() {
             for h in 0..group {
-                let at = (r * group + h) * u;
-                let (sc, w) = (&scores[at..at + u], &mut weights[at..at + u]);
-                let max = read.iter().map(|&e| scale * sc[place[e]]).fold(f64::NEG_INFINITY, f64::max);
-                read.iter().for_each(|&e| w[place[e]] = (scale * sc[place[e]] - max).exp());
-                totals[r * group + h] = read.iter().map(|&e| w[place[e]]).sum();
+                let w = &mut scores[(r * group + h) * u..][..u];
+                let max = read.iter().map(|&e| scale * w[place[e]]).fold(f64::NEG_INFINITY, f64::max);
+                exps.clear();
+                exps.extend(read.iter().map(|&e| (scale * w[place[e]] - max).exp()));
+                w.fill(0.0);
+                read.iter().zip(&exps).for_each(|(&e, &x)| w[place[e]] = x);
+                totals[r * group + h] = exps.iter().sum();
             }
         }
+        let weights = scores;
         // acc = weights · values, then divided by each head's total.
-        let values: Vec<f64> = union
-            .iter()
-            .flat_map(|&e| &s.values()[(e * a.kv_heads + kv) * s.value_stride..][..a.dv])
-            .copied()
-            .collect();
+        let values =
+            gather(u * a.dv, union.iter().map(|&e| &s.values()[(e * a.kv_heads + kv) * s.value_stride..][..a.dv]));
         let mut acc = vec![0f64; rows * group * a.dv];
         gemm::gemm(View::dense(&weights, rows * group, u), View::dense(&values, u, a.dv), &mut acc);
         for (rh, total) in totals.iter().enumerate() {
@@ -312,11 +315,11 @@ pub(super) fn attend_mla_up(ins: &[&Tensor], scale: f64, latent: usize, window: 
     }
     reads.iter_mut().flatten().for_each(|x| *x = place[*x]);
     let (cache, rows) = (f32s(c)?, chunk.unwrap_or_default());
-    let entries: Vec<f64> = used
-        .iter()
-        .flat_map(|&x| if x < slots { &cache[x * width..][..width] } else { &rows[(x - slots) * width..][..width] })
-        .map(|&v| f64::from(v))
-        .collect();
+    let mut entries: Vec<f64> = Vec::with_capacity(used.len() * width);
+    for &x in &used {
+        let entry = if x < slots { &cache[x * width..][..width] } else { &rows[(x - slots) * width..][..width] };
+        entries.extend(entry.iter().map(|&v| f64::from(v)));
+    }
     let e = used.len();
     let (qv, wk, wv) = (f32s(q)?, gemm::widen(f32s(wk)?), gemm::widen(f32s(wv)?));
     let lat = View { data: &entries, offset: 0, rows: e, cols: latent, row_stride: width, col_stride: 1 };
@@ -336,13 +339,12 @@ pub(super) fn attend_mla_up(ins: &[&Tensor], scale: f64, latent: usize, window: 
         let g = (heads - j0).min(UP_HEADS);
         let (nopes, values) = (widen(&wk, dk, j0, g), widen(&wv, dv, j0, g));
         let head = |i: usize| -> Result<Vec<f32>, String> {
-            let keys: Vec<f64> = (0..e)
-                .flat_map(|x| {
-                    nopes[(x * g + i) * dk..][..dk].iter().chain(&entries[x * width + latent..][..rope]).copied()
-                })
-                .collect();
-            let values: Vec<f64> = (0..e).flat_map(|x| &values[(x * g + i) * dv..][..dv]).copied().collect();
-            let qj: Vec<f32> = (0..n).flat_map(|r| &qv[(r * heads + j0 + i) * dq..][..dq]).copied().collect();
+            let keys = gather(
+                e * dq,
+                (0..e).flat_map(|x| [&nopes[(x * g + i) * dk..][..dk], &entries[x * width + latent..][..rope]]),
+            );
+            let values = gather(e * dv, (0..e).map(|x| &values[(x * g + i) * dv..][..dv]));
+            let qj = gather(n * dq, (0..n).map(|r| &qv[(r * heads + j0 + i) * dq..][..dq]));
             let store = Store { keys, key_stride: dq, values: Some(values), value_stride: dv };
             let a = Attention { q: &qj, n, heads: 1, dk: dq, entries: e, kv_heads: 1, dv, store };
             Ok(f32s(&attend_rows(&a, &reads, scale)?[0])?.to_vec())

@@ -118,7 +118,7 @@ pub(super) fn experts(ins: &[&Tensor], act: Act, n_experts: usize, rows: &mut Ro
         let hidden = wg.shape()[0];
         let (wg, wu, wd) = (f32s(&wg)?, f32s(&wu)?, f32s(&wd)?);
         // The rows that chose expert e, stacked.
-        let xe: Vec<f32> = who.iter().flat_map(|&(r, _)| &xs[r * d..(r + 1) * d]).copied().collect();
+        let xe = rdu_spatial::view::gather(who.len() * d, who.iter().map(|&(r, _)| &xs[r * d..(r + 1) * d]));
         let m = who.len();
         // h = act(Wg x) ⊙ (Wu x), each product rounded to f32 as a `linear` would be.
         let gate = linear_f32(&xe, m, Weights::F32(wg), hidden, d, None);
