@@ -90,6 +90,21 @@ impl<'a> Weights<'a> {
             }
         }
     }
+
+    /// Rows `j0..j1` widened to f64 (a Q8_0 value `d·q` is exact in f32, then in f64).
+    fn rows_f64(self, j0: usize, j1: usize, k: usize) -> Vec<f64> {
+        match self {
+            Weights::F32(w) => widen(&w[j0 * k..j1 * k]),
+            Weights::Q8(blocks) => {
+                let per_row = k / QK8_0;
+                let mut values = Vec::with_capacity((j1 - j0) * k);
+                for block in &blocks[j0 * per_row..j1 * per_row] {
+                    values.extend(block.qs.iter().map(|&q| f64::from(block.d * f32::from(q))));
+                }
+                values
+            }
+        }
+    }
 }
 
 /// At most this many rows (a decode step, a small batch), [`linear_f32`] takes each dot
@@ -341,7 +356,7 @@ fn many_rows(x64: &[f64], n: usize, w: Weights<'_>, k: usize, bias: Option<&[f32
         .into_par_iter()
         .map(|j0| {
             let cols = columns.min(o - j0);
-            let w64 = widen(&w.rows(j0, j0 + cols, k));
+            let w64 = w.rows_f64(j0, j0 + cols, k);
             // c [cols × n] = W_block · xᵀ.
             let mut c = vec![0f64; cols * n];
             gemm(View::dense(&w64, cols, k), View::dense(x64, n, k).t(), &mut c);
