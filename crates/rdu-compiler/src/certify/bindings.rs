@@ -307,6 +307,14 @@ impl Bindings for Inputs {
     fn q8(&self, name: &str) -> Option<&Q8Weight> {
         self.q8.get(name).map(|(_, w)| w)
     }
+
+    fn slice0_q8(&self, name: &str, index: usize) -> Option<Q8Weight> {
+        let (shape, true) = self.experts.get(name)? else { return None };
+        match self.expert_slab(name, index, None)? {
+            Ok(WeightSlab::Q8(blocks)) => Some(Q8Weight { shape: shape.clone(), blocks: blocks.into_owned() }),
+            _ => None,
+        }
+    }
 }
 
 impl SimBindings for Inputs {

@@ -36,6 +36,11 @@ pub trait Bindings {
     fn q8(&self, _name: &str) -> Option<&rdu_spatial::q8::Q8Weight> {
         None
     }
+    /// Row `index` along axis 0 of the stacked weight `name` (one expert) as Q8_0 blocks, when
+    /// it is stored so: `experts` reads it in place, never as f32 values.
+    fn slice0_q8(&self, _name: &str, _index: usize) -> Option<rdu_spatial::q8::Q8Weight> {
+        None
+    }
 }
 
 impl Bindings for BTreeMap<String, Tensor> {
@@ -198,9 +203,23 @@ impl<'g> Run<'g> {
 
     /// Row `e` of the stacked weight `v`: from the bindings' `slice0` when `v` is declared
     /// and not materialised, else from the computed tensor.
-    fn row(&self, v: ValueId, e: usize) -> Result<Arc<Tensor>, String> {
+    fn row(&self, v: ValueId, e: usize) -> Result<moe::Expert, String> {
         let value = self.graph.value(v);
         let whole = self.values[v.index()].clone();
+        if let (Origin::Decl(_), None) = (&value.origin, &whole) {
+            // Q8_0 blocks of the graph's row shape, rows of whole blocks, when bound so.
+            let shape = &value.ty.shape[1..];
+            let fits = |w: &rdu_spatial::q8::Q8Weight| {
+                value.ty.dtype == super::DType::F32
+                    && w.shape == shape
+                    && shape.len() == 2
+                    && shape[1].is_multiple_of(rdu_spatial::q8::QK8_0)
+                    && w.blocks.len() * rdu_spatial::q8::QK8_0 == shape[0] * shape[1]
+            };
+            if let Some(w) = self.env.slice0_q8(&value.name, e).filter(fits) {
+                return Ok(moe::Expert::Q8(w));
+            }
+        }
         let row = match (&value.origin, whole) {
             (_, Some(t)) => t.slice0(e).map(Arc::new),
             (Origin::Decl(_), None) => self.env.slice0(&value.name, e),
@@ -211,7 +230,7 @@ impl<'g> Run<'g> {
             let want = super::Type::new(value.ty.dtype, &value.ty.shape[1..]);
             return Err(format!("row {e} of `{}` is {row:?}, not {want}", value.name));
         }
-        Ok(row)
+        Ok(moe::Expert::Dense(row))
     }
 
     /// The Q8_0 blocks of a `linear`'s weight, when the bindings store it so, nothing has read

@@ -5,6 +5,7 @@ use super::elementwise::{gelu_tanh, silu};
 use super::gemm::{linear_f32, Weights};
 use super::{f32s, i32s, out, Kernel};
 use crate::graph::{Act, Tensor};
+use rdu_spatial::q8::Q8Weight;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -89,7 +90,24 @@ pub(super) fn route(
 }
 
 /// Fetches row `e` of stacked weight `which` (0 = Wg, 1 = Wu, 2 = Wd).
-pub(super) type Rows<'a> = dyn FnMut(usize, usize) -> Result<Arc<Tensor>, String> + 'a;
+pub(super) type Rows<'a> = dyn FnMut(usize, usize) -> Result<Expert, String> + 'a;
+
+/// One expert's weight as `experts` reads it: values, or Q8_0 blocks (rows of whole blocks)
+/// read as their exact values a block of rows at a time.
+pub(super) enum Expert {
+    Dense(Arc<Tensor>),
+    Q8(Q8Weight),
+}
+
+impl Expert {
+    /// The weight's rows and `[rows, width]`.
+    fn weights(&self) -> Result<(Weights<'_>, usize, usize), String> {
+        match self {
+            Expert::Dense(t) => Ok((Weights::F32(f32s(t)?), t.shape()[0], t.shape()[1])),
+            Expert::Q8(w) => Ok((Weights::Q8(&w.blocks), w.shape[0], w.shape[1])),
+        }
+    }
+}
 
 /// `Σₖ w[n,k] · Wd[e] (act(Wg[e] x) ⊙ Wu[e] x)` with `e = idx[n,k]`, over `ins = [x, w, idx]`.
 /// Experts are visited in index order, each fetched once through `rows` (`[I, D]`, `[I, D]`,
@@ -114,15 +132,15 @@ pub(super) fn experts(ins: &[&Tensor], act: Act, n_experts: usize, rows: &mut Ro
     // The down projection of each (row, choice), rounded to f32 as a `linear` would be.
     let mut down = vec![0f32; n * k * d];
     for (&e, who) in &users {
-        let [wg, wu, wd] = [rows(0, e)?, rows(1, e)?, rows(2, e)?];
-        let hidden = wg.shape()[0];
-        let (wg, wu, wd) = (f32s(&wg)?, f32s(&wu)?, f32s(&wd)?);
+        let experts = [rows(0, e)?, rows(1, e)?, rows(2, e)?];
+        let [(wg, hidden, _), (wu, _, _), (wd, _, _)] =
+            [experts[0].weights()?, experts[1].weights()?, experts[2].weights()?];
         // The rows that chose expert e, stacked.
         let xe = rdu_spatial::view::gather(who.len() * d, who.iter().map(|&(r, _)| &xs[r * d..(r + 1) * d]));
         let m = who.len();
         // h = act(Wg x) ⊙ (Wu x), each product rounded to f32 as a `linear` would be.
-        let gate = linear_f32(&xe, m, Weights::F32(wg), hidden, d, None);
-        let up = linear_f32(&xe, m, Weights::F32(wu), hidden, d, None);
+        let gate = linear_f32(&xe, m, wg, hidden, d, None);
+        let up = linear_f32(&xe, m, wu, hidden, d, None);
         let h: Vec<f32> = gate
             .iter()
             .zip(&up)
@@ -134,7 +152,7 @@ pub(super) fn experts(ins: &[&Tensor], act: Act, n_experts: usize, rows: &mut Ro
                 a * u
             })
             .collect();
-        let ye = linear_f32(&h, m, Weights::F32(wd), d, hidden, None);
+        let ye = linear_f32(&h, m, wd, d, hidden, None);
         for (u, &(r, c)) in who.iter().enumerate() {
             down[(r * k + c) * d..][..d].copy_from_slice(&ye[u * d..(u + 1) * d]);
         }

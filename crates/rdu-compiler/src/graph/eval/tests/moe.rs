@@ -161,3 +161,70 @@ fn experts_reject_an_index_out_of_range() {
     let err = eval(&g, &env).unwrap_err();
     assert!(err.message.contains("expert 4, outside the 4 experts"), "{err}");
 }
+
+/// Stacked expert weights bound only as Q8_0 blocks, one expert at a time (`slice0_q8`):
+/// neither the whole weights nor an expert's values are bound, so `experts` evaluates at all
+/// only by reading the blocks in place.
+struct ExpertBlocks {
+    inner: BTreeMap<String, Tensor>,
+    stacked: BTreeMap<String, rdu_spatial::q8::Q8Weight>,
+}
+
+impl Bindings for ExpertBlocks {
+    fn tensor(&self, name: &str) -> Option<Arc<Tensor>> {
+        self.inner.tensor(name)
+    }
+    fn slice0(&self, name: &str, index: usize) -> Option<Arc<Tensor>> {
+        self.inner.slice0(name, index)
+    }
+    fn slice0_q8(&self, name: &str, index: usize) -> Option<rdu_spatial::q8::Q8Weight> {
+        let w = self.stacked.get(name)?;
+        let per = w.blocks.len() / w.shape[0];
+        Some(rdu_spatial::q8::Q8Weight {
+            shape: w.shape[1..].to_vec(),
+            blocks: w.blocks[index * per..][..per].to_vec(),
+        })
+    }
+}
+
+/// `experts` over Q8_0 expert blocks gives, bit for bit, what it gives over their exact values
+/// as f32 tensors (E = 4, D = 64, I = 96, 7 rows choosing 2 experts each).
+#[test]
+fn experts_over_q8_blocks_are_experts_over_their_values() {
+    let (e, d, hidden, n, k) = (4, 64, 96, 7, 2);
+    let noise = |len: usize, seed: u32| -> Vec<f32> {
+        (0..len)
+            .map(|j| ((j as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8) as f32 / (1 << 24) as f32 - 0.5)
+            .collect()
+    };
+    let stacked = |name: &str, shape: [usize; 3], seed| {
+        let values = noise(shape.iter().product(), seed);
+        (name.to_string(), rdu_spatial::q8::quantize_q8_0(&values, &shape).unwrap())
+    };
+    let q8: BTreeMap<String, rdu_spatial::q8::Q8Weight> =
+        [stacked("Wg", [e, hidden, d], 1), stacked("Wu", [e, hidden, d], 2), stacked("Wd", [e, d, hidden], 3)].into();
+    let inputs = [
+        ("x", f(&[n, d], &noise(n * d, 4))),
+        ("w", f(&[n, k], &noise(n * k, 5))),
+        ("idx", i(&[n, k], &(0..n * k).map(|j| ((j * 3 + j / 2) % e) as i32).collect::<Vec<_>>())),
+    ];
+    let mut g = Graph::new();
+    let mut ids = Vec::new();
+    for (name, t) in &inputs {
+        ids.push(g.declare(name, Type::new(t.dtype(), t.shape()), Declaration::of(DeclKind::Input)));
+    }
+    for name in ["Wg", "Wu", "Wd"] {
+        ids.push(g.declare(name, Type::f32(&q8[name].shape), Declaration::of(DeclKind::Weight)));
+    }
+    let y = g.push(Op::Experts { act: Act::Silu }, &ids, &["y"], 0, Span::default()).unwrap()[0];
+    g.output("y", y);
+    let inner: BTreeMap<String, Tensor> = inputs.into_iter().map(|(n, t)| (n.to_string(), t)).collect();
+    let mut whole = inner.clone();
+    for (name, w) in &q8 {
+        let values: Vec<f32> = w.blocks.iter().flat_map(|b| b.dequantize()).collect();
+        whole.insert(name.clone(), Tensor::f32(w.shape.clone(), values));
+    }
+    let want = eval(&g, &whole).unwrap().outputs["y"].clone();
+    let got = eval(&g, &ExpertBlocks { inner, stacked: q8 }).unwrap().outputs["y"].clone();
+    assert_eq!(got, want);
+}
