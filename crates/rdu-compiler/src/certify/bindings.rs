@@ -193,9 +193,13 @@ impl Inputs {
             }
         };
         let mut q = vec![Q8Block { d: 0.0, qs: [0; QK8_0] }; sources.len()];
-        q.par_chunks_mut(DRAW_BLOCKS).zip(sources.par_chunks(DRAW_BLOCKS)).for_each(|(q, sources)| {
-            for (q, &b) in q.iter_mut().zip(sources) {
-                draw.fill_q8(b, std::slice::from_mut(q));
+        q.par_chunks_mut(DRAW_BLOCKS).zip(sources.par_chunks(DRAW_BLOCKS)).for_each(|(mut q, mut sources)| {
+            // Runs of consecutive blocks drawn together (a whole expert is one run a task).
+            while let Some(&first) = sources.first() {
+                let run = sources.iter().enumerate().take_while(|&(i, &b)| b == first + i).count();
+                let (head, rest) = std::mem::take(&mut q).split_at_mut(run);
+                draw.fill_q8(first, head);
+                (q, sources) = (rest, &sources[run..]);
             }
         });
         Some(Ok(WeightSlab::Q8(Cow::Owned(q))))

@@ -97,9 +97,13 @@ impl<'a> Weights<'a> {
             Weights::F32(w) => widen(&w[j0 * k..j1 * k]),
             Weights::Q8(blocks) => {
                 let per_row = k / QK8_0;
-                let mut values = Vec::with_capacity((j1 - j0) * k);
-                for block in &blocks[j0 * per_row..j1 * per_row] {
-                    values.extend(block.qs.iter().map(|&q| f64::from(block.d * f32::from(q))));
+                let mut values = vec![0f64; (j1 - j0) * k];
+                for (out, block) in
+                    values.as_chunks_mut::<QK8_0>().0.iter_mut().zip(&blocks[j0 * per_row..j1 * per_row])
+                {
+                    for (o, &q) in out.iter_mut().zip(&block.qs) {
+                        *o = f64::from(block.d * f32::from(q));
+                    }
                 }
                 values
             }
