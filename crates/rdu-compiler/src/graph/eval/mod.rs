@@ -152,15 +152,15 @@ pub fn eval_breaking_all_ties<'t>(
             run.values[v.index()] = Some(Arc::new(t));
         }
     }
-    let mut outputs = BTreeMap::new();
-    for o in &graph.outputs {
-        outputs.insert(o.name.clone(), run.get(o.value)?.as_ref().clone());
-    }
-    let mut states = BTreeMap::new();
-    for s in &graph.states {
-        states.insert(s.name.clone(), run.get(s.last)?.as_ref().clone());
-    }
-    Ok(Evaluated { outputs, states })
+    let outputs: Vec<(String, Arc<Tensor>)> =
+        graph.outputs.iter().map(|o| Ok((o.name.clone(), run.get(o.value)?))).collect::<Result<_, EvalError>>()?;
+    let states: Vec<(String, Arc<Tensor>)> =
+        graph.states.iter().map(|s| Ok((s.name.clone(), run.get(s.last)?))).collect::<Result<_, EvalError>>()?;
+    // Every other value dropped first, so that a result held nowhere else (a whole cache, say)
+    // is moved out rather than copied.
+    drop(run);
+    let owned = |(name, t): (String, Arc<Tensor>)| (name, Arc::try_unwrap(t).unwrap_or_else(|t| t.as_ref().clone()));
+    Ok(Evaluated { outputs: outputs.into_iter().map(owned).collect(), states: states.into_iter().map(owned).collect() })
 }
 
 struct Run<'g> {
