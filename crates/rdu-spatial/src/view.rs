@@ -48,9 +48,33 @@ pub fn gather<'a, T: Copy + 'a>(len: usize, parts: impl IntoIterator<Item = &'a 
     out
 }
 
+/// The distinct entries of `reads` (each below `len`) in ascending order, and each entry's
+/// place among them (`usize::MAX` for one not read): what a block of rows reads, so that its
+/// keys and values are gathered once and its products span only those.
+pub fn union(len: usize, reads: impl IntoIterator<Item = usize>) -> (Vec<usize>, Vec<usize>) {
+    let mut place = vec![usize::MAX; len];
+    reads.into_iter().for_each(|e| place[e] = 0);
+    let mut union = Vec::new();
+    for (e, at) in place.iter_mut().enumerate() {
+        if *at == 0 {
+            *at = union.len();
+            union.push(e);
+        }
+    }
+    (union, place)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{gather, View};
+    use super::{gather, union, View};
+
+    #[test]
+    fn union_lists_each_entry_read_once_in_order_with_its_place() {
+        let (entries, place) = union(6, [4, 1, 4, 2]);
+        assert_eq!(entries, [1, 2, 4]);
+        assert_eq!(place, [usize::MAX, 0, 1, usize::MAX, 2, usize::MAX]);
+        assert_eq!(union(3, []), (vec![], vec![usize::MAX; 3]));
+    }
 
     #[test]
     fn gather_puts_the_parts_one_after_another() {

@@ -115,22 +115,22 @@ fn compare(
 fn worst_of<T: Copy + Into<f64>>(name: &str, got: &[T], want: &[T]) -> Result<(f64, f64), CertifyFault> {
     const LANES: usize = 8;
     let (mut scale, mut worst, mut nan) = ([1f64; LANES], [0f64; LANES], [false; LANES]);
+    let mut lane = |l: usize, a: T, b: T| {
+        let (a, b): (f64, f64) = (a.into(), b.into());
+        let d = (a - b).abs();
+        scale[l] = scale[l].max(b.abs());
+        worst[l] = worst[l].max(d);
+        nan[l] |= d.is_nan();
+    };
     let (gs, wants) = (got.chunks_exact(LANES), want.chunks_exact(LANES));
-    let (g_rest, w_rest) = (gs.remainder(), wants.remainder());
+    let rest = gs.remainder().iter().zip(wants.remainder());
     for (g, w) in gs.zip(wants) {
         for l in 0..LANES {
-            let (a, b): (f64, f64) = (g[l].into(), w[l].into());
-            let d = (a - b).abs();
-            scale[l] = scale[l].max(b.abs());
-            worst[l] = worst[l].max(d);
-            nan[l] |= d.is_nan();
+            lane(l, g[l], w[l]);
         }
     }
-    for (l, (&a, &b)) in g_rest.iter().zip(w_rest).enumerate() {
-        let (a, b): (f64, f64) = (a.into(), b.into());
-        scale[l] = scale[l].max(b.abs());
-        worst[l] = worst[l].max((a - b).abs());
-        nan[l] |= (a - b).is_nan();
+    for (l, (&a, &b)) in rest.enumerate() {
+        lane(l, a, b);
     }
     let scale = scale.into_iter().fold(1f64, f64::max);
     let worst = if nan.contains(&true) { f64::NAN } else { worst.into_iter().fold(0f64, f64::max) };

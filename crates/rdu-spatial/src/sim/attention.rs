@@ -566,15 +566,10 @@ impl Rows<'_> {
             Src::Row(r) => self.s + r,
         };
         // The union of the rows' entries, in entry order, and each entry's place in it.
-        let mut place = vec![usize::MAX; self.s + self.n];
-        self.sources[r0..r1].iter().flatten().for_each(|&(src, _)| place[entry(src)] = 0);
-        let mut union = Vec::new();
-        for (e, at) in place.iter_mut().enumerate() {
-            if *at == 0 {
-                *at = union.len();
-                union.push(if e < self.s { Src::Slot(e) } else { Src::Row(e - self.s) });
-            }
-        }
+        let (entries, place) =
+            crate::view::union(self.s + self.n, self.sources[r0..r1].iter().flatten().map(|&(src, _)| entry(src)));
+        let union: Vec<Src> =
+            entries.into_iter().map(|e| if e < self.s { Src::Slot(e) } else { Src::Row(e - self.s) }).collect();
         let u = union.len();
         let (row_keys, row_values) = (self.chunk.as_ref().map(|c| &c.0), self.chunk.as_ref().map(|c| &c.1));
         let mut keys = Vec::with_capacity(u * dk);
@@ -584,10 +579,10 @@ impl Rows<'_> {
             values.extend_from_slice(read(&self.values, row_values, src, kvh)?);
         }
         let rows = r1 - r0;
-        let mut q = Vec::with_capacity(rows * g * dk);
-        for r in r0..r1 {
-            q.extend_from_slice(&self.q[(r * self.h + j0) * dk..(r * self.h + j1) * dk]);
-        }
+        let q = crate::view::gather(
+            rows * g * dk,
+            (r0..r1).map(|r| &self.q[(r * self.h + j0) * dk..(r * self.h + j1) * dk]),
+        );
         let failed = || SimError::Invalid { message: "internal: a product of attend does not fit its buffers".into() };
         let mut scores = vec![0.0f32; rows * g * u];
         gemm(View::dense(&q, rows * g, dk), View::dense(&keys, u, dk).t(), &mut scores, u).ok_or_else(failed)?;

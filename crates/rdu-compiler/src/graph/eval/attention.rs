@@ -196,15 +196,7 @@ fn attend_block(a: &Attention<'_>, q64: &[f64], i0: usize, reads: &[Vec<usize>],
     let (rows, group) = (reads.len(), a.heads / a.kv_heads);
     let s = &a.store;
     // The entries the rows read, in store order, and each one's place among them.
-    let mut place = vec![usize::MAX; a.entries];
-    reads.iter().flatten().for_each(|&e| place[e] = 0);
-    let mut union = Vec::new();
-    for (e, at) in place.iter_mut().enumerate() {
-        if *at == 0 {
-            *at = union.len();
-            union.push(e);
-        }
-    }
+    let (union, place) = rdu_spatial::view::union(a.entries, reads.iter().flatten().copied());
     let u = union.len();
     let mut out = vec![0f32; rows * a.heads * a.dv];
     for kv in 0..a.kv_heads {
@@ -304,15 +296,7 @@ pub(super) fn attend_mla_up(ins: &[&Tensor], scale: f64, latent: usize, window: 
     // Every head reads the same entries: worked out once, and only the entries some row reads
     // (not a cache slot whose position the chunk holds) are widened, renumbered in store order.
     let mut reads = row_reads(n, slots, chunk_rows, pos, window)?;
-    let mut place = vec![usize::MAX; slots + chunk_rows];
-    reads.iter().flatten().for_each(|&x| place[x] = 0);
-    let mut used = Vec::new();
-    for (x, at) in place.iter_mut().enumerate() {
-        if *at == 0 {
-            *at = used.len();
-            used.push(x);
-        }
-    }
+    let (used, place) = rdu_spatial::view::union(slots + chunk_rows, reads.iter().flatten().copied());
     reads.iter_mut().flatten().for_each(|x| *x = place[*x]);
     let (cache, rows) = (f32s(c)?, chunk.unwrap_or_default());
     let mut entries: Vec<f64> = Vec::with_capacity(used.len() * width);

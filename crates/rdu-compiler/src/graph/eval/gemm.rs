@@ -91,7 +91,8 @@ impl<'a> Weights<'a> {
         }
     }
 
-    /// Rows `j0..j1` widened to f64 (a Q8_0 value `d·q` is exact in f32, then in f64).
+    /// Rows `j0..j1` widened to f64 (a Q8_0 block's values as `dequant_block` gives them, each
+    /// exact in f64), in one pass.
     fn rows_f64(self, j0: usize, j1: usize, k: usize) -> Vec<f64> {
         match self {
             Weights::F32(w) => widen(&w[j0 * k..j1 * k]),
@@ -101,9 +102,9 @@ impl<'a> Weights<'a> {
                 for (out, block) in
                     values.as_chunks_mut::<QK8_0>().0.iter_mut().zip(&blocks[j0 * per_row..j1 * per_row])
                 {
-                    for (o, &q) in out.iter_mut().zip(&block.qs) {
-                        *o = f64::from(block.d * f32::from(q));
-                    }
+                    let mut block_values = [0f32; QK8_0];
+                    dequant_block(block, &mut block_values);
+                    out.iter_mut().zip(block_values).for_each(|(o, v)| *o = f64::from(v));
                 }
                 values
             }

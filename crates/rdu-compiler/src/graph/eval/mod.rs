@@ -20,6 +20,7 @@ mod shape;
 mod tests;
 
 use super::{Graph, Node, Op, Origin, Tensor, ValueId};
+use rdu_spatial::q8::{Q8Weight, QK8_0};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -33,12 +34,12 @@ pub trait Bindings {
     /// The weight `name` as Q8_0 blocks, when it is stored so: a `linear` that reads it (before
     /// anything reads it whole) takes its exact values a block of rows at a time, never the
     /// whole f32 tensor [`Bindings::tensor`] would make.
-    fn q8(&self, _name: &str) -> Option<&rdu_spatial::q8::Q8Weight> {
+    fn q8(&self, _name: &str) -> Option<&Q8Weight> {
         None
     }
     /// Row `index` along axis 0 of the stacked weight `name` (one expert) as Q8_0 blocks, when
     /// it is stored so: `experts` reads it in place, never as f32 values.
-    fn slice0_q8(&self, _name: &str, _index: usize) -> Option<rdu_spatial::q8::Q8Weight> {
+    fn slice0_q8(&self, _name: &str, _index: usize) -> Option<Q8Weight> {
         None
     }
 }
@@ -207,15 +208,7 @@ impl<'g> Run<'g> {
         let value = self.graph.value(v);
         let whole = self.values[v.index()].clone();
         if let (Origin::Decl(_), None) = (&value.origin, &whole) {
-            // Q8_0 blocks of the graph's row shape, rows of whole blocks, when bound so.
-            let shape = &value.ty.shape[1..];
-            let fits = |w: &rdu_spatial::q8::Q8Weight| {
-                value.ty.dtype == super::DType::F32
-                    && w.shape == shape
-                    && shape.len() == 2
-                    && shape[1].is_multiple_of(rdu_spatial::q8::QK8_0)
-                    && w.blocks.len() * rdu_spatial::q8::QK8_0 == shape[0] * shape[1]
-            };
+            let fits = |w: &Q8Weight| rows_of_blocks(value.ty.dtype, &value.ty.shape[1..], w);
             if let Some(w) = self.env.slice0_q8(&value.name, e).filter(fits) {
                 return Ok(moe::Expert::Q8(w));
             }
@@ -235,18 +228,13 @@ impl<'g> Run<'g> {
 
     /// The Q8_0 blocks of a `linear`'s weight, when the bindings store it so, nothing has read
     /// it whole yet, and its shape is the graph's, rows of whole blocks.
-    fn q8_weight(&self, node: &Node) -> Option<&'g rdu_spatial::q8::Q8Weight> {
+    fn q8_weight(&self, node: &Node) -> Option<&'g Q8Weight> {
         let (Op::Linear, Some(&w)) = (&node.op, node.inputs.get(1)) else { return None };
         let value = self.graph.value(w);
         if self.values[w.index()].is_some() || !matches!(value.origin, Origin::Decl(_)) {
             return None;
         }
-        let q8 = self.env.q8(&value.name)?;
-        let fits = value.ty.dtype == super::DType::F32
-            && q8.shape == value.ty.shape
-            && value.ty.shape.len() == 2
-            && value.ty.shape[1].is_multiple_of(rdu_spatial::q8::QK8_0);
-        fits.then_some(q8)
+        self.env.q8(&value.name).filter(|q8| rows_of_blocks(value.ty.dtype, &value.ty.shape, q8))
     }
 
     fn node<'t>(
@@ -285,6 +273,16 @@ impl<'g> Run<'g> {
             EvalError::new(Some(node.stmt), format!("statement {} (`{binder} = {}`): {m}", node.stmt, node.op.name()))
         })
     }
+}
+
+/// Whether `w` is an f32 matrix of `shape` as Q8_0 blocks whose rows are whole blocks — what
+/// the reference reads in place (`linear`'s weight, an expert's).
+fn rows_of_blocks(dtype: super::DType, shape: &[usize], w: &Q8Weight) -> bool {
+    dtype == super::DType::F32
+        && w.shape == shape
+        && shape.len() == 2
+        && shape[1].is_multiple_of(QK8_0)
+        && w.blocks.len() * QK8_0 == shape[0] * shape[1]
 }
 
 /// Dispatches every op but `experts` to its kernel.

@@ -4,7 +4,7 @@ use super::gemm::{self, View};
 use super::{f32s, i32s, out, Kernel};
 use crate::graph::Tensor;
 use rayon::prelude::*;
-use rdu_spatial::q8::{Q8Weight, QK8_0};
+use rdu_spatial::q8::Q8Weight;
 
 /// `y = x Wᵀ (+ b)` for `x [N, in]`, `W [out, in]`: dot products in f64 (`gemm`).
 pub(super) fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Kernel {
@@ -12,14 +12,11 @@ pub(super) fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Kernel {
     linear_of(x, gemm::Weights::F32(f32s(w)?), o, width, b)
 }
 
-/// [`linear`] of a weight `[out, in]` bound as Q8_0 blocks (`in` a multiple of 32), read as
-/// its exact values a block of rows at a time: the same products as the dequantised weight's.
+/// [`linear`] of a weight `[out, in]` bound as Q8_0 blocks (rows of whole blocks, of the
+/// graph's shape: checked by the caller), read as its exact values a block of rows at a time:
+/// the same products as the dequantised weight's.
 pub(super) fn linear_q8(x: &Tensor, w: &Q8Weight, b: Option<&Tensor>) -> Kernel {
-    let (o, width) = (w.shape[0], x.shape()[1]);
-    if w.shape != [o, width] || !width.is_multiple_of(QK8_0) || w.blocks.len() != o * width / QK8_0 {
-        return Err(format!("a Q8_0 weight {:?} cannot multiply rows of {width}", w.shape));
-    }
-    linear_of(x, gemm::Weights::Q8(&w.blocks), o, width, b)
+    linear_of(x, gemm::Weights::Q8(&w.blocks), w.shape[0], x.shape()[1], b)
 }
 
 fn linear_of(x: &Tensor, w: gemm::Weights<'_>, o: usize, width: usize, b: Option<&Tensor>) -> Kernel {
