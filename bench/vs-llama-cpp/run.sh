@@ -22,13 +22,13 @@ fi
 # while their kernel traps it, and a native build then dies of SIGILL on its first matmul
 # (seen on a 2-core Xeon VM, 2026-12-05). Instead every x86 extension the CPU lists that ggml
 # has a switch for, AMX excepted.
-cmake_args="-DGGML_NATIVE=OFF"
-flags="$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)"
-for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C avx512f:AVX512 avx512_vnni:AVX512_VNNI \
-            avx512_bf16:AVX512_BF16 avx512vbmi:AVX512_VBMI avx_vnni:AVX_VNNI; do
-  if [[ " $flags " == *" ${pair%%:*} "* ]]; then cmake_args+=" -DGGML_${pair##*:}=ON"; fi
-done
 if ! has_llama "$venv"; then
+  cmake_args="-DGGML_NATIVE=OFF"
+  flags="$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)"
+  for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C avx512f:AVX512 avx512_vnni:AVX512_VNNI \
+              avx512_bf16:AVX512_BF16 avx512vbmi:AVX512_VBMI avx_vnni:AVX_VNNI; do
+    if [[ " $flags " == *" ${pair%%:*} "* ]]; then cmake_args+=" -DGGML_${pair##*:}=ON"; fi
+  done
   python3 -m venv "$venv"
   CMAKE_ARGS="$cmake_args" "$venv/bin/pip" install --quiet --no-binary llama-cpp-python \
     "llama-cpp-python==0.3.36" numpy
