@@ -2,11 +2,11 @@
 //!
 //! Every dot product of the interpreter that reads a weight or a cache goes through here:
 //! f32 values widened to f64 (a product of two f32 values is exact in f64), the sums
-//! accumulated in f64 by the `gemm` crate (a `linear` of at most `FEW_ROWS` rows: by direct
-//! running sums instead), the result rounded to f32 once by the caller. An element's sum
-//! depends only on its two vectors, on which of the two paths computes it and, through
-//! `gemm`, on how it blocks the inner dimension (from `k` and the CPU's cache sizes) — never
-//! on how many rows or columns are computed with it otherwise. The paths add the same exact
+//! accumulated in f64 by [`rdu_dgemm`] — one chain of fused multiply-adds per element, in
+//! inner order (a `linear` of at most `FEW_ROWS` rows: eight running sums instead) — the result
+//! rounded to f32 once by the caller. An element's sum depends only on its two vectors and on
+//! which of the two paths computes it — never on the CPU, on how the product is blocked or on
+//! how many rows or columns are computed with it otherwise. The paths add the same exact
 //! products in different orders, so they differ by f64 rounding (~1e-16 relative) before the
 //! result is rounded to f32.
 
@@ -18,45 +18,10 @@ use std::borrow::Cow;
 pub(super) type View<'a> = rdu_spatial::view::View<'a, f64>;
 
 /// `c ← a · b`, `a [m × k]`, `b [k × n]`, `c` dense row-major `[m × n]`; one thread (the
-/// callers run products in parallel).
+/// callers run products in parallel). Each element is one fused multiply-add chain over the
+/// inner dimension in order ([`rdu_dgemm`]).
 pub(super) fn gemm(a: View<'_>, b: View<'_>, c: &mut [f64]) {
-    let (m, k, n) = (a.rows, a.cols, b.cols);
-    assert!(b.rows == k && c.len() == m * n, "gemm: shapes [{m}×{k}]·[{}×{n}] into {}", b.rows, c.len());
-    assert!(a.in_bounds() && b.in_bounds(), "gemm: a view reaches past its data");
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        c.fill(0.0);
-        return;
-    }
-    let stride = |s: usize| isize::try_from(s).expect("stride fits isize");
-    // SAFETY: both views were checked to lie inside their slices, and `c` holds exactly
-    // `m × n` elements addressed with column stride 1 and row stride n. `gemm::gemm` writes
-    // `dst ← alpha·dst + beta·lhs·rhs` and, with `read_dst` false, never reads `dst`.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            stride(n),
-            false,
-            a.data.as_ptr().add(a.offset),
-            stride(a.col_stride),
-            stride(a.row_stride),
-            b.data.as_ptr().add(b.offset),
-            stride(b.col_stride),
-            stride(b.row_stride),
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        );
-    }
+    rdu_dgemm::product(a, b, c)
 }
 
 /// The f32 values widened to f64.
@@ -87,26 +52,6 @@ impl<'a> Weights<'a> {
                     dequant_block(block, out);
                 }
                 Cow::Owned(values)
-            }
-        }
-    }
-
-    /// Rows `j0..j1` widened to f64 (a Q8_0 block's values as `dequant_block` gives them, each
-    /// exact in f64), in one pass.
-    fn rows_f64(self, j0: usize, j1: usize, k: usize) -> Vec<f64> {
-        match self {
-            Weights::F32(w) => widen(&w[j0 * k..j1 * k]),
-            Weights::Q8(blocks) => {
-                let per_row = k / QK8_0;
-                let mut values = vec![0f64; (j1 - j0) * k];
-                for (out, block) in
-                    values.as_chunks_mut::<QK8_0>().0.iter_mut().zip(&blocks[j0 * per_row..j1 * per_row])
-                {
-                    let mut block_values = [0f32; QK8_0];
-                    dequant_block(block, &mut block_values);
-                    out.iter_mut().zip(block_values).for_each(|(o, v)| *o = f64::from(v));
-                }
-                values
             }
         }
     }
@@ -324,11 +269,6 @@ fn dot_f64(x: &[f64], w: &[f32]) -> f64 {
     sums.iter().sum()
 }
 
-/// Bytes of widened weight rows one task multiplies at a time. `gemm` may pack each operand
-/// once per call, so a block wide enough makes packing the activations a small part of the
-/// work (blocks of 64 columns spent most of a 512-row prefill packing them).
-const BLOCK_BYTES: usize = 1 << 25;
-
 /// `y = x Wᵀ (+ b)` for `x [n × k]`, `W [o × k]` (f32, row-major): each element the f64 sum
 /// of its products (plus the bias, in f64), rounded to f32. Parallel over blocks of output
 /// columns; each block's weight rows are widened once and multiplied with every row of `x`.
@@ -346,34 +286,66 @@ pub(super) fn linear_f32(x: &[f32], n: usize, w: Weights<'_>, o: usize, k: usize
     y
 }
 
-/// `y = x Wᵀ (+ b)` through [`gemm`]: blocks of weight rows widened and multiplied with every
-/// row of `x`, blocks in parallel.
+/// Weight rows `j0..j0 + count` of a `linear`, `k` values each, as [`rdu_dgemm`] reads them: a
+/// block of f32 values at a time (a Q8_0 block's values as `dequant_block` gives them), widened
+/// to f64 as its product packs them.
+struct WeightRows<'a> {
+    w: Weights<'a>,
+    j0: usize,
+    count: usize,
+    k: usize,
+}
+
+impl rdu_dgemm::Rows for WeightRows<'_> {
+    fn count(&self) -> usize {
+        self.count
+    }
+    fn width(&self) -> usize {
+        self.k
+    }
+    fn values(&self, j: usize, p0: usize, out: &mut [f32]) {
+        let at = (self.j0 + j) * self.k + p0;
+        match self.w {
+            Weights::F32(w) => out.copy_from_slice(&w[at..at + out.len()]),
+            Weights::Q8(blocks) => {
+                // `p0` is a multiple of `rdu_dgemm::BLOCK`, itself of the block size; a row of a
+                // Q8_0 weight holds whole blocks, so `out` covers whole blocks.
+                for (o, block) in out.as_chunks_mut::<QK8_0>().0.iter_mut().zip(&blocks[at / QK8_0..]) {
+                    dequant_block(block, o);
+                }
+            }
+        }
+    }
+}
+
+/// Output columns one task of [`many_rows`] takes at most: a block's product packs each of its
+/// weight values once, so a narrow block costs nothing extra, and many blocks balance the
+/// threads.
+const BLOCK_COLUMNS: usize = 256;
+
+/// `y = x Wᵀ (+ b)` through [`rdu_dgemm::product_rows`]: blocks of output columns in parallel,
+/// each block's weight rows widened as the product packs them.
 fn many_rows(x64: &[f64], n: usize, w: Weights<'_>, k: usize, bias: Option<&[f32]>, y: &mut [f32]) {
     let o = y.len() / n.max(1);
-    // As many columns as rows of `x` (packing `x` then costs no more than packing the block;
-    // few rows keep the block small enough to stay in cache), at most BLOCK_BYTES of widened
-    // rows, and at least two blocks per thread for balance.
-    let per_thread = o.div_ceil(2 * rayon::current_num_threads());
-    let columns = n.max(64).min(BLOCK_BYTES / 8 / k.max(1)).min(per_thread).max(16);
+    let columns = BLOCK_COLUMNS.min(o.div_ceil(2 * rayon::current_num_threads())).max(16);
     let blocks: Vec<(usize, Vec<f64>)> = (0..o)
         .step_by(columns)
         .collect::<Vec<_>>()
         .into_par_iter()
         .map(|j0| {
             let cols = columns.min(o - j0);
-            let w64 = w.rows_f64(j0, j0 + cols, k);
-            // c [cols × n] = W_block · xᵀ.
-            let mut c = vec![0f64; cols * n];
-            gemm(View::dense(&w64, cols, k), View::dense(x64, n, k).t(), &mut c);
+            // c [n × cols] = x · W_blockᵀ.
+            let mut c = vec![0f64; n * cols];
+            rdu_dgemm::product_rows(View::dense(x64, n, k), &WeightRows { w, j0, count: cols, k }, &mut c);
             (j0, c)
         })
         .collect();
     for (j0, c) in blocks {
-        for (jj, col) in c.chunks_exact(n).enumerate() {
-            let j = j0 + jj;
-            let b = bias.map_or(0.0, |b| f64::from(b[j]));
-            for (r, &v) in col.iter().enumerate() {
-                y[r * o + j] = (v + b) as f32;
+        let cols = c.len() / n;
+        for (r, row) in c.chunks_exact(cols).enumerate() {
+            for (jj, &v) in row.iter().enumerate() {
+                let b = bias.map_or(0.0, |b| f64::from(b[j0 + jj]));
+                y[r * o + j0 + jj] = (v + b) as f32;
             }
         }
     }
