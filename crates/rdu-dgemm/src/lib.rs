@@ -87,6 +87,16 @@ pub fn product_rows(x: View<'_, f64>, w: &dyn Rows, c: &mut [f64]) {
     rows_plain(x, w, c)
 }
 
+/// Value `p` of line `l` (`lines[l·KC + p]`, `G` lines) widened into `out[p·stride + l]`.
+#[inline(always)]
+fn interleave<const G: usize>(lines: &[f32], kc: usize, out: &mut [f64], stride: usize) {
+    let lines: [&[f32]; G] = std::array::from_fn(|l| &lines[l * KC..l * KC + kc]);
+    for (p, dst) in out.chunks_mut(stride).take(kc).enumerate() {
+        let dst: &mut [f64; G] = (&mut dst[..G]).try_into().expect("G values");
+        *dst = std::array::from_fn(|l| f64::from(lines[l][p]));
+    }
+}
+
 /// [`product_rows`]'s definition: `W` widened whole, transposed, then [`product_plain`].
 fn rows_plain(x: View<'_, f64>, w: &dyn Rows, c: &mut [f64]) {
     let (k, o) = (x.cols, w.count());
@@ -110,24 +120,25 @@ fn rows_plain(x: View<'_, f64>, w: &dyn Rows, c: &mut [f64]) {
 /// The CPU has the features of `T`'s kernel.
 unsafe fn rows_packed<T: Tile>(x: View<'_, f64>, w: &dyn Rows, c: &mut [f64]) {
     let o = w.count();
-    // Four rows of `W` at a time, fetched whole, then interleaved into the panel: each inner
-    // value's four widened values one store.
-    let mut lines = vec![[0f32; 4]; 0];
-    let mut line = vec![0f32; KC];
+    // A third of a panel's rows of `W` at a time (8 or 4), fetched whole, then interleaved into
+    // the panel: each inner value's widened values one contiguous store.
+    let group = T::NR / 3;
+    let mut lines = vec![0f32; group * KC];
     let mut pack_b = |pc: usize, kc: usize, jc: usize, nc: usize, out: &mut [f64]| {
-        lines.resize(kc, [0f32; 4]);
         for (q, panel) in out[..nc.next_multiple_of(T::NR) * kc].chunks_exact_mut(T::NR * kc).enumerate() {
-            for l0 in (0..T::NR).step_by(4) {
-                for (l, slot) in (0..4).map(|l| (l, jc + q * T::NR + l0 + l)) {
-                    if slot < jc + nc {
-                        w.values(slot, pc, &mut line[..kc]);
-                        lines.iter_mut().zip(&line[..kc]).for_each(|(four, &v)| four[l] = v);
+            for l0 in (0..T::NR).step_by(group) {
+                for (l, line) in lines.chunks_exact_mut(KC).enumerate() {
+                    let j = jc + q * T::NR + l0 + l;
+                    if j < jc + nc {
+                        w.values(j, pc, &mut line[..kc]);
                     } else {
-                        lines.iter_mut().for_each(|four| four[l] = 0.0);
+                        line[..kc].fill(0.0);
                     }
                 }
-                for (p, four) in lines.iter().enumerate() {
-                    panel[p * T::NR + l0..][..4].copy_from_slice(&four.map(f64::from));
+                if group == 8 {
+                    interleave::<8>(&lines, kc, &mut panel[l0..], T::NR);
+                } else {
+                    interleave::<4>(&lines, kc, &mut panel[l0..], T::NR);
                 }
             }
         }
