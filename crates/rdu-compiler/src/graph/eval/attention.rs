@@ -128,7 +128,7 @@ const UP_ENTRIES: usize = 256;
 /// such row), otherwise from slot `t mod S`; query head `j` uses kv head `j / (h/g)`.
 ///
 /// A block of rows at a time: the scores `q·k` of every query against the entries the block's
-/// rows read (their union, in store order) are one f64 product (`gemm`); each row's softmax (in
+/// rows read (their union, in store order) are one f64 product (`gemm::gemm`); each row's softmax (in
 /// f64) runs over the entries it reads, the others weigh exactly 0; the weighted sum of values
 /// is a second product. Blocks in parallel.
 fn attend_core(a: &Attention<'_>, slots: usize, pos: &Tensor, scale: f64, window: Option<usize>) -> Kernel {

@@ -58,11 +58,11 @@ impl<'a> Weights<'a> {
 }
 
 /// At most this many rows (a decode step, a small batch), [`linear_f32`] takes each dot
-/// product directly from the f32 weights: `gemm` would widen every weight row to f64 for a
-/// product that reads it a few times. Measured on a 2-core Zen 1 (`[n × 5120] · [5120 ×
-/// 1536]`, both threads, the same run): 1 row 3.7 GMAC/s here against 2.4 through `gemm`,
-/// 4 rows 8.0 against 7.3, 6 rows 6.0 against 8.6, 8 rows 8.5 against 10.6, 19 rows 9.7
-/// against 14.4, 128 rows 10.2 against 19.2.
+/// product directly from the f32 weights: a packed product widens every weight value to f64
+/// for a product that reads it a few times. Measured on a 2-core Zen 1 against the `gemm`
+/// crate, the packed product then (`[n × 5120] · [5120 × 1536]`, both threads, the same run):
+/// 1 row 3.7 GMAC/s here against 2.4 through `gemm`, 4 rows 8.0 against 7.3, 6 rows 6.0
+/// against 8.6, 8 rows 8.5 against 10.6, 19 rows 9.7 against 14.4, 128 rows 10.2 against 19.2.
 const FEW_ROWS: usize = 5;
 
 /// Running sums of a dot product: element `i` is added into sum `i mod LANES`.
@@ -380,10 +380,33 @@ mod tests {
         }
     }
 
-    /// `many_rows` (the `gemm` path: blocks of widened weight rows, transposed activations)
+    /// A Q8_0 weight gives, on both paths, exactly what the same weight's values as f32 give:
+    /// its blocks are widened as the product packs them (`WeightRows`), a whole block at a time
+    /// across several packing blocks of a row.
+    #[test]
+    fn q8_weights_are_read_as_their_exact_values() {
+        for (n, o, k) in [(3, 9, 64), (7, 33, 2 * rdu_dgemm::BLOCK + 96), (40, 70, 320)] {
+            let (x, w, b) = operands(n, o, k);
+            let blocks: Vec<Q8Block> = w.chunks_exact(QK8_0).map(Q8Block::quantize).collect();
+            let values: Vec<f32> = blocks
+                .iter()
+                .flat_map(|block| {
+                    let mut v = [0f32; QK8_0];
+                    dequant_block(block, &mut v);
+                    v
+                })
+                .collect();
+            let from_blocks = linear_f32(&x, n, Weights::Q8(&blocks), o, k, Some(&b));
+            let from_values = linear_f32(&x, n, Weights::F32(&values), o, k, Some(&b));
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&from_blocks), bits(&from_values), "n {n} o {o} k {k}");
+        }
+    }
+
+    /// `many_rows` (the `rdu_dgemm` path: blocks of weight rows widened as they are packed)
     /// gives each element its f64 sum rounded to f32: within f64 rounding of `dot_f64` before
     /// the rounding, so within one f32 rounding after it — across partial blocks, bias and a
-    /// width past `gemm`'s inner blocking.
+    /// width past `rdu_dgemm`'s inner blocking.
     #[test]
     fn many_rows_are_the_f64_sums_rounded_once() {
         for (n, o, k) in [(6, 35, 1037), (19, 130, 700), (129, 17, 2 * STEP + 13), (40, 3, 1), (9, 4, 0)] {
