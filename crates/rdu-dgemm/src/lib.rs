@@ -26,17 +26,68 @@ const NC: usize = 480;
 /// fastest kernel this CPU has, every element exactly [`product_plain`]'s.
 pub fn product(a: View<'_, f64>, b: View<'_, f64>, c: &mut [f64]) {
     check(&a, &b, c);
+    match tiles().first() {
+        // SAFETY: `tiles` lists only tiles whose features the CPU has.
+        Some(&tile) => unsafe { packed_with(tile, a, b, c) },
+        None => product_plain(a, b, c),
+    }
+}
+
+/// A register tile's kernel.
+#[derive(Clone, Copy, Debug)]
+enum Isa {
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+}
+
+/// The tiles this CPU can run, widest first.
+fn tiles() -> Vec<Isa> {
+    #[allow(unused_mut)]
+    let mut tiles = Vec::new();
     #[cfg(target_arch = "x86_64")]
     {
-        // SAFETY: each tile runs only where the CPU has its features.
         if std::arch::is_x86_feature_detected!("avx512f") {
-            return unsafe { packed::<x86::Avx512>(a, b, c) };
+            tiles.push(Isa::Avx512);
         }
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            return unsafe { packed::<x86::Avx2>(a, b, c) };
+            tiles.push(Isa::Avx2);
         }
     }
-    product_plain(a, b, c)
+    tiles
+}
+
+/// [`packed`] with `tile`.
+///
+/// # Safety
+/// The CPU has `tile`'s features.
+unsafe fn packed_with(tile: Isa, a: View<'_, f64>, b: View<'_, f64>, c: &mut [f64]) {
+    // SAFETY: this function's contract.
+    unsafe {
+        match tile {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => packed::<x86::Avx512>(a, b, c),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => packed::<x86::Avx2>(a, b, c),
+        }
+    }
+}
+
+/// [`rows_packed`] with `tile`.
+///
+/// # Safety
+/// The CPU has `tile`'s features.
+unsafe fn rows_packed_with(tile: Isa, x: View<'_, f64>, w: &dyn Rows, c: &mut [f64]) {
+    // SAFETY: this function's contract.
+    unsafe {
+        match tile {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => rows_packed::<x86::Avx512>(x, w, c),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => rows_packed::<x86::Avx2>(x, w, c),
+        }
+    }
 }
 
 /// The definition: each element one fused multiply-add chain in inner order from `+0`.
@@ -74,17 +125,11 @@ pub fn product_rows(x: View<'_, f64>, w: &dyn Rows, c: &mut [f64]) {
     let (n, k, o) = (x.rows, x.cols, w.count());
     assert!(w.width() == k && c.len() == n * o, "product: shapes [{n}×{k}]·[{}×{o}]ᵀ into {}", w.width(), c.len());
     assert!(x.in_bounds(), "product: a view reaches past its data");
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: each tile runs only where the CPU has its features.
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            return unsafe { rows_packed::<x86::Avx512>(x, w, c) };
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            return unsafe { rows_packed::<x86::Avx2>(x, w, c) };
-        }
+    match tiles().first() {
+        // SAFETY: `tiles` lists only tiles whose features the CPU has.
+        Some(&tile) => unsafe { rows_packed_with(tile, x, w, c) },
+        None => rows_plain(x, w, c),
     }
-    rows_plain(x, w, c)
 }
 
 /// Value `p` of line `l` (`lines[l·KC + p]`, `G` lines) widened into `out[p·stride + l]`.
@@ -423,16 +468,10 @@ mod tests {
             let mut want = vec![f64::NAN; m * n];
             product_plain(a, b, &mut want);
             type Kernel = Box<dyn Fn(View<'_, f64>, View<'_, f64>, &mut [f64])>;
-            let mut kernels: Vec<(&str, Kernel)> = vec![("dispatched", Box::new(product))];
-            #[cfg(target_arch = "x86_64")]
-            {
-                // SAFETY: each tile runs only where the CPU has its features.
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    kernels.push(("avx512", Box::new(|a, b, c| unsafe { packed::<x86::Avx512>(a, b, c) })));
-                }
-                if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-                    kernels.push(("avx2", Box::new(|a, b, c| unsafe { packed::<x86::Avx2>(a, b, c) })));
-                }
+            let mut kernels: Vec<(String, Kernel)> = vec![("dispatched".into(), Box::new(product))];
+            for tile in tiles() {
+                // SAFETY: `tiles` lists only tiles whose features the CPU has.
+                kernels.push((format!("{tile:?}"), Box::new(move |a, b, c| unsafe { packed_with(tile, a, b, c) })));
             }
             for (name, kernel) in kernels {
                 let mut got = vec![f64::NAN; m * n];
@@ -477,25 +516,21 @@ mod tests {
         {
             let x = values(n * k, case as u64 + 7);
             let w: Vec<f32> = values(o * k, case as u64 + 70).iter().map(|&v| v as f32).collect();
-            let rows = F32Rows { values: &w, o, k };
+            let rows = &F32Rows { values: &w, o, k };
             let x = View::dense(&x, n, k);
             let mut want = vec![f64::NAN; n * o];
-            rows_plain(x, &rows, &mut want);
+            rows_plain(x, rows, &mut want);
             let wide: Vec<f64> = w.iter().map(|&v| f64::from(v)).collect();
             let mut plain = vec![f64::NAN; n * o];
             product_plain(x, View::dense(&wide, o, k).t(), &mut plain);
             assert_eq!(want, plain, "rows_plain is product_plain over the widened rows");
             type Kernel<'k> = Box<dyn Fn(&mut [f64]) + 'k>;
-            let mut kernels: Vec<(&str, Kernel)> = vec![("dispatched", Box::new(|c| product_rows(x, &rows, c)))];
-            #[cfg(target_arch = "x86_64")]
-            {
-                // SAFETY: each tile runs only where the CPU has its features.
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    kernels.push(("avx512", Box::new(|c| unsafe { rows_packed::<x86::Avx512>(x, &rows, c) })));
-                }
-                if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-                    kernels.push(("avx2", Box::new(|c| unsafe { rows_packed::<x86::Avx2>(x, &rows, c) })));
-                }
+            let mut kernels: Vec<(String, Kernel)> =
+                vec![("dispatched".into(), Box::new(|c| product_rows(x, rows, c)))];
+            for tile in tiles() {
+                // SAFETY: `tiles` lists only tiles whose features the CPU has.
+                let kernel: Kernel = Box::new(move |c| unsafe { rows_packed_with(tile, x, rows, c) });
+                kernels.push((format!("{tile:?}"), kernel));
             }
             for (name, kernel) in kernels {
                 let mut got = vec![f64::NAN; n * o];

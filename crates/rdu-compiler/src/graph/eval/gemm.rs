@@ -43,15 +43,23 @@ impl<'a> Weights<'a> {
     fn rows(self, j0: usize, j1: usize, k: usize) -> Cow<'a, [f32]> {
         match self {
             Weights::F32(w) => Cow::Borrowed(&w[j0 * k..j1 * k]),
-            Weights::Q8(blocks) => {
-                let per_row = k / QK8_0;
+            Weights::Q8(_) => {
                 let mut values = vec![0f32; (j1 - j0) * k];
-                for (out, block) in
-                    values.as_chunks_mut::<QK8_0>().0.iter_mut().zip(&blocks[j0 * per_row..j1 * per_row])
-                {
-                    dequant_block(block, out);
-                }
+                self.read(j0 * k, &mut values);
                 Cow::Owned(values)
+            }
+        }
+    }
+
+    /// The values from flat index `at` on, into `out`: for Q8_0 blocks, `at` and `out` cover
+    /// whole blocks (a row holds whole blocks), each read as `dequant_block` gives it.
+    fn read(self, at: usize, out: &mut [f32]) {
+        match self {
+            Weights::F32(w) => out.copy_from_slice(&w[at..at + out.len()]),
+            Weights::Q8(blocks) => {
+                for (o, block) in out.as_chunks_mut::<QK8_0>().0.iter_mut().zip(&blocks[at / QK8_0..]) {
+                    dequant_block(block, o);
+                }
             }
         }
     }
@@ -304,17 +312,8 @@ impl rdu_dgemm::Rows for WeightRows<'_> {
         self.k
     }
     fn values(&self, j: usize, p0: usize, out: &mut [f32]) {
-        let at = (self.j0 + j) * self.k + p0;
-        match self.w {
-            Weights::F32(w) => out.copy_from_slice(&w[at..at + out.len()]),
-            Weights::Q8(blocks) => {
-                // `p0` is a multiple of `rdu_dgemm::BLOCK`, itself of the block size; a row of a
-                // Q8_0 weight holds whole blocks, so `out` covers whole blocks.
-                for (o, block) in out.as_chunks_mut::<QK8_0>().0.iter_mut().zip(&blocks[at / QK8_0..]) {
-                    dequant_block(block, o);
-                }
-            }
-        }
+        // `p0` is a multiple of `rdu_dgemm::BLOCK`, itself of the Q8_0 block size.
+        self.w.read((self.j0 + j) * self.k + p0, out);
     }
 }
 
