@@ -219,6 +219,7 @@ unsafe fn round_robin<V: Copy>(
     let mut t = [zero; 4];
     let mut i = 0;
     while i + 4 <= n {
+        prefetch_ahead(row.wrapping_add(stride * i), 4 * stride);
         // SAFETY: blocks i..i+4 lie inside `row` and `x` (the caller's bounds).
         t[0] = block(row.add(stride * i), x.add(32 * i), t[0]);
         t[1] = block(row.add(stride * (i + 1)), x.add(32 * (i + 1)), t[1]);
@@ -232,6 +233,28 @@ unsafe fn round_robin<V: Copy>(
         i += 1;
     }
     t
+}
+
+/// How far ahead of the bytes a row kernel is reading it asks for the weight's next bytes.
+/// On the Xeon VM (Sapphire Rapids, 2 cores), streaming Gemma 3's 178 MB Q8_0 head through
+/// `dot_q8_row_avx512`: 5.8–6.8 GB/s a core without it (the hardware prefetcher alone), and
+/// 9.8–10.8 GB/s a core 2048 bytes ahead (1024: 7.7–8.4; 4096: 8.4–9.3), 11–13 against
+/// 17–19 GB/s on both cores. A hint only: no value changes.
+const PREFETCH_AHEAD: usize = 2048;
+
+/// Asks for the cache lines of the `len` bytes `PREFETCH_AHEAD` past `at` (a prefetch never
+/// faults, so past the end of the weight it only wastes a request; the address is formed with
+/// `wrapping_add` and never read by this program).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_ahead(at: *const u8, len: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    let mut off = 0;
+    while off < len {
+        // SAFETY: a prefetch is a hint that reads nothing and never faults, at any address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH_AHEAD + off) as *const i8) };
+        off += 64;
+    }
 }
 
 /// `round_robin` in AVX-512 vectors, its four sums added at the end.
@@ -318,6 +341,7 @@ pub unsafe fn dot_q4_k_row_avx512(row: &[u8], x: &[f32]) -> f32 {
         // SAFETY: super-block i spans bytes 144i..144(i+1) of `row` and floats 256i..256(i+1) of `x`.
         let b = std::slice::from_raw_parts(row.as_ptr().add(144 * i), 144);
         let xp = x.as_ptr().add(256 * i);
+        prefetch_ahead(b.as_ptr(), 144);
         let sm = q4_k_scales(b);
         for chunk in 0..4 {
             let ((d1, m1), (d2, m2)) = (sm[2 * chunk], sm[2 * chunk + 1]);
@@ -357,6 +381,7 @@ pub unsafe fn dot_q6_k_row_avx512(row: &[u8], x: &[f32]) -> f32 {
         // SAFETY: block i spans bytes 210i..210(i+1) of `row` and floats 256i..256(i+1) of `x`.
         let b = row.as_ptr().add(210 * i);
         let xp = x.as_ptr().add(256 * i);
+        prefetch_ahead(b, 210);
         let d = f16_scale(b.add(208));
         for half in 0..2 {
             let q = q6_k_runs(b, half);
