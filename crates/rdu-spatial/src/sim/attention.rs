@@ -207,8 +207,8 @@ pub(super) fn attend_mla_up(call: &Call<'_>) -> Outs {
         Src::Slot(sl) => sl,
         Src::Row(r) => s + r,
     };
-    let reads: Vec<Vec<(usize, f32)>> = (row_sources(call, 4, n, s, chunk.is_some())?.into_iter())
-        .map(|srcs| srcs.into_iter().map(|(src, m)| (entry(src), m)).collect())
+    let runs: Vec<Vec<Run>> = (row_sources(call, 4, n, s, chunk.is_some())?.into_iter())
+        .map(|srcs| runs_of(srcs.into_iter().map(|(src, m)| (entry(src), m))))
         .collect();
     let entries: Vec<f32>;
     let all = match chunk {
@@ -248,24 +248,12 @@ pub(super) fn attend_mla_up(call: &Call<'_>) -> Outs {
                 let qj = View { data: q, offset: (j0 + i) * dq, rows: n, cols: dq, row_stride: h * dq, col_stride: 1 };
                 let mut scores = vec![0.0f32; n * e];
                 gemm(qj, View::dense(&keys, e, dq).t(), &mut scores, e).ok_or_else(failed)?;
-                // Softmax weights in f32 over the entries each row reads, each divided by the total:
-                // the shifted scores gathered in reading order, their exponentials taken together
-                // (`map`: vectorised), the weights put back at their entries.
-                let mut weights = vec![0.0f32; n * e];
-                let (mut shifted, mut exps) = (Vec::new(), Vec::new());
-                for ((read, sc), w) in reads.iter().zip(scores.chunks_exact(e)).zip(weights.chunks_exact_mut(e)) {
-                    let max = read.iter().map(|&(x, _)| scale * sc[x]).fold(f32::NEG_INFINITY, f32::max);
-                    shifted.clear();
-                    shifted.extend(read.iter().map(|&(x, _)| scale * sc[x] - max));
-                    exps.resize(shifted.len(), 0.0);
-                    super::elementwise::map(&mut exps, &shifted, &super::mathf::exp);
-                    let mut total = 0.0f32;
-                    for (&(x, m), &ex) in read.iter().zip(&exps) {
-                        w[x] = m * ex;
-                        total += w[x];
-                    }
-                    read.iter().for_each(|&(x, _)| w[x] /= total);
+                // Each row's scores become its softmax weights in place (`softmax_runs`).
+                let mut scratch = (Vec::new(), Vec::new());
+                for (runs, sc) in runs.iter().zip(scores.chunks_exact_mut(e)) {
+                    softmax_runs(sc, runs, scale, &mut scratch);
                 }
+                let weights = scores;
                 let v = View { data: &values, offset: i * dv, rows: e, cols: dv, row_stride: g * dv, col_stride: 1 };
                 let mut o = vec![0.0f32; n * dv];
                 gemm(View::dense(&weights, n, e), v, &mut o, dv).ok_or_else(failed)?;
@@ -280,6 +268,69 @@ pub(super) fn attend_mla_up(call: &Call<'_>) -> Outs {
         }
     }
     Ok(vec![SimTensor::f32(vec![n, h, dv], y)])
+}
+
+/// Consecutive entries a row reads with one multiplicity: `first..first + len`, each weighing
+/// `multiplicity` times its exponential.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Run {
+    first: usize,
+    len: usize,
+    multiplicity: f32,
+}
+
+/// The runs of `reads` (entry, multiplicity), in reading order: a run continues while the next
+/// entry is the one after it with the same multiplicity.
+fn runs_of(reads: impl IntoIterator<Item = (usize, f32)>) -> Vec<Run> {
+    let mut runs: Vec<Run> = Vec::new();
+    for (x, m) in reads {
+        match runs.last_mut() {
+            Some(r) if r.first + r.len == x && r.multiplicity == m => r.len += 1,
+            _ => runs.push(Run { first: x, len: 1, multiplicity: m }),
+        }
+    }
+    runs
+}
+
+/// One row's scores `sc` become its softmax weights in place, in f32, over the entries it reads
+/// (`runs`, in reading order): the scaled scores gathered in reading order, shifted by their
+/// maximum, their exponentials taken together (`map`: vectorised), each times its entry's
+/// multiplicity, divided by their total (summed in reading order); every other entry 0.
+/// Whole runs rather than entry by entry, so that every step but the total is vectorised.
+fn softmax_runs(sc: &mut [f32], runs: &[Run], scale: f32, (shifted, exps): &mut (Vec<f32>, Vec<f32>)) {
+    shifted.clear();
+    for r in runs {
+        shifted.extend(sc[r.first..r.first + r.len].iter().map(|&v| scale * v));
+    }
+    let max = max_of(shifted);
+    shifted.iter_mut().for_each(|x| *x -= max);
+    exps.resize(shifted.len(), 0.0);
+    super::elementwise::map(exps, shifted, &super::mathf::exp);
+    let mut at = 0;
+    for r in runs {
+        exps[at..at + r.len].iter_mut().for_each(|x| *x *= r.multiplicity);
+        at += r.len;
+    }
+    let total: f32 = exps.iter().sum();
+    sc.fill(0.0);
+    let mut at = 0;
+    for r in runs {
+        sc[r.first..r.first + r.len].iter_mut().zip(&exps[at..at + r.len]).for_each(|(w, &x)| *w = x / total);
+        at += r.len;
+    }
+}
+
+/// The largest of `xs` (NaNs ignored, as `f32::max` does; `-inf` for none), eight lanes at a
+/// time so that it vectorises: the maximum is exact in any order.
+fn max_of(xs: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let (whole, rest) = xs.as_chunks::<8>();
+    for c in whole {
+        for l in 0..8 {
+            lanes[l] = lanes[l].max(c[l]);
+        }
+    }
+    rest.iter().chain(&lanes).copied().fold(f32::NEG_INFINITY, f32::max)
 }
 
 /// Positions of `n` rows from argument `i`: a scalar `pos` (row `r` at `pos + r`) or `i32[n]`.
@@ -586,28 +637,60 @@ impl Rows<'_> {
         let failed = || SimError::Invalid { message: "internal: a product of attend does not fit its buffers".into() };
         let mut scores = vec![0.0f32; rows * g * u];
         gemm(View::dense(&q, rows * g, dk), View::dense(&keys, u, dk).t(), &mut scores, u).ok_or_else(failed)?;
-        // Each (row, head)'s scores become its weights in place: the scaled scores of the
-        // entries it reads gathered in reading order, shifted by their maximum, their
-        // exponentials taken together (`map`: vectorised), times the entry's multiplicity,
-        // divided by the total; every other entry 0.
-        let (mut shifted, mut exps) = (Vec::new(), Vec::new());
+        // Each (row, head)'s scores become its weights in place (`softmax_runs`).
+        let runs: Vec<Vec<Run>> = self.sources[r0..r1]
+            .iter()
+            .map(|read| runs_of(read.iter().map(|&(src, m)| (place[entry(src)], m))))
+            .collect();
+        let mut scratch = (Vec::new(), Vec::new());
         for (rh, sc) in scores.chunks_exact_mut(u.max(1)).enumerate() {
-            let read = &self.sources[r0 + rh / g];
-            shifted.clear();
-            shifted.extend(read.iter().map(|&(src, _)| self.scale * sc[place[entry(src)]]));
-            let max = shifted.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            shifted.iter_mut().for_each(|x| *x -= max);
-            exps.resize(shifted.len(), 0.0);
-            super::elementwise::map(&mut exps, &shifted, &super::mathf::exp);
-            exps.iter_mut().zip(read).for_each(|(x, &(_, m))| *x *= m);
-            let total: f32 = exps.iter().sum();
-            sc.fill(0.0);
-            for (&(src, _), &x) in read.iter().zip(&exps) {
-                sc[place[entry(src)]] = x / total;
-            }
+            softmax_runs(sc, &runs[rh / g], self.scale, &mut scratch);
         }
         let mut out = vec![0.0f32; rows * g * dv];
         gemm(View::dense(&scores, rows * g, u), View::dense(&values, u, dv), &mut out, dv).ok_or_else(failed)?;
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{max_of, runs_of, softmax_runs, Run};
+
+    #[test]
+    fn reads_become_runs_of_consecutive_entries_with_one_multiplicity() {
+        let reads = [(5, 1.0), (6, 1.0), (7, 2.0), (8, 2.0), (0, 1.0), (1, 1.0), (3, 1.0)];
+        let run = |first, len, multiplicity| Run { first, len, multiplicity };
+        assert_eq!(runs_of(reads), [run(5, 2, 1.0), run(7, 2, 2.0), run(0, 2, 1.0), run(3, 1, 1.0)]);
+        assert_eq!(runs_of([]), []);
+    }
+
+    /// `softmax_runs` is the softmax written entry by entry, bit for bit: the same steps on the
+    /// same values in reading order (a ring's wrap, a gap, a multiplicity).
+    #[test]
+    fn the_softmax_over_runs_is_the_softmax_entry_by_entry() {
+        let scores: Vec<f32> = (0..41).map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.37).collect();
+        let reads = [(30, 1.0), (31, 1.0), (32, 3.0), (33, 1.0), (2, 1.0), (3, 1.0), (4, 1.0), (9, 1.0), (40, 1.0)];
+        let scale = 0.71f32;
+        let mut want = vec![0f32; scores.len()];
+        let shifted: Vec<f32> = reads.iter().map(|&(x, _)| scale * scores[x]).collect();
+        let max = shifted.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let exps: Vec<f32> =
+            reads.iter().zip(&shifted).map(|(&(_, m), s)| m * super::super::mathf::exp(s - max)).collect();
+        let total: f32 = exps.iter().sum();
+        reads.iter().zip(&exps).for_each(|(&(x, _), e)| want[x] = e / total);
+        let mut got = scores.clone();
+        softmax_runs(&mut got, &runs_of(reads), scale, &mut (Vec::new(), Vec::new()));
+        assert_eq!(
+            got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn the_maximum_ignores_nans_as_f32_max_does() {
+        let xs: Vec<f32> = (0..19).map(|i| (i * 7 % 19) as f32 - 3.0).collect();
+        assert_eq!(max_of(&xs), 15.0);
+        assert_eq!(max_of(&[f32::NAN, -2.0, f32::NAN]), -2.0);
+        assert_eq!(max_of(&[]), f32::NEG_INFINITY);
     }
 }

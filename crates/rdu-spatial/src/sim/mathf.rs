@@ -16,10 +16,18 @@ const EXP_MAX: f32 = 88.7;
 pub(super) fn exp(x: f32) -> f32 {
     let x = x.clamp(EXP_MIN, EXP_MAX);
     // x = k·ln 2 + r with |r| ≤ ln 2 / 2; k by truncation after a shift that makes it positive.
-    // The integer steps wrap rather than check (the clamp keeps them far from overflow): a
-    // checked step (tests build with overflow checks) is a branch, and a loop with one is not
-    // vectorised.
-    let k = ((x * std::f32::consts::LOG2_E + 0.5 + 128.0) as i32).wrapping_sub(128) as f32;
+    // Nothing here may branch, or a loop of it is not vectorised: the integer steps wrap rather
+    // than check (tests build with overflow checks; the clamp keeps them far from overflow),
+    // and the shifted value — in 2.5..=256.5 unless `x` is NaN — is bounded explicitly (a NaN
+    // becomes 0; the NaN still reaches the result through `r`) and converted unchecked, where
+    // a saturating `as i32` is a scalar conversion and NaN test per lane (it was a third of
+    // the simulator's softmax time).
+    // (`max` and `min`, not `clamp`: `clamp` keeps a NaN.)
+    #[allow(clippy::manual_clamp)]
+    let shifted = (x * std::f32::consts::LOG2_E + 0.5 + 128.0).max(0.0).min(300.0);
+    // SAFETY: `shifted` is finite and within 0..=300, so it truncates to an i32 exactly.
+    let ki = unsafe { shifted.to_int_unchecked::<i32>() }.wrapping_sub(128);
+    let k = ki as f32;
     let r = (x - k * LN2_HI) - k * LN2_LO;
     // e^r by its Taylor series to r⁸ (the first omitted term is below 3e-10 for |r| ≤ 0.35).
     let p = 1.0
@@ -29,8 +37,7 @@ pub(super) fn exp(x: f32) -> f32 {
                     + r * (1.0 / 24.0
                         + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0 + r * (1.0 / 40320.0))))))));
     // 2^k: k is in -126..=128 after the clamp; split in two so both factors are normal.
-    let k = k as i32;
-    let (k1, k2) = (k / 2, k.wrapping_sub(k / 2));
+    let (k1, k2) = (ki / 2, ki.wrapping_sub(ki / 2));
     p * f32::from_bits((k1.wrapping_add(127) as u32) << 23) * f32::from_bits((k2.wrapping_add(127) as u32) << 23)
 }
 
@@ -78,6 +85,8 @@ mod tests {
         assert_eq!(exp(0.0), 1.0);
         assert!(exp(-200.0) > 0.0 && exp(-200.0) < 2e-38, "clamped low: {}", exp(-200.0));
         assert!(exp(200.0).is_finite() && exp(200.0) > 1e38, "clamped high: {}", exp(200.0));
+        assert!(exp(f32::NAN).is_nan(), "a NaN stays a NaN");
+        assert_eq!((exp(f32::INFINITY), exp(f32::NEG_INFINITY)), (exp(200.0), exp(-200.0)));
     }
 
     #[test]

@@ -198,6 +198,20 @@ fn attend_block(a: &Attention<'_>, q64: &[f64], i0: usize, reads: &[Vec<usize>],
     // The entries the rows read, in store order, and each one's place among them.
     let (union, place) = rdu_spatial::view::union(a.entries, reads.iter().flatten().copied());
     let u = union.len();
+    // Each row's entries as runs of consecutive places `(first, len)`, in reading order.
+    let runs: Vec<Vec<(usize, usize)>> = reads
+        .iter()
+        .map(|read| {
+            let mut runs: Vec<(usize, usize)> = Vec::new();
+            for &e in read {
+                match runs.last_mut() {
+                    Some((first, len)) if *first + *len == place[e] => *len += 1,
+                    _ => runs.push((place[e], 1)),
+                }
+            }
+            runs
+        })
+        .collect();
     let mut out = vec![0f32; rows * a.heads * a.dv];
     for kv in 0..a.kv_heads {
         // The query heads of kv head `kv`, row by row: `rows·group × dk`.
@@ -209,17 +223,25 @@ fn attend_block(a: &Attention<'_>, q64: &[f64], i0: usize, reads: &[Vec<usize>],
         let mut scores = vec![0f64; rows * group * u];
         gemm::gemm(View::dense(&q, rows * group, a.dk), View::dense(&keys, u, a.dk).t(), &mut scores);
         // Softmax weights (unnormalised) over the entries each row reads, and their totals: each
-        // row of scores becomes its weights in place, 0 at the entries it does not read.
+        // row of scores becomes its weights in place, 0 at the entries it does not read. A row's
+        // entries are taken run by run (`runs`: consecutive places), in reading order.
         let mut totals = vec![0f64; rows * group];
         let mut exps = Vec::new();
-        for (r, read) in reads.iter().enumerate() {
+        for (r, runs) in runs.iter().enumerate() {
             for h in 0..group {
                 let w = &mut scores[(r * group + h) * u..][..u];
-                let max = read.iter().map(|&e| scale * w[place[e]]).fold(f64::NEG_INFINITY, f64::max);
                 exps.clear();
-                exps.extend(read.iter().map(|&e| (scale * w[place[e]] - max).exp()));
+                for &(first, len) in runs {
+                    exps.extend(w[first..first + len].iter().map(|&x| scale * x));
+                }
+                let max = exps.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                exps.iter_mut().for_each(|x| *x = (*x - max).exp());
                 w.fill(0.0);
-                read.iter().zip(&exps).for_each(|(&e, &x)| w[place[e]] = x);
+                let mut at = 0;
+                for &(first, len) in runs {
+                    w[first..first + len].copy_from_slice(&exps[at..at + len]);
+                    at += len;
+                }
                 totals[r * group + h] = exps.iter().sum();
             }
         }
