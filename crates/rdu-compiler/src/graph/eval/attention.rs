@@ -235,7 +235,8 @@ fn attend_block(a: &Attention<'_>, q64: &[f64], i0: usize, reads: &[Vec<usize>],
                     exps.extend(w[first..first + len].iter().map(|&x| scale * x));
                 }
                 let max = exps.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                exps.iter_mut().for_each(|x| *x = (*x - max).exp());
+                exps.iter_mut().for_each(|x| *x -= max);
+                super::mathf64::exp_all(&mut exps);
                 w.fill(0.0);
                 let mut at = 0;
                 for &(first, len) in runs {

@@ -12,6 +12,7 @@
 mod attention;
 mod elementwise;
 mod gemm;
+mod mathf64;
 mod moe;
 mod products;
 mod recurrent;
