@@ -154,11 +154,51 @@ fn row_reads(
 
 /// [`attend_core`] with each row's entries (`reads`) given.
 fn attend_rows(a: &Attention<'_>, reads: &[Vec<usize>], scale: f64) -> Kernel {
+    attend_planned(a, &plan(a.n, a.heads / a.kv_heads, a.entries, reads), scale)
+}
+
+/// Rows `i0..i0 + rows` of an attention and what they read: the entries (their union, in store
+/// order), and each row's entries as runs `(first, len)` of consecutive places in the union,
+/// in reading order.
+struct Block {
+    i0: usize,
+    rows: usize,
+    union: Vec<usize>,
+    runs: Vec<Vec<(usize, usize)>>,
+}
+
+/// The blocks of `n` rows (`group` query heads a kv head, `entries` in the store) whose scores
+/// one task holds at a time (`BLOCK_SCORES`), each with what its rows read (`reads`).
+fn plan(n: usize, group: usize, entries: usize, reads: &[Vec<usize>]) -> Vec<Block> {
+    let block = (BLOCK_SCORES / (group * entries).max(1)).max(1);
+    let starts: Vec<usize> = (0..n).step_by(block).collect();
+    starts
+        .into_par_iter()
+        .map(|i0| {
+            let reads = &reads[i0..n.min(i0 + block)];
+            let (union, place) = rdu_spatial::view::union(entries, reads.iter().flatten().copied());
+            let runs = reads
+                .iter()
+                .map(|read| {
+                    let mut runs: Vec<(usize, usize)> = Vec::new();
+                    for &e in read {
+                        match runs.last_mut() {
+                            Some((first, len)) if *first + *len == place[e] => *len += 1,
+                            _ => runs.push((place[e], 1)),
+                        }
+                    }
+                    runs
+                })
+                .collect();
+            Block { i0, rows: reads.len(), union, runs }
+        })
+        .collect()
+}
+
+/// [`attend_rows`] with its blocks planned.
+fn attend_planned(a: &Attention<'_>, plan: &[Block], scale: f64) -> Kernel {
     let q64 = gemm::widen(a.q);
-    let block = (BLOCK_SCORES / (a.heads / a.kv_heads * a.entries).max(1)).max(1);
-    let starts: Vec<usize> = (0..a.n).step_by(block).collect();
-    let blocks: Vec<Vec<f32>> =
-        starts.par_iter().map(|&i0| attend_block(a, &q64, i0, &reads[i0..a.n.min(i0 + block)], scale)).collect();
+    let blocks: Vec<Vec<f32>> = plan.par_iter().map(|b| attend_block(a, &q64, b, scale)).collect();
     Ok(vec![out(&[a.n, a.heads, a.dv], blocks.concat())?])
 }
 
@@ -191,27 +231,14 @@ fn reads(
         .collect()
 }
 
-/// Rows `i0..i0 + reads.len()` of [`attend_core`]: `h × dv` values each.
-fn attend_block(a: &Attention<'_>, q64: &[f64], i0: usize, reads: &[Vec<usize>], scale: f64) -> Vec<f32> {
-    let (rows, group) = (reads.len(), a.heads / a.kv_heads);
+/// The block `b` of rows of [`attend_core`]: `h × dv` values a row.
+fn attend_block(a: &Attention<'_>, q64: &[f64], b: &Block, scale: f64) -> Vec<f32> {
+    let (rows, group, i0) = (b.rows, a.heads / a.kv_heads, b.i0);
     let s = &a.store;
-    // The entries the rows read, in store order, and each one's place among them.
-    let (union, place) = rdu_spatial::view::union(a.entries, reads.iter().flatten().copied());
-    let u = union.len();
-    // Each row's entries as runs of consecutive places `(first, len)`, in reading order.
-    let runs: Vec<Vec<(usize, usize)>> = reads
-        .iter()
-        .map(|read| {
-            let mut runs: Vec<(usize, usize)> = Vec::new();
-            for &e in read {
-                match runs.last_mut() {
-                    Some((first, len)) if *first + *len == place[e] => *len += 1,
-                    _ => runs.push((place[e], 1)),
-                }
-            }
-            runs
-        })
-        .collect();
+    let u = b.union.len();
+    // Every entry read (the union is then all of them, in order): the keys and values are read
+    // in place, otherwise gathered.
+    let whole = u == a.entries;
     let mut out = vec![0f32; rows * a.heads * a.dv];
     for kv in 0..a.kv_heads {
         // The query heads of kv head `kv`, row by row: `rows·group × dk`.
@@ -219,15 +246,28 @@ fn attend_block(a: &Attention<'_>, q64: &[f64], i0: usize, reads: &[Vec<usize>],
             rows * group * a.dk,
             (0..rows).map(|r| &q64[((i0 + r) * a.heads + kv * group) * a.dk..][..group * a.dk]),
         );
-        let keys = gather(u * a.dk, union.iter().map(|&e| &s.keys[(e * a.kv_heads + kv) * s.key_stride..][..a.dk]));
+        // Entry `e`'s `cols` values of kv head `kv`, in place: `data[(e·g + kv)·stride..]`.
+        let in_place = |data, stride: usize, cols: usize| View {
+            offset: kv * stride,
+            row_stride: a.kv_heads * stride,
+            ..View::dense(data, u, cols)
+        };
+        let gathered_keys;
+        let keys = if whole {
+            in_place(&s.keys, s.key_stride, a.dk)
+        } else {
+            gathered_keys =
+                gather(u * a.dk, b.union.iter().map(|&e| &s.keys[(e * a.kv_heads + kv) * s.key_stride..][..a.dk]));
+            View::dense(&gathered_keys, u, a.dk)
+        };
         let mut scores = vec![0f64; rows * group * u];
-        gemm::gemm(View::dense(&q, rows * group, a.dk), View::dense(&keys, u, a.dk).t(), &mut scores);
+        gemm::gemm(View::dense(&q, rows * group, a.dk), keys.t(), &mut scores);
         // Softmax weights (unnormalised) over the entries each row reads, and their totals: each
         // row of scores becomes its weights in place, 0 at the entries it does not read. A row's
-        // entries are taken run by run (`runs`: consecutive places), in reading order.
+        // entries are taken run by run, in reading order.
         let mut totals = vec![0f64; rows * group];
         let mut exps = Vec::new();
-        for (r, runs) in runs.iter().enumerate() {
+        for (r, runs) in b.runs.iter().enumerate() {
             for h in 0..group {
                 let w = &mut scores[(r * group + h) * u..][..u];
                 exps.clear();
@@ -248,10 +288,18 @@ fn attend_block(a: &Attention<'_>, q64: &[f64], i0: usize, reads: &[Vec<usize>],
         }
         let weights = scores;
         // acc = weights · values, then divided by each head's total.
-        let values =
-            gather(u * a.dv, union.iter().map(|&e| &s.values()[(e * a.kv_heads + kv) * s.value_stride..][..a.dv]));
+        let gathered_values;
+        let values = if whole {
+            in_place(s.values(), s.value_stride, a.dv)
+        } else {
+            gathered_values = gather(
+                u * a.dv,
+                b.union.iter().map(|&e| &s.values()[(e * a.kv_heads + kv) * s.value_stride..][..a.dv]),
+            );
+            View::dense(&gathered_values, u, a.dv)
+        };
         let mut acc = vec![0f64; rows * group * a.dv];
-        gemm::gemm(View::dense(&weights, rows * group, u), View::dense(&values, u, a.dv), &mut acc);
+        gemm::gemm(View::dense(&weights, rows * group, u), values, &mut acc);
         for (rh, total) in totals.iter().enumerate() {
             let (r, h) = (rh / group, rh % group);
             let dst = &mut out[(r * a.heads + kv * group + h) * a.dv..][..a.dv];
@@ -341,6 +389,8 @@ pub(super) fn attend_mla_up(ins: &[&Tensor], scale: f64, latent: usize, window: 
         });
         out
     };
+    // Every head reads the same entries: its blocks of rows planned once for them all.
+    let plan = plan(n, 1, e, &reads);
     let mut outs: Vec<Vec<f32>> = Vec::with_capacity(heads);
     for j0 in (0..heads).step_by(UP_HEADS) {
         let g = (heads - j0).min(UP_HEADS);
@@ -354,7 +404,7 @@ pub(super) fn attend_mla_up(ins: &[&Tensor], scale: f64, latent: usize, window: 
             let qj = gather(n * dq, (0..n).map(|r| &qv[(r * heads + j0 + i) * dq..][..dq]));
             let store = Store { keys, key_stride: dq, values: Some(values), value_stride: dv };
             let a = Attention { q: &qj, n, heads: 1, dk: dq, entries: e, kv_heads: 1, dv, store };
-            Ok(f32s(&attend_rows(&a, &reads, scale)?[0])?.to_vec())
+            Ok(f32s(&attend_planned(&a, &plan, scale)?[0])?.to_vec())
         };
         outs.extend((0..g).into_par_iter().map(head).collect::<Result<Vec<_>, _>>()?);
     }
