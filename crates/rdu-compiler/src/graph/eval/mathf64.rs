@@ -6,7 +6,7 @@
 //! multiply-adds — so the values do not depend on which loop runs.
 
 /// `ln 2` split in two (fdlibm's `ln2_hi`, `ln2_lo`): `k·LN2_HI` is exact for `|k| < 2²⁰`.
-const LN2_HI: f64 = 6.931_471_803_691_238_2e-1;
+const LN2_HI: f64 = 0.693_147_180_369_123_8;
 const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
 /// Above this, `eˣ` is past f64's largest value; below the next it rounds to 0.
 const EXP_MAX: f64 = 709.782_712_893_384;
