@@ -55,6 +55,43 @@ fn transpose_follows_numpy_perm() {
     assert!(e.contains("not a permutation"), "{e}");
 }
 
+/// Every permutation of four axes, f32 and i32, element by element against the definition:
+/// output index `(i₀, i₁, i₂, i₃)` reads the input where axis `perm[k]` is at `i_k`.
+#[test]
+fn transpose_of_every_permutation_of_four_axes_is_its_definition() {
+    let dims = [2usize, 3, 4, 5];
+    let values: Vec<f32> = (0..120).map(|v| v as f32).collect();
+    let b = MapBindings::new().with("x", f(&dims, &values)).with("t", i(&dims, &(0..120).collect::<Vec<i32>>()));
+    for a in 0..4usize {
+        for c in (0..4).filter(|&c| c != a) {
+            for d in (0..4).filter(|&d| d != a && d != c) {
+                let perm = [a, c, d, 6 - a - c - d];
+                let shape = perm.map(|p| dims[p]);
+                let mut want = Vec::new();
+                for i0 in 0..shape[0] {
+                    for i1 in 0..shape[1] {
+                        for i2 in 0..shape[2] {
+                            for i3 in 0..shape[3] {
+                                let mut at = [0usize; 4];
+                                for (k, ik) in [i0, i1, i2, i3].into_iter().enumerate() {
+                                    at[perm[k]] = ik;
+                                }
+                                want.push((((at[0] * 3 + at[1]) * 4 + at[2]) * 5 + at[3]) as f32);
+                            }
+                        }
+                    }
+                }
+                let text = format!("y = transpose(x, perm={perm:?})\nk = transpose(t, perm={perm:?})");
+                let r = run(&b, &text, &["y", "k"]).unwrap();
+                assert_eq!(r.outputs["y"].shape, shape);
+                assert_eq!(out(&r, "y"), want, "{perm:?}");
+                let ints: Vec<i32> = want.iter().map(|&v| v as i32).collect();
+                assert_eq!(r.outputs["k"].as_i32().unwrap(), ints, "{perm:?}");
+            }
+        }
+    }
+}
+
 #[test]
 fn shard_gives_each_chip_its_equal_part_and_one_chip_the_whole() {
     let b = MapBindings::new().with("x", f(&[2, 4], &[0., 1., 2., 3., 4., 5., 6., 7.]));

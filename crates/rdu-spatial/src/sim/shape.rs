@@ -122,22 +122,36 @@ pub(super) fn transpose(call: &Call<'_>) -> Outs {
         return invalid(format!("perm {perm:?} is not a permutation of {rank} axes"));
     }
     let shape: Vec<usize> = perm.iter().map(|&p| t.shape[p]).collect();
-    let (in_strides, out_strides) = (strides(&t.shape), strides(&shape));
-    let src = |flat: usize| {
-        let mut rest = flat;
-        let mut off = 0;
-        for (i, os) in out_strides.iter().enumerate() {
-            off += (rest / os) * in_strides[perm[i]];
-            rest %= os;
-        }
-        off
-    };
-    let n = t.len();
+    let in_strides = strides(&t.shape);
     let data = match &t.data {
-        SimData::F32(v) => SimData::F32((0..n).map(|i| v[src(i)]).collect()),
-        SimData::I32(v) => SimData::I32((0..n).map(|i| v[src(i)]).collect()),
+        SimData::F32(v) => SimData::F32(transposed(v, &shape, &perm, &in_strides)),
+        SimData::I32(v) => SimData::I32(transposed(v, &shape, &perm, &in_strides)),
     };
     Ok(vec![SimTensor { shape, data }])
+}
+
+/// The values of `v` (strides `in_strides`) in the order of the transposed `shape`: row by row
+/// of the output, each row read at the stride of its input axis `perm[last]`, the row's start
+/// stepped like an odometer (per value, a division by each axis' stride made the transposes of
+/// a decode step's up-projections a tenth of its certification).
+fn transposed<T: Copy>(v: &[T], shape: &[usize], perm: &[usize], in_strides: &[usize]) -> Vec<T> {
+    let Some((&len, rows)) = shape.split_last() else { return v.to_vec() };
+    let step = in_strides[perm[perm.len() - 1]];
+    let mut out = Vec::with_capacity(shape.iter().product());
+    let (mut index, mut base) = (vec![0usize; rows.len()], 0usize);
+    for _ in 0..rows.iter().product::<usize>() {
+        out.extend((0..len).map(|j| v[base + j * step]));
+        for axis in (0..rows.len()).rev() {
+            index[axis] += 1;
+            base += in_strides[perm[axis]];
+            if index[axis] < rows[axis] {
+                break;
+            }
+            base -= index[axis] * in_strides[perm[axis]];
+            index[axis] = 0;
+        }
+    }
+    out
 }
 
 /// A Q8_0 weight as dense f32 of its declared shape.

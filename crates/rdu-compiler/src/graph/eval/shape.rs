@@ -1,24 +1,33 @@
 //! Shape ops, for either dtype: `reshape`, `slice`, `concat`, `transpose`. Each computes,
-//! for every output element, the flat index of the input element it copies.
+//! for every output row (along the last axis), where in its input that row's values are: a
+//! slice and a concatenation copy whole runs; a transpose reads a row at a stride.
 
 use super::Kernel;
 use crate::graph::{numel, Data, Tensor};
 
-/// The tensor of `shape` whose element `i` is element `picks[i]` of one of `sources`
-/// (`picks[i] = (source, flat index)`).
-fn gather(sources: &[&Tensor], shape: &[usize], picks: impl Iterator<Item = (usize, usize)>) -> Kernel {
+/// The tensor of `shape` made of runs copied from `sources`: `runs` gives, in order, each run's
+/// source, first flat index, length and stride (the run is `len` elements `stride` apart).
+fn gather(sources: &[&Tensor], shape: &[usize], runs: impl Iterator<Item = (usize, usize, usize, usize)>) -> Kernel {
+    fn copy<T: Copy>(srcs: &[&[T]], total: usize, runs: impl Iterator<Item = (usize, usize, usize, usize)>) -> Vec<T> {
+        let mut out = Vec::with_capacity(total);
+        for (s, first, len, stride) in runs {
+            if stride == 1 {
+                out.extend_from_slice(&srcs[s][first..first + len]);
+            } else {
+                out.extend((0..len).map(|j| srcs[s][first + j * stride]));
+            }
+        }
+        out
+    }
+    let total = numel(shape);
     let t = match sources[0].data() {
         Data::F32(_) => {
             let srcs: Vec<&[f32]> = sources.iter().filter_map(|t| t.as_f32()).collect();
-            (srcs.len() == sources.len())
-                .then(|| Tensor::try_f32(shape.to_vec(), picks.map(|(s, i)| srcs[s][i]).collect()))
-                .flatten()
+            (srcs.len() == sources.len()).then(|| Tensor::try_f32(shape.to_vec(), copy(&srcs, total, runs))).flatten()
         }
         Data::I32(_) => {
             let srcs: Vec<&[i32]> = sources.iter().filter_map(|t| t.as_i32()).collect();
-            (srcs.len() == sources.len())
-                .then(|| Tensor::try_i32(shape.to_vec(), picks.map(|(s, i)| srcs[s][i]).collect()))
-                .flatten()
+            (srcs.len() == sources.len()).then(|| Tensor::try_i32(shape.to_vec(), copy(&srcs, total, runs))).flatten()
         }
     };
     Ok(vec![t.ok_or("operands of mixed dtypes or a wrong element count")?])
@@ -33,13 +42,10 @@ fn strides(shape: &[usize]) -> Vec<usize> {
     s
 }
 
-/// The picks `f(multi-index)` for every multi-index of `shape` in row-major order, one at a
-/// time (a list of them took 16 bytes an element: a transpose of a large weight spent more
-/// time having the kernel zero the list's pages than copying).
-fn picks<'s>(
-    shape: &'s [usize],
-    mut f: impl FnMut(&[usize]) -> (usize, usize) + 's,
-) -> impl Iterator<Item = (usize, usize)> + 's {
+/// `f(multi-index)` for every multi-index of `shape` in row-major order, one at a time (a list
+/// of them took 16 bytes an element: a transpose of a large weight spent more time having the
+/// kernel zero the list's pages than copying).
+fn indices<'s, T>(shape: &'s [usize], mut f: impl FnMut(&[usize]) -> T + 's) -> impl Iterator<Item = T> + 's {
     let mut index = vec![0usize; shape.len()];
     (0..numel(shape)).map(move |_| {
         let pick = f(&index);
@@ -54,41 +60,47 @@ fn picks<'s>(
     })
 }
 
+/// `shape` as `[outer, shape[axis], inner]`: the products of the axes before and after `axis`.
+fn around(shape: &[usize], axis: usize) -> (usize, usize) {
+    (shape[..axis].iter().product(), shape[axis + 1..].iter().product())
+}
+
 pub(super) fn reshape(x: &Tensor, shape: &[usize]) -> Kernel {
     Ok(vec![x.reshaped(shape).ok_or("element counts differ")?])
 }
 
-/// Elements `start .. start + len` along `axis`.
+/// Elements `start .. start + len` along `axis`: for each index before `axis`, one run of
+/// `len·inner` values.
 pub(super) fn slice(x: &Tensor, axis: usize, start: usize, len: usize) -> Kernel {
     let mut shape = x.shape().to_vec();
     shape[axis] = len;
-    let st = strides(x.shape());
-    let picks = picks(&shape, |i| (0, i.iter().zip(&st).map(|(a, b)| a * b).sum::<usize>() + start * st[axis]));
-    gather(&[x], &shape, picks)
+    let (outer, inner) = around(x.shape(), axis);
+    let dim = x.shape()[axis];
+    gather(&[x], &shape, (0..outer).map(|o| (0, (o * dim + start) * inner, len * inner, 1)))
 }
 
-/// The operands joined along `axis`.
+/// The operands joined along `axis`: for each index before `axis`, each part's run of
+/// `size·inner` values in turn.
 pub(super) fn concat(parts: &[&Tensor], axis: usize) -> Kernel {
     let mut shape = parts[0].shape().to_vec();
     shape[axis] = parts.iter().map(|p| p.shape()[axis]).sum();
-    // For each position along `axis`: which part it comes from and its offset in that part.
-    let mut owner = Vec::with_capacity(shape[axis]);
-    for (p, part) in parts.iter().enumerate() {
-        owner.extend((0..part.shape()[axis]).map(|k| (p, k)));
-    }
-    let st: Vec<Vec<usize>> = parts.iter().map(|p| strides(p.shape())).collect();
-    let picks = picks(&shape, |i| {
-        let (p, k) = owner[i[axis]];
-        let flat: usize = i.iter().enumerate().map(|(d, &a)| if d == axis { k } else { a } * st[p][d]).sum();
-        (p, flat)
+    let (outer, inner) = around(&shape, axis);
+    let runs = (0..outer).flat_map(|o| {
+        parts.iter().enumerate().map(move |(p, part)| {
+            let run = part.shape()[axis] * inner;
+            (p, o * run, run, 1)
+        })
     });
-    gather(parts, &shape, picks)
+    gather(parts, &shape, runs)
 }
 
-/// numpy `transpose(perm)`: output axis `k` is input axis `perm[k]`.
+/// numpy `transpose(perm)`: output axis `k` is input axis `perm[k]`. Row by row of the output:
+/// a row's values are its input axis `perm[last]`, read at that axis' stride.
 pub(super) fn transpose(x: &Tensor, perm: &[usize]) -> Kernel {
     let shape: Vec<usize> = perm.iter().map(|&p| x.shape()[p]).collect();
     let st = strides(x.shape());
-    let picks = picks(&shape, |i| (0, i.iter().zip(perm).map(|(a, &p)| a * st[p]).sum()));
-    gather(&[x], &shape, picks)
+    let Some((&last, rows)) = shape.split_last() else { return gather(&[x], &shape, std::iter::once((0, 0, 1, 1))) };
+    let stride = st[perm[perm.len() - 1]];
+    let runs = indices(rows, move |i| (0, i.iter().zip(perm).map(|(a, &p)| a * st[p]).sum(), last, stride));
+    gather(&[x], &shape, runs)
 }

@@ -46,3 +46,63 @@ fn transpose_follows_numpy() {
     // (1, 2, 0): shape (2, 3, 1), y[a, b, 0] = x[0, a, b], i.e. the original order.
     assert_close(&run1(Op::Transpose { perm: vec![1, 2, 0] }, &[&x]), &[2, 3, 1], &[0., 1., 2., 3., 4., 5.]);
 }
+
+/// Every permutation of four axes, both dtypes, element by element against the definition
+/// `y[i₀, i₁, i₂, i₃] = x[j]` where input axis `perm[k]` is at `i_k`; and a slice and a
+/// concatenation along every axis against the same element-wise reading.
+#[test]
+fn shape_ops_agree_with_their_definitions_on_every_axis() {
+    let dims = [2usize, 3, 4, 5];
+    let x = Tensor::from_fn(&dims, |k| k as f32);
+    let xi = i(&dims, &(0..120).collect::<Vec<i32>>());
+    let flat = |idx: &[usize], shape: &[usize]| idx.iter().zip(shape).fold(0, |acc, (&a, &d)| acc * d + a);
+    let all = |shape: &[usize]| -> Vec<Vec<usize>> {
+        let mut out = vec![vec![]];
+        for &d in shape {
+            out =
+                out.into_iter().flat_map(|p: Vec<usize>| (0..d).map(move |a| [p.clone(), vec![a]].concat())).collect();
+        }
+        out
+    };
+    let mut perms = vec![];
+    for a in 0..4 {
+        for b in (0..4).filter(|&b| b != a) {
+            for c in (0..4).filter(|&c| c != a && c != b) {
+                perms.push(vec![a, b, c, 6 - a - b - c]);
+            }
+        }
+    }
+    for perm in perms {
+        let shape: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
+        let want: Vec<f32> = all(&shape)
+            .iter()
+            .map(|out| {
+                let mut at = [0usize; 4];
+                perm.iter().zip(out).for_each(|(&p, &a)| at[p] = a);
+                flat(&at, &dims) as f32
+            })
+            .collect();
+        assert_close(&run1(Op::Transpose { perm: perm.clone() }, &[&x]), &shape, &want);
+        let ints = i(&shape, &want.iter().map(|&v| v as i32).collect::<Vec<_>>());
+        assert_eq!(run1(Op::Transpose { perm: perm.clone() }, &[&xi]), ints, "{perm:?}");
+    }
+    for axis in 0..4 {
+        let (start, len) = (1, dims[axis] - 1);
+        let mut shape = dims.to_vec();
+        shape[axis] = len;
+        let want: Vec<f32> = all(&shape)
+            .iter()
+            .map(|idx| {
+                let mut at = idx.clone();
+                at[axis] += start;
+                flat(&at, &dims) as f32
+            })
+            .collect();
+        let part = run1(Op::Slice { axis, start, len }, &[&x]);
+        assert_close(&part, &shape, &want);
+        // The slice joined back to the first index along the axis is the whole tensor.
+        let head = run1(Op::Slice { axis, start: 0, len: 1 }, &[&x]);
+        let joined = run1(Op::Concat { axis }, &[&head, &part]);
+        assert_close(&joined, &dims, &(0..120).map(|k| k as f32).collect::<Vec<_>>());
+    }
+}
