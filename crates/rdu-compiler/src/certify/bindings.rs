@@ -180,21 +180,22 @@ impl Inputs {
         }
         let draw = self.expert_draw(name, e, shape);
         let blocks = shape.iter().product::<usize>() / QK8_0;
-        // Which blocks of the expert, in order.
-        let sources: Vec<usize> = match part {
-            None => (0..blocks).collect(),
-            Some((axis, ranges)) => {
-                let grid = q8_block_ranges(shape, axis, ranges)
-                    .and_then(|(grid, ranges)| take(&grid, &(0..blocks).collect::<Vec<_>>(), axis, &ranges));
-                match grid {
-                    Ok((_, sources)) => sources,
-                    Err(e) => return Some(Err(e)),
-                }
-            }
+        let Some((axis, ranges)) = part else {
+            // The whole expert: its blocks in order, a task's run at a time.
+            let mut q = vec![Q8Block { d: 0.0, qs: [0; QK8_0] }; blocks];
+            q.par_chunks_mut(DRAW_BLOCKS).enumerate().for_each(|(c, q)| draw.fill_q8(c * DRAW_BLOCKS, q));
+            return Some(Ok(WeightSlab::Q8(Cow::Owned(q))));
+        };
+        // A chip's part: which blocks of the expert, in order.
+        let grid = q8_block_ranges(shape, axis, ranges)
+            .and_then(|(grid, ranges)| take(&grid, &(0..blocks).collect::<Vec<_>>(), axis, &ranges));
+        let sources: Vec<usize> = match grid {
+            Ok((_, sources)) => sources,
+            Err(e) => return Some(Err(e)),
         };
         let mut q = vec![Q8Block { d: 0.0, qs: [0; QK8_0] }; sources.len()];
         q.par_chunks_mut(DRAW_BLOCKS).zip(sources.par_chunks(DRAW_BLOCKS)).for_each(|(mut q, mut sources)| {
-            // Runs of consecutive blocks drawn together (a whole expert is one run a task).
+            // Runs of consecutive blocks drawn together.
             while let Some(&first) = sources.first() {
                 let run = sources.iter().enumerate().take_while(|&(i, &b)| b == first + i).count();
                 let (head, rest) = std::mem::take(&mut q).split_at_mut(run);
