@@ -433,6 +433,29 @@ pub fn dequant_block(block: &Q8Block, out: &mut [f32; QK8_0]) {
     }
 }
 
+/// The values of `blocks` into `out` (whole blocks, as many as both hold), compiled for AVX2
+/// where the CPU has it: the crates' own code targets the baseline x86-64, whose 8-bit to f32
+/// conversion is a chain of unpacks and scalar steps. Every value `d·q` is exact (an f16 scale
+/// times an 8-bit integer), so any instructions give the same values.
+pub fn dequant_blocks(blocks: &[Q8Block], out: &mut [f32]) {
+    #[inline(always)]
+    fn each(blocks: &[Q8Block], out: &mut [f32]) {
+        for (o, block) in out.as_chunks_mut::<QK8_0>().0.iter_mut().zip(blocks) {
+            dequant_block(block, o);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        #[target_feature(enable = "avx2")]
+        unsafe fn avx2(blocks: &[Q8Block], out: &mut [f32]) {
+            each(blocks, out)
+        }
+        // SAFETY: the CPU has AVX2.
+        return unsafe { avx2(blocks, out) };
+    }
+    each(blocks, out)
+}
+
 #[inline(always)]
 fn sum8(acc: &[f32; 8]) -> f32 {
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
@@ -441,6 +464,24 @@ fn sum8(acc: &[f32; 8]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `dequant_blocks` (AVX2 where the CPU has it) is `dequant_block` block by block.
+    #[test]
+    fn dequant_blocks_is_each_blocks_values() {
+        let blocks: Vec<Q8Block> = (0..37)
+            .map(|b| Q8Block {
+                d: half::f16::from_f32(0.01 * (b as f32 - 18.0)).to_f32(),
+                qs: std::array::from_fn(|i| ((i * 37 + b * 11) % 255) as i32 as i8),
+            })
+            .collect();
+        let mut got = vec![0f32; blocks.len() * QK8_0];
+        dequant_blocks(&blocks, &mut got);
+        for (b, values) in blocks.iter().zip(got.chunks(QK8_0)) {
+            let mut want = [0f32; QK8_0];
+            dequant_block(b, &mut want);
+            assert_eq!(values, want);
+        }
+    }
 
     #[test]
     fn dot2x2_add_scaled_4x4_and_nx4_are_their_single_calls_bit_for_bit() {

@@ -15,7 +15,7 @@ use rdu_checkpoint::GgmlType;
 #[cfg(target_arch = "x86_64")]
 use super::packed::{dot_packed_row_avx512, dot_widened_avx2};
 use super::packed::{dot_q8_row_with, q8_kernel, widen_row, Q8Kernel};
-use crate::q8::{dequant_block, dot, dot_row, Q8Block, QK8_0};
+use crate::q8::{dequant_blocks, dot, dot_row, Q8Block, QK8_0};
 
 /// Below this many multiply-adds a product runs on the calling thread.
 const PAR_WORK: usize = 1 << 16;
@@ -60,9 +60,7 @@ impl Rows<'_> {
             Rows::Dense { data, cols } => out.copy_from_slice(&data[j * cols..(j + 1) * cols]),
             Rows::Q8 { blocks, cols } => {
                 let nb = cols / QK8_0;
-                for (b, o) in blocks[j * nb..(j + 1) * nb].iter().zip(out.as_chunks_mut::<QK8_0>().0) {
-                    dequant_block(b, o);
-                }
+                dequant_blocks(&blocks[j * nb..(j + 1) * nb], out);
             }
             Rows::Packed { format, bytes, cols } => {
                 let rb = Rows::packed_row_bytes(format, cols);

@@ -11,7 +11,7 @@
 //! result is rounded to f32.
 
 use rayon::prelude::*;
-use rdu_spatial::q8::{dequant_block, Q8Block, QK8_0};
+use rdu_spatial::q8::{dequant_blocks, Q8Block, QK8_0};
 use std::borrow::Cow;
 
 /// A row-major f64 matrix view: `rows × cols` elements at `data[offset + r·row_stride + c·col_stride]`.
@@ -56,32 +56,9 @@ impl<'a> Weights<'a> {
     fn read(self, at: usize, out: &mut [f32]) {
         match self {
             Weights::F32(w) => out.copy_from_slice(&w[at..at + out.len()]),
-            Weights::Q8(blocks) => dequant(&blocks[at / QK8_0..], out),
+            Weights::Q8(blocks) => dequant_blocks(&blocks[at / QK8_0..], out),
         }
     }
-}
-
-/// The exact values `d·q` of Q8_0 blocks into `out` (whole blocks), compiled for AVX2 where
-/// the CPU has it: the interpreter's own code targets the baseline x86-64, whose 8-bit to f32
-/// conversion is a chain of unpacks and scalar steps. Every value is exact (an f16 scale times
-/// an 8-bit integer), so any instructions give the same values.
-fn dequant(blocks: &[Q8Block], out: &mut [f32]) {
-    #[inline(always)]
-    fn each(blocks: &[Q8Block], out: &mut [f32]) {
-        for (o, block) in out.as_chunks_mut::<QK8_0>().0.iter_mut().zip(blocks) {
-            dequant_block(block, o);
-        }
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        #[target_feature(enable = "avx2")]
-        unsafe fn avx2(blocks: &[Q8Block], out: &mut [f32]) {
-            each(blocks, out)
-        }
-        // SAFETY: the CPU has AVX2.
-        return unsafe { avx2(blocks, out) };
-    }
-    each(blocks, out)
 }
 
 /// At most this many rows (a decode step, a small batch), [`linear_f32`] takes each dot
@@ -410,7 +387,7 @@ mod tests {
                 .iter()
                 .flat_map(|block| {
                     let mut v = [0f32; QK8_0];
-                    dequant_block(block, &mut v);
+                    rdu_spatial::q8::dequant_block(block, &mut v);
                     v
                 })
                 .collect();
