@@ -222,7 +222,7 @@ impl Seeded {
         let (lo, hi) = self.scales;
         let u = draws[4] >> 32;
         let bits = lo + ((u * (hi - lo + 1) as u64) >> 32) as u16;
-        (words, finite_f16(bits))
+        (words, half::f16::from_bits(bits).to_f32())
     }
 }
 
@@ -251,23 +251,6 @@ fn group_draws(key: u64, b0: usize) -> [u64; Q8_DRAWS * GROUP] {
 fn quants(words: [u64; 4]) -> [i8; QK8_0] {
     // SAFETY: `[u64; 4]` and `[i8; 32]` have the same size, and every bit pattern is an i8.
     unsafe { std::mem::transmute::<[u64; 4], [i8; QK8_0]>(words.map(u64::to_le)) }
-}
-
-/// The value of the bits of a finite f16, without a branch (so a loop of blocks keeps
-/// vectorising; `half`'s portable conversion branches on the kind of value): a normal f16's
-/// exponent rebiased and its mantissa shifted into an f32's, a subnormal's mantissa times
-/// 2⁻²⁴ — each exact. (Infinities and NaNs, which a scale is never drawn as, are not handled.)
-#[inline(always)]
-fn finite_f16(bits: u16) -> f32 {
-    let (sign, exponent, mantissa) =
-        (u32::from(bits >> 15) << 31, u32::from(bits >> 10) & 0x1f, u32::from(bits) & 0x3ff);
-    let normal = f32::from_bits(sign | (exponent + 112) << 23 | mantissa << 13);
-    let subnormal = f32::from_bits(sign | (mantissa as f32 * (1.0 / 16_777_216.0)).to_bits());
-    if exponent == 0 {
-        subnormal
-    } else {
-        normal
-    }
 }
 
 /// The bytes of `x` with each 0x80 (as an `i8`, −128: outside the quantiser's range) made 0,
@@ -323,17 +306,6 @@ fn mix64(mut z: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// `finite_f16` is `half`'s conversion on every finite f16, zeros and subnormals included.
-    #[test]
-    fn every_finite_f16_converts_exactly() {
-        for bits in 0..=u16::MAX {
-            let h = half::f16::from_bits(bits);
-            if h.is_finite() {
-                assert_eq!(finite_f16(bits).to_bits(), h.to_f32().to_bits(), "f16 bits {bits:#06x}");
-            }
-        }
-    }
 
     #[test]
     fn same_inputs_same_values_and_names_differ() {

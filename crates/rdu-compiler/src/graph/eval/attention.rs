@@ -231,14 +231,31 @@ fn reads(
         .collect()
 }
 
+/// The first `cols` values of kv head `kv` of every entry block `b` reads (entry `e`'s at
+/// `data[(e·g + kv)·stride..]`), as a `[u × cols]` view: in place when the block reads every
+/// entry (its union is then all of them, in order), otherwise gathered into `held`.
+fn entries_of<'d>(
+    a: &Attention<'_>,
+    b: &Block,
+    kv: usize,
+    data: &'d [f64],
+    stride: usize,
+    cols: usize,
+    held: &'d mut Vec<f64>,
+) -> View<'d> {
+    let u = b.union.len();
+    if u == a.entries {
+        return View { offset: kv * stride, row_stride: a.kv_heads * stride, ..View::dense(data, u, cols) };
+    }
+    *held = gather(u * cols, b.union.iter().map(|&e| &data[(e * a.kv_heads + kv) * stride..][..cols]));
+    View::dense(held, u, cols)
+}
+
 /// The block `b` of rows of [`attend_core`]: `h × dv` values a row.
 fn attend_block(a: &Attention<'_>, q64: &[f64], b: &Block, scale: f64) -> Vec<f32> {
     let (rows, group, i0) = (b.rows, a.heads / a.kv_heads, b.i0);
     let s = &a.store;
     let u = b.union.len();
-    // Every entry read (the union is then all of them, in order): the keys and values are read
-    // in place, otherwise gathered.
-    let whole = u == a.entries;
     let mut out = vec![0f32; rows * a.heads * a.dv];
     for kv in 0..a.kv_heads {
         // The query heads of kv head `kv`, row by row: `rows·group × dk`.
@@ -246,20 +263,8 @@ fn attend_block(a: &Attention<'_>, q64: &[f64], b: &Block, scale: f64) -> Vec<f3
             rows * group * a.dk,
             (0..rows).map(|r| &q64[((i0 + r) * a.heads + kv * group) * a.dk..][..group * a.dk]),
         );
-        // Entry `e`'s `cols` values of kv head `kv`, in place: `data[(e·g + kv)·stride..]`.
-        let in_place = |data, stride: usize, cols: usize| View {
-            offset: kv * stride,
-            row_stride: a.kv_heads * stride,
-            ..View::dense(data, u, cols)
-        };
-        let gathered_keys;
-        let keys = if whole {
-            in_place(&s.keys, s.key_stride, a.dk)
-        } else {
-            gathered_keys =
-                gather(u * a.dk, b.union.iter().map(|&e| &s.keys[(e * a.kv_heads + kv) * s.key_stride..][..a.dk]));
-            View::dense(&gathered_keys, u, a.dk)
-        };
+        let mut held_keys = Vec::new();
+        let keys = entries_of(a, b, kv, &s.keys, s.key_stride, a.dk, &mut held_keys);
         let mut scores = vec![0f64; rows * group * u];
         gemm::gemm(View::dense(&q, rows * group, a.dk), keys.t(), &mut scores);
         // Softmax weights (unnormalised) over the entries each row reads, and their totals: each
@@ -288,16 +293,8 @@ fn attend_block(a: &Attention<'_>, q64: &[f64], b: &Block, scale: f64) -> Vec<f3
         }
         let weights = scores;
         // acc = weights · values, then divided by each head's total.
-        let gathered_values;
-        let values = if whole {
-            in_place(s.values(), s.value_stride, a.dv)
-        } else {
-            gathered_values = gather(
-                u * a.dv,
-                b.union.iter().map(|&e| &s.values()[(e * a.kv_heads + kv) * s.value_stride..][..a.dv]),
-            );
-            View::dense(&gathered_values, u, a.dv)
-        };
+        let mut held_values = Vec::new();
+        let values = entries_of(a, b, kv, s.values(), s.value_stride, a.dv, &mut held_values);
         let mut acc = vec![0f64; rows * group * a.dv];
         gemm::gemm(View::dense(&weights, rows * group, u), values, &mut acc);
         for (rh, total) in totals.iter().enumerate() {

@@ -32,30 +32,30 @@ const TAYLOR: [f64; 14] = [
 
 /// Every `x` of `xs` becomes `eˣ` (∞ above `EXP_MAX`, 0 below `EXP_MIN`, NaN for NaN).
 pub(super) fn exp_all(xs: &mut [f64]) {
+    #[inline(always)]
+    fn each(xs: &mut [f64]) {
+        xs.iter_mut().for_each(|x| *x = exp(*x));
+    }
     #[cfg(target_arch = "x86_64")]
     {
+        #[target_feature(enable = "avx512f")]
+        unsafe fn avx512(xs: &mut [f64]) {
+            each(xs)
+        }
+        #[target_feature(enable = "avx2")]
+        unsafe fn avx2(xs: &mut [f64]) {
+            each(xs)
+        }
         if std::arch::is_x86_feature_detected!("avx512f") {
             // SAFETY: the CPU has AVX-512F.
-            return unsafe { exp_avx512(xs) };
+            return unsafe { avx512(xs) };
         }
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has AVX2.
-            return unsafe { exp_avx2(xs) };
+            return unsafe { avx2(xs) };
         }
     }
-    xs.iter_mut().for_each(|x| *x = exp(*x));
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn exp_avx512(xs: &mut [f64]) {
-    xs.iter_mut().for_each(|x| *x = exp(*x));
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn exp_avx2(xs: &mut [f64]) {
-    xs.iter_mut().for_each(|x| *x = exp(*x));
+    each(xs)
 }
 
 /// `eˣ`: `x = k·ln 2 + r` with `|r| ≤ ln 2 / 2`, `eʳ` by its Taylor series to `r¹³` (the first
