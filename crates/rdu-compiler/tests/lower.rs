@@ -332,6 +332,7 @@ fn prefill_real(name: &str) {
 
 /// `prefill_real` with certification inputs of `seed`.
 fn prefill_real_seeded(name: &str, seed: u64) {
+    let _heavy = crate::one_heavy_at_a_time();
     let spec = presets::resolve(name).expect("preset");
     let started = std::time::Instant::now();
     let decode: Vec<(String, Vec<usize>)> = layer_kinds_for(&spec, Cut::Decode { ctx: 4096 }, &Storage::AllQ8)

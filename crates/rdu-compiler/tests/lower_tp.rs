@@ -307,6 +307,7 @@ fn every_tiny_preset_certifies_at_every_admitted_width_up_to_4() {
 #[test]
 fn llama_3_1_8b_prefill_over_8_chips_certifies_at_the_real_chunk() {
     use rdu_compiler::lower::streamed::lower_prefill_tp_streamed;
+    let _heavy = crate::one_heavy_at_a_time();
     let spec = presets::resolve("llama-3.1-8b").unwrap();
     let model = lower_prefill_tp_streamed(&spec, 512, 8, 4096, opts(Storage::AllQ8, &mut |_| {})).unwrap();
     for k in &model.kinds {

@@ -7,6 +7,16 @@ rdu_testkit::keep_freed_memory!();
 #[path = "support/tp.rs"]
 mod support_tp;
 
+/// Held by each full-chunk prefill certification of a real preset, so that no two of them run at
+/// once: each already spreads its work over every core, and two side by side fought over the
+/// caches and memory (deepseek-v2's took 38 s alone and 100 s beside another). Lighter tests
+/// still run beside one.
+pub fn one_heavy_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A panicking holder poisons the lock; the next test still runs (and reports its own result).
+    HEAVY.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 mod batched;
 mod bf16_states;
 mod config;
