@@ -193,7 +193,7 @@ impl Seeded {
 /// block's draws were a chain of dependent multiplies that left the CPU waiting.
 const GROUP: usize = 8;
 
-/// Blocks [`Seeded::fill_q8_values`] draws at a time (2 KiB of blocks on the stack).
+/// Blocks [`Seeded::fill_q8_values`] draws at a time (2.3 KB of blocks on the stack).
 const VALUE_BLOCKS: usize = 8 * GROUP;
 
 /// The draws of blocks `b0..b0 + GROUP`: block `b0 + j`'s at `Q8_DRAWS·j..`, exactly the
