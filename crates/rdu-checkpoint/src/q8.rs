@@ -10,7 +10,7 @@ pub const QK8_0: usize = 32;
 
 /// One Q8_0 block: 32 values `d * qs[i]`. `d` is the file's f16 scale widened to f32, so it
 /// is always exactly representable as f16.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Q8Block {
     pub d: f32,
     pub qs: [i8; QK8_0],

@@ -8,6 +8,7 @@ pub mod bf16;
 pub mod bundle;
 pub mod chip;
 pub mod cost;
+pub mod fill;
 pub mod manifest;
 pub mod memory;
 pub mod names;

@@ -1,8 +1,6 @@
 //! Seeded random weights for models without a checkpoint (presets, bare configs): the same
 //! (seed, name, shape) always gives the same values, in the compiler and the host alike.
 
-use rayon::prelude::*;
-
 use crate::names::TensorName;
 use crate::q8::{Q8Block, QK8_0};
 
@@ -12,9 +10,7 @@ use crate::q8::{Q8Block, QK8_0};
 pub fn seeded_weight(seed: u64, name: &str, shape: &[usize], unit_offset: bool) -> Vec<f32> {
     let n: usize = shape.iter().product();
     let draw = Seeded::new(seed, name, shape, unit_offset);
-    let mut out = vec![0f32; n];
-    out.par_chunks_mut(1 << 16).enumerate().for_each(|(c, chunk)| draw.fill(c << 16, chunk));
-    out
+    crate::fill::par_filled(n, 1 << 16, |i, out| draw.fill(i, out))
 }
 
 /// How [`seeded_weight`] draws each element of one weight: element `i` on its own, so a part

@@ -9,6 +9,7 @@
 use crate::graph::{Bindings, Data, Graph, Tensor};
 use crate::lang::ast::DeclKind;
 use rayon::prelude::*;
+use rdu_spatial::fill::par_filled;
 use rdu_spatial::manifest::{InputRole, RopeTable};
 use rdu_spatial::names::{parse_rope_table, runtime_input};
 use rdu_spatial::program::{Arg, Op, SpatialProgram, Storage};
@@ -61,8 +62,7 @@ impl Inputs {
             if stored_q8 && decl.kind == DeclKind::Weight && n.is_multiple_of(QK8_0) {
                 // Drawn as Q8_0 blocks (`Seeded::fill_q8`), not as values then quantised.
                 let draw = Seeded::new(seed, &name, &shape, false);
-                let mut blocks = vec![Q8Block { d: 0.0, qs: [0; QK8_0] }; n / QK8_0];
-                blocks.par_chunks_mut(DRAW_BLOCKS).enumerate().for_each(|(c, b)| draw.fill_q8(c * DRAW_BLOCKS, b));
+                let blocks = par_filled(n / QK8_0, DRAW_BLOCKS, |b, out| draw.fill_q8(b, out));
                 inputs.q8.insert(name, (OnceLock::new(), Q8Weight { shape, blocks }));
                 continue;
             }
@@ -148,12 +148,13 @@ impl Inputs {
         let (shape, q8) = self.experts.get(name)?;
         let draw = self.expert_draw(name, e, shape);
         let n: usize = shape.iter().product();
-        let mut out = vec![0f32; n];
-        out.par_chunks_mut(DRAW_CHUNK).enumerate().for_each(|(c, o)| {
+        // Runs start at whole blocks: `DRAW_CHUNK` and `fill::RUN` are multiples of `QK8_0`
+        // (asserted in `graph::eval::gemm`).
+        let out = par_filled(n, DRAW_CHUNK, |i, out| {
             if *q8 {
-                draw.fill_q8_values(c * DRAW_BLOCKS, o);
+                draw.fill_q8_values(i / QK8_0, out);
             } else {
-                draw.fill(c * DRAW_CHUNK, o);
+                draw.fill(i, out);
             }
         });
         Some((shape.clone(), out))
@@ -182,8 +183,7 @@ impl Inputs {
         let blocks = shape.iter().product::<usize>() / QK8_0;
         let Some((axis, ranges)) = part else {
             // The whole expert: its blocks in order, a task's run at a time.
-            let mut q = vec![Q8Block { d: 0.0, qs: [0; QK8_0] }; blocks];
-            q.par_chunks_mut(DRAW_BLOCKS).enumerate().for_each(|(c, q)| draw.fill_q8(c * DRAW_BLOCKS, q));
+            let q = par_filled(blocks, DRAW_BLOCKS, |b, out| draw.fill_q8(b, out));
             return Some(Ok(WeightSlab::Q8(Cow::Owned(q))));
         };
         // A chip's part: which blocks of the expert, in order.
