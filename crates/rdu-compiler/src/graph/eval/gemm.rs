@@ -39,7 +39,7 @@ pub(super) enum Weights<'a> {
     Q8(&'a [Q8Block]),
 }
 
-const _: () = assert!(RUN % QK8_0 == 0, "a run of values is a whole number of Q8_0 blocks");
+const _: () = assert!(RUN.is_multiple_of(QK8_0), "a run of values is a whole number of Q8_0 blocks");
 
 impl<'a> Weights<'a> {
     /// Rows `j0..j1` as f32 values.
