@@ -10,8 +10,11 @@
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
-/// Values written through the stack buffer at a time.
+/// Values written through the stack buffer at a time: a whole number of Q8_0 blocks, so that a
+/// writer of a weight's values starts each run at a block.
 pub const RUN: usize = 1024;
+
+const _: () = assert!(RUN.is_multiple_of(crate::q8::QK8_0), "a run of values is a whole number of Q8_0 blocks");
 
 /// `n` values, written by `write(i, out)`: values `i..i + out.len()`, every one of them. Runs
 /// start at multiples of [`RUN`] and are at most `RUN` long.

@@ -148,8 +148,7 @@ impl Inputs {
         let (shape, q8) = self.experts.get(name)?;
         let draw = self.expert_draw(name, e, shape);
         let n: usize = shape.iter().product();
-        // Runs start at whole blocks: `DRAW_CHUNK` and `fill::RUN` are multiples of `QK8_0`
-        // (asserted in `graph::eval::gemm`).
+        // Runs start at whole blocks: so do a task's `DRAW_CHUNK` values and `fill::RUN`.
         let out = par_filled(n, DRAW_CHUNK, |i, out| {
             if *q8 {
                 draw.fill_q8_values(i / QK8_0, out);

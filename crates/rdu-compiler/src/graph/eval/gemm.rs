@@ -11,7 +11,7 @@
 //! result is rounded to f32.
 
 use rayon::prelude::*;
-use rdu_spatial::fill::{filled, RUN};
+use rdu_spatial::fill::filled;
 use rdu_spatial::q8::{dequant_blocks, Q8Block, QK8_0};
 use std::borrow::Cow;
 
@@ -39,14 +39,12 @@ pub(super) enum Weights<'a> {
     Q8(&'a [Q8Block]),
 }
 
-const _: () = assert!(RUN.is_multiple_of(QK8_0), "a run of values is a whole number of Q8_0 blocks");
-
 impl<'a> Weights<'a> {
     /// Rows `j0..j1` as f32 values.
     fn rows(self, j0: usize, j1: usize, k: usize) -> Cow<'a, [f32]> {
         match self {
             Weights::F32(w) => Cow::Borrowed(&w[j0 * k..j1 * k]),
-            // Runs start at whole blocks: a row holds whole blocks, and so does `RUN`.
+            // Runs start at whole blocks: a row holds whole blocks, and so does `fill::RUN`.
             Weights::Q8(_) => Cow::Owned(filled((j1 - j0) * k, |i, out| self.read(j0 * k + i, out))),
         }
     }
