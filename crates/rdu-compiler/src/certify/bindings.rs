@@ -270,6 +270,8 @@ fn dequantised(w: &Q8Weight) -> Arc<Tensor> {
 /// Values of an expert one task draws (a whole number of Q8_0 blocks).
 const DRAW_CHUNK: usize = 1 << 14;
 
+const _: () = assert!(DRAW_CHUNK.is_multiple_of(QK8_0), "a task draws a whole number of Q8_0 blocks");
+
 /// Q8_0 blocks one task draws.
 const DRAW_BLOCKS: usize = DRAW_CHUNK / QK8_0;
 
