@@ -6,7 +6,7 @@
 //! `tests/data/fixtures/hf/*`. A width a fixture does not admit is refused naming the dimension.
 
 use crate::common;
-#[path = "../../rdu-compiler/tests/support/tp.rs"]
+#[path = "../../rdu-compiler-tests/tests/support/tp.rs"]
 mod support_tp;
 
 use common::f32_states;
