@@ -90,7 +90,7 @@ fn every_preset_imports_under_its_name() {
 
 #[test]
 fn preset_names_are_the_files_in_presets() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../rdu-compiler/presets");
+    let dir = rdu_testkit::fixtures::repo().join("crates/rdu-compiler/presets");
     let mut files = Vec::new();
     for sub in [dir.clone(), dir.join("tiny")] {
         for entry in std::fs::read_dir(&sub).expect("presets dir") {
@@ -686,7 +686,7 @@ fn resolve_takes_names_files_and_directories() {
 /// wrapper's spec: every wrapper preset, and the gemma3 HF fixture wrapped and unwrapped.
 #[test]
 fn text_only_configs_import_like_their_wrappers() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../rdu-compiler/presets");
+    let dir = rdu_testkit::fixtures::repo().join("crates/rdu-compiler/presets");
     let mut files: Vec<PathBuf> = Vec::new();
     for d in [dir.clone(), dir.join("tiny")] {
         for entry in std::fs::read_dir(&d).expect("presets") {
