@@ -25,6 +25,7 @@ fn opts<'a>(
     storage: Storage,
     progress: &'a mut dyn FnMut(rdu_compiler::lower::streamed::Progress<'_>),
 ) -> LowerOptions<'a> {
+    crate::share_references();
     LowerOptions { chip: Chip::builtin(chip).expect("builtin chip"), storage, seed: 7, progress }
 }
 

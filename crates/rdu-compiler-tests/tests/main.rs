@@ -17,6 +17,17 @@ pub fn one_heavy_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     HEAVY.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Turns on sharing of reference results between certifications ([`rdu_compiler::certify::share_references`]):
+/// the suites certify one kind for SN50 and SN40L, and over one chip and eight. Called by every
+/// helper that lowers a real preset; the first call sets the budget.
+pub fn share_references() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| rdu_compiler::certify::share_references(REFERENCE_BUDGET));
+}
+
+/// Bytes of reference results kept for reuse (`share_references`).
+const REFERENCE_BUDGET: usize = 512 << 20;
+
 mod batched;
 mod bf16_states;
 mod config;

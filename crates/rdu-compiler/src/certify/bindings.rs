@@ -24,6 +24,8 @@ use std::sync::{Arc, OnceLock};
 /// Every declared tensor of one program, seeded.
 pub struct Inputs {
     seed: u64,
+    /// Rows of the embedding table token ids are drawn below.
+    vocab: usize,
     dense: BTreeMap<String, Dense>,
     /// Q8_0-stored weights: their blocks, and the reference's values once it has read them.
     q8: BTreeMap<String, (OnceLock<Arc<Tensor>>, Q8Weight)>,
@@ -50,7 +52,7 @@ impl Inputs {
         let has_state = graph.states.iter().any(|_| true);
         let table_rows =
             graph.declared().find(|(_, _, d)| d.kind == DeclKind::Shared).map(|(_, v, _)| v.ty.shape[0]).unwrap_or(1);
-        let mut inputs = Inputs { seed, dense: BTreeMap::new(), q8: BTreeMap::new(), experts };
+        let mut inputs = Inputs { seed, vocab, dense: BTreeMap::new(), q8: BTreeMap::new(), experts };
         for (_, value, decl) in graph.declared() {
             let name = value.name.clone();
             let shape = value.ty.shape.clone();
@@ -104,6 +106,25 @@ impl Inputs {
             inputs.insert(name, shape, values, stored_q8);
         }
         inputs
+    }
+
+    /// How every tensor was seeded, besides what the lifted graph fixes (each declaration's
+    /// kind, shape and dtype): the seed, the token ids' bound, which tensors are dense, which
+    /// Q8_0 blocks, which stacked experts (and how each is stored) — what, with the graph,
+    /// determines every value either engine reads.
+    pub(super) fn describe(&self) -> Vec<u8> {
+        let shapes = |s: &[usize]| s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x");
+        let mut out = format!("seed {} vocab {}\n", self.seed, self.vocab);
+        for name in self.dense.keys() {
+            out += &format!("dense {name}\n");
+        }
+        for (name, (_, w)) in &self.q8 {
+            out += &format!("q8 {name} {}\n", shapes(&w.shape));
+        }
+        for (name, (shape, q8)) in &self.experts {
+            out += &format!("experts {name} {} {}\n", shapes(shape), if *q8 { "q8" } else { "dense" });
+        }
+        out.into_bytes()
     }
 
     fn insert(&mut self, name: String, shape: Vec<usize>, values: Data, stored_q8: bool) {
@@ -349,7 +370,7 @@ mod tests {
         // More values than one task draws, and not a whole number of tasks.
         experts.insert("Wb".to_string(), (vec![160, 256], true));
         experts.insert("Wc".to_string(), (vec![256, 160], false));
-        Inputs { seed: 3, dense: BTreeMap::new(), q8: BTreeMap::new(), experts }
+        Inputs { seed: 3, vocab: 1, dense: BTreeMap::new(), q8: BTreeMap::new(), experts }
     }
 
     fn q8_slab(slab: WeightSlab<'_>) -> Vec<Q8Block> {

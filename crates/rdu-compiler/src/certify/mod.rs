@@ -5,10 +5,12 @@
 //! worst error.
 
 mod bindings;
+mod memo;
 mod structure;
 mod tensor_parallel;
 
 pub use bindings::Inputs;
+pub use memo::share_references;
 pub use tensor_parallel::{certify_tp, check_tp_structure};
 
 /// The seeded inputs, weights and states certification runs `program` (lowered from `graph`)
@@ -51,7 +53,20 @@ pub enum CertifyFault {
 }
 
 /// Certifies `program`, lowered from `graph`, for `chip`, with inputs drawn from `seed`.
+/// The reference result may be one an earlier certification in this process computed for the
+/// same graph, inputs and tie-breakers, when [`share_references`] is on.
 pub fn certify(program: &SpatialProgram, graph: &Graph, chip: &Chip, seed: u64) -> Result<Certificate, CertifyFault> {
+    certify_with(program, graph, chip, seed, true).map(|(c, _)| c)
+}
+
+/// [`certify`], sharing reference results only when `share`, and saying whether its was reused.
+fn certify_with(
+    program: &SpatialProgram,
+    graph: &Graph,
+    chip: &Chip,
+    seed: u64,
+    share: bool,
+) -> Result<(Certificate, bool), CertifyFault> {
     let mut checks = Vec::new();
     structure::check(program, graph).map_err(CertifyFault::Structure)?;
     checks.push("structure".to_string());
@@ -70,8 +85,11 @@ pub fn certify(program: &SpatialProgram, graph: &Graph, chip: &Chip, seed: u64) 
     // may choose either; the reference takes the simulator's choice when it is such a tie.
     let ties = |name: &str| simulated.states.get(name)?.as_f32();
     let routes = |name: &str| simulated.routes.get(name)?.as_i32();
-    let reference = eval_breaking_all_ties(graph, &inputs, &ties, &routes, TOLERANCE as f32)
-        .map_err(|e| CertifyFault::Engine { engine: "reference", message: e.to_string() })?;
+    let key = reference_key(graph, &inputs);
+    let (reference, reused) = memo::reference(key, share, &ties, &routes, |ties, routes| {
+        eval_breaking_all_ties(graph, &inputs, ties, routes, TOLERANCE as f32)
+    })
+    .map_err(|e| CertifyFault::Engine { engine: "reference", message: e.to_string() })?;
     let (mut max_abs_err, mut tolerance) = (0f64, TOLERANCE);
     let results = reference.outputs.iter().map(|(n, t)| (n, t, simulated.outputs.get(n)));
     let states = reference.states.iter().map(|(n, t)| (n, t, simulated.states.get(n)));
@@ -87,7 +105,14 @@ pub fn certify(program: &SpatialProgram, graph: &Graph, chip: &Chip, seed: u64) 
         "numbers ({} results and states at real shapes, each within {TOLERANCE:e} of its scale max(1, max|ref|))",
         reference.outputs.len() + reference.states.len()
     ));
-    Ok(Certificate { checks, seed, tolerance, max_abs_err })
+    Ok((Certificate { checks, seed, tolerance, max_abs_err }, reused))
+}
+
+/// What the reference's result of `graph` on `inputs` (at the tolerance as tie band) depends
+/// on, tie-breakers aside ([`memo`]): the graph, and how every input was seeded.
+fn reference_key(graph: &Graph, inputs: &Inputs) -> blake3::Hash {
+    let graph = format!("{graph:?}");
+    memo::key(&[graph.as_bytes(), &inputs.describe(), &TOLERANCE.to_le_bytes()])
 }
 
 /// The largest absolute difference of one result and the bound it was held to, or the fault
@@ -170,6 +195,45 @@ mod tests {
     use super::*;
     use crate::graph::Tensor;
     use rdu_spatial::sim::SimTensor;
+
+    /// The first kind of tiny `preset` (decode, ctx 64, Q8_0 weights, bf16 states), lifted
+    /// and lowered for `chip`.
+    fn kind(preset: &str, chip: &Chip) -> (SpatialProgram, Graph) {
+        use crate::lower::streamed::Storage;
+        use crate::model::spec::{Cut, StateDtype};
+        let mut spec = crate::model::presets::resolve(preset).expect("preset");
+        spec.state = StateDtype::Bf16;
+        let src = crate::model::author::source_of(&spec, 0, Cut::Decode { ctx: 64 }, &Storage::AllQ8);
+        let program = crate::lang::parse(src.text()).expect("parses");
+        let graph = crate::front::lift(&program).expect("lifts");
+        (crate::lower::lower("kind", &program, &graph, &src.q8, chip, &mut |_, _| {}), graph)
+    }
+
+    /// A kind lowered for SN50 and for SN40L (different programs, one graph) is certified for
+    /// the second against the first's reference result, and its certificate is the one a
+    /// reference of its own gives; another seed is not served it. With routed experts and bf16
+    /// states, so that tie-breakers are read.
+    #[test]
+    fn a_shared_reference_certifies_as_one_of_its_own() {
+        share_references(memo::tests::BUDGET);
+        let (sn50, sn40l) = (Chip::builtin("sn50").unwrap(), Chip::builtin("sn40l").unwrap());
+        let (p50, graph) = kind("tiny-qwen3-next", &sn50);
+        let (p40, graph40) = kind("tiny-qwen3-next", &sn40l);
+        assert_eq!(graph, graph40);
+        assert_ne!(p50.sections, p40.sections, "the chips' programs differ");
+        assert!(graph.nodes.iter().any(|n| matches!(n.op, crate::graph::Op::Route { .. })), "experts are routed");
+        assert!(graph.declared().any(|(_, _, d)| d.bf16), "a state is stored bf16");
+        let seed = 90_210;
+        let (_, reused) = certify_with(&p50, &graph, &sn50, seed, true).expect("certifies");
+        assert!(!reused, "the first certification computes its reference");
+        let (shared, reused) = certify_with(&p40, &graph, &sn40l, seed, true).expect("certifies");
+        assert!(reused, "the second reuses it");
+        let (own, reused) = certify_with(&p40, &graph, &sn40l, seed, false).expect("certifies");
+        assert!(!reused);
+        assert_eq!(shared, own);
+        let (_, reused) = certify_with(&p40, &graph, &sn40l, seed + 1, true).expect("certifies");
+        assert!(!reused, "another seed draws other inputs");
+    }
 
     #[test]
     fn integer_results_are_compared_exactly_as_numbers() {

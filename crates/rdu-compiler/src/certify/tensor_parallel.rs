@@ -11,7 +11,7 @@
 
 use super::bindings::Inputs;
 use super::{compare, structure, Certificate, CertifyFault, TOLERANCE};
-use crate::graph::{eval_breaking_ties, Graph};
+use crate::graph::{eval_breaking_all_ties, Graph};
 use rdu_spatial::chip::Chip;
 use rdu_spatial::program::{Arg, Op, Role, SpatialProgram, Storage, TpSplit};
 use rdu_spatial::q8::Q8Weight;
@@ -76,8 +76,11 @@ pub fn certify_tp(
     inputs.hand_to_reference();
     let joined = joined_states(&runs, &splits, full);
     let ties = |name: &str| joined.get(name).map(|v| v.as_ref());
-    let reference = eval_breaking_ties(full_graph, &inputs, &ties, TOLERANCE as f32)
-        .map_err(|e| CertifyFault::Engine { engine: "reference", message: e.to_string() })?;
+    let key = super::reference_key(full_graph, &inputs);
+    let (reference, _) = super::memo::reference(key, true, &ties, &|_| None, |ties, routes| {
+        eval_breaking_all_ties(full_graph, &inputs, ties, routes, TOLERANCE as f32)
+    })
+    .map_err(|e| CertifyFault::Engine { engine: "reference", message: e.to_string() })?;
     let (mut max_abs_err, mut tolerance) = (0f64, TOLERANCE);
     for (c, (outputs, states)) in runs.iter().enumerate() {
         let results = reference.outputs.iter().map(|(n, w)| (n, w, outputs.get(n), "produced no"));
