@@ -102,7 +102,7 @@ impl Chips {
                             }
                         }
                         let env = Env { local: Some(local), ..*env };
-                        let result = simulate_chip(program, &env, &mut taken, true, group, c);
+                        let result = simulate_chip(program, &env, &mut taken, true, group, c, None);
                         for (kind, layer) in states {
                             store.put(layer, taken.remove(kind));
                         }

@@ -103,7 +103,8 @@ fn shard_gives_each_chip_its_equal_part_and_one_chip_the_whole() {
                 let (two, b, group) = (&two, &b, &group);
                 s.spawn(move || {
                     let mut states = Default::default();
-                    let out = rdu_spatial::sim::simulate_chip(two, b, &mut states, false, group, chip).expect("runs");
+                    let out =
+                        rdu_spatial::sim::simulate_chip(two, b, &mut states, false, group, chip, None).expect("runs");
                     assert_eq!(out["y"].shape, [2, 2]);
                     out["y"].as_f32().unwrap().to_vec()
                 })

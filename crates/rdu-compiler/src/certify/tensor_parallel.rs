@@ -56,9 +56,10 @@ pub fn certify_tp(
                         .filter(|t| t.role == Role::State && t.storage != Storage::Bf16)
                         .filter_map(|t| env.dense.remove(&t.name).map(|v| (t.name.clone(), v)))
                         .collect();
-                    let outputs = simulate_chip(program, &env, &mut states, true, group, c)
+                    let mut routes = BTreeMap::new();
+                    let outputs = simulate_chip(program, &env, &mut states, true, group, c, Some(&mut routes))
                         .map_err(|e| CertifyFault::Engine { engine: "simulator", message: format!("chip {c}: {e}") })?;
-                    Ok((outputs, states))
+                    Ok((outputs, states, routes))
                 })
             })
             .collect();
@@ -76,13 +77,16 @@ pub fn certify_tp(
     inputs.hand_to_reference();
     let joined = joined_states(&runs, &splits, full);
     let ties = |name: &str| joined.get(name).map(|v| v.as_ref());
+    // A route runs on values every chip holds whole, so every chip chooses alike: chip 0's
+    // choices break the reference's near-ties, as the simulator's do in `certify`.
+    let routes = |name: &str| runs.first()?.2.get(name)?.as_i32();
     let key = super::reference_key(full_graph, &inputs);
-    let (reference, _) = super::memo::reference(key, true, &ties, &|_| None, |ties, routes| {
+    let (reference, _) = super::memo::reference(key, true, &ties, &routes, |ties, routes| {
         eval_breaking_all_ties(full_graph, &inputs, ties, routes, TOLERANCE as f32)
     })
     .map_err(|e| CertifyFault::Engine { engine: "reference", message: e.to_string() })?;
     let (mut max_abs_err, mut tolerance) = (0f64, TOLERANCE);
-    for (c, (outputs, states)) in runs.iter().enumerate() {
+    for (c, (outputs, states, _)) in runs.iter().enumerate() {
         let results = reference.outputs.iter().map(|(n, w)| (n, w, outputs.get(n), "produced no"));
         let finals = reference.states.iter().map(|(n, w)| (n, w, states.get(n), "left no state"));
         for (name, want, got, missing) in results.chain(finals) {
@@ -106,26 +110,26 @@ pub fn certify_tp(
     Ok(Certificate { checks, seed, tolerance, max_abs_err })
 }
 
-/// One chip's outputs and final states, by name.
-type ChipRun = (BTreeMap<String, SimTensor>, BTreeMap<String, SimTensor>);
+/// One chip's outputs, final states and route choices, by name.
+type ChipRun = (BTreeMap<String, SimTensor>, BTreeMap<String, SimTensor>, BTreeMap<String, SimTensor>);
 
 /// Every chip's final bf16 states joined into the unsplit program's (a split state from its
 /// chips' slices, a whole one borrowed from chip 0): the reference's tie-breakers
-/// (`graph::eval_breaking_ties`, as in `certify`). An f32 state rounds nothing and is left out;
+/// (`graph::eval_breaking_all_ties`, as in `certify`). An f32 state rounds nothing and is left out;
 /// so is a state that cannot be joined, which the reference then rounds on its own.
 fn joined_states<'r>(
     runs: &'r [ChipRun],
     splits: &BTreeMap<&str, &TpSplit>,
     full: &SpatialProgram,
 ) -> BTreeMap<&'r str, Cow<'r, [f32]>> {
-    let Some((_, first)) = runs.first() else { return BTreeMap::new() };
+    let Some((_, first, _)) = runs.first() else { return BTreeMap::new() };
     let mut out = BTreeMap::new();
     for (name, t) in first {
         let Some(whole) = full.decl(name).filter(|d| d.storage == Storage::Bf16) else { continue };
         let joined = match splits.get(name.as_str()) {
             Some(split) => {
                 let pieces: Option<Vec<(&[usize], &[f32])>> = (runs.iter())
-                    .map(|(_, states)| states.get(name).and_then(|t| Some((t.shape.as_slice(), t.as_f32()?))))
+                    .map(|(_, states, _)| states.get(name).and_then(|t| Some((t.shape.as_slice(), t.as_f32()?))))
                     .collect();
                 let extent = whole.shape.get(split.axis).copied().unwrap_or(0);
                 pieces.and_then(|p| join(&p, split.axis, &split.parts, extent).ok()).map(|(_, v)| Cow::Owned(v))

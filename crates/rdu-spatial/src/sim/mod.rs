@@ -70,7 +70,8 @@ pub fn simulate(program: &SpatialProgram, env: &dyn SimBindings) -> Result<SimOu
 
 /// One chip's step of a tensor-parallel program: `env` binds this chip's slices, `states`
 /// (when `in_place`) its share of the carried state, and every `all_reduce` sums over the
-/// group through `collective`. On failure the group is aborted, so the other chips return too.
+/// group through `collective`; each `route` op's chosen experts go into `routes` when given
+/// (as [`SimOut::routes`]). On failure the group is aborted, so the other chips return too.
 pub fn simulate_chip(
     program: &SpatialProgram,
     env: &dyn SimBindings,
@@ -78,8 +79,9 @@ pub fn simulate_chip(
     in_place: bool,
     collective: &dyn Collective,
     chip: usize,
+    routes: Option<&mut BTreeMap<String, SimTensor>>,
 ) -> Result<BTreeMap<String, SimTensor>, SimError> {
-    let result = exec::run(program, env, states, in_place, Some((collective, chip)), None);
+    let result = exec::run(program, env, states, in_place, Some((collective, chip)), routes);
     if let Err(e) = &result {
         collective.abort(&e.to_string());
     }
