@@ -72,22 +72,21 @@ pub(super) fn key(parts: &[&[u8]]) -> blake3::Hash {
     h.finalize()
 }
 
-fn digest_f32(values: &[f32]) -> blake3::Hash {
+/// A digest of a tie-breaker's values (their little-endian bytes, a run at a time).
+fn digest<T: Copy, const N: usize>(values: &[T], bytes: fn(T) -> [u8; N]) -> blake3::Hash {
     let mut h = blake3::Hasher::new();
-    for chunk in values.chunks(1 << 12) {
-        let bytes: Vec<u8> = chunk.iter().flat_map(|v| v.to_le_bytes()).collect();
-        h.update(&bytes);
+    for run in values.chunks(1 << 12) {
+        h.update(&run.iter().flat_map(|&v| bytes(v)).collect::<Vec<u8>>());
     }
     h.finalize()
 }
 
+fn digest_f32(values: &[f32]) -> blake3::Hash {
+    digest(values, f32::to_le_bytes)
+}
+
 fn digest_i32(values: &[i32]) -> blake3::Hash {
-    let mut h = blake3::Hasher::new();
-    for chunk in values.chunks(1 << 12) {
-        let bytes: Vec<u8> = chunk.iter().flat_map(|v| v.to_le_bytes()).collect();
-        h.update(&bytes);
-    }
-    h.finalize()
+    digest(values, i32::to_le_bytes)
 }
 
 fn bytes_of(result: &Evaluated) -> usize {
