@@ -8,15 +8,15 @@
 //! kind, and a tensor-parallel certification's unsplit program, are checked against one
 //! reference result when these agree.
 //!
-//! Off unless [`share_references`] turns it on (the test suites do: they certify the same
-//! kinds for several chips and cuts). A result is reused only when its key — a BLAKE3 digest
+//! Off unless [`share_references`] turns it on (`rdu-compiler`'s test binary does: it certifies
+//! the same kinds for several chips and cuts), and then no key is even computed. A result is reused only when its key — a BLAKE3 digest
 //! of the graph, the inputs' description, the seed and the band — is the same, and every
 //! tie-breaker the first evaluation read (a state's or a route's values, by name, or that
 //! there was none) hashes the same now: the reference is deterministic, so it would compute
 //! the same values again. Results are kept up to a byte budget, the least recently used
 //! dropped first.
 
-use crate::graph::{Data, EvalError, Evaluated};
+use crate::graph::{EvalError, Evaluated};
 use std::sync::{Arc, Mutex};
 
 /// What the first evaluation read from a tie-breaker: which one, the name, and a digest of the
@@ -90,24 +90,19 @@ fn digest_i32(values: &[i32]) -> blake3::Hash {
 }
 
 fn bytes_of(result: &Evaluated) -> usize {
-    let tensors = result.outputs.values().chain(result.states.values());
-    tensors
-        .map(|t| match t.data() {
-            Data::F32(v) => v.len() * 4,
-            Data::I32(v) => v.len() * 4,
-        })
-        .sum()
+    // f32 and i32 values alike are 4 bytes.
+    result.outputs.values().chain(result.states.values()).map(|t| t.len() * 4).sum()
 }
 
 /// A tie-breaker as the reference interpreter takes it: values by name.
 pub(super) type Breaks<'b, 't, T> = &'b dyn Fn(&str) -> Option<&'t [T]>;
 
-/// The reference result under `key` and whether it was reused: reused when `share` and sharing
-/// is on and it is kept, and every tie-breaker it read offers the same values now; else
-/// computed by `evaluate` (given tie-breakers that record what it reads) and kept when sharing
-/// is on.
+/// The reference result under `key` (computed only when sharing is on) and whether it was
+/// reused: reused when `share` and sharing is on and it is kept, and every tie-breaker it read
+/// offers the same values now; else computed by `evaluate` (given tie-breakers that record
+/// what it reads) and kept when sharing is on.
 pub(super) fn reference<'t>(
-    key: blake3::Hash,
+    key: impl FnOnce() -> blake3::Hash,
     share: bool,
     ties: Breaks<'_, 't, f32>,
     routes: Breaks<'_, 't, i32>,
@@ -117,12 +112,13 @@ pub(super) fn reference<'t>(
         Breaker::State => ties(name).map(digest_f32),
         Breaker::Route => routes(name).map(digest_i32),
     };
-    {
+    let key = {
         let mut memo = MEMO.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if memo.budget == 0 || !share {
             drop(memo);
             return Ok((Arc::new(evaluate(ties, routes)?), false));
         }
+        let key = key();
         let hit = memo.entries.iter().position(|e| e.key == key && e.consulted.iter().all(|c| offered(c) == c.2));
         if let Some(i) = hit {
             let entry = memo.entries.remove(i);
@@ -130,7 +126,8 @@ pub(super) fn reference<'t>(
             memo.entries.push(entry);
             return Ok((result, true));
         }
-    }
+        key
+    };
     let consulted = Mutex::new(Vec::<Consulted>::new());
     let note = |c: Consulted| {
         let mut seen = consulted.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -202,7 +199,7 @@ pub(super) mod tests {
             ties: Breaks<'_, 't, f32>,
         ) -> (Vec<f32>, bool) {
             let no_routes = |_: &str| None::<&'t [i32]>;
-            let (r, reused) = reference(k, share, ties, &no_routes, echo(calls)).expect("evaluates");
+            let (r, reused) = reference(|| k, share, ties, &no_routes, echo(calls)).expect("evaluates");
             (r.states["s"].as_f32().unwrap().to_vec(), reused)
         }
         let run = |k, share, ties: Breaks<'_, '_, f32>| evaluated(&calls, k, share, ties);

@@ -85,11 +85,7 @@ fn certify_with(
     // may choose either; the reference takes the simulator's choice when it is such a tie.
     let ties = |name: &str| simulated.states.get(name)?.as_f32();
     let routes = |name: &str| simulated.routes.get(name)?.as_i32();
-    let key = reference_key(graph, &inputs);
-    let (reference, reused) = memo::reference(key, share, &ties, &routes, |ties, routes| {
-        eval_breaking_all_ties(graph, &inputs, ties, routes, TOLERANCE as f32)
-    })
-    .map_err(|e| CertifyFault::Engine { engine: "reference", message: e.to_string() })?;
+    let (reference, reused) = reference(graph, &inputs, &ties, &routes, share)?;
     let (mut max_abs_err, mut tolerance) = (0f64, TOLERANCE);
     let results = reference.outputs.iter().map(|(n, t)| (n, t, simulated.outputs.get(n)));
     let states = reference.states.iter().map(|(n, t)| (n, t, simulated.states.get(n)));
@@ -108,11 +104,22 @@ fn certify_with(
     Ok((Certificate { checks, seed, tolerance, max_abs_err }, reused))
 }
 
-/// What the reference's result of `graph` on `inputs` (at the tolerance as tie band) depends
-/// on, tie-breakers aside ([`memo`]): the graph, and how every input was seeded.
-fn reference_key(graph: &Graph, inputs: &Inputs) -> blake3::Hash {
-    let graph = format!("{graph:?}");
-    memo::key(&[graph.as_bytes(), &inputs.describe(), &TOLERANCE.to_le_bytes()])
+/// The reference interpreter's result of `graph` on `inputs`, near-ties broken by the
+/// simulator's `ties` and `routes` within the tolerance — one an earlier certification computed
+/// when `share` and [`share_references`] is on and it would be the same ([`memo`]: keyed by the
+/// graph and how every input was seeded) — and whether it was.
+fn reference<'t>(
+    graph: &Graph,
+    inputs: &Inputs,
+    ties: memo::Breaks<'_, 't, f32>,
+    routes: memo::Breaks<'_, 't, i32>,
+    share: bool,
+) -> Result<(std::sync::Arc<crate::graph::Evaluated>, bool), CertifyFault> {
+    let key = || memo::key(&[format!("{graph:?}").as_bytes(), &inputs.describe(), &TOLERANCE.to_le_bytes()]);
+    memo::reference(key, share, ties, routes, |ties, routes| {
+        eval_breaking_all_ties(graph, inputs, ties, routes, TOLERANCE as f32)
+    })
+    .map_err(|e| CertifyFault::Engine { engine: "reference", message: e.to_string() })
 }
 
 /// The largest absolute difference of one result and the bound it was held to, or the fault
