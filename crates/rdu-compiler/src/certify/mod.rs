@@ -141,29 +141,49 @@ fn compare(
 }
 
 /// [`compare`] of two results of one dtype, each value taken as f64 where it is read (a
-/// result may be a whole cache: no widened copies of it). One pass of running maxima in
-/// `LANES` independent lanes (so it vectorises: `max` is exact in any order), a NaN difference
+/// result may be a whole cache: no widened copies of it). Runs of `RUN` values in parallel, each
+/// one pass of running maxima in `LANES` independent lanes (so it vectorises: `max` is exact in
+/// any order, so the maxima are the same however the runs are split), a NaN difference
 /// remembered apart; the worst element's index is looked for only when it fails.
-fn worst_of<T: Copy + Into<f64>>(name: &str, got: &[T], want: &[T]) -> Result<(f64, f64), CertifyFault> {
+fn worst_of<T: Copy + Into<f64> + Send + Sync>(name: &str, got: &[T], want: &[T]) -> Result<(f64, f64), CertifyFault> {
+    use rayon::prelude::*;
     const LANES: usize = 8;
-    let (mut scale, mut worst, mut nan) = ([1f64; LANES], [0f64; LANES], [false; LANES]);
-    let mut lane = |l: usize, a: T, b: T| {
-        let (a, b): (f64, f64) = (a.into(), b.into());
-        let d = (a - b).abs();
-        scale[l] = scale[l].max(b.abs());
-        worst[l] = worst[l].max(d);
-        nan[l] |= d.is_nan();
-    };
-    let (gs, wants) = (got.chunks_exact(LANES), want.chunks_exact(LANES));
-    let rest = gs.remainder().iter().zip(wants.remainder());
-    for (g, w) in gs.zip(wants) {
-        for l in 0..LANES {
-            lane(l, g[l], w[l]);
+    const RUN: usize = 1 << 16;
+    type Maxima = ([f64; LANES], [f64; LANES], [bool; LANES]);
+    let run = |(got, want): (&[T], &[T])| -> Maxima {
+        let (mut scale, mut worst, mut nan) = ([1f64; LANES], [0f64; LANES], [false; LANES]);
+        let mut lane = |l: usize, a: T, b: T| {
+            let (a, b): (f64, f64) = (a.into(), b.into());
+            let d = (a - b).abs();
+            scale[l] = scale[l].max(b.abs());
+            worst[l] = worst[l].max(d);
+            nan[l] |= d.is_nan();
+        };
+        let (gs, wants) = (got.chunks_exact(LANES), want.chunks_exact(LANES));
+        let rest = gs.remainder().iter().zip(wants.remainder());
+        for (g, w) in gs.zip(wants) {
+            for l in 0..LANES {
+                lane(l, g[l], w[l]);
+            }
         }
-    }
-    for (l, (&a, &b)) in rest.enumerate() {
-        lane(l, a, b);
-    }
+        for (l, (&a, &b)) in rest.enumerate() {
+            lane(l, a, b);
+        }
+        (scale, worst, nan)
+    };
+    let join = |(s, w, n): Maxima, (s2, w2, n2): Maxima| -> Maxima {
+        (
+            std::array::from_fn(|l| s[l].max(s2[l])),
+            std::array::from_fn(|l| w[l].max(w2[l])),
+            std::array::from_fn(|l| n[l] | n2[l]),
+        )
+    };
+    let len = got.len().min(want.len());
+    let (scale, worst, nan) = got[..len]
+        .par_chunks(RUN)
+        .zip(want[..len].par_chunks(RUN))
+        .map(run)
+        .reduce(|| ([1f64; LANES], [0f64; LANES], [false; LANES]), join);
     let scale = scale.into_iter().fold(1f64, f64::max);
     let worst = if nan.contains(&true) { f64::NAN } else { worst.into_iter().fold(0f64, f64::max) };
     let bound = TOLERANCE * scale;
@@ -298,5 +318,29 @@ mod tests {
                 "{fault}"
             );
         }
+    }
+
+    /// A result of several parallel runs of values: the scale is the largest value of any run,
+    /// the worst difference is found in a later run than the scale's, and named by its index.
+    #[test]
+    fn maxima_hold_across_runs() {
+        let n = 3 * (1 << 16) + 11;
+        let want: Vec<f32> = (0..n).map(|i| ((i % 1000) as f32 * 0.013).cos()).collect();
+        let mut scaled = want.clone();
+        scaled[70_000] = -250.0;
+        let got = SimTensor::f32(vec![n], scaled.clone());
+        assert_eq!(compare("y", &got, &Tensor::f32(vec![n], scaled.clone())).unwrap(), (0.0, TOLERANCE * 250.0));
+        for (at, off) in [(150_000, 0.05), (n - 3, 0.06)] {
+            let mut other = scaled.clone();
+            other[at] += off;
+            let fault =
+                compare("y", &SimTensor::f32(vec![n], other), &Tensor::f32(vec![n], scaled.clone())).unwrap_err();
+            assert!(matches!(fault, CertifyFault::Numbers { index, .. } if index == at), "{fault}");
+        }
+        // Within the bound the scale of another run allows: passes, the difference reported.
+        let mut near = scaled.clone();
+        near[190_000] += 0.01;
+        let (worst, bound) = compare("y", &SimTensor::f32(vec![n], near), &Tensor::f32(vec![n], scaled)).unwrap();
+        assert!(worst > 0.009 && worst < 0.011 && bound == TOLERANCE * 250.0, "{worst} {bound}");
     }
 }
