@@ -150,8 +150,10 @@ fn worst_of<T: Copy + Into<f64> + Send + Sync>(name: &str, got: &[T], want: &[T]
     const LANES: usize = 8;
     const RUN: usize = 1 << 16;
     type Maxima = ([f64; LANES], [f64; LANES], [bool; LANES]);
+    // Scale at least 1, no difference, no NaN: what an empty run leaves.
+    const NONE: Maxima = ([1f64; LANES], [0f64; LANES], [false; LANES]);
     let run = |(got, want): (&[T], &[T])| -> Maxima {
-        let (mut scale, mut worst, mut nan) = ([1f64; LANES], [0f64; LANES], [false; LANES]);
+        let (mut scale, mut worst, mut nan) = NONE;
         let mut lane = |l: usize, a: T, b: T| {
             let (a, b): (f64, f64) = (a.into(), b.into());
             let d = (a - b).abs();
@@ -179,11 +181,8 @@ fn worst_of<T: Copy + Into<f64> + Send + Sync>(name: &str, got: &[T], want: &[T]
         )
     };
     let len = got.len().min(want.len());
-    let (scale, worst, nan) = got[..len]
-        .par_chunks(RUN)
-        .zip(want[..len].par_chunks(RUN))
-        .map(run)
-        .reduce(|| ([1f64; LANES], [0f64; LANES], [false; LANES]), join);
+    let (scale, worst, nan) =
+        got[..len].par_chunks(RUN).zip(want[..len].par_chunks(RUN)).map(run).reduce(|| NONE, join);
     let scale = scale.into_iter().fold(1f64, f64::max);
     let worst = if nan.contains(&true) { f64::NAN } else { worst.into_iter().fold(0f64, f64::max) };
     let bound = TOLERANCE * scale;
