@@ -240,7 +240,10 @@ pub fn floor_bytes(m: &Manifest, programs: &[ProgramView]) -> f64 {
         .iter()
         .flat_map(|p| p.spatial.ops())
         .find(|(_, op)| op.op == Op::Route)
-        .and_then(|(_, op)| op.attr("k").and_then(|k| k.as_int()))
+        .and_then(|(_, op)| match op.typed() {
+            Ok(rdu_spatial::TypedOp::Route { k, .. }) => Some(k as i64),
+            _ => None,
+        })
         .unwrap_or(0) as f64;
     let experts: Vec<&str> = programs
         .iter()

@@ -5,10 +5,10 @@
 
 use super::attention::slice;
 use super::split::Run;
-use super::writer::{float, list, Writer, Q8_BLOCK};
+use super::writer::{Writer, Q8_BLOCK};
 use super::LayerCtx;
+use crate::graph::Op;
 use crate::model::spec::{Dialect, Mixer};
-use rdu_spatial::Op;
 
 /// Writes the MLA mixer over `hn`; returns its `[N, D]` output.
 pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String {
@@ -60,16 +60,15 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
 
     // The down-projections over the chips: both partial products summed by one all-reduce.
     let reduced = row_split.then(|| {
-        let chips = [("axis", "1".to_string()), ("chips", ctx.tp.to_string())];
-        let hs = w.op("hs", Op::Shard, &[hn], &chips);
-        let ckv = w.op("ckvp", Op::Linear, &[&hs, &wkva], &[]);
+        let hs = w.op("hs", Op::Shard { axis: 1, chips: ctx.tp }, &[hn]);
+        let ckv = w.op("ckvp", Op::Linear, &[&hs, &wkva]);
         match &q_weights {
             Query::Lora { rank: ql, wqa, .. } => {
-                let qa = w.op("qap", Op::Linear, &[&hs, wqa], &[]);
-                let both = w.op("dp", Op::Concat, &[&qa, &ckv], &[("axis", "1".into())]);
+                let qa = w.op("qap", Op::Linear, &[&hs, wqa]);
+                let both = w.op("dp", Op::Concat { axis: 1 }, &[&qa, &ckv]);
                 let sum = ctx.all_reduce(w, "dr", &both);
-                let qa = w.op("qa", Op::Slice, &[&sum], &slice(1, 0, *ql));
-                (Some(qa), w.op("ckv", Op::Slice, &[&sum], &slice(1, *ql, kvr + rope)))
+                let qa = w.op("qa", slice(1, 0, *ql), &[&sum]);
+                (Some(qa), w.op("ckv", slice(1, *ql, kvr + rope), &[&sum]))
             }
             Query::Direct(_) => (None, ctx.all_reduce(w, "ckv", &ckv)),
         }
@@ -77,42 +76,41 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
 
     // Query.
     let q = match q_weights {
-        Query::Direct(wq) => w.op("q", Op::Linear, &[hn, &wq], &[]),
+        Query::Direct(wq) => w.op("q", Op::Linear, &[hn, &wq]),
         Query::Lora { wqa, qan, wqb, .. } => {
             let qa = match reduced.as_ref().and_then(|r| r.0.clone()) {
                 Some(qa) => qa,
-                None => w.op("qa", Op::Linear, &[hn, &wqa], &[]),
+                None => w.op("qa", Op::Linear, &[hn, &wqa]),
             };
-            let qan_out = w.op("qal", Op::RmsNorm, &[&qa, &qan], &ctx.norm_attrs());
-            w.op("q", Op::Linear, &[&qan_out, &wqb], &[])
+            let qan_out = w.op("qal", ctx.norm(), &[&qa, &qan]);
+            w.op("q", Op::Linear, &[&qan_out, &wqb])
         }
     };
-    let qh = w.op("qh", Op::Reshape, &[&q, &list(&[n, heads, qk])], &[]);
-    let qnp = w.op("qnp", Op::Slice, &[&qh], &slice(2, 0, nope));
-    let qpe = w.op("qpe", Op::Slice, &[&qh], &slice(2, nope, rope));
-    let rope_attrs = [("dim", rot.to_string()), ("style", ctx.rope_style().to_string())];
+    let qh = w.op("qh", Op::Reshape { shape: vec![n, heads, qk] }, &[&q]);
+    let qnp = w.op("qnp", slice(2, 0, nope), &[&qh]);
+    let qpe = w.op("qpe", slice(2, nope, rope), &[&qh]);
+    let rope_op = Op::Rope { dim: rot, style: ctx.rope_style() };
     // Positions (and below, the latent cache) are each sequence's own.
     let qpr = ctx.per_sequence(w, "qpr", &[("qpe", &qpe)], |w, seq, x| {
-        w.op("qpr", Op::Rope, &[&x[0], &cos, &sin, &seq.pos], &rope_attrs)
+        w.op("qpr", rope_op.clone(), &[&x[0], &cos, &sin, &seq.pos])
     });
 
     // Latent and rope key.
     let ckv = match reduced {
         Some((_, ckv)) => ckv,
-        None => w.op("ckv", Op::Linear, &[hn, &wkva], &[]),
+        None => w.op("ckv", Op::Linear, &[hn, &wkva]),
     };
-    let c = w.op("c", Op::Slice, &[&ckv], &slice(1, 0, kvr));
-    let kpe = w.op("kpe", Op::Slice, &[&ckv], &slice(1, kvr, rope));
-    let cn = w.op("cn", Op::RmsNorm, &[&c, &kvn], &ctx.norm_attrs());
-    let kph = w.op("kph", Op::Reshape, &[&kpe, &list(&[n, 1, rope])], &[]);
+    let c = w.op("c", slice(1, 0, kvr), &[&ckv]);
+    let kpe = w.op("kpe", slice(1, kvr, rope), &[&ckv]);
+    let cn = w.op("cn", ctx.norm(), &[&c, &kvn]);
+    let kph = w.op("kph", Op::Reshape { shape: vec![n, 1, rope] }, &[&kpe]);
     let kpr = ctx.per_sequence(w, "kpr", &[("kph", &kph)], |w, seq, x| {
-        w.op("kpr", Op::Rope, &[&x[0], &cos, &sin, &seq.pos], &rope_attrs)
+        w.op("kpr", rope_op.clone(), &[&x[0], &cos, &sin, &seq.pos])
     });
-    let kpf = w.op("kpf", Op::Reshape, &[&kpr, &list(&[n, rope])], &[]);
-    let lat = w.op("lat", Op::Concat, &[&cn, &kpf], &[("axis", "1".into())]);
+    let kpf = w.op("kpf", Op::Reshape { shape: vec![n, rope] }, &[&kpr]);
+    let lat = w.op("lat", Op::Concat { axis: 1 }, &[&cn, &kpf]);
 
-    let mut attrs = vec![("scale", float(scale)), ("latent", kvr.to_string())];
-    attrs.extend(ctx.window_attr());
+    let window = ctx.layer.window;
     if ctx.prefill() {
         // A prefill chunk attends in the unabsorbed form: each head widens every cached latent
         // (and the chunk's own) into its key and value through the up-projections, so a row's
@@ -120,54 +118,51 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
         // `kv_lora + qk_rope` and `kv_lora`; the latent cache is the decode step's own.
         let (wk, wv) = match up {
             // attn_k_b holds W_UKᵀ per head: its transpose is W_UK [h, nope, kvr].
-            KvUp::PerHead { wkb, wvb } => (w.op("wuk", Op::Transpose, &[&wkb], &[("perm", list(&[0, 2, 1]))]), wvb),
+            KvUp::PerHead { wkb, wvb } => (w.op("wuk", Op::Transpose { perm: vec![0, 2, 1] }, &[&wkb]), wvb),
             KvUp::Fused(wkvb) => {
-                let kvb = w.op("kvb", Op::Reshape, &[&wkvb, &list(&[heads, nope + v_dim, kvr])], &[]);
-                (
-                    w.op("wuk", Op::Slice, &[&kvb], &slice(1, 0, nope)),
-                    w.op("wuv", Op::Slice, &[&kvb], &slice(1, nope, v_dim)),
-                )
+                let kvb = w.op("kvb", Op::Reshape { shape: vec![heads, nope + v_dim, kvr] }, &[&wkvb]);
+                (w.op("wuk", slice(1, 0, nope), &[&kvb]), w.op("wuv", slice(1, nope, v_dim), &[&kvb]))
             }
         };
-        let qf = w.op("qf", Op::Concat, &[&qnp, &qpr], &[("axis", "2".into())]);
+        let qf = w.op("qf", Op::Concat { axis: 2 }, &[&qnp, &qpr]);
         let u = ctx.per_sequence(w, "u", &[("qf", &qf), ("lat", &lat)], |w, seq, x| {
             let (qf, lat, pos) = (&x[0], &x[1], seq.pos.as_str());
             let lc = w.state("Lc", &[ctx.cache_slots(), kvr + rope]);
             // As attention: the chunk's own latents are attended to before they are written.
-            let u = w.op("u", Op::AttendMlaUp, &[qf, &lc, &wk, &wv, pos, lat], &attrs);
-            w.update(&lc, Op::CachePut, &[&lc, lat, pos], &[]);
+            let u = w.op("u", Op::AttendMlaUp { scale, latent: kvr, window }, &[qf, &lc, &wk, &wv, pos, lat]);
+            w.update(&lc, Op::CachePut, &[&lc, lat, pos]);
             u
         });
-        let of = w.op("of", Op::Reshape, &[&u, &list(&[n, heads * v_dim])], &[]);
-        return w.op("mo", Op::Linear, &[&of, &wo], &[]);
+        let of = w.op("of", Op::Reshape { shape: vec![n, heads * v_dim] }, &[&u]);
+        return w.op("mo", Op::Linear, &[&of, &wo]);
     }
 
     // Absorb the key up-projection into the query: q_abs_h = W_UK_hᵀ q_nope_h.
     let (wukt, wuv) = match up {
         KvUp::PerHead { wkb, wvb } => (wkb, wvb),
         KvUp::Fused(wkvb) => {
-            let kvb = w.op("kvb", Op::Reshape, &[&wkvb, &list(&[heads, nope + v_dim, kvr])], &[]);
-            let wuk = w.op("wuk", Op::Slice, &[&kvb], &slice(1, 0, nope));
-            let wukt = w.op("wukt", Op::Transpose, &[&wuk], &[("perm", list(&[0, 2, 1]))]);
-            let wuv = w.op("wuv", Op::Slice, &[&kvb], &slice(1, nope, v_dim));
+            let kvb = w.op("kvb", Op::Reshape { shape: vec![heads, nope + v_dim, kvr] }, &[&wkvb]);
+            let wuk = w.op("wuk", slice(1, 0, nope), &[&kvb]);
+            let wukt = w.op("wukt", Op::Transpose { perm: vec![0, 2, 1] }, &[&wuk]);
+            let wuv = w.op("wuv", slice(1, nope, v_dim), &[&kvb]);
             (wukt, wuv)
         }
     };
-    let qab = w.op("qab", Op::LinearHeads, &[&qnp, &wukt], &[]);
-    let qc = w.op("qc", Op::Concat, &[&qab, &qpr], &[("axis", "2".into())]);
+    let qab = w.op("qab", Op::LinearHeads, &[&qnp, &wukt]);
+    let qc = w.op("qc", Op::Concat { axis: 2 }, &[&qab, &qpr]);
     let u = ctx.per_sequence(w, "u", &[("qc", &qc), ("lat", &lat)], |w, seq, x| {
         let (qc, lat, pos) = (&x[0], &x[1], seq.pos.as_str());
         match ctx.decode().then(|| w.state("Lc", &[ctx.cache_slots(), kvr + rope])) {
             Some(lc) => {
-                w.update(&lc, Op::CachePut, &[&lc, lat, pos], &[]);
-                w.op("u", Op::AttendMla, &[qc, &lc, pos], &attrs)
+                w.update(&lc, Op::CachePut, &[&lc, lat, pos]);
+                w.op("u", Op::AttendMla { scale, latent: kvr, window }, &[qc, &lc, pos])
             }
-            None => w.op("u", Op::AttendMla, &[qc, lat, pos], &attrs),
+            None => w.op("u", Op::AttendMla { scale, latent: kvr, window }, &[qc, lat, pos]),
         }
     });
-    let oh = w.op("oh", Op::LinearHeads, &[&u, &wuv], &[]);
-    let of = w.op("of", Op::Reshape, &[&oh, &list(&[n, heads * v_dim])], &[]);
-    w.op("mo", Op::Linear, &[&of, &wo], &[])
+    let oh = w.op("oh", Op::LinearHeads, &[&u, &wuv]);
+    let of = w.op("of", Op::Reshape { shape: vec![n, heads * v_dim] }, &[&oh]);
+    w.op("mo", Op::Linear, &[&of, &wo])
 }
 
 /// The query projection: direct, or through the low-rank `q_a` (normed, `rank` wide) and `q_b`.
