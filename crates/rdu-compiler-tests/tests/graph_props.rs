@@ -23,7 +23,7 @@ fn op() -> impl Strategy<Value = Op> {
         Just(Op::Silu),
         Just(Op::Softplus),
         Just(Op::GeluTanh),
-        (0.0f64..1.0, prop::bool::ANY).prop_map(|(eps, o)| Op::RmsNorm { eps, offset: o }),
+        (0.0f64..1.0, prop::bool::ANY).prop_map(|(eps, o)| Op::RmsNorm { eps, offset: f64::from(u8::from(o)) }),
         (0.0f64..1.0).prop_map(|eps| Op::L2Norm { eps }),
         Just(Op::Linear),
         Just(Op::LinearHeads),

@@ -93,6 +93,10 @@ pub trait AttrValue {
     fn read<L: AttrLit + ?Sized>(lit: &L) -> Option<Self::Value>;
     /// The value as program text, which reads back as the same value.
     fn text(value: &Self::Value) -> String;
+    /// The value as a typed op shows it (`Display`; the program text by default).
+    fn show(value: &Self::Value) -> String {
+        Self::text(value)
+    }
 }
 
 fn count<L: AttrLit + ?Sized>(lit: &L) -> Option<usize> {
@@ -156,6 +160,26 @@ value_kind!(
     },
     |v| u8::from(*v).to_string()
 );
+/// `rms_norm`'s `offset`: `0` or `1` as written, the number added to the weight as held
+/// (and shown: `offset=1.0`).
+pub struct UnitOffset;
+
+impl AttrValue for UnitOffset {
+    type Value = f64;
+    fn want() -> String {
+        Flag::want()
+    }
+    fn read<L: AttrLit + ?Sized>(lit: &L) -> Option<f64> {
+        Flag::read(lit).map(|on| f64::from(u8::from(on)))
+    }
+    fn text(value: &f64) -> String {
+        u8::from(*value != 0.0).to_string()
+    }
+    fn show(value: &f64) -> String {
+        format!("{value:?}")
+    }
+}
+
 value_kind!(
     /// A list of axes (a permutation).
     Axes: Vec<usize>, "a list of axes", |l| l.counts(), |v| counts_text(v)
@@ -350,9 +374,10 @@ pub trait OpAttrs: Sized {
     /// Read as a spatial program's simulator reads them: an attribute the language requires
     /// may be left out where the table gives it a value in spatial programs; the first fault.
     fn spatial<L: AttrLit + ?Sized>(given: &Given<'_, L>) -> Result<Self, AttrFault>;
-    /// The attributes as written (`key=value` in table order), defaults and absent optional
-    /// ones left out; not the positional literal.
-    fn texts(&self) -> Vec<(Key, String)>;
+    /// The attributes as `key=value` in table order, absent optional ones left out; not the
+    /// positional literal. In program text (`shown` false) a default is left out too; shown
+    /// (`Display`), each value is as its kind shows it ([`AttrValue::show`]).
+    fn texts(&self, shown: bool) -> Vec<(Key, String)>;
     /// The positional literal as written, with its field's key, if the op takes one.
     fn literal_text(&self) -> Option<(Key, String)>;
 }

@@ -14,7 +14,7 @@ mod attr;
 use attr::key;
 pub use attr::{
     Act, AttrFault, AttrLit, AttrValue, Axes, Count, Dims, EvenPositive, Flag, Float, Given, KMap, Key, NonNegative,
-    OpAttrs, Positive, RopeStyle, Visit, Visitor,
+    OpAttrs, Positive, RopeStyle, UnitOffset, Visit, Visitor,
 };
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
@@ -38,7 +38,7 @@ op_table! {
     Softplus = "softplus" [x] (1, 1);
     GeluTanh = "gelu_tanh" [x] (1, 1);
     /// `x / √(mean(x²) + eps) · (w + offset)` over the last axis.
-    RmsNorm = "rms_norm" [x, w] (2, 2) { eps: NonNegative, offset: Flag [spatial = false] };
+    RmsNorm = "rms_norm" [x, w] (2, 2) { eps: NonNegative, offset: UnitOffset [spatial = 0.0] };
     /// `x / √(Σx² + eps)` over the last axis.
     L2Norm = "l2_norm" [x] (1, 1) { eps: NonNegative };
     /// `x Wᵀ (+ b)`: inputs `x, W` or `x, W, b`.
@@ -277,17 +277,19 @@ impl TypedOp {
     /// The attributes as written, `key=value` in table order (defaults and absent optional
     /// ones left out).
     pub fn attr_texts(&self) -> Vec<(Key, String)> {
-        self.visit(Texts).1
+        self.visit(Texts { shown: false }).1
     }
 
     /// The positional literal as written (`reshape`'s shape), if the op takes one.
     pub fn literal_text(&self) -> Option<String> {
-        self.visit(Texts).0.map(|(_, text)| text)
+        self.visit(Texts { shown: false }).0.map(|(_, text)| text)
     }
 }
 
-/// Every op's literal and attributes as text.
-struct Texts;
+/// Every op's literal and attributes as text (see [`OpAttrs::texts`]).
+struct Texts {
+    shown: bool,
+}
 
 impl Visitor for Texts {
     type Out = (Option<(Key, String)>, Vec<(Key, String)>);
@@ -295,7 +297,7 @@ impl Visitor for Texts {
 
 impl<A: OpAttrs> Visit<A> for Texts {
     fn visit(self, attrs: &A) -> Self::Out {
-        (attrs.literal_text(), attrs.texts())
+        (attrs.literal_text(), attrs.texts(self.shown))
     }
 }
 
@@ -303,7 +305,7 @@ impl fmt::Display for TypedOp {
     /// The name, the literal and the attributes: `rope dim=16 style=neox`, `reshape shape=[2, 8]`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())?;
-        let (literal, attrs) = self.visit(Texts);
+        let (literal, attrs) = self.visit(Texts { shown: true });
         for (key, text) in literal.into_iter().chain(attrs) {
             write!(f, " {key}={text}")?;
         }

@@ -39,20 +39,24 @@ macro_rules! op_table {
     (@spatial $g:ident, $f:ident, $t:ty; spatial = $d:expr) => { $g.first::<$t>(key::$f)?.unwrap_or($d) };
     (@spatial $g:ident, $f:ident, $t:ty; literal) => { $g.literal_first::<$t>(key::$f)? };
     (@spatial $g:ident, $f:ident, $t:ty) => { $g.first::<$t>(key::$f)?.ok_or(AttrFault::Missing(key::$f))? };
-    // One field written as `key=value` (or not: an absent optional one, a default, the literal).
-    (@text $out:ident, $f:ident, $v:expr, $t:ty; optional) => {
+    // One field written as `key=value` (or not: an absent optional one, the literal, and in
+    // program text a default).
+    (@value $shown:ident, $v:expr, $t:ty) => {
+        if $shown { <$t as AttrValue>::show($v) } else { <$t as AttrValue>::text($v) }
+    };
+    (@text $out:ident, $shown:ident, $f:ident, $v:expr, $t:ty; optional) => {
         if let Some(v) = $v {
-            $out.push((key::$f, <$t as AttrValue>::text(v)));
+            $out.push((key::$f, op_table!(@value $shown, v, $t)));
         }
     };
-    (@text $out:ident, $f:ident, $v:expr, $t:ty; default = $d:expr) => {
-        if *$v != $d {
-            $out.push((key::$f, <$t as AttrValue>::text($v)));
+    (@text $out:ident, $shown:ident, $f:ident, $v:expr, $t:ty; default = $d:expr) => {
+        if $shown || *$v != $d {
+            $out.push((key::$f, op_table!(@value $shown, $v, $t)));
         }
     };
-    (@text $out:ident, $f:ident, $v:expr, $t:ty; literal) => {};
-    (@text $out:ident, $f:ident, $v:expr, $t:ty $(; spatial = $d:expr)?) => {
-        $out.push((key::$f, <$t as AttrValue>::text($v)))
+    (@text $out:ident, $shown:ident, $f:ident, $v:expr, $t:ty; literal) => {};
+    (@text $out:ident, $shown:ident, $f:ident, $v:expr, $t:ty $(; spatial = $d:expr)?) => {
+        $out.push((key::$f, op_table!(@value $shown, $v, $t)))
     };
     (@literal_text $f:ident, $v:expr, $t:ty; literal) => { Some((key::$f, <$t as AttrValue>::text($v))) };
     (@literal_text $f:ident, $v:expr, $t:ty $(; $($mode:tt)*)?) => { None };
@@ -129,10 +133,11 @@ macro_rules! op_table {
                         Ok($v { $($($f),*)? })
                     }
 
-                    fn texts(&self) -> Vec<(Key, String)> {
+                    #[allow(unused_variables)]
+                    fn texts(&self, shown: bool) -> Vec<(Key, String)> {
                         #[allow(unused_mut)]
                         let mut out = Vec::new();
-                        $($(op_table!(@text out, $f, &self.$f, $t $(; $($mode)*)?);)*)?
+                        $($(op_table!(@text out, shown, $f, &self.$f, $t $(; $($mode)*)?);)*)?
                         out
                     }
 

@@ -8,7 +8,7 @@ use super::tensor::SimTensor;
 use crate::q8::dot_dense;
 
 kernels! {
-    RmsNorm(call, a) => rms_norm(call, a.eps as f32, f32::from(u8::from(a.offset))),
+    RmsNorm(call, a) => rms_norm(call, a.eps as f32, a.offset as f32),
     L2Norm(call, a) => l2_norm(call, a.eps as f32),
 }
 

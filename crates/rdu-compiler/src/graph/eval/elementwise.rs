@@ -25,7 +25,7 @@ evals! {
     Silu(ins, _) => unary(ins[0], silu),
     Softplus(ins, _) => unary(ins[0], softplus),
     GeluTanh(ins, _) => unary(ins[0], gelu_tanh),
-    RmsNorm(ins, a) => rms_norm(ins[0], ins[1], a.eps, f64::from(u8::from(a.offset))),
+    RmsNorm(ins, a) => rms_norm(ins[0], ins[1], a.eps, a.offset),
     L2Norm(ins, a) => l2_norm(ins[0], a.eps),
 }
 

@@ -326,7 +326,7 @@ impl<'s> LayerCtx<'s> {
 
 /// `rms_norm` with `eps`, and `(w + 1)` for a unit offset.
 pub(crate) fn norm_op(eps: f64, unit_offset: bool) -> Op {
-    Op::RmsNorm { eps, offset: unit_offset }
+    Op::RmsNorm { eps, offset: f64::from(u8::from(unit_offset)) }
 }
 
 /// `out{l} = rms_norm(x, weight{l})` when `present`; otherwise `x` unchanged.

@@ -50,12 +50,12 @@ fn rms_norm_over_the_last_axis_with_offset() {
     let x = f(&[2, 2], &[3., 4., 1., 1.]);
     let w = f(&[2], &[1., 2.]);
     let r = 12.5f32.sqrt();
-    let plain = run1(Op::RmsNorm { eps: 0.0, offset: false }, &[&x, &w]);
+    let plain = run1(Op::RmsNorm { eps: 0.0, offset: 0.0 }, &[&x, &w]);
     assert_close(&plain, &[2, 2], &[3. / r, 8. / r, 1., 2.]);
-    let unit = run1(Op::RmsNorm { eps: 0.0, offset: true }, &[&x, &w]);
+    let unit = run1(Op::RmsNorm { eps: 0.0, offset: 1.0 }, &[&x, &w]);
     assert_close(&unit, &[2, 2], &[6. / r, 12. / r, 2., 3.]);
     // eps under the root: [1, 1] with eps 3 gives 1 / √4.
-    let eps = run1(Op::RmsNorm { eps: 3.0, offset: false }, &[&f(&[2], &[1., 1.]), &f(&[2], &[1., 1.])]);
+    let eps = run1(Op::RmsNorm { eps: 3.0, offset: 0.0 }, &[&f(&[2], &[1., 1.]), &f(&[2], &[1., 1.])]);
     assert_close(&eps, &[2], &[0.5, 0.5]);
 }
 
