@@ -5,9 +5,10 @@
 use std::collections::BTreeMap;
 
 use super::elementwise::{gelu_tanh, sigmoid};
-use super::matmul::{products, Rows};
+use super::matmul::products;
 use super::ops::{ArgVal, Call, Outs};
 use super::region::{region, untiled, Axes};
+use super::rows::Rows;
 use super::tensor::SimTensor;
 use super::{invalid, SimBindings, SimError, WeightSlab};
 use crate::program::Storage;
