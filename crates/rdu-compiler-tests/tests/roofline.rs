@@ -1,7 +1,7 @@
 //! The model's roofline (issue 11): the floor recomputed independently from written manifests
 //! (the formula of `shared/tools/model_roofline.py`), and no estimate faster than it.
 
-use rdu_compiler::lower::streamed::{
+use rdu_compiler::deploy::{
     lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed, lower_prefill_streamed,
     lower_tp_decode_streamed, LowerOptions, Progress, Storage, StreamedModel,
 };

@@ -8,8 +8,8 @@ pub(crate) mod svg;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
+use rdu_compiler::deploy::{schedule_cost, Scheduled};
 use rdu_compiler::lower::cost::program_cost;
-use rdu_compiler::lower::streamed::{schedule_cost, Scheduled};
 use rdu_spatial::bundle::Bundle;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::cost::{Bound, StepCost};

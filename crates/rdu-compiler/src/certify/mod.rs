@@ -225,8 +225,8 @@ mod tests {
     /// The first kind of tiny `preset` (decode, ctx 64, Q8_0 weights, bf16 states), lifted
     /// and lowered for `chip`.
     fn kind(preset: &str, chip: &Chip) -> (SpatialProgram, Graph) {
-        use crate::lower::streamed::Storage;
         use crate::model::spec::{Cut, StateDtype};
+        use crate::model::storage::Storage;
         let mut spec = crate::model::presets::resolve(preset).expect("preset");
         spec.state = StateDtype::Bf16;
         let src = crate::model::author::source_of(&spec, 0, Cut::Decode { ctx: 64 }, &Storage::AllQ8);
