@@ -35,7 +35,10 @@ pub fn codemap_over(text: &str) -> Vec<String> {
         }
         let n = l.chars().count();
         if inside && l.starts_with('|') && n > CODEMAP_ROW_MAX_CHARS {
-            out.push(format!("ARCHITECTURE.md:{}: a codemap row of {n} characters, over {CODEMAP_ROW_MAX_CHARS}", i + 1));
+            out.push(format!(
+                "ARCHITECTURE.md:{}: a codemap row of {n} characters, over {CODEMAP_ROW_MAX_CHARS}",
+                i + 1
+            ));
         }
     }
     if !text.lines().any(|l| l.trim() == "## Codemap") {
@@ -56,6 +59,12 @@ mod tests {
         assert_eq!(readme_over(&"l\n".repeat(README_MAX_LINES + 1)).len(), 1);
         let row = format!("| `a` | {} |", "y".repeat(CODEMAP_ROW_MAX_CHARS));
         let arch = format!("# A\n\n## Codemap\n\n| where | what |\n{row}\n\n## Invariants\n\n{row}\n");
-        assert_eq!(codemap_over(&arch), vec![format!("ARCHITECTURE.md:6: a codemap row of {} characters, over {CODEMAP_ROW_MAX_CHARS}", row.chars().count())]);
+        assert_eq!(
+            codemap_over(&arch),
+            vec![format!(
+                "ARCHITECTURE.md:6: a codemap row of {} characters, over {CODEMAP_ROW_MAX_CHARS}",
+                row.chars().count()
+            )]
+        );
     }
 }

@@ -45,7 +45,13 @@ struct Lexer<'a> {
 
 /// Splits `src` into its lines of code and comment, and its string literals.
 pub fn lex(src: &str) -> Lexed {
-    let mut l = Lexer { chars: src.chars().collect(), at: 0, out: Lexed::default(), line: Line::default(), _src: Default::default() };
+    let mut l = Lexer {
+        chars: src.chars().collect(),
+        at: 0,
+        out: Lexed::default(),
+        line: Line::default(),
+        _src: Default::default(),
+    };
     l.run();
     l.out
 }

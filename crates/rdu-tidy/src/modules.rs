@@ -402,7 +402,10 @@ mod tests {
                 ("sim/mod.rs", "mod matmul;\nmod tiled;\nmod rows;\n"),
                 ("sim/matmul.rs", "use super::tiled;\nfn f() { tiled::g() }\n"),
                 ("sim/tiled.rs", "fn g(r: super::matmul::Rows) {}\n"),
-                ("sim/rows.rs", "#[cfg(test)]\nmod tests { use super::super::matmul::x; }\nfn r() { crate::sim::tiled::g() }\n"),
+                (
+                    "sim/rows.rs",
+                    "#[cfg(test)]\nmod tests { use super::super::matmul::x; }\nfn r() { crate::sim::tiled::g() }\n",
+                ),
             ],
         );
         let found = loops(&crate_graph(&dir.join("lib.rs"), &dir).unwrap());
@@ -413,7 +416,9 @@ mod tests {
 
     #[test]
     fn use_trees_expand_and_visibilities_are_not_paths() {
-        let toks = tokens(&lex("pub(crate) use super::{a::{b, c as d}, e::*};\npub(in crate::x) fn f() { self::g::h(); }").lines);
+        let toks = tokens(
+            &lex("pub(crate) use super::{a::{b, c as d}, e::*};\npub(in crate::x) fn f() { self::g::h(); }").lines,
+        );
         let got: Vec<ModPath> = named_paths(&["m".into(), "n".into()], &toks).into_iter().map(|(_, p, _)| p).collect();
         let p = |s: &str| s.split("::").map(String::from).collect::<ModPath>();
         assert_eq!(got, vec![p("m::a::b"), p("m::a::c"), p("m::e"), p("m::n::g::h")]);

@@ -86,7 +86,8 @@ mod tests {
 
     #[test]
     fn a_second_floor_is_found_and_a_test_oracle_is_not() {
-        let src = "pub fn floor_bytes() -> f64 { 34.0 / 32.0 }\n#[cfg(test)]\nmod tests { fn floor_of() { 34.0/32.0; } }\n";
+        let src =
+            "pub fn floor_bytes() -> f64 { 34.0 / 32.0 }\n#[cfg(test)]\nmod tests { fn floor_of() { 34.0/32.0; } }\n";
         let found = roofline_elsewhere("crates/rdu-cli/src/report/mod.rs", src);
         assert_eq!(found.len(), 2, "{found:?}");
         assert!(found[0].contains(":1: fn floor_bytes"));

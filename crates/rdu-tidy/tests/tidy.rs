@@ -8,7 +8,11 @@ const MAX_FUNCTION_LINES: usize = 100;
 
 /// Loops known when this test was written and being taken apart on another branch; each entry
 /// is `(crate, parent module, members)`. Remove an entry when its loop is gone.
-const LOOPS_BEING_REMOVED: &[(&str, &str, &[&str])] = &[];
+const LOOPS_BEING_REMOVED: &[(&str, &str, &[&str])] = &[
+    // `sim::ops` holds both the kernels' call types and the dispatch that calls the kernels
+    // (issue 50, item 2: the op table's branch splits them).
+    ("rdu-spatial", "sim", &["attention", "elementwise", "moe", "norm", "ops", "products", "recurrent", "shape"]),
+];
 
 fn fail_on(what: &str, found: Vec<String>) {
     assert!(found.is_empty(), "{what}:\n  {}", found.join("\n  "));
@@ -66,7 +70,8 @@ fn no_modules_import_each_other_in_a_loop() {
         for l in modules::loops(&graph) {
             let parent = l.parent.join("::");
             let members = l.members.iter().map(String::as_str);
-            let known = (LOOPS_BEING_REMOVED.iter()).any(|(c, p, m)| *c == name && *p == parent && m.iter().copied().eq(members.clone()));
+            let known = (LOOPS_BEING_REMOVED.iter())
+                .any(|(c, p, m)| *c == name && *p == parent && m.iter().copied().eq(members.clone()));
             if !known {
                 let at = if parent.is_empty() { name.clone() } else { format!("{name}::{parent}") };
                 found.push(format!("{at}: {{{}}}: {}", l.members.join(", "), l.evidence.join("; ")));
@@ -112,6 +117,7 @@ fn op_names_are_spelled_only_in_the_op_table() {
     let table = std::fs::read_to_string(repository().join(places::OP_TABLE)).expect("the op table");
     let names = places::op_names(&table);
     assert!(names.len() >= 30, "the op table's rows were not found: {names:?}");
-    let found = library_sources().iter().flat_map(|(file, src)| places::op_names_elsewhere(file, src, &names)).collect();
+    let found =
+        library_sources().iter().flat_map(|(file, src)| places::op_names_elsewhere(file, src, &names)).collect();
     fail_on("op names spelled outside the op table", found);
 }
