@@ -42,7 +42,7 @@ pub use model::{
     ESTIMATE_ONLY,
 };
 pub use programs::HEAD_INPUT;
-pub use roofline::{ModelFloor, DENSE_BYTES_PER_ELEMENT, Q8_BYTES_PER_ELEMENT};
+pub use roofline::{bundle_floor, ModelFloor, DENSE_BYTES_PER_ELEMENT, Q8_BYTES_PER_ELEMENT};
 pub use schedule::{schedule_cost, ScheduleCost, Scheduled};
 
 use crate::fit::admits_tp;
