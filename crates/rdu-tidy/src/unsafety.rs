@@ -1,6 +1,6 @@
 //! Every `unsafe` block, function, impl or trait says why it is sound: a `// SAFETY:` comment
-//! on its line or in the comment lines right above it (attributes may stand between; a blank
-//! or code line ends the search). An `unsafe fn` may say it as its doc's `# Safety` section
+//! (the word `SAFETY`, as in `// SAFETY (the whole body): …`) on its line or in the comment
+//! lines right above it (attributes may stand between; a blank or code line ends the search). An `unsafe fn` may say it as its doc's `# Safety` section
 //! instead, the rustdoc convention for what its callers must guarantee. `unsafe fn(…)` is a
 //! function pointer type, not a definition, and needs nothing.
 
@@ -42,7 +42,7 @@ pub fn unexplained(lines: &[Line]) -> Vec<(usize, &'static str)> {
 /// Whether line `line` (1-based) or the comment block above it says SAFETY (or, for a
 /// function, has a `# Safety` section).
 fn explained(lines: &[Line], line: usize, function: bool) -> bool {
-    let says = |l: &Line| l.comment.contains("SAFETY:") || (function && l.comment.contains("# Safety"));
+    let says = |l: &Line| l.comment.contains("SAFETY") || (function && l.comment.contains("# Safety"));
     if says(&lines[line - 1]) {
         return true;
     }
