@@ -422,8 +422,13 @@ fn a_config_that_disagrees_with_its_weights_says_so_without_a_bundle() {
     }
 }
 
+/// A bundle whose manifest or program files were edited after lowering: `rdu show`, `rdu
+/// report` and `rdu verify` refuse it in the same line as `rdu run --bundle`, naming what is
+/// wrong — a tensor whose manifest shape is not the one its program declares (a 2-D weight's
+/// first dimension grown by one passes every check of the manifest alone), a last dimension no
+/// longer a whole number of Q8_0 blocks, a program file that changed after certification.
 #[test]
-fn show_and_run_refuse_the_same_damaged_bundles() {
+fn show_report_verify_and_run_refuse_the_same_damaged_bundles() {
     let dir = temp();
     let good = lowered(dir.path(), "good", &["tiny-llama", "--ctx", "16"]);
     let copy = |name: &str| -> PathBuf {
@@ -436,25 +441,36 @@ fn show_and_run_refuse_the_same_damaged_bundles() {
         std::fs::copy(Path::new(&good).join("manifest.json"), to.join("manifest.json")).expect("copy");
         to
     };
-    let reshaped = copy("reshaped");
-    let manifest = std::fs::read_to_string(reshaped.join("manifest.json")).expect("manifest");
-    assert!(manifest.contains("\"shape\": [64, 128]"));
-    std::fs::write(
-        reshaped.join("manifest.json"),
-        manifest.replacen("\"shape\": [64, 128]", "\"shape\": [64, 129]", 1),
-    )
-    .expect("write");
+    let edit_manifest = |name: &str, from: &str, to: &str| -> PathBuf {
+        let bundle = copy(name);
+        let manifest = std::fs::read_to_string(bundle.join("manifest.json")).expect("manifest");
+        assert!(manifest.contains(from), "{from}");
+        std::fs::write(bundle.join("manifest.json"), manifest.replacen(from, to, 1)).expect("write");
+        bundle
+    };
+    let taller = edit_manifest("taller", "\"shape\": [64, 128]", "\"shape\": [65, 128]");
+    let wider = edit_manifest("wider", "\"shape\": [64, 128]", "\"shape\": [64, 129]");
     let garbage = copy("garbage");
     let spatial = garbage.join("programs/head.spatial");
     let mut text = std::fs::read_to_string(&spatial).expect("spatial");
     text.push_str("garbage line\n");
     std::fs::write(&spatial, text).expect("write");
-    for (bundle, needle) in [(&reshaped, "[64, 129]"), (&garbage, "does not match its hash")] {
+    let cases = [
+        (&taller, "is bound to `Wd0` of shape [65, 128] but the program declares [64, 128]"),
+        (&wider, "[64, 129]"),
+        (&garbage, "does not match its hash"),
+    ];
+    let page = s(&dir.path().join("report.html"));
+    for (bundle, needle) in cases {
         let b = s(bundle);
-        let shown = user_error(&["show", &b]);
         let ran = user_error(&["run", "tiny-llama", "--tokens", "1", "--bundle", &b]);
-        assert!(shown.contains(needle) && ran.contains(needle), "show: {shown}\nrun: {ran}");
+        assert!(ran.contains(needle), "run: {ran}");
+        for args in [&["show", &b][..], &["verify", &b], &["report", &b, "-o", &page]] {
+            assert_eq!(user_error(args), ran, "rdu {args:?} and rdu run --bundle");
+        }
     }
+    assert!(!Path::new(&page).exists(), "no report of a damaged bundle");
+    ok(&["show", &good]);
 }
 
 #[test]
