@@ -300,14 +300,38 @@ fn check_refuses_empty_files_and_caps_its_diagnostics() {
     let comment = dir.path().join("comment.rdu");
     std::fs::write(&comment, "# nothing here\n").expect("write");
     refuses(&[(&["check", &s(&empty)], "is empty"), (&["check", &s(&comment)], "not a program")]);
-    // A file that is not a program: at most 20 diagnostics, and how many more there were.
-    let readme = s(&fixtures::repo().join("README.md"));
-    let out = common::rdu(&["check", &readme]);
+    // A program with many faults: at most 20 diagnostics, and how many more there were.
+    let mut program = ok(&["source", "tiny-llama", "--layer", "1"]);
+    for i in 0..25 {
+        program.push_str(&format!("z{i} = add(\n"));
+    }
+    let typos = dir.path().join("typos.rdu");
+    std::fs::write(&typos, program).expect("write");
+    let out = common::rdu(&["check", &s(&typos)]);
     assert_eq!(out.status.code(), Some(1));
     let err = common::stderr(&out);
     let last = err.lines().last().expect("a last line");
-    assert!(last.contains("20 shown") && last.contains("more not"), "{last}");
+    assert!(last.contains("25 errors found (20 shown, 5 more not)"), "{last}");
     assert_eq!(err.matches("error[E").count(), 20, "{err}");
+}
+
+/// A file that is not a program (a bundle's manifest, a README) is said to be so in one line,
+/// not in a screenful of diagnostics; a short file of a few faults keeps its diagnostics.
+#[test]
+fn check_says_in_one_line_that_a_file_is_not_a_program() {
+    let dir = temp();
+    let bundle = lowered(dir.path(), "bundle", &["tiny-llama", "--ctx", "16"]);
+    let manifest = s(&Path::new(&bundle).join("manifest.json"));
+    let line = user_error(&["check", &manifest]);
+    assert!(line.contains("does not look like a program (it is JSON"), "{line}");
+    assert!(line.contains("lines do not parse, from line 1 (`{`)"), "{line}");
+    let readme = s(&fixtures::repo().join("README.md"));
+    let line = user_error(&["check", &readme]);
+    assert!(line.contains(&format!("{readme} does not look like a program: ")), "{line}");
+    let short = dir.path().join("short.rdu");
+    std::fs::write(&short, "input x : f32[1, 64\nweight W : q9[4]\n").expect("write");
+    let err = common::stderr(&common::rdu(&["check", &s(&short)]));
+    assert!(err.contains("error[E0102]") && err.contains("2 errors found"), "{err}");
 }
 
 #[test]
