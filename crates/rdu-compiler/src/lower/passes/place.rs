@@ -84,19 +84,39 @@ pub fn place(program: &mut SpatialProgram, chip: &Chip) {
 /// in a batch: a section holds at most one stage a PCU, so n is at most the chip's PCUs (2,080
 /// on the SN50), and a batched program past one full section adds sections, not stages to one.
 fn refine(chip: &Chip, work: &[StageWork], pcus: &[u32], pmus: &[u32], pcu_mins: &[u32]) -> Vec<u32> {
+    refined(chip, work, pcus, pmus, pcu_mins).pcus
+}
+
+/// What `refine` ends with, and the work it took to find.
+struct Refined {
+    pcus: Vec<u32>,
+    /// Looks for a move made (the moves, and the last look that found none).
+    looks: usize,
+    /// Stages timed by the trials of every look, and by its receivers' trials alone.
+    timed: u64,
+    timed_receiving: u64,
+}
+
+/// `refine`, counting its work.
+fn refined(chip: &Chip, work: &[StageWork], pcus: &[u32], pmus: &[u32], pcu_mins: &[u32]) -> Refined {
     let n = work.len();
-    let mut pcus = pcus.to_vec();
+    let mut out = Refined { pcus: pcus.to_vec(), looks: 0, timed: 0, timed_receiving: 0 };
     if n < 2 {
-        return pcus;
+        return out;
     }
     // The stages' work without their names: timing a placement then allocates nothing per stage.
     let work: Vec<StageWork> = work.iter().map(|w| StageWork { name: String::new(), ..w.clone() }).collect();
-    let mut now = placed_seconds(chip, &work, &pcus, pmus);
+    let mut now = placed_seconds(chip, &work, &out.pcus, pmus);
     for _ in 0..MAX_MOVES {
-        let Some((t, moved)) = best_move(&mut Trials::new(chip, &work, &pcus, pmus), now, pcu_mins) else { break };
-        (now, pcus) = (t, moved);
+        let mut trials = Trials::new(chip, &work, &out.pcus, pmus);
+        let found = best_move(&mut trials, now, pcu_mins);
+        out.looks += 1;
+        out.timed += trials.timed();
+        out.timed_receiving += trials.timed_receiving;
+        let Some((t, moved)) = found else { break };
+        (now, out.pcus) = (t, moved);
     }
-    pcus
+    out
 }
 
 /// The move `refine` makes from the placement `trials` times (`now` seconds), if any: the
@@ -147,6 +167,9 @@ struct Trials<'a> {
     hops: Vec<u32>,
     shifted: Vec<u32>,
     retimer: Option<Retimer<'a>>,
+    /// Stages timed by trials timed whole (where there is no `retimer`), and by receivers' trials.
+    whole: u64,
+    timed_receiving: u64,
 }
 
 impl<'a> Trials<'a> {
@@ -162,12 +185,20 @@ impl<'a> Trials<'a> {
         let fits = pcus.iter().map(|&p| u64::from(p)).sum::<u64>() + u64::from(block) <= u64::from(u32::MAX);
         let placed = placed_work(work, pcus, pmus, &hops);
         let retimer = if fits { Retimer::new(chip, placed, Precision::Bf16) } else { None };
-        Trials { chip, work, pcus, pmus, block, runs, hops, shifted, retimer }
+        Trials { chip, work, pcus, pmus, block, runs, hops, shifted, retimer, whole: 0, timed_receiving: 0 }
+    }
+
+    /// The stages the trials so far have timed (a check in a debug build not counted).
+    fn timed(&self) -> u64 {
+        self.whole + self.retimer.as_ref().map_or(0, |r| r.retimed)
     }
 
     /// The section's time with a block more for stage `to`, on a chip with the block spare.
     fn receiver(&mut self, to: usize) -> f64 {
-        self.time(self.chip.pcus.saturating_add(self.block), &[(to, self.block as i64)])
+        let before = self.timed();
+        let t = self.time(self.chip.pcus.saturating_add(self.block), &[(to, i64::from(self.block))]);
+        self.timed_receiving += self.timed() - before;
+        t
     }
 
     /// The section's time with `give` PCUs moved from stage `from` to stage `to`.
@@ -187,7 +218,10 @@ impl<'a> Trials<'a> {
             let chip = Chip { pcus: available, ..self.chip.clone() };
             placed_seconds(&chip, self.work, &pcus, self.pmus)
         };
-        let Some(retimer) = &mut self.retimer else { return slow() };
+        let Some(retimer) = &mut self.retimer else {
+            self.whole += self.pcus.len() as u64;
+            return slow();
+        };
         let changed: Vec<(usize, u32)> = changes.iter().map(|&(c, d)| (c, new_pcus(c, d))).collect();
         let (runs, base, shifted, chip) = (&self.runs, &self.hops, &self.shifted, self.chip);
         // A stage's run moves by the PCUs the changes before it gave; a changed stage's ends later.
@@ -315,7 +349,7 @@ fn share(total: u32, minimum: &[u32], weights: &[u64]) -> Vec<u32> {
 
 #[cfg(test)]
 mod tests {
-    use super::{balance, placed_seconds, refine, share};
+    use super::{balance, placed_seconds, refine, refined, share};
     use rdu_spatial::chip::Chip;
     use rdu_spatial::cost::StageWork;
 
@@ -350,6 +384,41 @@ mod tests {
         assert_eq!(refined.iter().sum::<u32>(), pcus.iter().sum::<u32>());
         assert!(refined.iter().zip(&mins).all(|(r, m)| r >= m));
         assert_eq!(refine(&chip, &work, &refined, &pmus, &mins), refined);
+    }
+
+    /// A batched program's section: a projection, then one light single-tile stage a sequence,
+    /// each waiting for the one before, then another projection. `refine` moves blocks of PCUs
+    /// to the light stages, and each look at the receivers times a block more for stage `k`
+    /// from `k` on — n(n+1)/2 stage timings in all, where timing each trial whole cost n each,
+    /// n² a look (the lowering time that grew with the square of the batch). A donor's trial
+    /// is timed from the first of its two stages on.
+    #[test]
+    fn refine_times_a_look_in_half_the_stages_squared() {
+        let chip = Chip::builtin("sn50").unwrap();
+        let n = 128;
+        let stage = |i: usize| {
+            let heavy = i == 0 || i == n - 1;
+            StageWork {
+                flops: if heavy { 40_000_000_000 } else { 5_000_000 },
+                sram_bytes: 1_000_000,
+                tiles: if heavy { 64 } else { 1 },
+                after: Some(if i == 0 { vec![] } else { vec![0, i - 1] }),
+                ..StageWork::default()
+            }
+        };
+        let work: Vec<StageWork> = (0..n).map(stage).collect();
+        let mins = vec![1; n];
+        let pcus = share(chip.pcus, &mins, &work.iter().map(|w| w.flops).collect::<Vec<_>>());
+        let pmus = share(chip.pmus, &mins, &work.iter().map(|w| w.sram_bytes).collect::<Vec<_>>());
+        let out = refined(&chip, &work, &pcus, &pmus, &mins);
+        assert!(out.looks > 1, "refine moved nothing: {pcus:?}");
+        let (n, looks) = (n as u64, out.looks as u64);
+        // n(n+1)/2 a look, and up to n more where the slowest stage, given a block, stops being
+        // the slowest and the stage that becomes it comes earlier.
+        let receiving = looks * (n * (n + 1) / 2 + n);
+        assert!(out.timed_receiving <= receiving, "{} stage timings in {looks} looks", out.timed_receiving);
+        // The donors' trials too: fewer than the receivers' alone timed whole.
+        assert!(out.timed < looks * n * n, "{} stage timings in {looks} looks", out.timed);
     }
 
     /// The slowest stage's work per unit, `max weights[i] / units[i]`, as an exact fraction
