@@ -109,8 +109,8 @@ pub struct RunArgs {
 /// differs), else `--state`, f32 by default (what transformers' own float32 cache holds).
 pub(crate) fn run_state(args: &RunArgs) -> Result<StateArg> {
     let Some(dir) = &args.bundle else { return Ok(args.state.unwrap_or(StateArg::F32)) };
-    let bundle = rdu_spatial::bundle::Bundle::read(dir).map_err(|e| anyhow!("{}: {e}", dir.display()))?;
-    let stored = match bundle.manifest.state_dtype() {
+    let manifest = crate::bundle_arg::manifest(dir)?;
+    let stored = match manifest.state_dtype() {
         Ok(None) => return Ok(args.state.unwrap_or(StateArg::F32)),
         Ok(Some(one)) => one,
         Err(problem) => bail!("{}: {problem}", dir.display()),
