@@ -1,0 +1,1 @@
+//! rdu-serve
