@@ -113,6 +113,18 @@ impl HostEngine {
         Ok(out)
     }
 
+    /// After a failed step: every slot's states zeroed and in place (re-made where a failure
+    /// lost them), nothing parked. The sequences that were running must start over.
+    pub fn recover(&mut self) {
+        self.parked.clear();
+        if let Some(p) = &mut self.prefill {
+            if p.states().is_held() {
+                self.spare.push(p.take_states());
+            }
+        }
+        self.decode.reset();
+    }
+
     /// Moves slot `b`'s (just reset) states out to the parked stores and a spare in.
     fn park(&mut self, b: usize) -> Result<()> {
         let real = self.decode.take_sequence_states(b)?;

@@ -282,6 +282,11 @@ impl Scheduler {
         self.slots.iter().flatten().count()
     }
 
+    /// The requests in slots, by slot.
+    pub fn running_ids(&self) -> Vec<Id> {
+        self.slots.iter().flatten().map(|s| s.req.id).collect()
+    }
+
     /// Whether nothing waits or runs.
     pub fn is_idle(&self) -> bool {
         self.queue.is_empty() && self.running() == 0
