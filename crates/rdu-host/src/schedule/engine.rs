@@ -93,10 +93,18 @@ impl HostEngine {
             if chunk.samples {
                 out.push(row);
             }
-            if chunk.last {
-                self.unpark(chunk.slot)?;
-            }
         }
+        self.decode_rows(step, &mut out)?;
+        // A slot whose chunks ended this step stepped a throwaway row above, into its spare: its
+        // own states come back only now.
+        for chunk in step.chunks.iter().filter(|c| c.last) {
+            self.unpark(chunk.slot)?;
+        }
+        Ok(out)
+    }
+
+    /// The batched decode step of `step.rows`; the sampled rows' logits appended to `out`.
+    fn decode_rows(&mut self, step: &Step, out: &mut Vec<Vec<f32>>) -> Result<()> {
         if !step.rows.is_empty() {
             let tokens: Vec<u32> = step.rows.iter().map(|r| r.token).collect();
             let positions: Vec<usize> = step.rows.iter().map(|r| r.pos).collect();
@@ -110,7 +118,7 @@ impl HostEngine {
                 }
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// After a failed step: every slot's states zeroed and in place (re-made where a failure
