@@ -123,8 +123,10 @@ fn model_and_bundle(args: &ServeArgs) -> Result<(String, Option<PathBuf>)> {
 fn template_of(args: &ServeArgs, model: &str, tokenizer: Option<&Tokenizer>) -> Result<Option<ChatTemplate>> {
     let own = ChatTemplate::of_checkpoint(Path::new(model)).map_err(|e| anyhow!("{model}: {e}"))?;
     let Some(file) = &args.chat_template else { return Ok(own) };
-    let source = std::fs::read_to_string(file).with_context(|| format!("reading --chat-template {}", file.display()))?;
-    let piece = |id: Option<u32>| id.map(|i| tokenizer.map(|t| t.decode_piece(i)).unwrap_or_default()).unwrap_or_default();
+    let source =
+        std::fs::read_to_string(file).with_context(|| format!("reading --chat-template {}", file.display()))?;
+    let piece =
+        |id: Option<u32>| id.map(|i| tokenizer.map(|t| t.decode_piece(i)).unwrap_or_default()).unwrap_or_default();
     let (bos_token, eos_token) = match own {
         Some(t) => (t.bos_token, t.eos_token),
         None => (piece(tokenizer.and_then(Tokenizer::bos)), piece(tokenizer.and_then(|t| t.eos().first().copied()))),
@@ -192,7 +194,11 @@ fn checked_bundle(dir: &Path, spec: &ModelSpec, mode: CutMode, ctx: Option<usize
         bail!("the bundle {} was lowered for `{}`, but MODEL is `{}`", dir.display(), m.model, spec.name);
     }
     if m.cut.mode != mode {
-        bail!("the bundle {} is a {} bundle; rdu serve needs a {word} bundle here", dir.display(), crate::model_arg::mode_word(m.cut.mode));
+        bail!(
+            "the bundle {} is a {} bundle; rdu serve needs a {word} bundle here",
+            dir.display(),
+            crate::model_arg::mode_word(m.cut.mode)
+        );
     }
     let lowered = m.cut.ctx.unwrap_or(0);
     if ctx.is_some_and(|c| c != lowered) {

@@ -5,7 +5,7 @@
 use rdu_host::schedule::{percentile, Config, Event, Finish, Next, Refusal, Request, Scheduler, Step};
 
 fn cfg(slots: usize, chunk: Option<usize>, budget: usize, queue: usize) -> Config {
-    Config { slots, ctx: 64, chunk, budget, queue }
+    Config { slots, ctx: 64, chunk, budget, queue, prefilling: 2 }
 }
 
 fn req(id: u64, prompt: usize, max_tokens: usize) -> Request {
@@ -81,6 +81,7 @@ fn rows_feed_the_prompt_then_the_generated_tokens() {
         steps.iter().map(|st| (st.rows[0].token, st.rows[0].pos, st.rows[0].samples)).collect();
     assert_eq!(fed, vec![(100, 0, false), (101, 1, false), (102, 2, true), (5, 3, true), (5, 4, true)]);
     assert_eq!(steps[0].resets, vec![0]);
+    assert!(steps[0].parks.is_empty(), "a prompt shorter than a chunk stays in the decode rows");
     // The idle slot steps throwaway rows.
     assert!(steps.iter().all(|st| st.rows[1].id.is_none()));
     assert_eq!(tokens(&events, 7), vec![5, 5, 5]);
@@ -102,6 +103,7 @@ fn whole_chunks_go_first_and_the_tail_through_rows() {
         steps.iter().flat_map(|st| st.chunks.iter().map(|c| (c.pos, c.first, c.last, c.samples))).collect();
     // The budget (6, nothing decoding yet) holds one chunk a step.
     assert_eq!(chunks, vec![(0, true, false, false), (4, false, true, false)]);
+    assert_eq!(steps[0].parks, vec![0], "its states leave the decode rows until its last chunk");
     assert!(steps[0].rows.is_empty() && steps[1].rows.is_empty(), "no batched step while nothing decodes");
     let rows: Vec<(u32, usize)> = steps[2..].iter().map(|st| (st.rows[0].token, st.rows[0].pos)).collect();
     assert_eq!(rows, vec![(108, 8), (109, 9), (9, 10)]);
@@ -129,6 +131,8 @@ fn chunks_share_the_budget_with_decoding_rows_oldest_first() {
     let step = s.plan(1.0).expect("a step");
     let who: Vec<(u64, usize)> = step.chunks.iter().map(|c| (c.id, c.pos)).collect();
     assert_eq!(who, vec![(3, 0)], "6 tokens left after two decoding rows: one chunk, the older request's");
+    // Both are set aside at admission, the one without a chunk yet too.
+    assert_eq!(step.parks, vec![2, 3]);
     assert_eq!(step.tokens(), 2 + 4);
     assert!(step.tokens() <= s.config().budget);
     // With nothing else decoding the budget of 8 would take two chunks: of the same request.
@@ -138,6 +142,37 @@ fn chunks_share_the_budget_with_decoding_rows_oldest_first() {
     let step = s.plan(0.0).expect("a step");
     let who: Vec<(u64, usize)> = step.chunks.iter().map(|c| (c.id, c.pos)).collect();
     assert_eq!(who, vec![(3, 0), (3, 4)]);
+}
+
+#[test]
+fn at_most_prefilling_sequences_are_in_their_chunk_phase() {
+    // Four slots, two may prefill: the third long prompt waits, and the short one behind it
+    // waits its turn (first come, first served).
+    let mut s = Scheduler::new(cfg(4, Some(4), 8, 8)).expect("config");
+    for id in 1..=3 {
+        s.submit(req(id, 12, 1), 0.0).expect("long");
+    }
+    s.submit(req(4, 2, 1), 0.0).expect("short");
+    let step = s.plan(0.0).expect("a step");
+    assert_eq!(step.resets, vec![0, 1]);
+    assert_eq!(step.parks, vec![0, 1]);
+    assert_eq!(s.waiting(), 2);
+    // Once the first finishes its chunks, the third takes a slot, and the short one with it.
+    let mut now = 0.0;
+    let mut step = step;
+    loop {
+        let outcomes = vec![Next::Token(1); step.points()];
+        now += 1.0;
+        let _ = s.complete(&step, &outcomes, now);
+        step = s.plan(now).expect("a step");
+        if !step.resets.is_empty() {
+            break;
+        }
+        assert_eq!(s.waiting(), 2, "nothing is admitted while two prefill");
+    }
+    assert_eq!(step.parks.len(), 1, "the third long prompt is parked when it is admitted");
+    assert_eq!(step.resets.len(), 2, "and the short one right behind it");
+    assert_eq!(s.waiting(), 0);
 }
 
 #[test]
@@ -200,7 +235,8 @@ fn a_cancelled_request_leaves_its_slot_at_the_next_step() {
 
 #[test]
 fn the_context_bounds_generation() {
-    let mut s = Scheduler::new(Config { slots: 1, ctx: 6, chunk: None, budget: 1, queue: 1 }).expect("config");
+    let mut s =
+        Scheduler::new(Config { slots: 1, ctx: 6, chunk: None, budget: 1, queue: 1, prefilling: 1 }).expect("config");
     s.submit(req(1, 4, 100), 0.0).expect("submit");
     let (steps, events) = drain(&mut s, |_| 1, 0.0);
     // Positions 0..5 hold the prompt and two generated tokens; a third is sampled off position 5.

@@ -93,19 +93,55 @@ pub struct Params {
 }
 
 /// `POST /v1/completions`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug)]
 pub struct CompletionRequest {
     pub prompt: Prompt,
-    #[serde(flatten)]
     pub params: Params,
 }
 
 /// `POST /v1/chat/completions`: the messages go to the chat template as they are.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug)]
 pub struct ChatRequest {
     pub messages: Vec<Value>,
-    #[serde(flatten)]
     pub params: Params,
+}
+
+impl CompletionRequest {
+    pub fn parse(body: &[u8]) -> Result<CompletionRequest, ApiError> {
+        let v = json_object(body)?;
+        Ok(CompletionRequest { prompt: field(&v, "prompt")?, params: params(&v)? })
+    }
+}
+
+impl ChatRequest {
+    pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
+        let v = json_object(body)?;
+        Ok(ChatRequest { messages: field(&v, "messages")?, params: params(&v)? })
+    }
+}
+
+/// The body as a JSON object, or a refusal saying why it is not one.
+fn json_object(body: &[u8]) -> Result<Value, ApiError> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid(None, format!("the body is not valid JSON: {e}")))?;
+    if !v.is_object() {
+        return Err(ApiError::invalid(None, "the body must be a JSON object"));
+    }
+    Ok(v)
+}
+
+/// The required field `name` of `v`.
+fn field<T: serde::de::DeserializeOwned>(v: &Value, name: &str) -> Result<T, ApiError> {
+    let value = v.get(name).ok_or_else(|| ApiError::invalid(Some(name), format!("`{name}` is required")))?;
+    T::deserialize(value).map_err(|e| ApiError::invalid(Some(name), format!("`{name}`: {e}")))
+}
+
+/// The generation fields of `v`, a wrong type named by its path.
+fn params(v: &Value) -> Result<Params, ApiError> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        ApiError::invalid(Some(&path), format!("`{path}`: {}", e.into_inner()))
+    })
 }
 
 /// What a checked request asks the worker for.
@@ -118,23 +154,6 @@ pub struct Generation {
     pub stream: bool,
     pub include_usage: bool,
     pub return_token_ids: bool,
-}
-
-/// Parses a JSON body into `T`, refusing malformed JSON and wrong field types with the field's
-/// path in the message.
-pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    let de = &mut serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        if inner.is_syntax() || inner.is_eof() {
-            ApiError::invalid(None, format!("the body is not valid JSON: {inner}"))
-        } else if path == "." {
-            ApiError::invalid(None, format!("the body does not match the request: {inner}"))
-        } else {
-            ApiError::invalid(Some(&path), format!("`{path}`: {inner}"))
-        }
-    })
 }
 
 /// The served model's name; refuses another (404, as OpenAI does for an unknown model).
@@ -207,7 +226,9 @@ pub fn generation(p: &Params, default_max: Option<usize>, seed: u64) -> Result<G
 pub fn prompt_ids(prompt: &Prompt, vocab: usize, tokenizer: Option<&Tokenizer>) -> Result<Vec<u32>, ApiError> {
     let ids = match prompt {
         Prompt::Text(text) => match tokenizer {
-            Some(t) => t.encode(text, t.add_bos_default()).map_err(|e| ApiError::invalid(Some("prompt"), e.to_string()))?,
+            Some(t) => {
+                t.encode(text, t.add_bos_default()).map_err(|e| ApiError::invalid(Some("prompt"), e.to_string()))?
+            }
             None => {
                 return Err(ApiError::invalid(
                     Some("prompt"),
@@ -219,7 +240,10 @@ pub fn prompt_ids(prompt: &Prompt, vocab: usize, tokenizer: Option<&Tokenizer>) 
             .iter()
             .map(|&t| {
                 u32::try_from(t).ok().filter(|&t| (t as usize) < vocab).ok_or_else(|| {
-                    ApiError::invalid(Some("prompt"), format!("token id {t} is out of range for a vocabulary of {vocab}"))
+                    ApiError::invalid(
+                        Some("prompt"),
+                        format!("token id {t} is out of range for a vocabulary of {vocab}"),
+                    )
                 })
             })
             .collect::<Result<_, _>>()?,

@@ -51,7 +51,9 @@ impl ChatTemplate {
             eos_token => self.eos_token.as_str(),
         };
         template.render(ctx).map_err(|e| match e.kind() {
-            ErrorKind::InvalidOperation => format!("the chat template refused the messages: {}", e.detail().unwrap_or("")),
+            ErrorKind::InvalidOperation => {
+                format!("the chat template refused the messages: {}", e.detail().unwrap_or(""))
+            }
             _ => format!("rendering the chat template: {e}"),
         })
     }
@@ -69,12 +71,23 @@ fn environment() -> Environment<'static> {
 
 /// Today's date (UTC) for templates that print it: `%Y`, `%m`, `%d`, `%b`, `%B` supported.
 fn strftime_now(format: String) -> String {
-    let days = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() / 86_400) as i64;
+    let days =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() / 86_400) as i64;
     let (y, m, d) = civil_from_days(days);
-    const MONTHS: [&str; 12] =
-        ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
     let month = MONTHS[(m - 1) as usize];
     format
         .replace("%Y", &y.to_string())

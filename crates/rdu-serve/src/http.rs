@@ -111,7 +111,8 @@ impl App {
         if self.shared.draining.load(Ordering::SeqCst) {
             return self.refuse("shutting_down", &ApiError::busy(503, "the server is shutting down"));
         }
-        let reserved = self.shared.queued.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |q| (q < self.queue).then_some(q + 1));
+        let reserved =
+            self.shared.queued.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |q| (q < self.queue).then_some(q + 1));
         if reserved.is_err() {
             let message = format!("every slot is busy and {} requests wait; retry later", self.queue);
             return self.refuse("queue_full", &ApiError::busy(429, message));
@@ -134,7 +135,7 @@ impl App {
 async fn completions(State(app): AppState, body: Bytes) -> Response {
     let id = app.shared.next_id.fetch_add(1, Ordering::SeqCst);
     let checked = (|| -> Result<(Vec<u32>, Generation), ApiError> {
-        let req: CompletionRequest = api::parse(&body)?;
+        let req = CompletionRequest::parse(&body)?;
         api::check_model(&req.params, &app.name)?;
         let generation = api::generation(&req.params, Some(16), app.seed(id))?;
         check_stops(&generation, app.tokenizer.is_some())?;
@@ -151,7 +152,7 @@ async fn completions(State(app): AppState, body: Bytes) -> Response {
 async fn chat_completions(State(app): AppState, body: Bytes) -> Response {
     let id = app.shared.next_id.fetch_add(1, Ordering::SeqCst);
     let checked = (|| -> Result<(Vec<u32>, Generation), ApiError> {
-        let req: ChatRequest = api::parse(&body)?;
+        let req = ChatRequest::parse(&body)?;
         api::check_model(&req.params, &app.name)?;
         let generation = api::generation(&req.params, None, app.seed(id))?;
         let (Some(template), Some(tokenizer)) = (&app.template, &app.tokenizer) else {
@@ -253,10 +254,18 @@ impl Frames {
     fn choice(&self, text: &str, tokens: &[u32], finish: Option<&str>, stream: bool, first: bool) -> Value {
         let mut c = match (self.kind, stream) {
             (Kind::Completion, _) => json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish}),
-            (Kind::Chat, false) => json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": finish}),
-            (Kind::Chat, true) if first => json!({"index": 0, "delta": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": finish}),
-            (Kind::Chat, true) if finish.is_some() => json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": finish}),
-            (Kind::Chat, true) => json!({"index": 0, "delta": {"content": text}, "logprobs": null, "finish_reason": finish}),
+            (Kind::Chat, false) => {
+                json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": finish})
+            }
+            (Kind::Chat, true) if first => {
+                json!({"index": 0, "delta": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": finish})
+            }
+            (Kind::Chat, true) if finish.is_some() => {
+                json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": finish})
+            }
+            (Kind::Chat, true) => {
+                json!({"index": 0, "delta": {"content": text}, "logprobs": null, "finish_reason": finish})
+            }
         };
         if self.return_token_ids {
             c["token_ids"] = json!(tokens);
@@ -299,7 +308,10 @@ async fn whole(mut rx: UnboundedReceiver<Out>, frames: Frames) -> Response {
 
 /// A request's answer as server-sent events: a chunk per token, the finish reason, the usage
 /// when asked (`stream_options.include_usage`), then `[DONE]`; an error as an `error` object.
-fn stream(rx: UnboundedReceiver<Out>, frames: Frames) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
+fn stream(
+    rx: UnboundedReceiver<Out>,
+    frames: Frames,
+) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
     struct St {
         rx: UnboundedReceiver<Out>,
         frames: Frames,

@@ -83,6 +83,7 @@ pub enum ServeError {
 /// Serves `model` until SIGTERM or SIGINT: new connections stop, the requests in flight
 /// finish, then it returns. Prints `listening on http://ADDR` on stderr once it accepts.
 pub fn serve(model: Model, opts: Options) -> Result<(), ServeError> {
+    ignore_sigpipe();
     let cfg = model.engine.config(opts.budget, opts.queue.max(1));
     let sched = Scheduler::new(cfg).map_err(ServeError::Config)?;
     if let Some(t) = &model.template {
@@ -120,5 +121,16 @@ pub fn serve(model: Model, opts: Options) -> Result<(), ServeError> {
     match server.join() {
         Ok(result) => result,
         Err(_) => Err(ServeError::Http("the HTTP thread panicked".into())),
+    }
+}
+
+/// A client that hangs up makes the next write to its socket raise SIGPIPE; with the default
+/// disposition (which `rdu` restores so that `rdu presets | head` ends quietly) that would end
+/// the server. Ignored, the write fails with EPIPE and only that request ends.
+fn ignore_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: setting SIGPIPE's disposition to SIG_IGN; no handler runs Rust code.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
 }

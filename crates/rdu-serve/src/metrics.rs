@@ -36,7 +36,11 @@ impl Histogram {
         for (c, b) in self.counts.iter().zip(self.bounds) {
             let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {c}");
         }
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}\n{name}_sum {}\n{name}_count {}", self.count, self.sum, self.count);
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{le=\"+Inf\"}} {}\n{name}_sum {}\n{name}_count {}",
+            self.count, self.sum, self.count
+        );
     }
 }
 
@@ -89,7 +93,12 @@ impl Metrics {
         };
         one("rdu_queue_depth", "gauge", "Requests waiting for a slot.", self.waiting.to_string());
         one("rdu_running_sequences", "gauge", "Sequences in slots of the batched step.", self.running.to_string());
-        one("rdu_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", self.prompt_tokens.to_string());
+        one(
+            "rdu_prompt_tokens_total",
+            "counter",
+            "Prompt tokens of admitted requests.",
+            self.prompt_tokens.to_string(),
+        );
         one("rdu_generation_tokens_total", "counter", "Tokens generated.", self.generation_tokens.to_string());
         one("rdu_steps_total", "counter", "Scheduler steps run.", self.steps.to_string());
         let mut labelled = |name: &str, help: &str, label: &str, map: &BTreeMap<&'static str, u64>| {
@@ -101,7 +110,11 @@ impl Metrics {
         labelled("rdu_requests_finished_total", "Requests that ended, by finish reason.", "finish", &self.finished);
         labelled("rdu_requests_refused_total", "Requests refused, by reason.", "reason", &self.refused);
         self.ttft.write(&mut out, "rdu_time_to_first_token_seconds", "Arrival to first generated token.");
-        self.tpot.write(&mut out, "rdu_time_per_output_token_seconds", "Mean time between a request's tokens after the first.");
+        self.tpot.write(
+            &mut out,
+            "rdu_time_per_output_token_seconds",
+            "Mean time between a request's tokens after the first.",
+        );
         out
     }
 }

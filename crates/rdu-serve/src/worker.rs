@@ -104,7 +104,10 @@ impl Worker {
         let req = Request { id: job.id, prompt: job.prompt, max_tokens };
         let sampler = Sampler::new(job.generation.sampling);
         let queued = sampler.map_err(|e| ApiError::invalid(None, e.to_string())).and_then(|sampler| {
-            self.sched.submit(req, job.arrived).map(|()| sampler).map_err(|r| ApiError::invalid(Some("prompt"), r.to_string()))
+            self.sched
+                .submit(req, job.arrived)
+                .map(|()| sampler)
+                .map_err(|r| ApiError::invalid(Some("prompt"), r.to_string()))
         });
         match queued {
             Ok(sampler) => {

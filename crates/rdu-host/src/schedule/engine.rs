@@ -2,8 +2,8 @@
 //! slot, each slot its own position and states) and, optionally, a prefill bundle of the same
 //! model over the same `ctx` that runs one sequence's whole chunks.
 //!
-//! A slot's states move (never copied) between the two hosts: when a sequence starts its
-//! chunks, its freshly reset states are parked here and a spare store takes their place in the
+//! A slot's states move (never copied) between the two hosts: when a sequence that starts with
+//! chunks takes its slot, its freshly reset states are parked here and a spare store takes their place in the
 //! batched host, so the throwaway rows that slot steps meanwhile write only into the spare;
 //! each chunk moves the parked states into the prefill host and back; after the last chunk they
 //! return to the slot and the spare to the pool. A sequence therefore gets exactly what
@@ -16,6 +16,11 @@ use super::{Config, Step};
 use crate::error::{HostError, Result};
 use crate::host::Host;
 use crate::states::States;
+
+/// Sequences that may be in their chunk phase at once: with the default budget (a chunk beside
+/// every decoding row) only the oldest one's chunks run while anything decodes, so a second lets
+/// the next prompt start the step the first one's chunks end, and more would only hold memory.
+const PREFILLING: usize = 2;
 
 /// A batched host and an optional prefill host, run step by step.
 pub struct HostEngine {
@@ -50,9 +55,17 @@ impl HostEngine {
         if let Some(problem) = problem {
             return Err(HostError::StatesMismatch { problem });
         }
-        // The prefill host's own store becomes the first spare.
+        // The prefill host's own store becomes the first spare, the others are made now. Every
+        // store is written once here, so the states are resident from the start and serving
+        // allocates none.
         let mut prefill = prefill;
-        let spare = prefill.as_mut().map(Host::take_states).into_iter().collect();
+        let mut spare: Vec<States> = prefill.as_mut().map(Host::take_states).into_iter().collect();
+        if let Some(first) = spare.first() {
+            let more: Vec<States> = (1..PREFILLING).map(|_| first.zeros_like()).collect();
+            spare.extend(more);
+        }
+        spare.iter_mut().for_each(States::reset);
+        decode.reset();
         Ok(HostEngine { decode, prefill, parked: BTreeMap::new(), spare })
     }
 
@@ -62,7 +75,7 @@ impl HostEngine {
         let slots = self.decode.sequences();
         let chunk = self.prefill.as_ref().map(Host::rows);
         let budget = budget.unwrap_or(slots + chunk.unwrap_or(0));
-        Config { slots, ctx: self.decode.ctx(), chunk, budget, queue }
+        Config { slots, ctx: self.decode.ctx(), chunk, budget, queue, prefilling: PREFILLING }
     }
 
     /// The vocabulary both bundles compute logits over.
@@ -84,11 +97,11 @@ impl HostEngine {
             }
             self.decode.reset_sequence(b);
         }
+        for &b in &step.parks {
+            self.park(b)?;
+        }
         let mut out = Vec::with_capacity(step.points());
         for chunk in &step.chunks {
-            if chunk.first {
-                self.park(chunk.slot)?;
-            }
             let row = self.run_chunk(chunk.slot, &chunk.tokens, chunk.pos)?;
             if chunk.samples {
                 out.push(row);
@@ -136,6 +149,7 @@ impl HostEngine {
     /// Moves slot `b`'s (just reset) states out to the parked stores and a spare in.
     fn park(&mut self, b: usize) -> Result<()> {
         let real = self.decode.take_sequence_states(b)?;
+        // The scheduler parks at most `PREFILLING` slots, so a spare is always there.
         let spare = self.spare.pop().unwrap_or_else(|| real.zeros_like());
         if let Err(e) = self.decode.put_sequence_states(b, spare) {
             self.decode.put_sequence_states(b, real)?;

@@ -9,7 +9,8 @@
 //! ([`HostEngine`], wall-clock time); `rdu plan --workload` runs the same scheduler with step
 //! times from the cost model (simulated time).
 //!
-//! A step is, in order: the slots to reset (newly admitted), the prefill chunks (each a whole
+//! A step is, in order: the slots to reset (newly admitted; those starting with chunks have their
+//! states set aside for the prefill bundle, [`Step::parks`]), the prefill chunks (each a whole
 //! chunk of one sequence's prompt through the prefill bundle; a slot may take several), and
 //! one batched decode step — one row per slot: the next prompt token of a sequence whose
 //! prompt's whole chunks are done (the tail shorter than a chunk, as `rdu run` feeds it), the
@@ -42,6 +43,9 @@ pub struct Config {
     pub budget: usize,
     /// Requests that may wait for a slot; more are refused.
     pub queue: usize,
+    /// Sequences that may be in their chunk phase at once (each holds a store of states beside
+    /// the batched step's); a request that would start with chunks waits for one to finish.
+    pub prefilling: usize,
 }
 
 impl Config {
@@ -54,6 +58,9 @@ impl Config {
             return Err("ctx must be at least 1".into());
         }
         if let Some(c) = self.chunk {
+            if self.prefilling == 0 {
+                return Err("prefilling must be at least 1 when prompts are prefilled in chunks".into());
+            }
             if c == 0 || c > self.ctx {
                 return Err(format!("chunk {c} must be between 1 and the ctx ({})", self.ctx));
             }
@@ -108,7 +115,7 @@ pub struct Chunk {
     pub id: Id,
     pub tokens: Vec<u32>,
     pub pos: usize,
-    /// The sequence's first chunk (its slot was just reset).
+    /// The sequence's first chunk.
     pub first: bool,
     /// The sequence's last whole chunk: its states go back to the decode rows after it.
     pub last: bool,
@@ -132,6 +139,10 @@ pub struct Row {
 pub struct Step {
     /// Slots that start a new sequence: zero their states first.
     pub resets: Vec<usize>,
+    /// Of `resets`, the slots whose sequences start with prefill chunks: their states leave the
+    /// decode rows until their last chunk (the throwaway rows they step meanwhile must not
+    /// write into them — a recurrent state would take the throwaway token in).
+    pub parks: Vec<usize>,
     /// Prefill chunks, run before the decode step, in order.
     pub chunks: Vec<Chunk>,
     /// The decode step's rows, one per slot; empty when no sequence decodes (no batched step).
@@ -324,14 +335,21 @@ impl Scheduler {
         }
     }
 
-    /// Free slots take waiting requests, oldest first.
+    /// Free slots take waiting requests, oldest first; one that starts with chunks waits while
+    /// `prefilling` sequences are in their chunk phase.
     fn admit(&mut self, now: f64, step: &mut Step) {
+        let mut prefilling = self.slots.iter().flatten().filter(|s| matches!(s.phase, Phase::Chunks { .. })).count();
         for (b, slot) in self.slots.iter_mut().enumerate() {
             if slot.is_some() {
                 continue;
             }
-            let Some((req, arrived)) = self.queue.pop_front() else { break };
+            let Some((req, _)) = self.queue.front() else { break };
             let whole = self.cfg.chunk.is_some_and(|c| req.prompt.len() >= c);
+            if whole && prefilling >= self.cfg.prefilling {
+                break;
+            }
+            prefilling += usize::from(whole);
+            let Some((req, arrived)) = self.queue.pop_front() else { break };
             let phase = if whole { Phase::Chunks { fed: 0 } } else { Phase::Rows { fed: 0 } };
             let mut timing = Timing::queued(arrived, req.prompt.len());
             timing.admitted = Some(now);
@@ -339,6 +357,9 @@ impl Scheduler {
             self.admitted += 1;
             *slot = Some(Running { req, generated: Vec::new(), phase, timing, order: self.admitted });
             step.resets.push(b);
+            if whole {
+                step.parks.push(b);
+            }
         }
     }
 
