@@ -9,6 +9,7 @@ mod fit_cmd;
 mod lower_cmd;
 mod model_arg;
 mod plan_cmd;
+mod plan_load;
 mod program_cmds;
 mod progress;
 mod report;

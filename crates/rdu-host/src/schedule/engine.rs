@@ -20,7 +20,7 @@ use crate::states::States;
 /// Sequences that may be in their chunk phase at once: with the default budget (a chunk beside
 /// every decoding row) only the oldest one's chunks run while anything decodes, so a second lets
 /// the next prompt start the step the first one's chunks end, and more would only hold memory.
-const PREFILLING: usize = 2;
+pub const PREFILLING: usize = 2;
 
 /// A batched host and an optional prefill host, run step by step.
 pub struct HostEngine {

@@ -20,9 +20,11 @@
 //! request first.
 
 mod engine;
+mod simulate;
 mod stats;
 
-pub use engine::HostEngine;
+pub use engine::{HostEngine, PREFILLING};
+pub use simulate::{poisson, simulate, Arrival, Simulated};
 pub use stats::{percentile, Timing};
 
 use std::collections::VecDeque;
