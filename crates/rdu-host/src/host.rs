@@ -294,6 +294,35 @@ impl Host {
         }
     }
 
+    /// Moves sequence `b`'s states out of a batched one-chip host, named as a one-sequence
+    /// bundle of the same model names them (`Kc3_s1` → `Kc3`), so that a prefill bundle can run
+    /// that sequence's chunks over them ([`Host::put_states`]); nothing is copied. Until they
+    /// are put back ([`Host::put_sequence_states`]), [`Host::step_at`] refuses to run.
+    pub fn take_sequence_states(&mut self, b: usize) -> Result<States> {
+        self.check_sequence(b)?;
+        Ok(self.states.take_sequence(b))
+    }
+
+    /// Moves `states` (one sequence's, as [`Host::take_sequence_states`] names them) into
+    /// sequence `b`'s places of a batched one-chip host.
+    pub fn put_sequence_states(&mut self, b: usize, states: States) -> Result<()> {
+        self.check_sequence(b)?;
+        self.states.put_sequence(b, states).map_err(|problem| HostError::StatesMismatch { problem })
+    }
+
+    fn check_sequence(&self, b: usize) -> Result<()> {
+        if self.chips.is_some() {
+            let problem = "a tensor-parallel host's states are its chips'; one sequence's cannot move alone".into();
+            return Err(HostError::StatesMismatch { problem });
+        }
+        if b >= self.plan.sequences || self.manifest.cut.mode != rdu_spatial::manifest::CutMode::Batched {
+            let problem =
+                format!("sequence {b} is not one of this bundle's {} batched sequence(s)", self.plan.sequences);
+            return Err(HostError::StatesMismatch { problem });
+        }
+        Ok(())
+    }
+
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
     }
