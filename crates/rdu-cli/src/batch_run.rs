@@ -6,7 +6,7 @@
 use crate::model_arg::{resolve_with_weights, storage_of, with_state};
 use crate::run_args::{check_writable, host_weights, lower_into, run_state, write_npy, Engine, RunArgs, RunCut};
 use anyhow::{anyhow, bail, Context, Result};
-use rdu_compiler::lower::streamed::Storage;
+use rdu_compiler::deploy::Storage;
 use rdu_compiler::model::spec::{Cut, ModelSpec};
 use rdu_host::{generate, Generate, Host, Sampling, WeightsSource};
 use rdu_spatial::chip::Chip;

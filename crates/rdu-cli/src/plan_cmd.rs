@@ -17,9 +17,9 @@ use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
+use rdu_compiler::deploy::{Estimator, Spine};
 use rdu_compiler::fit::admits_tp;
 use rdu_compiler::fit::per_chip;
-use rdu_compiler::lower::streamed::{Estimator, Spine};
 use rdu_compiler::model::spec::Cut;
 use rdu_spatial::chip::Chip;
 use serde_json::json;
@@ -241,7 +241,7 @@ fn cell(estimator: &Estimator, spine: &Spine, tp: usize, batch: usize, ctx: usiz
     let cut = cut_of(tp, batch, ctx);
     let model = estimator.estimate(cut, spine, &mut |_| {}).map_err(|e| anyhow!("tp {tp}, batch {batch}: {e}"))?;
     let step = model.step_estimate();
-    let fit = per_chip(&model)?;
+    let fit = per_chip(&model.chip, &model.embed.source, &model.layer_sources, &model.head.source)?;
     Ok(Cell {
         tp,
         batch,

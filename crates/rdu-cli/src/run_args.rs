@@ -5,7 +5,7 @@ use crate::model_arg::{StateArg, StorageArg, Weights};
 use anyhow::{anyhow, bail, Result};
 use clap::{Args, ValueEnum};
 use rdu_compiler::deploy::deploy;
-use rdu_compiler::lower::streamed::{LowerOptions, Progress, Storage};
+use rdu_compiler::deploy::{LowerOptions, Progress, Storage};
 use rdu_compiler::model::spec::{Cut, ModelSpec, StateDtype};
 use rdu_host::WeightsSource;
 use rdu_spatial::chip::Chip;

@@ -7,7 +7,7 @@ use crate::model_arg::{resolve_with_weights, storage_of, with_state, Weights, MA
 use crate::run_args::{check_writable, host_weights, run_state, write_npy, Engine, RunArgs, RunCut};
 use crate::run_engine::{engine, Clocks, Setup};
 use anyhow::{anyhow, bail, Context, Result};
-use rdu_compiler::lower::streamed::Storage;
+use rdu_compiler::deploy::Storage;
 use rdu_compiler::model::spec::ModelSpec;
 use rdu_compiler::reference::{Reference, SeededWeights, WeightSource};
 use rdu_host::{generate, Generate, Generated, Observer, Sampler, Sampling, StreamDecoder, Tokenizer};

@@ -175,37 +175,7 @@ fn attend_mla(call: &Call<'_>, latent: usize, softmax: Softmax) -> Outs {
 /// of every row against every entry as one product, each row's softmax in f32 over the entries
 /// it reads (the others weigh exactly 0), the weighted sum of values as a second product.
 fn attend_mla_up(call: &Call<'_>, latent: usize, softmax: Softmax) -> Outs {
-    let (tq, q) = call.f32(0)?;
-    let (tc, c) = call.f32(1)?;
-    let (tk, wk) = call.f32(2)?;
-    let (tv, wv) = call.f32(3)?;
-    let shapes = (tq.shape.as_slice(), tc.shape.as_slice(), tk.shape.as_slice(), tv.shape.as_slice());
-    let (&[n, h, dq], &[s, width], &[kh, nope, kl], &[vh, dv, vl]) = shapes else {
-        return invalid(format!(
-            "expects q [N, h, dq], C [S, c], Wk [h, dk, latent], Wv [h, dv, latent], given {:?}, {:?}, {:?}, {:?}",
-            tq.shape, tc.shape, tk.shape, tv.shape
-        ));
-    };
-    if s == 0
-        || latent == 0
-        || latent > width
-        || (kh, vh, kl, vl) != (h, h, latent, latent)
-        || dq != nope + width - latent
-    {
-        return invalid(format!(
-            "q {:?}, C {:?}, Wk {:?}, Wv {:?} and latent {latent} do not agree",
-            tq.shape, tc.shape, tk.shape, tv.shape
-        ));
-    }
-    let chunk = if call.args.len() == 6 {
-        let (tcn, cn) = call.f32(5)?;
-        if tcn.shape != [n, width] {
-            return invalid(format!("the chunk's c {:?} must be [{n}, {width}]", tcn.shape));
-        }
-        Some(cn)
-    } else {
-        None
-    };
+    let MlaUp { q, c, wk, wv, chunk, n, h, dq, s, width, nope, dv, latent } = MlaUp::of(call, latent)?;
     let scale = softmax.scale;
     // Each row's entries (cache slots, then chunk rows after the `s` slots) and multiplicities.
     let entry = |src: Src| match src {
@@ -273,6 +243,62 @@ fn attend_mla_up(call: &Call<'_>, latent: usize, softmax: Softmax) -> Outs {
         }
     }
     Ok(vec![SimTensor::f32(vec![n, h, dv], y)])
+}
+
+/// `attend_mla_up`'s operands and sizes, checked: `q [n, h, dq]`, the cache `C [s, width]`,
+/// `Wk [h, nope, latent]`, `Wv [h, dv, latent]`, and the chunk's own latents `[n, width]` when
+/// given (operand 5).
+struct MlaUp<'a> {
+    q: &'a [f32],
+    c: &'a [f32],
+    wk: &'a [f32],
+    wv: &'a [f32],
+    chunk: Option<&'a [f32]>,
+    n: usize,
+    h: usize,
+    dq: usize,
+    s: usize,
+    width: usize,
+    nope: usize,
+    dv: usize,
+    latent: usize,
+}
+
+impl<'a> MlaUp<'a> {
+    fn of(call: &'a Call<'_>, latent: usize) -> Result<MlaUp<'a>, SimError> {
+        let (tq, q) = call.f32(0)?;
+        let (tc, c) = call.f32(1)?;
+        let (tk, wk) = call.f32(2)?;
+        let (tv, wv) = call.f32(3)?;
+        let shapes = (tq.shape.as_slice(), tc.shape.as_slice(), tk.shape.as_slice(), tv.shape.as_slice());
+        let (&[n, h, dq], &[s, width], &[kh, nope, kl], &[vh, dv, vl]) = shapes else {
+            return invalid(format!(
+                "expects q [N, h, dq], C [S, c], Wk [h, dk, latent], Wv [h, dv, latent], given {:?}, {:?}, {:?}, {:?}",
+                tq.shape, tc.shape, tk.shape, tv.shape
+            ));
+        };
+        if s == 0
+            || latent == 0
+            || latent > width
+            || (kh, vh, kl, vl) != (h, h, latent, latent)
+            || dq != nope + width - latent
+        {
+            return invalid(format!(
+                "q {:?}, C {:?}, Wk {:?}, Wv {:?} and latent {latent} do not agree",
+                tq.shape, tc.shape, tk.shape, tv.shape
+            ));
+        }
+        let chunk = if call.args.len() == 6 {
+            let (tcn, cn) = call.f32(5)?;
+            if tcn.shape != [n, width] {
+                return invalid(format!("the chunk's c {:?} must be [{n}, {width}]", tcn.shape));
+            }
+            Some(cn)
+        } else {
+            None
+        };
+        Ok(MlaUp { q, c, wk, wv, chunk, n, h, dq, s, width, nope, dv, latent })
+    }
 }
 
 /// Consecutive entries a row reads with one multiplicity: `first..first + len`, each weighing

@@ -20,6 +20,7 @@ mod packed;
 mod products;
 mod recurrent;
 mod region;
+mod rows;
 mod shape;
 mod tensor;
 mod tiled;

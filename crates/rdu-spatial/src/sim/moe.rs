@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 
 use super::call::{kernels, ArgVal, Call, Outs};
 use super::elementwise::{gelu_tanh, sigmoid};
-use super::matmul::{products, Rows};
+use super::matmul::products;
 use super::region::{region, untiled, Axes};
+use super::rows::Rows;
 use super::tensor::SimTensor;
 use super::{invalid, SimBindings, SimError, WeightSlab};
 use crate::op::{attrs, Act};

@@ -4,9 +4,10 @@
 use rayon::prelude::*;
 
 use super::call::{kernels, Call, Outs, Weight};
-use super::matmul::{products, Rows};
+use super::matmul::products;
 use super::packed::widen_row;
 use super::region::{region, untiled, Axes};
+use super::rows::Rows;
 use super::tensor::SimTensor;
 use super::{invalid, SimError};
 use crate::q8::QK8_0;
