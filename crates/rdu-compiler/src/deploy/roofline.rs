@@ -25,7 +25,7 @@ use crate::model::spec::{Cut, Ffn, Mixer};
 use rdu_spatial::chip::Chip;
 use rdu_spatial::manifest::{Manifest, TensorStorage};
 use rdu_spatial::program::{Arg as SpatialArg, SpatialProgram};
-use rdu_spatial::Op;
+use rdu_spatial::{Op, TypedOp};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Bytes an element of a Q8_0 weight: 32 int8 values and an f16 scale per block of 32.
@@ -230,12 +230,16 @@ pub fn bundle_floor<'p>(m: &Manifest, program: &dyn Fn(&str) -> Option<&'p Spati
     for layer in &m.layers {
         let Some(p) = program(&layer.kind) else { continue };
         let ops: Vec<_> = p.ops().map(|(_, op)| op).collect();
-        let top_k = ops.iter().find(|op| op.op == Op::Route).and_then(|op| op.attr("k")?.as_int()).unwrap_or(0);
+        let route = ops.iter().find(|op| op.op == Op::Route).and_then(|op| op.typed().ok());
+        let top_k = match route {
+            Some(TypedOp::Route { k, .. }) => k,
+            _ => 0,
+        };
         for op in ops.iter().filter(|op| op.op == Op::Experts) {
             for arg in op.args.get(op.op.expert_weights()).into_iter().flatten() {
                 let SpatialArg::Tensor(name) = arg else { continue };
                 let Some(t) = layer.bind.get(name).and_then(|b| m.tensors.get_key_value(b)) else { continue };
-                routed.insert(t.0, (t.1.shape.first().copied().unwrap_or(0), top_k.max(0) as usize));
+                routed.insert(t.0, (t.1.shape.first().copied().unwrap_or(0), top_k));
             }
         }
     }
