@@ -113,7 +113,7 @@ fn batched_host(
                 None => Cut::Batched { batch, ctx },
             };
             let dir = tmp.join("batched");
-            lower_into(args, spec, &chip, &storage, cut, &dir)?;
+            lower_into(args.json, spec, &chip, &storage, cut, &dir)?;
             dir
         }
     };

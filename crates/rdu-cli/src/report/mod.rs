@@ -70,7 +70,7 @@ pub struct Report {
 
 pub fn run(args: &ReportArgs) -> Result<()> {
     let dir = &args.bundle;
-    let bundle = Bundle::open(dir).map_err(|e| anyhow!("cannot open bundle {}: {e}", dir.display()))?;
+    let bundle = crate::bundle_arg::open(dir)?;
     let chip = match &args.chip {
         Some(path) => Chip::from_file(path)?,
         None => Chip::builtin(&bundle.manifest.chip).map_err(|_| {

@@ -5,10 +5,10 @@
 
 use super::attention::slice;
 use super::split::Run;
-use super::writer::{float, list, Writer, Q8_BLOCK};
+use super::writer::{Writer, Q8_BLOCK};
 use super::LayerCtx;
 use crate::model::spec::{Dialect, Mixer};
-use rdu_spatial::Op;
+use crate::graph::Op;
 
 /// Writes the MLA mixer over `hn`; returns its `[N, D]` output.
 pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String {
@@ -25,21 +25,20 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
         Some((qa, ckv)) => (qa, Some(ckv)),
         None => (None, None),
     };
-    let rope_attrs = [("dim", rot.to_string()), ("style", ctx.rope_style().to_string())];
+    let rope_op = Op::Rope { dim: rot, style: ctx.rope_style() };
     let rope = |w: &mut Writer<'_>, base: &str, input: (&str, &str)| {
         // Positions (and below, the latent cache) are each sequence's own.
         ctx.per_sequence(w, base, &[input], |w, seq, x| {
-            w.op(base, Op::Rope, &[&x[0], &cos, &sin, &seq.pos], &rope_attrs)
+            w.op(base, rope_op.clone(), &[&x[0], &cos, &sin, &seq.pos])
         })
     };
     let (qnp, qpr) = query(w, ctx, &dims, hn, weights.query, reduced_qa, &rope);
     let lat = latent(w, ctx, &dims, hn, (&weights.wkva, &weights.kvn), reduced_ckv, &rope);
-    let mut attrs = vec![("scale", float(scale)), ("latent", dims.kvr.to_string())];
-    attrs.extend(ctx.window_attr());
+    let attend = Attend { scale, latent: dims.kvr, window: ctx.layer.window };
     if ctx.prefill() {
-        attend_unabsorbed(w, ctx, &dims, (&qnp, &qpr, &lat), weights.up, &weights.wo, &attrs)
+        attend_unabsorbed(w, ctx, &dims, (&qnp, &qpr, &lat), weights.up, &weights.wo, attend)
     } else {
-        attend_absorbed(w, ctx, &dims, (&qnp, &qpr, &lat), weights.up, &weights.wo, &attrs)
+        attend_absorbed(w, ctx, &dims, (&qnp, &qpr, &lat), weights.up, &weights.wo, attend)
     }
 }
 
@@ -117,16 +116,15 @@ fn down_over_chips(
     hn: &str,
     weights: &Weights,
 ) -> (Option<String>, String) {
-    let chips = [("axis", "1".to_string()), ("chips", ctx.tp.to_string())];
-    let hs = w.op("hs", Op::Shard, &[hn], &chips);
-    let ckv = w.op("ckvp", Op::Linear, &[&hs, &weights.wkva], &[]);
+    let hs = w.op("hs", Op::Shard { axis: 1, chips: ctx.tp }, &[hn]);
+    let ckv = w.op("ckvp", Op::Linear, &[&hs, &weights.wkva]);
     match &weights.query {
         Query::Lora { rank: ql, wqa, .. } => {
-            let qa = w.op("qap", Op::Linear, &[&hs, wqa], &[]);
-            let both = w.op("dp", Op::Concat, &[&qa, &ckv], &[("axis", "1".into())]);
+            let qa = w.op("qap", Op::Linear, &[&hs, wqa]);
+            let both = w.op("dp", Op::Concat { axis: 1 }, &[&qa, &ckv]);
             let sum = ctx.all_reduce(w, "dr", &both);
-            let qa = w.op("qa", Op::Slice, &[&sum], &slice(1, 0, *ql));
-            (Some(qa), w.op("ckv", Op::Slice, &[&sum], &slice(1, *ql, dims.kvr + dims.rope)))
+            let qa = w.op("qa", slice(1, 0, *ql), &[&sum]);
+            (Some(qa), w.op("ckv", slice(1, *ql, dims.kvr + dims.rope), &[&sum]))
         }
         Query::Direct(_) => (None, ctx.all_reduce(w, "ckv", &ckv)),
     }
@@ -147,19 +145,19 @@ fn query(
 ) -> (String, String) {
     let Dims { n, heads, nope, rope: rope_dim, .. } = *dims;
     let q = match weights {
-        Query::Direct(wq) => w.op("q", Op::Linear, &[hn, &wq], &[]),
+        Query::Direct(wq) => w.op("q", Op::Linear, &[hn, &wq]),
         Query::Lora { wqa, qan, wqb, .. } => {
             let qa = match reduced_qa {
                 Some(qa) => qa,
-                None => w.op("qa", Op::Linear, &[hn, &wqa], &[]),
+                None => w.op("qa", Op::Linear, &[hn, &wqa]),
             };
-            let qan_out = w.op("qal", Op::RmsNorm, &[&qa, &qan], &ctx.norm_attrs());
-            w.op("q", Op::Linear, &[&qan_out, &wqb], &[])
+            let qan_out = w.op("qal", ctx.norm(), &[&qa, &qan]);
+            w.op("q", Op::Linear, &[&qan_out, &wqb])
         }
     };
-    let qh = w.op("qh", Op::Reshape, &[&q, &list(&[n, heads, nope + rope_dim])], &[]);
-    let qnp = w.op("qnp", Op::Slice, &[&qh], &slice(2, 0, nope));
-    let qpe = w.op("qpe", Op::Slice, &[&qh], &slice(2, nope, rope_dim));
+    let qh = w.op("qh", Op::Reshape { shape: vec![n, heads, nope + rope_dim] }, &[&q]);
+    let qnp = w.op("qnp", slice(2, 0, nope), &[&qh]);
+    let qpe = w.op("qpe", slice(2, nope, rope_dim), &[&qh]);
     let qpr = rope(w, "qpr", ("qpe", &qpe));
     (qnp, qpr)
 }
@@ -178,15 +176,15 @@ fn latent(
     let Dims { n, kvr, rope: rope_dim, .. } = *dims;
     let ckv = match reduced_ckv {
         Some(ckv) => ckv,
-        None => w.op("ckv", Op::Linear, &[hn, wkva], &[]),
+        None => w.op("ckv", Op::Linear, &[hn, wkva]),
     };
-    let c = w.op("c", Op::Slice, &[&ckv], &slice(1, 0, kvr));
-    let kpe = w.op("kpe", Op::Slice, &[&ckv], &slice(1, kvr, rope_dim));
-    let cn = w.op("cn", Op::RmsNorm, &[&c, kvn], &ctx.norm_attrs());
-    let kph = w.op("kph", Op::Reshape, &[&kpe, &list(&[n, 1, rope_dim])], &[]);
+    let c = w.op("c", slice(1, 0, kvr), &[&ckv]);
+    let kpe = w.op("kpe", slice(1, kvr, rope_dim), &[&ckv]);
+    let cn = w.op("cn", ctx.norm(), &[&c, kvn]);
+    let kph = w.op("kph", Op::Reshape { shape: vec![n, 1, rope_dim] }, &[&kpe]);
     let kpr = rope(w, "kpr", ("kph", &kph));
-    let kpf = w.op("kpf", Op::Reshape, &[&kpr, &list(&[n, rope_dim])], &[]);
-    w.op("lat", Op::Concat, &[&cn, &kpf], &[("axis", "1".into())])
+    let kpf = w.op("kpf", Op::Reshape { shape: vec![n, rope_dim] }, &[&kpr]);
+    w.op("lat", Op::Concat { axis: 1 }, &[&cn, &kpf])
 }
 
 /// A prefill chunk attends in the unabsorbed form: each head widens every cached latent (and
@@ -200,31 +198,31 @@ fn attend_unabsorbed(
     (qnp, qpr, lat): (&str, &str, &str),
     up: KvUp,
     wo: &str,
-    attrs: &[(&str, String)],
+    attend: Attend,
 ) -> String {
     let Dims { n, heads, kvr, nope, rope, v_dim, .. } = *dims;
     let (wk, wv) = match up {
         // attn_k_b holds W_UKᵀ per head: its transpose is W_UK [h, nope, kvr].
-        KvUp::PerHead { wkb, wvb } => (w.op("wuk", Op::Transpose, &[&wkb], &[("perm", list(&[0, 2, 1]))]), wvb),
+        KvUp::PerHead { wkb, wvb } => (w.op("wuk", Op::Transpose { perm: vec![0, 2, 1] }, &[&wkb]), wvb),
         KvUp::Fused(wkvb) => {
-            let kvb = w.op("kvb", Op::Reshape, &[&wkvb, &list(&[heads, nope + v_dim, kvr])], &[]);
+            let kvb = w.op("kvb", Op::Reshape { shape: vec![heads, nope + v_dim, kvr] }, &[&wkvb]);
             (
-                w.op("wuk", Op::Slice, &[&kvb], &slice(1, 0, nope)),
-                w.op("wuv", Op::Slice, &[&kvb], &slice(1, nope, v_dim)),
+                w.op("wuk", slice(1, 0, nope), &[&kvb]),
+                w.op("wuv", slice(1, nope, v_dim), &[&kvb]),
             )
         }
     };
-    let qf = w.op("qf", Op::Concat, &[qnp, qpr], &[("axis", "2".into())]);
+    let qf = w.op("qf", Op::Concat { axis: 2 }, &[qnp, qpr]);
     let u = ctx.per_sequence(w, "u", &[("qf", &qf), ("lat", lat)], |w, seq, x| {
         let (qf, lat, pos) = (&x[0], &x[1], seq.pos.as_str());
         let lc = w.state("Lc", &[ctx.cache_slots(), kvr + rope]);
         // As attention: the chunk's own latents are attended to before they are written.
-        let u = w.op("u", Op::AttendMlaUp, &[qf, &lc, &wk, &wv, pos, lat], attrs);
-        w.update(&lc, Op::CachePut, &[&lc, lat, pos], &[]);
+        let u = w.op("u", attend.up(), &[qf, &lc, &wk, &wv, pos, lat]);
+        w.update(&lc, Op::CachePut, &[&lc, lat, pos]);
         u
     });
-    let of = w.op("of", Op::Reshape, &[&u, &list(&[n, heads * v_dim])], &[]);
-    w.op("mo", Op::Linear, &[&of, wo], &[])
+    let of = w.op("of", Op::Reshape { shape: vec![n, heads * v_dim] }, &[&u]);
+    w.op("mo", Op::Linear, &[&of, wo])
 }
 
 /// A decode or forward step attends in the absorbed form: the key up-projection folded into
@@ -236,34 +234,34 @@ fn attend_absorbed(
     (qnp, qpr, lat): (&str, &str, &str),
     up: KvUp,
     wo: &str,
-    attrs: &[(&str, String)],
+    attend: Attend,
 ) -> String {
     let Dims { n, heads, kvr, nope, rope, v_dim, .. } = *dims;
     let (wukt, wuv) = match up {
         KvUp::PerHead { wkb, wvb } => (wkb, wvb),
         KvUp::Fused(wkvb) => {
-            let kvb = w.op("kvb", Op::Reshape, &[&wkvb, &list(&[heads, nope + v_dim, kvr])], &[]);
-            let wuk = w.op("wuk", Op::Slice, &[&kvb], &slice(1, 0, nope));
-            let wukt = w.op("wukt", Op::Transpose, &[&wuk], &[("perm", list(&[0, 2, 1]))]);
-            let wuv = w.op("wuv", Op::Slice, &[&kvb], &slice(1, nope, v_dim));
+            let kvb = w.op("kvb", Op::Reshape { shape: vec![heads, nope + v_dim, kvr] }, &[&wkvb]);
+            let wuk = w.op("wuk", slice(1, 0, nope), &[&kvb]);
+            let wukt = w.op("wukt", Op::Transpose { perm: vec![0, 2, 1] }, &[&wuk]);
+            let wuv = w.op("wuv", slice(1, nope, v_dim), &[&kvb]);
             (wukt, wuv)
         }
     };
-    let qab = w.op("qab", Op::LinearHeads, &[qnp, &wukt], &[]);
-    let qc = w.op("qc", Op::Concat, &[&qab, qpr], &[("axis", "2".into())]);
+    let qab = w.op("qab", Op::LinearHeads, &[qnp, &wukt]);
+    let qc = w.op("qc", Op::Concat { axis: 2 }, &[&qab, qpr]);
     let u = ctx.per_sequence(w, "u", &[("qc", &qc), ("lat", lat)], |w, seq, x| {
         let (qc, lat, pos) = (&x[0], &x[1], seq.pos.as_str());
         match ctx.decode().then(|| w.state("Lc", &[ctx.cache_slots(), kvr + rope])) {
             Some(lc) => {
-                w.update(&lc, Op::CachePut, &[&lc, lat, pos], &[]);
-                w.op("u", Op::AttendMla, &[qc, &lc, pos], attrs)
+                w.update(&lc, Op::CachePut, &[&lc, lat, pos]);
+                w.op("u", attend.absorbed(), &[qc, &lc, pos])
             }
-            None => w.op("u", Op::AttendMla, &[qc, lat, pos], attrs),
+            None => w.op("u", attend.absorbed(), &[qc, lat, pos]),
         }
     });
-    let oh = w.op("oh", Op::LinearHeads, &[&u, &wuv], &[]);
-    let of = w.op("of", Op::Reshape, &[&oh, &list(&[n, heads * v_dim])], &[]);
-    w.op("mo", Op::Linear, &[&of, wo], &[])
+    let oh = w.op("oh", Op::LinearHeads, &[&u, &wuv]);
+    let of = w.op("of", Op::Reshape { shape: vec![n, heads * v_dim] }, &[&oh]);
+    w.op("mo", Op::Linear, &[&of, wo])
 }
 
 /// The query projection: direct, or through the low-rank `q_a` (normed, `rank` wide) and `q_b`.
@@ -277,4 +275,21 @@ enum Query {
 enum KvUp {
     Fused(String),
     PerHead { wkb: String, wvb: String },
+}
+
+/// The attention's own attributes, shared by its absorbed and unabsorbed forms.
+#[derive(Clone, Copy)]
+struct Attend {
+    scale: f64,
+    latent: usize,
+    window: Option<usize>,
+}
+
+impl Attend {
+    fn up(self) -> Op {
+        Op::AttendMlaUp { scale: self.scale, latent: self.latent, window: self.window }
+    }
+    fn absorbed(self) -> Op {
+        Op::AttendMla { scale: self.scale, latent: self.latent, window: self.window }
+    }
 }
