@@ -35,28 +35,21 @@ pub struct Token {
     pub line: usize,
 }
 
-struct Lexer<'a> {
+struct Lexer {
     chars: Vec<char>,
     at: usize,
     out: Lexed,
     line: Line,
-    _src: std::marker::PhantomData<&'a str>,
 }
 
 /// Splits `src` into its lines of code and comment, and its string literals.
 pub fn lex(src: &str) -> Lexed {
-    let mut l = Lexer {
-        chars: src.chars().collect(),
-        at: 0,
-        out: Lexed::default(),
-        line: Line::default(),
-        _src: Default::default(),
-    };
+    let mut l = Lexer { chars: src.chars().collect(), at: 0, out: Lexed::default(), line: Line::default() };
     l.run();
     l.out
 }
 
-impl Lexer<'_> {
+impl Lexer {
     fn peek(&self, k: usize) -> Option<char> {
         self.chars.get(self.at + k).copied()
     }
@@ -74,7 +67,7 @@ impl Lexer<'_> {
                 }
                 '/' if self.peek(1) == Some('/') => self.line_comment(),
                 '/' if self.peek(1) == Some('*') => self.block_comment(),
-                '"' => self.string(0),
+                '"' => self.string(),
                 'r' | 'b' | 'c' if self.raw_or_prefixed_string() => {}
                 '\'' => self.quote(),
                 _ => {
@@ -160,13 +153,13 @@ impl Lexer<'_> {
             self.at += hashes;
             self.raw_string(hashes);
         } else {
-            self.string(0);
+            self.string();
         }
         true
     }
 
     /// A `"…"` string at the cursor, with escapes.
-    fn string(&mut self, _: usize) {
+    fn string(&mut self) {
         let start = self.out.lines.len() + 1;
         let mut text = String::new();
         self.line.code.push('"');
@@ -220,11 +213,7 @@ impl Lexer<'_> {
     /// A `'` at the cursor: a character literal (consumed, contents dropped) or a lifetime or
     /// label (the quote kept as code).
     fn quote(&mut self) {
-        let is_char = match (self.peek(1), self.peek(2)) {
-            (Some('\\'), _) => true,
-            (Some(_), Some('\'')) => true,
-            _ => false,
-        };
+        let is_char = matches!((self.peek(1), self.peek(2)), (Some('\\'), _) | (Some(_), Some('\'')));
         self.line.code.push('\'');
         self.at += 1;
         if !is_char {
