@@ -157,6 +157,9 @@ impl<'s> Canon<'s> {
         let program = source.program().ok()?;
         let (tokens, _) = lex(source.text());
         let (names, bound_set) = name_positions(program);
+        // The name positions in text order, walked alongside the tokens (a hashed set of them
+        // was a cache miss a token on a batched program's million tokens).
+        let mut names = names.into_iter().peekable();
         let mut bound = HashMap::new();
         let mut stream = Vec::with_capacity(tokens.len());
         for t in tokens {
@@ -165,7 +168,9 @@ impl<'s> Canon<'s> {
             if t.kind == TokenKind::Newline && after_break {
                 continue;
             }
-            if names.contains(&t.span.start) && bound_set.contains(t.text) {
+            while names.next_if(|&at| at < t.span.start).is_some() {}
+            let named = names.next_if_eq(&t.span.start).is_some();
+            if named && bound_set.contains(t.text) {
                 let next = bound.len();
                 stream.push(Tok::Bound(*bound.entry(t.text).or_insert(next), t.text));
             } else {
@@ -200,33 +205,36 @@ impl<'s> Canon<'s> {
     }
 }
 
-/// The start offsets of the tokens in name positions, and the set of bound names.
-fn name_positions(p: &Program) -> (HashSet<u32>, HashSet<&str>) {
-    let (mut at, mut bound) = (HashSet::new(), HashSet::new());
+/// The start offsets of the tokens in name positions, in text order, and the set of bound names.
+fn name_positions(p: &Program) -> (Vec<u32>, HashSet<&str>) {
+    let (mut at, mut bound) = (Vec::new(), HashSet::new());
     for item in &p.items {
         match item {
             Item::Decl(d) => {
-                at.insert(d.name.span.start);
+                at.push(d.name.span.start);
                 if d.kind != DeclKind::Shared {
                     bound.insert(d.name.text.as_str());
                 }
             }
             Item::Stmt(s) => {
                 for b in &s.binders {
-                    at.insert(b.span.start);
+                    at.push(b.span.start);
                     bound.insert(b.text.as_str());
                 }
                 for a in &s.args {
                     if let Arg::Name(n) = a {
-                        at.insert(n.span.start);
+                        at.push(n.span.start);
                     }
                 }
             }
             Item::Output(n) => {
-                at.insert(n.span.start);
+                at.push(n.span.start);
             }
         }
     }
+    // Items and their names come in text order already; sorting keeps the walk right regardless.
+    at.sort_unstable();
+    at.dedup();
     (at, bound)
 }
 
