@@ -54,19 +54,7 @@ pub const MAX_TP: usize = 16;
 /// The batch sizes swept.
 pub const BATCHES: [usize; 6] = [1, 4, 8, 16, 32, 64];
 
-/// One deployment: `tp` chips, `batch` sequences a step.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Cell {
-    pub tp: usize,
-    pub batch: usize,
-    pub step_seconds: f64,
-    pub tokens_per_second_per_sequence: f64,
-    pub tokens_per_second: f64,
-    pub model_roofline_fraction: f64,
-    pub bytes_per_chip: u64,
-    /// Everything each chip holds (weights, caches, states) fits in its HBM.
-    pub fits: bool,
-}
+pub use crate::plan_cell::Cell;
 
 /// The plan: the cells of every admitted width, and the widths refused with their reasons.
 pub struct Plan {
