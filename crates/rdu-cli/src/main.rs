@@ -8,6 +8,7 @@ mod check_cmd;
 mod fit_cmd;
 mod lower_cmd;
 mod model_arg;
+mod plan_cell;
 mod plan_cmd;
 mod plan_load;
 mod program_cmds;

@@ -17,9 +17,9 @@ use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
+use rdu_compiler::deploy::{Estimator, Spine};
 use rdu_compiler::fit::admits_tp;
 use rdu_compiler::fit::per_chip;
-use rdu_compiler::lower::streamed::{Estimator, Spine};
 use rdu_compiler::model::spec::Cut;
 use rdu_spatial::chip::Chip;
 use serde_json::json;
@@ -54,19 +54,7 @@ pub const MAX_TP: usize = 16;
 /// The batch sizes swept.
 pub const BATCHES: [usize; 6] = [1, 4, 8, 16, 32, 64];
 
-/// One deployment: `tp` chips, `batch` sequences a step.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Cell {
-    pub tp: usize,
-    pub batch: usize,
-    pub step_seconds: f64,
-    pub tokens_per_second_per_sequence: f64,
-    pub tokens_per_second: f64,
-    pub model_roofline_fraction: f64,
-    pub bytes_per_chip: u64,
-    /// Everything each chip holds (weights, caches, states) fits in its HBM.
-    pub fits: bool,
-}
+pub use crate::plan_cell::Cell;
 
 /// The plan: the cells of every admitted width, and the widths refused with their reasons.
 pub struct Plan {
@@ -284,7 +272,7 @@ fn cell(estimator: &Estimator, spine: &Spine, tp: usize, batch: usize, ctx: usiz
     let cut = cut_of(tp, batch, ctx);
     let model = estimator.estimate(cut, spine, &mut |_| {}).map_err(|e| anyhow!("tp {tp}, batch {batch}: {e}"))?;
     let step = model.step_estimate();
-    let fit = per_chip(&model)?;
+    let fit = per_chip(&model.chip, &model.embed.source, &model.layer_sources, &model.head.source)?;
     Ok(Cell {
         tp,
         batch,

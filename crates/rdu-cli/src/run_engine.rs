@@ -6,7 +6,7 @@
 use crate::run_args::{lower_into, Engine, RunArgs, RunCut};
 use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use rdu_compiler::lower::streamed::Storage;
+use rdu_compiler::deploy::Storage;
 use rdu_compiler::model::spec::{Cut, ModelSpec};
 use rdu_compiler::reference::Reference;
 use rdu_host::{Feed, Host, HostError, Session, Stepper, Stepping, WeightsSource};

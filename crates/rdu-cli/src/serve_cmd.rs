@@ -136,7 +136,7 @@ fn template_of(args: &ServeArgs, model: &str) -> Result<Option<ChatTemplate>> {
 fn engine(
     args: &ServeArgs,
     spec: &ModelSpec,
-    storage: rdu_compiler::lower::streamed::Storage,
+    storage: rdu_compiler::Storage,
     source: &WeightsSource,
     bundle: Option<&Path>,
 ) -> Result<HostEngine> {
