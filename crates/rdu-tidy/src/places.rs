@@ -4,7 +4,7 @@
 //!   `crates/rdu-compiler/src/deploy/roofline.rs` alone: no other library or binary source
 //!   defines a function named for a floor or a roofline, or writes Q8_0's bytes an element
 //!   (`34.0 / 32.0`) again. Tests may recompute it independently, as an oracle.
-//! - Op names are spelled only in the op table, `crates/rdu-spatial/src/op.rs`: no other
+//! - Op names are spelled only in the op table, `crates/rdu-spatial/src/op/mod.rs`: no other
 //!   library or binary source writes an op's name as a string literal on a line about an op
 //!   (one that names `op`, `Op` or `ops`; the same words are also program names, attribute
 //!   keys and values — `embed`, `scale`, `silu` — and those are not op names).
@@ -14,8 +14,8 @@ use crate::modules::non_test;
 
 /// Where the roofline floor is computed.
 pub const ROOFLINE: &str = "crates/rdu-compiler/src/deploy/roofline.rs";
-/// The op table.
-pub const OP_TABLE: &str = "crates/rdu-spatial/src/op.rs";
+/// The op table: one row an op, `Variant = "name" [operands] …;`.
+pub const OP_TABLE: &str = "crates/rdu-spatial/src/op/mod.rs";
 
 /// The lines of `lexed` outside `#[cfg(test)]` items (1-based line numbers).
 fn non_test_lines(lexed: &Lexed) -> std::collections::BTreeSet<usize> {
@@ -47,20 +47,18 @@ pub fn roofline_elsewhere(file: &str, src: &str) -> Vec<String> {
     out
 }
 
-/// The op names of the op table's source (the first argument of each row's `f("name", …)`).
+/// The op names of the op table's source: the string literal of each row
+/// `Variant = "name" [operands] …`.
 pub fn op_names(op_table: &str) -> Vec<String> {
-    let toks = tokens(&lex(op_table).lines);
     let lexed = lex(op_table);
-    // Each `f("name"` is a row; its literal is the next string literal on that line.
-    let mut names = Vec::new();
-    for w in toks.windows(3) {
-        if w[0].text == "f" && w[1].text == "(" && w[2].text == "\"" {
-            if let Some(s) = lexed.strings.iter().find(|s| s.line == w[2].line) {
-                names.push(s.text.clone());
-            }
-        }
-    }
-    names
+    let toks = tokens(&lexed.lines);
+    // A literal is two quote tokens here (its contents are dropped); the row's is the string
+    // literal on that line.
+    let rows = toks.windows(5).filter(|w| {
+        let is_variant = w[0].text.starts_with(|c: char| c.is_ascii_uppercase());
+        is_variant && w[1].text == "=" && w[2].text == "\"" && w[3].text == "\"" && w[4].text == "["
+    });
+    rows.filter_map(|w| lexed.strings.iter().find(|s| s.line == w[2].line).map(|s| s.text.clone())).collect()
 }
 
 /// Where `src` (the file `file`) spells an op's name outside the op table: one line each.
@@ -96,7 +94,7 @@ mod tests {
 
     #[test]
     fn op_names_come_from_the_table_and_are_found_elsewhere() {
-        let table = "match self {\n Op::Add => f(\"add\", 2, 2),\n Op::Rope => f(\"rope\", 4, 4).attrs(&[\"dim\"]),\n}";
+        let table = "op_table! {\n    Add = \"add\" [a, b] (2, 2);\n    Rope = \"rope\" [x, cos, sin, pos] (4, 4) { dim: EvenPositive };\n    x = \"y\" [z];\n}";
         let names = op_names(table);
         assert_eq!(names, vec!["add".to_string(), "rope".to_string()]);
         let src = "if s.op.text == \"rope\" {}\nlet b = op == \"ropes\";\nlet a = attr(\"add\");\n#[cfg(test)]\nmod tests { fn t() { op == \"add\"; } }\n";

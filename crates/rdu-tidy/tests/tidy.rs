@@ -112,7 +112,7 @@ fn the_roofline_floor_is_computed_in_one_place() {
     fail_on("the roofline floor computed outside its one place", found);
 }
 
-/// One op table: op names are spelled only in `rdu-spatial/src/op.rs`.
+/// One op table: op names are spelled only in `rdu-spatial/src/op/mod.rs`.
 #[test]
 fn op_names_are_spelled_only_in_the_op_table() {
     let table = std::fs::read_to_string(repository().join(places::OP_TABLE)).expect("the op table");

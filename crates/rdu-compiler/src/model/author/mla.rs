@@ -7,8 +7,8 @@ use super::attention::slice;
 use super::split::Run;
 use super::writer::{Writer, Q8_BLOCK};
 use super::LayerCtx;
-use crate::model::spec::{Dialect, Mixer};
 use crate::graph::Op;
+use crate::model::spec::{Dialect, Mixer};
 
 /// Writes the MLA mixer over `hn`; returns its `[N, D]` output.
 pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String {
@@ -28,9 +28,7 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     let rope_op = Op::Rope { dim: rot, style: ctx.rope_style() };
     let rope = |w: &mut Writer<'_>, base: &str, input: (&str, &str)| {
         // Positions (and below, the latent cache) are each sequence's own.
-        ctx.per_sequence(w, base, &[input], |w, seq, x| {
-            w.op(base, rope_op.clone(), &[&x[0], &cos, &sin, &seq.pos])
-        })
+        ctx.per_sequence(w, base, &[input], |w, seq, x| w.op(base, rope_op.clone(), &[&x[0], &cos, &sin, &seq.pos]))
     };
     let (qnp, qpr) = query(w, ctx, &dims, hn, weights.query, reduced_qa, &rope);
     let lat = latent(w, ctx, &dims, hn, (&weights.wkva, &weights.kvn), reduced_ckv, &rope);
@@ -206,10 +204,7 @@ fn attend_unabsorbed(
         KvUp::PerHead { wkb, wvb } => (w.op("wuk", Op::Transpose { perm: vec![0, 2, 1] }, &[&wkb]), wvb),
         KvUp::Fused(wkvb) => {
             let kvb = w.op("kvb", Op::Reshape { shape: vec![heads, nope + v_dim, kvr] }, &[&wkvb]);
-            (
-                w.op("wuk", slice(1, 0, nope), &[&kvb]),
-                w.op("wuv", slice(1, nope, v_dim), &[&kvb]),
-            )
+            (w.op("wuk", slice(1, 0, nope), &[&kvb]), w.op("wuv", slice(1, nope, v_dim), &[&kvb]))
         }
     };
     let qf = w.op("qf", Op::Concat { axis: 2 }, &[qnp, qpr]);
