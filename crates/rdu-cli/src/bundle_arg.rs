@@ -4,11 +4,10 @@
 use crate::model_arg::{mode_word, StateArg, StorageArg};
 use crate::run_args::{Engine, RunArgs, RunCut};
 use anyhow::{anyhow, bail, Result};
-use rdu_compiler::model::spec::ModelSpec;
+use rdu_compiler::model::spec::{ModelSpec, StateDtype};
 use rdu_host::Host;
 use rdu_spatial::bundle::Bundle;
 use rdu_spatial::chip::Chip;
-use rdu_spatial::manifest::StateDtype;
 use rdu_spatial::manifest::{CutMode, Manifest};
 use std::path::Path;
 

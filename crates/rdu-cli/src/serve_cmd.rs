@@ -8,7 +8,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use rdu_compiler::model::spec::{Cut, ModelSpec};
 use rdu_host::schedule::HostEngine;
-use rdu_host::{Host, WeightsSource};
+use rdu_host::{Host, Tokenizer, WeightsSource};
 use rdu_serve::{ChatTemplate, Model, Options};
 use rdu_spatial::chip::Chip;
 use rdu_spatial::manifest::CutMode;
@@ -87,7 +87,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         Some(t) => t.eos(),
         None => crate::run_cmd::end_ids_of(&model)?,
     };
-    let template = template_of(args, &model)?;
+    let template = template_of(args, &model, tokenizer.as_ref())?;
     let engine = engine(args, &spec, storage, &source, bundle.as_deref())?;
     crate::run_engine::release_freed_memory();
     let name = args.name.clone().unwrap_or_else(|| spec.name.clone());
@@ -118,15 +118,20 @@ fn model_and_bundle(args: &ServeArgs) -> Result<(String, Option<PathBuf>)> {
     Ok((m.model, Some(path.to_path_buf())))
 }
 
-/// `--chat-template FILE` (with the checkpoint's BOS and EOS texts), or the checkpoint's own.
-fn template_of(args: &ServeArgs, model: &str) -> Result<Option<ChatTemplate>> {
-    let Some(file) = &args.chat_template else {
-        return ChatTemplate::of_checkpoint(Path::new(model)).map_err(|e| anyhow!("{model}: {e}"));
-    };
+/// `--chat-template FILE`, or the checkpoint's own; the special tokens' texts from the
+/// checkpoint (or the tokenizer's BOS/EOS pieces).
+fn template_of(args: &ServeArgs, model: &str, tokenizer: Option<&Tokenizer>) -> Result<Option<ChatTemplate>> {
+    let own = ChatTemplate::of_checkpoint(Path::new(model)).map_err(|e| anyhow!("{model}: {e}"))?;
+    let Some(file) = &args.chat_template else { return Ok(own) };
     let source =
         std::fs::read_to_string(file).with_context(|| format!("reading --chat-template {}", file.display()))?;
-    let template =
-        ChatTemplate::with_checkpoint_specials(source, Path::new(model)).map_err(|e| anyhow!("{model}: {e}"))?;
+    let piece =
+        |id: Option<u32>| id.map(|i| tokenizer.map(|t| t.decode_piece(i)).unwrap_or_default()).unwrap_or_default();
+    let (bos_token, eos_token) = match own {
+        Some(t) => (t.bos_token, t.eos_token),
+        None => (piece(tokenizer.and_then(Tokenizer::bos)), piece(tokenizer.and_then(|t| t.eos().first().copied()))),
+    };
+    let template = ChatTemplate { source, bos_token, eos_token };
     template.check().map_err(|e| anyhow!("--chat-template {}: {e}", file.display()))?;
     Ok(Some(template))
 }
@@ -136,7 +141,7 @@ fn template_of(args: &ServeArgs, model: &str) -> Result<Option<ChatTemplate>> {
 fn engine(
     args: &ServeArgs,
     spec: &ModelSpec,
-    storage: rdu_compiler::Storage,
+    storage: rdu_compiler::deploy::Storage,
     source: &WeightsSource,
     bundle: Option<&Path>,
 ) -> Result<HostEngine> {
