@@ -54,7 +54,7 @@ fn rope(call: &Call<'_>, r: usize, style: RopeStyle) -> Outs {
     let (&[p_rows, half], true) = (tc.shape.as_slice(), tc.shape == ts.shape) else {
         return invalid(format!("cos {:?} and sin {:?} must be equal [P, R/2] tables", tc.shape, ts.shape));
     };
-    if r % 2 != 0 || r > d || r / 2 > half {
+    if !r.is_multiple_of(2) || r > d || r / 2 > half {
         return invalid(format!("rotary dim {r} must be even, at most {d} and fit tables of {half} columns"));
     }
     let reg = region(call.tiling(), &tx.shape, Axes::Only(1), 1)?;
