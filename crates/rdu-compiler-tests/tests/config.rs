@@ -49,7 +49,7 @@ fn fixtures() -> Vec<PathBuf> {
 
 fn attention(spec: &ModelSpec, layer_idx: usize) -> (usize, usize, usize, bool, bool, bool, f64, usize) {
     match spec.layers[layer_idx].mixer {
-        Mixer::Attention { heads, kv_heads, head_dim, qk_norm, output_gate, qkv_bias, scale, rotary_dim } => {
+        Mixer::Attention { heads, kv_heads, head_dim, qk_norm, output_gate, qkv_bias, scale, rotary_dim, .. } => {
             (heads, kv_heads, head_dim, qk_norm, output_gate, qkv_bias, scale, rotary_dim)
         }
         ref other => panic!("{} layer {layer_idx}: expected attention, found {other:?}", spec.name),
@@ -204,6 +204,7 @@ fn qwen3_next_80b_matches_the_reference() {
         act: Act::Silu,
         shared: Some(SharedExpert { hidden: 512, gated: true }),
         router: Router { norm_topk: true, scaling: 1.0, groups: 1, topk_groups: 1 },
+        bias: false,
     };
     assert!(spec.layers.iter().all(|l| l.ffn == moe && l.norms.unit_offset && !l.norms.post_attn));
     assert_eq!(spec.rotations.len(), 1);
@@ -264,6 +265,7 @@ fn deepseek_v2_matches_the_reference() {
         act: Act::Silu,
         shared: Some(SharedExpert { hidden: 3072, gated: false }),
         router: Router { norm_topk: false, scaling: 16.0, groups: 8, topk_groups: 3 },
+        bias: false,
     };
     assert!(spec.layers[1..].iter().all(|l| l.ffn == moe));
     let rotation = &spec.rotations[0];
@@ -275,6 +277,7 @@ fn deepseek_v2_matches_the_reference() {
         beta_slow: 1.0,
         mscale: 0.707,
         mscale_all_dim: 0.707,
+        truncate: true,
     };
     assert_eq!(rotation.scaling, yarn);
     assert_eq!(
@@ -334,6 +337,7 @@ fn qwen3_6_35b_is_moe_in_every_layer() {
         act: Act::Silu,
         shared: Some(SharedExpert { hidden: 512, gated: true }),
         router: Router { norm_topk: true, scaling: 1.0, groups: 1, topk_groups: 1 },
+        bias: false,
     };
     assert!(spec.layers.iter().all(|l| l.ffn == moe));
 }

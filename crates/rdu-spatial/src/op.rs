@@ -190,8 +190,9 @@ impl Op {
             Op::Transpose => f("transpose", 1, 1).attrs(&["perm"]),
             Op::Rope => f("rope", 4, 4).attrs(&["dim", "style"]),
             Op::CachePut => Facts { in_place: true, ..f("cache_put", 3, 3) },
-            // A prefill chunk passes its own keys and values after `pos` (see docs/LANGUAGE.md).
-            Op::Attend => f("attend", 4, 6).attrs(&["scale", "window"]).heavy(),
+            // A prefill chunk passes its own keys and values after `pos`, and attention sinks
+            // (one logit per head) come last (see docs/LANGUAGE.md): 4 to 7 operands.
+            Op::Attend => f("attend", 4, 7).attrs(&["scale", "window"]).heavy(),
             Op::AttendMla => f("attend_mla", 3, 4).attrs(&["scale", "latent", "window"]).heavy(),
             // Latent attention through the up-projections (the unabsorbed form): inputs
             // `q, C, Wk, Wv, pos` and, for a prefill chunk, its own latents `c`.
@@ -204,9 +205,11 @@ impl Op {
             Op::DeltaStep => Facts { in_place: true, ..f("delta_step", 6, 6).attrs(&["kmap"]).outputs(2).heavy() },
             // Outputs `w, idx`.
             Op::Route => f("route", 1, 1).attrs(&["k", "norm", "scale", "groups", "topk_groups"]).outputs(2),
+            // Inputs `x, w, idx, Wg, Wu, Wd` and, with biases, `bg, bu` (read one expert at a
+            // time, never Q8_0); `limit` goes with `act=swiglu_oai`.
             Op::Experts => Facts {
                 activation_addressed: true,
-                ..f("experts", 6, 6).attrs(&["act"]).heavy().weights(Weights::Experts(3, 6))
+                ..f("experts", 6, 8).attrs(&["act", "limit"]).heavy().weights(Weights::Experts(3, 6))
             },
             // The sum of the operand over the chips of a tensor-parallel program.
             Op::AllReduce => f("all_reduce", 1, 1),

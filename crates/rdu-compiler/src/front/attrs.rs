@@ -131,7 +131,7 @@ pub(super) fn op_of(stmt: &Stmt, kind: Kind) -> Result<Op, Vec<AttrFault>> {
 
 fn build(stmt: &Stmt, kind: Kind, a: &mut Attrs<'_>) -> Option<Op> {
     let styles = [("neox", RopeStyle::Neox), ("interleaved", RopeStyle::Interleaved)];
-    let acts = [Act::Silu, Act::GeluTanh].map(|act| (act.word(), act));
+    let acts = [Act::Silu, Act::GeluTanh, Act::SwigluOai].map(|act| (act.word(), act));
     let kmaps = [("grouped", KMap::Grouped), ("tiled", KMap::Tiled)];
     Some(match kind {
         Kind::Add => Op::Add,
@@ -205,9 +205,29 @@ fn build(stmt: &Stmt, kind: Kind, a: &mut Attrs<'_>) -> Option<Op> {
                 topk_groups: topk_groups.flatten()?,
             }
         }
-        Kind::Experts => Op::Experts { act: a.word("act", true, &acts).flatten()? },
+        Kind::Experts => experts(a, &acts)?,
         Kind::Dequant => return None,
     })
+}
+
+/// `experts`: `act`, and `limit` (a number above 0) exactly when the act is `swiglu_oai`.
+fn experts(a: &mut Attrs<'_>, acts: &[(&str, Act)]) -> Option<Op> {
+    let act = a.word("act", true, acts).flatten();
+    let want = "a finite number above 0";
+    let limit = a.read("limit", false, want, |l| l.as_f64().filter(|v| v.is_finite() && *v > 0.0));
+    let (act, limit) = (act?, limit?);
+    match (act, limit) {
+        (Act::SwigluOai, None) => {
+            a.fault(a.stmt.op.span, format!("`act={}` needs the attribute `limit=...`", act.word()));
+            None
+        }
+        (Act::Silu | Act::GeluTanh, Some(_)) => {
+            let span = a.stmt.attrs.iter().find(|x| x.key.text == "limit").map_or(a.stmt.op.span, |x| x.span);
+            a.fault(span, format!("`limit` goes with `act=swiglu_oai`, not `act={}`", act.word()));
+            None
+        }
+        _ => Some(Op::Experts { act, limit }),
+    }
 }
 
 /// `reshape(x, [d0, d1, ...])`: the list literal in second position (the caller reports a

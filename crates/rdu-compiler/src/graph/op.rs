@@ -17,8 +17,12 @@ pub enum RopeStyle {
 /// The activation of a gated expert MLP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Act {
+    /// `silu(g) · u`.
     Silu,
+    /// `gelu_tanh(g) · u`.
     GeluTanh,
+    /// gpt-oss: `(clamp(u, −L, L) + 1) · g′ σ(1.702 g′)` with `g′ = min(g, L)` (`limit=L`).
+    SwigluOai,
 }
 
 /// Which key head a value head of the delta rule reads.
@@ -45,6 +49,7 @@ impl Act {
             // The activation's word is the name of its op.
             Act::Silu => rdu_spatial::Op::Silu.name(),
             Act::GeluTanh => rdu_spatial::Op::GeluTanh.name(),
+            Act::SwigluOai => "swiglu_oai",
         }
     }
 }
@@ -140,8 +145,11 @@ pub enum Op {
         groups: usize,
         topk_groups: usize,
     },
+    /// Inputs `x, w, idx, Wg, Wu, Wd` (and the gate and up biases `bg, bu`); `limit` is
+    /// `act=swiglu_oai`'s clamp.
     Experts {
         act: Act,
+        limit: Option<f64>,
     },
     /// The sum of the operand over the chips of a tensor-parallel program (identity on one chip).
     AllReduce,
@@ -236,7 +244,10 @@ impl fmt::Display for Op {
             Op::Route { k, norm, scale, groups, topk_groups } => {
                 write!(f, " k={k} norm={} scale={scale:?} groups={groups} topk_groups={topk_groups}", u8::from(*norm))
             }
-            Op::Experts { act } => write!(f, " act={}", act.word()),
+            Op::Experts { act, limit } => {
+                write!(f, " act={}", act.word())?;
+                limit.map_or(Ok(()), |l| write!(f, " limit={l:?}"))
+            }
             _ => Ok(()),
         }
     }

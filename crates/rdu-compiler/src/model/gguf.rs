@@ -86,6 +86,8 @@ pub fn from_gguf(gguf: &Gguf, name: &str) -> Result<ModelSpec> {
         qk_norm: family != Family::Llama,
         output_gate: false,
         qkv_bias: false,
+        o_bias: false,
+        sinks: false,
         scale,
         rotary_dim,
     };
@@ -121,20 +123,33 @@ pub fn from_gguf(gguf: &Gguf, name: &str) -> Result<ModelSpec> {
     finish(&m, name, shape, layers, rotations, embed)
 }
 
-/// The feed-forward block of `llama`, `qwen3`, `gemma3` (dense) and `qwen3moe` (top-k MoE).
+/// The feed-forward block of `llama`, `qwen3`, `gemma3` (dense), `qwen3moe` (top-k MoE) and
+/// `llama` with `expert_count` (Mixtral: top-k MoE of `feed_forward_length` columns, as
+/// llama.cpp's llama graph reads it).
 fn ffn(m: &Meta, arch: &str, family: Family, act: Act) -> Result<Ffn> {
     let key = |k: &str| format!("{arch}.{k}");
-    Ok(match family {
-        Family::Qwen3Moe => Ffn::Moe {
-            experts: m.req_usize(&key("expert_count"))?,
-            top_k: m.req_usize(&key("expert_used_count"))?,
-            expert_hidden: m.req_usize(&key("expert_feed_forward_length"))?,
-            act,
-            shared: None,
-            // llama.cpp's qwen3moe renormalises the selected weights.
-            router: Router { norm_topk: true, scaling: 1.0, groups: 1, topk_groups: 1 },
-        },
-        _ => Ffn::Dense { hidden: m.req_usize(&key("feed_forward_length"))?, act },
+    let hidden_key = match family {
+        Family::Qwen3Moe => "expert_feed_forward_length",
+        _ => "feed_forward_length",
+    };
+    let moe = family == Family::Qwen3Moe || (family == Family::Llama && m.u64(&key("expert_count"))?.unwrap_or(0) > 0);
+    if !moe {
+        return Ok(Ffn::Dense { hidden: m.req_usize(&key(hidden_key))?, act });
+    }
+    let experts = m.req_usize(&key("expert_count"))?;
+    let top_k = m.req_usize(&key("expert_used_count"))?;
+    if top_k > experts {
+        return Err(m.err(&key("expert_used_count"), format!("{top_k} is more than the {experts} experts")));
+    }
+    Ok(Ffn::Moe {
+        experts,
+        top_k,
+        expert_hidden: m.req_usize(&key(hidden_key))?,
+        act,
+        shared: None,
+        // llama.cpp's qwen3moe and llama (Mixtral) renormalise the selected softmax weights.
+        router: Router { norm_topk: true, scaling: 1.0, groups: 1, topk_groups: 1 },
+        bias: false,
     })
 }
 

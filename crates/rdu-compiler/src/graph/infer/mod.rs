@@ -99,7 +99,7 @@ fn roles(op: &Op) -> &'static [&'static str] {
         Op::DeltaScan { .. } => &["q", "k", "v", "g", "beta"],
         Op::DeltaStep { .. } => &["S", "q", "k", "v", "g", "beta"],
         Op::Route { .. } => &["logits"],
-        Op::Experts { .. } => &["x", "w", "idx", "Wg", "Wu", "Wd"],
+        Op::Experts { .. } => &["x", "w", "idx", "Wg", "Wu", "Wd", "bg", "bu"],
         Op::Concat { .. } => &[],
         _ => &["x"],
     }
@@ -121,6 +121,10 @@ impl<'a> Operands<'a> {
     }
 
     fn role(&self, i: usize) -> String {
+        // `attend`'s sinks come last, after the chunk's k, v when they are given.
+        if matches!(self.op, Op::Attend { .. }) && self.len() % 2 == 1 && i + 1 == self.len() {
+            return "`sinks`".to_string();
+        }
         roles(self.op).get(i).map_or_else(|| format!("operand {i}"), |r| format!("`{r}`"))
     }
 

@@ -9,7 +9,8 @@ use rdu_spatial::Op;
 
 /// Writes the attention mixer over the normalised hidden state `hn`; returns its `[N, D]` output.
 pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String {
-    let Mixer::Attention { heads, kv_heads, head_dim, qk_norm, output_gate, qkv_bias, scale, .. } = ctx.layer.mixer
+    let Mixer::Attention { heads, kv_heads, head_dim, qk_norm, output_gate, qkv_bias, sinks, scale, .. } =
+        ctx.layer.mixer
     else {
         unreachable!("attention::write on a non-attention layer")
     };
@@ -32,6 +33,8 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     } else {
         (None, None, None)
     };
+    // One sink logit per query head: each chip its heads'.
+    let sinks = sinks.then(|| w.weight_split("snk", &[q_heads[0].count], 0, &[Run::heads(q_heads[0].count, 1)]));
     let (qn, kn) = if qk_norm { (Some(w.weight("qn", &[hd])), Some(w.weight("kn", &[hd]))) } else { (None, None) };
     let (cos, sin, rot) = ctx.rope_tables(w);
 
@@ -68,10 +71,16 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
         });
         let qr = w.op("qr", Op::Rope, &[qh, &cos, &sin, pos], &rope);
         let kr = w.op("kr", Op::Rope, &[kh, &cos, &sin, pos], &rope);
+        // The sinks, when the layer has them, are `attend`'s last operand.
+        let attend = |w: &mut Writer<'_>, args: &[&str]| {
+            let mut args = args.to_vec();
+            args.extend(sinks.as_deref());
+            w.op("a", Op::Attend, &args, &attrs)
+        };
         match caches {
             Some((kc, vc)) if ctx.prefill() => {
                 // The chunk's own rows are attended to before they are written (ring caches).
-                let a = w.op("a", Op::Attend, &[&qr, &kc, &vc, pos, &kr, vh], &attrs);
+                let a = attend(w, &[&qr, &kc, &vc, pos, &kr, vh]);
                 w.update(&kc, Op::CachePut, &[&kc, &kr, pos], &[]);
                 w.update(&vc, Op::CachePut, &[&vc, vh, pos], &[]);
                 a
@@ -79,9 +88,9 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
             Some((kc, vc)) => {
                 w.update(&kc, Op::CachePut, &[&kc, &kr, pos], &[]);
                 w.update(&vc, Op::CachePut, &[&vc, vh, pos], &[]);
-                w.op("a", Op::Attend, &[&qr, &kc, &vc, pos], &attrs)
+                attend(w, &[&qr, &kc, &vc, pos])
             }
-            None => w.op("a", Op::Attend, &[&qr, &kr, vh, pos], &attrs),
+            None => attend(w, &[&qr, &kr, vh, pos]),
         }
     });
     let af = w.op("af", Op::Reshape, &[&a, &list(&[n, heads * hd])], &[]);
@@ -93,6 +102,14 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
         None => af,
     };
     w.op("mo", Op::Linear, &[&af, &wo], &[])
+}
+
+/// What the attention adds once its chips' partial sums are summed (`out`): o_proj's bias
+/// (gpt-oss), added once. Nothing for other layers.
+pub(super) fn after_reduce(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, out: &str) -> String {
+    let Mixer::Attention { o_bias: true, .. } = ctx.layer.mixer else { return out.to_string() };
+    let bo = w.weight("bo", &[ctx.spec.d_model]);
+    w.op("mb", Op::Add, &[out, &bo], &[])
 }
 
 /// `slice` attributes.

@@ -141,6 +141,8 @@ fn rope_scaling(m: &Meta) -> Result<RopeScaling> {
                 // llama.cpp assumes mscale = mscale_all_dim for deepseek2 (RoPE magnitude 1).
                 mscale: if mscale_all_dim == 0.0 { 1.0 } else { mscale_all_dim },
                 mscale_all_dim,
+                // llama.cpp rounds the correction range (`ggml_rope_yarn_corr_dims`).
+                truncate: true,
             })
         }
         Some(other) => Err(m.err(
@@ -197,5 +199,5 @@ fn moe(m: &Meta) -> Result<Ffn> {
     let n_shared = usize::try_from(m.u64(&key("expert_shared_count"))?.unwrap_or(0)).unwrap_or(usize::MAX);
     let shared = SharedExpert::ungated(n_shared, expert_hidden).map_err(|e| m.err(&key("expert_shared_count"), e))?;
     let router = Router { norm_topk, scaling, groups, topk_groups };
-    Ok(Ffn::Moe { experts, top_k, expert_hidden, act: Act::Silu, shared, router })
+    Ok(Ffn::Moe { experts, top_k, expert_hidden, act: Act::Silu, shared, router, bias: false })
 }
