@@ -15,6 +15,7 @@
 //! layers use `rope.freq_base_swa` (default 10000) without scaling.
 
 mod deepseek2;
+mod gpt_oss;
 mod hybrid;
 
 use std::path::Path;
@@ -29,7 +30,7 @@ use crate::model::spec::{
 
 /// The `general.architecture` values [`from_gguf`] understands.
 pub const ARCHITECTURES: &[&str] =
-    &["llama", "qwen3", "qwen3moe", "gemma3", "deepseek2", "qwen3next", "qwen35", "qwen35moe"];
+    &["llama", "qwen3", "qwen3moe", "gemma3", "deepseek2", "qwen3next", "qwen35", "qwen35moe", "gpt-oss"];
 
 /// Reads the GGUF file at `path` and builds its spec, named after the file's stem.
 pub fn from_gguf_path(path: impl AsRef<Path>) -> Result<ModelSpec> {
@@ -60,6 +61,7 @@ pub fn from_gguf(gguf: &Gguf, name: &str) -> Result<ModelSpec> {
         "qwen3moe" => Family::Qwen3Moe,
         "gemma3" => Family::Gemma3,
         "deepseek2" => return deepseek2::build(&m, name),
+        "gpt-oss" => return gpt_oss::build(&m, name),
         "qwen3next" | "qwen35" | "qwen35moe" => return hybrid::build(&m, &arch, name),
         other => {
             return Err(m.err("general.architecture", format!("unknown architecture `{other}`; supported: {supported}")))
@@ -230,7 +232,7 @@ fn gemma_rotations(
         return Err(m.err(&key("final_logit_softcapping"), "logit soft-capping is not supported"));
     }
     let window = m.req_usize(&key("attention.sliding_window"))?;
-    let sliding = gemma_pattern(m, &key("attention.sliding_window_pattern"), n_layers)?;
+    let sliding = swa_pattern(m, &key("attention.sliding_window_pattern"), n_layers, 6)?;
     let local_base = m.f32_as_f64(&key("rope.freq_base_swa"))?.unwrap_or(10_000.0);
     let local = Rotation { base: local_base, dim: global.dim, style: global.style, scaling: RopeScaling::None };
     let mut rotations: Vec<Rotation> = Vec::new();
@@ -324,11 +326,11 @@ fn rope_scaling(m: &Meta, arch: &str) -> Result<RopeScaling> {
     }
 }
 
-/// Which layers of a Gemma 3 file slide: one bool per layer (true = sliding), a period `n`
-/// (layer il slides iff il % n < n − 1), or llama.cpp's default period 6.
-fn gemma_pattern(m: &Meta, key: &str, n_layers: usize) -> Result<Vec<bool>> {
+/// Which layers slide: one bool per layer (true = sliding), a period `n` (layer il slides iff
+/// il % n < n − 1), or the architecture's default period in llama.cpp (Gemma 3: 6, gpt-oss: 2).
+fn swa_pattern(m: &Meta, key: &str, n_layers: usize, default_period: usize) -> Result<Vec<bool>> {
     let Some(value) = m.gguf.get(key) else {
-        return Ok((0..n_layers).map(|il| il % 6 < 5).collect());
+        return Ok((0..n_layers).map(|il| il % default_period < default_period - 1).collect());
     };
     if let Some(items) = value.as_array() {
         let flags: Option<Vec<bool>> = items.iter().map(|v| v.as_bool()).collect();

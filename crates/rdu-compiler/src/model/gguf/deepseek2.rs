@@ -71,7 +71,7 @@ pub(super) fn build(m: &Meta, name: &str) -> Result<ModelSpec> {
 
     // RoPE: interleaved pairs, optionally YaRN.
     let base = m.f32_as_f64(&key("rope.freq_base"))?.unwrap_or(10_000.0);
-    let scaling = rope_scaling(m)?;
+    let scaling = rope_scaling(m, ARCH)?;
     let scale = yarn_softmax_factor(&scaling) / (qk as f64).sqrt();
     let rotation = Rotation { base, dim: qk_rope, style: RopeStyle::Interleaved, scaling };
     let mixer = Mixer::Mla { heads, q_lora_rank, kv_lora_rank, qk_nope, qk_rope, v_dim, scale };
@@ -96,9 +96,11 @@ pub(super) fn build(m: &Meta, name: &str) -> Result<ModelSpec> {
     finish(m, name, shape, layers, vec![rotation], Embed { scale: None })
 }
 
-/// `rope.scaling.*`: none, linear, or YaRN with llama.cpp's deepseek2 reading of the
-/// log multiplier.
-fn rope_scaling(m: &Meta) -> Result<RopeScaling> {
+/// `{arch}.rope.scaling.*`: none, linear, or YaRN as llama.cpp reads it — its correction range
+/// rounded to whole dims (`ggml_rope_yarn_corr_dims`), whatever the HF config's `truncate` was,
+/// and with deepseek2's reading of the log multiplier (`gpt-oss` files carry none).
+pub(super) fn rope_scaling(m: &Meta, arch: &str) -> Result<RopeScaling> {
+    let key = |k: &str| format!("{arch}.{k}");
     let type_key = key("rope.scaling.type");
     let positive = |k: &str, default: Option<f64>| -> Result<f64> {
         let v = match (m.f32_as_f64(k)?, default) {
@@ -147,7 +149,7 @@ fn rope_scaling(m: &Meta) -> Result<RopeScaling> {
         }
         Some(other) => Err(m.err(
             &type_key,
-            format!("rope scaling `{other}` is not supported for {ARCH}; supported: none, linear, yarn"),
+            format!("rope scaling `{other}` is not supported for {arch}; supported: none, linear, yarn"),
         )),
     }
 }
