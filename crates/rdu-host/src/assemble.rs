@@ -66,16 +66,17 @@ pub(crate) fn slice<T: Clone>(
     {
         return Err(format!("q8_0 blocks of shape {shape:?} do not align with entries {start}..{end} of axis {axis}"));
     }
-    let (stride, first, run) = (dim * inner / unit, start * inner / unit, inner / unit);
-    let mut data = Vec::with_capacity(outer * run * len);
+    // Units a step of the axis spans (a whole number of them for a strided slice), and a run's.
+    let (stride, first, entry, run) = (dim * inner / unit, start * inner / unit, inner / unit, len * inner / unit);
+    let mut data = Vec::with_capacity(outer * run);
     for o in 0..outer {
         if step == 1 {
-            data.extend_from_slice(&piece.data[o * stride + first..o * stride + first + len * run]);
+            data.extend_from_slice(&piece.data[o * stride + first..o * stride + first + run]);
             continue;
         }
         for i in 0..len {
-            let at = o * stride + first + i * step * run;
-            data.extend_from_slice(&piece.data[at..at + run]);
+            let at = o * stride + first + i * step * entry;
+            data.extend_from_slice(&piece.data[at..at + entry]);
         }
     }
     let mut out_shape = piece.shape.clone();
