@@ -114,6 +114,9 @@ pub(super) fn attend(call: &Call<'_>) -> Outs {
     let keys = Kv { data: k, slot: g * dk, group: dk, len: dk };
     let values = Kv { data: v, slot: g * dv, group: dv, len: dv };
     // 4 operands, 5 (sinks), 6 (the chunk's k, v) or 7 (both).
+    if call.args.len() == 5 && call.shape_of(4)?.len() == 3 {
+        return invalid("takes the chunk's keys and values together: given the keys without the values");
+    }
     let with_chunk = call.args.len() >= 6;
     let chunk = if with_chunk {
         let (tkn, kn) = call.f32(4)?;

@@ -42,6 +42,14 @@ fn window_ok(a: &Operands<'_>, window: Option<usize>) -> Result<(), TypeError> {
 /// `attend(q [N, h, dk], K [S, g, dk], V [S, g, dv], pos (, k [N, g, dk], v [N, g, dv]) (, sinks [h]))
 /// -> [N, h, dv]`: 4 operands, 5 (sinks), 6 (the chunk's k, v) or 7 (both).
 pub(super) fn attend(a: &Operands<'_>, window: Option<usize>) -> Result<Vec<Type>, TypeError> {
+    if a.len() == 5 && a.ty(4).rank() == 3 {
+        // A fifth operand shaped like the chunk's keys: its values are missing (sinks are [h]).
+        return Err(TypeError {
+            fault: Fault::Arity,
+            site: Site::Op,
+            message: "`attend` takes the chunk's keys and values together: found the keys without the values".into(),
+        });
+    }
     let q = a.f32_rank(0, 3, "[N, h, dk]")?;
     let k = a.f32_rank(1, 3, "[S, g, dk]")?;
     if k[0] == 0 || k[1] == 0 || q[1] % k[1] != 0 || k[2] != q[2] {
