@@ -702,6 +702,20 @@ fn errors_name_the_field() {
             "text_config.tie_word_embeddings",
         ),
         ("eos type", edited("tiny-llama", |v| v["eos_token_id"] = json!("</s>")), "eos_token_id"),
+        ("not an object", from_config_json("[1, 2]", "array"), "$"),
+        ("malformed JSON", from_config_json("{\"model_type\": \"llama\",", "broken"), "$"),
+    ];
+    for (what, result, field) in cases {
+        let (got, message) = config_error(result);
+        assert_eq!(got, field, "{what}: {message}");
+        assert!(!message.is_empty() && !message.ends_with('.'), "{what}: {message}");
+    }
+}
+
+/// gpt-oss, Mistral and Mixtral configs: every refusal names its field.
+#[test]
+fn gpt_oss_mistral_and_mixtral_errors_name_the_field() {
+    let cases: Vec<(&str, rdu_compiler::error::Result<ModelSpec>, &str)> = vec![
         ("gpt-oss alpha", edited("tiny-gpt-oss", |v| v["swiglu_alpha"] = json!(1.5)), "swiglu_alpha"),
         ("gpt-oss limit", edited("tiny-gpt-oss", |v| v["swiglu_limit"] = json!(0.0)), "swiglu_limit"),
         (
@@ -748,8 +762,6 @@ fn errors_name_the_field() {
             }),
             "intermediate_size",
         ),
-        ("not an object", from_config_json("[1, 2]", "array"), "$"),
-        ("malformed JSON", from_config_json("{\"model_type\": \"llama\",", "broken"), "$"),
     ];
     for (what, result, field) in cases {
         let (got, message) = config_error(result);

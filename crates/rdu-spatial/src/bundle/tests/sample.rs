@@ -43,15 +43,7 @@ pub fn sample() -> Bundle {
     for l in [0, 2] {
         let mut we = tensor(&[4, 64, 64], TensorStorage::Q8_0, "", vec![]);
         let names = (0..4).map(|e| format!("blk.{l}.ffn_gate.{e}.weight")).collect();
-        we.checkpoint = Checkpoint {
-            kind: CheckpointKind::Stack,
-            names,
-            axis: Some(0),
-            start: None,
-            len: None,
-            step: None,
-            transposed: false,
-        };
+        we.checkpoint = Checkpoint { kind: CheckpointKind::Stack, names, axis: Some(0), ..we.checkpoint };
         tensors.insert(format!("We{l}"), we);
     }
     let rope = RopeSpec { base: 10000.0, dim: 16, scaling: RopeScaling::Linear { factor: 2.0 } };
