@@ -180,33 +180,25 @@ pub enum Act {
 }
 
 impl Act {
-    /// The `experts` op's `act=` word (for `silu` and `gelu_tanh` also the name of the op
-    /// applying it to a dense MLP's gate).
-    pub fn word(self) -> &'static str {
-        match self {
-            Act::Silu => rdu_spatial::Op::Silu.name(),
-            Act::GeluTanh => rdu_spatial::Op::GeluTanh.name(),
-            Act::SwigluOai { .. } => "swiglu_oai",
-        }
-    }
-
     /// The elementwise op applying the activation to a dense MLP's gate; `None` for gpt-oss's,
     /// which reads the up projection too and exists in experts only.
-    pub fn op(self) -> Option<rdu_spatial::Op> {
+    pub fn op(self) -> Option<crate::graph::Op> {
         match self {
-            Act::Silu => Some(rdu_spatial::Op::Silu),
-            Act::GeluTanh => Some(rdu_spatial::Op::GeluTanh),
+            Act::Silu => Some(crate::graph::Op::Silu),
+            Act::GeluTanh => Some(crate::graph::Op::GeluTanh),
             Act::SwigluOai { .. } => None,
         }
     }
 
-    /// The `experts` op's attributes for this activation: `act=...` (and `limit=...`).
-    pub fn attrs(self) -> Vec<(&'static str, String)> {
-        let mut attrs = vec![("act", self.word().to_string())];
-        if let Act::SwigluOai { limit } = self {
-            attrs.push(("limit", format!("{limit:?}")));
-        }
-        attrs
+    /// The `experts` op of the activation: its `act` (and gpt-oss's `limit`).
+    pub fn experts(self) -> crate::graph::Op {
+        use crate::graph::Act as A;
+        let (act, limit) = match self {
+            Act::Silu => (A::Silu, None),
+            Act::GeluTanh => (A::GeluTanh, None),
+            Act::SwigluOai { limit } => (A::SwigluOai, Some(limit)),
+        };
+        crate::graph::Op::Experts { act, limit }
     }
 }
 

@@ -4,28 +4,30 @@
 
 use std::collections::BTreeMap;
 
+use super::call::{kernels, ArgVal, Call, Outs};
 use super::elementwise::{gelu_tanh, sigmoid};
-use super::matmul::{products, Rows};
-use super::ops::{ArgVal, Call, Outs};
+use super::matmul::products;
 use super::region::{region, untiled, Axes};
+use super::rows::Rows;
 use super::tensor::SimTensor;
 use super::{invalid, SimBindings, SimError, WeightSlab};
+use crate::op::{attrs, Act};
 use crate::program::Storage;
 use crate::q8::QK8_0;
 
+kernels! {
+    Route(call, a) => route(call, a),
+    Experts(call, a) => experts(call, a),
+}
+
 /// `w [N, K]`, `idx i32[N, K]`: the `K` most probable experts of each row.
-pub(super) fn route(call: &Call<'_>) -> Outs {
-    call.expect()?;
+fn route(call: &Call<'_>, a: &attrs::Route) -> Outs {
     untiled(call.tiling())?;
     let (t, logits) = call.f32(0)?;
     let &[n, e] = t.shape.as_slice() else { return invalid(format!("expects logits [N, E], given {:?}", t.shape)) };
-    let k = call.req_count("k")?;
-    let norm = call.attr_count("norm")?.unwrap_or(0);
-    let scale = call.attr_float("scale")?.unwrap_or(1.0);
-    let groups = call.attr_count("groups")?.unwrap_or(1);
-    let keep = call.attr_count("topk_groups")?.unwrap_or(groups);
-    if k == 0 || k > e || e > i32::MAX as usize || norm > 1 {
-        return invalid(format!("k={k} and norm={norm} must satisfy 1 <= k <= {e} and norm 0 or 1"));
+    let (k, norm, scale, groups, keep) = (a.k, a.norm, a.scale as f32, a.groups, a.topk_groups);
+    if k == 0 || k > e || e > i32::MAX as usize {
+        return invalid(format!("k={k} must satisfy 1 <= k <= {e}"));
     }
     if groups == 0 || e % groups != 0 || keep == 0 || keep > groups {
         return invalid(format!("{e} experts cannot be split into {groups} groups keeping {keep}"));
@@ -49,7 +51,7 @@ pub(super) fn route(call: &Call<'_>) -> Outs {
         }
         let top = descending(&p, k);
         let mut chosen: Vec<f32> = top.iter().map(|&i| p[i]).collect();
-        if norm == 1 {
+        if norm {
             let sum: f32 = chosen.iter().sum();
             chosen.iter_mut().for_each(|v| *v /= sum);
         }
@@ -72,15 +74,13 @@ enum Gated {
 }
 
 impl Gated {
-    fn of(call: &Call<'_>) -> Result<Gated, SimError> {
-        let limit = call.attr_float("limit")?;
-        let gated = match (call.attr_word("act")?.unwrap_or("silu"), limit) {
-            ("silu", None) => Gated::Act(|v| v * sigmoid(v)),
-            ("gelu_tanh", None) => Gated::Act(gelu_tanh),
-            ("swiglu_oai", Some(limit)) if limit.is_finite() && limit > 0.0 => Gated::SwigluOai { limit },
-            ("swiglu_oai", _) => return invalid("act=swiglu_oai needs limit=L, a finite number above 0"),
-            ("silu" | "gelu_tanh", Some(_)) => return invalid("limit goes with act=swiglu_oai only"),
-            (other, _) => return invalid(format!("unknown act `{other}` (silu, gelu_tanh or swiglu_oai)")),
+    fn of(a: &attrs::Experts) -> Result<Gated, SimError> {
+        let gated = match (a.act, a.limit.map(|l| l as f32)) {
+            (Act::Silu, None) => Gated::Act(|v| v * sigmoid(v)),
+            (Act::GeluTanh, None) => Gated::Act(gelu_tanh),
+            (Act::SwigluOai, Some(limit)) if limit.is_finite() && limit > 0.0 => Gated::SwigluOai { limit },
+            (Act::SwigluOai, _) => return invalid("act=swiglu_oai needs limit=L, a finite number above 0"),
+            (Act::Silu | Act::GeluTanh, Some(_)) => return invalid("limit goes with act=swiglu_oai only"),
         };
         Ok(gated)
     }
@@ -97,12 +97,11 @@ impl Gated {
 }
 
 /// `Σₖ w[n,k] · Wd[e] h` with `e = idx[n,k]` and `h = gated(Wg[e] x (+ bg[e]), Wu[e] x (+ bu[e]))`.
-pub(super) fn experts(call: &Call<'_>) -> Outs {
-    call.expect()?;
+fn experts(call: &Call<'_>, a: &attrs::Experts) -> Outs {
     let (tx, x) = call.f32(0)?;
     let (tw, w) = call.f32(1)?;
     let (ti, idx) = call.i32(2)?;
-    let gated = Gated::of(call)?;
+    let gated = Gated::of(a)?;
     if call.args.len() == 7 {
         return invalid("takes the gate and up biases together: 6 or 8 arguments, given 7");
     }

@@ -1,11 +1,12 @@
-//! Multi-head attention with GQA, optional q/k norm, output gate, partial rotary and q/k/v
-//! biases (Llama, Qwen2/3, Gemma 3, Qwen3-Next/3.5 gated attention).
+//! Multi-head attention with GQA, optional q/k norm, output gate, partial rotary, q/k/v (and
+//! o) biases and attention sinks (Llama, Qwen2/3, Gemma 3, Qwen3-Next/3.5 gated attention,
+//! Mistral, gpt-oss).
 
 use super::split::Run;
-use super::writer::{float, list, Writer};
+use super::writer::Writer;
 use super::LayerCtx;
+use crate::graph::Op;
 use crate::model::spec::Mixer;
-use rdu_spatial::Op;
 
 /// Writes the attention mixer over the normalised hidden state `hn`; returns its `[N, D]` output.
 pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String {
@@ -43,65 +44,82 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     let v = linear(w, "v", hn, &wv, bv.as_deref());
     let (qh, gate) = if output_gate {
         // q_proj emits, per head, hd query values then hd gate values.
-        let qg = w.op("qg", Op::Reshape, &[&q, &list(&[n, heads, 2 * hd])], &[]);
-        let qh = w.op("qh", Op::Slice, &[&qg], &slice(2, 0, hd));
-        let gh = w.op("gh", Op::Slice, &[&qg], &slice(2, hd, hd));
-        (qh, Some(w.op("gf", Op::Reshape, &[&gh, &list(&[n, heads * hd])], &[])))
+        let qg = w.op("qg", Op::Reshape { shape: vec![n, heads, 2 * hd] }, &[&q]);
+        let qh = w.op("qh", slice(2, 0, hd), &[&qg]);
+        let gh = w.op("gh", slice(2, hd, hd), &[&qg]);
+        (qh, Some(w.op("gf", Op::Reshape { shape: vec![n, heads * hd] }, &[&gh])))
     } else {
-        (w.op("qh", Op::Reshape, &[&q, &list(&[n, heads, hd])], &[]), None)
+        (w.op("qh", Op::Reshape { shape: vec![n, heads, hd] }, &[&q]), None)
     };
-    let kh = w.op("kh", Op::Reshape, &[&k, &list(&[n, kv_heads, hd])], &[]);
-    let vh = w.op("vh", Op::Reshape, &[&v, &list(&[n, kv_heads, hd])], &[]);
+    let kh = w.op("kh", Op::Reshape { shape: vec![n, kv_heads, hd] }, &[&k]);
+    let vh = w.op("vh", Op::Reshape { shape: vec![n, kv_heads, hd] }, &[&v]);
     let (qh, kh) = match (qn, kn) {
-        (Some(qn), Some(kn)) => (
-            w.op("qnh", Op::RmsNorm, &[&qh, &qn], &ctx.norm_attrs()),
-            w.op("knh", Op::RmsNorm, &[&kh, &kn], &ctx.norm_attrs()),
-        ),
+        (Some(qn), Some(kn)) => (w.op("qnh", ctx.norm(), &[&qh, &qn]), w.op("knh", ctx.norm(), &[&kh, &kn])),
         _ => (qh, kh),
     };
-    let rope = [("dim", rot.to_string()), ("style", ctx.rope_style().to_string())];
-    let mut attrs = vec![("scale", float(scale))];
-    attrs.extend(ctx.window_attr());
+    let rope = Op::Rope { dim: rot, style: ctx.rope_style() };
+    let attend = Op::Attend { scale, window: ctx.layer.window };
+    let tables = Tables { cos: &cos, sin: &sin, rope, attend, sinks: sinks.as_deref() };
     // Positions and caches are each sequence's own.
     let a = ctx.per_sequence(w, "a", &[("qh", &qh), ("kh", &kh), ("vh", &vh)], |w, seq, x| {
-        let (qh, kh, vh, pos) = (&x[0], &x[1], &x[2], seq.pos.as_str());
         let caches = ctx.decode().then(|| {
             let (full, by_kv_head) = ([ctx.cache_slots(), kv_runs[0].count, hd], [Run::heads(kv_runs[0].count, 1)]);
             (w.state_split("Kc", &full, 1, &by_kv_head), w.state_split("Vc", &full, 1, &by_kv_head))
         });
-        let qr = w.op("qr", Op::Rope, &[qh, &cos, &sin, pos], &rope);
-        let kr = w.op("kr", Op::Rope, &[kh, &cos, &sin, pos], &rope);
-        // The sinks, when the layer has them, are `attend`'s last operand.
-        let attend = |w: &mut Writer<'_>, args: &[&str]| {
-            let mut args = args.to_vec();
-            args.extend(sinks.as_deref());
-            w.op("a", Op::Attend, &args, &attrs)
-        };
-        match caches {
-            Some((kc, vc)) if ctx.prefill() => {
-                // The chunk's own rows are attended to before they are written (ring caches).
-                let a = attend(w, &[&qr, &kc, &vc, pos, &kr, vh]);
-                w.update(&kc, Op::CachePut, &[&kc, &kr, pos], &[]);
-                w.update(&vc, Op::CachePut, &[&vc, vh, pos], &[]);
-                a
-            }
-            Some((kc, vc)) => {
-                w.update(&kc, Op::CachePut, &[&kc, &kr, pos], &[]);
-                w.update(&vc, Op::CachePut, &[&vc, vh, pos], &[]);
-                attend(w, &[&qr, &kc, &vc, pos])
-            }
-            None => attend(w, &[&qr, &kr, vh, pos]),
-        }
+        attend_sequence(w, ctx, &tables, [&x[0], &x[1], &x[2], seq.pos.as_str()], caches)
     });
-    let af = w.op("af", Op::Reshape, &[&a, &list(&[n, heads * hd])], &[]);
+    let af = w.op("af", Op::Reshape { shape: vec![n, heads * hd] }, &[&a]);
     let af = match gate {
         Some(gf) => {
-            let sg = w.op("gs", Op::Sigmoid, &[&gf], &[]);
-            w.op("ag", Op::Mul, &[&af, &sg], &[])
+            let sg = w.op("gs", Op::Sigmoid, &[&gf]);
+            w.op("ag", Op::Mul, &[&af, &sg])
         }
         None => af,
     };
-    w.op("mo", Op::Linear, &[&af, &wo], &[])
+    w.op("mo", Op::Linear, &[&af, &wo])
+}
+
+/// What every sequence's attention reads besides its rows: the RoPE tables and op, the
+/// attention op and the sinks, if any.
+struct Tables<'t> {
+    cos: &'t str,
+    sin: &'t str,
+    rope: Op,
+    attend: Op,
+    sinks: Option<&'t str>,
+}
+
+/// One sequence's RoPE, cache writes and attention over `[qh, kh, vh, pos]` (the caches `Kc`,
+/// `Vc` of a step with a cache); the sinks, when the layer has them, are `attend`'s last operand.
+fn attend_sequence(
+    w: &mut Writer<'_>,
+    ctx: &LayerCtx<'_>,
+    t: &Tables<'_>,
+    [qh, kh, vh, pos]: [&str; 4],
+    caches: Option<(String, String)>,
+) -> String {
+    let qr = w.op("qr", t.rope.clone(), &[qh, t.cos, t.sin, pos]);
+    let kr = w.op("kr", t.rope.clone(), &[kh, t.cos, t.sin, pos]);
+    let attend = |w: &mut Writer<'_>, args: &[&str]| {
+        let mut args = args.to_vec();
+        args.extend(t.sinks);
+        w.op("a", t.attend.clone(), &args)
+    };
+    match caches {
+        Some((kc, vc)) if ctx.prefill() => {
+            // The chunk's own rows are attended to before they are written (ring caches).
+            let a = attend(w, &[&qr, &kc, &vc, pos, &kr, vh]);
+            w.update(&kc, Op::CachePut, &[&kc, &kr, pos]);
+            w.update(&vc, Op::CachePut, &[&vc, vh, pos]);
+            a
+        }
+        Some((kc, vc)) => {
+            w.update(&kc, Op::CachePut, &[&kc, &kr, pos]);
+            w.update(&vc, Op::CachePut, &[&vc, vh, pos]);
+            attend(w, &[&qr, &kc, &vc, pos])
+        }
+        None => attend(w, &[&qr, &kr, vh, pos]),
+    }
 }
 
 /// What the attention adds once its chips' partial sums are summed (`out`): o_proj's bias
@@ -109,17 +127,17 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
 pub(super) fn after_reduce(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, out: &str) -> String {
     let Mixer::Attention { o_bias: true, .. } = ctx.layer.mixer else { return out.to_string() };
     let bo = w.weight("bo", &[ctx.spec.d_model]);
-    w.op("mb", Op::Add, &[out, &bo], &[])
+    w.op("mb", Op::Add, &[out, &bo])
 }
 
-/// `slice` attributes.
-pub(super) fn slice(axis: usize, start: usize, len: usize) -> [(&'static str, String); 3] {
-    [("axis", axis.to_string()), ("start", start.to_string()), ("len", len.to_string())]
+/// `slice(axis, start, len)`.
+pub(super) fn slice(axis: usize, start: usize, len: usize) -> Op {
+    Op::Slice { axis, start, len }
 }
 
 pub(super) fn linear(w: &mut Writer<'_>, out: &str, x: &str, weight: &str, bias: Option<&str>) -> String {
     match bias {
-        Some(b) => w.op(out, Op::Linear, &[x, weight, b], &[]),
-        None => w.op(out, Op::Linear, &[x, weight], &[]),
+        Some(b) => w.op(out, Op::Linear, &[x, weight, b]),
+        None => w.op(out, Op::Linear, &[x, weight]),
     }
 }

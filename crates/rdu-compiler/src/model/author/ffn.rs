@@ -3,10 +3,10 @@
 //! without its sigmoid gate).
 
 use super::split::Run;
-use super::writer::{float, list, Writer};
+use super::writer::Writer;
 use super::LayerCtx;
+use crate::graph::Op;
 use crate::model::spec::{Act, Ffn};
-use rdu_spatial::Op;
 
 /// Writes the layer's feed-forward block over `hf`; returns its `[N, D]` output (on a chip of a
 /// tensor-parallel layer, its partial sum: [`after_reduce`] adds what must be added once).
@@ -28,28 +28,28 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hf: &str) -> String 
                 args.push(w.weight_split("beu", &[*experts, *expert_hidden], 1, &cols));
             }
             let rl = super::attention::linear(w, "rl", hf, &wr, br.as_deref());
-            let attrs = [
-                ("k", top_k.to_string()),
-                ("norm", if router.norm_topk { "1" } else { "0" }.to_string()),
-                ("scale", float(router.scaling)),
-                ("groups", router.groups.to_string()),
-                ("topk_groups", router.topk_groups.to_string()),
-            ];
-            let (rw, ri) = w.op2(["rw", "ri"], Op::Route, &[&rl], &attrs);
+            let route = Op::Route {
+                k: *top_k,
+                norm: router.norm_topk,
+                scale: router.scaling,
+                groups: router.groups,
+                topk_groups: router.topk_groups,
+            };
+            let (rw, ri) = w.op2(["rw", "ri"], route, &[&rl]);
             (args[1], args[2]) = (rw, ri);
             let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-            let eo = w.op("eo", Op::Experts, &refs, &act.attrs());
+            let eo = w.op("eo", act.experts(), &refs);
             let Some(shared) = shared else { return eo };
             let so = mlp(w, ["Wsg", "Wsu", "Wsd"], ["sg", "su", "sa", "sm", "so"], hf, d, shared.hidden, *act);
             let so = if shared.gated {
                 let wsgate = w.projection("Wsgate", &[1, d]);
-                let sl = w.op("sgl", Op::Linear, &[hf, &wsgate], &[]);
-                let ss = w.op("sgs", Op::Sigmoid, &[&sl], &[]);
-                w.op("sgo", Op::Mul, &[&so, &ss], &[])
+                let sl = w.op("sgl", Op::Linear, &[hf, &wsgate]);
+                let ss = w.op("sgs", Op::Sigmoid, &[&sl]);
+                w.op("sgo", Op::Mul, &[&so, &ss])
             } else {
                 so
             };
-            w.op("fo", Op::Add, &[&eo, &so], &[])
+            w.op("fo", Op::Add, &[&eo, &so])
         }
     }
 }
@@ -63,14 +63,14 @@ pub(super) fn after_reduce(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, out: &str) ->
     let (n, d, k) = (ctx.rows, ctx.spec.d_model, *top_k);
     let bed = w.weight("bed", &[*experts, d]);
     let (rw, ri) = (w.name("rw"), w.name("ri"));
-    let ids = w.op("bdi", Op::Reshape, &[&ri, &list(&[n * k])], &[]);
-    let rows = w.op("bdr", Op::Embed, &[&ids, &bed], &[]);
-    let rows = w.op("bdk", Op::Reshape, &[&rows, &list(&[n, k, d])], &[]);
-    let rows = w.op("bdt", Op::Transpose, &[&rows], &[("perm", list(&[0, 2, 1]))]);
-    let weights = w.op("bdw", Op::Reshape, &[&rw, &list(&[1, n, k])], &[]);
-    let sum = w.op("bdh", Op::LinearHeads, &[&weights, &rows], &[]);
-    let sum = w.op("bds", Op::Reshape, &[&sum, &list(&[n, d])], &[]);
-    w.op("fb", Op::Add, &[out, &sum], &[])
+    let ids = w.op("bdi", Op::Reshape { shape: vec![n * k] }, &[&ri]);
+    let rows = w.op("bdr", Op::Embed, &[&ids, &bed]);
+    let rows = w.op("bdk", Op::Reshape { shape: vec![n, k, d] }, &[&rows]);
+    let rows = w.op("bdt", Op::Transpose { perm: vec![0, 2, 1] }, &[&rows]);
+    let weights = w.op("bdw", Op::Reshape { shape: vec![1, n, k] }, &[&rw]);
+    let sum = w.op("bdh", Op::LinearHeads, &[&weights, &rows]);
+    let sum = w.op("bds", Op::Reshape { shape: vec![n, d] }, &[&sum]);
+    w.op("fb", Op::Add, &[out, &sum])
 }
 
 /// `down(act(gate(x)) ⊙ up(x))` with the given weight and value base names; on a chip of a
@@ -88,10 +88,10 @@ fn mlp(
     let wg = w.projection_split(weights[0], &[hidden, d], 0, &cols);
     let wu = w.projection_split(weights[1], &[hidden, d], 0, &cols);
     let wd = w.projection_split(weights[2], &[d, hidden], 1, &cols);
-    let g = w.op(values[0], Op::Linear, &[x, &wg], &[]);
-    let u = w.op(values[1], Op::Linear, &[x, &wu], &[]);
+    let g = w.op(values[0], Op::Linear, &[x, &wg]);
+    let u = w.op(values[1], Op::Linear, &[x, &wu]);
     let act = act.op().expect("dense MLPs and shared experts are imported silu or gelu_tanh only");
-    let a = w.op(values[2], act, &[&g], &[]);
-    let m = w.op(values[3], Op::Mul, &[&a, &u], &[]);
-    w.op(values[4], Op::Linear, &[&m, &wd], &[])
+    let a = w.op(values[2], act, &[&g]);
+    let m = w.op(values[3], Op::Mul, &[&a, &u]);
+    w.op(values[4], Op::Linear, &[&m, &wd])
 }
