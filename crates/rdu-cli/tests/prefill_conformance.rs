@@ -128,6 +128,21 @@ fn deepseek_v2_noqlora() {
     check("deepseek_v2_noqlora");
 }
 
+#[test]
+fn gpt_oss() {
+    check("gpt_oss");
+}
+
+#[test]
+fn mistral() {
+    check("mistral");
+}
+
+#[test]
+fn mixtral() {
+    check("mixtral");
+}
+
 /// `rdu run --chunk`: the logits rows are the last row of each whole chunk, then every decoded
 /// position, and `--json` lists exactly those positions.
 #[test]

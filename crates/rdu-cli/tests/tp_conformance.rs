@@ -151,3 +151,18 @@ fn deepseek_v2() {
 fn deepseek_v2_noqlora() {
     check("deepseek_v2_noqlora");
 }
+
+#[test]
+fn gpt_oss() {
+    check("gpt_oss");
+}
+
+#[test]
+fn mistral() {
+    check("mistral");
+}
+
+#[test]
+fn mixtral() {
+    check("mixtral");
+}

@@ -115,6 +115,26 @@ fn qwen3_8b_lowers_and_certifies() {
 }
 
 #[test]
+fn gpt_oss_120b_lowers_and_certifies() {
+    lower_real("gpt-oss-120b");
+}
+
+#[test]
+fn gpt_oss_20b_lowers_and_certifies() {
+    lower_real("gpt-oss-20b");
+}
+
+#[test]
+fn mixtral_8x7b_lowers_and_certifies() {
+    lower_real("mixtral-8x7b");
+}
+
+#[test]
+fn mistral_7b_lowers_and_certifies() {
+    lower_real("mistral-7b");
+}
+
+#[test]
 fn tiny_presets_lower_every_cut() {
     for name in presets::names().into_iter().filter(|n| n.starts_with("tiny-")) {
         let spec = presets::resolve(name).expect("preset");
@@ -407,6 +427,26 @@ fn llama_3_1_8b_prefill_512_certifies() {
 #[test]
 fn qwen3_8b_prefill_512_certifies() {
     prefill_real("qwen3-8b");
+}
+
+#[test]
+fn gpt_oss_120b_prefill_512_certifies() {
+    prefill_real("gpt-oss-120b");
+}
+
+#[test]
+fn gpt_oss_20b_prefill_512_certifies() {
+    prefill_real("gpt-oss-20b");
+}
+
+#[test]
+fn mixtral_8x7b_prefill_512_certifies() {
+    prefill_real("mixtral-8x7b");
+}
+
+#[test]
+fn mistral_7b_prefill_512_certifies() {
+    prefill_real("mistral-7b");
 }
 
 /// `check_structure` — all that an estimate and the full-size program of a reduced

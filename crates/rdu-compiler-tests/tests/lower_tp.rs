@@ -169,6 +169,26 @@ fn deepseek_v2_lite_certifies_at_tp_8() {
     lower_real_tp8("deepseek-v2-lite");
 }
 
+#[test]
+fn gpt_oss_120b_certifies_at_tp_8() {
+    lower_real_tp8("gpt-oss-120b");
+}
+
+#[test]
+fn gpt_oss_20b_certifies_at_tp_8() {
+    lower_real_tp8("gpt-oss-20b");
+}
+
+#[test]
+fn mixtral_8x7b_certifies_at_tp_8() {
+    lower_real_tp8("mixtral-8x7b");
+}
+
+#[test]
+fn mistral_7b_certifies_at_tp_8() {
+    lower_real_tp8("mistral-7b");
+}
+
 /// Layer 0 of `name` at `tp` chips: the lowered per-chip program and graph, and the unsplit
 /// decode program and graph (names as in layer 0).
 fn split_kind(

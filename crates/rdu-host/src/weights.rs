@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use rdu_checkpoint::{quantize_q8_0, GgmlType, Gguf, Q8Block, SafeTensors};
-use rdu_spatial::manifest::{CheckpointKind, Manifest, TensorEntry, TensorStorage};
+use rdu_spatial::manifest::{Checkpoint, CheckpointKind, Manifest, TensorEntry, TensorStorage};
 use rdu_spatial::seeded_weight;
 use rdu_spatial::sim::{can_pack, PackedWeight};
 use rdu_spatial::{Q8Weight, SimTensor};
@@ -184,7 +184,11 @@ impl Reader {
     fn pack(&self, entry: &TensorEntry) -> Option<Packed> {
         let Reader::Gguf(gguf) = self else { return None };
         let c = &entry.checkpoint;
-        if c.kind != CheckpointKind::Tensor || c.names.len() != 1 || !entry.slices.is_empty() || entry.shape.len() != 2
+        if c.kind != CheckpointKind::Tensor
+            || c.transposed
+            || c.names.len() != 1
+            || !entry.slices.is_empty()
+            || entry.shape.len() != 2
         {
             return None;
         }
@@ -264,11 +268,11 @@ impl Reader {
                 let data = values.into_blocks(&shape)?;
                 pieces.push((part, Piece { shape, data }));
             }
-            let piece = cut(c.kind, pieces, c.axis, c.start, c.len, 32).map_err(|p| fail(&label, p))?;
+            let piece = cut(c, pieces, 32).map_err(|p| fail(&label, p))?;
             (Values::Blocks(piece.data), piece.shape)
         } else {
             let pieces = parts.into_iter().map(|(part, (shape, v))| (part, Piece { shape, data: v.into_dense() }));
-            let piece = cut(c.kind, pieces.collect(), c.axis, c.start, c.len, 1).map_err(|p| fail(&label, p))?;
+            let piece = cut(c, pieces.collect(), 1).map_err(|p| fail(&label, p))?;
             (Values::Dense(piece.data), piece.shape)
         };
         Ok((label, values, shape))
@@ -309,22 +313,28 @@ impl Reader {
     }
 }
 
-/// Applies the checkpoint's kind: one tensor as it is, several stacked, or a slice of one.
+/// Applies the checkpoint's kind: one tensor as it is (or transposed), several stacked, or a
+/// slice of one (transposed first when the entry says so; every `step`-th entry).
 fn cut<T: Clone>(
-    kind: CheckpointKind,
-    mut pieces: Vec<(String, Piece<T>)>,
-    axis: Option<usize>,
-    start: Option<usize>,
-    len: Option<usize>,
+    c: &Checkpoint,
+    pieces: Vec<(String, Piece<T>)>,
     unit: usize,
 ) -> std::result::Result<Piece<T>, String> {
-    match (kind, axis, start, len) {
-        (CheckpointKind::Tensor, ..) if pieces.len() == 1 => Ok(pieces.remove(0).1),
-        (CheckpointKind::Stack, Some(axis), ..) => assemble::stack(pieces, axis, unit),
-        (CheckpointKind::Slice, Some(axis), Some(start), Some(len)) if pieces.len() == 1 => {
-            assemble::slice(pieces.remove(0).1, axis, start, len, unit)
+    let one = |mut pieces: Vec<(String, Piece<T>)>| {
+        let piece = pieces.remove(0).1;
+        if c.transposed {
+            assemble::transpose(piece, unit)
+        } else {
+            Ok(piece)
         }
-        _ => Err(format!("the manifest's checkpoint entry of kind {kind:?} is incomplete")),
+    };
+    match (c.kind, c.axis, c.start, c.len) {
+        (CheckpointKind::Tensor, ..) if pieces.len() == 1 => one(pieces),
+        (CheckpointKind::Stack, Some(axis), ..) if !c.transposed => assemble::stack(pieces, axis, unit),
+        (CheckpointKind::Slice, Some(axis), Some(start), Some(len)) if pieces.len() == 1 => {
+            assemble::slice(one(pieces)?, axis, start, len, c.step.unwrap_or(1), unit)
+        }
+        (kind, ..) => Err(format!("the manifest's checkpoint entry of kind {kind:?} is incomplete")),
     }
 }
 

@@ -319,6 +319,13 @@ pub struct Checkpoint {
     /// `slice` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub len: Option<usize>,
+    /// `slice` only: every `step`-th entry from `start` (absent: 1, a run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<usize>,
+    /// `tensor`, `slice`: the checkpoint tensor's last two axes are swapped first (HF gpt-oss
+    /// stores its experts `[E, in, out]`, for `x·W`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub transposed: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -328,7 +335,7 @@ pub enum CheckpointKind {
     Tensor,
     /// Several (per-expert) tensors stacked along a new axis.
     Stack,
-    /// A range of one checkpoint tensor along an axis.
+    /// A range of one checkpoint tensor along an axis (every `step`-th entry of it).
     Slice,
 }
 

@@ -40,7 +40,8 @@ impl Inputs {
         let mut experts = BTreeMap::new();
         for op in program.sections.iter().flat_map(|s| &s.stages).flat_map(|st| &st.ops) {
             if op.op == Op::Experts {
-                for arg in op.args.iter().skip(3) {
+                // The stacked weights (a biased step's biases are drawn whole, as any dense weight).
+                for arg in op.args.iter().take(op.op.expert_weights().end).skip(op.op.expert_weights().start) {
                     let Arg::Tensor(name) = arg else { continue };
                     if let Some(t) = decls.get(name.as_str()) {
                         experts.insert(name.clone(), (t.shape[1..].to_vec(), t.storage == Storage::Q8_0));

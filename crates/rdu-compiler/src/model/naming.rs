@@ -13,6 +13,13 @@ pub enum TensorSource {
     Stack(Vec<String>),
     /// Elements `start .. start+len` along `axis` of one tensor (fused `gate_up_proj`).
     Slice { name: String, axis: usize, start: usize, len: usize },
+    /// One tensor with its last two axes swapped: HF gpt-oss stores its experts for `x·W`
+    /// (`[E, in, out]`), where a program reads `[E, out, in]`.
+    Transposed(String),
+    /// Every `step`-th element from `start` along `axis`, `len` of them, of one tensor — its last
+    /// two axes swapped first when `transposed` (gpt-oss's gate and up columns interleaved in
+    /// `gate_up_proj`).
+    Strided { name: String, transposed: bool, axis: usize, start: usize, step: usize, len: usize },
 }
 
 /// The checkpoint source of the program weight `name` (`Wq3`, `E`, `nf`, `Wout`), or `None`
@@ -67,6 +74,8 @@ fn hf_mixer(mixer: &Mixer, base: &str) -> Option<&'static str> {
             "bq" => Some("self_attn.q_proj.bias"),
             "bk" => Some("self_attn.k_proj.bias"),
             "bv" => Some("self_attn.v_proj.bias"),
+            "bo" => Some("self_attn.o_proj.bias"),
+            "snk" => Some("self_attn.sinks"),
             "qn" => Some("self_attn.q_norm.weight"),
             "kn" => Some("self_attn.k_norm.weight"),
             _ => None,
@@ -110,6 +119,20 @@ fn hf_ffn(spec: &ModelSpec, ffn: &Ffn, base: &str, at: &dyn Fn(&str) -> String) 
             "Wd" => one(at("mlp.down_proj.weight")),
             _ => None,
         },
+        Ffn::Moe { .. } if spec.family == Family::GptOss => hf_gpt_oss_moe(ffn, base, at),
+        Ffn::Moe { experts, .. } if spec.family == Family::Mixtral => {
+            let stack = |w: &str| {
+                let names = (0..*experts).map(|e| at(&format!("block_sparse_moe.experts.{e}.{w}.weight")));
+                Some(TensorSource::Stack(names.collect()))
+            };
+            match base {
+                "Wr" => one(at("block_sparse_moe.gate.weight")),
+                "Weg" => stack("w1"),
+                "Weu" => stack("w3"),
+                "Wed" => stack("w2"),
+                _ => None,
+            }
+        }
         Ffn::Moe { experts, expert_hidden, .. } => {
             let shared = if spec.family == Family::DeepseekV2 { "mlp.shared_experts" } else { "mlp.shared_expert" };
             let fused = spec.family == Family::Qwen35;
@@ -139,6 +162,28 @@ fn hf_ffn(spec: &ModelSpec, ffn: &Ffn, base: &str, at: &dyn Fn(&str) -> String) 
     }
 }
 
+/// gpt-oss's MoE weights: `mlp.router` with its bias, and the experts as transformers holds them
+/// for `x·W` — `gate_up_proj` `[E, D, 2I]` (gate and up columns interleaved: gate the even ones),
+/// `down_proj` `[E, I, D]`, their biases `[E, 2I]` (interleaved alike) and `[E, D]`.
+fn hf_gpt_oss_moe(ffn: &Ffn, base: &str, at: &dyn Fn(&str) -> String) -> Option<TensorSource> {
+    let Ffn::Moe { expert_hidden: len, .. } = *ffn else { return None };
+    let interleaved = |name: &str, transposed: bool, start: usize| {
+        let name = at(&format!("mlp.experts.{name}"));
+        Some(TensorSource::Strided { name, transposed, axis: 1, start, step: 2, len })
+    };
+    match base {
+        "Wr" => Some(TensorSource::Tensor(at("mlp.router.weight"))),
+        "br" => Some(TensorSource::Tensor(at("mlp.router.bias"))),
+        "Weg" => interleaved("gate_up_proj", true, 0),
+        "Weu" => interleaved("gate_up_proj", true, 1),
+        "Wed" => Some(TensorSource::Transposed(at("mlp.experts.down_proj"))),
+        "beg" => interleaved("gate_up_proj_bias", false, 0),
+        "beu" => interleaved("gate_up_proj_bias", false, 1),
+        "bed" => Some(TensorSource::Tensor(at("mlp.experts.down_proj_bias"))),
+        _ => None,
+    }
+}
+
 /// The GGUF tensor (llama.cpp names) holding the program weight `name`. Experts are already
 /// stacked in GGUF files, so every weight is one tensor.
 fn gguf_source(spec: &ModelSpec, name: &str) -> Option<String> {
@@ -152,8 +197,9 @@ fn gguf_source(spec: &ModelSpec, name: &str) -> Option<String> {
     let base = base.as_str();
     let spec_layer = spec.layers.get(layer)?;
     let norms = &spec_layer.norms;
-    // Qwen3-Next/3.5 store the pre-FFN norm (HF post_attention_layernorm) as ATTN_POST_NORM.
-    let hybrid = matches!(spec.family, Family::Qwen3Next | Family::Qwen35);
+    // Qwen3-Next/3.5 and gpt-oss store the pre-FFN norm (HF post_attention_layernorm) as
+    // ATTN_POST_NORM.
+    let hybrid = matches!(spec.family, Family::Qwen3Next | Family::Qwen35 | Family::GptOss);
     let tensor = match base {
         "an" => "attn_norm.weight",
         "pan" if norms.post_attn => "post_attention_norm.weight",
@@ -170,6 +216,8 @@ fn gguf_source(spec: &ModelSpec, name: &str) -> Option<String> {
                     "bq" => Some("attn_q.bias"),
                     "bk" => Some("attn_k.bias"),
                     "bv" => Some("attn_v.bias"),
+                    "bo" => Some("attn_output.bias"),
+                    "snk" => Some("attn_sinks.weight"),
                     "qn" => Some("attn_q_norm.weight"),
                     "kn" => Some("attn_k_norm.weight"),
                     _ => None,
@@ -219,6 +267,10 @@ fn gguf_source(spec: &ModelSpec, name: &str) -> Option<String> {
                     "Wsu" => "ffn_up_shexp.weight",
                     "Wsd" => "ffn_down_shexp.weight",
                     "Wsgate" => "ffn_gate_inp_shexp.weight",
+                    "br" => "ffn_gate_inp.bias",
+                    "beg" => "ffn_gate_exps.bias",
+                    "beu" => "ffn_up_exps.bias",
+                    "bed" => "ffn_down_exps.bias",
                     _ => return None,
                 },
             }

@@ -14,14 +14,19 @@ use crate::model::spec::ModelSpec;
 /// projection's input dim is a multiple of 32 (one Q8_0 block). Each holds at least two
 /// distinct layers where its family allows: Gemma sliding/full; Qwen3-Next/3.5 deltanet/full
 /// attention; DeepSeek a dense first layer then MoE; Qwen3-MoE a dense `mlp_only_layers`
-/// entry; Qwen2/3 sliding layers from `max_window_layers` on. Llama layers are uniform by
-/// construction: its config has no per-layer setting.
+/// entry; Qwen2/3 sliding layers from `max_window_layers` on; gpt-oss sliding and full layers
+/// as `layer_types` says. Llama, Mistral and Mixtral layers are uniform by construction: their
+/// configs have no per-layer setting.
 const PRESETS: &[(&str, &str)] = &[
     ("deepseek-v2", include_str!("../../presets/deepseek-v2.json")),
     ("deepseek-v2-lite", include_str!("../../presets/deepseek-v2-lite.json")),
     ("gemma-3-270m", include_str!("../../presets/gemma-3-270m.json")),
     ("gemma-3-27b-it", include_str!("../../presets/gemma-3-27b-it.json")),
+    ("gpt-oss-120b", include_str!("../../presets/gpt-oss-120b.json")),
+    ("gpt-oss-20b", include_str!("../../presets/gpt-oss-20b.json")),
     ("llama-3.1-8b", include_str!("../../presets/llama-3.1-8b.json")),
+    ("mistral-7b", include_str!("../../presets/mistral-7b.json")),
+    ("mixtral-8x7b", include_str!("../../presets/mixtral-8x7b.json")),
     ("qwen3-8b", include_str!("../../presets/qwen3-8b.json")),
     ("qwen3-next-80b-a3b", include_str!("../../presets/qwen3-next-80b-a3b.json")),
     ("qwen3.5-27b", include_str!("../../presets/qwen3.5-27b.json")),
@@ -30,7 +35,10 @@ const PRESETS: &[(&str, &str)] = &[
     ("tiny-deepseek-v2", include_str!("../../presets/tiny/tiny-deepseek-v2.json")),
     ("tiny-deepseek-v2-lite", include_str!("../../presets/tiny/tiny-deepseek-v2-lite.json")),
     ("tiny-gemma3", include_str!("../../presets/tiny/tiny-gemma3.json")),
+    ("tiny-gpt-oss", include_str!("../../presets/tiny/tiny-gpt-oss.json")),
     ("tiny-llama", include_str!("../../presets/tiny/tiny-llama.json")),
+    ("tiny-mistral", include_str!("../../presets/tiny/tiny-mistral.json")),
+    ("tiny-mixtral", include_str!("../../presets/tiny/tiny-mixtral.json")),
     ("tiny-qwen2", include_str!("../../presets/tiny/tiny-qwen2.json")),
     ("tiny-qwen3", include_str!("../../presets/tiny/tiny-qwen3.json")),
     ("tiny-qwen3-moe", include_str!("../../presets/tiny/tiny-qwen3-moe.json")),

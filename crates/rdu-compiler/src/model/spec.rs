@@ -19,6 +19,9 @@ pub enum Family {
     Qwen35,
     Gemma3,
     DeepseekV2,
+    Mistral,
+    Mixtral,
+    GptOss,
 }
 
 impl Family {
@@ -32,6 +35,9 @@ impl Family {
             Family::Qwen35 => "qwen3_5",
             Family::Gemma3 => "gemma3",
             Family::DeepseekV2 => "deepseek_v2",
+            Family::Mistral => "mistral",
+            Family::Mixtral => "mixtral",
+            Family::GptOss => "gpt_oss",
         }
     }
 }
@@ -103,8 +109,15 @@ pub enum Mixer {
         qk_norm: bool,
         /// q_proj also emits a per-head gate; the attention output is multiplied by its sigmoid.
         output_gate: bool,
-        /// Biases on q, k and v (Qwen2).
+        /// Biases on q, k and v (Qwen2, gpt-oss).
         qkv_bias: bool,
+        /// A bias on o_proj (gpt-oss), added once the heads' partial sums are summed.
+        #[serde(default)]
+        o_bias: bool,
+        /// Attention sinks (gpt-oss): one learned logit per head that joins the softmax's
+        /// denominator and attends to nothing.
+        #[serde(default)]
+        sinks: bool,
         /// Softmax scale (already including any YaRN correction).
         scale: f64,
         /// How many leading dims of each head RoPE rotates (partial rotary when < head_dim).
@@ -153,28 +166,39 @@ pub enum GdnLayout {
     SplitTiled,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// How a gated MLP (or expert) makes its hidden unit of the gate `g` and up `u` projections.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Act {
+    /// `silu(g) · u`.
     Silu,
+    /// `gelu_tanh(g) · u`.
     GeluTanh,
+    /// gpt-oss's clamped SwiGLU: `(clamp(u, −limit, limit) + 1) · g′ σ(1.702 g′)` with
+    /// `g′ = min(g, limit)` (`swiglu_limit`); experts only.
+    SwigluOai { limit: f64 },
 }
 
 impl Act {
-    /// The op applying the activation.
-    pub fn op(self) -> crate::graph::Op {
+    /// The elementwise op applying the activation to a dense MLP's gate; `None` for gpt-oss's,
+    /// which reads the up projection too and exists in experts only.
+    pub fn op(self) -> Option<crate::graph::Op> {
         match self {
-            Act::Silu => crate::graph::Op::Silu,
-            Act::GeluTanh => crate::graph::Op::GeluTanh,
+            Act::Silu => Some(crate::graph::Op::Silu),
+            Act::GeluTanh => Some(crate::graph::Op::GeluTanh),
+            Act::SwigluOai { .. } => None,
         }
     }
 
-    /// The `experts` op's `act` of the activation.
-    pub fn experts(self) -> crate::graph::Act {
-        match self {
-            Act::Silu => crate::graph::Act::Silu,
-            Act::GeluTanh => crate::graph::Act::GeluTanh,
-        }
+    /// The `experts` op of the activation: its `act` (and gpt-oss's `limit`).
+    pub fn experts(self) -> crate::graph::Op {
+        use crate::graph::Act as A;
+        let (act, limit) = match self {
+            Act::Silu => (A::Silu, None),
+            Act::GeluTanh => (A::GeluTanh, None),
+            Act::SwigluOai { limit } => (A::SwigluOai, Some(limit)),
+        };
+        crate::graph::Op::Experts { act, limit }
     }
 }
 
@@ -182,10 +206,7 @@ impl Act {
 #[serde(rename_all = "snake_case")]
 pub enum Ffn {
     /// Gated MLP: `down(act(gate(x)) ⊙ up(x))`.
-    Dense {
-        hidden: usize,
-        act: Act,
-    },
+    Dense { hidden: usize, act: Act },
     Moe {
         experts: usize,
         top_k: usize,
@@ -193,6 +214,9 @@ pub enum Ffn {
         act: Act,
         shared: Option<SharedExpert>,
         router: Router,
+        /// Biases on the router and on every expert's gate, up and down projections (gpt-oss).
+        #[serde(default)]
+        bias: bool,
     },
 }
 

@@ -72,6 +72,25 @@ impl WeightSource for HfWeights {
                 })?;
                 (sliced.shape.clone(), sliced.into_f32(), t.clone())
             }
+            TensorSource::Transposed(t) => {
+                let (s, d) = self.read(t)?;
+                let (s, d) = transposed(&s, &d)
+                    .ok_or_else(|| format!("checkpoint tensor `{t}` {s:?} has no two axes to swap"))?;
+                (s, d, t.clone())
+            }
+            TensorSource::Strided { name: t, transposed: swap, axis, start, step, len } => {
+                let (s, d) = self.read(t)?;
+                let (s, d) = if *swap {
+                    transposed(&s, &d)
+                        .ok_or_else(|| format!("checkpoint tensor `{t}` {s:?} has no two axes to swap"))?
+                } else {
+                    (s, d)
+                };
+                let (s, d) = strided(&s, &d, *axis, *start, *step, *len).ok_or_else(|| {
+                    format!("checkpoint tensor `{t}` with shape {s:?} has no {len} elements from {start} by {step} on axis {axis}")
+                })?;
+                (s, d, t.clone())
+            }
         };
         if got_shape != shape {
             return Err(format!(
@@ -162,4 +181,47 @@ impl WeightSource for SeededWeights {
     fn weight(&self, name: &str, shape: &[usize]) -> Result<Tensor, String> {
         Ok(Tensor::f32(shape.to_vec(), rdu_spatial::seeded_weight(self.seed, name, shape, self.unit_offset)))
     }
+}
+
+/// `data` of `shape` with its last two axes swapped, or `None` when it has fewer than two.
+fn transposed(shape: &[usize], data: &[f32]) -> Option<(Vec<usize>, Vec<f32>)> {
+    let [outer @ .., rows, cols] = shape else { return None };
+    let (rows, cols) = (*rows, *cols);
+    let mut out = Vec::with_capacity(data.len());
+    for m in data.chunks_exact((rows * cols).max(1)) {
+        for c in 0..cols {
+            out.extend((0..rows).map(|r| m[r * cols + c]));
+        }
+    }
+    let mut s = outer.to_vec();
+    s.extend([cols, rows]);
+    Some((s, out))
+}
+
+/// Every `step`-th entry from `start` along `axis` of `data` (of `shape`), `len` of them; `None`
+/// when they do not fit.
+fn strided(
+    shape: &[usize],
+    data: &[f32],
+    axis: usize,
+    start: usize,
+    step: usize,
+    len: usize,
+) -> Option<(Vec<usize>, Vec<f32>)> {
+    let dim = *shape.get(axis)?;
+    let last = start.checked_add(step.checked_mul(len.checked_sub(1)?)?)?;
+    if step == 0 || last >= dim {
+        return None;
+    }
+    let inner: usize = shape[axis + 1..].iter().product();
+    let mut out = Vec::with_capacity(data.len() / dim * len);
+    for block in data.chunks_exact((dim * inner).max(1)) {
+        for i in 0..len {
+            let at = (start + i * step) * inner;
+            out.extend_from_slice(&block[at..at + inner]);
+        }
+    }
+    let mut s = shape.to_vec();
+    s[axis] = len;
+    Some((s, out))
 }

@@ -127,8 +127,15 @@ pub fn bundle_rows(variant: Variant, rows: Rows) -> Bundle {
     let mut tensors = BTreeMap::new();
     for (name, ckpt, _) in TENSORS {
         let q8 = variant == Variant::Q8 && Q8_NAMES.contains(&name);
-        let mut checkpoint =
-            Checkpoint { kind: CheckpointKind::Tensor, names: vec![ckpt.into()], axis: None, start: None, len: None };
+        let mut checkpoint = Checkpoint {
+            kind: CheckpointKind::Tensor,
+            names: vec![ckpt.into()],
+            axis: None,
+            start: None,
+            len: None,
+            step: None,
+            transposed: false,
+        };
         if name == "W1" {
             checkpoint =
                 Checkpoint { kind: CheckpointKind::Slice, axis: Some(0), start: Some(D), len: Some(D), ..checkpoint };

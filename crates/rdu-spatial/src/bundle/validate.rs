@@ -352,12 +352,16 @@ fn tensor_problem(entry: &TensorEntry, chips: usize) -> Option<String> {
     let c = &entry.checkpoint;
     let rank = entry.shape.len();
     let shape_ok = match c.kind {
-        CheckpointKind::Tensor => c.names.len() == 1 && c.axis.is_none() && c.start.is_none() && c.len.is_none(),
+        CheckpointKind::Tensor => {
+            c.names.len() == 1 && c.axis.is_none() && c.start.is_none() && c.len.is_none() && c.step.is_none()
+        }
         CheckpointKind::Stack => {
-            !c.names.is_empty() && c.axis.is_some_and(|a| a < rank) && c.start.is_none() && c.len.is_none()
+            let plain = c.start.is_none() && c.len.is_none() && c.step.is_none() && !c.transposed;
+            !c.names.is_empty() && c.axis.is_some_and(|a| a < rank) && plain
         }
         CheckpointKind::Slice => {
-            c.names.len() == 1 && c.axis.is_some_and(|a| a < rank) && c.start.is_some() && c.len.is_some()
+            let located = c.axis.is_some_and(|a| a < rank) && c.start.is_some() && c.len.is_some();
+            c.names.len() == 1 && located && c.step != Some(0)
         }
     };
     if !shape_ok {
@@ -436,8 +440,8 @@ pub(super) fn slices_problem(slices: &[Vec<Slice>], shape: &[usize], chips: usiz
 
 fn checkpoint_needs(kind: CheckpointKind) -> &'static str {
     match kind {
-        CheckpointKind::Tensor => "exactly one name and no axis, start or len",
-        CheckpointKind::Stack => "at least one name and an axis within the shape, no start or len",
-        CheckpointKind::Slice => "exactly one name and an axis within the shape, start and len",
+        CheckpointKind::Tensor => "exactly one name and no axis, start, len or step",
+        CheckpointKind::Stack => "at least one name and an axis within the shape, no start, len, step or transposed",
+        CheckpointKind::Slice => "exactly one name and an axis within the shape, start and len, a step of at least 1",
     }
 }

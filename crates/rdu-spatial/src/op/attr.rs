@@ -58,6 +58,7 @@ keys! {
     Groups = groups,
     TopkGroups = topk_groups,
     Act = act,
+    Limit = limit,
     Chips = chips,
 }
 
@@ -251,10 +252,12 @@ word_kind!(
     }
 );
 word_kind!(
-    /// The activation of a gated expert MLP: its word is the name of its op.
+    /// The activation of a gated expert MLP: its word is the name of its op, or gpt-oss's
+    /// clamped SwiGLU (`limit=L`): `(clamp(u, −L, L) + 1) · g′ σ(1.702 g′)` with `g′ = min(g, L)`.
     Act {
         Silu = Op::Silu.name(),
         GeluTanh = Op::GeluTanh.name(),
+        SwigluOai = "swiglu_oai",
     }
 );
 

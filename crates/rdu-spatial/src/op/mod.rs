@@ -54,8 +54,9 @@ op_table! {
     Transpose = "transpose" [x] (1, 1) { perm: Axes };
     Rope = "rope" [x, cos, sin, pos] (4, 4) { dim: EvenPositive, style: RopeStyle [spatial = RopeStyle::Neox] };
     CachePut = "cache_put" [C, x, pos] (3, 3).in_place();
-    /// A prefill chunk passes its own keys and values after `pos` (see docs/LANGUAGE.md).
-    Attend = "attend" [q, K, V, pos, k, v] (4, 6).heavy() { scale: Float, window: Positive [optional] };
+    /// A prefill chunk passes its own keys and values after `pos`, and attention sinks (one
+    /// logit per head) come last (see docs/LANGUAGE.md): 4 to 7 operands.
+    Attend = "attend" [q, K, V, pos, k, v, sinks] (4, 7).heavy() { scale: Float, window: Positive [optional] };
     AttendMla = "attend_mla" [q, C, pos, c] (3, 4).heavy() {
         scale: Float,
         latent: Positive,
@@ -84,8 +85,14 @@ op_table! {
         groups: Positive [spatial = 1],
         topk_groups: Positive [spatial = groups],
     };
-    Experts = "experts" [x, w, idx, Wg, Wu, Wd] (6, 6).heavy().weights(Weights::Experts(3, 6)).activation_addressed() {
+    /// With biases, also `bg, bu` (read one expert at a time, never Q8_0); `limit` goes with
+    /// `act=swiglu_oai`.
+    Experts = "experts" [x, w, idx, Wg, Wu, Wd, bg, bu] (6, 8)
+        .heavy()
+        .weights(Weights::Experts(3, 6))
+        .activation_addressed() {
         act: Act [spatial = Act::Silu],
+        limit: Float [optional],
     };
     /// The sum of the operand over the chips of a tensor-parallel program (identity on one chip).
     AllReduce = "all_reduce" [x] (1, 1);

@@ -17,7 +17,7 @@ use crate::q8::QK8_0;
 
 kernels! {
     Route(call, a) => route(call, a),
-    Experts(call, a) => experts(call, a.act),
+    Experts(call, a) => experts(call, a),
 }
 
 /// `w [N, K]`, `idx i32[N, K]`: the `K` most probable experts of each row.
@@ -61,15 +61,51 @@ fn route(call: &Call<'_>, a: &attrs::Route) -> Outs {
     Ok(vec![SimTensor::f32(vec![n, k], w), SimTensor::i32(vec![n, k], idx)])
 }
 
-/// `Σₖ w[n,k] · Wd[e] (act(Wg[e] x) ⊙ Wu[e] x)` with `e = idx[n,k]`.
-fn experts(call: &Call<'_>, act: Act) -> Outs {
+/// gpt-oss's `alpha`: the gate's sigmoid reads `alpha · gate`.
+const SWIGLU_OAI_ALPHA: f32 = 1.702;
+
+/// How an expert's hidden unit is made of its gate `g` and up `u` projections (biases added).
+#[derive(Clone, Copy)]
+enum Gated {
+    /// `act(g) · u`.
+    Act(fn(f32) -> f32),
+    /// gpt-oss: `(clamp(u, −l, l) + 1) · g′ σ(α g′)` with `g′ = min(g, l)`.
+    SwigluOai { limit: f32 },
+}
+
+impl Gated {
+    fn of(a: &attrs::Experts) -> Result<Gated, SimError> {
+        let gated = match (a.act, a.limit.map(|l| l as f32)) {
+            (Act::Silu, None) => Gated::Act(|v| v * sigmoid(v)),
+            (Act::GeluTanh, None) => Gated::Act(gelu_tanh),
+            (Act::SwigluOai, Some(limit)) if limit.is_finite() && limit > 0.0 => Gated::SwigluOai { limit },
+            (Act::SwigluOai, _) => return invalid("act=swiglu_oai needs limit=L, a finite number above 0"),
+            (Act::Silu | Act::GeluTanh, Some(_)) => return invalid("limit goes with act=swiglu_oai only"),
+        };
+        Ok(gated)
+    }
+
+    fn apply(self, g: f32, u: f32) -> f32 {
+        match self {
+            Gated::Act(act) => act(g) * u,
+            Gated::SwigluOai { limit } => {
+                let g = g.min(limit);
+                (u.clamp(-limit, limit) + 1.0) * (g * sigmoid(SWIGLU_OAI_ALPHA * g))
+            }
+        }
+    }
+}
+
+/// `Σₖ w[n,k] · Wd[e] h` with `e = idx[n,k]` and `h = gated(Wg[e] x (+ bg[e]), Wu[e] x (+ bu[e]))`.
+fn experts(call: &Call<'_>, a: &attrs::Experts) -> Outs {
     let (tx, x) = call.f32(0)?;
     let (tw, w) = call.f32(1)?;
     let (ti, idx) = call.i32(2)?;
-    let act: fn(f32) -> f32 = match act {
-        Act::Silu => |v| v * sigmoid(v),
-        Act::GeluTanh => gelu_tanh,
-    };
+    let gated = Gated::of(a)?;
+    if call.args.len() == 7 {
+        return invalid("takes the gate and up biases together: 6 or 8 arguments, given 7");
+    }
+    let biased = call.args.len() == 8;
     let (gs, us, ds) = (stacked_shape(call, 3)?, stacked_shape(call, 4)?, stacked_shape(call, 5)?);
     let (&[n, d], &[wn, kk], &[n_e, hid, gd]) = (tx.shape.as_slice(), tw.shape.as_slice(), gs.as_slice()) else {
         return invalid(format!(
@@ -80,6 +116,9 @@ fn experts(call: &Call<'_>, act: Act) -> Outs {
     if wn != n || ti.shape != tw.shape || gd != d || us != gs || ds != [n_e, d, hid] {
         let shapes = [&tx.shape, &tw.shape, &ti.shape, &gs, &us, &ds];
         return invalid(format!("x, w, idx, Wg, Wu, Wd shapes {shapes:?} do not agree"));
+    }
+    if biased && (stacked_shape(call, 6)? != [n_e, hid] || stacked_shape(call, 7)? != [n_e, hid]) {
+        return invalid(format!("the biases bg, bu must be [{n_e}, {hid}]"));
     }
     let mut users: BTreeMap<usize, Vec<(usize, usize)>> = BTreeMap::new();
     for (flat, &e) in idx.iter().enumerate() {
@@ -93,14 +132,16 @@ fn experts(call: &Call<'_>, act: Act) -> Outs {
     let Some(per) = hid.checked_mul(d) else { return invalid("expert weights are too large") };
     for (&e, who) in &users {
         let (sg, su, sd) = (fetch(call, 3, e, per)?, fetch(call, 4, e, per)?, fetch(call, 5, e, per)?);
+        let biases = if biased { Some((dense_row(call, 6, e, hid)?, dense_row(call, 7, e, hid)?)) } else { None };
         let m = who.len();
         let xs = crate::view::gather(who.len() * d, who.iter().map(|&(r, _)| &x[r * d..(r + 1) * d]));
         let gate = products(rows(&sg, d)?, &xs, m, &[(0, hid)]);
         let up = products(rows(&su, d)?, &xs, m, &[(0, hid)]);
         let mut h = vec![0.0f32; m * hid];
         for i in 0..hid {
+            let (bg, bu) = biases.as_ref().map_or((0.0, 0.0), |(bg, bu)| (bg[i], bu[i]));
             for u in 0..m {
-                h[u * hid + i] = act(gate[i * m + u]) * up[i * m + u];
+                h[u * hid + i] = gated.apply(gate[i * m + u] + bg, up[i * m + u] + bu);
             }
         }
         let down = products(rows(&sd, hid)?, &h, m, &reg.tiles);
@@ -127,6 +168,14 @@ fn experts(call: &Call<'_>, act: Act) -> Outs {
         }
     }
     Ok(vec![SimTensor::f32(vec![n, d], y)])
+}
+
+/// Expert `e`'s row of the dense stacked bias at argument `i`: `len` values.
+fn dense_row(call: &Call<'_>, i: usize, e: usize, len: usize) -> Result<Vec<f32>, SimError> {
+    match fetch(call, i, e, len)? {
+        WeightSlab::Dense(v) => Ok(v.into_owned()),
+        WeightSlab::Q8(_) => invalid(format!("the bias at argument {i} must be dense, not q8_0")),
+    }
 }
 
 fn stacked_shape(call: &Call<'_>, i: usize) -> Result<Vec<usize>, SimError> {

@@ -1,5 +1,6 @@
-//! Multi-head attention with GQA, optional q/k norm, output gate, partial rotary and q/k/v
-//! biases (Llama, Qwen2/3, Gemma 3, Qwen3-Next/3.5 gated attention).
+//! Multi-head attention with GQA, optional q/k norm, output gate, partial rotary, q/k/v (and
+//! o) biases and attention sinks (Llama, Qwen2/3, Gemma 3, Qwen3-Next/3.5 gated attention,
+//! Mistral, gpt-oss).
 
 use super::split::Run;
 use super::writer::Writer;
@@ -9,7 +10,8 @@ use crate::model::spec::Mixer;
 
 /// Writes the attention mixer over the normalised hidden state `hn`; returns its `[N, D]` output.
 pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String {
-    let Mixer::Attention { heads, kv_heads, head_dim, qk_norm, output_gate, qkv_bias, scale, .. } = ctx.layer.mixer
+    let Mixer::Attention { heads, kv_heads, head_dim, qk_norm, output_gate, qkv_bias, sinks, scale, .. } =
+        ctx.layer.mixer
     else {
         unreachable!("attention::write on a non-attention layer")
     };
@@ -32,6 +34,8 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     } else {
         (None, None, None)
     };
+    // One sink logit per query head: each chip its heads'.
+    let sinks = sinks.then(|| w.weight_split("snk", &[q_heads[0].count], 0, &[Run::heads(q_heads[0].count, 1)]));
     let (qn, kn) = if qk_norm { (Some(w.weight("qn", &[hd])), Some(w.weight("kn", &[hd]))) } else { (None, None) };
     let (cos, sin, rot) = ctx.rope_tables(w);
 
@@ -55,30 +59,14 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     };
     let rope = Op::Rope { dim: rot, style: ctx.rope_style() };
     let attend = Op::Attend { scale, window: ctx.layer.window };
+    let tables = Tables { cos: &cos, sin: &sin, rope, attend, sinks: sinks.as_deref() };
     // Positions and caches are each sequence's own.
     let a = ctx.per_sequence(w, "a", &[("qh", &qh), ("kh", &kh), ("vh", &vh)], |w, seq, x| {
-        let (qh, kh, vh, pos) = (&x[0], &x[1], &x[2], seq.pos.as_str());
         let caches = ctx.decode().then(|| {
             let (full, by_kv_head) = ([ctx.cache_slots(), kv_runs[0].count, hd], [Run::heads(kv_runs[0].count, 1)]);
             (w.state_split("Kc", &full, 1, &by_kv_head), w.state_split("Vc", &full, 1, &by_kv_head))
         });
-        let qr = w.op("qr", rope.clone(), &[qh, &cos, &sin, pos]);
-        let kr = w.op("kr", rope.clone(), &[kh, &cos, &sin, pos]);
-        match caches {
-            Some((kc, vc)) if ctx.prefill() => {
-                // The chunk's own rows are attended to before they are written (ring caches).
-                let a = w.op("a", attend.clone(), &[&qr, &kc, &vc, pos, &kr, vh]);
-                w.update(&kc, Op::CachePut, &[&kc, &kr, pos]);
-                w.update(&vc, Op::CachePut, &[&vc, vh, pos]);
-                a
-            }
-            Some((kc, vc)) => {
-                w.update(&kc, Op::CachePut, &[&kc, &kr, pos]);
-                w.update(&vc, Op::CachePut, &[&vc, vh, pos]);
-                w.op("a", attend.clone(), &[&qr, &kc, &vc, pos])
-            }
-            None => w.op("a", attend.clone(), &[&qr, &kr, vh, pos]),
-        }
+        attend_sequence(w, ctx, &tables, [&x[0], &x[1], &x[2], seq.pos.as_str()], caches)
     });
     let af = w.op("af", Op::Reshape { shape: vec![n, heads * hd] }, &[&a]);
     let af = match gate {
@@ -89,6 +77,57 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
         None => af,
     };
     w.op("mo", Op::Linear, &[&af, &wo])
+}
+
+/// What every sequence's attention reads besides its rows: the RoPE tables and op, the
+/// attention op and the sinks, if any.
+struct Tables<'t> {
+    cos: &'t str,
+    sin: &'t str,
+    rope: Op,
+    attend: Op,
+    sinks: Option<&'t str>,
+}
+
+/// One sequence's RoPE, cache writes and attention over `[qh, kh, vh, pos]` (the caches `Kc`,
+/// `Vc` of a step with a cache); the sinks, when the layer has them, are `attend`'s last operand.
+fn attend_sequence(
+    w: &mut Writer<'_>,
+    ctx: &LayerCtx<'_>,
+    t: &Tables<'_>,
+    [qh, kh, vh, pos]: [&str; 4],
+    caches: Option<(String, String)>,
+) -> String {
+    let qr = w.op("qr", t.rope.clone(), &[qh, t.cos, t.sin, pos]);
+    let kr = w.op("kr", t.rope.clone(), &[kh, t.cos, t.sin, pos]);
+    let attend = |w: &mut Writer<'_>, args: &[&str]| {
+        let mut args = args.to_vec();
+        args.extend(t.sinks);
+        w.op("a", t.attend.clone(), &args)
+    };
+    match caches {
+        Some((kc, vc)) if ctx.prefill() => {
+            // The chunk's own rows are attended to before they are written (ring caches).
+            let a = attend(w, &[&qr, &kc, &vc, pos, &kr, vh]);
+            w.update(&kc, Op::CachePut, &[&kc, &kr, pos]);
+            w.update(&vc, Op::CachePut, &[&vc, vh, pos]);
+            a
+        }
+        Some((kc, vc)) => {
+            w.update(&kc, Op::CachePut, &[&kc, &kr, pos]);
+            w.update(&vc, Op::CachePut, &[&vc, vh, pos]);
+            attend(w, &[&qr, &kc, &vc, pos])
+        }
+        None => attend(w, &[&qr, &kr, vh, pos]),
+    }
+}
+
+/// What the attention adds once its chips' partial sums are summed (`out`): o_proj's bias
+/// (gpt-oss), added once. Nothing for other layers.
+pub(super) fn after_reduce(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, out: &str) -> String {
+    let Mixer::Attention { o_bias: true, .. } = ctx.layer.mixer else { return out.to_string() };
+    let bo = w.weight("bo", &[ctx.spec.d_model]);
+    w.op("mb", Op::Add, &[out, &bo])
 }
 
 /// `slice(axis, start, len)`.

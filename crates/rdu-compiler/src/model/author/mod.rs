@@ -58,6 +58,7 @@ pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) ->
         Mixer::GatedDeltaNet { .. } => deltanet::write(&mut w, &ctx, &hn),
     };
     let mixed = ctx.all_reduce(&mut w, "mar", &mixed);
+    let mixed = attention::after_reduce(&mut w, &ctx, &mixed);
     let mixed = norm(&mut w, "pa", &mixed, "pan", d, &lspec.norms, lspec.norms.post_attn);
     let resid = w.op("ra", Op::Add, &[&ctx.hidden_in, &mixed]);
 
@@ -65,6 +66,7 @@ pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) ->
     let hf = norm(&mut w, "hf", &resid, "fn", d, &lspec.norms, lspec.norms.pre_ffn);
     let ffn_out = ffn::write(&mut w, &ctx, &hf);
     let ffn_out = ctx.all_reduce(&mut w, "far", &ffn_out);
+    let ffn_out = ffn::after_reduce(&mut w, &ctx, &ffn_out);
     let ffn_out = norm(&mut w, "pf", &ffn_out, "pfn", d, &lspec.norms, lspec.norms.post_ffn);
     let out = hidden_name_for(cut, layer + 1);
     w.bind_exact(&out, Op::Add, &[&resid, &ffn_out]);

@@ -168,5 +168,5 @@ fn moe_ffn(ctx: &Ctx, ds: &Deepseek) -> Result<Ffn> {
     let n_shared = ds.n_shared_experts.unwrap_or(Some(2)).unwrap_or(0);
     let shared = SharedExpert::ungated(n_shared, expert_hidden).map_err(|e| ctx.err("n_shared_experts", e))?;
     let router = Router { norm_topk, scaling: if norm_topk { 1.0 } else { routed_scaling }, groups, topk_groups };
-    Ok(Ffn::Moe { experts, top_k, expert_hidden, act: Act::Silu, shared, router })
+    Ok(Ffn::Moe { experts, top_k, expert_hidden, act: Act::Silu, shared, router, bias: false })
 }

@@ -23,6 +23,7 @@ mod draft;
 mod fields;
 pub(crate) use fields::MAX_LAYERS;
 mod gemma;
+mod gpt_oss;
 mod hybrid;
 mod qwen_moe;
 mod rope;
@@ -51,6 +52,9 @@ pub const MODEL_TYPES: &[&str] = &[
     "gemma3",
     "gemma3_text",
     "deepseek_v2",
+    "mistral",
+    "mixtral",
+    "gpt_oss",
 ];
 
 /// Builds the spec of the model a config.json describes; `name` becomes [`ModelSpec::name`]
@@ -114,6 +118,9 @@ fn import(text: &str, name: &str, origin: &str) -> Result<ModelSpec> {
             gemma::build(&ctx, text, Some(&top.parse(&root)?))?
         }
         "deepseek_v2" => deepseek::build(&top, &root)?,
+        "mistral" => standard::build(&top, &root, Family::Mistral)?,
+        "mixtral" => standard::build(&top, &root, Family::Mixtral)?,
+        "gpt_oss" => gpt_oss::build(&top, &root)?,
         other => return Err(top.err("model_type", format!("unknown model_type `{other}`; supported: {supported}"))),
     };
     Ok(draft.assemble(name))

@@ -43,7 +43,7 @@ pub fn sample() -> Bundle {
     for l in [0, 2] {
         let mut we = tensor(&[4, 64, 64], TensorStorage::Q8_0, "", vec![]);
         let names = (0..4).map(|e| format!("blk.{l}.ffn_gate.{e}.weight")).collect();
-        we.checkpoint = Checkpoint { kind: CheckpointKind::Stack, names, axis: Some(0), start: None, len: None };
+        we.checkpoint = Checkpoint { kind: CheckpointKind::Stack, names, axis: Some(0), ..we.checkpoint };
         tensors.insert(format!("We{l}"), we);
     }
     let rope = RopeSpec { base: 10000.0, dim: 16, scaling: RopeScaling::Linear { factor: 2.0 } };
@@ -165,6 +165,8 @@ fn tensor(shape: &[usize], storage: TensorStorage, name: &str, slices: Vec<Vec<S
             axis: None,
             start: None,
             len: None,
+            step: None,
+            transposed: false,
         },
         slices,
     }
