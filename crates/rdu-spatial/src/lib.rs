@@ -24,7 +24,8 @@ pub mod view;
 
 pub use op::Op;
 pub use program::{
-    Arg, Dtype, Home, KernelOp, Lit, Role, Section, SpatialProgram, Stage, Storage, TensorDecl, Tiling, TpInfo, TpSplit,
+    Arg, Dtype, Fold, Home, KernelOp, Lit, Role, Section, SpatialProgram, Stage, Storage, TensorDecl, Tiling, TpInfo,
+    TpSplit,
 };
 pub use q8::{Q8Block, Q8Weight};
 pub use seeded::{seeded_weight, uniform_at, Seeded};

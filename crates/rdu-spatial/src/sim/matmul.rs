@@ -14,8 +14,9 @@ use rdu_checkpoint::GgmlType;
 
 #[cfg(target_arch = "x86_64")]
 use super::packed::{dot_packed_row_avx512, dot_widened_avx2};
-use super::packed::{dot_q8_row_with, q8_kernel, widen_row, Q8Kernel};
+use super::packed::{dot_q8_row_with, q8_kernel, widen_fp8_row, widen_row, Q8Kernel};
 use crate::q8::{dequant_blocks, dot, dot_row, Q8Block, QK8_0};
+use rdu_checkpoint::Fp8View;
 
 /// Below this many multiply-adds a product runs on the calling thread.
 const PAR_WORK: usize = 1 << 16;
@@ -34,19 +35,22 @@ const PANEL_BYTES: usize = 1 << 23;
 /// Bytes of weight rows a panel may always take (it stays in L2).
 const L2_BYTES: usize = 1 << 19;
 
-/// A weight matrix seen as rows of `cols` values: dense, Q8_0 blocks, or a block format read
-/// in place.
+/// A weight matrix seen as rows of `cols` values: dense, Q8_0 blocks, a ggml block format read
+/// in place, or FP8 with its block scales (row `j` is row `first + j` of `view`, whose scale
+/// grid starts at its first row).
 #[derive(Clone, Copy)]
 pub(super) enum Rows<'a> {
     Dense { data: &'a [f32], cols: usize },
     Q8 { blocks: &'a [Q8Block], cols: usize },
     Packed { format: GgmlType, bytes: &'a [u8], cols: usize },
+    Fp8 { view: Fp8View<'a>, first: usize },
 }
 
 impl Rows<'_> {
     pub(super) fn cols(&self) -> usize {
         match self {
             Rows::Dense { cols, .. } | Rows::Q8 { cols, .. } | Rows::Packed { cols, .. } => *cols,
+            Rows::Fp8 { view, .. } => view.cols,
         }
     }
 
@@ -66,6 +70,7 @@ impl Rows<'_> {
                 let rb = Rows::packed_row_bytes(format, cols);
                 widen_row(format, &bytes[j * rb..(j + 1) * rb], out);
             }
+            Rows::Fp8 { view, first } => widen_fp8_row(&view, first + j, out),
         }
     }
 }
@@ -163,9 +168,11 @@ fn dot_rows(rows: Rows<'_>, kernel: Q8Kernel, xs: &[f32], n: usize, j0: usize, c
             }
         }
         #[cfg(target_arch = "x86_64")]
-        Rows::Packed { format: format @ (GgmlType::Q5_0 | GgmlType::Q4_K | GgmlType::Q6_K), bytes, cols }
-            if kernel == Q8Kernel::Avx512 =>
-        {
+        Rows::Packed {
+            format: format @ (GgmlType::Q5_0 | GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::MXFP4),
+            bytes,
+            cols,
+        } if kernel == Q8Kernel::Avx512 => {
             let rb = Rows::packed_row_bytes(format, cols);
             for (jj, col) in chunk.chunks_exact_mut(n).enumerate() {
                 let row = &bytes[(j0 + jj) * rb..(j0 + jj + 1) * rb];
@@ -176,9 +183,11 @@ fn dot_rows(rows: Rows<'_>, kernel: Q8Kernel, xs: &[f32], n: usize, j0: usize, c
             }
         }
         #[cfg(target_arch = "x86_64")]
-        Rows::Packed { format: format @ (GgmlType::Q5_0 | GgmlType::Q4_K | GgmlType::Q6_K), bytes, cols }
-            if kernel != Q8Kernel::Plain =>
-        {
+        Rows::Packed {
+            format: format @ (GgmlType::Q5_0 | GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::MXFP4),
+            bytes,
+            cols,
+        } if kernel != Q8Kernel::Plain => {
             let rb = Rows::packed_row_bytes(format, cols);
             for (jj, col) in chunk.chunks_exact_mut(n).enumerate() {
                 let row = &bytes[(j0 + jj) * rb..(j0 + jj + 1) * rb];
@@ -188,7 +197,7 @@ fn dot_rows(rows: Rows<'_>, kernel: Q8Kernel, xs: &[f32], n: usize, j0: usize, c
                 }
             }
         }
-        Rows::Packed { .. } => {
+        Rows::Packed { .. } | Rows::Fp8 { .. } => {
             let mut buf = vec![0.0f32; cols];
             for (jj, col) in chunk.chunks_exact_mut(n).enumerate() {
                 rows.widen(j0 + jj, &mut buf);
