@@ -30,8 +30,8 @@ pub use crate::gguf_value::{
 };
 pub use crate::kquants::k_scale_min;
 pub use crate::mxfp4::{
-    check_mxfp4_scales, e8m0_half, mxfp4_from_hf, GgmlWeight, MXFP4_BLOCK_BYTES, MXFP4_DOUBLED, MXFP4_MAX_SCALE,
-    QK_MXFP4,
+    check_mxfp4_scales, e8m0_half, mxfp4_from_hf, quantize_mxfp4, GgmlWeight, MXFP4_BLOCK_BYTES, MXFP4_DOUBLED,
+    MXFP4_MAX_SCALE, QK_MXFP4,
 };
 pub use crate::q8::{quantize_q8_0, Q8Block, Q8Weight, QK8_0};
 pub use crate::safetensors::{Dtype, SafeTensors};

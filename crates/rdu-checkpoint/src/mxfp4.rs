@@ -154,6 +154,34 @@ pub fn mxfp4_from_hf(
     GgmlWeight::new(shape, GgmlType::MXFP4, bytes)
 }
 
+/// Quantises `values` (row-major, `shape`, blocks of 32 along the last axis) to MXFP4 as
+/// ggml's `quantize_row_mxfp4_ref` does: per block the scale byte `floor(log2(amax)) − 2 +
+/// 127` (0 for an all-zero block) and each value the nearest of the doubled e2m1 values
+/// times half the scale, the first on ties.
+pub fn quantize_mxfp4(values: &[f32], shape: &[usize]) -> Result<GgmlWeight, String> {
+    let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    if numel != Some(values.len()) || shape.last().is_none_or(|d| d % QK_MXFP4 != 0) {
+        return Err(format!("cannot quantise {} values of shape {shape:?} to MXFP4 blocks of 32", values.len()));
+    }
+    let mut bytes = Vec::with_capacity(values.len() / QK_MXFP4 * MXFP4_BLOCK_BYTES);
+    for x in values.chunks_exact(QK_MXFP4) {
+        let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let e = if amax > 0.0 {
+            (amax.log2().floor() - 2.0 + 127.0).clamp(0.0, f32::from(MXFP4_MAX_SCALE)) as u8
+        } else {
+            0
+        };
+        let d = e8m0_half(e);
+        let nearest = |v: f32| {
+            let err = |i: usize| (f32::from(MXFP4_DOUBLED[i]) * d - v).abs();
+            (1..16).fold(0usize, |best, i| if err(i) < err(best) { i } else { best }) as u8
+        };
+        bytes.push(e);
+        bytes.extend((0..16).map(|j| nearest(x[j]) | (nearest(x[j + 16]) << 4)));
+    }
+    GgmlWeight::new(shape.to_vec(), GgmlType::MXFP4, bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

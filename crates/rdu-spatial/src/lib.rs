@@ -5,6 +5,7 @@
 //! data, and this crate only reads, writes, checks, costs and executes it.
 
 pub mod bf16;
+pub mod blocks;
 pub mod bundle;
 pub mod chip;
 pub mod cost;

@@ -6,5 +6,6 @@ pub mod config;
 pub mod gguf;
 pub mod naming;
 pub mod presets;
+pub mod quantization;
 pub mod spec;
 pub mod storage;

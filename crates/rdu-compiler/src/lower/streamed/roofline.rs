@@ -3,8 +3,9 @@
 //! model's idea of which bytes it reads.
 //!
 //! Floor bytes of one step are
-//! - every weight once over all chips (its whole, unsplit shape): Q8_0 as 34/32 bytes an
-//!   element, everything else 2 bytes (bf16);
+//! - every weight once over all chips (its whole, unsplit shape): as stored in a block format
+//!   (Q8_0 34/32 bytes an element; FP8 one byte an element and an f32 scale a block; MXFP4
+//!   17/32 bytes an element), everything else 2 bytes (bf16);
 //! - the embedding table (a weight only the embedding reads) as one row per sequence;
 //! - each routed expert stack (a stacked weight an `experts` op reads) as
 //!   `min(1, batch · top_k / n_experts)` of its bytes;
@@ -40,7 +41,8 @@ struct Counted {
     row: f64,
     /// Two or more axes: a product's weight (norm scales and biases are vectors).
     matrix: bool,
-    q8: bool,
+    /// Bytes an element as stored: a block format's, or 2 (bf16).
+    per: f64,
     state: bool,
     /// Read by the embedding program (and, if `head` too, by the head: a tied table).
     embed: bool,
@@ -67,7 +69,7 @@ impl StreamedModel {
         let bytes = tensors
             .values()
             .map(|t| {
-                let per = if t.q8 && !t.state { Q8_BYTES_PER_ELEMENT } else { DENSE_BYTES_PER_ELEMENT };
+                let per = if t.state { DENSE_BYTES_PER_ELEMENT } else { t.per };
                 let elements = match t.experts {
                     _ if t.embed && !t.head => t.row * batch,
                     Some((n, k)) => t.elements * (batch * k as f64 / n.max(1) as f64).min(1.0),
@@ -182,11 +184,13 @@ impl StreamedModel {
             }
             let name = bind.get(&d.name.text).cloned().unwrap_or_else(|| d.name.text.clone());
             let experts = if stacks.contains(d.name.text.as_str()) { routed } else { None };
+            let stored = source.stored.get(&name).or_else(|| source.stored.get(&d.name.text));
+            let elements: f64 = shape.iter().map(|&n| n as f64).product();
             let t = tensors.entry(name.clone()).or_insert(Counted {
-                elements: shape.iter().map(|&n| n as f64).product(),
+                elements,
                 row: shape.last().map_or(1.0, |&n| n as f64),
                 matrix: shape.len() >= 2,
-                q8: source.q8.contains(&name) || source.q8.contains(&d.name.text),
+                per: stored.map_or(DENSE_BYTES_PER_ELEMENT, |&s| bytes_per_element(&shape, s, elements)),
                 state,
                 embed: false,
                 head: false,
@@ -198,6 +202,16 @@ impl StreamedModel {
                 Role::Layer => {}
             }
         }
+    }
+}
+
+/// Bytes an element of a weight of `shape` stored as `storage` (a block format): its bytes as
+/// stored (`rdu_spatial::memory::stored_bytes`) over its elements.
+fn bytes_per_element(shape: &[usize], storage: rdu_spatial::program::Storage, elements: f64) -> f64 {
+    match rdu_spatial::memory::stored_bytes(shape, rdu_spatial::program::Role::Weight, storage) {
+        Ok(bytes) if elements > 0.0 => bytes as f64 / elements,
+        _ if storage == rdu_spatial::program::Storage::Q8_0 => Q8_BYTES_PER_ELEMENT,
+        _ => DENSE_BYTES_PER_ELEMENT,
     }
 }
 

@@ -24,6 +24,7 @@ mod fields;
 pub(crate) use fields::MAX_LAYERS;
 mod gemma;
 mod hybrid;
+mod quant;
 mod qwen_moe;
 mod rope;
 mod standard;
@@ -116,7 +117,9 @@ fn import(text: &str, name: &str, origin: &str) -> Result<ModelSpec> {
         "deepseek_v2" => deepseek::build(&top, &root)?,
         other => return Err(top.err("model_type", format!("unknown model_type `{other}`; supported: {supported}"))),
     };
-    Ok(draft.assemble(name))
+    let mut spec = draft.assemble(name);
+    spec.quantization = quant::quantization(&top, &root)?;
+    Ok(spec)
 }
 
 /// The `text_config` object of a multimodal wrapper, and the context naming its fields.
