@@ -110,10 +110,10 @@ fn a_layer_stored_differently_is_its_own_kind() {
     let cut = Cut::Decode { ctx: 64 };
     let mut stored = BTreeSet::new();
     for l in 0..llama.n_layers() {
-        stored.extend(source_of(&llama, l, cut, &Storage::AllQ8).q8);
+        stored.extend(source_of(&llama, l, cut, &Storage::AllQ8).q8());
     }
     stored.remove("Wq5");
-    let kinds = kinds_of(&llama, &Storage::Exactly(stored));
+    let kinds = kinds_of(&llama, &Storage::q8(stored));
     assert_eq!(kinds.len(), 2);
     assert_eq!(kinds[1].1, vec![5]);
     assert_eq!(kinds[0].1, others(32, &[5]));
@@ -174,7 +174,7 @@ fn authored_programs_round_trip_through_printer_and_parser() {
                 let p = parse(src.text()).unwrap_or_else(|d| panic!("{name}: {}\n{}", d[0], src.text()));
                 let printed = print(&p);
                 assert_eq!(parse(&printed).expect("printed program parses"), p, "{name}");
-                let reprinted = Source::split(printed, src.q8.clone(), src.slices.clone());
+                let reprinted = Source::split(printed, src.stored.clone(), src.slices.clone());
                 assert_eq!(shape_digest(&reprinted), shape_digest(&src), "{name}: printing changed the digest");
             }
         }

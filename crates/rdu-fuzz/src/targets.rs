@@ -244,7 +244,7 @@ fn rdu_words() -> Vec<&'static str> {
 /// and every refusal formatted.
 fn exercise_rdu(input: &[u8]) -> Outcome {
     let text = text(input);
-    let digest = lang::shape_digest(&Source::new(text.to_string(), BTreeSet::from(["x0".to_string()])));
+    let digest = lang::shape_digest(&Source::with_q8(text.to_string(), &BTreeSet::from(["x0".to_string()])));
     let _ = digest.hex();
     let program = match lang::parse(&text) {
         Ok(p) => p,
