@@ -206,14 +206,14 @@ impl Seeded {
         }
     }
 
-    /// MXFP4 blocks `first..first + out.len() / 17` of a projection stored MXFP4, as ggml
-    /// lays them out (drawn as stored): three draws a block, two giving its 32 nibbles
-    /// (uniform) and one its scale byte, one of the two largest whose values (at most 6 times
-    /// the scale) stay within the projection's `±amp`. Block `b` depends only on `(key, b)`.
-    pub fn fill_mxfp4(&self, first: usize, out: &mut [u8]) {
+    /// MXFP4 blocks `first..first + out.len()` of a projection stored MXFP4, as ggml lays
+    /// them out (drawn as stored): three draws a block, two giving its 32 nibbles (uniform)
+    /// and one its scale byte, one of the two largest whose values (at most 6 times the scale)
+    /// stay within the projection's `±amp`. Block `b` depends only on `(key, b)`.
+    pub fn fill_mxfp4(&self, first: usize, out: &mut [[u8; rdu_checkpoint::MXFP4_BLOCK_BYTES]]) {
         let top = 127 + (self.amp / 6.0).log2().floor() as i32;
         let top = top.clamp(1, i32::from(rdu_checkpoint::MXFP4_MAX_SCALE)) as u8;
-        for (k, block) in out.chunks_exact_mut(rdu_checkpoint::MXFP4_BLOCK_BYTES).enumerate() {
+        for (k, block) in out.iter_mut().enumerate() {
             let z = counter(self.key, MXFP4_DRAWS * (first + k));
             let draw = |w: u64| mix64(z.wrapping_add(w.wrapping_mul(GAMMA)));
             block[0] = top - (draw(2) >> 63) as u8;

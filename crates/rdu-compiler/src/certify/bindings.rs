@@ -10,7 +10,7 @@
 use crate::graph::{Bindings, Data, Graph, Tensor};
 use crate::lang::ast::DeclKind;
 use rayon::prelude::*;
-use rdu_checkpoint::{Fp8Grid, Fp8Weight, GgmlType, GgmlWeight, MXFP4_BLOCK_BYTES, QK_MXFP4};
+use rdu_checkpoint::{Fp8Grid, Fp8Weight, GgmlType, GgmlWeight, QK_MXFP4};
 use rdu_spatial::blocks::BlockWeight;
 use rdu_spatial::fill::par_filled;
 use rdu_spatial::manifest::{InputRole, RopeTable};
@@ -51,9 +51,8 @@ fn draw_blocks(draw: &Seeded, shape: &[usize], storage: Storage) -> Option<Block
             Fp8Weight::new(shape.to_vec(), block, values, scales).ok().map(BlockWeight::Fp8)
         }
         Storage::Mxfp4 => {
-            let bytes = par_filled(n / QK_MXFP4 * MXFP4_BLOCK_BYTES, DRAW_BLOCKS * MXFP4_BLOCK_BYTES, |i, out| {
-                draw.fill_mxfp4(i / MXFP4_BLOCK_BYTES, out)
-            });
+            let blocks = par_filled(n / QK_MXFP4, DRAW_BLOCKS, |b, out| draw.fill_mxfp4(b, out));
+            let bytes = blocks.into_iter().flatten().collect();
             GgmlWeight::new(shape.to_vec(), GgmlType::MXFP4, bytes).ok().map(BlockWeight::Ggml)
         }
         _ => None,
