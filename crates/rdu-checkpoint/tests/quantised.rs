@@ -44,14 +44,20 @@ fn every_mxfp4_scale_and_nibble_is_gguf_pys_and_transformers() {
     // The same values in the HF layout (value 2j low nibble of byte j, 2j + 1 high), regrouped.
     let hf = npy::f32(fixtures::quantised("mxfp4_transformers.npy"));
     let code = |e: usize, v: usize| if v < 16 { v as u8 } else { 15 - (v - 16) as u8 };
-    let packed: Vec<u8> = (0..256).flat_map(|e| (0..16).map(move |j| code(e, 2 * j) | (code(e, 2 * j + 1) << 4))).collect();
+    let packed: Vec<u8> =
+        (0..256).flat_map(|e| (0..16).map(move |j| code(e, 2 * j) | (code(e, 2 * j + 1) << 4))).collect();
     let scales: Vec<u8> = (0..=255).collect();
     // Scale bytes past 252 are refused as a weight's (their blocks overflow f32), so regroup
     // the in-range ones and compare those; the dequantiser itself was held to every byte above.
     let w = mxfp4_from_hf(&packed[..253 * 16], &[253, 1, 16], &scales[..253], &[253, 1]).unwrap();
     for (i, (&a, &b)) in w.dequantize().iter().zip(&hf).enumerate() {
         // transformers' table has −0 for the negative zero nibble; ggml's (and rdu's) +0.
-        assert!(same(a, b) || (a == 0.0 && b == 0.0), "block {} value {}: {a} against transformers' {b}", i / 32, i % 32);
+        assert!(
+            same(a, b) || (a == 0.0 && b == 0.0),
+            "block {} value {}: {a} against transformers' {b}",
+            i / 32,
+            i % 32
+        );
     }
 }
 
@@ -103,10 +109,16 @@ fn fp8_refusals_are_one_line_naming_the_tensor() {
         t.remove(&format!("{WQ}_scale_inv"));
     });
     let e = lines(missing.read_fp8(WQ, [24, 40]).unwrap_err());
-    assert!(e.ends_with(&format!("tensor `{WQ}`: stored F8_E4M3, but the checkpoint has no block scales `{WQ}_scale_inv`")), "{e}");
+    assert!(
+        e.ends_with(&format!("tensor `{WQ}`: stored F8_E4M3, but the checkpoint has no block scales `{WQ}_scale_inv`")),
+        "{e}"
+    );
     let st = SafeTensors::open(fixtures::quantised("llama_fp8")).unwrap();
     let e = lines(st.read_fp8(WQ, [32, 32]).unwrap_err());
-    assert!(e.ends_with(&format!("block scales `{WQ}_scale_inv` are [3, 2], but 32×32 blocks of [64, 64] need [2, 2]")), "{e}");
+    assert!(
+        e.ends_with(&format!("block scales `{WQ}_scale_inv` are [3, 2], but 32×32 blocks of [64, 64] need [2, 2]")),
+        "{e}"
+    );
     let e = lines(st.read_fp8("model.norm.weight", [24, 40]).unwrap_err());
     assert!(e.contains("stored F32, where fp8 storage reads F8_E4M3"), "{e}");
 }
@@ -129,7 +141,10 @@ fn gpt_oss_mxfp4_layout_refusals_are_one_line() {
     write(&path, &tensors);
     let st = SafeTensors::open(&path).unwrap();
     let e = st.read_mxfp4(name).unwrap_err().to_string();
-    assert!(e.ends_with("scales of shape [63, 1] do not match blocks of shape [64, 1, 16] (want [64, 1]: one per block)"), "{e}");
+    assert!(
+        e.ends_with("scales of shape [63, 1] do not match blocks of shape [64, 1, 16] (want [64, 1]: one per block)"),
+        "{e}"
+    );
     let e = st.read_mxfp4("model.layers.1.mlp.experts.0.up_proj.weight").unwrap_err().to_string();
     assert!(e.ends_with("MXFP4 block 5 has scale byte 255 (NaN in e8m0); scales are at most 252 (2^125)"), "{e}");
     assert_eq!(e.lines().count(), 1);

@@ -150,18 +150,25 @@ fn bad_fp8_checkpoints_are_refused_in_one_line() {
     });
     for engine in ["spatial", "reference"] {
         let e = run(&missing, engine);
-        assert!(e.ends_with(&format!("stored F8_E4M3, but the checkpoint has no block scales `{wq}_scale_inv`")), "{e}");
+        assert!(
+            e.ends_with(&format!("stored F8_E4M3, but the checkpoint has no block scales `{wq}_scale_inv`")),
+            "{e}"
+        );
     }
     // The config's blocks are not the checkpoint's grid.
     let grid = tmp.path().join("grid");
     copy_edited(&src, &grid, |_| {});
-    let config = std::fs::read_to_string(src.join("config.json")).expect("config").replace("24,\n      40", "32,\n      32");
+    let config =
+        std::fs::read_to_string(src.join("config.json")).expect("config").replace("24,\n      40", "32,\n      32");
     assert!(config.contains("32,\n      32"), "the block is rewritten");
     std::fs::write(grid.join("config.json"), config).expect("written");
     // (the host reads the manifest's tensors in order: `Wd0`, layer 0's down projection, first)
     let wd = "model.layers.0.mlp.down_proj.weight";
     let e = run(&grid, "spatial");
-    assert!(e.ends_with(&format!("block scales `{wd}_scale_inv` are [3, 4], but 32×32 blocks of [64, 128] need [2, 4]")), "{e}");
+    assert!(
+        e.ends_with(&format!("block scales `{wd}_scale_inv` are [3, 4], but 32×32 blocks of [64, 128] need [2, 4]")),
+        "{e}"
+    );
     // Blocks a split over two chips would cut.
     let e = user_error(&["lower", s(&src), "--cut", "tp", "--tp", "2", "--ctx", "16"]);
     assert!(e.contains("--tp 2 splits the fp8 blocks of Wd0: a chip holds 0..64 of axis 1, blocks of 40"), "{e}");
@@ -169,7 +176,8 @@ fn bad_fp8_checkpoints_are_refused_in_one_line() {
     let gptq = tmp.path().join("gptq");
     std::fs::create_dir_all(&gptq).expect("dir");
     let text = std::fs::read_to_string(fixtures::hf("llama").join("config.json")).expect("config");
-    let text = text.replace("\"vocab_size\"", "\"quantization_config\": {\"quant_method\": \"gptq\"},\n  \"vocab_size\"");
+    let text =
+        text.replace("\"vocab_size\"", "\"quantization_config\": {\"quant_method\": \"gptq\"},\n  \"vocab_size\"");
     std::fs::write(gptq.join("config.json"), text).expect("written");
     let e = user_error(&["lower", s(&gptq), "--ctx", "16"]);
     assert!(e.contains("quantization_config.quant_method") && e.contains("`gptq` is not read"), "{e}");
@@ -195,6 +203,9 @@ fn bad_mxfp4_checkpoints_are_refused_in_one_line() {
         let e = user_error(&["run", s(&count), "--tokens", "1,2", "--engine", engine]);
         assert!(e.contains(down) && e.contains("do not match blocks of shape [63, 1, 16]"), "{e}");
         let e = user_error(&["run", s(&range), "--tokens", "1,2", "--engine", engine]);
-        assert!(e.contains(up) && e.contains("MXFP4 block 5 has scale byte 253 (2^126); scales are at most 252"), "{e}");
+        assert!(
+            e.contains(up) && e.contains("MXFP4 block 5 has scale byte 253 (2^126); scales are at most 252"),
+            "{e}"
+        );
     }
 }

@@ -119,6 +119,26 @@ fn a_layer_stored_differently_is_its_own_kind() {
     assert_eq!(kinds[0].1, others(32, &[5]));
 }
 
+/// Layers differing only in what is stored FP8 are their own kinds, named as the Q8_0 ones are
+/// (`_fp8_{weights}`); a storage set mixing formats names each (`_q8_..._fp8_...`).
+#[test]
+fn kinds_differing_in_what_is_stored_fp8_are_named_for_it() {
+    use rdu_compiler::model::storage::Format;
+    let llama = spec("tiny-llama");
+    let fp8 = Format::Fp8 { rows: 16, cols: 32 };
+    let mut stored: std::collections::BTreeMap<String, Format> =
+        rdu_compiler::model::quantization::blockable_weights(&llama).into_iter().map(|n| (n, fp8)).collect();
+    stored.retain(|n, _| n != "E" && n != "Wout");
+    stored.insert("Wo1".into(), Format::Q8_0);
+    stored.remove("Wd1");
+    let storage = Storage::Exactly(stored);
+    let names: Vec<String> = layer_kinds(&llama, &storage).into_iter().map(|k| k.name).collect();
+    assert_eq!(names, ["attention_dense_fp8_wd_wo", "attention_dense_q8_wo"]);
+    let source = source_of(&llama, 0, Cut::Decode { ctx: 64 }, &storage);
+    assert_eq!(source.stored["Wq0"], fp8);
+    assert!(source.text().contains("weight Wq0 : q8[64, 64]"), "the text says what may be stored, not how");
+}
+
 /// Every name bound (declared or assigned) in a program, and the shared ones.
 fn bound_names(source: &Source) -> BTreeSet<String> {
     let program = source.program().expect("authored program parses");

@@ -33,10 +33,7 @@ pub fn write(path: &Path, tensors: &BTreeMap<String, Stored>) {
     let mut at = 0usize;
     for (name, t) in tensors {
         let end = at + t.bytes.len();
-        header.insert(
-            name.clone(),
-            serde_json::json!({"dtype": t.dtype, "shape": t.shape, "data_offsets": [at, end]}),
-        );
+        header.insert(name.clone(), serde_json::json!({"dtype": t.dtype, "shape": t.shape, "data_offsets": [at, end]}));
         at = end;
     }
     let mut json = serde_json::Value::Object(header).to_string().into_bytes();
