@@ -225,7 +225,7 @@ pub fn fp8_e4m3_from_f32(v: f32) -> u8 {
         }
     }
     let (dl, dh) = (a - FP8_E4M3[usize::from(lo)], FP8_E4M3[usize::from(hi)] - a);
-    let byte = if dl < dh || (dl == dh && lo % 2 == 0) { lo } else { hi };
+    let byte = if dl < dh || (dl == dh && lo.is_multiple_of(2)) { lo } else { hi };
     let byte = if FP8_E4M3[usize::from(hi)] <= a { hi } else { byte };
     sign | byte
 }

@@ -145,7 +145,7 @@ pub fn mxfp4_from_hf(
     }
     let mut bytes = Vec::with_capacity(scales.len() * MXFP4_BLOCK_BYTES);
     for (packed, &e) in blocks.chunks_exact(16).zip(scales) {
-        let nibble = |v: usize| if v % 2 == 0 { packed[v / 2] & 0xF } else { packed[v / 2] >> 4 };
+        let nibble = |v: usize| if v.is_multiple_of(2) { packed[v / 2] & 0xF } else { packed[v / 2] >> 4 };
         bytes.push(e);
         bytes.extend((0..16).map(|j| nibble(j) | (nibble(j + 16) << 4)));
     }

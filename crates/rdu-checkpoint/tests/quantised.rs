@@ -43,9 +43,9 @@ fn every_mxfp4_scale_and_nibble_is_gguf_pys_and_transformers() {
     }
     // The same values in the HF layout (value 2j low nibble of byte j, 2j + 1 high), regrouped.
     let hf = npy::f32(fixtures::quantised("mxfp4_transformers.npy"));
-    let code = |e: usize, v: usize| if v < 16 { v as u8 } else { 15 - (v - 16) as u8 };
-    let packed: Vec<u8> =
-        (0..256).flat_map(|e| (0..16).map(move |j| code(e, 2 * j) | (code(e, 2 * j + 1) << 4))).collect();
+    // Value v of every block: nibble v in the low half, 15 − (v − 16) in the high one.
+    let code = |v: usize| if v < 16 { v as u8 } else { 15 - (v - 16) as u8 };
+    let packed: Vec<u8> = (0..256).flat_map(|_| (0..16).map(move |j| code(2 * j) | (code(2 * j + 1) << 4))).collect();
     let scales: Vec<u8> = (0..=255).collect();
     // Scale bytes past 252 are refused as a weight's (their blocks overflow f32), so regroup
     // the in-range ones and compare those; the dequantiser itself was held to every byte above.

@@ -75,7 +75,7 @@ fn check_against_manifest(name: &str, model: &StreamedModel) {
 /// [`check_against_manifest`] with the model's config.json given.
 fn check_against_config(config: &serde_json::Value, name: &str, model: &StreamedModel) {
     let m = written(model);
-    let floor = floor_of_manifest(&m, &config);
+    let floor = floor_of_manifest(&m, config);
     let step = model.step_estimate();
     let at = format!("{name} {}", model.cut.describe());
     assert!((step.floor_bytes as f64 - floor).abs() <= 1.0, "{at}: floor {} vs {floor}", step.floor_bytes);

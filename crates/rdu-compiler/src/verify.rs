@@ -363,13 +363,16 @@ fn reduced_slices(full: &BTreeMap<String, Slices>, small: &SpatialProgram, chips
         .collect()
 }
 
+/// A program's weights stored in a block format, each with its format (`Source::stored`).
+type StorageSet = BTreeMap<String, Storage>;
+
 /// The program's storage set and slices as the manifest records them under its bundle names
 /// (an `fp8` entry without a usable block is the one-line refusal).
 fn storage_of(
     m: &Manifest,
     program: &crate::lang::ast::Program,
     bundle_name: &dyn Fn(&str) -> String,
-) -> Result<(BTreeMap<String, Storage>, BTreeMap<String, Slices>), String> {
+) -> Result<(StorageSet, BTreeMap<String, Slices>), String> {
     let (mut stored, mut slices) = (BTreeMap::new(), BTreeMap::new());
     for d in program.decls() {
         let own = d.name.text.clone();
