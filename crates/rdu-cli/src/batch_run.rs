@@ -6,7 +6,7 @@
 use crate::model_arg::{resolve_with_weights, storage_of, with_state};
 use crate::run_args::{check_writable, host_weights, lower_into, run_state, write_npy, Engine, RunArgs, RunCut};
 use anyhow::{anyhow, bail, Context, Result};
-use rdu_compiler::lower::streamed::Storage;
+use rdu_compiler::deploy::Storage;
 use rdu_compiler::model::spec::{Cut, ModelSpec};
 use rdu_host::{generate, Generate, Host, Sampling, WeightsSource};
 use rdu_spatial::chip::Chip;
@@ -113,7 +113,7 @@ fn batched_host(
                 None => Cut::Batched { batch, ctx },
             };
             let dir = tmp.join("batched");
-            lower_into(args, spec, &chip, &storage, cut, &dir)?;
+            lower_into(args.json, spec, &chip, &storage, cut, &dir)?;
             dir
         }
     };

@@ -5,15 +5,30 @@ use crate::model_arg::{mode_word, StorageArg};
 use crate::run_args::{Engine, RunArgs, RunCut};
 use anyhow::{anyhow, bail, Result};
 use rdu_compiler::model::spec::ModelSpec;
+use rdu_host::Host;
 use rdu_spatial::bundle::Bundle;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::manifest::{CutMode, Manifest};
 use std::path::Path;
 
-/// The manifest of the bundle in `dir`, read and validated.
+/// The bundle in `dir` as `rdu run` would load it, refused in one line otherwise: read and
+/// validated, its programs parsed and every binding checked against the manifest (a tensor
+/// whose manifest shape is not the one its program declares is named with both shapes) —
+/// `Host::check`, every check a run makes before it reads a weight. `rdu show`, `rdu report`,
+/// `rdu verify` and `rdu run --bundle` open bundles here, so none accepts one the others refuse.
+pub fn open(dir: &Path) -> Result<Bundle> {
+    Host::check(dir).map_err(|e| {
+        let shown = dir.display().to_string();
+        let text = e.to_string();
+        // Most of the host's messages already start with the bundle: name it once.
+        let reason = text.strip_prefix(&format!("bundle {shown}: ")).unwrap_or(&text);
+        anyhow!("cannot open bundle {shown}: {reason}")
+    })
+}
+
+/// The manifest of the bundle in `dir`, opened as [`open`] opens it.
 pub fn manifest(dir: &Path) -> Result<Manifest> {
-    let bundle = Bundle::open(dir).map_err(|e| anyhow!("cannot open bundle {}: {e}", dir.display()))?;
-    Ok(bundle.manifest)
+    Ok(open(dir)?.manifest)
 }
 
 /// Refuses a bundle of another model, and `--engine reference`, `--ctx`, `--tp`, `--chip`,

@@ -7,7 +7,7 @@ use crate::model_arg::{resolve_with_weights, storage_of, with_state, Weights, MA
 use crate::run_args::{check_writable, host_weights, run_state, write_npy, Engine, RunArgs, RunCut};
 use crate::run_engine::{engine, Clocks, Setup};
 use anyhow::{anyhow, bail, Context, Result};
-use rdu_compiler::lower::streamed::Storage;
+use rdu_compiler::deploy::Storage;
 use rdu_compiler::model::spec::ModelSpec;
 use rdu_compiler::reference::{Reference, SeededWeights, WeightSource};
 use rdu_host::{generate, Generate, Generated, Observer, Sampler, Sampling, StreamDecoder, Tokenizer};
@@ -283,7 +283,7 @@ fn print(args: &RunArgs, out: &Generated, watch: &mut Watch<'_>) {
 }
 
 /// The model's tokenizer, when it has one: a GGUF file's, or `tokenizer.json` in a HF directory.
-fn tokenizer_of(model: &str) -> Result<Option<Tokenizer>> {
+pub(crate) fn tokenizer_of(model: &str) -> Result<Option<Tokenizer>> {
     let path = std::path::Path::new(model);
     if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
         let gguf = rdu_checkpoint::Gguf::open(path)?;
@@ -303,7 +303,7 @@ fn tokenizer_of(model: &str) -> Result<Option<Tokenizer>> {
 /// The ids that end generation, read off the model's tokenizer files without building the
 /// tokenizer (empty when there is none). A GGUF file whose tokenizer rdu cannot build still
 /// runs on ids; one line on stderr says that text output is unavailable.
-fn end_ids_of(model: &str) -> Result<Vec<u32>> {
+pub(crate) fn end_ids_of(model: &str) -> Result<Vec<u32>> {
     let path = std::path::Path::new(model);
     if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
         let gguf = rdu_checkpoint::Gguf::open(path)?;

@@ -15,6 +15,7 @@ mod plan;
 mod prefill_conformance;
 mod quantised;
 mod report;
+mod serve;
 mod spatial_conformance;
 mod tp_cli;
 mod tp_conformance;

@@ -1,15 +1,17 @@
 //! The model's roofline (issue 11): the floor recomputed independently from written manifests
-//! (the formula of `shared/tools/model_roofline.py`), and no estimate faster than it.
+//! (the formula of `shared/tools/model_roofline.py`), no estimate faster than it, and the floor
+//! `rdu report` reads off a bundle (`bundle_floor`) the lowered model's own.
 
-use rdu_compiler::lower::streamed::{
-    lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed, lower_prefill_streamed,
-    lower_tp_decode_streamed, LowerOptions, Progress, Storage, StreamedModel,
+use rdu_compiler::deploy::{
+    bundle_floor, lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed,
+    lower_prefill_streamed, lower_tp_decode_streamed, LowerOptions, ModelFloor, Progress, Storage, StreamedModel,
 };
 use rdu_compiler::model::presets;
 use rdu_spatial::bundle::Bundle;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::manifest::{Manifest, TensorStorage};
-use std::collections::BTreeSet;
+use rdu_spatial::program::SpatialProgram;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Options for `chip` and `storage`, no progress reports (a leaked empty closure per call).
 fn opts(chip: &str, storage: Storage) -> LowerOptions<'static> {
@@ -58,23 +60,44 @@ fn floor_of_manifest(m: &Manifest, config: &serde_json::Value) -> f64 {
     floor + m.states.iter().map(|s| s.shape.iter().map(|&d| d as f64).product::<f64>() * 2.0).sum::<f64>()
 }
 
-/// `model`'s bundle written and its manifest read back.
-fn written(model: &StreamedModel) -> Manifest {
+/// `model`'s bundle written and read back.
+fn written_bundle(model: &StreamedModel) -> Bundle {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bundle");
     model.bundle().unwrap().write(&path, false).unwrap();
-    Bundle::open(&path).expect("a valid bundle").manifest
+    Bundle::open(&path).expect("a valid bundle")
 }
 
-/// Writes `model`'s bundle, reads its manifest back, and holds the estimate's floor, model
-/// roofline and fraction to the ones recomputed from it and the preset `name`'s config.json.
+/// `model`'s bundle written and its manifest read back, and the preset `name`'s config.json.
+fn written(name: &str, model: &StreamedModel) -> (Manifest, serde_json::Value) {
+    (written_bundle(model).manifest, serde_json::from_str(presets::config_text(name).unwrap()).unwrap())
+}
+
+/// The floor of a written bundle as `rdu report` computes it (`bundle_floor` over the bundle's
+/// manifest and parsed spatial programs).
+fn floor_of_bundle(bundle: &Bundle, chip: &Chip) -> ModelFloor {
+    let p = &bundle.manifest.programs;
+    let files = std::iter::once((&p.embed.name, &p.embed.file_spatial))
+        .chain(p.kinds.iter().map(|k| (&k.name, &k.file_spatial)))
+        .chain(std::iter::once((&p.head.name, &p.head.file_spatial)));
+    let spatial: BTreeMap<String, SpatialProgram> = files
+        .map(|(name, file)| (name.clone(), rdu_spatial::text::parse(&bundle.files[file.as_str()]).expect("parses")))
+        .collect();
+    bundle_floor(&bundle.manifest, &|name| spatial.get(name), chip)
+}
+
+/// Writes `model`'s bundle, reads it back, and holds the estimate's floor, model roofline and
+/// fraction to the ones recomputed from its manifest — and the floor `rdu report` computes from
+/// the bundle to the model's own, bit for bit.
 fn check_against_manifest(name: &str, model: &StreamedModel) {
     check_against_config(&serde_json::from_str(presets::config_text(name).unwrap()).unwrap(), name, model);
 }
 
 /// [`check_against_manifest`] with the model's config.json given.
 fn check_against_config(config: &serde_json::Value, name: &str, model: &StreamedModel) {
-    let m = written(model);
+    let bundle = written_bundle(model);
+    assert_eq!(floor_of_bundle(&bundle, &model.chip), model.model_floor(), "{name} {}", model.cut.describe());
+    let m = bundle.manifest;
     let floor = floor_of_manifest(&m, config);
     let step = model.step_estimate();
     let at = format!("{name} {}", model.cut.describe());
@@ -123,7 +146,7 @@ fn the_floor_counts_fp8_weights_as_stored() {
     let spec = rdu_compiler::model::config::from_config_json(text, "fp8-llama").unwrap();
     let storage = rdu_compiler::model::quantization::declared_storage(&spec).expect("declared");
     let model = lower_decode_streamed(&spec, 64, opts("sn50", storage)).unwrap();
-    let m = written(&model);
+    let m = written_bundle(&model).manifest;
     assert!(m
         .tensors
         .iter()
@@ -176,7 +199,7 @@ fn model_flops_are_the_model_count_over_a_written_manifest_and_utilisation_is_of
         ),
     ];
     for (name, model) in cases {
-        let (m, config) = (written(&model), serde_json::from_str(presets::config_text(name).unwrap()).unwrap());
+        let (m, config) = written(name, &model);
         let want = flops_of_manifest(&m, &config);
         let step = model.step_estimate();
         let at = format!("{name} {}", model.cut.describe());

@@ -23,7 +23,7 @@ pub mod tensor_parallel;
 pub mod text;
 pub mod view;
 
-pub use op::Op;
+pub use op::{Op, TypedOp};
 pub use program::{
     Arg, Dtype, Fold, Home, KernelOp, Lit, Role, Section, SpatialProgram, Stage, Storage, TensorDecl, Tiling, TpInfo,
     TpSplit,
