@@ -643,21 +643,9 @@ pub unsafe fn dot_widened_avx2(format: GgmlType, row: &[u8], x: &[f32]) -> Optio
     };
     match format {
         GgmlType::Q5_0 => {
-            let n = (row.len() / 22).min(x.len() / 32);
-            let shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
-            let bit = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
-            let (low4, sixteen) = (_mm_set1_epi8(0x0F), _mm256_set1_epi8(16));
-            for i in 0..n {
-                let (b, xp) = (row.as_ptr().add(22 * i), x.as_ptr().add(32 * i));
-                let d = _mm256_set1_ps(f16_scale(b));
-                let qh = u32::from_le_bytes([*b.add(2), *b.add(3), *b.add(4), *b.add(5)]);
-                // 0xFF in byte j where bit j of qh is set.
-                let bits = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), shuf);
-                let high =
-                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_or_si256(bits, bit), _mm256_set1_epi64x(-1)), sixteen);
-                let qs = _mm_loadu_si128(b.add(6) as *const __m128i);
-                let nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), low4), _mm_and_si128(qs, low4));
-                add32(&mut acc, _mm256_sub_epi8(_mm256_or_si256(nib, high), sixteen), d, d, xp);
+            for i in 0..(row.len() / 22).min(x.len() / 32) {
+                let (d, q) = q5_0_block_avx2(row.as_ptr().add(22 * i));
+                add32(&mut acc, q, d, d, x.as_ptr().add(32 * i));
             }
         }
         GgmlType::Q8_0 => {
@@ -669,17 +657,9 @@ pub unsafe fn dot_widened_avx2(format: GgmlType, row: &[u8], x: &[f32]) -> Optio
             }
         }
         GgmlType::MXFP4 => {
-            let n = (row.len() / 17).min(x.len() / 32);
-            // The doubled e2m1 value of each nibble, as a signed byte.
-            let table = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-            let low4 = _mm_set1_epi8(0x0F);
-            for i in 0..n {
-                let (b, xp) = (row.as_ptr().add(17 * i), x.as_ptr().add(32 * i));
-                let d = _mm256_set1_ps(rdu_checkpoint::e8m0_half(*b));
-                let qs = _mm_loadu_si128(b.add(1) as *const __m128i);
-                let lo = _mm_shuffle_epi8(table, _mm_and_si128(qs, low4));
-                let hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(qs, 4), low4));
-                add32(&mut acc, _mm256_set_m128i(hi, lo), d, d, xp);
+            for i in 0..(row.len() / 17).min(x.len() / 32) {
+                let (d, q) = mxfp4_block_avx2(row.as_ptr().add(17 * i));
+                add32(&mut acc, q, d, d, x.as_ptr().add(32 * i));
             }
         }
         GgmlType::Q4_K => {
@@ -738,6 +718,48 @@ pub unsafe fn dot_widened_avx2(format: GgmlType, row: &[u8], x: &[f32]) -> Optio
         _ => return None,
     }
     Some(crate::q8::fold4(acc))
+}
+
+/// The Q5_0 block at `b` (22 bytes) for [`dot_widened_avx2`]: its scale in every lane, and its
+/// 32 values `q − 16` as signed bytes (value `j` in byte `j`): the low nibbles are values
+/// 0..16, the high ones 16..32, each with its fifth bit from `qh`.
+///
+/// # Safety
+/// AVX2 and F16C (the caller's target features); `b` points at a whole block.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn q5_0_block_avx2(b: *const u8) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256i) {
+    use std::arch::x86_64::*;
+    let shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    let bit = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
+    let (low4, sixteen) = (_mm_set1_epi8(0x0F), _mm256_set1_epi8(16));
+    let d = _mm256_set1_ps(f16_scale(b));
+    let qh = u32::from_le_bytes([*b.add(2), *b.add(3), *b.add(4), *b.add(5)]);
+    // 0xFF in byte j where bit j of qh is set.
+    let bits = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), shuf);
+    let high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_or_si256(bits, bit), _mm256_set1_epi64x(-1)), sixteen);
+    let qs = _mm_loadu_si128(b.add(6) as *const __m128i);
+    let nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), low4), _mm_and_si128(qs, low4));
+    (d, _mm256_sub_epi8(_mm256_or_si256(nib, high), sixteen))
+}
+
+/// The MXFP4 block at `b` (17 bytes) for [`dot_widened_avx2`]: half its scale (`e8m0_half`)
+/// in every lane, and its 32 doubled e2m1 values as signed bytes (value `j` in byte `j`: the
+/// low nibbles are values 0..16, the high ones 16..32), each looked up by its nibble.
+///
+/// # Safety
+/// AVX2 (the caller's target features); `b` points at a whole block.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn mxfp4_block_avx2(b: *const u8) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256i) {
+    use std::arch::x86_64::*;
+    let table = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    let low4 = _mm_set1_epi8(0x0F);
+    let d = _mm256_set1_ps(rdu_checkpoint::e8m0_half(*b));
+    let qs = _mm_loadu_si128(b.add(1) as *const __m128i);
+    let lo = _mm_shuffle_epi8(table, _mm_and_si128(qs, low4));
+    let hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(qs, 4), low4));
+    (d, _mm256_set_m128i(hi, lo))
 }
 
 /// Which Q8_0 row kernel this CPU runs (chosen once, at first use).
