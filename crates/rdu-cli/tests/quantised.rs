@@ -37,16 +37,24 @@ fn lower_and_verify(model: &Path, args: &[&str], tmp: &Path) -> std::collections
     tensors.iter().map(|(n, t)| (n.clone(), (t["storage"].to_string(), t["block"].to_string()))).collect()
 }
 
+/// Both engines on the fixture `name`'s checkpoint `model` (its directory, or a file in it),
+/// the fixture's tokens token by token, within 1e-4 of each of `references` (files in it).
+fn both_engines(name: &str, model: &Path, references: &[&str], tmp: &Path) {
+    let dir = fixtures::quantised(name);
+    let tokens = npy::ids(dir.join("tokens.npy"));
+    for engine in ["spatial", "reference"] {
+        let got = run(model, &tokens, engine, &[], tmp);
+        for r in references {
+            Tolerance::F32.assert(&format!("{name} {engine} engine vs {r}"), &got, &npy::f32(dir.join(r)));
+        }
+    }
+}
+
 #[test]
 fn fp8_in_deepseeks_layout_runs_as_stored_within_1e_4_of_transformers() {
     let dir = fixtures::quantised("llama_fp8");
     let tmp = tempfile::tempdir().expect("temp dir");
-    let tokens = npy::ids(dir.join("tokens.npy"));
-    let want = npy::f32(dir.join("logits_step.npy"));
-    let spatial = run(&dir, &tokens, "spatial", &[], tmp.path());
-    let reference = run(&dir, &tokens, "reference", &[], tmp.path());
-    Tolerance::F32.assert("llama_fp8 spatial vs transformers", &spatial, &want);
-    Tolerance::F32.assert("llama_fp8 reference vs transformers", &reference, &want);
+    both_engines("llama_fp8", &dir, &["logits_step.npy"], tmp.path());
     let tensors = lower_and_verify(&dir, &["--ctx", "16"], tmp.path());
     for l in 0..2 {
         for w in ["Wq", "Wk", "Wv", "Wo", "Wg", "Wu", "Wd"] {
@@ -62,12 +70,7 @@ fn fp8_in_deepseeks_layout_runs_as_stored_within_1e_4_of_transformers() {
 fn mxfp4_in_the_hf_layout_runs_as_stored_within_1e_4_of_transformers() {
     let dir = fixtures::quantised("qwen3_moe_mxfp4");
     let tmp = tempfile::tempdir().expect("temp dir");
-    let tokens = npy::ids(dir.join("tokens.npy"));
-    let want = npy::f32(dir.join("logits_step.npy"));
-    let spatial = run(&dir, &tokens, "spatial", &[], tmp.path());
-    let reference = run(&dir, &tokens, "reference", &[], tmp.path());
-    Tolerance::F32.assert("qwen3_moe_mxfp4 spatial vs transformers", &spatial, &want);
-    Tolerance::F32.assert("qwen3_moe_mxfp4 reference vs transformers", &reference, &want);
+    both_engines("qwen3_moe_mxfp4", &dir, &["logits_step.npy"], tmp.path());
     let tensors = lower_and_verify(&dir, &["--ctx", "16"], tmp.path());
     for (name, (storage, _)) in &tensors {
         let expert = name.starts_with("We");
@@ -77,17 +80,10 @@ fn mxfp4_in_the_hf_layout_runs_as_stored_within_1e_4_of_transformers() {
 
 #[test]
 fn mxfp4_from_llama_cpps_quantiser_runs_within_1e_4_of_transformers_and_llama_cpp() {
-    let dir = fixtures::quantised("qwen3_moe_mxfp4_gguf");
-    let file = dir.join("tiny-mxfp4.gguf");
+    let file = fixtures::quantised("qwen3_moe_mxfp4_gguf").join("tiny-mxfp4.gguf");
     let tmp = tempfile::tempdir().expect("temp dir");
-    let tokens = npy::ids(dir.join("tokens.npy"));
-    let spatial = run(&file, &tokens, "spatial", &[], tmp.path());
-    let reference = run(&file, &tokens, "reference", &[], tmp.path());
-    for (what, path) in [("transformers", "logits_deq_transformers.npy"), ("llama.cpp", "logits_deq_llamacpp.npy")] {
-        let want = npy::f32(dir.join(path));
-        Tolerance::F32.assert(&format!("mxfp4 gguf spatial vs {what}"), &spatial, &want);
-        Tolerance::F32.assert(&format!("mxfp4 gguf reference vs {what}"), &reference, &want);
-    }
+    let references = ["logits_deq_transformers.npy", "logits_deq_llamacpp.npy"];
+    both_engines("qwen3_moe_mxfp4_gguf", &file, &references, tmp.path());
     // llama.cpp's MXFP4_MOE: experts MXFP4, the other matrices Q8_0, norms and router F32.
     let tensors = lower_and_verify(&file, &["--ctx", "16"], tmp.path());
     for (name, (storage, _)) in &tensors {

@@ -897,28 +897,36 @@ mod tests {
         }
     }
 
+    /// `kernel` on rows of 12 × `cols` seeded `format` blocks (`seed`) agrees with `q8::dot`
+    /// of each widened row within f32 reassociation (the bound of
+    /// `q8_row_kernels_agree_on_the_same_tiles`).
+    #[cfg(target_arch = "x86_64")]
+    fn agrees_with_the_widened_dot(format: GgmlType, cols: usize, seed: u32, kernel: unsafe fn(&[u8], &[f32]) -> f32) {
+        let bytes = blocks(format, 12 * cols / 32, seed);
+        let w = PackedWeight { shape: &[12, cols], format, bytes: &bytes };
+        w.check().expect("12 rows");
+        let wv = w.widen_all();
+        let x: Vec<f32> = (0..cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+        for j in 0..12 {
+            let wj = &wv[j * cols..(j + 1) * cols];
+            let want = crate::q8::dot(wj, &x);
+            let bound = wj.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum::<f32>() * 2f32.powi(-19);
+            // SAFETY: the callers run this only where `q8_kernel` chose AVX-512 (F, BW, VL,
+            // FMA and F16C), every kernel passed here needs no more.
+            let got = unsafe { kernel(w.row(j), &x) };
+            assert!((got - want).abs() <= bound, "{format} cols {cols} row {j}: {got} vs {want} (bound {bound})");
+        }
+    }
+
     /// The AVX-512 Q5_0 row kernel agrees with `q8::dot` of the widened row within f32
-    /// reassociation (the bound of `q8_row_kernels_agree_on_the_same_tiles`), on rows of
-    /// seeded blocks with every fifth-bit pattern the generator gives.
+    /// reassociation, on rows of seeded blocks with every fifth-bit pattern the generator
+    /// gives: 20 blocks a row (divisible by four) and 23 (a tail of three past the round-robin).
     #[test]
     fn q5_0_row_kernels_agree_on_the_same_tiles() {
         #[cfg(target_arch = "x86_64")]
         if q8_kernel() == Q8Kernel::Avx512 {
-            // 20 blocks a row (divisible by four) and 23 (a tail of three past the round-robin).
             for cols in [640, 736] {
-                let bytes = blocks(GgmlType::Q5_0, 12 * cols / 32, 5 + cols as u32);
-                let w = PackedWeight { shape: &[12, cols], format: GgmlType::Q5_0, bytes: &bytes };
-                w.check().expect("12 rows");
-                let wv = w.widen_all();
-                let x: Vec<f32> = (0..cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
-                for j in 0..12 {
-                    let wj = &wv[j * cols..(j + 1) * cols];
-                    let want = crate::q8::dot(wj, &x);
-                    let bound = wj.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum::<f32>() * 2f32.powi(-19);
-                    // SAFETY: the AVX-512 kernel is chosen only where F, BW, VL, FMA and F16C are.
-                    let got = unsafe { dot_q5_0_row_avx512(w.row(j), &x) };
-                    assert!((got - want).abs() <= bound, "cols {cols} row {j}: {got} vs {want} (bound {bound})");
-                }
+                agrees_with_the_widened_dot(GgmlType::Q5_0, cols, 5 + cols as u32, dot_q5_0_row_avx512);
             }
         }
     }
@@ -930,19 +938,7 @@ mod tests {
         #[cfg(target_arch = "x86_64")]
         if q8_kernel() == Q8Kernel::Avx512 {
             for cols in [640, 736] {
-                let bytes = blocks(GgmlType::MXFP4, 12 * cols / 32, 11 + cols as u32);
-                let w = PackedWeight { shape: &[12, cols], format: GgmlType::MXFP4, bytes: &bytes };
-                w.check().expect("12 rows");
-                let wv = w.widen_all();
-                let x: Vec<f32> = (0..cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
-                for j in 0..12 {
-                    let wj = &wv[j * cols..(j + 1) * cols];
-                    let want = crate::q8::dot(wj, &x);
-                    let bound = wj.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum::<f32>() * 2f32.powi(-19);
-                    // SAFETY: the AVX-512 kernel is chosen only where F, BW, VL, FMA and F16C are.
-                    let got = unsafe { dot_packed_row_avx512(GgmlType::MXFP4, w.row(j), &x) }.expect("mxfp4");
-                    assert!((got - want).abs() <= bound, "cols {cols} row {j}: {got} vs {want} (bound {bound})");
-                }
+                agrees_with_the_widened_dot(GgmlType::MXFP4, cols, 11 + cols as u32, dot_mxfp4_row_avx512);
             }
         }
     }
