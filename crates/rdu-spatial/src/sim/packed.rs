@@ -349,7 +349,7 @@ unsafe fn four_sums(
 /// the reference's widened values are exactly `d · q` and `Σ x·(d·q) = d · Σ x·q` is a
 /// reassociation of the same sum — the Q8_0 kernel's order: each block's 32 `q·x` in 16
 /// lanes, times `d`, blocks round-robin into four running sums added at the end, within
-/// `q5_0_row_kernels_agree_on_the_same_tiles`'s bound of the widened row's `dot`. Each `q` is
+/// `q5_0_and_mxfp4_row_kernels_agree_on_the_same_tiles`'s bound of the widened row's `dot`. Each `q` is
 /// looked up, not converted: a block's 16 bytes zero-extended to 32-bit lanes index a table of
 /// `k − 16` by their low nibble (values 0..16) and, shifted, by their high one (16..32), and
 /// 16 is added where the value's fifth bit (bit `j` of `qh`) is set. Measured on a Zen 4 core,
@@ -393,7 +393,7 @@ pub unsafe fn dot_q5_0_row_avx512(row: &[u8], x: &[f32]) -> f32 {
 /// doubled e2m1 values (at most 12 in magnitude): exact in f32, so `Σ x·(k·d) = d · Σ x·k`
 /// is a reassociation of the widened row's sum — Q5_0's order: each block's 32 `k·x` in 16
 /// lanes, times `d`, blocks round-robin into four running sums added at the end, within
-/// `mxfp4_row_kernels_agree_on_the_same_tiles`'s bound. Each `k` is looked up by its nibble
+/// `q5_0_and_mxfp4_row_kernels_agree_on_the_same_tiles`'s bound. Each `k` is looked up by its nibble
 /// from a table of the 16 (`vpermps` reads an index's low four bits: a byte's low nibble is
 /// value `j`, its high one value `16 + j`).
 ///
@@ -918,26 +918,16 @@ mod tests {
         }
     }
 
-    /// The AVX-512 Q5_0 row kernel agrees with `q8::dot` of the widened row within f32
-    /// reassociation, on rows of seeded blocks with every fifth-bit pattern the generator
-    /// gives: 20 blocks a row (divisible by four) and 23 (a tail of three past the round-robin).
+    /// The AVX-512 Q5_0 and MXFP4 row kernels agree with `q8::dot` of the widened row within
+    /// f32 reassociation: Q5_0 on rows of seeded blocks with every fifth-bit pattern the
+    /// generator gives, MXFP4 on blocks with scale bytes from 0 to 199; 20 blocks a row
+    /// (divisible by four) and 23 (a tail of three past the round-robin).
     #[test]
-    fn q5_0_row_kernels_agree_on_the_same_tiles() {
+    fn q5_0_and_mxfp4_row_kernels_agree_on_the_same_tiles() {
         #[cfg(target_arch = "x86_64")]
         if q8_kernel() == Q8Kernel::Avx512 {
             for cols in [640, 736] {
                 agrees_with_the_widened_dot(GgmlType::Q5_0, cols, 5 + cols as u32, dot_q5_0_row_avx512);
-            }
-        }
-    }
-
-    /// The AVX-512 MXFP4 row kernel agrees with `q8::dot` of the widened row (ggml's values)
-    /// within f32 reassociation, on rows of blocks with scale bytes from 0 to 199.
-    #[test]
-    fn mxfp4_row_kernels_agree_on_the_same_tiles() {
-        #[cfg(target_arch = "x86_64")]
-        if q8_kernel() == Q8Kernel::Avx512 {
-            for cols in [640, 736] {
                 agrees_with_the_widened_dot(GgmlType::MXFP4, cols, 11 + cols as u32, dot_mxfp4_row_avx512);
             }
         }
