@@ -147,8 +147,7 @@ pub fn dequantize_into(ty: GgmlType, bytes: &[u8], out: &mut Vec<f32>) -> bool {
 #[inline(always)]
 pub fn dequantize_slice(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> bool {
     use crate::kquants::{q4_k, q5_k, q6_k};
-    use crate::mxfp4::mxfp4;
-    use crate::quants::{q4_0, q5_0, q8_0};
+    use crate::quants::{mxfp4, q4_0, q5_0, q8_0};
     match ty {
         GgmlType::F32 => each(ty, bytes, out, |b, o| o[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
         GgmlType::F16 => each(ty, bytes, out, |b, o| o[0] = f16::from_le_bytes([b[0], b[1]]).to_f32()),

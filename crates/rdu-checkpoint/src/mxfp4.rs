@@ -6,41 +6,13 @@
 //! ([`GgmlWeight`]); an HF tensor is regrouped into it, value for value.
 
 use crate::ggml::GgmlType;
+pub use crate::quants::{e8m0_half, MXFP4_DOUBLED, MXFP4_MAX_SCALE};
 
 /// Values per MXFP4 block.
 pub const QK_MXFP4: usize = 32;
 
 /// Bytes per MXFP4 block: the e8m0 scale and 16 bytes of nibbles.
 pub const MXFP4_BLOCK_BYTES: usize = 17;
-
-/// The largest scale byte whose block values all stay finite in f32: `6 · 2^(e − 127)` is
-/// finite up to `e = 252`; 255 is NaN in the OCP format.
-pub const MXFP4_MAX_SCALE: u8 = 252;
-
-/// The e2m1 values of the 16 nibbles, doubled to integers as ggml keeps them
-/// (`kvalues_mxfp4`: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives, times two).
-pub const MXFP4_DOUBLED: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
-
-/// Half the scale a block's e8m0 byte stands for, `2^(e − 128)` (ggml's
-/// `GGML_E8M0_TO_FP32_HALF`: the doubled values times half the scale are the e2m1 values
-/// times the scale). Exact; bytes 0 and 1 give subnormals.
-#[inline(always)]
-pub fn e8m0_half(e: u8) -> f32 {
-    let bits = if e < 2 { 0x0020_0000u32 << e } else { (u32::from(e) - 1) << 23 };
-    f32::from_bits(bits)
-}
-
-/// One ggml MXFP4 block (17 bytes) into its 32 values: `kvalues[nibble] · e8m0_half(e)`.
-#[inline(always)]
-pub(crate) fn mxfp4(block: &[u8], out: &mut [f32]) {
-    let d = e8m0_half(block[0]);
-    let qs = &block[1..17];
-    let (lo, hi) = out[..32].split_at_mut(16);
-    for j in 0..16 {
-        lo[j] = f32::from(MXFP4_DOUBLED[usize::from(qs[j] & 0xF)]) * d;
-        hi[j] = f32::from(MXFP4_DOUBLED[usize::from(qs[j] >> 4)]) * d;
-    }
-}
 
 /// A weight kept in a ggml block format, row-major in numpy order with blocks along the last
 /// axis (what a GGUF file holds, owned).

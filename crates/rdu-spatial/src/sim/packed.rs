@@ -405,6 +405,8 @@ pub unsafe fn dot_mxfp4_row_avx512(row: &[u8], x: &[f32]) -> f32 {
     use std::arch::x86_64::*;
     let n = (row.len() / 17).min(x.len() / 32);
     // One block's 32 products, times its scale, added into `total`.
+    // SAFETY: inlined into this function (its target features); `b` holds a block's 17 bytes
+    // and `xp` its 32 values.
     #[inline(always)]
     unsafe fn block(b: *const u8, xp: *const f32, _: &F16Values, total: __m512) -> __m512 {
         let table =
