@@ -2,7 +2,7 @@
 //! it (`rdu verify`).
 //!
 //! For every program the stored `.rdu` is parsed and lifted, the stored `.spatial` parsed, the
-//! source's `shape_digest` (with the Q8_0 set and slices the manifest gives its names) checked
+//! source's `shape_digest` (with the storage set and slices the manifest gives its names) checked
 //! against the manifest's `digest`, and the certificate's checks run again with its seed:
 //! structure (every kernel the source's statement exactly), resources against the bundle's
 //! chip, and numbers — the simulator on the stored `.spatial` against the reference
@@ -12,7 +12,7 @@
 //! the stored program's structure and resources at full size; a tensor-parallel kind is run on
 //! all its chips against its stored unsplit program (`certify_tp`). The manifest's bindings
 //! and slices are checked as `Bundle::validate` checks them, and each program's declared
-//! names, Q8_0 set and slices against the manifest's. With a model, every layer's authored
+//! names, storage set and slices against the manifest's. With a model, every layer's authored
 //! program must be its kind's under the manifest's binding.
 
 use crate::certify::{certify, certify_tp, check_structure, check_tp_structure, Certificate};

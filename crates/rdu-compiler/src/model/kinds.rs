@@ -34,7 +34,7 @@ impl KindGroup {
 pub const KINDS_CTX: usize = 4096;
 
 /// The model's layer kinds, in the order their first layer appears: two layers are of one
-/// kind when their authored decode programs (text and Q8_0 set) share a `shape_digest`.
+/// kind when their authored decode programs (text and storage set) share a `shape_digest`.
 pub fn layer_kinds(spec: &ModelSpec, storage: &Storage) -> Vec<KindGroup> {
     layer_kinds_for(spec, Cut::Decode { ctx: KINDS_CTX.min(spec.max_ctx.max(1)) }, storage)
 }
