@@ -1,10 +1,10 @@
 //! `rdu run --bundle DIR`: the bundle's manifest read before any weight is loaded, and every
 //! flag that contradicts it refused in one line naming both values.
 
-use crate::model_arg::{mode_word, StorageArg};
+use crate::model_arg::{mode_word, StateArg, StorageArg};
 use crate::run_args::{Engine, RunArgs, RunCut};
 use anyhow::{anyhow, bail, Result};
-use rdu_compiler::model::spec::ModelSpec;
+use rdu_compiler::model::spec::{ModelSpec, StateDtype};
 use rdu_host::Host;
 use rdu_spatial::bundle::Bundle;
 use rdu_spatial::chip::Chip;
@@ -122,5 +122,28 @@ pub fn load_error(e: rdu_host::HostError, bundle_given: bool) -> anyhow::Error {
             "{file}: tensor `{checkpoint}` has the shape {found:?} but the model's config makes `{tensor}` {expected:?}: its config and its weights disagree"
         ),
         other => anyhow::anyhow!("{other}"),
+    }
+}
+
+/// The state storage a run uses: the bundle's, when it runs one (refusing a `--state` that
+/// differs), else `--state`, f32 by default (what transformers' own float32 cache holds).
+pub(crate) fn run_state(args: &RunArgs) -> Result<StateArg> {
+    let Some(dir) = &args.bundle else { return Ok(args.state.unwrap_or(StateArg::F32)) };
+    let manifest = manifest(dir)?;
+    let stored = match manifest.state_dtype() {
+        Ok(None) => return Ok(args.state.unwrap_or(StateArg::F32)),
+        Ok(Some(one)) => one,
+        Err(problem) => bail!("{}: {problem}", dir.display()),
+    };
+    let stored = if stored == StateDtype::Bf16 { StateArg::Bf16 } else { StateArg::F32 };
+    match args.state {
+        Some(given) if given != stored => bail!(
+            "{} stores its states {} but --state {} was given: lower the bundle with --state {}, or drop --state",
+            dir.display(),
+            stored.dtype().as_str(),
+            given.dtype().as_str(),
+            given.dtype().as_str()
+        ),
+        _ => Ok(stored),
     }
 }

@@ -9,7 +9,6 @@ mod fit_cmd;
 mod lower_cmd;
 mod model_arg;
 mod plan_cmd;
-mod plan_load;
 mod program_cmds;
 mod progress;
 mod report;

@@ -9,6 +9,8 @@
 //! counterpart's); the cells run in parallel. The estimates are the lowering's:
 //! `tests/plan.rs` holds cells to `rdu lower --json`'s step and `rdu fit --json`'s bytes exactly.
 
+mod load;
+
 use crate::fit_cmd::gb;
 use crate::model_arg::check_size;
 use crate::model_arg::{resolve_with_weights, storage_of, with_state, TargetArgs};
@@ -46,7 +48,7 @@ pub struct PlanArgs {
     #[arg(short = 'o', long = "out", value_name = "FILE")]
     out: Option<PathBuf>,
     #[command(flatten)]
-    load: crate::plan_load::LoadArgs,
+    load: load::LoadArgs,
 }
 
 /// The widths swept: every one up to this the model admits.
@@ -86,7 +88,7 @@ pub struct Plan {
 pub struct Serving {
     pub described: String,
     pub target_ms: Option<f64>,
-    pub loads: Vec<Option<crate::plan_load::Load>>,
+    pub loads: Vec<Option<load::Load>>,
 }
 
 impl Plan {
@@ -170,7 +172,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         let chunk = args.load.chunk(args.ctx);
         let steps = chunk_steps(&estimator, &widths, chunk, args.ctx)?;
         let step_of = |tp: usize| widths.iter().position(|&w| w == tp).map(|i| steps[i]);
-        let loads = crate::plan_load::serve_all(&cells, &step_of, &arrivals, chunk, args.ctx)?;
+        let loads = load::serve_all(&cells, &step_of, &arrivals, chunk, args.ctx)?;
         Some(Serving { described: args.load.describe(&arrivals), target_ms: args.load.p99_tpot, loads })
     } else {
         None
@@ -196,7 +198,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     } else {
         print!("{}", table(&plan));
         if let Some(sv) = &plan.serving {
-            print!("{}", crate::plan_load::table(&plan.cells, &sv.loads, &sv.described, sv.target_ms));
+            print!("{}", load::table(&plan.cells, &sv.loads, &sv.described, sv.target_ms));
         }
     }
     if let Some(out) = &args.out {
@@ -322,8 +324,7 @@ fn plan_json(p: &Plan) -> serde_json::Value {
     if let Some(sv) = &p.serving {
         v["workload"] = json!({"described": sv.described, "target_p99_tpot_ms": sv.target_ms});
         for (row, load) in v["rows"].as_array_mut().into_iter().flatten().zip(&sv.loads) {
-            row["serving"] =
-                load.as_ref().map_or(serde_json::Value::Null, |l| crate::plan_load::load_json(l, sv.target_ms));
+            row["serving"] = load.as_ref().map_or(serde_json::Value::Null, |l| load::load_json(l, sv.target_ms));
         }
     }
     v
@@ -589,7 +590,7 @@ fn serving_section(p: &Plan) -> String {
         "<h2>Serving {0}</h2><p>rdu serve's scheduler in simulated time over the cost model's step times: each deployment \
          runs the workload at ¼, ½, 1, 2 and 4 times its rate (one line each, coloured by chip count).</p>{1}<pre>{2}</pre>",
         esc(&sv.described),
-        crate::plan_load::curves_svg(&p.cells, &sv.loads, sv.target_ms),
-        esc(&crate::plan_load::table(&p.cells, &sv.loads, &sv.described, sv.target_ms))
+        load::curves_svg(&p.cells, &sv.loads, sv.target_ms),
+        esc(&load::table(&p.cells, &sv.loads, &sv.described, sv.target_ms))
     )
 }

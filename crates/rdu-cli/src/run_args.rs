@@ -6,7 +6,7 @@ use anyhow::{anyhow, bail, Result};
 use clap::{Args, ValueEnum};
 use rdu_compiler::deploy::deploy;
 use rdu_compiler::deploy::{LowerOptions, Progress, Storage};
-use rdu_compiler::model::spec::{Cut, ModelSpec, StateDtype};
+use rdu_compiler::model::spec::{Cut, ModelSpec};
 use rdu_host::WeightsSource;
 use rdu_spatial::chip::Chip;
 use std::path::{Path, PathBuf};
@@ -103,29 +103,6 @@ pub struct RunArgs {
     /// stores it with --bundle (a different --state is refused)
     #[arg(long, value_enum)]
     pub(crate) state: Option<StateArg>,
-}
-
-/// The state storage a run uses: the bundle's, when it runs one (refusing a `--state` that
-/// differs), else `--state`, f32 by default (what transformers' own float32 cache holds).
-pub(crate) fn run_state(args: &RunArgs) -> Result<StateArg> {
-    let Some(dir) = &args.bundle else { return Ok(args.state.unwrap_or(StateArg::F32)) };
-    let manifest = crate::bundle_arg::manifest(dir)?;
-    let stored = match manifest.state_dtype() {
-        Ok(None) => return Ok(args.state.unwrap_or(StateArg::F32)),
-        Ok(Some(one)) => one,
-        Err(problem) => bail!("{}: {problem}", dir.display()),
-    };
-    let stored = if stored == StateDtype::Bf16 { StateArg::Bf16 } else { StateArg::F32 };
-    match args.state {
-        Some(given) if given != stored => bail!(
-            "{} stores its states {} but --state {} was given: lower the bundle with --state {}, or drop --state",
-            dir.display(),
-            stored.dtype().as_str(),
-            given.dtype().as_str(),
-            given.dtype().as_str()
-        ),
-        _ => Ok(stored),
-    }
 }
 
 impl RunArgs {

@@ -3,8 +3,9 @@
 //! interpreter), writing logits rows and a JSON summary on request. This module checks the
 //! arguments, builds the engine (`run_engine`), generates with `rdu_host::generate` and prints.
 
+use crate::bundle_arg::run_state;
 use crate::model_arg::{resolve_with_weights, storage_of, with_state, Weights, MAX_SIZE};
-use crate::run_args::{check_writable, host_weights, run_state, write_npy, Engine, RunArgs, RunCut};
+use crate::run_args::{check_writable, host_weights, write_npy, Engine, RunArgs, RunCut};
 use crate::run_engine::{engine, Clocks, Setup};
 use anyhow::{anyhow, bail, Context, Result};
 use rdu_compiler::deploy::Storage;

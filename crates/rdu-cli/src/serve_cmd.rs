@@ -141,7 +141,7 @@ fn template_of(args: &ServeArgs, model: &str, tokenizer: Option<&Tokenizer>) -> 
 fn engine(
     args: &ServeArgs,
     spec: &ModelSpec,
-    storage: rdu_compiler::Storage,
+    storage: rdu_compiler::deploy::Storage,
     source: &WeightsSource,
     bundle: Option<&Path>,
 ) -> Result<HostEngine> {

@@ -87,8 +87,8 @@ pub struct Params {
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
     pub n: Option<i64>,
-    /// Not OpenAI's: each choice also carries its generated token ids (`token_ids`), as vLLM's
-    /// `return_token_ids` does.
+    /// Not OpenAI's: each choice also carries its generated token ids (`token_ids`) and the
+    /// prompt's (`prompt_token_ids`, in a stream's first chunk), as vLLM's `return_token_ids` does.
     pub return_token_ids: Option<bool>,
 }
 

@@ -33,6 +33,20 @@ impl ChatTemplate {
         Ok(None)
     }
 
+    /// `source` rendered with the checkpoint's BOS and EOS texts (a GGUF vocabulary's, or a HF
+    /// directory's `tokenizer_config.json`'s): a template given apart from the checkpoint.
+    pub fn with_checkpoint_specials(source: String, path: &Path) -> Result<ChatTemplate, String> {
+        let is_gguf = path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+        let (bos_token, eos_token) = if is_gguf {
+            gguf_specials(&Gguf::open(path).map_err(|e| e.to_string())?)?
+        } else {
+            let config = std::fs::read_to_string(path.join("tokenizer_config.json")).unwrap_or_default();
+            let config: Json = serde_json::from_str(&config).unwrap_or(Json::Null);
+            (special(&config, "bos_token"), special(&config, "eos_token"))
+        };
+        Ok(ChatTemplate { source, bos_token, eos_token })
+    }
+
     /// Checks that the template parses, so that a broken one is refused at start-up.
     pub fn check(&self) -> Result<(), String> {
         let mut env = environment();
@@ -112,16 +126,18 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 
 fn of_gguf(gguf: &Gguf) -> Result<Option<ChatTemplate>, String> {
     let Some(source) = gguf.get_str("tokenizer.chat_template").map_err(|e| e.to_string())? else { return Ok(None) };
+    let (bos_token, eos_token) = gguf_specials(gguf)?;
+    Ok(Some(ChatTemplate { source: source.to_string(), bos_token, eos_token }))
+}
+
+/// The BOS and EOS tokens' texts of a GGUF vocabulary (empty where there is none).
+fn gguf_specials(gguf: &Gguf) -> Result<(String, String), String> {
     let tokens = gguf.get_str_array("tokenizer.ggml.tokens").map_err(|e| e.to_string())?.unwrap_or_default();
     let text = |key: &str| -> Result<String, String> {
         let id = gguf.get_i64(key).map_err(|e| e.to_string())?;
         Ok(id.and_then(|i| usize::try_from(i).ok()).and_then(|i| tokens.get(i)).map_or("", |t| t).to_string())
     };
-    Ok(Some(ChatTemplate {
-        source: source.to_string(),
-        bos_token: text("tokenizer.ggml.bos_token_id")?,
-        eos_token: text("tokenizer.ggml.eos_token_id")?,
-    }))
+    Ok((text("tokenizer.ggml.bos_token_id")?, text("tokenizer.ggml.eos_token_id")?))
 }
 
 fn of_hf_dir(dir: &Path) -> Result<Option<ChatTemplate>, String> {
@@ -144,12 +160,16 @@ fn of_hf_dir(dir: &Path) -> Result<Option<ChatTemplate>, String> {
             _ => None,
         },
     };
-    // A special token is a string or `{"content": ...}`.
-    let token = |key: &str| match &config[key] {
+    let (bos_token, eos_token) = (special(&config, "bos_token"), special(&config, "eos_token"));
+    Ok(source.map(|source| ChatTemplate { source, bos_token, eos_token }))
+}
+
+/// A special token of `tokenizer_config.json`: a string or `{"content": ...}`.
+fn special(config: &Json, key: &str) -> String {
+    match &config[key] {
         Json::String(s) => s.clone(),
         v => v["content"].as_str().unwrap_or_default().to_string(),
-    };
-    Ok(source.map(|source| ChatTemplate { source, bos_token: token("bos_token"), eos_token: token("eos_token") }))
+    }
 }
 
 /// Chat messages as templates expect them: `content` a string, or the text parts of a list

@@ -118,7 +118,7 @@ impl App {
             return self.refuse("queue_full", &ApiError::busy(429, message));
         }
         let (out, rx) = unbounded_channel();
-        let frames = Frames::new(kind, id, &self.name, prompt.len(), &generation);
+        let frames = Frames::new(kind, id, &self.name, &prompt, &generation);
         let job = Job { id, prompt, generation: generation.clone(), arrived: self.shared.now(), out };
         if self.jobs.send(job).is_err() {
             self.shared.queued.fetch_sub(1, Ordering::SeqCst);
@@ -228,18 +228,20 @@ struct Frames {
     model: String,
     prompt_tokens: usize,
     include_usage: bool,
-    return_token_ids: bool,
+    /// With `return_token_ids`: the prompt's ids (each choice's generated ids too).
+    prompt_ids: Option<Vec<u32>>,
 }
 
 impl Frames {
-    fn new(kind: Kind, id: u64, model: &str, prompt_tokens: usize, g: &Generation) -> Frames {
+    fn new(kind: Kind, id: u64, model: &str, prompt: &[u32], g: &Generation) -> Frames {
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let id = match kind {
             Kind::Completion => format!("cmpl-{id}"),
             Kind::Chat => format!("chatcmpl-{id}"),
         };
-        let (include_usage, return_token_ids) = (g.include_usage, g.return_token_ids);
-        Frames { kind, id, created, model: model.to_string(), prompt_tokens, include_usage, return_token_ids }
+        let prompt_ids = g.return_token_ids.then(|| prompt.to_vec());
+        let (model, prompt_tokens, include_usage) = (model.to_string(), prompt.len(), g.include_usage);
+        Frames { kind, id, created, model, prompt_tokens, include_usage, prompt_ids }
     }
 
     fn object(&self, stream: bool) -> &'static str {
@@ -267,8 +269,11 @@ impl Frames {
                 json!({"index": 0, "delta": {"content": text}, "logprobs": null, "finish_reason": finish})
             }
         };
-        if self.return_token_ids {
+        if let Some(ids) = &self.prompt_ids {
             c["token_ids"] = json!(tokens);
+            if first {
+                c["prompt_token_ids"] = json!(ids);
+            }
         }
         c
     }

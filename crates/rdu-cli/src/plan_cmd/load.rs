@@ -5,7 +5,7 @@
 //! output token at p50/p99, and whether a p99 time-per-token target holds. The workload is also
 //! run at a quarter, half, twice and four times its rate for the latency–throughput curves.
 
-use crate::plan_cmd::Cell;
+use super::Cell;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use rayon::prelude::*;
