@@ -168,6 +168,12 @@ fn bad_fp8_checkpoints_are_refused_in_one_line() {
     // Blocks a split over two chips would cut.
     let e = user_error(&["lower", s(&src), "--cut", "tp", "--tp", "2", "--ctx", "16"]);
     assert!(e.contains("--tp 2 splits the fp8 blocks of Wd0: a chip holds 0..64 of axis 1, blocks of 40"), "{e}");
+    // FP8 values read as another storage (their blocks are the config's, which only an fp8
+    // tensor of the bundle carries): refused by both engines alike.
+    for engine in ["spatial", "reference"] {
+        let e = user_error(&["run", s(&src), "--tokens", "1,2", "--engine", engine, "--storage", "q8"]);
+        assert!(e.contains("stored F8_E4M3 with block scales, which a q8_0") && e.contains("--storage auto"), "{e}");
+    }
     // A quantization method rdu does not read.
     let gptq = tmp.path().join("gptq");
     std::fs::create_dir_all(&gptq).expect("dir");

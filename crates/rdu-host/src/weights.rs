@@ -297,10 +297,27 @@ impl Reader {
             checkpoint: checkpoint.to_string(),
         };
         match self {
-            Reader::Hf { tensors, .. } => {
-                let shape = tensors.shape(checkpoint).ok_or_else(missing)?.to_vec();
-                Ok((shape, Values::Dense(tensors.read_f32(checkpoint)?)))
-            }
+            Reader::Hf { tensors, .. } => match tensors.stored(checkpoint) {
+                // MXFP4 blocks read as their values (the reference's reading of them too).
+                Some(HfStored::Mxfp4) => {
+                    let w = tensors.read_mxfp4(checkpoint)?;
+                    Ok((w.shape.clone(), Values::Dense(w.dequantize())))
+                }
+                // FP8 values need their config's blocks, which only an `fp8` entry carries.
+                Some(HfStored::Fp8) => Err(HostError::Assemble {
+                    file: self.file(),
+                    tensor: tensor.to_string(),
+                    checkpoint: checkpoint.to_string(),
+                    problem: format!(
+                        "stored F8_E4M3 with block scales, which a {} tensor cannot read (lower with --storage auto)",
+                        if q8 { "q8_0" } else { "dense" }
+                    ),
+                }),
+                _ => {
+                    let shape = tensors.shape(checkpoint).ok_or_else(missing)?.to_vec();
+                    Ok((shape, Values::Dense(tensors.read_f32(checkpoint)?)))
+                }
+            },
             Reader::Gguf(gguf) => {
                 let info = gguf.tensor(checkpoint).ok_or_else(missing)?;
                 let shape = info.shape.clone();

@@ -131,11 +131,18 @@ impl<'w> Reference<'w> {
         for (kind, name, shape) in &program.decls {
             match kind {
                 DeclKind::Weight if !self.loaded.contains_key(name) => {
+                    let stored = self.weights.stores(name);
+                    let deployed = program.stored.get(name).copied();
+                    if let (Some(Format::Fp8 { .. }), false) = (stored, stored == deployed) {
+                        // As the host refuses it: FP8 values read as another storage.
+                        let as_what = deployed.map_or("dense".to_string(), |f| f.word());
+                        return Err(format!(
+                            "`{name}` is stored F8_E4M3 with block scales, which a {as_what} weight cannot read (lower with --storage auto)"
+                        ));
+                    }
                     let mut t = self.weights.weight(name, shape)?;
-                    if let Some(&format) = program.stored.get(name) {
-                        if self.weights.stores(name) != Some(format) {
-                            t = as_stored(t, format)?;
-                        }
+                    if let Some(format) = deployed.filter(|&f| stored != Some(f)) {
+                        t = as_stored(t, format)?;
                     }
                     self.loaded.insert(name.clone(), Arc::new(t));
                 }
