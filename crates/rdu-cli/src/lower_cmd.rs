@@ -30,7 +30,7 @@ pub struct LowerArgs {
     /// Print one JSON object summarising the lowering
     #[arg(long)]
     json: bool,
-    /// Print every program's spatial form after this pass (select, from_q8, fuse, tile, section, place, tensor_parallel)
+    /// Print every program's spatial form after this pass (select, from_stored, fuse, tile, section, place, tensor_parallel)
     #[arg(long, value_name = "PASS")]
     dump_after: Option<String>,
     /// Seed of the certification inputs
@@ -46,7 +46,7 @@ pub fn run(args: &LowerArgs) -> Result<()> {
     }
     let (spec, weights) = resolve_with_weights(&args.model)?;
     let spec = with_state(spec, args.target.state);
-    let storage = storage_of(args.target.storage, &weights);
+    let storage = storage_of(args.target.storage, &spec, &weights);
     let chip = Chip::resolve(&args.target.chip)?;
     let cut = args.cut.cut(&args.sizes)?;
     let bar = crate::progress::lowering_bar(args.json);

@@ -7,10 +7,12 @@ use rdu_compiler::model::presets;
 use rdu_compiler::model::spec::{Cut, ModelSpec, StateDtype};
 use rdu_spatial::manifest::CutMode;
 
-/// Which weights are stored as Q8_0 blocks.
+/// Which weights are stored in a block format (Q8_0, FP8, MXFP4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum StorageArg {
-    /// As the checkpoint stores them; Q8_0 for a config or preset without weights
+    /// As the checkpoint stores them (Q8_0 and MXFP4 GGUF tensors; FP8 and MXFP4 safetensors);
+    /// for a config or preset without weights, as its quantization_config declares (FP8,
+    /// MXFP4), else Q8_0
     Auto,
     /// Every projection stored Q8_0
     Q8,
@@ -159,12 +161,16 @@ pub fn resolve_with_weights(model: &str) -> Result<(ModelSpec, Weights)> {
     Ok((spec, Weights::Hf(Box::new(weights))))
 }
 
-/// The storage a command lowers for: `auto` is as the checkpoint stores its weights (dense
-/// safetensors; a GGUF's Q8_0 tensors), and Q8_0 for a preset or a bare config.
-pub fn storage_of(arg: StorageArg, weights: &Weights) -> Storage {
+/// The storage a command lowers for: `auto` is as the checkpoint stores its weights (a
+/// safetensors checkpoint's FP8 and MXFP4 tensors, the rest dense; a GGUF's Q8_0 and MXFP4
+/// tensors), and for a preset or a bare config as its `quantization_config` declares, else Q8_0.
+pub fn storage_of(arg: StorageArg, spec: &ModelSpec, weights: &Weights) -> Storage {
     match (arg, weights) {
-        (StorageArg::Auto, Weights::Hf(_)) => Storage::Dense,
+        (StorageArg::Auto, Weights::Hf(w)) => w.storage(),
         (StorageArg::Auto, Weights::Gguf(w)) => w.storage(),
+        (StorageArg::Auto, Weights::None) => {
+            rdu_compiler::model::quantization::declared_storage(spec).unwrap_or(Storage::AllQ8)
+        }
         (s, _) => s.storage(),
     }
 }

@@ -156,7 +156,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     let (spec, weights) = resolve_with_weights(&args.model)?;
     let spec = with_state(spec, args.target.state);
     let chip = Chip::resolve(&args.target.chip)?;
-    let storage = storage_of(args.target.storage, &weights);
+    let storage = storage_of(args.target.storage, &spec, &weights);
     let mut widths = Vec::new();
     let mut refused = Vec::new();
     for tp in 1..=MAX_TP {

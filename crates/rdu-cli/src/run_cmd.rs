@@ -58,7 +58,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         None => end_ids_of(&args.model)?,
     };
     let ctx = context(args, lowered, cut, prompt.len())?;
-    let storage = storage_of(args.storage, &weights);
+    let storage = storage_of(args.storage, &spec, &weights);
     check_engine(args, &spec, &storage, cut, ctx)?;
     let seeded = SeededWeights { seed: args.seed, unit_offset: spec.head.norm_unit_offset };
     let reference_weights: &dyn WeightSource = match &weights {

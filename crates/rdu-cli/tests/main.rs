@@ -13,6 +13,7 @@ mod gguf_real;
 mod gguf_spatial;
 mod plan;
 mod prefill_conformance;
+mod quantised;
 mod report;
 mod serve;
 mod spatial_conformance;

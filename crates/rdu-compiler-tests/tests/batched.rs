@@ -125,7 +125,7 @@ fn a_batched_layer_reads_the_decode_layers_weights() {
                 let mut w: Vec<String> =
                     src.text().lines().filter(|s| s.starts_with("weight ")).map(String::from).collect();
                 w.sort();
-                (w, src.q8)
+                (w, src.stored)
             };
             assert_eq!(
                 weights(Cut::Batched { batch: 3, ctx: 64 }),

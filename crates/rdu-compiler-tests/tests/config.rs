@@ -953,3 +953,49 @@ fn configs_saved_by_transformers_5_import_as_their_presets() {
         assert!(families.contains(family), "no saved config of {family}: {families:?}");
     }
 }
+
+/// `quantization_config`: DeepSeek-V3's FP8 (e4m3, 128 × 128 blocks) and gpt-oss's MXFP4
+/// (with `modules_to_not_convert`) read; anything rdu does not read refused naming the field.
+#[test]
+fn quantization_configs_are_read_or_refused_naming_the_field() {
+    use rdu_compiler::model::storage::Format;
+    let v3 =
+        json!({"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]});
+    let spec = edited("tiny-deepseek-v2", |v| v["quantization_config"] = v3.clone()).unwrap();
+    let q = spec.quantization.expect("declared");
+    assert_eq!((q.format, q.not_converted.len()), (Format::Fp8 { rows: 128, cols: 128 }, 0));
+    let oss = json!({"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn", "lm_head"]});
+    let spec = edited("tiny-qwen3-moe", |v| v["quantization_config"] = oss.clone()).unwrap();
+    assert_eq!(spec.quantization.unwrap().format, Format::Mxfp4);
+    assert!(preset("tiny-llama").quantization.is_none());
+    let refused = |q: Value| config_error(edited("tiny-llama", |v| v["quantization_config"] = q));
+    let (field, message) = refused(json!({"quant_method": "awq"}));
+    assert_eq!(field, "quantization_config.quant_method");
+    assert!(message.contains("`awq` is not read"), "{message}");
+    let (field, message) = refused(json!({"quant_method": "fp8", "fmt": "e5m2", "weight_block_size": [128, 128]}));
+    assert_eq!((field.as_str(), message.contains("e4m3 only")), ("quantization_config.fmt", true), "{message}");
+    let (field, _) = refused(json!({"quant_method": "fp8"}));
+    assert_eq!(field, "quantization_config.weight_block_size");
+    let (field, message) = refused(json!({"quant_method": "fp8", "weight_block_size": [128, 0]}));
+    assert_eq!((field.as_str(), message.contains("positive")), ("quantization_config.weight_block_size", true));
+}
+
+/// The storage a config declares: every layer projection in its format but the router and the
+/// modules it leaves unconverted; never the embedding or the head.
+#[test]
+fn declared_storage_follows_the_config() {
+    use rdu_compiler::model::quantization::declared_storage;
+    use rdu_compiler::model::storage::{Format, Storage};
+    let oss = json!({"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]});
+    let spec = edited("tiny-qwen3-moe", |v| v["quantization_config"] = oss).unwrap();
+    let Some(Storage::Exactly(stored)) = declared_storage(&spec) else { panic!("declared") };
+    let bases: std::collections::BTreeSet<String> =
+        stored.keys().map(|n| n.trim_end_matches(|c: char| c.is_ascii_digit()).to_string()).collect();
+    assert!(stored.values().all(|f| *f == Format::Mxfp4));
+    assert!(
+        !bases.contains("Wr") && !bases.contains("Wq") && !bases.contains("E") && !bases.contains("Wout"),
+        "{bases:?}"
+    );
+    assert!(bases.contains("Weg") && bases.contains("Wed"), "{bases:?}");
+    assert!(declared_storage(&preset("tiny-llama")).is_none());
+}

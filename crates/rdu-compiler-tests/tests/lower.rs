@@ -186,7 +186,7 @@ fn lowered_kind(name: &str, chip: &Chip) -> (rdu_spatial::program::SpatialProgra
     let src = source_of(&spec, 0, Cut::Decode { ctx: 64 }, &Storage::AllQ8);
     let program = parse(src.text()).expect("parses");
     let graph = lift(&program).expect("lifts");
-    (lower("kind", &program, &graph, &src.q8, chip, &mut |_, _| {}), graph)
+    (lower("kind", &program, &graph, &src.stored, chip, &mut |_, _| {}), graph)
 }
 
 /// SN50 cut down to `units` PCUs and PMUs of `pmu_bytes` each: small enough to tile and
@@ -484,7 +484,7 @@ fn seeded_token_ids_spread_over_the_embedding_table() {
     let spec = presets::resolve("tiny-llama").expect("preset");
     let src = embed_source(&spec, Cut::Prefill { chunk: 8, ctx: 64 }, &Storage::AllQ8);
     let graph = lift(src.program().expect("parses")).expect("lifts");
-    let program = lower("embed", src.program().unwrap(), &graph, &src.q8, &chip, &mut |_, _| {});
+    let program = lower("embed", src.program().unwrap(), &graph, &src.stored, &chip, &mut |_, _| {});
     let seed = 11;
     let inputs = seeded_inputs(&program, &graph, seed);
     let tok = Bindings::tensor(&inputs, "tok").expect("a token input");
@@ -503,7 +503,7 @@ fn seeded_positions_of_a_batched_step_are_each_sequences_own_near_the_end_of_the
     let ctx = 64;
     let src = source_of(&spec, 0, Cut::Batched { batch: 3, ctx }, &Storage::AllQ8);
     let graph = lift(src.program().expect("parses")).expect("lifts");
-    let program = lower("kind", src.program().unwrap(), &graph, &src.q8, &chip, &mut |_, _| {});
+    let program = lower("kind", src.program().unwrap(), &graph, &src.stored, &chip, &mut |_, _| {});
     let inputs = seeded_inputs(&program, &graph, 7);
     for b in 0..3 {
         let pos = Bindings::tensor(&inputs, &format!("pos_s{b}")).expect("a position per sequence");
@@ -639,7 +639,7 @@ fn each_weight_read_dense_is_dequantised_once() {
                 z = reshape(a2, [128])\ny = add(a1, b1)\nu = add(y, z)\no = add(u, x)\n";
     let program = parse(text).expect("parses");
     let graph = lift(&program).expect("lifts");
-    let q8 = ["A".to_string(), "B".to_string()].into_iter().collect();
+    let q8 = ["A", "B"].map(|n| (n.to_string(), rdu_spatial::Storage::Q8_0)).into_iter().collect();
     let chip = Chip::builtin("sn50").unwrap();
     let spatial = lower("dq", &program, &graph, &q8, &chip, &mut |_, _| {});
     for w in ["A", "B"] {

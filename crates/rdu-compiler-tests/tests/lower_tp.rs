@@ -202,12 +202,19 @@ fn split_kind(
     let src = source_of(&spec, 0, Cut::Tp { tp, ctx: 64 }, &storage);
     let program = parse(src.text()).unwrap();
     let graph = lift(&program).unwrap();
-    let split =
-        lower_split("kind", &program, &graph, &src.q8, Split { chips: tp, slices: &src.slices }, &chip, &mut |_, _| {});
+    let split = lower_split(
+        "kind",
+        &program,
+        &graph,
+        &src.stored,
+        Split { chips: tp, slices: &src.slices },
+        &chip,
+        &mut |_, _| {},
+    );
     let whole = source_of(&spec, 0, Cut::Decode { ctx: 64 }, &storage);
     let whole_program = parse(whole.text()).unwrap();
     let whole_graph = lift(&whole_program).unwrap();
-    let unsplit = lower("kind", &whole_program, &whole_graph, &whole.q8, &chip, &mut |_, _| {});
+    let unsplit = lower("kind", &whole_program, &whole_graph, &whole.stored, &chip, &mut |_, _| {});
     (split, graph, unsplit, whole_graph)
 }
 

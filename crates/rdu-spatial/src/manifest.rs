@@ -287,6 +287,9 @@ pub struct TensorEntry {
     pub shape: Vec<usize>,
     pub dtype: String,
     pub storage: TensorStorage,
+    /// `fp8` only: the `[rows, cols]` of the blocks that share one scale.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block: Option<[usize; 2]>,
     pub checkpoint: Checkpoint,
     /// Per chip under tensor parallelism: the ranges of the (full) `shape` each chip loads,
     /// concatenated in order. Empty when every chip loads it whole.
@@ -301,6 +304,49 @@ pub enum TensorStorage {
     Dense,
     #[serde(rename = "q8_0")]
     Q8_0,
+    /// FP8 e4m3fn values with one scale per block of `TensorEntry::block`.
+    Fp8,
+    /// MXFP4 blocks of 32 along the last axis.
+    Mxfp4,
+}
+
+impl TensorStorage {
+    /// The manifest's storage of a weight a program holds as `storage`, and its FP8 block.
+    pub fn of(storage: crate::program::Storage) -> (TensorStorage, Option<[usize; 2]>) {
+        use crate::program::Storage;
+        match storage {
+            Storage::Q8_0 => (TensorStorage::Q8_0, None),
+            Storage::Fp8 { rows, cols } => (TensorStorage::Fp8, Some([rows as usize, cols as usize])),
+            Storage::Mxfp4 => (TensorStorage::Mxfp4, None),
+            Storage::Dense | Storage::Bf16 => (TensorStorage::Dense, None),
+        }
+    }
+
+    /// The word the manifest writes (`dense`, `q8_0`, `fp8`, `mxfp4`).
+    pub fn word(self) -> &'static str {
+        match self {
+            TensorStorage::Dense => "dense",
+            TensorStorage::Q8_0 => "q8_0",
+            TensorStorage::Fp8 => "fp8",
+            TensorStorage::Mxfp4 => "mxfp4",
+        }
+    }
+}
+
+impl TensorEntry {
+    /// How a program declares the tensor (`None` for an `fp8` entry without a usable block).
+    pub fn program_storage(&self) -> Option<crate::program::Storage> {
+        use crate::program::Storage;
+        Some(match self.storage {
+            TensorStorage::Dense => Storage::Dense,
+            TensorStorage::Q8_0 => Storage::Q8_0,
+            TensorStorage::Mxfp4 => Storage::Mxfp4,
+            TensorStorage::Fp8 => {
+                let [rows, cols] = self.block?;
+                Storage::Fp8 { rows: u32::try_from(rows).ok()?, cols: u32::try_from(cols).ok()? }
+            }
+        })
+    }
 }
 
 /// Where in the checkpoint a tensor comes from.

@@ -28,6 +28,12 @@ pub fn hf(arch: &str) -> PathBuf {
     repo().join("tests/data/fixtures/hf").join(arch)
 }
 
+/// `tests/data/fixtures/quantised/<name>`: checkpoints stored FP8 or MXFP4 and their
+/// references (`tools/make_quantised.py`), or one of its decoder tables.
+pub fn quantised(name: &str) -> PathBuf {
+    repo().join("tests/data/fixtures/quantised").join(name)
+}
+
 /// `tests/data/fixtures/gguf/<arch>`: llama.cpp-made GGUF files of a fixture and their references.
 pub fn gguf_dir(arch: &str) -> PathBuf {
     repo().join("tests/data/fixtures/gguf").join(arch)

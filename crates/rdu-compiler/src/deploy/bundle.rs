@@ -215,8 +215,10 @@ impl Tables {
                         return Err(format!("no checkpoint tensor is known for `{name}` of {}", spec.name));
                     };
                     let checkpoint = checkpoint_entry(found);
-                    let storage = if source.q8.contains(&name) { TensorStorage::Q8_0 } else { TensorStorage::Dense };
-                    self.tensors.insert(name, TensorEntry { shape, dtype: "f32".into(), storage, checkpoint, slices });
+                    let (storage, block) =
+                        source.stored.get(&name).map_or((TensorStorage::Dense, None), |s| TensorStorage::of(*s));
+                    let entry = TensorEntry { shape, dtype: "f32".into(), storage, block, checkpoint, slices };
+                    self.tensors.insert(name, entry);
                 }
                 DeclKind::Input => match runtime_input(&name) {
                     Some((role, sequence)) => {

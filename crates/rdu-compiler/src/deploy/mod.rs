@@ -14,8 +14,9 @@
 //! and the loop over the kinds. `lower_*_streamed` (`cuts.rs`) name the cuts for callers;
 //! [`estimate_streamed`] and [`Estimator`] run the same driver without numbers.
 //!
-//! ★ A weight moves as it is stored: a product over a weight stored Q8_0 folds its blocks on
-//! the chip (`passes::from_q8`) only where `Storage` says so; any other weight is read dense.
+//! ★ A weight moves as it is stored: a product over a weight stored in a block format (Q8_0,
+//! FP8, MXFP4) folds its blocks on the chip (`passes::from_stored`) only where `Storage` says
+//! so; any other weight is read dense.
 
 mod bundle;
 mod cuts;

@@ -281,6 +281,7 @@ fn finish(
         bos: m.u32("tokenizer.ggml.bos_token_id")?,
         eos,
         state: StateDtype::default(),
+        quantization: None,
     })
 }
 

@@ -77,6 +77,20 @@ pub struct ModelSpec {
     /// Q8_0 weights are; the author declares every state with it (`state Kc0 : bf16[...]`).
     #[serde(default)]
     pub state: StateDtype,
+    /// What the checkpoint's `quantization_config` says its layer projections are stored as
+    /// (`None`: as read, dense or a GGUF's own types). `rdu lower --storage auto` follows it
+    /// for a config without weights (`model::quantization::declared_storage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantization: Option<Quantization>,
+}
+
+/// A checkpoint's `quantization_config`: the block format its layer projections are stored
+/// in — FP8 e4m3fn with one scale per `weight_block_size` block (DeepSeek, GLM, MiniMax) or
+/// MXFP4 (gpt-oss) — and the modules it leaves unconverted (`modules_to_not_convert`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quantization {
+    pub format: crate::model::storage::Format,
+    pub not_converted: Vec<String>,
 }
 
 impl ModelSpec {

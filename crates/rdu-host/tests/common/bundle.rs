@@ -141,7 +141,14 @@ pub fn bundle_rows(variant: Variant, rows: Rows) -> Bundle {
                 Checkpoint { kind: CheckpointKind::Slice, axis: Some(0), start: Some(D), len: Some(D), ..checkpoint };
         }
         let storage = if q8 { TensorStorage::Q8_0 } else { TensorStorage::Dense };
-        let entry = TensorEntry { shape: shape_of(name), dtype: "f32".into(), storage, checkpoint, slices: vec![] };
+        let entry = TensorEntry {
+            shape: shape_of(name),
+            dtype: "f32".into(),
+            storage,
+            block: None,
+            checkpoint,
+            slices: vec![],
+        };
         tensors.insert(name.to_string(), entry);
     }
     let rope = RopeSpec { base: 10000.0, dim: D, scaling: RopeScaling::None };

@@ -370,22 +370,31 @@ fn tensor_problem(entry: &TensorEntry, chips: usize) -> Option<String> {
     if c.kind == CheckpointKind::Stack && c.axis.is_some_and(|a| entry.shape[a] != c.names.len()) {
         return Some(format!("stacks {} tensors along an axis of length {}", c.names.len(), entry.shape[c.axis?]));
     }
-    if entry.storage == TensorStorage::Q8_0 && entry.shape.last().is_none_or(|d| d % 32 != 0) {
-        return Some(format!("shape {:?} cannot be Q8_0: the last dimension is not a multiple of 32", entry.shape));
+    let storage = match (entry.storage, entry.block) {
+        (TensorStorage::Fp8, Some(b)) if b.contains(&0) => return Some(format!("block {b:?} is empty")),
+        (TensorStorage::Fp8, None) => return Some("storage fp8 needs its `block` [rows, cols]".into()),
+        (TensorStorage::Fp8, _) => entry.program_storage()?,
+        (other, Some(_)) => return Some(format!("storage {} takes no `block` (only fp8 does)", other.word())),
+        (_, None) => entry.program_storage()?,
+    };
+    if let Some(problem) = storage.misfit(&entry.shape) {
+        return Some(problem);
     }
     if let Some(problem) = slices_problem(&entry.slices, &entry.shape, chips, Split::PartitionOrCover) {
         return Some(problem);
     }
-    if entry.storage == TensorStorage::Q8_0 {
-        let last = rank.saturating_sub(1);
-        let split_block = entry
-            .slices
-            .iter()
-            .flatten()
-            .any(|s| s.axis == last && (!s.start.is_multiple_of(32) || !s.len.is_multiple_of(32)));
-        if split_block {
-            return Some("slices split its Q8_0 blocks: ranges of the last axis must be multiples of 32".into());
-        }
+    let splits_blocks = entry.slices.iter().flatten().any(|s| {
+        let unit = storage.split_unit(rank, s.axis);
+        !s.start.is_multiple_of(unit) || !(s.len.is_multiple_of(unit) || s.start + s.len == entry.shape[s.axis])
+    });
+    if splits_blocks && storage == crate::program::Storage::Q8_0 {
+        return Some("slices split its Q8_0 blocks: ranges of the last axis must be multiples of 32".into());
+    }
+    if splits_blocks {
+        return Some(format!(
+            "slices split its {} blocks: a range must start on a block and end on one or at the axis' end",
+            entry.storage.word()
+        ));
     }
     None
 }

@@ -128,9 +128,11 @@ fn dot_rows(rows: Rows<'_>, kernel: Q8Kernel, xs: &[f32], n: usize, j0: usize, c
             }
         }
         #[cfg(target_arch = "x86_64")]
-        Rows::Packed { format: format @ (GgmlType::Q5_0 | GgmlType::Q4_K | GgmlType::Q6_K), bytes, cols }
-            if kernel == Q8Kernel::Avx512 =>
-        {
+        Rows::Packed {
+            format: format @ (GgmlType::Q5_0 | GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::MXFP4),
+            bytes,
+            cols,
+        } if kernel == Q8Kernel::Avx512 => {
             let rb = Rows::packed_row_bytes(format, cols);
             for (jj, col) in chunk.chunks_exact_mut(n).enumerate() {
                 let row = &bytes[(j0 + jj) * rb..(j0 + jj + 1) * rb];
@@ -141,9 +143,11 @@ fn dot_rows(rows: Rows<'_>, kernel: Q8Kernel, xs: &[f32], n: usize, j0: usize, c
             }
         }
         #[cfg(target_arch = "x86_64")]
-        Rows::Packed { format: format @ (GgmlType::Q5_0 | GgmlType::Q4_K | GgmlType::Q6_K), bytes, cols }
-            if kernel != Q8Kernel::Plain =>
-        {
+        Rows::Packed {
+            format: format @ (GgmlType::Q5_0 | GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::MXFP4),
+            bytes,
+            cols,
+        } if kernel != Q8Kernel::Plain => {
             let rb = Rows::packed_row_bytes(format, cols);
             for (jj, col) in chunk.chunks_exact_mut(n).enumerate() {
                 let row = &bytes[(j0 + jj) * rb..(j0 + jj + 1) * rb];
@@ -153,7 +157,7 @@ fn dot_rows(rows: Rows<'_>, kernel: Q8Kernel, xs: &[f32], n: usize, j0: usize, c
                 }
             }
         }
-        Rows::Packed { .. } => {
+        Rows::Packed { .. } | Rows::Fp8 { .. } => {
             let mut buf = vec![0.0f32; cols];
             for (jj, col) in chunk.chunks_exact_mut(n).enumerate() {
                 rows.widen(j0 + jj, &mut buf);

@@ -1,6 +1,6 @@
 //! Mixture of experts: `route` (softmax, group-limited top-k, ties to the lower index,
 //! renormalisation, scaling) and `experts`, which reads only the experts a step selects,
-//! one expert at a time, folding Q8_0 slabs block by block; tileable along the model dim.
+//! one expert at a time, folding Q8_0, FP8 and MXFP4 slabs block by block; tileable along the model dim.
 
 use std::collections::BTreeMap;
 
@@ -14,6 +14,7 @@ use super::{invalid, SimBindings, SimError, WeightSlab};
 use crate::op::{attrs, Act};
 use crate::program::Storage;
 use crate::q8::QK8_0;
+use rdu_checkpoint::{Fp8View, GgmlType};
 
 kernels! {
     Route(call, a) => route(call, a),
@@ -131,7 +132,7 @@ fn experts(call: &Call<'_>, a: &attrs::Experts) -> Outs {
     let mut contrib = vec![0.0f32; n * kk * d];
     let Some(per) = hid.checked_mul(d) else { return invalid("expert weights are too large") };
     for (&e, who) in &users {
-        let (sg, su, sd) = (fetch(call, 3, e, per)?, fetch(call, 4, e, per)?, fetch(call, 5, e, per)?);
+        let (sg, su, sd) = (fetch(call, 3, e, per, hid)?, fetch(call, 4, e, per, hid)?, fetch(call, 5, e, per, d)?);
         let biases = if biased { Some((dense_row(call, 6, e, hid)?, dense_row(call, 7, e, hid)?)) } else { None };
         let m = who.len();
         let xs = crate::view::gather(who.len() * d, who.iter().map(|&(r, _)| &x[r * d..(r + 1) * d]));
@@ -172,9 +173,9 @@ fn experts(call: &Call<'_>, a: &attrs::Experts) -> Outs {
 
 /// Expert `e`'s row of the dense stacked bias at argument `i`: `len` values.
 fn dense_row(call: &Call<'_>, i: usize, e: usize, len: usize) -> Result<Vec<f32>, SimError> {
-    match fetch(call, i, e, len)? {
+    match fetch(call, i, e, len, 1)? {
         WeightSlab::Dense(v) => Ok(v.into_owned()),
-        WeightSlab::Q8(_) => invalid(format!("the bias at argument {i} must be dense, not q8_0")),
+        _ => invalid(format!("the bias at argument {i} must be dense, not stored quantised")),
     }
 }
 
@@ -182,22 +183,35 @@ fn stacked_shape(call: &Call<'_>, i: usize) -> Result<Vec<usize>, SimError> {
     match call.args.get(i) {
         Some(ArgVal::Stacked(decl)) => Ok(decl.shape.clone()),
         Some(ArgVal::Q8(w)) => Ok(w.shape.clone()),
+        Some(ArgVal::Fp8(w)) => Ok(w.shape.clone()),
+        Some(ArgVal::Packed(w, _)) => Ok(w.shape.to_vec()),
         _ => Ok(call.dense(i)?.shape.clone()),
     }
 }
 
-/// Expert `e` of the stacked weight argument `i`: a slab of `per` values.
-fn fetch<'e>(call: &Call<'e>, i: usize, e: usize, per: usize) -> Result<WeightSlab<'e>, SimError> {
+/// Expert `e` of the stacked weight argument `i`: a slab of `per` values (`rows` rows), as
+/// its declaration stores it.
+fn fetch<'e>(call: &Call<'e>, i: usize, e: usize, per: usize, rows: usize) -> Result<WeightSlab<'e>, SimError> {
     let slab = match call.args.get(i) {
         Some(ArgVal::Q8(w)) => w.blocks.get(e * per / QK8_0..(e + 1) * per / QK8_0).map(|b| WeightSlab::Q8(b.into())),
+        Some(ArgVal::Fp8(w)) => crate::sim::bind::fp8_expert(std::borrow::Cow::Borrowed(*w), e),
+        Some(ArgVal::Packed(w, _)) => {
+            w.expert_bytes(e).map(|bytes| WeightSlab::Packed { format: w.format, bytes: bytes.into() })
+        }
         Some(ArgVal::Stacked(decl)) => {
             let found = SimBindings::expert(call.bindings, &decl.name, e).ok_or_else(|| SimError::Missing {
                 name: format!("{} (expert {e})", decl.name),
                 role: decl.role.as_str().to_string(),
             })?;
-            let stored_q8 = matches!(found, WeightSlab::Q8(_));
-            if stored_q8 != (decl.storage == Storage::Q8_0) {
-                let message = format!("expert {e} is stored {}", if stored_q8 { "q8_0" } else { "dense" });
+            let stored = match &found {
+                WeightSlab::Dense(_) => Storage::Dense,
+                WeightSlab::Q8(_) => Storage::Q8_0,
+                WeightSlab::Fp8 { block, .. } => Storage::Fp8 { rows: block[0] as u32, cols: block[1] as u32 },
+                WeightSlab::Packed { format: GgmlType::MXFP4, .. } => Storage::Mxfp4,
+                WeightSlab::Packed { .. } => Storage::Dense,
+            };
+            if stored != decl.storage {
+                let message = format!("expert {e} is stored {}", stored.word());
                 return Err(SimError::Binding { name: decl.name.clone(), message });
             }
             Some(found)
@@ -207,6 +221,15 @@ fn fetch<'e>(call: &Call<'e>, i: usize, e: usize, per: usize) -> Result<WeightSl
     let len_ok = match &slab {
         Some(WeightSlab::Dense(v)) => v.len() == per,
         Some(WeightSlab::Q8(b)) => b.len() * QK8_0 == per && per.is_multiple_of(QK8_0),
+        Some(WeightSlab::Fp8 { block, values, scales }) => {
+            let cols = per.checked_div(rows).unwrap_or(0);
+            let grid = rdu_checkpoint::Fp8Grid::of(&[rows, cols], *block).ok().and_then(|g| g.len());
+            values.len() == per && grid == Some(scales.len())
+        }
+        Some(WeightSlab::Packed { format, bytes }) => {
+            let (block, size) = (format.block_size() as usize, format.type_size() as usize);
+            per.is_multiple_of(block) && bytes.len() == per / block * size
+        }
         None => false,
     };
     match slab {
@@ -220,6 +243,17 @@ fn rows<'a>(slab: &'a WeightSlab<'_>, cols: usize) -> Result<Rows<'a>, SimError>
         WeightSlab::Dense(data) => Ok(Rows::Dense { data, cols }),
         WeightSlab::Q8(blocks) if cols.is_multiple_of(QK8_0) => Ok(Rows::Q8 { blocks, cols }),
         WeightSlab::Q8(_) => invalid(format!("a q8_0 expert's rows of {cols} values are not whole blocks")),
+        WeightSlab::Fp8 { block, values, scales } => {
+            let n_rows = values.len().checked_div(cols).unwrap_or(0);
+            let view = Fp8View { rows: n_rows, cols, block: *block, values, scales };
+            Ok(Rows::Fp8 { view, first: 0 })
+        }
+        WeightSlab::Packed { format, bytes } if cols.is_multiple_of(format.block_size() as usize) => {
+            Ok(Rows::Packed { format: *format, bytes, cols })
+        }
+        WeightSlab::Packed { format, .. } => {
+            invalid(format!("a {format} expert's rows of {cols} values are not whole blocks"))
+        }
     }
 }
 

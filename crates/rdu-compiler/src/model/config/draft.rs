@@ -79,6 +79,7 @@ impl Draft {
             bos: self.bos,
             eos: self.eos,
             state: StateDtype::default(),
+            quantization: None,
         }
     }
 }

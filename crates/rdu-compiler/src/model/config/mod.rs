@@ -25,6 +25,7 @@ pub(crate) use fields::MAX_LAYERS;
 mod gemma;
 mod gpt_oss;
 mod hybrid;
+mod quant;
 mod qwen_moe;
 mod rope;
 mod standard;
@@ -123,7 +124,9 @@ fn import(text: &str, name: &str, origin: &str) -> Result<ModelSpec> {
         "gpt_oss" => gpt_oss::build(&top, &root)?,
         other => return Err(top.err("model_type", format!("unknown model_type `{other}`; supported: {supported}"))),
     };
-    Ok(draft.assemble(name))
+    let mut spec = draft.assemble(name);
+    spec.quantization = quant::quantization(&top, &root)?;
+    Ok(spec)
 }
 
 /// The `text_config` object of a multimodal wrapper, and the context naming its fields.

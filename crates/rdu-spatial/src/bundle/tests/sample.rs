@@ -159,6 +159,7 @@ fn tensor(shape: &[usize], storage: TensorStorage, name: &str, slices: Vec<Vec<S
         shape: shape.to_vec(),
         dtype: "f32".into(),
         storage,
+        block: None,
         checkpoint: Checkpoint {
             kind: CheckpointKind::Tensor,
             names: vec![name.into()],
