@@ -105,7 +105,7 @@ impl Host {
         }
         let plan = Plan::new(&dir, m, &programs[0], &programs[1])?;
         // A tensor-parallel host cuts every chip's slices out of its own weights.
-        let tensor_parallel = m.cut.mode.is_split();
+        let tensor_parallel = m.cut.is_split();
         let (weights, chips) = match share {
             Some(other) if !tensor_parallel && other.manifest.tensors == m.tensors => {
                 (Arc::clone(&other.weights), None)

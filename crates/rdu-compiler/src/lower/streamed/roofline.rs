@@ -64,13 +64,16 @@ impl StreamedModel {
 
     fn floor_of(&self, tensors: &BTreeMap<String, Counted>) -> ModelFloor {
         let batch = self.cut.batch().unwrap_or(1) as f64;
+        // The embedding reads one row per token of the step, and the routed experts of every
+        // token are read (a verify step's drafted ones too).
+        let looked_up = batch * self.cut.draft().map_or(1, |k| k + 1) as f64;
         let bytes = tensors
             .values()
             .map(|t| {
                 let per = if t.q8 && !t.state { Q8_BYTES_PER_ELEMENT } else { DENSE_BYTES_PER_ELEMENT };
                 let elements = match t.experts {
-                    _ if t.embed && !t.head => t.row * batch,
-                    Some((n, k)) => t.elements * (batch * k as f64 / n.max(1) as f64).min(1.0),
+                    _ if t.embed && !t.head => t.row * looked_up,
+                    Some((n, k)) => t.elements * (looked_up * k as f64 / n.max(1) as f64).min(1.0),
                     None => t.elements,
                 };
                 elements * per

@@ -2,6 +2,7 @@
 //! biases (Llama, Qwen2/3, Gemma 3, Qwen3-Next/3.5 gated attention).
 
 use super::split::Run;
+use super::verify::{self, Ring};
 use super::writer::{float, list, Writer};
 use super::LayerCtx;
 use crate::model::spec::Mixer;
@@ -62,13 +63,27 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     // Positions and caches are each sequence's own.
     let a = ctx.per_sequence(w, "a", &[("qh", &qh), ("kh", &kh), ("vh", &vh)], |w, seq, x| {
         let (qh, kh, vh, pos) = (&x[0], &x[1], &x[2], seq.pos.as_str());
+        let by_kv_head = [Run::heads(kv_runs[0].count, 1)];
         let caches = ctx.decode().then(|| {
-            let (full, by_kv_head) = ([ctx.cache_slots(), kv_runs[0].count, hd], [Run::heads(kv_runs[0].count, 1)]);
+            let full = [ctx.cache_slots(), kv_runs[0].count, hd];
             (w.state_split("Kc", &full, 1, &by_kv_head), w.state_split("Vc", &full, 1, &by_kv_head))
         });
         let qr = w.op("qr", Op::Rope, &[qh, &cos, &sin, pos], &rope);
         let kr = w.op("kr", Op::Rope, &[kh, &cos, &sin, pos], &rope);
         match caches {
+            Some((kc, vc)) if ctx.verify().is_some() && ctx.ring() => {
+                // Drafted rows stay pending until the next step knows which were accepted.
+                let full = [ctx.verify().unwrap_or(1), kv_runs[0].count, hd];
+                let (kp, vp) = (w.state_split("Kp", &full, 1, &by_kv_head), w.state_split("Vp", &full, 1, &by_kv_head));
+                let rings = [
+                    Ring { cache: &kc, pending: &kp, rows: &kr, first: "kf" },
+                    Ring { cache: &vc, pending: &vp, rows: vh, first: "vf" },
+                ];
+                verify::flush(w, seq, &rings);
+                let a = w.op("a", Op::Attend, &[&qr, &kc, &vc, pos, &kr, vh], &attrs);
+                verify::hold(w, ctx, pos, &rings);
+                a
+            }
             Some((kc, vc)) if ctx.prefill() => {
                 // The chunk's own rows are attended to before they are written (ring caches).
                 let a = w.op("a", Op::Attend, &[&qr, &kc, &vc, pos, &kr, vh], &attrs);

@@ -4,8 +4,9 @@
 use super::attention::slice;
 use super::deltanet_gguf::{grouped_ba, kmap_attr, split_grouped_ba, Dims};
 use super::split::Run;
+use super::verify::{self, row_base};
 use super::writer::{float, list, Writer};
-use super::LayerCtx;
+use super::{LayerCtx, Sequence};
 use crate::model::spec::{Dialect, GdnLayout, Mixer};
 use rdu_spatial::Op;
 
@@ -40,7 +41,7 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     // Gates: β = sigmoid(b), g = −exp(A_log)·softplus(a + dt_bias).
     let beta = w.op("bt", Op::Sigmoid, &[&b], &[]);
     let neg_a = if gguf {
-        decl.alog
+        decl.alog.clone()
     } else {
         let ea = w.op("ea", Op::Exp, &[&decl.alog], &[]);
         w.op("na", Op::Neg, &[&ea], &[])
@@ -51,8 +52,9 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
 
     let inputs = [("qs", qs.as_str()), ("kl", &kl), ("vh", &vh), ("g", &g), ("bt", &beta)];
     let kmap = kmap_attr(layout);
-    let o = ctx.per_sequence(w, "o", &inputs, |w, _, x| {
+    let o = ctx.per_sequence(w, "o", &inputs, |w, seq, x| {
         match ctx.decode().then(|| w.state_split("Sd", &[decl.full_nv, dk, dv], 0, &decl.state_heads)) {
+            Some(sd) if ctx.verify().is_some() => delta_verify(w, ctx, &decl, seq, &sd, x),
             Some(sd) => w.update_with("o", &sd, Op::DeltaStep, &[&sd, &x[0], &x[1], &x[2], &x[3], &x[4]], &kmap),
             None => w.op("o", Op::DeltaScan, &[&x[0], &x[1], &x[2], &x[3], &x[4]], &kmap),
         }
@@ -181,9 +183,10 @@ fn conv_qkv(
     let gguf = matches!(ctx.spec.dialect, Dialect::Gguf);
     let cwk = if gguf { decl.cw.clone() } else { w.op("cwk", Op::Reshape, &[&decl.cw, &list(&[conv, kernel])], &[]) };
     // The conv and recurrent states are each sequence's own.
-    let cv = ctx.per_sequence(w, "cv", &[("mix", mixed)], |w, _, x| {
+    let cv = ctx.per_sequence(w, "cv", &[("mix", mixed)], |w, seq, x| {
         let mixed = &x[0];
         match ctx.decode().then(|| w.state_split("Cv", &[kernel - 1, decl.full_conv], 1, &decl.conv_runs)) {
+            Some(cstate) if ctx.verify().is_some() => conv_verify(w, ctx, decl, seq, [mixed, &cwk, &cstate], conv),
             Some(cstate) => {
                 let cv = w.op("cv", Op::ConvStep, &[mixed, &cwk, &cstate], &[]);
                 w.update(&cstate, Op::ConvShift, &[&cstate, mixed], &[]);
@@ -213,4 +216,62 @@ enum Projections {
     SplitGroupedBa(String, String, String),
     /// `Wqkv`, `Wz`, `Wb`, `Wa` (Qwen3.5/3.6, HF and llama.cpp).
     Split(String, String, String, String),
+}
+
+/// A verify step's conv over one sequence's rows: one row at a time, as decode steps take them,
+/// from the state its `resume` input names, the window after every row kept in `Ch`
+/// (`author::verify`). `conv` is this chip's channels.
+fn conv_verify(
+    w: &mut Writer<'_>,
+    ctx: &LayerCtx<'_>,
+    decl: &Decl,
+    seq: &Sequence,
+    [mixed, cwk, cstate]: [&str; 3],
+    conv: usize,
+) -> String {
+    let Mixer::GatedDeltaNet { conv_kernel: kernel, .. } = ctx.layer.mixer else {
+        unreachable!("deltanet::conv_verify on a non-DeltaNet layer")
+    };
+    let rows = ctx.verify().expect("a verify step") + 1;
+    let shape = [kernel - 1, conv];
+    let history = w.state_split("Ch", &[rows, kernel - 1, decl.full_conv], 2, &decl.conv_runs);
+    verify::resume(w, ctx, seq, "cvh", cstate, &history, &shape);
+    let (mut outs, mut snapshots) = (Vec::new(), Vec::new());
+    for i in 0..rows {
+        let m = w.op(&row_base("vm", i), Op::Slice, &[mixed], &slice(0, i, 1));
+        outs.push(w.op(&row_base("vc", i), Op::ConvStep, &[&m, cwk, cstate], &[]));
+        w.update(cstate, Op::ConvShift, &[cstate, &m], &[]);
+        snapshots.push(verify::snapshot(w, "vcs", i, cstate, &shape));
+    }
+    verify::keep(w, "vch", &history, &snapshots, &shape);
+    let refs: Vec<&str> = outs.iter().map(String::as_str).collect();
+    w.op("cv", Op::Concat, &refs, &[("axis", "0".into())])
+}
+
+/// A verify step's delta rule over one sequence's rows (`x`: q, k, v, g, beta): one row at a
+/// time, as decode steps take them, from the state its `resume` input names, the state after
+/// every row kept in `Sh` (`author::verify`).
+fn delta_verify(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, decl: &Decl, seq: &Sequence, sd: &str, x: &[String]) -> String {
+    let Mixer::GatedDeltaNet { v_heads, k_dim: dk, v_dim: dv, layout, .. } = ctx.layer.mixer else {
+        unreachable!("deltanet::delta_verify on a non-DeltaNet layer")
+    };
+    let rows = ctx.verify().expect("a verify step") + 1;
+    let shape = [ctx.local(v_heads), dk, dv];
+    let history = w.state_split("Sh", &[rows, decl.full_nv, dk, dv], 1, &decl.state_heads);
+    verify::resume(w, ctx, seq, "sdh", sd, &history, &shape);
+    let kmap = kmap_attr(layout);
+    let (mut outs, mut snapshots) = (Vec::new(), Vec::new());
+    for i in 0..rows {
+        let row: Vec<String> = ["vq", "vk", "vv", "vg", "vb"]
+            .iter()
+            .zip(x)
+            .map(|(base, t)| w.op(&row_base(base, i), Op::Slice, &[t], &slice(0, i, 1)))
+            .collect();
+        let args = [sd, &row[0], &row[1], &row[2], &row[3], &row[4]];
+        outs.push(w.update_with(&row_base("vo", i), sd, Op::DeltaStep, &args, &kmap));
+        snapshots.push(verify::snapshot(w, "vds", i, sd, &shape));
+    }
+    verify::keep(w, "vdh", &history, &snapshots, &shape);
+    let refs: Vec<&str> = outs.iter().map(String::as_str).collect();
+    w.op("o", Op::Concat, &refs, &[("axis", "0".into())])
 }
