@@ -16,6 +16,7 @@ mod run_args;
 mod run_cmd;
 mod run_engine;
 mod show_cmd;
+mod spec_run;
 mod usage;
 mod verify_cmd;
 

@@ -34,6 +34,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
     }
     let (spec, weights) = resolve_with_weights(&args.model)?;
     let spec = with_state(spec, run_state(args)?);
+    if let Some(draft) = &args.draft {
+        return crate::spec_run::run(args, &spec, &weights, draft);
+    }
     let manifest = match &args.bundle {
         Some(dir) => {
             let m = crate::bundle_arg::manifest(dir)?;
@@ -78,17 +81,17 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if let Some(path) = &args.logits {
         write_npy(path, &out.logits, spec.vocab).with_context(|| format!("writing {}", path.display()))?;
     }
-    print(args, &out, &mut watch);
+    print(args, &out, &mut watch, None);
     Ok(())
 }
 
-fn sampling(args: &RunArgs) -> Sampling {
+pub(crate) fn sampling(args: &RunArgs) -> Sampling {
     Sampling { temperature: args.temp, top_k: args.top_k, top_p: args.top_p, seed: args.seed }
 }
 
 /// The prompt's ids (`--prompt` tokenized, or `--tokens`), checked against the vocabulary, and
 /// the tokenizer when text must be tokenized (a `--tokens` run runs on ids).
-fn prompt_of(args: &RunArgs, spec: &ModelSpec) -> Result<(Option<Tokenizer>, Vec<u32>)> {
+pub(crate) fn prompt_of(args: &RunArgs, spec: &ModelSpec) -> Result<(Option<Tokenizer>, Vec<u32>)> {
     let tokenizer = if args.prompt.is_some() { tokenizer_of(&args.model)? } else { None };
     let ids: Vec<u32> = match (&args.prompt, &tokenizer) {
         (Some(text), Some(tok)) => tok.encode(text, tok.add_bos_default()).map_err(|e| anyhow!("{e}"))?,
@@ -189,7 +192,7 @@ fn chunk_of(args: &RunArgs, lowered: Option<&LoweredCut>, cut: RunCut, prompt: u
 /// What `rdu run` watches while it generates: the text as it streams (with `--prompt`, unless
 /// `--json`), and when the prompt was done, so that prompt and decode rates can be told apart
 /// (loading and lowering done inside steps, as the forward cut does, is neither).
-struct Watch<'t> {
+pub(crate) struct Watch<'t> {
     clocks: Rc<Clocks>,
     started: Instant,
     engine_at_start: f64,
@@ -199,7 +202,7 @@ struct Watch<'t> {
 }
 
 impl<'t> Watch<'t> {
-    fn new(clocks: &Rc<Clocks>, tokenizer: Option<&'t Tokenizer>) -> Watch<'t> {
+    pub(crate) fn new(clocks: &Rc<Clocks>, tokenizer: Option<&'t Tokenizer>) -> Watch<'t> {
         Watch {
             clocks: clocks.clone(),
             started: Instant::now(),
@@ -233,9 +236,10 @@ fn peak_rss_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// Prints the run: one JSON object (`--json`), the streamed text's end and the rates on
-/// stderr (`--prompt`), or the prompt and generated ids.
-fn print(args: &RunArgs, out: &Generated, watch: &mut Watch<'_>) {
+/// Prints the run: one JSON object (`--json`, with `speculation` beside `timing` for a
+/// speculative run), the streamed text's end and the rates on stderr (`--prompt`), or the
+/// prompt and generated ids.
+pub(crate) fn print(args: &RunArgs, out: &Generated, watch: &mut Watch<'_>, speculation: Option<serde_json::Value>) {
     let clocks = &watch.clocks;
     let (prompt_seconds, engine_in_prompt) = watch.prompt;
     let engine_in_decode = clocks.total() - watch.engine_at_start - engine_in_prompt;
@@ -258,7 +262,11 @@ fn print(args: &RunArgs, out: &Generated, watch: &mut Watch<'_>) {
             "peak_rss_bytes": peak_rss_bytes(),
         });
         let (ids, generated, positions) = (&out.prompt, &out.generated, &out.positions);
-        println!("{}", json!({"prompt": ids, "generated": generated, "positions": positions, "timing": timing}));
+        let mut all = json!({"prompt": ids, "generated": generated, "positions": positions, "timing": timing});
+        if let Some(s) = speculation {
+            all["speculation"] = s;
+        }
+        println!("{all}");
     } else if let Some((_, stream)) = &mut watch.stream {
         println!("{}", stream.finish());
         // With `--bundle` (and its decode bundle) nothing was lowered: no lowering time to report.
@@ -303,7 +311,7 @@ fn tokenizer_of(model: &str) -> Result<Option<Tokenizer>> {
 /// The ids that end generation, read off the model's tokenizer files without building the
 /// tokenizer (empty when there is none). A GGUF file whose tokenizer rdu cannot build still
 /// runs on ids; one line on stderr says that text output is unavailable.
-fn end_ids_of(model: &str) -> Result<Vec<u32>> {
+pub(crate) fn end_ids_of(model: &str) -> Result<Vec<u32>> {
     let path = std::path::Path::new(model);
     if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
         let gguf = rdu_checkpoint::Gguf::open(path)?;
