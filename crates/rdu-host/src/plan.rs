@@ -192,7 +192,7 @@ impl Plan {
                 Feed::Resume { name, seq } => {
                     let row = match how.get(seq.unwrap_or(0)) {
                         Some(Continue::After { valid }) => valid - 1,
-                        _ => draft + 1,
+                        _ => draft,
                     };
                     (name, SimTensor::i32(vec![1], vec![row as i32]))
                 }

@@ -378,8 +378,8 @@ pub enum InputRole {
     /// A position: a scalar, or one per row.
     Position,
     /// A verify step's row to resume a recurrent state from (`i32[1]`): the drafted tokens the
-    /// previous step accepted, or the step's draft count + 1 for the state as it is (a sequence
-    /// that starts, or that a prefill or decode step left).
+    /// previous step accepted, its draft count for the state as it is (after the previous
+    /// step's last row, or as a new sequence or a prefill or decode step left it).
     Resume,
     /// A verify step's positions for the previous step's drafted rows of a ring cache
     /// (`i32[draft]`): an accepted row's own position, else the step's first position (a slot

@@ -218,9 +218,10 @@ enum Projections {
     Split(String, String, String, String),
 }
 
-/// A verify step's conv over one sequence's rows: one row at a time, as decode steps take them,
-/// from the state its `resume` input names, the window after every row kept in `Ch`
-/// (`author::verify`). `conv` is this chip's channels.
+/// A verify step's conv over one sequence's rows, from the state its `resume` input names: the
+/// windows after rows `0..draft` kept in `Ch` (written once, so stored as a decode step stores
+/// its state), each row convolved over the window the row before left, as stored, and the last
+/// window left in `Cv` (`author::verify`). `conv` is this chip's channels.
 fn conv_verify(
     w: &mut Writer<'_>,
     ctx: &LayerCtx<'_>,
@@ -232,46 +233,69 @@ fn conv_verify(
     let Mixer::GatedDeltaNet { conv_kernel: kernel, .. } = ctx.layer.mixer else {
         unreachable!("deltanet::conv_verify on a non-DeltaNet layer")
     };
-    let rows = ctx.verify().expect("a verify step") + 1;
-    let shape = [kernel - 1, conv];
-    let history = w.state_split("Ch", &[rows, kernel - 1, decl.full_conv], 2, &decl.conv_runs);
-    verify::resume(w, ctx, seq, "cvh", cstate, &history, &shape);
-    let (mut outs, mut snapshots) = (Vec::new(), Vec::new());
-    for i in 0..rows {
-        let m = w.op(&row_base("vm", i), Op::Slice, &[mixed], &slice(0, i, 1));
-        outs.push(w.op(&row_base("vc", i), Op::ConvStep, &[&m, cwk, cstate], &[]));
-        w.update(cstate, Op::ConvShift, &[cstate, &m], &[]);
-        snapshots.push(verify::snapshot(w, "vcs", i, cstate, &shape));
+    let draft = ctx.verify().expect("a verify step");
+    let (shape, flat) = ([kernel - 1, conv], (kernel - 1) * conv);
+    let history = w.state_split("Ch", &[draft, kernel - 1, decl.full_conv], 2, &decl.conv_runs);
+    let hf = w.op("cvhf", Op::Reshape, &[&history, &list(&[draft, flat])], &[]);
+    let start = verify::resume(w, seq, "cvh", cstate, &[hf], &shape);
+    // The window after row `i`: rows `i + 1 ..= i + K − 1` of the state followed by the rows.
+    let all = w.op("vcu", Op::Concat, &[&start, mixed], &[("axis", "0".into())]);
+    let windows: Vec<String> = (0..draft)
+        .map(|i| {
+            let window = w.op(&row_base("vcw", i), Op::Slice, &[&all], &slice(0, i + 1, kernel - 1));
+            verify::snapshot(w, "vcs", i, &window, &shape)
+        })
+        .collect();
+    verify::keep(w, "vch", &history, &windows, &shape);
+    let mut outs = Vec::new();
+    for i in 0..=draft {
+        let state = match i {
+            0 => start.clone(),
+            _ => {
+                let kept = w.op(&row_base("vck", i), Op::Slice, &[&history], &slice(0, i - 1, 1));
+                w.op(&row_base("vcp", i), Op::Reshape, &[&kept, &list(&shape)], &[])
+            }
+        };
+        let row = w.op(&row_base("vm", i), Op::Slice, &[mixed], &slice(0, i, 1));
+        outs.push(w.op(&row_base("vc", i), Op::ConvStep, &[&row, cwk, &state], &[]));
     }
-    verify::keep(w, "vch", &history, &snapshots, &shape);
+    w.update(cstate, Op::Slice, &[&all], &slice(0, draft + 1, kernel - 1));
     let refs: Vec<&str> = outs.iter().map(String::as_str).collect();
     w.op("cv", Op::Concat, &refs, &[("axis", "0".into())])
 }
 
-/// A verify step's delta rule over one sequence's rows (`x`: q, k, v, g, beta): one row at a
-/// time, as decode steps take them, from the state its `resume` input names, the state after
-/// every row kept in `Sh` (`author::verify`).
+/// A verify step's delta rule over one sequence's rows (`x`: q, k, v, g, beta), from the state
+/// its `resume` input names: the rows stepped one at a time, each from the state the row before
+/// stored (`Sh{i}r` after row `i < draft`, each written once, so rounded as a decode step
+/// stores its state), the last into `Sd` (`author::verify`).
 fn delta_verify(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, decl: &Decl, seq: &Sequence, sd: &str, x: &[String]) -> String {
     let Mixer::GatedDeltaNet { v_heads, k_dim: dk, v_dim: dv, layout, .. } = ctx.layer.mixer else {
         unreachable!("deltanet::delta_verify on a non-DeltaNet layer")
     };
-    let rows = ctx.verify().expect("a verify step") + 1;
+    let draft = ctx.verify().expect("a verify step");
     let shape = [ctx.local(v_heads), dk, dv];
-    let history = w.state_split("Sh", &[rows, decl.full_nv, dk, dv], 1, &decl.state_heads);
-    verify::resume(w, ctx, seq, "sdh", sd, &history, &shape);
+    let flat: usize = shape.iter().product();
+    let kept: Vec<String> =
+        (0..draft).map(|i| w.state_split(&row_base("Sh", i), &[decl.full_nv, dk, dv], 0, &decl.state_heads)).collect();
+    let flats: Vec<String> = kept
+        .iter()
+        .enumerate()
+        .map(|(i, s)| w.op(&row_base("vdf", i), Op::Reshape, &[s, &list(&[1, flat])], &[]))
+        .collect();
+    let mut state = verify::resume(w, seq, "sdh", sd, &flats, &shape);
     let kmap = kmap_attr(layout);
-    let (mut outs, mut snapshots) = (Vec::new(), Vec::new());
-    for i in 0..rows {
+    let mut outs = Vec::new();
+    for i in 0..=draft {
         let row: Vec<String> = ["vq", "vk", "vv", "vg", "vb"]
             .iter()
             .zip(x)
             .map(|(base, t)| w.op(&row_base(base, i), Op::Slice, &[t], &slice(0, i, 1)))
             .collect();
-        let args = [sd, &row[0], &row[1], &row[2], &row[3], &row[4]];
-        outs.push(w.update_with(&row_base("vo", i), sd, Op::DeltaStep, &args, &kmap));
-        snapshots.push(verify::snapshot(w, "vds", i, sd, &shape));
+        let args = [state.as_str(), &row[0], &row[1], &row[2], &row[3], &row[4]];
+        let target = kept.get(i).map_or(sd, String::as_str);
+        outs.push(w.update_with(&row_base("vo", i), target, Op::DeltaStep, &args, &kmap));
+        state = target.to_string();
     }
-    verify::keep(w, "vdh", &history, &snapshots, &shape);
     let refs: Vec<&str> = outs.iter().map(String::as_str).collect();
     w.op("o", Op::Concat, &refs, &[("axis", "0".into())])
 }

@@ -11,10 +11,12 @@
 //!   a rejected one the next step's first position, a slot nothing reads from the cache during
 //!   that step and that its first row overwrites.
 //! - A recurrent state (DeltaNet's conv window and delta-rule state) is stepped row by row as
-//!   decode steps step it, and the state after every row is kept in a history state (`Ch`,
-//!   `Sh`); the next step first resumes from the row its `resume` input names (or, for
-//!   `draft + 1`, from the state as it is: a sequence that starts, or that a prefill or decode
-//!   step left).
+//!   decode steps step it — each row from the state the one before stored, rounded as a decode
+//!   step stores it — and the state after every row but the last is kept (`Ch`, `Sh{i}r`), the
+//!   last's being the state itself; the next step first resumes from the row its `resume` input
+//!   names (`draft`: the state as it is — after the last row, or as a prefill or decode step,
+//!   or a new sequence, left it). Every state is written once a step, so certification's bf16
+//!   tie rule (against the simulator's final states) breaks every tie of every write.
 //!
 //! Everything is statements of the program, so certification checks it like the rest.
 
@@ -72,25 +74,26 @@ pub(super) fn hold(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, pos: &str, rings: &[R
     }
 }
 
-/// Resumes `state` (of `shape`, one chip's) from the row of `history` (`[draft + 1, ..shape]`)
-/// that `seq.resume` names, or keeps it as it is when that is `draft + 1`: the history's rows
-/// and the state stacked, one row looked up (`embed`), written back. `base` names the temporaries.
+/// The state (of `shape`, one chip's) a verify step resumes from: the state after the row
+/// `seq.resume` names — row `j < draft` of `history` (the states after rows `0..draft`, each a
+/// `[n, ∏shape]` piece of it in order), or `state` itself for `draft` (the state after the last
+/// row, or as it is). The pieces and the state stacked, one row looked up (`embed`), as a fresh
+/// value: the state is written once a step, after its last row. `base` names the temporaries.
 pub(super) fn resume(
     w: &mut Writer<'_>,
-    ctx: &LayerCtx<'_>,
     seq: &Sequence,
     base: &str,
     state: &str,
-    history: &str,
+    history: &[String],
     shape: &[usize],
-) {
-    let rows = ctx.verify().expect("a verify step") + 1;
+) -> String {
     let flat: usize = shape.iter().product();
-    let hf = w.op(&format!("{base}f"), Op::Reshape, &[history, &list(&[rows, flat])], &[]);
     let sf = w.op(&format!("{base}s"), Op::Reshape, &[state, &list(&[1, flat])], &[]);
-    let table = w.op(&format!("{base}t"), Op::Concat, &[&hf, &sf], &[("axis", "0".into())]);
+    let mut rows: Vec<&str> = history.iter().map(String::as_str).collect();
+    rows.push(&sf);
+    let table = w.op(&format!("{base}t"), Op::Concat, &rows, &[("axis", "0".into())]);
     let row = w.op(&format!("{base}r"), Op::Embed, &[&seq.resume, &table], &[]);
-    w.update(state, Op::Reshape, &[&row, &list(shape)], &[]);
+    w.op(base, Op::Reshape, &[&row, &list(shape)], &[])
 }
 
 /// `state` as one flat row (`[1, ∏shape]`), the snapshot of row `row` named from `base`.
@@ -99,10 +102,13 @@ pub(super) fn snapshot(w: &mut Writer<'_>, base: &str, row: usize, state: &str, 
     w.op(&row_base(base, row), Op::Reshape, &[state, &list(&[1, flat])], &[])
 }
 
-/// `history <- ` the snapshots stacked (`[draft + 1, ..shape]`).
+/// `history <- ` the snapshots stacked (`[snapshots, ..shape]`).
 pub(super) fn keep(w: &mut Writer<'_>, base: &str, history: &str, snapshots: &[String], shape: &[usize]) {
     let refs: Vec<&str> = snapshots.iter().map(String::as_str).collect();
-    let stacked = w.op(base, Op::Concat, &refs, &[("axis", "0".into())]);
+    let stacked = match refs.as_slice() {
+        [one] => one.to_string(),
+        _ => w.op(base, Op::Concat, &refs, &[("axis", "0".into())]),
+    };
     let mut full = vec![snapshots.len()];
     full.extend_from_slice(shape);
     w.update(history, Op::Reshape, &[&stacked, &list(&full)], &[]);
