@@ -15,6 +15,7 @@ mod plan;
 mod prefill_conformance;
 mod report;
 mod spatial_conformance;
+mod speculative;
 mod tp_cli;
 mod tp_conformance;
 mod verify_cli;

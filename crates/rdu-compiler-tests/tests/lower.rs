@@ -150,6 +150,17 @@ fn tiny_qwen3_next_golden_in_every_cut() {
         ("batched-tp", lower_batched_tp_decode_streamed(&spec, 3, 2, 64, opts("sn50", Storage::Dense, &mut |_| {}))),
         ("prefill", lower_prefill_streamed(&spec, 8, 64, opts("sn50", Storage::AllQ8, &mut |_| {}))),
         (
+            "verify",
+            rdu_compiler::lower::streamed::lower_verify_streamed(
+                &spec,
+                3,
+                None,
+                1,
+                64,
+                opts("sn50", Storage::AllQ8, &mut |_| {}),
+            ),
+        ),
+        (
             "prefill-tp",
             rdu_compiler::lower::streamed::lower_prefill_tp_streamed(
                 &spec,

@@ -16,7 +16,7 @@ mod programs;
 
 pub use cuts::{
     lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed, lower_forward_streamed,
-    lower_prefill_streamed, lower_prefill_tp_streamed, lower_tp_decode_streamed,
+    lower_prefill_streamed, lower_prefill_tp_streamed, lower_tp_decode_streamed, lower_verify_streamed,
 };
 pub use estimate::{estimate_streamed, Estimator, Spine};
 pub use memory::free_memory;

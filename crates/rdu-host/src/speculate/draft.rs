@@ -95,6 +95,11 @@ impl ModelDraft {
         Ok(ModelDraft { host, fed: Vec::new(), sampler })
     }
 
+    /// The draft's host, handed back (its states as the draft left them).
+    pub fn into_host(self) -> Host {
+        self.host
+    }
+
     /// The draft's logits after feeding `token` at the next position.
     fn feed(&mut self, token: u32) -> Result<Vec<f32>> {
         let out = self.host.step(&[token], self.fed.len())?;

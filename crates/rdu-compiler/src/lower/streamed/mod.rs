@@ -17,8 +17,8 @@ pub(crate) mod schedule;
 
 pub use crate::deploy::{
     estimate_streamed, lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed,
-    lower_forward_streamed, lower_prefill_streamed, lower_prefill_tp_streamed, lower_tp_decode_streamed, Estimator,
-    Spine,
+    lower_forward_streamed, lower_prefill_streamed, lower_prefill_tp_streamed, lower_tp_decode_streamed,
+    lower_verify_streamed, Estimator, Spine,
 };
 pub use kinds::{
     layer_kinds, layer_kinds_for, rebind, rebind_via, renaming, HiddenNames, KindGroup, Storage, KINDS_CTX, SINGLE,
