@@ -115,6 +115,16 @@ fn qwen3_8b_lowers_and_certifies() {
 }
 
 #[test]
+fn llama_3_2_1b_lowers_and_certifies() {
+    lower_real("llama-3.2-1b");
+}
+
+#[test]
+fn qwen3_0_6b_lowers_and_certifies() {
+    lower_real("qwen3-0.6b");
+}
+
+#[test]
 fn tiny_presets_lower_every_cut() {
     for name in presets::names().into_iter().filter(|n| n.starts_with("tiny-")) {
         let spec = presets::resolve(name).expect("preset");

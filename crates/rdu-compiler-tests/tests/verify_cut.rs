@@ -203,6 +203,30 @@ fn qwen3_6_35b_a3b_verify_4_certifies() {
     verify_4("qwen3.6-35b-a3b");
 }
 
+#[test]
+fn llama_3_2_1b_verify_4_certifies() {
+    verify_4("llama-3.2-1b");
+}
+
+#[test]
+fn qwen3_0_6b_verify_4_certifies() {
+    verify_4("qwen3-0.6b");
+}
+
+/// 80 layers of one kind, 0.86 B parameters a layer (Q8_0): one kind certified at its real shapes.
+#[test]
+fn llama_3_1_70b_verify_4_certifies() {
+    let _heavy = crate::one_heavy_at_a_time();
+    verify_4("llama-3.1-70b");
+}
+
+/// 126 layers of one kind, 3.2 B parameters a layer (Q8_0; about 3.7 GB resident to certify).
+#[test]
+fn llama_3_1_405b_verify_4_certifies() {
+    let _heavy = crate::one_heavy_at_a_time();
+    verify_4("llama-3.1-405b");
+}
+
 /// Over 8 chips (every chip against the unsplit verify program) and for a batch of 4 sequences,
 /// each with its own draft: an attention model and a hybrid.
 #[test]
