@@ -9,9 +9,10 @@ use rdu_spatial::bundle::Bundle;
 use rdu_spatial::chip::Chip;
 use std::path::PathBuf;
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 pub struct VerifyArgs {
-    /// A bundle directory (written by `rdu lower -o`, by anyone)
+    /// A bundle directory (written by `rdu lower -o`, by anyone), or a speculative deployment
+    /// (`rdu lower --cut verify --draft`: its verify and draft bundles)
     bundle: PathBuf,
     /// Also re-author this model and check every layer's program is its kind's under the
     /// manifest's binding (a preset, a config.json or a directory holding one, a .gguf)
@@ -23,6 +24,17 @@ pub struct VerifyArgs {
 }
 
 pub fn run(args: &VerifyArgs) -> Result<()> {
+    if crate::spec_lower::is_speculative(&args.bundle) {
+        // A speculative deployment: its verify bundle (of MODEL) and its draft's decode bundle.
+        let verify = VerifyArgs { bundle: args.bundle.join("verify"), ..args.clone() };
+        run(&verify)?;
+        let draft = args.bundle.join("draft");
+        if draft.exists() {
+            run(&VerifyArgs { bundle: draft, model: None, ..args.clone() })?;
+        }
+        println!("{}: a speculative deployment, every bundle re-certified", args.bundle.display());
+        return Ok(());
+    }
     let dir = &args.bundle;
     let bundle = Bundle::read(dir).map_err(|e| anyhow!("cannot read bundle {}: {e}", dir.display()))?;
     let chip = match &args.chip {

@@ -243,3 +243,76 @@ fn speculative_sampling_draws_the_targets_distribution() {
     assert!(accepted > 0 && accepted < drafted, "both outcomes happen: {accepted} of {drafted}");
     assert!(chi2 < 20.52, "chi-square {chi2:.2} over the bound 20.52 (5 degrees of freedom, p = 0.001)");
 }
+
+/// `rdu lower --cut verify --draft MODEL --acceptance A -o DIR`: the verify and the draft's
+/// decode bundles, certified, beside `speculative.json`; the estimate charges the verify step
+/// and `K + A^K` draft steps for `(1 − A^(K+1)) / (1 − A)` tokens; `rdu verify` re-certifies both.
+#[test]
+fn a_speculative_deployment_is_a_bundle_of_bundles_with_its_estimate() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("spec");
+    let d = dir.to_str().unwrap();
+    let args = ["lower", "tiny-qwen3", "--cut", "verify", "--draft-tokens", "4", "--ctx", "64", "--json"];
+    let out = ok(&[&args[..], &["--draft", "tiny-llama", "--acceptance", "0.8", "-o", d]].concat());
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let s = &v["speculation"];
+    assert_eq!((s["draft"].as_str(), s["draft_tokens"].as_u64()), (Some("tiny-llama"), Some(4)), "{s}");
+    let expected = s["expected_tokens_per_step"].as_f64().unwrap();
+    assert!((expected - (1.0 - 0.8f64.powi(5)) / 0.2).abs() < 1e-12, "{s}");
+    let (verify, draft) = (s["verify_step_seconds"].as_f64().unwrap(), s["draft_step_seconds"].as_f64().unwrap());
+    assert!(verify > 0.0 && draft > 0.0, "{s}");
+    let step = verify + (4.0 + 0.8f64.powi(4)) * draft;
+    assert!((s["seconds_per_step"].as_f64().unwrap() - step).abs() < 1e-15, "{s}");
+    assert!((v["step"]["tokens_per_second"].as_f64().unwrap() - expected / step).abs() < 1e-6, "{v}");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("speculative.json")).unwrap()).unwrap();
+    assert_eq!(manifest["format"], "rdu-speculative");
+    assert_eq!(manifest["speculation"], *s, "the manifest carries the estimate");
+    let verified = ok(&["verify", d, "--model", "tiny-qwen3"]);
+    assert!(verified.contains("/verify: ") && verified.contains("/draft: "), "{verified}");
+    assert!(verified.contains("a speculative deployment, every bundle re-certified"), "{verified}");
+    // Lowered again into the same directory, with lookup: no draft bundle left behind.
+    ok(&[&args[..], &["--draft", "lookup", "--acceptance", "0.5", "-o", d]].concat());
+    assert!(!dir.join("draft").exists() && dir.join("verify").join("manifest.json").exists());
+    // The verify bundle runs with --draft; without one it is refused.
+    let bundle = dir.join("verify");
+    let run = ["run", "tiny-qwen3", "--tokens", "1,2,3,1,2", "-n", "6", "--bundle", bundle.to_str().unwrap()];
+    ok(&[&run[..], &["--draft", "lookup"]].concat());
+    assert!(user_error(&run).contains("is a verify bundle: run it with --draft"));
+    // What cannot make a speculative deployment is refused in one line.
+    let refused = |extra: &[&str]| user_error(&[&["lower", "tiny-qwen3", "--ctx", "64"][..], extra].concat());
+    assert!(refused(&["--draft", "tiny-llama"]).contains("add --cut verify"));
+    assert!(refused(&["--cut", "verify", "--draft", "llama-3.1-8b"]).contains("share the target's vocabulary"));
+    assert!(refused(&["--cut", "verify", "--draft", "tiny-llama", "--acceptance", "1.5"]).contains("not a probability"));
+}
+
+/// `rdu plan --draft`: every width both models admit × K, each acceptance rate's tokens/s the
+/// speculative estimate of that verify step and draft step.
+#[test]
+fn a_speculative_plan_sweeps_widths_draft_tokens_and_acceptance() {
+    let out = ok(&[
+        "plan",
+        "tiny-llama",
+        "--draft",
+        "tiny-qwen3",
+        "--ctx",
+        "64",
+        "--draft-tokens",
+        "2,4",
+        "--acceptance",
+        "0.5,0.9",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let rows = v["rows"].as_array().expect("rows");
+    assert!(rows.len() >= 2 && rows.len() % 2 == 0, "{v}");
+    for r in rows {
+        let k = r["draft_tokens"].as_u64().unwrap() as i32;
+        let (verify, draft) = (r["verify_step_seconds"].as_f64().unwrap(), r["draft_step_seconds"].as_f64().unwrap());
+        for cell in r["by_acceptance"].as_array().unwrap() {
+            let a = cell["acceptance"].as_f64().unwrap();
+            let want = (1.0 - a.powi(k + 1)) / (1.0 - a) / (verify + (k as f64 + a.powi(k)) * draft);
+            assert!((cell["tokens_per_second"].as_f64().unwrap() - want).abs() < 1e-6 * want, "{r}");
+        }
+    }
+}

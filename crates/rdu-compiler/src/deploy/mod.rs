@@ -13,6 +13,7 @@ mod estimate;
 mod memory;
 mod part;
 mod programs;
+pub mod speculative;
 
 pub use cuts::{
     lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed, lower_forward_streamed,
