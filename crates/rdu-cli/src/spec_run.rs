@@ -157,15 +157,7 @@ fn draft_model(
     dir: &Path,
 ) -> Result<ModelDraft> {
     let (spec, weights) = resolve_with_weights(model)?;
-    if spec.vocab != target.vocab {
-        bail!(
-            "the draft {} has a vocabulary of {} tokens but {} has {}: a draft must share the target's vocabulary",
-            spec.name,
-            spec.vocab,
-            target.name,
-            target.vocab
-        );
-    }
+    rdu_compiler::deploy::speculative::check_draft(target, &spec).map_err(|e| anyhow!("{e}"))?;
     // The draft stores its states as the target does.
     let spec = ModelSpec { state: target.state, ..spec };
     let storage: Storage = storage_of(args.storage, &weights);
