@@ -305,7 +305,7 @@ fn a_speculative_plan_sweeps_widths_draft_tokens_and_acceptance() {
     ]);
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
     let rows = v["rows"].as_array().expect("rows");
-    assert!(rows.len() >= 2 && rows.len() % 2 == 0, "{v}");
+    assert!(rows.len() >= 2 && rows.len().is_multiple_of(2), "{v}");
     for r in rows {
         let k = r["draft_tokens"].as_u64().unwrap() as i32;
         let (verify, draft) = (r["verify_step_seconds"].as_f64().unwrap(), r["draft_step_seconds"].as_f64().unwrap());
