@@ -198,6 +198,9 @@ pub(crate) struct Watch<'t> {
     engine_at_start: f64,
     /// Seconds to the end of the prompt, and the loading and lowering among them.
     prompt: (f64, f64),
+    /// Tokens generated when the prompt was done (a speculative run's first step makes some).
+    tokens: usize,
+    at_prompt: usize,
     stream: Option<(&'t Tokenizer, StreamDecoder)>,
 }
 
@@ -208,6 +211,8 @@ impl<'t> Watch<'t> {
             started: Instant::now(),
             engine_at_start: clocks.total(),
             prompt: (0.0, 0.0),
+            tokens: 0,
+            at_prompt: 0,
             stream: tokenizer.map(|t| (t, StreamDecoder::new())),
         }
     }
@@ -216,9 +221,11 @@ impl<'t> Watch<'t> {
 impl Observer for Watch<'_> {
     fn prompt_done(&mut self, _seq: usize) {
         self.prompt = (self.started.elapsed().as_secs_f64(), self.clocks.total() - self.engine_at_start);
+        self.at_prompt = self.tokens;
     }
 
     fn token(&mut self, _seq: usize, token: u32) {
+        self.tokens += 1;
         if let Some((tokenizer, stream)) = &mut self.stream {
             print!("{}", stream.push(tokenizer, token));
             let _ = std::io::stdout().flush();
@@ -245,8 +252,10 @@ pub(crate) fn print(args: &RunArgs, out: &Generated, watch: &mut Watch<'_>, spec
     let engine_in_decode = clocks.total() - watch.engine_at_start - engine_in_prompt;
     let decode_seconds = (watch.started.elapsed().as_secs_f64() - prompt_seconds - engine_in_decode).max(0.0);
     let prompt_seconds = (prompt_seconds - engine_in_prompt).max(0.0);
-    // Every generated token but the last is fed back through the model: those are the decode steps.
-    let decode_steps = out.generated.len().saturating_sub(1);
+    // Every generated token but the last is fed back through the model: those are the decode
+    // steps. A speculative run's first step makes its first tokens beside the prompt's last rows;
+    // the tokens of the steps after it are the decode's.
+    let decode_steps = out.generated.len().saturating_sub(watch.at_prompt.max(1));
     let rate = |n: usize, s: f64| if n == 0 { 0.0 } else { n as f64 / s.max(1e-9) };
     let prompt = out.prompt.len();
     if args.json {
@@ -284,10 +293,28 @@ pub(crate) fn print(args: &RunArgs, out: &Generated, watch: &mut Watch<'_>, spec
             decode_seconds,
             rate(decode_steps, decode_seconds)
         );
+        if let Some(s) = speculation {
+            eprintln!("{}", speculation_line(&s));
+        }
     } else {
         println!("prompt:    {:?}", out.prompt);
         println!("generated: {:?}", out.generated);
+        if let Some(s) = speculation {
+            println!("{}", speculation_line(&s));
+        }
     }
+}
+
+/// What speculation did, in words: the draft, its tokens a step, and how many it got accepted.
+fn speculation_line(s: &serde_json::Value) -> String {
+    let (drafted, accepted) = (s["drafted"].as_u64().unwrap_or(0), s["accepted"].as_u64().unwrap_or(0));
+    let share = if drafted > 0 { 100.0 * accepted as f64 / drafted as f64 } else { 0.0 };
+    format!(
+        "speculation: draft {}, {} tokens a step: {} verify steps, {drafted} tokens drafted, {accepted} accepted ({share:.0}%)",
+        s["draft"].as_str().unwrap_or("?"),
+        s["draft_tokens"],
+        s["steps"]
+    )
 }
 
 /// The model's tokenizer, when it has one: a GGUF file's, or `tokenizer.json` in a HF directory.

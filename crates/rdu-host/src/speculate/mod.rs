@@ -74,10 +74,13 @@ pub fn speculate(
             fed += rows;
             continue;
         }
-        if fed + take == run.out.prompt.len() && run.out.generated.is_empty() {
+        let first = fed + take == run.out.prompt.len() && run.out.generated.is_empty();
+        let valid = run.decide(fed, take, &draft, &logits, how, observer)?;
+        if first {
+            // The step that finished the prompt (its first tokens generated beside it) is the
+            // prompt's: decoding starts after it.
             observer.prompt_done(0);
         }
-        let valid = run.decide(fed, take, &draft, &logits, how, observer)?;
         target.keep(0, valid)?;
         fed += valid;
     }
