@@ -38,9 +38,12 @@ pub fn check_acceptance(acceptance: f64) -> Result<(), StreamedReject> {
 }
 
 /// The one-line refusal of a draft whose vocabulary is not the target's (its tokens would not
-/// be the target's tokens).
+/// be the target's tokens). A draft of the target's family whose vocabulary is the first rows
+/// of the target's is the target's tokenizer with the target's embedding padded past it
+/// (Gemma 3 270M's 262,144 tokens and Gemma 3 27B's 262,208 embedding rows, which llama.cpp
+/// trims to the tokenizer's 262,144): it is accepted, and a run refuses a target token past it.
 pub fn check_draft(target: &ModelSpec, draft: &ModelSpec) -> Result<(), StreamedReject> {
-    if draft.vocab == target.vocab {
+    if draft.vocab == target.vocab || (draft.family == target.family && draft.vocab < target.vocab) {
         return Ok(());
     }
     Err(StreamedReject::Invalid(format!(
@@ -133,6 +136,20 @@ mod tests {
         for bad in [-0.1, 1.5, f64::NAN] {
             assert!(check_acceptance(bad).unwrap_err().to_string().contains("is not a probability"), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_draft_shares_the_targets_vocabulary_or_its_first_rows_in_one_family() {
+        let spec = |name: &str| crate::model::presets::get(name).expect("preset");
+        assert!(check_draft(&spec("llama-3.1-70b"), &spec("llama-3.2-1b")).is_ok());
+        assert!(check_draft(&spec("qwen3-8b"), &spec("qwen3-0.6b")).is_ok());
+        assert!(
+            check_draft(&spec("gemma-3-27b-it"), &spec("gemma-3-270m")).is_ok(),
+            "the 27B's rows padded past 262,144"
+        );
+        let refused = check_draft(&spec("gemma-3-270m"), &spec("gemma-3-27b-it")).unwrap_err().to_string();
+        assert!(refused.contains("262208 tokens") && refused.contains("share the target's vocabulary"), "{refused}");
+        assert!(check_draft(&spec("llama-3.1-8b"), &spec("qwen3-0.6b")).is_err());
     }
 
     #[test]

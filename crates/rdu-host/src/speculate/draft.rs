@@ -102,6 +102,12 @@ impl ModelDraft {
 
     /// The draft's logits after feeding `token` at the next position.
     fn feed(&mut self, token: u32) -> Result<Vec<f32>> {
+        if token as usize >= self.host.vocab() {
+            // A target whose embedding is padded past the draft's tokenizer made a token of it.
+            let problem =
+                format!("the target made token {token}, past the draft's vocabulary of {} tokens", self.host.vocab());
+            return Err(HostError::Verify { problem });
+        }
         let out = self.host.step(&[token], self.fed.len())?;
         self.fed.push(token);
         Ok(out.logits.as_f32().unwrap_or_default().to_vec())
