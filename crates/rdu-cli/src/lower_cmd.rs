@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use rdu_compiler::deploy::deploy;
 use rdu_compiler::deploy::speculative::{check_acceptance, SpeculativeEstimate};
-use rdu_compiler::lower::streamed::{LowerOptions, ProgramPart, Progress, StreamedModel};
+use rdu_compiler::deploy::{LowerOptions, ProgramPart, Progress, StreamedModel};
 use rdu_compiler::lower::PASSES;
 use rdu_spatial::chip::Chip;
 use serde_json::{json, Value};

@@ -9,16 +9,15 @@ mod fit_cmd;
 mod lower_cmd;
 mod model_arg;
 mod plan_cmd;
-mod plan_spec;
 mod program_cmds;
 mod progress;
 mod report;
 mod run_args;
 mod run_cmd;
 mod run_engine;
+mod serve_cmd;
 mod show_cmd;
 mod spec_lower;
-mod spec_run;
 mod usage;
 mod verify_cmd;
 
@@ -63,6 +62,8 @@ enum Command {
     Fit(fit_cmd::FitArgs),
     /// Chips × batch: the estimated tokens/s, model roofline and memory of every admitted width and batch
     Plan(plan_cmd::PlanArgs),
+    /// Serve a model over an OpenAI-compatible HTTP API, requests batched continuously
+    Serve(serve_cmd::ServeArgs),
 }
 
 /// Runs `f` on a worker of a rayon pool (as many threads as the global pool would have:
@@ -115,6 +116,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => verify_cmd::run(&args),
         Command::Report(args) => report::run(&args),
         Command::Plan(args) => plan_cmd::run(&args),
+        Command::Serve(args) => serve_cmd::run(&args),
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

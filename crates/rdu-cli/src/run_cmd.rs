@@ -3,11 +3,14 @@
 //! interpreter), writing logits rows and a JSON summary on request. This module checks the
 //! arguments, builds the engine (`run_engine`), generates with `rdu_host::generate` and prints.
 
+mod spec;
+
+use crate::bundle_arg::run_state;
 use crate::model_arg::{resolve_with_weights, storage_of, with_state, Weights, MAX_SIZE};
-use crate::run_args::{check_writable, host_weights, run_state, write_npy, Engine, RunArgs, RunCut};
+use crate::run_args::{check_writable, host_weights, write_npy, Engine, RunArgs, RunCut};
 use crate::run_engine::{engine, Clocks, Setup};
 use anyhow::{anyhow, bail, Context, Result};
-use rdu_compiler::lower::streamed::Storage;
+use rdu_compiler::deploy::Storage;
 use rdu_compiler::model::spec::ModelSpec;
 use rdu_compiler::reference::{Reference, SeededWeights, WeightSource};
 use rdu_host::{generate, Generate, Generated, Observer, Sampler, Sampling, StreamDecoder, Tokenizer};
@@ -35,7 +38,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let (spec, weights) = resolve_with_weights(&args.model)?;
     let spec = with_state(spec, run_state(args)?);
     if let Some(draft) = &args.draft {
-        return crate::spec_run::run(args, &spec, &weights, draft);
+        return spec::run(args, &spec, &weights, draft);
     }
     let manifest = match &args.bundle {
         Some(dir) => {
@@ -85,13 +88,13 @@ pub fn run(args: &RunArgs) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn sampling(args: &RunArgs) -> Sampling {
+fn sampling(args: &RunArgs) -> Sampling {
     Sampling { temperature: args.temp, top_k: args.top_k, top_p: args.top_p, seed: args.seed }
 }
 
 /// The prompt's ids (`--prompt` tokenized, or `--tokens`), checked against the vocabulary, and
 /// the tokenizer when text must be tokenized (a `--tokens` run runs on ids).
-pub(crate) fn prompt_of(args: &RunArgs, spec: &ModelSpec) -> Result<(Option<Tokenizer>, Vec<u32>)> {
+fn prompt_of(args: &RunArgs, spec: &ModelSpec) -> Result<(Option<Tokenizer>, Vec<u32>)> {
     let tokenizer = if args.prompt.is_some() { tokenizer_of(&args.model)? } else { None };
     let ids: Vec<u32> = match (&args.prompt, &tokenizer) {
         (Some(text), Some(tok)) => tok.encode(text, tok.add_bos_default()).map_err(|e| anyhow!("{e}"))?,
@@ -192,7 +195,7 @@ fn chunk_of(args: &RunArgs, lowered: Option<&LoweredCut>, cut: RunCut, prompt: u
 /// What `rdu run` watches while it generates: the text as it streams (with `--prompt`, unless
 /// `--json`), and when the prompt was done, so that prompt and decode rates can be told apart
 /// (loading and lowering done inside steps, as the forward cut does, is neither).
-pub(crate) struct Watch<'t> {
+struct Watch<'t> {
     clocks: Rc<Clocks>,
     started: Instant,
     engine_at_start: f64,
@@ -205,7 +208,7 @@ pub(crate) struct Watch<'t> {
 }
 
 impl<'t> Watch<'t> {
-    pub(crate) fn new(clocks: &Rc<Clocks>, tokenizer: Option<&'t Tokenizer>) -> Watch<'t> {
+    fn new(clocks: &Rc<Clocks>, tokenizer: Option<&'t Tokenizer>) -> Watch<'t> {
         Watch {
             clocks: clocks.clone(),
             started: Instant::now(),
@@ -246,7 +249,7 @@ fn peak_rss_bytes() -> Option<u64> {
 /// Prints the run: one JSON object (`--json`, with `speculation` beside `timing` for a
 /// speculative run), the streamed text's end and the rates on stderr (`--prompt`), or the
 /// prompt and generated ids.
-pub(crate) fn print(args: &RunArgs, out: &Generated, watch: &mut Watch<'_>, speculation: Option<serde_json::Value>) {
+fn print(args: &RunArgs, out: &Generated, watch: &mut Watch<'_>, speculation: Option<serde_json::Value>) {
     let clocks = &watch.clocks;
     let (prompt_seconds, engine_in_prompt) = watch.prompt;
     let engine_in_decode = clocks.total() - watch.engine_at_start - engine_in_prompt;
@@ -318,7 +321,7 @@ fn speculation_line(s: &serde_json::Value) -> String {
 }
 
 /// The model's tokenizer, when it has one: a GGUF file's, or `tokenizer.json` in a HF directory.
-fn tokenizer_of(model: &str) -> Result<Option<Tokenizer>> {
+pub(crate) fn tokenizer_of(model: &str) -> Result<Option<Tokenizer>> {
     let path = std::path::Path::new(model);
     if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
         let gguf = rdu_checkpoint::Gguf::open(path)?;

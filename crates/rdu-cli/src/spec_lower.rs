@@ -8,7 +8,7 @@ use crate::model_arg::{resolve_with_weights, storage_of, StorageArg};
 use anyhow::{anyhow, bail, Result};
 use rdu_compiler::deploy::deploy;
 use rdu_compiler::deploy::speculative::{check_draft, draft_cut, SpeculativeEstimate};
-use rdu_compiler::lower::streamed::{LowerOptions, Progress, StreamedModel};
+use rdu_compiler::deploy::{LowerOptions, Progress, StreamedModel};
 use rdu_compiler::model::spec::ModelSpec;
 use serde_json::{json, Value};
 use std::path::Path;

@@ -7,7 +7,7 @@
 //! distributed as the target's sampler draws it (a chi-square bound over seeds).
 
 use crate::common::{f32_states, ok, user_error};
-use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_verify_streamed, LowerOptions, Storage};
+use rdu_compiler::deploy::{lower_decode_streamed, lower_verify_streamed, LowerOptions, Storage};
 use rdu_compiler::model::config::from_config_path;
 use rdu_compiler::model::spec::ModelSpec;
 use rdu_host::speculate::{Draft, Drafter, Lookup, ModelDraft};
@@ -21,7 +21,7 @@ const K: usize = 3;
 /// Tokens generated after the prompt.
 const N: usize = 20;
 
-fn opts(progress: &mut dyn FnMut(rdu_compiler::lower::streamed::Progress<'_>)) -> LowerOptions<'_> {
+fn opts(progress: &mut dyn FnMut(rdu_compiler::deploy::Progress<'_>)) -> LowerOptions<'_> {
     LowerOptions { chip: Chip::builtin("sn50").expect("chip"), storage: Storage::Dense, seed: 0, progress }
 }
 

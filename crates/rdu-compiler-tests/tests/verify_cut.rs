@@ -4,10 +4,10 @@
 //! the decode kinds; the head computes every row; every tiny preset lowers and certifies on one
 //! chip, batched and over two chips; every real preset certifies at its real shapes.
 
+use rdu_compiler::deploy::{layer_kinds_for, LowerOptions, Storage, StreamedReject};
 use rdu_compiler::front::lift;
 use rdu_compiler::lang::ast::DeclKind;
 use rdu_compiler::lang::parse;
-use rdu_compiler::lower::streamed::{layer_kinds_for, LowerOptions, Storage, StreamedReject};
 use rdu_compiler::model::author::{embed_source, head_source, source_of};
 use rdu_compiler::model::presets;
 use rdu_compiler::model::spec::{Cut, Mixer};
@@ -20,7 +20,7 @@ fn decls(text: &str, kind: DeclKind) -> BTreeMap<String, Vec<usize>> {
     program.decls().filter(|d| d.kind == kind).map(|d| (d.name.text.clone(), d.ty.shape.clone())).collect()
 }
 
-type Progress<'a> = &'a mut dyn FnMut(rdu_compiler::lower::streamed::Progress<'_>);
+type Progress<'a> = &'a mut dyn FnMut(rdu_compiler::deploy::Progress<'_>);
 
 fn opts(storage: Storage, seed: u64, progress: Progress<'_>) -> LowerOptions<'_> {
     crate::share_references();

@@ -8,7 +8,7 @@
 //! token). Both are charged: a speculative step takes the verify step's time and that many
 //! draft steps'.
 
-use crate::lower::streamed::model::{StreamedModel, StreamedReject};
+use super::model::{StreamedModel, StreamedReject};
 use crate::model::spec::{Cut, ModelSpec};
 
 /// Tokens a verify step of `draft` drafted tokens makes on average when each stands with

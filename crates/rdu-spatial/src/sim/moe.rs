@@ -4,28 +4,30 @@
 
 use std::collections::BTreeMap;
 
+use super::call::{kernels, ArgVal, Call, Outs};
 use super::elementwise::{gelu_tanh, sigmoid};
-use super::matmul::{products, Rows};
-use super::ops::{ArgVal, Call, Outs};
+use super::matmul::products;
 use super::region::{region, untiled, Axes};
+use super::rows::Rows;
 use super::tensor::SimTensor;
 use super::{invalid, SimBindings, SimError, WeightSlab};
+use crate::op::{attrs, Act};
 use crate::program::Storage;
 use crate::q8::QK8_0;
 
+kernels! {
+    Route(call, a) => route(call, a),
+    Experts(call, a) => experts(call, a.act),
+}
+
 /// `w [N, K]`, `idx i32[N, K]`: the `K` most probable experts of each row.
-pub(super) fn route(call: &Call<'_>) -> Outs {
-    call.expect()?;
+fn route(call: &Call<'_>, a: &attrs::Route) -> Outs {
     untiled(call.tiling())?;
     let (t, logits) = call.f32(0)?;
     let &[n, e] = t.shape.as_slice() else { return invalid(format!("expects logits [N, E], given {:?}", t.shape)) };
-    let k = call.req_count("k")?;
-    let norm = call.attr_count("norm")?.unwrap_or(0);
-    let scale = call.attr_float("scale")?.unwrap_or(1.0);
-    let groups = call.attr_count("groups")?.unwrap_or(1);
-    let keep = call.attr_count("topk_groups")?.unwrap_or(groups);
-    if k == 0 || k > e || e > i32::MAX as usize || norm > 1 {
-        return invalid(format!("k={k} and norm={norm} must satisfy 1 <= k <= {e} and norm 0 or 1"));
+    let (k, norm, scale, groups, keep) = (a.k, a.norm, a.scale as f32, a.groups, a.topk_groups);
+    if k == 0 || k > e || e > i32::MAX as usize {
+        return invalid(format!("k={k} must satisfy 1 <= k <= {e}"));
     }
     if groups == 0 || e % groups != 0 || keep == 0 || keep > groups {
         return invalid(format!("{e} experts cannot be split into {groups} groups keeping {keep}"));
@@ -49,7 +51,7 @@ pub(super) fn route(call: &Call<'_>) -> Outs {
         }
         let top = descending(&p, k);
         let mut chosen: Vec<f32> = top.iter().map(|&i| p[i]).collect();
-        if norm == 1 {
+        if norm {
             let sum: f32 = chosen.iter().sum();
             chosen.iter_mut().for_each(|v| *v /= sum);
         }
@@ -60,15 +62,13 @@ pub(super) fn route(call: &Call<'_>) -> Outs {
 }
 
 /// `Σₖ w[n,k] · Wd[e] (act(Wg[e] x) ⊙ Wu[e] x)` with `e = idx[n,k]`.
-pub(super) fn experts(call: &Call<'_>) -> Outs {
-    call.expect()?;
+fn experts(call: &Call<'_>, act: Act) -> Outs {
     let (tx, x) = call.f32(0)?;
     let (tw, w) = call.f32(1)?;
     let (ti, idx) = call.i32(2)?;
-    let act: fn(f32) -> f32 = match call.attr_word("act")?.unwrap_or("silu") {
-        "silu" => |v| v * sigmoid(v),
-        "gelu_tanh" => gelu_tanh,
-        other => return invalid(format!("unknown act `{other}` (silu or gelu_tanh)")),
+    let act: fn(f32) -> f32 = match act {
+        Act::Silu => |v| v * sigmoid(v),
+        Act::GeluTanh => gelu_tanh,
     };
     let (gs, us, ds) = (stacked_shape(call, 3)?, stacked_shape(call, 4)?, stacked_shape(call, 5)?);
     let (&[n, d], &[wn, kk], &[n_e, hid, gd]) = (tx.shape.as_slice(), tw.shape.as_slice(), gs.as_slice()) else {

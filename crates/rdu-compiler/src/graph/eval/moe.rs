@@ -3,11 +3,17 @@
 
 use super::elementwise::{gelu_tanh, silu};
 use super::gemm::{linear_f32, Weights};
-use super::{f32s, i32s, out, Kernel};
+use super::{evals, f32s, i32s, out, Kernel};
 use crate::graph::{Act, Tensor};
 use rdu_spatial::q8::Q8Weight;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+evals! {
+    Route(ins, a) => route(ins[0], a.k, a.norm, a.scale, a.groups, a.topk_groups, None),
+    // `Run::node` reads the chosen experts' rows as it goes.
+    Experts(_ins, _) => Err("experts is evaluated row by row".into()),
+}
 
 /// The indices of the `k` largest of `values`, descending, ties to the lower index.
 fn top_k(values: &[f64], k: usize) -> Vec<usize> {

@@ -3,10 +3,10 @@
 
 use super::split::Run;
 use super::verify::{self, Ring};
-use super::writer::{float, list, Writer};
+use super::writer::Writer;
 use super::LayerCtx;
+use crate::graph::Op;
 use crate::model::spec::Mixer;
-use rdu_spatial::Op;
 
 /// Writes the attention mixer over the normalised hidden state `hn`; returns its `[N, D]` output.
 pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String {
@@ -41,25 +41,21 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     let v = linear(w, "v", hn, &wv, bv.as_deref());
     let (qh, gate) = if output_gate {
         // q_proj emits, per head, hd query values then hd gate values.
-        let qg = w.op("qg", Op::Reshape, &[&q, &list(&[n, heads, 2 * hd])], &[]);
-        let qh = w.op("qh", Op::Slice, &[&qg], &slice(2, 0, hd));
-        let gh = w.op("gh", Op::Slice, &[&qg], &slice(2, hd, hd));
-        (qh, Some(w.op("gf", Op::Reshape, &[&gh, &list(&[n, heads * hd])], &[])))
+        let qg = w.op("qg", Op::Reshape { shape: vec![n, heads, 2 * hd] }, &[&q]);
+        let qh = w.op("qh", slice(2, 0, hd), &[&qg]);
+        let gh = w.op("gh", slice(2, hd, hd), &[&qg]);
+        (qh, Some(w.op("gf", Op::Reshape { shape: vec![n, heads * hd] }, &[&gh])))
     } else {
-        (w.op("qh", Op::Reshape, &[&q, &list(&[n, heads, hd])], &[]), None)
+        (w.op("qh", Op::Reshape { shape: vec![n, heads, hd] }, &[&q]), None)
     };
-    let kh = w.op("kh", Op::Reshape, &[&k, &list(&[n, kv_heads, hd])], &[]);
-    let vh = w.op("vh", Op::Reshape, &[&v, &list(&[n, kv_heads, hd])], &[]);
+    let kh = w.op("kh", Op::Reshape { shape: vec![n, kv_heads, hd] }, &[&k]);
+    let vh = w.op("vh", Op::Reshape { shape: vec![n, kv_heads, hd] }, &[&v]);
     let (qh, kh) = match (qn, kn) {
-        (Some(qn), Some(kn)) => (
-            w.op("qnh", Op::RmsNorm, &[&qh, &qn], &ctx.norm_attrs()),
-            w.op("knh", Op::RmsNorm, &[&kh, &kn], &ctx.norm_attrs()),
-        ),
+        (Some(qn), Some(kn)) => (w.op("qnh", ctx.norm(), &[&qh, &qn]), w.op("knh", ctx.norm(), &[&kh, &kn])),
         _ => (qh, kh),
     };
-    let rope = [("dim", rot.to_string()), ("style", ctx.rope_style().to_string())];
-    let mut attrs = vec![("scale", float(scale))];
-    attrs.extend(ctx.window_attr());
+    let rope = Op::Rope { dim: rot, style: ctx.rope_style() };
+    let attend = Op::Attend { scale, window: ctx.layer.window };
     // Positions and caches are each sequence's own.
     let a = ctx.per_sequence(w, "a", &[("qh", &qh), ("kh", &kh), ("vh", &vh)], |w, seq, x| {
         let (qh, kh, vh, pos) = (&x[0], &x[1], &x[2], seq.pos.as_str());
@@ -68,8 +64,8 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
             let full = [ctx.cache_slots(), kv_runs[0].count, hd];
             (w.state_split("Kc", &full, 1, &by_kv_head), w.state_split("Vc", &full, 1, &by_kv_head))
         });
-        let qr = w.op("qr", Op::Rope, &[qh, &cos, &sin, pos], &rope);
-        let kr = w.op("kr", Op::Rope, &[kh, &cos, &sin, pos], &rope);
+        let qr = w.op("qr", rope.clone(), &[qh, &cos, &sin, pos]);
+        let kr = w.op("kr", rope.clone(), &[kh, &cos, &sin, pos]);
         match caches {
             Some((kc, vc)) if ctx.verify().is_some() && ctx.ring() => {
                 // Drafted rows stay pending until the next step knows which were accepted.
@@ -80,44 +76,44 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
                     Ring { cache: &vc, pending: &vp, rows: vh, first: "vf" },
                 ];
                 verify::flush(w, seq, &rings);
-                let a = w.op("a", Op::Attend, &[&qr, &kc, &vc, pos, &kr, vh], &attrs);
+                let a = w.op("a", attend.clone(), &[&qr, &kc, &vc, pos, &kr, vh]);
                 verify::hold(w, ctx, pos, &rings);
                 a
             }
             Some((kc, vc)) if ctx.prefill() => {
                 // The chunk's own rows are attended to before they are written (ring caches).
-                let a = w.op("a", Op::Attend, &[&qr, &kc, &vc, pos, &kr, vh], &attrs);
-                w.update(&kc, Op::CachePut, &[&kc, &kr, pos], &[]);
-                w.update(&vc, Op::CachePut, &[&vc, vh, pos], &[]);
+                let a = w.op("a", attend.clone(), &[&qr, &kc, &vc, pos, &kr, vh]);
+                w.update(&kc, Op::CachePut, &[&kc, &kr, pos]);
+                w.update(&vc, Op::CachePut, &[&vc, vh, pos]);
                 a
             }
             Some((kc, vc)) => {
-                w.update(&kc, Op::CachePut, &[&kc, &kr, pos], &[]);
-                w.update(&vc, Op::CachePut, &[&vc, vh, pos], &[]);
-                w.op("a", Op::Attend, &[&qr, &kc, &vc, pos], &attrs)
+                w.update(&kc, Op::CachePut, &[&kc, &kr, pos]);
+                w.update(&vc, Op::CachePut, &[&vc, vh, pos]);
+                w.op("a", attend.clone(), &[&qr, &kc, &vc, pos])
             }
-            None => w.op("a", Op::Attend, &[&qr, &kr, vh, pos], &attrs),
+            None => w.op("a", attend.clone(), &[&qr, &kr, vh, pos]),
         }
     });
-    let af = w.op("af", Op::Reshape, &[&a, &list(&[n, heads * hd])], &[]);
+    let af = w.op("af", Op::Reshape { shape: vec![n, heads * hd] }, &[&a]);
     let af = match gate {
         Some(gf) => {
-            let sg = w.op("gs", Op::Sigmoid, &[&gf], &[]);
-            w.op("ag", Op::Mul, &[&af, &sg], &[])
+            let sg = w.op("gs", Op::Sigmoid, &[&gf]);
+            w.op("ag", Op::Mul, &[&af, &sg])
         }
         None => af,
     };
-    w.op("mo", Op::Linear, &[&af, &wo], &[])
+    w.op("mo", Op::Linear, &[&af, &wo])
 }
 
-/// `slice` attributes.
-pub(super) fn slice(axis: usize, start: usize, len: usize) -> [(&'static str, String); 3] {
-    [("axis", axis.to_string()), ("start", start.to_string()), ("len", len.to_string())]
+/// `slice(axis, start, len)`.
+pub(super) fn slice(axis: usize, start: usize, len: usize) -> Op {
+    Op::Slice { axis, start, len }
 }
 
 pub(super) fn linear(w: &mut Writer<'_>, out: &str, x: &str, weight: &str, bias: Option<&str>) -> String {
     match bias {
-        Some(b) => w.op(out, Op::Linear, &[x, weight, b], &[]),
-        None => w.op(out, Op::Linear, &[x, weight], &[]),
+        Some(b) => w.op(out, Op::Linear, &[x, weight, b]),
+        None => w.op(out, Op::Linear, &[x, weight]),
     }
 }

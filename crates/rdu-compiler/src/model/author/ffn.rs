@@ -3,10 +3,10 @@
 //! without its sigmoid gate).
 
 use super::split::Run;
-use super::writer::{float, Writer};
+use super::writer::Writer;
 use super::LayerCtx;
+use crate::graph::Op;
 use crate::model::spec::{Act, Ffn};
-use rdu_spatial::Op;
 
 /// Writes the layer's feed-forward block over `hf`; returns its `[N, D]` output.
 pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hf: &str) -> String {
@@ -20,27 +20,27 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hf: &str) -> String 
             let weg = w.projection_split("Weg", &[*experts, *expert_hidden, d], 1, &cols);
             let weu = w.projection_split("Weu", &[*experts, *expert_hidden, d], 1, &cols);
             let wed = w.projection_split("Wed", &[*experts, d, *expert_hidden], 2, &cols);
-            let rl = w.op("rl", Op::Linear, &[hf, &wr], &[]);
-            let attrs = [
-                ("k", top_k.to_string()),
-                ("norm", if router.norm_topk { "1" } else { "0" }.to_string()),
-                ("scale", float(router.scaling)),
-                ("groups", router.groups.to_string()),
-                ("topk_groups", router.topk_groups.to_string()),
-            ];
-            let (rw, ri) = w.op2(["rw", "ri"], Op::Route, &[&rl], &attrs);
-            let eo = w.op("eo", Op::Experts, &[hf, &rw, &ri, &weg, &weu, &wed], &[("act", act.op().to_string())]);
+            let rl = w.op("rl", Op::Linear, &[hf, &wr]);
+            let route = Op::Route {
+                k: *top_k,
+                norm: router.norm_topk,
+                scale: router.scaling,
+                groups: router.groups,
+                topk_groups: router.topk_groups,
+            };
+            let (rw, ri) = w.op2(["rw", "ri"], route, &[&rl]);
+            let eo = w.op("eo", Op::Experts { act: act.experts() }, &[hf, &rw, &ri, &weg, &weu, &wed]);
             let Some(shared) = shared else { return eo };
             let so = mlp(w, ["Wsg", "Wsu", "Wsd"], ["sg", "su", "sa", "sm", "so"], hf, d, shared.hidden, *act);
             let so = if shared.gated {
                 let wsgate = w.projection("Wsgate", &[1, d]);
-                let sl = w.op("sgl", Op::Linear, &[hf, &wsgate], &[]);
-                let ss = w.op("sgs", Op::Sigmoid, &[&sl], &[]);
-                w.op("sgo", Op::Mul, &[&so, &ss], &[])
+                let sl = w.op("sgl", Op::Linear, &[hf, &wsgate]);
+                let ss = w.op("sgs", Op::Sigmoid, &[&sl]);
+                w.op("sgo", Op::Mul, &[&so, &ss])
             } else {
                 so
             };
-            w.op("fo", Op::Add, &[&eo, &so], &[])
+            w.op("fo", Op::Add, &[&eo, &so])
         }
     }
 }
@@ -60,9 +60,9 @@ fn mlp(
     let wg = w.projection_split(weights[0], &[hidden, d], 0, &cols);
     let wu = w.projection_split(weights[1], &[hidden, d], 0, &cols);
     let wd = w.projection_split(weights[2], &[d, hidden], 1, &cols);
-    let g = w.op(values[0], Op::Linear, &[x, &wg], &[]);
-    let u = w.op(values[1], Op::Linear, &[x, &wu], &[]);
-    let a = w.op(values[2], act.op(), &[&g], &[]);
-    let m = w.op(values[3], Op::Mul, &[&a, &u], &[]);
-    w.op(values[4], Op::Linear, &[&m, &wd], &[])
+    let g = w.op(values[0], Op::Linear, &[x, &wg]);
+    let u = w.op(values[1], Op::Linear, &[x, &wu]);
+    let a = w.op(values[2], act.op(), &[&g]);
+    let m = w.op(values[3], Op::Mul, &[&a, &u]);
+    w.op(values[4], Op::Linear, &[&m, &wd])
 }

@@ -20,11 +20,10 @@
 //!
 //! Everything is statements of the program, so certification checks it like the rest.
 
-use super::attention::slice;
-use super::writer::{list, Writer};
+use super::writer::Writer;
 use super::{LayerCtx, Sequence};
+use crate::graph::Op;
 use crate::model::spec::Mixer;
-use rdu_spatial::Op;
 
 /// Declares each sequence's `resume` (recurrent layers) and `pend` (ring caches) inputs of a
 /// verify step; nothing for any other cut.
@@ -58,7 +57,7 @@ pub(super) struct Ring<'n> {
 /// reads the caches).
 pub(super) fn flush(w: &mut Writer<'_>, seq: &Sequence, rings: &[Ring<'_>]) {
     for r in rings {
-        w.update(r.cache, Op::CachePut, &[r.cache, r.pending, &seq.pend], &[]);
+        w.update(r.cache, Op::CachePut, &[r.cache, r.pending, &seq.pend]);
     }
 }
 
@@ -66,11 +65,12 @@ pub(super) fn flush(w: &mut Writer<'_>, seq: &Sequence, rings: &[Ring<'_>]) {
 /// pending (after the step has attended).
 pub(super) fn hold(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, pos: &str, rings: &[Ring<'_>]) {
     let draft = ctx.verify().expect("a verify step");
-    let p0 = w.op("pfv", Op::Slice, &[pos], &slice(0, 0, 1));
+    let first_row = Op::Slice { axis: 0, start: 0, len: 1 };
+    let p0 = w.op("pfv", first_row.clone(), &[pos]);
     for r in rings {
-        let first = w.op(r.first, Op::Slice, &[r.rows], &slice(0, 0, 1));
-        w.update(r.cache, Op::CachePut, &[r.cache, &first, &p0], &[]);
-        w.update(r.pending, Op::Slice, &[r.rows], &slice(0, 1, draft));
+        let first = w.op(r.first, first_row.clone(), &[r.rows]);
+        w.update(r.cache, Op::CachePut, &[r.cache, &first, &p0]);
+        w.update(r.pending, Op::Slice { axis: 0, start: 1, len: draft }, &[r.rows]);
     }
 }
 
@@ -88,18 +88,18 @@ pub(super) fn resume(
     shape: &[usize],
 ) -> String {
     let flat: usize = shape.iter().product();
-    let sf = w.op(&format!("{base}s"), Op::Reshape, &[state, &list(&[1, flat])], &[]);
+    let sf = w.op(&format!("{base}s"), Op::Reshape { shape: vec![1, flat] }, &[state]);
     let mut rows: Vec<&str> = history.iter().map(String::as_str).collect();
     rows.push(&sf);
-    let table = w.op(&format!("{base}t"), Op::Concat, &rows, &[("axis", "0".into())]);
-    let row = w.op(&format!("{base}r"), Op::Embed, &[&seq.resume, &table], &[]);
-    w.op(base, Op::Reshape, &[&row, &list(shape)], &[])
+    let table = w.op(&format!("{base}t"), Op::Concat { axis: 0 }, &rows);
+    let row = w.op(&format!("{base}r"), Op::Embed, &[&seq.resume, &table]);
+    w.op(base, Op::Reshape { shape: shape.to_vec() }, &[&row])
 }
 
 /// `state` as one flat row (`[1, ∏shape]`), the snapshot of row `row` named from `base`.
 pub(super) fn snapshot(w: &mut Writer<'_>, base: &str, row: usize, state: &str, shape: &[usize]) -> String {
     let flat: usize = shape.iter().product();
-    w.op(&row_base(base, row), Op::Reshape, &[state, &list(&[1, flat])], &[])
+    w.op(&row_base(base, row), Op::Reshape { shape: vec![1, flat] }, &[state])
 }
 
 /// `history <- ` the snapshots stacked (`[snapshots, ..shape]`).
@@ -107,9 +107,9 @@ pub(super) fn keep(w: &mut Writer<'_>, base: &str, history: &str, snapshots: &[S
     let refs: Vec<&str> = snapshots.iter().map(String::as_str).collect();
     let stacked = match refs.as_slice() {
         [one] => one.to_string(),
-        _ => w.op(base, Op::Concat, &refs, &[("axis", "0".into())]),
+        _ => w.op(base, Op::Concat { axis: 0 }, &refs),
     };
     let mut full = vec![snapshots.len()];
     full.extend_from_slice(shape);
-    w.update(history, Op::Reshape, &[&stacked, &list(&full)], &[]);
+    w.update(history, Op::Reshape { shape: full }, &[&stacked]);
 }

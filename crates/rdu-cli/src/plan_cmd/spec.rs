@@ -5,13 +5,13 @@
 //! every acceptance rate swept (`rdu_compiler::deploy::speculative`), beside the plain decode
 //! step of the same width.
 
+use super::{PlanArgs, MAX_TP, NOTE};
 use crate::model_arg::{resolve_with_weights, storage_of, with_state};
-use crate::plan_cmd::{PlanArgs, MAX_TP, NOTE};
 use anyhow::{anyhow, bail, Result};
 use rayon::prelude::*;
 use rdu_compiler::deploy::speculative::{check_acceptance, check_draft, SpeculativeEstimate};
+use rdu_compiler::deploy::{Estimator, StreamedModel};
 use rdu_compiler::fit::admits_tp;
-use rdu_compiler::lower::streamed::{Estimator, StreamedModel};
 use rdu_compiler::model::spec::{Cut, ModelSpec};
 use rdu_spatial::chip::Chip;
 use serde_json::json;
