@@ -17,6 +17,7 @@ mod quantised;
 mod report;
 mod serve;
 mod spatial_conformance;
+mod speculative;
 mod tp_cli;
 mod tp_conformance;
 mod verify_cli;

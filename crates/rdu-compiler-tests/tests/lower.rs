@@ -135,6 +135,16 @@ fn mistral_7b_lowers_and_certifies() {
 }
 
 #[test]
+fn llama_3_2_1b_lowers_and_certifies() {
+    lower_real("llama-3.2-1b");
+}
+
+#[test]
+fn qwen3_0_6b_lowers_and_certifies() {
+    lower_real("qwen3-0.6b");
+}
+
+#[test]
 fn tiny_presets_lower_every_cut() {
     for name in presets::names().into_iter().filter(|n| n.starts_with("tiny-")) {
         let spec = presets::resolve(name).expect("preset");
@@ -169,6 +179,17 @@ fn tiny_qwen3_next_golden_in_every_cut() {
         ("tp", lower_tp_decode_streamed(&spec, 2, 64, opts("sn50", Storage::Dense, &mut |_| {}))),
         ("batched-tp", lower_batched_tp_decode_streamed(&spec, 3, 2, 64, opts("sn50", Storage::Dense, &mut |_| {}))),
         ("prefill", lower_prefill_streamed(&spec, 8, 64, opts("sn50", Storage::AllQ8, &mut |_| {}))),
+        (
+            "verify",
+            rdu_compiler::deploy::lower_verify_streamed(
+                &spec,
+                3,
+                None,
+                1,
+                64,
+                opts("sn50", Storage::AllQ8, &mut |_| {}),
+            ),
+        ),
         (
             "prefill-tp",
             rdu_compiler::deploy::lower_prefill_tp_streamed(&spec, 8, 2, 64, opts("sn50", Storage::Dense, &mut |_| {})),

@@ -107,6 +107,7 @@ pub fn manifest_cut(m: &Manifest) -> Option<Cut> {
         CutMode::BatchedTp => Cut::BatchedTp { batch: c.batch?, tp: c.tp?, ctx: c.ctx? },
         CutMode::Prefill => Cut::Prefill { chunk: c.chunk?, ctx: c.ctx? },
         CutMode::PrefillTp => Cut::PrefillTp { chunk: c.chunk?, tp: c.tp?, ctx: c.ctx? },
+        CutMode::Verify => Cut::Verify { draft: c.draft?, batch: c.batch, tp: c.tp.unwrap_or(1), ctx: c.ctx? },
     })
 }
 
@@ -127,7 +128,7 @@ pub fn verify_bundle(
             format!("the bundle is for chip `{}`, not `{}`; pass its chip description", m.chip, chip.name),
         ));
     }
-    let tp = m.cut.mode.is_split();
+    let tp = m.cut.is_split();
     let chips = m.cut.tp.unwrap_or(1);
     let mut out = Vec::new();
     for e in entries(m) {
@@ -142,7 +143,7 @@ pub fn verify_bundle(
 pub fn verify_one(bundle: &Bundle, name: &str, chip: &Chip) -> Result<ProgramReport, VerifyFault> {
     let m = &bundle.manifest;
     bundle.validate().map_err(|e| fault("manifest", "bindings", e.to_string()))?;
-    let tp = m.cut.mode.is_split();
+    let tp = m.cut.is_split();
     let entries = entries(m);
     let e = entries.iter().find(|e| e.name == name).ok_or_else(|| fault(name, "files", "no such program"))?;
     verify_program(bundle, e, chip, tp && split_over_chips(m, e), m.cut.tp.unwrap_or(1))

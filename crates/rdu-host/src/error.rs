@@ -63,6 +63,8 @@ pub enum HostError {
     StatesMoved,
     #[error("the states given hold nothing: they were already handed to another host")]
     StatesEmpty,
+    #[error("verify step: {problem}")]
+    Verify { problem: String },
     #[error("sampling: {problem}")]
     Sampling { problem: String },
     #[error("{file}: tokenizer: {problem}")]

@@ -41,7 +41,7 @@ impl Chips {
     /// the replicated spine reads whole (a tied embedding table the head reads split), and
     /// which stay there too.
     pub fn new(m: &Manifest, weights: &mut Weights, spine: &BTreeSet<String>) -> Result<Option<Chips>> {
-        let tensor_parallel = m.cut.mode.is_split();
+        let tensor_parallel = m.cut.is_split();
         let Some(n) = m.cut.tp.filter(|_| tensor_parallel) else { return Ok(None) };
         let mut chips: Vec<Weights> = (0..n).map(|_| Weights::default()).collect();
         for (name, entry) in m.tensors.iter().filter(|(_, e)| !e.slices.is_empty()) {

@@ -64,6 +64,9 @@ pub struct Cut {
     pub tp: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chunk: Option<usize>,
+    /// A verify step's drafted tokens per sequence (it steps `draft + 1` rows of each).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,12 +79,22 @@ pub enum CutMode {
     BatchedTp,
     Prefill,
     PrefillTp,
+    Verify,
 }
 
 impl CutMode {
-    /// Whether the kind programs run split over `cut.tp` chips (`tp`, `batched-tp`, `prefill-tp`).
+    /// Whether the kind programs of this mode always run split over `cut.tp` chips (`tp`,
+    /// `batched-tp`, `prefill-tp`); a `verify` bundle is split when its `tp` is above 1
+    /// ([`Cut::is_split`]).
     pub fn is_split(self) -> bool {
         matches!(self, CutMode::Tp | CutMode::BatchedTp | CutMode::PrefillTp)
+    }
+}
+
+impl Cut {
+    /// Whether the kind programs run split over `tp` chips.
+    pub fn is_split(&self) -> bool {
+        self.mode.is_split() || (self.mode == CutMode::Verify && self.tp.is_some_and(|t| t > 1))
     }
 }
 
@@ -417,6 +430,14 @@ pub enum InputRole {
     Tokens,
     /// A position: a scalar, or one per row.
     Position,
+    /// A verify step's row to resume a recurrent state from (`i32[1]`): the drafted tokens the
+    /// previous step accepted, its draft count for the state as it is (after the previous
+    /// step's last row, or as a new sequence or a prefill or decode step left it).
+    Resume,
+    /// A verify step's positions for the previous step's drafted rows of a ring cache
+    /// (`i32[draft]`): an accepted row's own position, else the step's first position (a slot
+    /// the step overwrites with its first row's key).
+    Pending,
 }
 
 impl InputRole {
@@ -425,6 +446,8 @@ impl InputRole {
         match self {
             InputRole::Tokens => "tokens",
             InputRole::Position => "position",
+            InputRole::Resume => "resume",
+            InputRole::Pending => "pending",
         }
     }
 }

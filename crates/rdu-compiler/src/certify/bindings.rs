@@ -104,11 +104,22 @@ impl Inputs {
                 inputs.q8.insert(name, (OnceLock::new(), Q8Weight { shape, blocks }));
                 continue;
             }
+            let role = runtime_input(&name).filter(|_| decl.kind == DeclKind::Input).map(|(role, _)| role);
             let position = match runtime_input(&name) {
                 Some((InputRole::Position, seq)) if decl.kind == DeclKind::Input => Some(seq.unwrap_or(0)),
                 _ => None,
             };
             let values = match (decl.kind, position) {
+                // A verify step's pending positions: the previous step's drafted rows, just before
+                // this step's `draft + 1` (the last the tables allow), the first `seed mod
+                // (draft + 1)` of them accepted, the others sent to this step's first slot.
+                (DeclKind::Input, _) if role == Some(InputRole::Pending) => {
+                    let n: usize = shape.iter().product();
+                    let first = table_rows.saturating_sub(n + 1);
+                    let accepted = (seed % (n as u64 + 1)) as usize;
+                    let at = |i: usize| if i < accepted { (first + i).saturating_sub(accepted) } else { first };
+                    Data::I32((0..n).map(|i| at(i) as i32).collect())
+                }
                 // A decode step at the last position its tables allow: rings wrap, caches are read
                 // whole. Sequence `b` of a batched step one position earlier, so that each
                 // sequence's position is its own.
@@ -122,6 +133,8 @@ impl Inputs {
                     let first = if has_state { table_rows.saturating_sub(n) } else { 0 };
                     Data::I32((0..n).map(|i| (first + i) as i32).collect())
                 }
+                // Token ids, and a verify step's resume row, below the rows of the table the
+                // program looks them up in (`embed`).
                 (DeclKind::Input, _) if value.ty.dtype == crate::graph::DType::I32 => {
                     let n: usize = shape.iter().product();
                     Data::I32((0..n).map(|i| ((i as u64 * 7919 + seed) % vocab.max(1) as u64) as i32).collect())

@@ -134,9 +134,10 @@ fn cut_entry(cut: Cut) -> CutEntry {
         Cut::BatchedTp { .. } => (CutMode::BatchedTp, None),
         Cut::Prefill { .. } => (CutMode::Prefill, None),
         Cut::PrefillTp { .. } => (CutMode::PrefillTp, None),
+        Cut::Verify { .. } => (CutMode::Verify, None),
     };
     let tp = (cut.tp() > 1 || cut.is_split()).then(|| cut.tp());
-    CutEntry { mode, ctx: cut.ctx(), seq, batch: cut.batch(), tp, chunk: cut.chunk() }
+    CutEntry { mode, ctx: cut.ctx(), seq, batch: cut.batch(), tp, chunk: cut.chunk(), draft: cut.draft() }
 }
 
 /// The whole shape of a tensor a chip declares as `local`, and every chip's manifest ranges.

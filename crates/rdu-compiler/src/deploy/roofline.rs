@@ -74,7 +74,10 @@ impl StreamedModel {
     }
 
     fn floor_of(&self, tensors: &BTreeMap<String, Counted>) -> ModelFloor {
-        floor(tensors, self.cut.batch().unwrap_or(1), self.cut.tp(), self.chip.hbm_bandwidth)
+        // The embedding reads one row per token of the step, and the routed experts of every
+        // token are read (a verify step's drafted ones too).
+        let looked_up = self.cut.batch().unwrap_or(1) * self.cut.draft().map_or(1, |k| k + 1);
+        floor(tensors, looked_up, self.cut.tp(), self.chip.hbm_bandwidth)
     }
 
     /// The model's FLOPs for one step, at the model's count (independent of how rdu lowers it):
@@ -201,8 +204,10 @@ impl StreamedModel {
 
 /// The floor of one step of `batch` sequences over `chips` chips of `hbm_bandwidth` bytes/s:
 /// every tensor of `tensors` (whole, by bundle name) as the module's head says.
-fn floor(tensors: &BTreeMap<String, Counted>, batch: usize, chips: usize, hbm_bandwidth: f64) -> ModelFloor {
-    let batch = batch as f64;
+/// The floor of `tensors` over `chips` when the embedding looks up `looked_up` rows and the
+/// routed experts are read for as many tokens.
+fn floor(tensors: &BTreeMap<String, Counted>, looked_up: usize, chips: usize, hbm_bandwidth: f64) -> ModelFloor {
+    let batch = looked_up as f64;
     let bytes = tensors
         .values()
         .map(|t| {
@@ -269,7 +274,8 @@ pub fn bundle_floor<'p>(m: &Manifest, program: &dyn Fn(&str) -> Option<&'p Spati
     for s in &m.states {
         tensors.insert(s.name.clone(), whole(&s.shape, None, true));
     }
-    floor(&tensors, m.cut.batch.unwrap_or(1), m.cut.tp.unwrap_or(1), chip.hbm_bandwidth)
+    let looked_up = m.cut.batch.unwrap_or(1) * m.cut.draft.map_or(1, |k| k + 1);
+    floor(&tensors, looked_up, m.cut.tp.unwrap_or(1), chip.hbm_bandwidth)
 }
 
 /// Bytes an element of a weight of `shape` held as `storage`: a block format's as stored

@@ -339,6 +339,15 @@ pub enum Cut {
     /// A prefill chunk over `tp` chips, every chip its share of the heads and FFN columns, over
     /// the tensor-parallel decode step's own state.
     PrefillTp { chunk: usize, tp: usize, ctx: usize },
+    /// Speculative decoding's verify step: `draft + 1` rows of each sequence — the last
+    /// accepted token and `draft` drafted ones — over the decode step's own states, the head on
+    /// every row; `batch` sequences stacked as a batched step stacks them (one, named as a
+    /// single sequence, when `None`), over `tp` chips (split as `Tp` splits when `tp > 1`). A
+    /// step that accepts `j` drafted tokens is continued from the state after its row `j`: the
+    /// next step's positions overwrite the rows of a cache past it, and each sequence's
+    /// `resume` (a recurrent layer: which row's state it resumes from) and `pend` (a ring
+    /// cache: where its drafted rows' keys go) inputs say what the host accepted.
+    Verify { draft: usize, batch: Option<usize>, tp: usize, ctx: usize },
 }
 
 impl Cut {
@@ -353,6 +362,7 @@ impl Cut {
             Cut::BatchedTp { batch, tp, .. } => Some(Cut::BatchedTp { batch, tp, ctx }),
             Cut::Prefill { chunk, .. } => (chunk <= ctx).then_some(Cut::Prefill { chunk, ctx }),
             Cut::PrefillTp { chunk, tp, .. } => (chunk <= ctx).then_some(Cut::PrefillTp { chunk, tp, ctx }),
+            Cut::Verify { draft, batch, tp, .. } => (draft < ctx).then_some(Cut::Verify { draft, batch, tp, ctx }),
         }
     }
 
@@ -363,6 +373,25 @@ impl Cut {
             Cut::Decode { .. } | Cut::Tp { .. } => 1,
             Cut::Batched { batch, .. } | Cut::BatchedTp { batch, .. } => batch,
             Cut::Prefill { chunk, .. } | Cut::PrefillTp { chunk, .. } => chunk,
+            Cut::Verify { draft, batch, .. } => batch.unwrap_or(1) * (draft + 1),
+        }
+    }
+
+    /// Rows of one sequence in a step: 1 for a decode step (batched or not), the chunk of a
+    /// prefill, the last accepted and drafted tokens of a verify step, the forward sequence.
+    pub fn sequence_rows(self) -> usize {
+        match self {
+            Cut::Verify { draft, .. } => draft + 1,
+            Cut::Batched { .. } | Cut::BatchedTp { .. } => 1,
+            cut => cut.rows(),
+        }
+    }
+
+    /// The drafted tokens of a verify step.
+    pub fn draft(self) -> Option<usize> {
+        match self {
+            Cut::Verify { draft, .. } => Some(draft),
+            _ => None,
         }
     }
 
@@ -375,7 +404,8 @@ impl Cut {
             | Cut::Tp { ctx, .. }
             | Cut::BatchedTp { ctx, .. }
             | Cut::Prefill { ctx, .. }
-            | Cut::PrefillTp { ctx, .. } => Some(ctx),
+            | Cut::PrefillTp { ctx, .. }
+            | Cut::Verify { ctx, .. } => Some(ctx),
         }
     }
 
@@ -383,6 +413,7 @@ impl Cut {
     pub fn batch(self) -> Option<usize> {
         match self {
             Cut::Batched { batch, .. } | Cut::BatchedTp { batch, .. } => Some(batch),
+            Cut::Verify { batch, .. } => batch,
             _ => None,
         }
     }
@@ -390,14 +421,18 @@ impl Cut {
     /// Chips a layer program runs over (1 unless tensor-parallel).
     pub fn tp(self) -> usize {
         match self {
-            Cut::Tp { tp, .. } | Cut::BatchedTp { tp, .. } | Cut::PrefillTp { tp, .. } => tp,
+            Cut::Tp { tp, .. } | Cut::BatchedTp { tp, .. } | Cut::PrefillTp { tp, .. } | Cut::Verify { tp, .. } => tp,
             _ => 1,
         }
     }
 
-    /// Whether every layer runs split over several chips (`Tp`, `BatchedTp`, `PrefillTp`).
+    /// Whether every layer runs split over several chips (`Tp`, `BatchedTp`, `PrefillTp`, a
+    /// `Verify` over more than one chip).
     pub fn is_split(self) -> bool {
-        matches!(self, Cut::Tp { .. } | Cut::BatchedTp { .. } | Cut::PrefillTp { .. })
+        match self {
+            Cut::Verify { tp, .. } => tp > 1,
+            cut => matches!(cut, Cut::Tp { .. } | Cut::BatchedTp { .. } | Cut::PrefillTp { .. }),
+        }
     }
 
     /// Rows of one prefill chunk.
@@ -418,6 +453,7 @@ impl Cut {
             Cut::BatchedTp { .. } => "batched tensor-parallel decode",
             Cut::Prefill { .. } => "prefill",
             Cut::PrefillTp { .. } => "tensor-parallel prefill",
+            Cut::Verify { .. } => "verify",
         }
     }
 
@@ -434,6 +470,11 @@ impl Cut {
             Cut::Prefill { chunk, ctx } => format!("prefill of {chunk} rows against {ctx} positions"),
             Cut::PrefillTp { chunk, tp, ctx } => {
                 format!("prefill of {chunk} rows over {tp} chips against {ctx} positions")
+            }
+            Cut::Verify { draft, batch, tp, ctx } => {
+                let seqs = batch.map(|b| format!(" of {b} sequences")).unwrap_or_default();
+                let chips = if tp > 1 { format!(" over {tp} chips") } else { String::new() };
+                format!("verify of {} rows{seqs}{chips} against {ctx} positions", draft + 1)
             }
         }
     }

@@ -165,7 +165,7 @@ pub fn bundle_rows(variant: Variant, rows: Rows) -> Bundle {
         format: FORMAT.into(),
         version: VERSION,
         model: "tiny-test".into(),
-        cut: Cut { mode, ctx: Some(CTX), seq: None, batch: None, tp: None, chunk },
+        cut: Cut { mode, ctx: Some(CTX), seq: None, batch: None, tp: None, chunk, draft: None },
         chip: "sn50".into(),
         storage: if variant == Variant::Q8 { "q8".into() } else { "dense".into() },
         programs,

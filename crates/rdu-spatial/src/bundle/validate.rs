@@ -70,6 +70,7 @@ impl Ctx<'_> {
             CutMode::BatchedTp => &[("ctx", cut.ctx), ("batch", cut.batch), ("tp", cut.tp)],
             CutMode::Prefill => &[("ctx", cut.ctx), ("chunk", cut.chunk)],
             CutMode::PrefillTp => &[("ctx", cut.ctx), ("chunk", cut.chunk), ("tp", cut.tp)],
+            CutMode::Verify => &[("ctx", cut.ctx), ("draft", cut.draft)],
         };
         let mode = serde_json::to_value(cut.mode).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
         for (key, value) in needs {
@@ -77,7 +78,14 @@ impl Ctx<'_> {
                 self.invalid(format!("cut.{key}"), format!("is required by mode {mode}"));
             }
         }
-        let all = [("ctx", cut.ctx), ("seq", cut.seq), ("batch", cut.batch), ("tp", cut.tp), ("chunk", cut.chunk)];
+        let all = [
+            ("ctx", cut.ctx),
+            ("seq", cut.seq),
+            ("batch", cut.batch),
+            ("tp", cut.tp),
+            ("chunk", cut.chunk),
+            ("draft", cut.draft),
+        ];
         for (key, value) in all {
             if value == Some(0) {
                 self.invalid(format!("cut.{key}"), "must be at least 1");

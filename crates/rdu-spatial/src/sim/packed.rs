@@ -266,6 +266,51 @@ pub unsafe fn dot_q8_row_avx512(row: &[u8], x: &[f32]) -> f32 {
     four_sums(n, 34, row.as_ptr(), x.as_ptr(), block)
 }
 
+/// A row of file Q8_0 blocks times `R` (up to 8) activation rows at once with AVX-512 (a verify
+/// step's or a small batch's rows): each block's 32 values widened once and multiplied into
+/// every activation row's sums exactly as [`dot_q8_row_avx512`] multiplies them into its one
+/// row's — the same operations in the same order (round-robin over four running sums), so each
+/// result is that kernel's, bit for bit — while the weight row is read and widened once for
+/// all `R` rows instead of `R` times.
+///
+/// # Safety
+/// The CPU must support AVX-512 F and BW, and F16C; every `xs[r]` holds `32 · blocks` floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+pub unsafe fn dot_q8_rows_avx512<const R: usize>(row: &[u8], xs: [&[f32]; R]) -> [f32; R] {
+    use std::arch::x86_64::*;
+    let n = xs.iter().fold(row.len() / 34, |n, x| n.min(x.len() / QK8_0));
+    let scales = f16_values();
+    let mut t = [[_mm512_setzero_ps(); R]; 4];
+    // Block `i` of the row into running sum `s` of every activation row.
+    let mut block = |i: usize, s: usize| {
+        let b = row.as_ptr().add(34 * i);
+        let d = _mm512_set1_ps(scale_of(scales, b));
+        let lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(b.add(2) as *const __m128i)));
+        let hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(b.add(18) as *const __m128i)));
+        for (sum, x) in t[s].iter_mut().zip(&xs) {
+            let xp = x.as_ptr().add(32 * i);
+            let acc = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xp.add(16)), _mm512_mul_ps(lo, _mm512_loadu_ps(xp)));
+            *sum = _mm512_fmadd_ps(d, acc, *sum);
+        }
+    };
+    let mut i = 0;
+    while i + 4 <= n {
+        prefetch_ahead(row.as_ptr().wrapping_add(34 * i), 4 * 34);
+        for s in 0..4 {
+            block(i + s, s);
+        }
+        i += 4;
+    }
+    while i < n {
+        block(i, 0);
+        i += 1;
+    }
+    std::array::from_fn(|r| {
+        _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(t[0][r], t[1][r]), _mm512_add_ps(t[2][r], t[3][r])))
+    })
+}
+
 /// The four running sums of the AVX2 Q8_0 and the AVX-512 Q8_0 and Q5_0 row kernels: `block`
 /// (one block's products added into a sum) over blocks `0..n` (`stride` bytes of `row` and 32
 /// floats of `x` each), taken round-robin from `zero`, so consecutive blocks' multiply-adds do
@@ -998,6 +1043,37 @@ mod tests {
                         "{format} cols {cols} row {j}: {got} vs {want} (bound {bound})"
                     );
                 }
+            }
+        }
+    }
+
+    /// The multi-row AVX-512 Q8_0 kernel gives each activation row exactly the one-row
+    /// kernel's result, bit for bit, for 1 to 8 rows, on rows of 23 blocks (a tail of three
+    /// past the round-robin).
+    #[test]
+    fn q8_multi_row_kernel_is_the_one_row_kernel_row_by_row() {
+        #[cfg(target_arch = "x86_64")]
+        if q8_kernel() == Q8Kernel::Avx512 {
+            let cols = 736;
+            let bytes = blocks(GgmlType::Q8_0, 4 * cols / 32, 11);
+            let w = PackedWeight { shape: &[4, cols], format: GgmlType::Q8_0, bytes: &bytes };
+            w.check().expect("4 rows");
+            let xs: Vec<Vec<f32>> =
+                (0..8).map(|r| (0..cols).map(|i| (((i + 13 * r) * 37 % 101) as f32 - 50.0) / 7.0).collect()).collect();
+            let x = |r: usize| xs[r].as_slice();
+            let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            for j in 0..4 {
+                // SAFETY: the AVX-512 kernels are chosen only where F, BW, VL, FMA and F16C are.
+                let one: Vec<f32> = (0..8).map(|r| unsafe { dot_q8_row_avx512(w.row(j), x(r)) }).collect();
+                // SAFETY: as above; every activation row holds the weight row's 736 values.
+                let eight = unsafe { dot_q8_rows_avx512::<8>(w.row(j), std::array::from_fn(x)) };
+                // SAFETY: as above.
+                let five = unsafe { dot_q8_rows_avx512::<5>(w.row(j), std::array::from_fn(x)) };
+                // SAFETY: as above.
+                let two = unsafe { dot_q8_rows_avx512::<2>(w.row(j), [x(0), x(1)]) };
+                assert_eq!(bits(&eight), bits(&one), "weight row {j}");
+                assert_eq!(bits(&five), bits(&one[..5]), "weight row {j}");
+                assert_eq!(bits(&two), bits(&one[..2]), "weight row {j}");
             }
         }
     }

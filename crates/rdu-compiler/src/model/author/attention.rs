@@ -3,8 +3,9 @@
 //! Mistral, gpt-oss).
 
 use super::split::Run;
+use super::verify::{self, Ring};
 use super::writer::Writer;
-use super::LayerCtx;
+use super::{LayerCtx, Sequence};
 use crate::graph::Op;
 use crate::model::spec::Mixer;
 
@@ -62,11 +63,17 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     let tables = Tables { cos: &cos, sin: &sin, rope, attend, sinks: sinks.as_deref() };
     // Positions and caches are each sequence's own.
     let a = ctx.per_sequence(w, "a", &[("qh", &qh), ("kh", &kh), ("vh", &vh)], |w, seq, x| {
+        let by_kv_head = [Run::heads(kv_runs[0].count, 1)];
         let caches = ctx.decode().then(|| {
-            let (full, by_kv_head) = ([ctx.cache_slots(), kv_runs[0].count, hd], [Run::heads(kv_runs[0].count, 1)]);
+            let full = [ctx.cache_slots(), kv_runs[0].count, hd];
             (w.state_split("Kc", &full, 1, &by_kv_head), w.state_split("Vc", &full, 1, &by_kv_head))
         });
-        attend_sequence(w, ctx, &tables, [&x[0], &x[1], &x[2], seq.pos.as_str()], caches)
+        let pending = (ctx.verify().is_some() && ctx.ring()).then(|| {
+            // Drafted rows stay pending until the next step knows which were accepted.
+            let full = [ctx.verify().unwrap_or(1), kv_runs[0].count, hd];
+            (w.state_split("Kp", &full, 1, &by_kv_head), w.state_split("Vp", &full, 1, &by_kv_head))
+        });
+        attend_sequence(w, ctx, &tables, [&x[0], &x[1], &x[2]], seq, (caches, pending))
     });
     let af = w.op("af", Op::Reshape { shape: vec![n, heads * hd] }, &[&a]);
     let af = match gate {
@@ -89,15 +96,18 @@ struct Tables<'t> {
     sinks: Option<&'t str>,
 }
 
-/// One sequence's RoPE, cache writes and attention over `[qh, kh, vh, pos]` (the caches `Kc`,
-/// `Vc` of a step with a cache); the sinks, when the layer has them, are `attend`'s last operand.
+/// One sequence's RoPE, cache writes and attention over `[qh, kh, vh]` at its position (the
+/// caches `Kc`, `Vc` of a step with a cache; a verify step's pending rows `Kp`, `Vp`); the
+/// sinks, when the layer has them, are `attend`'s last operand.
 fn attend_sequence(
     w: &mut Writer<'_>,
     ctx: &LayerCtx<'_>,
     t: &Tables<'_>,
-    [qh, kh, vh, pos]: [&str; 4],
-    caches: Option<(String, String)>,
+    [qh, kh, vh]: [&str; 3],
+    seq: &Sequence,
+    (caches, pending): (Option<(String, String)>, Option<(String, String)>),
 ) -> String {
+    let pos = seq.pos.as_str();
     let qr = w.op("qr", t.rope.clone(), &[qh, t.cos, t.sin, pos]);
     let kr = w.op("kr", t.rope.clone(), &[kh, t.cos, t.sin, pos]);
     let attend = |w: &mut Writer<'_>, args: &[&str]| {
@@ -105,20 +115,30 @@ fn attend_sequence(
         args.extend(t.sinks);
         w.op("a", t.attend.clone(), &args)
     };
-    match caches {
-        Some((kc, vc)) if ctx.prefill() => {
+    match (caches, pending) {
+        (Some((kc, vc)), Some((kp, vp))) => {
+            let rings = [
+                Ring { cache: &kc, pending: &kp, rows: &kr, first: "kf" },
+                Ring { cache: &vc, pending: &vp, rows: vh, first: "vf" },
+            ];
+            verify::flush(w, seq, &rings);
+            let a = attend(w, &[&qr, &kc, &vc, pos, &kr, vh]);
+            verify::hold(w, ctx, pos, &rings);
+            a
+        }
+        (Some((kc, vc)), _) if ctx.prefill() => {
             // The chunk's own rows are attended to before they are written (ring caches).
             let a = attend(w, &[&qr, &kc, &vc, pos, &kr, vh]);
             w.update(&kc, Op::CachePut, &[&kc, &kr, pos]);
             w.update(&vc, Op::CachePut, &[&vc, vh, pos]);
             a
         }
-        Some((kc, vc)) => {
+        (Some((kc, vc)), _) => {
             w.update(&kc, Op::CachePut, &[&kc, &kr, pos]);
             w.update(&vc, Op::CachePut, &[&vc, vh, pos]);
             attend(w, &[&qr, &kc, &vc, pos])
         }
-        None => attend(w, &[&qr, &kr, vh, pos]),
+        (None, _) => attend(w, &[&qr, &kr, vh, pos]),
     }
 }
 

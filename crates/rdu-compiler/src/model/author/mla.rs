@@ -5,6 +5,7 @@
 
 use super::attention::slice;
 use super::split::Run;
+use super::verify::{self, Ring};
 use super::writer::Writer;
 use super::LayerCtx;
 use crate::graph::Op;
@@ -249,6 +250,15 @@ fn attend_absorbed(
     let u = ctx.per_sequence(w, "u", &[("qc", &qc), ("lat", lat)], |w, seq, x| {
         let (qc, lat, pos) = (&x[0], &x[1], seq.pos.as_str());
         match ctx.decode().then(|| w.state("Lc", &[ctx.cache_slots(), kvr + rope])) {
+            Some(lc) if ctx.ring() && ctx.verify().is_some() => {
+                // A verify step's drafted latents stay pending on a ring (`author::verify`).
+                let lp = w.state("Lp", &[ctx.verify().unwrap_or(1), kvr + rope]);
+                let rings = [Ring { cache: &lc, pending: &lp, rows: lat, first: "lf" }];
+                verify::flush(w, seq, &rings);
+                let u = w.op("u", attend.absorbed(), &[qc, &lc, pos, lat]);
+                verify::hold(w, ctx, pos, &rings);
+                u
+            }
             Some(lc) => {
                 w.update(&lc, Op::CachePut, &[&lc, lat, pos]);
                 w.op("u", attend.absorbed(), &[qc, &lc, pos])

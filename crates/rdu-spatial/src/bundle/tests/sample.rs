@@ -51,7 +51,7 @@ pub fn sample() -> Bundle {
         format: FORMAT.into(),
         version: VERSION,
         model: "tiny-llama".into(),
-        cut: Cut { mode: CutMode::Tp, ctx: Some(16), seq: None, batch: None, tp: Some(2), chunk: None },
+        cut: Cut { mode: CutMode::Tp, ctx: Some(16), seq: None, batch: None, tp: Some(2), chunk: None, draft: None },
         chip: "sn50".into(),
         storage: "q8".into(),
         schedule: Schedule::by_runs("embed", "head", &layers),
