@@ -8,7 +8,7 @@
 use crate::model_arg::{check_size, resolve_with_weights, storage_of, with_state, TargetArgs};
 use anyhow::{bail, Result};
 use clap::Args;
-use rdu_compiler::fit::{admits_tp, admitted_widths, decode_parts, Part};
+use rdu_compiler::fit::{admits_tp, admitted_widths, decode_parts, decode_tiers, Part, Tier, WeightClass};
 use rdu_spatial::chip::Chip;
 use rdu_spatial::memory::{place, MemoryFit};
 use serde_json::json;
@@ -55,6 +55,7 @@ pub fn run(args: &FitArgs) -> Result<()> {
         admits_tp(&spec, tp, &storage)?;
     }
     let (parts, demand) = decode_parts(&spec, &storage, args.ctx, args.batch, args.tp)?;
+    let tiers = decode_tiers(&spec, &storage, (args.ctx, args.batch, args.tp), &chip)?;
     let report = Report {
         model: &spec.name,
         chip: &chip,
@@ -65,6 +66,7 @@ pub fn run(args: &FitArgs) -> Result<()> {
         tied: spec.head.tied,
         fit: place(&chip, demand),
         parts,
+        tiers,
         chips: args.tp.unwrap_or(1),
         admitted: admitted_widths(&spec, MAX_LISTED_TP, &storage),
     };
@@ -87,6 +89,8 @@ struct Report<'a> {
     /// The head reads the embedding table `E` (counted under `embed`).
     tied: bool,
     parts: Vec<Part>,
+    /// Each class of layer weights and the tier it lives in (`fit::weight_tiers`).
+    tiers: Vec<WeightClass>,
     fit: MemoryFit,
     /// Chips the demand is per (tensor parallel), 1 otherwise.
     chips: usize,
@@ -122,6 +126,7 @@ fn print_json(r: &Report) {
         "state": r.state,
         "tied_head": r.tied,
         "parts": parts,
+        "weight_classes": r.tiers.iter().map(|c| json!({"name": c.name, "bytes": c.bytes, "read_share": c.read_share, "tier": c.tier.word()})).collect::<Vec<_>>(),
         "params": r.params(),
         "weight_bytes": fit.demand.weight_bytes,
         "state_bytes": fit.demand.state_bytes,
@@ -182,13 +187,32 @@ fn print_text(r: &Report) {
     let verdict = if !fit.fits {
         format!("does not fit: {} more than HBM and DDR hold", gb(fit.shortfall))
     } else if fit.spills_to_ddr {
-        format!("fits with a spill: {} beyond HBM lives in DDR and streams at DDR bandwidth", gb(fit.ddr_bytes))
+        let moved: u64 = r.tiers.iter().filter(|c| c.tier == Tier::Ddr).map(|c| c.bytes).sum();
+        format!(
+            "fits with a spill: {} beyond HBM; {} of layer weights live in DDR and stream at DDR bandwidth",
+            gb(fit.ddr_bytes),
+            gb(moved)
+        )
     } else {
         format!("fits in HBM with {} to spare", gb(fit.hbm_capacity - fit.hbm_bytes))
     };
     println!("  {verdict}");
+    print_tiers(&r.tiers);
     let widths: Vec<String> = r.admitted.iter().map(usize::to_string).collect();
     println!("  tensor-parallel widths admitted (up to {MAX_LISTED_TP}): {}", widths.join(", "));
+}
+
+/// Which tier each class of layer weights lives in, DDR's first, when any lives there.
+fn print_tiers(tiers: &[WeightClass]) {
+    if tiers.iter().all(|c| c.tier == Tier::Hbm) {
+        return;
+    }
+    println!("  layer weights by tier (the least-read classes live in DDR; a step reads the share given):");
+    let mut sorted: Vec<&WeightClass> = tiers.iter().collect();
+    sorted.sort_by_key(|c| std::cmp::Reverse(c.tier));
+    for c in sorted {
+        println!("    {:<3} {:<12} {:>10}  read {:.3} a step", c.tier.word().to_uppercase(), c.name, gb(c.bytes), c.read_share);
+    }
 }
 
 /// Decimal gigabytes, as chip vendors state capacities.

@@ -184,6 +184,7 @@ fn summary_json(model: &StreamedModel) -> Value {
         .collect();
     let step = model.step_estimate();
     let serial = model.serial_step_estimate();
+    let (ddr_classes, ddr_bytes) = model.ddr_classes();
     json!({
         "model": model.spec.name,
         "cut": cut,
@@ -200,6 +201,8 @@ fn summary_json(model: &StreamedModel) -> Value {
             "roofline_fraction": step.roofline_fraction,
             "tokens_per_second": step.tokens_per_second,
             "hbm_bytes": step.hbm_bytes,
+            "ddr_bytes": ddr_bytes,
+            "ddr_classes": ddr_classes,
             "flops": step.flops,
             "reconfigurations": step.reconfigurations,
             "loops": step.loops,
@@ -258,6 +261,14 @@ fn print_summary(model: &StreamedModel, out: Option<&PathBuf>) {
         if step.loops == 1 { "" } else { "s" },
         model.serial_step_estimate().seconds * 1e6
     );
+    let (ddr_classes, ddr_bytes) = model.ddr_classes();
+    if !ddr_classes.is_empty() {
+        println!(
+            "  beyond HBM: {} live in DDR; a step reads {:.2} GB of them a chip at DDR bandwidth",
+            ddr_classes.join(", "),
+            ddr_bytes as f64 / 1e9
+        );
+    }
     println!(
         "  model roofline: {:.1} µs ({:.2} GB floor over {} chip{}), {:.0}% of it reached",
         step.model_roofline_seconds * 1e6,

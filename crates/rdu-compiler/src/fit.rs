@@ -256,16 +256,7 @@ pub fn decode_parts(
     batch: usize,
     tp: Option<usize>,
 ) -> Result<(Vec<Part>, MemoryDemand), TallyError> {
-    let cut = match batch {
-        1 => Cut::Decode { ctx },
-        batch => Cut::Batched { batch, ctx },
-    };
-    // Each chip holds its share of every layer and of the head; the embedding is replicated.
-    let layer_cut = match (tp, batch) {
-        (Some(tp), 1) => Cut::Tp { tp, ctx },
-        (Some(tp), batch) => Cut::BatchedTp { batch, tp, ctx },
-        (None, _) => cut,
-    };
+    let (cut, layer_cut) = decode_cuts(ctx, batch, tp);
     let mut tally = Tally::default();
     let mut parts = Vec::new();
     let mut embed = Part { name: "embed".into(), ..Part::default() };
@@ -290,6 +281,34 @@ pub fn decode_parts(
     Ok((parts, demand))
 }
 
+/// The cut of a decode deployment of `batch` sequences over `tp` chips (one when `None`) whose
+/// embedding each chip holds whole, and the cut of its layers and head (each chip its share).
+fn decode_cuts(ctx: usize, batch: usize, tp: Option<usize>) -> (Cut, Cut) {
+    let cut = match batch {
+        1 => Cut::Decode { ctx },
+        batch => Cut::Batched { batch, ctx },
+    };
+    let layer_cut = match (tp, batch) {
+        (Some(tp), 1) => Cut::Tp { tp, ctx },
+        (Some(tp), batch) => Cut::BatchedTp { batch, tp, ctx },
+        (None, _) => cut,
+    };
+    (cut, layer_cut)
+}
+
+/// [`weight_tiers`] of the decode deployment [`decode_parts`] counts, on `chip`.
+pub fn decode_tiers(
+    spec: &ModelSpec,
+    storage: &Storage,
+    (ctx, batch, tp): (usize, usize, Option<usize>),
+    chip: &Chip,
+) -> Result<Vec<WeightClass>, TallyError> {
+    let (cut, layer_cut) = decode_cuts(ctx, batch, tp);
+    let layers: Vec<Source> = (0..spec.n_layers()).map(|l| source_of(spec, l, layer_cut, storage)).collect();
+    let (embed, head) = (embed_source(spec, cut, storage), head_source(spec, layer_cut, storage));
+    weight_tiers(spec, layer_cut.rows(), chip, &embed, &layers, &head)
+}
+
 /// The bytes each chip of a lowered decode deployment on `chip` holds, counted as
 /// [`decode_parts`] counts them — from the programs it lowered: the embedding and head
 /// (replicated) and every layer's own source (one chip's slices of it) — and where they land on
@@ -305,4 +324,114 @@ pub fn per_chip(chip: &Chip, embed: &Source, layers: &[Source], head: &Source) -
     tally.add(&mut all, head, "head")?;
     let demand = MemoryDemand { weight_bytes: all.weight_bytes + all.shared_bytes, state_bytes: all.state_bytes };
     Ok(place(chip, demand))
+}
+
+/// The memory a weight class lives in on the chip.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Tier {
+    Hbm,
+    Ddr,
+}
+
+impl Tier {
+    pub fn word(self) -> &'static str {
+        match self {
+            Tier::Hbm => "hbm",
+            Tier::Ddr => "ddr",
+        }
+    }
+}
+
+/// One class of layer weights — every layer's weight of one base name (`Wqkv`, `Weg`) — as one
+/// chip holds it, and the tier it lives in ([`weight_tiers`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct WeightClass {
+    pub name: String,
+    /// Bytes one chip holds of it, over every layer, as stored.
+    pub bytes: u64,
+    /// The share of those bytes a step reads: 1 for a weight every row reads, `min(1, rows ×
+    /// top_k / experts)` for a routed expert's (only the chosen experts are read).
+    pub read_share: f64,
+    pub tier: Tier,
+}
+
+/// Where each class of layer weights lives when one chip of a deployment (the programs
+/// `embed`, `layers`, `head`, each one chip's share) holds more than its HBM: the embedding,
+/// the head, every state and shared table stay in HBM (read or written every step); layer
+/// weights move to DDR class by class, the least-read classes first (cold routed experts before
+/// any weight every step reads), and among classes read alike the smallest class that covers
+/// what is left over, else the largest and again — so that a step reads as few bytes from DDR
+/// as a class at a time allows. A class lives in one tier over all layers: a layer kind is one
+/// program, its homes its layers'. Everything in HBM when it fits; deterministic.
+pub fn weight_tiers(
+    spec: &ModelSpec,
+    rows: usize,
+    chip: &Chip,
+    embed: &Source,
+    layers: &[Source],
+    head: &Source,
+) -> Result<Vec<WeightClass>, TallyError> {
+    let fit = per_chip(chip, embed, layers, head)?;
+    let mut classes: BTreeMap<String, WeightClass> = BTreeMap::new();
+    for (l, source) in layers.iter().enumerate() {
+        let what = format!("layer {l}");
+        let program = source.program().map_err(|d| TallyError::Parse {
+            what: what.clone(),
+            first: d.first().map_or(String::new(), |d| d.to_string()),
+        })?;
+        let routed = routed_weights(program);
+        let share = match &spec.layers.get(l).map(|layer| &layer.ffn) {
+            Some(Ffn::Moe { experts, top_k, .. }) => ((rows * top_k) as f64 / (*experts).max(1) as f64).min(1.0),
+            _ => 1.0,
+        };
+        for decl in program.decls().filter(|d| d.kind == DeclKind::Weight) {
+            let format = source.stored.get(&decl.name.text).copied().unwrap_or(Stored::Dense);
+            let bytes = stored_bytes(&decl.ty.shape, Role::Weight, format)
+                .map_err(|cost| TallyError::Size { what: what.clone(), name: decl.name.to_string(), cost })?;
+            let base = rdu_spatial::names::TensorName::parse(&decl.name.text).base;
+            let read_share = if routed.contains(decl.name.text.as_str()) { share } else { 1.0 };
+            let class = classes.entry(base.clone()).or_insert(WeightClass {
+                name: base,
+                bytes: 0,
+                read_share,
+                tier: Tier::Hbm,
+            });
+            class.bytes += bytes;
+            class.read_share = class.read_share.max(read_share);
+        }
+    }
+    let mut classes: Vec<WeightClass> = classes.into_values().collect();
+    let over = fit.demand.total().saturating_sub(chip.hbm_bytes);
+    to_ddr(&mut classes, over);
+    Ok(classes)
+}
+
+/// The routed experts' weights of `program`: the stacked weights an `experts` statement reads
+/// (its arguments after the row, the routing weights and the chosen indices).
+fn routed_weights(program: &crate::lang::ast::Program) -> BTreeSet<&str> {
+    let mut out = BTreeSet::new();
+    for stmt in program.stmts().filter(|s| s.op.text == "experts") {
+        for arg in stmt.args.iter().skip(3) {
+            if let crate::lang::ast::Arg::Name(n) = arg {
+                out.insert(n.text.as_str());
+            }
+        }
+    }
+    out
+}
+
+/// Moves classes to DDR until `over` bytes have left HBM, as [`weight_tiers`] says.
+fn to_ddr(classes: &mut [WeightClass], mut over: u64) {
+    let mut shares: Vec<f64> = classes.iter().map(|c| c.read_share).collect();
+    shares.sort_by(f64::total_cmp);
+    shares.dedup();
+    for share in shares {
+        while over > 0 {
+            let alike = || classes.iter().enumerate().filter(|(_, c)| c.read_share == share && c.tier == Tier::Hbm);
+            let covering = alike().filter(|(_, c)| c.bytes >= over).min_by_key(|(_, c)| c.bytes).map(|(i, _)| i);
+            let Some(i) = covering.or_else(|| alike().max_by_key(|(_, c)| c.bytes).map(|(i, _)| i)) else { break };
+            classes[i].tier = Tier::Ddr;
+            over = over.saturating_sub(classes[i].bytes);
+        }
+    }
 }

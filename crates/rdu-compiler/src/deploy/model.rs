@@ -93,6 +93,21 @@ pub struct StreamedModel {
     pub lowering_seconds: f64,
 }
 
+impl StreamedModel {
+    /// The classes of layer weights (by base name) that live in DDR on each chip — those its
+    /// kind programs declare `ddr` (`fit::weight_tiers` chose them) — and the bytes a step reads
+    /// from DDR, each chip's.
+    pub fn ddr_classes(&self) -> (Vec<String>, u64) {
+        let mut classes = std::collections::BTreeSet::new();
+        for kind in &self.kinds {
+            let ddr = kind.program.spatial.tensors.iter().filter(|t| t.home == rdu_spatial::program::Home::Ddr);
+            classes.extend(ddr.map(|t| rdu_spatial::names::TensorName::parse(&t.name).base));
+        }
+        let read = self.kinds.iter().map(|k| k.program.cost.ddr_bytes * k.layers.len() as u64).sum();
+        (classes.into_iter().collect(), read)
+    }
+}
+
 /// A program of the bundle that did not lower: which one, and why.
 #[derive(Debug, thiserror::Error)]
 pub enum StreamedReject {

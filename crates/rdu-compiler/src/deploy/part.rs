@@ -13,7 +13,9 @@ use crate::lower::{cost::program_cost, lower, lower_split, Split};
 use rdu_spatial::chip::Chip;
 use rdu_spatial::manifest::AttachedRole;
 use rdu_spatial::program::{Role, SpatialProgram};
-use std::collections::BTreeMap;
+use rdu_spatial::names::TensorName;
+use rdu_spatial::program::Home;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// How much of certification a lowering runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,6 +35,8 @@ pub(super) struct Part<'a> {
     pub source: &'a Source,
     pub looped: bool,
     pub split: Option<usize>,
+    /// The classes of weights (by base name) whose home is DDR (`fit::weight_tiers`).
+    pub ddr: &'a BTreeSet<String>,
 }
 
 /// What a program is certified against.
@@ -130,6 +134,7 @@ impl Part<'_> {
             }
             None => lower(self.name, program, &graph, &src.stored, chip, dump),
         };
+        home_in_ddr(&mut spatial, self.ddr);
         if self.looped {
             // A kind runs looped: its weight-streaming stages prefetch the next layer's weights.
             mark_prefetch(&mut spatial);
@@ -141,6 +146,16 @@ impl Part<'_> {
     fn unsplit(&self, src: &Source, chip: &Chip) -> Result<(SpatialProgram, Graph), StreamedReject> {
         let (program, graph) = self.front(src)?;
         Ok((lower(self.name, program, &graph, &src.stored, chip, &mut |_, _| {}), graph))
+    }
+}
+
+/// Every weight of `spatial` of a class in `ddr` lives in DDR: the program says so (`home`), and
+/// the cost model reads it at the chip's DDR bandwidth. What the program computes is unchanged.
+fn home_in_ddr(spatial: &mut SpatialProgram, ddr: &BTreeSet<String>) {
+    for t in spatial.tensors.iter_mut().filter(|t| t.role == Role::Weight) {
+        if ddr.contains(&TensorName::parse(&t.name).base) {
+            t.home = Home::Ddr;
+        }
     }
 }
 

@@ -7,6 +7,7 @@ use super::CERTIFY_VOCAB_ROWS;
 use crate::certify::CertifyFault;
 use crate::deploy::model::{LayerBinding, LayerKind, ProgramPart, Progress, StreamedReject};
 use crate::deploy::schedule::kind_chip;
+use crate::fit::{weight_tiers, Tier};
 use crate::front::{lift, Refusal};
 use crate::lang::Source;
 use crate::lower::lower;
@@ -14,6 +15,7 @@ use crate::model::author::{embed_source, head_source, hidden_name_for, source_of
 use crate::model::kinds::{rebind_via, KindGroup, Storage, SINGLE, STACKED};
 use crate::model::spec::{Cut, ModelSpec};
 use rdu_spatial::chip::Chip;
+use std::collections::BTreeSet;
 
 /// Every layer's own authored program at `cut`, in order.
 pub(super) fn layer_sources(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Vec<Source> {
@@ -44,6 +46,17 @@ impl Driver<'_> {
         layer_sources(self.spec, self.cut, self.storage)
     }
 
+    /// The classes of layer weights that live in DDR on each chip (`fit::weight_tiers`: none
+    /// when the chip's HBM holds everything), by base name.
+    fn ddr_classes(&self, layer_sources: &[Source]) -> Result<BTreeSet<String>, StreamedReject> {
+        let (spec, cut, storage) = (self.spec, self.cut, self.storage);
+        let embed = embed_source(spec, cut.unsplit(), storage);
+        let head = head_source(spec, cut, storage);
+        let tiers = weight_tiers(spec, cut.rows(), self.chip, &embed, layer_sources, &head)
+            .map_err(|e| StreamedReject::Invalid(e.to_string()))?;
+        Ok(tiers.into_iter().filter(|c| c.tier == Tier::Ddr).map(|c| c.name).collect())
+    }
+
     /// What a program is certified against, as `check` says: the unsplit `whole` of a split
     /// program, or the program itself; numbers on `reduced` (and, split, its unsplit
     /// counterpart `reduced_whole`) when given.
@@ -71,7 +84,7 @@ impl Driver<'_> {
         let at = self.cut.unsplit();
         let source = embed_source(self.spec, at, self.storage);
         let reduced = self.vocab_reduced().then(|| certify_source(self.spec, at, self.storage, true));
-        let part = Part { name: "embed", source: &source, looped: false, split: None };
+        let part = Part { name: "embed", source: &source, looped: false, split: None, ddr: &BTreeSet::new() };
         lower_part(&part, self.against(None, reduced.as_ref(), None), self.chip, self.seed, progress)
     }
 
@@ -102,7 +115,7 @@ impl Driver<'_> {
             _ => (None, None),
         };
         let against = self.against(whole.as_ref(), reduced.as_ref(), reduced_whole.as_ref());
-        let part = Part { name: "head", source: &source, looped: false, split: self.split() };
+        let part = Part { name: "head", source: &source, looped: false, split: self.split(), ddr: &BTreeSet::new() };
         let mut head = lower_part(&part, against, self.chip, self.seed, progress)?;
         head.bind.insert(HEAD_INPUT.to_string(), hidden_name_for(self.cut, spec.n_layers()));
         Ok(head)
@@ -119,11 +132,12 @@ impl Driver<'_> {
     ) -> Result<(Vec<LayerKind>, Vec<LayerBinding>), StreamedReject> {
         let mut kinds = Vec::new();
         let mut layers = vec![None; self.spec.n_layers()];
+        let ddr = self.ddr_classes(layer_sources)?;
         for (i, group) in groups.iter().enumerate() {
             progress(Progress::Program { index: first + i, total, name: &group.name });
             let rep = group.representative();
             let canon = canonical(&layer_sources[rep], rep, &group.name, self.cut)?;
-            let part = self.kind(group, &canon, groups.len(), progress)?;
+            let part = self.kind(group, &canon, groups.len(), &ddr, progress)?;
             bind_layers(&part, &canon, &group.name, &group.layers, layer_sources, &mut layers)?;
             kinds.push(LayerKind { program: part, layers: group.layers.clone() });
         }
@@ -140,6 +154,7 @@ impl Driver<'_> {
         group: &KindGroup,
         canon: &Source,
         n_kinds: usize,
+        ddr: &BTreeSet<String>,
         progress: &mut dyn FnMut(Progress<'_>),
     ) -> Result<ProgramPart, StreamedReject> {
         let (spec, cut, storage) = (self.spec, self.cut, self.storage);
@@ -152,7 +167,7 @@ impl Driver<'_> {
             _ => None,
         };
         let against = self.against(whole.as_ref(), None, None);
-        let part = Part { name: &group.name, source: canon, looped: true, split: self.split() };
+        let part = Part { name: &group.name, source: canon, looped: true, split: self.split(), ddr };
         let lowered = lower_resident(self.chip, cut, n_kinds, |on| lower_part(&part, against, on, self.seed, progress));
         match self.check {
             Check::Numbers => lowered.map_err(|e| context_too_large(e, spec, rep, cut, storage, self.chip)),

@@ -18,7 +18,7 @@ use crate::model::spec::Cut;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::cost::StepCost;
 use rdu_spatial::manifest::{Invocation, Run, Schedule};
-use rdu_spatial::program::SpatialProgram;
+use rdu_spatial::program::{Home, SpatialProgram};
 
 /// Marks every stage of a one-section layer-kind program that reads a weight it can stream
 /// ahead of its activations (`Stage::prefetchable_weights`). A program of several sections
@@ -89,7 +89,9 @@ impl<'p> Timing<'p> {
             .iter()
             .filter(|st| st.prefetch)
             .map(|st| {
-                let weights: u64 = st.prefetchable_weights(program).into_iter().map(stored_bytes).sum();
+                // From HBM: a weight living in DDR streams at DDR bandwidth in the steady phase.
+                let hbm = st.prefetchable_weights(program).into_iter().filter(|w| w.home == Home::Hbm);
+                let weights: u64 = hbm.map(stored_bytes).sum();
                 weights.min(u64::from(st.pmus).saturating_mul(chip.pmu_sram_bytes))
             })
             .sum();

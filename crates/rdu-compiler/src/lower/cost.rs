@@ -41,7 +41,7 @@ pub fn cost_input(program: &SpatialProgram) -> CostInput {
                             name: stage.name.clone(),
                             flops: w.flops,
                             hbm_bytes: w.hbm_bytes,
-                            ddr_bytes: 0,
+                            ddr_bytes: w.ddr_bytes,
                             sram_bytes: w.sram_bytes,
                             link_bytes: w.link_bytes,
                             pcus: stage.pcus,

@@ -1,8 +1,9 @@
 //! What one kernel op costs per step: FLOPs, bytes it must read from HBM (weights as stored,
-//! caches and states), and the SRAM it needs for its results and one tile of its weights.
+//! caches and states) — or from DDR, for a weight whose home is DDR (a deployment beyond HBM,
+//! `fit::weight_tiers`) — and the SRAM it needs for its results and one tile of its weights.
 //! Shared by placement, sectioning and the cost model.
 
-use rdu_spatial::program::{Arg, KernelOp, Op, Role, SpatialProgram, TensorDecl};
+use rdu_spatial::program::{Arg, Home, KernelOp, Op, Role, SpatialProgram, TensorDecl};
 use std::collections::HashMap;
 
 /// Per-step work of one op.
@@ -10,6 +11,8 @@ use std::collections::HashMap;
 pub struct Work {
     pub flops: u64,
     pub hbm_bytes: u64,
+    /// Bytes read from DDR: the weights whose home is DDR.
+    pub ddr_bytes: u64,
     pub sram_bytes: u64,
     /// Bytes this chip sends over the chip-to-chip link (all-reduces).
     pub link_bytes: u64,
@@ -19,6 +22,7 @@ impl std::ops::AddAssign for Work {
     fn add_assign(&mut self, o: Work) {
         self.flops += o.flops;
         self.hbm_bytes += o.hbm_bytes;
+        self.ddr_bytes += o.ddr_bytes;
         self.sram_bytes += o.sram_bytes;
         self.link_bytes += o.link_bytes;
     }
@@ -68,21 +72,22 @@ pub fn op_work(model: &WorkModel<'_>, op: &KernelOp) -> Work {
     let sram_bytes = op.outs.iter().filter_map(|o| decl(o)).map(|t| numel(&t.shape) * 4).sum::<u64>();
     let hbm_of =
         |t: &TensorDecl| if matches!(t.role, Role::Weight | Role::State | Role::Shared) { stored_bytes(t) } else { 0 };
-    let mut work = Work { flops: out_elems, hbm_bytes: 0, sram_bytes, link_bytes: 0 };
+    let mut work = Work { flops: out_elems, hbm_bytes: 0, ddr_bytes: 0, sram_bytes, link_bytes: 0 };
+    // The bytes each arm charges for a tensor, by the memory it lives in.
+    let mut memory = Memory::default();
     match op.op {
         Op::Linear | Op::LinearHeads => {
             let w = tensor_args.get(1);
             let inner = w.and_then(|w| w.shape.last()).copied().unwrap_or(1) as u64;
             work.flops = 2 * out_elems * inner;
-            work.hbm_bytes = tensor_args.iter().map(|t| hbm_of(t)).sum();
+            tensor_args.iter().for_each(|t| memory.read(t, hbm_of(t)));
         }
         Op::Embed => {
             // One row per id.
             let rows = tensor_args.first().map(|t| numel(&t.shape)).unwrap_or(1);
-            let table = tensor_args.get(1);
-            work.hbm_bytes = table
-                .map(|t| stored_bytes(t) / t.shape.first().copied().unwrap_or(1).max(1) as u64 * rows)
-                .unwrap_or(0);
+            if let Some(t) = tensor_args.get(1) {
+                memory.read(t, stored_bytes(t) / t.shape.first().copied().unwrap_or(1).max(1) as u64 * rows);
+            }
         }
         Op::Experts => {
             // Only the top-k experts of each row are read.
@@ -91,17 +96,16 @@ pub fn op_work(model: &WorkModel<'_>, op: &KernelOp) -> Work {
             let experts = stacked.first().map(|t| t.shape[0] as u64).unwrap_or(1).max(1);
             let rows = tensor_args.first().map(|t| t.shape[0] as u64).unwrap_or(1);
             let touched = (w * rows).min(experts);
-            let per_expert: u64 = stacked.iter().map(|t| hbm_of(t) / experts).sum();
+            stacked.iter().for_each(|t| memory.read(t, hbm_of(t) / experts * touched));
             let expert_elems: u64 = stacked.iter().map(|t| numel(&t.shape) / experts).sum();
-            work.hbm_bytes = per_expert * touched;
             work.flops = 2 * expert_elems * w * rows;
         }
         Op::Attend | Op::AttendMla => {
             // Every cached position of every kv head is read once per step; a prefill chunk's
             // own keys and values (the arguments after `pos`) are attended to as well.
             let q = tensor_args.first();
-            let cache: Vec<&&TensorDecl> = tensor_args.iter().skip(1).filter(|t| t.role == Role::State).collect();
-            work.hbm_bytes = cache.iter().map(|t| stored_bytes(t)).sum();
+            let cache = tensor_args.iter().skip(1).filter(|t| t.role == Role::State);
+            cache.for_each(|t| memory.read(t, stored_bytes(t)));
             let pos_arg = if op.op == Op::Attend { 3 } else { 2 };
             let chunk_rows = match op.args.get(pos_arg + 1) {
                 Some(Arg::Tensor(n)) => decl(n).map_or(0, |t| t.shape[0] as u64),
@@ -117,10 +121,9 @@ pub fn op_work(model: &WorkModel<'_>, op: &KernelOp) -> Work {
             // Every cached latent is read once per step (the chunk's own after `pos`), with the
             // up-projections `Wk`, `Wv` (weights as stored, or values the stage already holds);
             // each head widens every entry's latent into its key and value, then attends.
-            work.hbm_bytes = (tensor_args.iter())
+            (tensor_args.iter())
                 .filter(|t| matches!(t.role, Role::State | Role::Weight))
-                .map(|t| stored_bytes(t))
-                .sum();
+                .for_each(|t| memory.read(t, stored_bytes(t)));
             let chunk_rows = match op.args.get(5) {
                 Some(Arg::Tensor(n)) => decl(n).map_or(0, |t| t.shape[0] as u64),
                 _ => 0,
@@ -144,18 +147,36 @@ pub fn op_work(model: &WorkModel<'_>, op: &KernelOp) -> Work {
             let cache = tensor_args.first();
             let rows = tensor_args.get(1).map_or(0, |x| numel(&x.shape));
             let per_elem = cache.map_or(0, |c| stored_bytes(c) / numel(&c.shape).max(1));
-            work.hbm_bytes = rows * per_elem;
+            if let Some(c) = cache {
+                memory.read(c, rows * per_elem);
+            }
             work.sram_bytes = rows * 4;
             work.flops = rows;
         }
         Op::DeltaStep | Op::DeltaScan | Op::ConvStep | Op::ConvShift => {
             // States are read and written back.
-            work.hbm_bytes = tensor_args.iter().filter(|t| t.role == Role::State).map(|t| 2 * stored_bytes(t)).sum();
+            let states = tensor_args.iter().filter(|t| t.role == Role::State);
+            states.for_each(|t| memory.read(t, 2 * stored_bytes(t)));
             work.flops = 6 * out_elems.max(tensor_args.iter().map(|t| numel(&t.shape)).max().unwrap_or(0));
         }
-        _ => {
-            work.hbm_bytes = tensor_args.iter().map(|t| hbm_of(t)).sum();
+        _ => tensor_args.iter().for_each(|t| memory.read(t, hbm_of(t))),
+    }
+    (work.hbm_bytes, work.ddr_bytes) = (memory.hbm, memory.ddr);
+    work
+}
+
+/// Bytes read from each memory: a tensor whose home is DDR from DDR, any other from HBM.
+#[derive(Default)]
+struct Memory {
+    hbm: u64,
+    ddr: u64,
+}
+
+impl Memory {
+    fn read(&mut self, t: &TensorDecl, bytes: u64) {
+        match t.home {
+            Home::Ddr => self.ddr += bytes,
+            _ => self.hbm += bytes,
         }
     }
-    work
 }
