@@ -211,7 +211,13 @@ fn print_tiers(tiers: &[WeightClass]) {
     let mut sorted: Vec<&WeightClass> = tiers.iter().collect();
     sorted.sort_by_key(|c| std::cmp::Reverse(c.tier));
     for c in sorted {
-        println!("    {:<3} {:<12} {:>10}  read {:.3} a step", c.tier.word().to_uppercase(), c.name, gb(c.bytes), c.read_share);
+        println!(
+            "    {:<3} {:<12} {:>10}  read {:.3} a step",
+            c.tier.word().to_uppercase(),
+            c.name,
+            gb(c.bytes),
+            c.read_share
+        );
     }
 }
 

@@ -1,5 +1,5 @@
 //! `rdu plan`: how many chips and what batch — every tensor-parallel width the model admits (up
-//! to 16) × batch 1, 4, 8, 16, 32, 64, each cell the step estimate of that deployment lowered
+//! to 16, and 32 and 64 past it: `widths`) × batch 1, 4, 8, 16, 32, 64, each cell the step estimate of that deployment lowered
 //! exactly as `rdu lower` lowers its cut (tp 1 batch 1: `decode`; batch > 1: `batched`; tp > 1:
 //! `tp` / `batched-tp`) and its memory per chip as `rdu fit` counts it.
 //!
@@ -63,8 +63,16 @@ pub struct PlanArgs {
     load: load::LoadArgs,
 }
 
-/// The widths swept: every one up to this the model admits.
+/// The widths swept: every one up to this the model admits, then [`WIDE`].
 pub const MAX_TP: usize = 16;
+/// The widths past [`MAX_TP`] swept, where a model admits them (a model beyond 16 chips' HBM,
+/// Kimi K2 at 32).
+pub const WIDE: [usize; 2] = [32, 64];
+
+/// Every width `rdu plan` tries, in increasing order.
+pub fn swept_widths() -> impl Iterator<Item = usize> {
+    (1..=MAX_TP).chain(WIDE)
+}
 /// The batch sizes swept.
 pub const BATCHES: [usize; 6] = [1, 4, 8, 16, 32, 64];
 
@@ -80,6 +88,8 @@ pub struct Cell {
     pub bytes_per_chip: u64,
     /// Everything each chip holds (weights, caches, states) fits in its HBM.
     pub fits: bool,
+    /// The classes of layer weights that live in DDR (`fit::weight_tiers`), none when all fit HBM.
+    pub ddr_classes: Vec<String>,
 }
 
 /// The plan: the cells of every admitted width, and the widths refused with their reasons.
@@ -174,7 +184,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     let storage = storage_of(args.target.storage, &spec, &weights);
     let mut widths = Vec::new();
     let mut refused = Vec::new();
-    for tp in 1..=MAX_TP {
+    for tp in swept_widths() {
         match admits_tp(&spec, tp, &storage) {
             Ok(()) => widths.push(tp),
             Err(r) => refused.push((tp, r.reason)),
@@ -302,6 +312,7 @@ fn cell(estimator: &Estimator, spine: &Spine, tp: usize, batch: usize, ctx: usiz
     let model = estimator.estimate(cut, spine, &mut |_| {}).map_err(|e| anyhow!("tp {tp}, batch {batch}: {e}"))?;
     let step = model.step_estimate();
     let fit = per_chip(&model.chip, &model.embed.source, &model.layer_sources, &model.head.source)?;
+    let (ddr_classes, _) = model.ddr_classes();
     Ok(Cell {
         tp,
         batch,
@@ -311,6 +322,7 @@ fn cell(estimator: &Estimator, spine: &Spine, tp: usize, batch: usize, ctx: usiz
         model_roofline_fraction: step.model_roofline_fraction,
         bytes_per_chip: fit.demand.total(),
         fits: fit.fits && !fit.spills_to_ddr,
+        ddr_classes,
     })
 }
 
@@ -331,6 +343,7 @@ fn plan_json(p: &Plan) -> serde_json::Value {
                 "model_roofline_fraction": c.model_roofline_fraction,
                 "bytes_per_chip": c.bytes_per_chip,
                 "fits": c.fits,
+                "ddr_classes": c.ddr_classes,
             })
         })
         .collect();
@@ -376,6 +389,10 @@ pub fn table(p: &Plan) -> String {
         "  {:>3} {:>5} {:>12} {:>12} {:>9} {:>12} {:>7}",
         "tp", "batch", "tok/s/seq", "tok/s", "roofline", "per chip", "in HBM"
     );
+    let ddr = |c: &Cell| match c.ddr_classes.is_empty() {
+        true => String::new(),
+        false => format!(" DDR: {}", c.ddr_classes.join(",")),
+    };
     for c in &p.cells {
         let line = format!(
             "  {:>3} {:>5} {:>12.1} {:>12.1} {:>8.1}% {:>12} {:>7} {}",
@@ -386,7 +403,7 @@ pub fn table(p: &Plan) -> String {
             c.model_roofline_fraction * 100.0,
             gb(c.bytes_per_chip),
             if c.fits { "yes" } else { "no" },
-            marks(p, c)
+            format!("{}{}", marks(p, c), ddr(c))
         );
         let _ = writeln!(out, "{}", line.trim_end());
     }
@@ -398,6 +415,12 @@ pub fn table(p: &Plan) -> String {
         out,
         "  roofline: the share of the model's roofline (floor bytes over the chips' HBM bandwidth) reached"
     );
+    if p.cells.iter().any(|c| !c.ddr_classes.is_empty()) {
+        let _ = writeln!(
+            out,
+            "  DDR: the classes of layer weights that live in DDR (the least-read first; a step reads them at DDR bandwidth)"
+        );
+    }
     if !p.refused.is_empty() {
         let _ = writeln!(out, "  widths not admitted:");
         for (tp, reason) in &p.refused {

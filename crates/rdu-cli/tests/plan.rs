@@ -18,6 +18,10 @@ fn json(args: &[&str]) -> Value {
 }
 
 const BATCHES: [u64; 6] = [1, 4, 8, 16, 32, 64];
+/// The widths `rdu plan` tries: 1 to 16, then 32 and 64.
+fn swept(tp: u64) -> bool {
+    tp <= 16 || tp == 32 || tp == 64
+}
 
 /// The plan's rows as (tp, batch) → row, after checking they cover admitted × batches.
 fn check_shape(plan: &Value, model: &str, storage: &str) -> Vec<u64> {
@@ -28,7 +32,7 @@ fn check_shape(plan: &Value, model: &str, storage: &str) -> Vec<u64> {
     assert_eq!(keys, ["chip", "model", "refused", "rows"]);
     let fit = json(&["fit", model, "--storage", storage, "--json"]);
     let admitted: Vec<u64> =
-        fit["tp_admitted"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).filter(|&t| t <= 16).collect();
+        fit["tp_admitted"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).filter(|&t| swept(t)).collect();
     let rows = plan["rows"].as_array().unwrap();
     let cells: Vec<(u64, u64)> =
         rows.iter().map(|r| (r["tp"].as_u64().unwrap(), r["batch"].as_u64().unwrap())).collect();
@@ -42,6 +46,7 @@ fn check_shape(plan: &Value, model: &str, storage: &str) -> Vec<u64> {
             [
                 "batch",
                 "bytes_per_chip",
+                "ddr_classes",
                 "fits",
                 "model_roofline_fraction",
                 "tokens_per_second",
@@ -57,7 +62,7 @@ fn check_shape(plan: &Value, model: &str, storage: &str) -> Vec<u64> {
         assert!(f > 0.0 && f <= 1.0, "{model}: no estimate beats the model roofline: {r}");
     }
     let refused: Vec<u64> = plan["refused"].as_array().unwrap().iter().map(|r| r["tp"].as_u64().unwrap()).collect();
-    let not_admitted: Vec<u64> = (1..=16).filter(|t| !admitted.contains(t)).collect();
+    let not_admitted: Vec<u64> = (1..=64).filter(|&t| swept(t) && !admitted.contains(&t)).collect();
     assert_eq!(refused, not_admitted, "{model}: every width not admitted, once");
     for r in plan["refused"].as_array().unwrap() {
         let reason = r["reason"].as_str().unwrap();
@@ -189,14 +194,14 @@ fn plan_refuses_bad_inputs_in_one_line() {
     assert!(!std::path::Path::new("/nonexistent-dir/plan.html").exists());
 }
 
-/// Real presets: llama-3.1-8b admits 1, 2, 4, 8 and 16 chips up to 16 (its plan, the issue's
+/// Real presets: llama-3.1-8b admits 1, 2, 4, 8, 16 and 32 of the widths swept (its plan, the issue's
 /// example, also covers the sweep); gemma-3-270m's cells are `rdu lower`'s estimates exactly
 /// (a real preset small enough to lower and certify in a test).
 #[test]
 fn real_preset_plans() {
     let plan = json(&["plan", "llama-3.1-8b", "--json"]);
     let admitted = check_shape(&plan, "llama-3.1-8b", "auto");
-    assert_eq!(admitted, [1, 2, 4, 8, 16]);
+    assert_eq!(admitted, [1, 2, 4, 8, 16, 32]);
     let plan = json(&["plan", "gemma-3-270m", "--json"]);
     check_shape(&plan, "gemma-3-270m", "auto");
     check_cell(&plan, "gemma-3-270m", "auto", "4096", 1, 1);

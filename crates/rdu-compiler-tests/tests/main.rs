@@ -32,6 +32,7 @@ pub fn share_references() {
 const REFERENCE_BUDGET: usize = 1 << 30;
 
 mod batched;
+mod beyond_hbm;
 mod bf16_states;
 mod config;
 mod conformance;

@@ -386,8 +386,11 @@ pub fn weight_tiers(
         };
         for decl in program.decls().filter(|d| d.kind == DeclKind::Weight) {
             let format = source.stored.get(&decl.name.text).copied().unwrap_or(Stored::Dense);
-            let bytes = stored_bytes(&decl.ty.shape, Role::Weight, format)
-                .map_err(|cost| TallyError::Size { what: what.clone(), name: decl.name.to_string(), cost })?;
+            let bytes = stored_bytes(&decl.ty.shape, Role::Weight, format).map_err(|cost| TallyError::Size {
+                what: what.clone(),
+                name: decl.name.to_string(),
+                cost,
+            })?;
             let base = rdu_spatial::names::TensorName::parse(&decl.name.text).base;
             let read_share = if routed.contains(decl.name.text.as_str()) { share } else { 1.0 };
             let class = classes.entry(base.clone()).or_insert(WeightClass {

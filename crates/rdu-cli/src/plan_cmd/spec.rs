@@ -5,7 +5,7 @@
 //! every acceptance rate swept (`rdu_compiler::deploy::speculative`), beside the plain decode
 //! step of the same width.
 
-use super::{PlanArgs, MAX_TP, NOTE};
+use super::{swept_widths, PlanArgs, NOTE};
 use crate::model_arg::{resolve_with_weights, storage_of, with_state};
 use anyhow::{anyhow, bail, Result};
 use rayon::prelude::*;
@@ -52,7 +52,7 @@ pub fn run(args: &PlanArgs, draft_word: &str) -> Result<()> {
     if let Some(bad) = ks.iter().find(|&&k| k == 0 || k >= args.ctx) {
         bail!("--draft-tokens {bad}: a verify step checks 1 to {} drafted tokens at ctx {}", args.ctx - 1, args.ctx);
     }
-    let widths: Vec<usize> = (1..=MAX_TP)
+    let widths: Vec<usize> = swept_widths()
         .filter(|&tp| admits_tp(&spec, tp, &storage).is_ok() && admits_tp(&draft, tp, &draft_storage).is_ok())
         .collect();
     let target = Estimator::new(&spec, chip.clone(), storage.clone(), 0);

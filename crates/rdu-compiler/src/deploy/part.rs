@@ -12,9 +12,9 @@ use crate::lang::{shape_digest, Source};
 use crate::lower::{cost::program_cost, lower, lower_split, Split};
 use rdu_spatial::chip::Chip;
 use rdu_spatial::manifest::AttachedRole;
-use rdu_spatial::program::{Role, SpatialProgram};
 use rdu_spatial::names::TensorName;
 use rdu_spatial::program::Home;
+use rdu_spatial::program::{Role, SpatialProgram};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// How much of certification a lowering runs.
