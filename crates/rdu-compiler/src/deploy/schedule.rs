@@ -13,12 +13,14 @@
 //! `docs/SPATIAL.md` gives the model term by term.
 
 use super::model::{ProgramPart, StepEstimate, StreamedModel};
+use crate::lower::cost::primed_cost;
 use crate::lower::work::stored_bytes;
 use crate::model::spec::Cut;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::cost::StepCost;
 use rdu_spatial::manifest::{Invocation, Run, Schedule};
 use rdu_spatial::program::{Home, SpatialProgram};
+use std::collections::BTreeMap;
 
 /// Marks every stage of a one-section layer-kind program that reads a weight it can stream
 /// ahead of its activations (`Stage::prefetchable_weights`). A program of several sections
@@ -60,6 +62,7 @@ pub(crate) fn kind_chip(chip: &Chip, cut: Cut, kinds: usize) -> Chip {
 }
 
 /// What the schedule's cost needs of one program.
+#[derive(Clone, Copy)]
 struct Timing<'p> {
     part: Scheduled<'p>,
     /// One section: a program the chip can keep configured and loop.
@@ -73,6 +76,10 @@ struct Timing<'p> {
     /// How much the steady phase can shrink when weights arrive early: down to what the
     /// section needs of everything but HBM (compute, SRAM, DDR, link).
     headroom: f64,
+    /// What the program's run saves when every marked stage starts with its prefetched weights
+    /// already in its PMUs: its cost less the cost of that run (`lower::cost::primed_cost`:
+    /// the stages' steady phases and their first tiles without those bytes).
+    primed: f64,
 }
 
 impl<'p> Timing<'p> {
@@ -80,21 +87,23 @@ impl<'p> Timing<'p> {
         let cost = part.cost;
         let single = cost.sections.len() == 1;
         if !single {
-            return Timing { part, single, tail: 0.0, prefetch: 0.0, headroom: 0.0 };
+            return Timing { part, single, tail: 0.0, prefetch: 0.0, headroom: 0.0, primed: 0.0 };
         }
         let section = &cost.sections[0];
         let program = part.spatial;
-        let prefetch_bytes: u64 = program.sections[0]
-            .stages
-            .iter()
-            .filter(|st| st.prefetch)
-            .map(|st| {
-                // From HBM: a weight living in DDR streams at DDR bandwidth in the steady phase.
-                let hbm = st.prefetchable_weights(program).into_iter().filter(|w| w.home == Home::Hbm);
-                let weights: u64 = hbm.map(stored_bytes).sum();
-                weights.min(u64::from(st.pmus).saturating_mul(chip.pmu_sram_bytes))
+        // Per stage, the weights it streams ahead of its activations: from HBM (a weight
+        // living in DDR streams at DDR bandwidth in the steady phase), at most what its PMUs hold.
+        let held: Vec<u64> = (program.sections[0].stages.iter())
+            .map(|st| match st.prefetch {
+                true => {
+                    let hbm = st.prefetchable_weights(program).into_iter().filter(|w| w.home == Home::Hbm);
+                    hbm.map(stored_bytes).sum::<u64>().min(u64::from(st.pmus).saturating_mul(chip.pmu_sram_bytes))
+                }
+                false => 0,
             })
-            .sum();
+            .collect();
+        let prefetch_bytes: u64 = held.iter().sum();
+        let primed = primed_cost(program, chip, &held).map_or(0.0, |c| (cost.seconds - c.seconds).max(0.0));
         let others = section
             .stages
             .iter()
@@ -108,17 +117,24 @@ impl<'p> Timing<'p> {
             tail: section.fill_seconds + section.synchronisation_seconds,
             prefetch: prefetch_bytes as f64 / chip.hbm_bandwidth,
             headroom: (section.steady_seconds - others).max(0.0),
+            primed,
         }
     }
 
     /// Seconds `next`, the following iteration of the same loop, saves by streaming its
     /// weights during this iteration's tail: at most the tail, at most what it can prefetch,
-    /// at most what its steady phase can shrink.
+    /// at most what its steady phase can shrink. When the tail holds all of it, `next` runs
+    /// primed — its marked stages' first tiles wait for no HBM either — and saves `primed`,
+    /// still at most the tail.
     fn overlap(&self, next: &Timing<'_>) -> f64 {
         if !(self.single && next.single) {
             return 0.0;
         }
-        self.tail.min(next.prefetch).min(next.headroom)
+        let streamed = self.tail.min(next.prefetch).min(next.headroom);
+        match next.prefetch <= self.tail {
+            true => streamed.max(next.primed).min(self.tail),
+            false => streamed,
+        }
     }
 }
 
@@ -274,20 +290,28 @@ pub fn schedule_cost<'p>(
     chip: &Chip,
     looping: bool,
 ) -> Result<ScheduleCost, String> {
-    let find = |name: &str| program(name).ok_or_else(|| format!("the schedule runs `{name}`, which is not a program"));
+    // Each program timed once, however many layers call it.
+    let mut timed: BTreeMap<String, Timing<'p>> = BTreeMap::new();
+    let mut find = |name: &str| -> Result<Timing<'p>, String> {
+        if let Some(t) = timed.get(name) {
+            return Ok(*t);
+        }
+        let part = program(name).ok_or_else(|| format!("the schedule runs `{name}`, which is not a program"))?;
+        Ok(*timed.entry(name.to_string()).or_insert(Timing::new(part, chip)))
+    };
     // Every program call of the step in order, and whether it continues the loop of the call before.
     let mut calls: Vec<(Timing<'p>, bool)> = Vec::new();
     for inv in &schedule.invocations {
         match inv.run {
-            Run::Embed => calls.push((Timing::new(find(spine.0)?, chip), false)),
-            Run::Head => calls.push((Timing::new(find(spine.1)?, chip), false)),
+            Run::Embed => calls.push((find(spine.0)?, false)),
+            Run::Head => calls.push((find(spine.1)?, false)),
             Run::Loop => {
                 if inv.block.is_empty() {
                     return Err("a loop of the schedule has no block".into());
                 }
                 for (j, _) in inv.layers.iter().enumerate() {
                     let kind = &inv.block[j % inv.block.len()];
-                    calls.push((Timing::new(find(kind)?, chip), j > 0));
+                    calls.push((find(kind)?, j > 0));
                 }
             }
         }

@@ -60,6 +60,25 @@ pub fn cost_input(program: &SpatialProgram) -> CostInput {
 /// The estimated cost of one step of `program` on `chip`: `cost_input` with the mesh hops
 /// between consecutive placed stages of each section.
 pub fn program_cost(program: &SpatialProgram, chip: &Chip) -> Result<StepCost, CostError> {
+    estimate(chip, &placed_input(program, chip), Precision::Bf16)
+}
+
+/// [`program_cost`] of a run whose first section's stages already hold `held[i]` bytes of the
+/// weights stage `i` reads from HBM in on-chip memory (a looped iteration whose weights were
+/// prefetched: `deploy::schedule`); those bytes are not read again, so the stage's steady phase
+/// and its first tile are its remaining traffic's.
+pub fn primed_cost(program: &SpatialProgram, chip: &Chip, held: &[u64]) -> Result<StepCost, CostError> {
+    let mut input = placed_input(program, chip);
+    if let Some(first) = input.sections.first_mut() {
+        for (w, &bytes) in first.iter_mut().zip(held) {
+            w.hbm_bytes = w.hbm_bytes.saturating_sub(bytes);
+        }
+    }
+    estimate(chip, &input, Precision::Bf16)
+}
+
+/// `cost_input` with the mesh hops between consecutive placed stages of each section.
+fn placed_input(program: &SpatialProgram, chip: &Chip) -> CostInput {
     let mut input = cost_input(program);
     for (section, work) in program.sections.iter().zip(&mut input.sections) {
         for (i, w) in work.iter_mut().enumerate().skip(1) {
@@ -68,5 +87,5 @@ pub fn program_cost(program: &SpatialProgram, chip: &Chip) -> Result<StepCost, C
             }
         }
     }
-    estimate(chip, &input, Precision::Bf16)
+    input
 }
