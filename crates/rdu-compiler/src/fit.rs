@@ -413,7 +413,7 @@ pub fn weight_tiers(
 /// (its arguments after the row, the routing weights and the chosen indices).
 fn routed_weights(program: &crate::lang::ast::Program) -> BTreeSet<&str> {
     let mut out = BTreeSet::new();
-    for stmt in program.stmts().filter(|s| s.op.text == "experts") {
+    for stmt in program.stmts().filter(|s| s.op.text == rdu_spatial::op::Op::Experts.name()) {
         for arg in stmt.args.iter().skip(3) {
             if let crate::lang::ast::Arg::Name(n) = arg {
                 out.insert(n.text.as_str());
