@@ -395,7 +395,7 @@ pub fn table(p: &Plan) -> String {
     };
     for c in &p.cells {
         let line = format!(
-            "  {:>3} {:>5} {:>12.1} {:>12.1} {:>8.1}% {:>12} {:>7} {}",
+            "  {:>3} {:>5} {:>12.1} {:>12.1} {:>8.1}% {:>12} {:>7} {}{}",
             c.tp,
             c.batch,
             c.tokens_per_second_per_sequence,
@@ -403,7 +403,8 @@ pub fn table(p: &Plan) -> String {
             c.model_roofline_fraction * 100.0,
             gb(c.bytes_per_chip),
             if c.fits { "yes" } else { "no" },
-            format!("{}{}", marks(p, c), ddr(c))
+            marks(p, c),
+            ddr(c)
         );
         let _ = writeln!(out, "{}", line.trim_end());
     }
