@@ -339,3 +339,23 @@ fn plan_workload_file_curves_and_bad_workloads() {
     let out = rdu(&["plan", "tiny-llama", "--rate", "0"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("--rate 0 must be a positive number"));
 }
+
+/// Beyond HBM: `rdu fit` and `rdu plan` say which tier each class of layer weights lives in —
+/// deepseek-v2 on one chip keeps its routed experts (6 of 160 read a step) in DDR and every
+/// other class in HBM; over 8 chips it fits HBM and nothing is in DDR.
+#[test]
+fn fit_and_plan_name_the_weight_classes_beyond_hbm() {
+    let fit = json(&["fit", "deepseek-v2", "--json"]);
+    let classes = fit["weight_classes"].as_array().unwrap();
+    let ddr: Vec<&str> = classes.iter().filter(|c| c["tier"] == "ddr").map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(ddr, ["Wed", "Weg", "Weu"], "{fit}");
+    assert!(classes.iter().filter(|c| c["tier"] == "hbm").all(|c| c["read_share"] == 1.0), "{fit}");
+    let text = String::from_utf8(rdu(&["fit", "deepseek-v2"]).stdout).unwrap();
+    assert!(text.contains("DDR Weg") && text.contains("HBM Wo"), "{text}");
+    let fit8 = json(&["fit", "deepseek-v2", "--tp", "8", "--json"]);
+    assert!(fit8["weight_classes"].as_array().unwrap().iter().all(|c| c["tier"] == "hbm"), "{fit8}");
+    let plan = json(&["plan", "deepseek-v2", "--json"]);
+    let cell = |tp: u64| plan["rows"].as_array().unwrap().iter().find(|r| r["tp"] == tp && r["batch"] == 1).unwrap();
+    assert_eq!(cell(1)["ddr_classes"], serde_json::json!(["Wed", "Weg", "Weu"]));
+    assert_eq!(cell(8)["ddr_classes"], serde_json::json!([]));
+}
