@@ -93,6 +93,34 @@ pub struct Quantization {
     pub not_converted: Vec<String>,
 }
 
+impl Quantization {
+    /// Whether `modules_to_not_convert` leaves the checkpoint module `module`
+    /// (`model.layers.3.mlp.experts`) unconverted: a pattern that it contains, or that matches
+    /// it from the start up to a `.` or its end, `*` standing for any run of characters
+    /// (`model.layers.*.self_attn`).
+    pub fn leaves(&self, module: &str) -> bool {
+        self.not_converted.iter().any(|p| module.contains(p.as_str()) || glob_prefix(p, module))
+    }
+
+    /// Whether the checkpoint stores the module `module` in MXFP4 (`*_blocks`, `*_scales`).
+    pub fn mxfp4(&self, module: &str) -> bool {
+        self.format == crate::model::storage::Format::Mxfp4 && !self.leaves(module)
+    }
+}
+
+/// Whether `pattern` (`*` any run of characters) matches `text` from its start up to a `.` or
+/// its end.
+fn glob_prefix(pattern: &str, text: &str) -> bool {
+    fn go(p: &[u8], t: &[u8]) -> bool {
+        match p.split_first() {
+            None => t.is_empty() || t[0] == b'.',
+            Some((b'*', rest)) => (0..=t.len()).any(|k| go(rest, &t[k..])),
+            Some((c, rest)) => t.first() == Some(c) && go(rest, &t[1..]),
+        }
+    }
+    go(pattern.as_bytes(), text.as_bytes())
+}
+
 impl ModelSpec {
     pub fn n_layers(&self) -> usize {
         self.layers.len()
