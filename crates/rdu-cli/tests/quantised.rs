@@ -287,3 +287,29 @@ fn bad_mxfp4_checkpoints_are_refused_in_one_line() {
         );
     }
 }
+
+/// The same bad blocks in gpt-oss's hub layout, where gate and up are every 2nd row of one
+/// tensor: a `gate_up_proj_blocks` one row short of its scales, and a `down_proj` scale out of
+/// range, refused in one line naming the tensor by both engines.
+#[test]
+fn bad_gpt_oss_mxfp4_experts_are_refused_in_one_line() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let src = fixtures::quantised("gpt_oss_mxfp4");
+    let gate_up = "model.layers.0.mlp.experts.gate_up_proj";
+    let down = "model.layers.1.mlp.experts.down_proj";
+    let count = tmp.path().join("count");
+    copy_edited(&src, &count, |t| {
+        let blocks = t.get_mut(&format!("{gate_up}_blocks")).expect("blocks");
+        assert_eq!(blocks.shape, [8, 192, 2, 16]);
+        blocks.shape = vec![8, 191, 2, 16];
+        blocks.bytes.truncate(8 * 191 * 2 * 16);
+    });
+    let range = tmp.path().join("range");
+    copy_edited(&src, &range, |t| t.get_mut(&format!("{down}_scales")).expect("scales").bytes[7] = 255);
+    for engine in ["spatial", "reference"] {
+        let e = user_error(&["run", s(&count), "--tokens", "1,2", "--engine", engine]);
+        assert!(e.contains(gate_up) && e.contains("do not match blocks of shape [8, 191, 2, 16]"), "{engine}: {e}");
+        let e = user_error(&["run", s(&range), "--tokens", "1,2", "--engine", engine]);
+        assert!(e.contains(down) && e.contains("MXFP4 block 7 has scale byte 255"), "{engine}: {e}");
+    }
+}
