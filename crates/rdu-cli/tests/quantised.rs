@@ -261,55 +261,54 @@ fn gpt_oss_experts_not_stored_as_declared_are_refused_in_one_line() {
     assert!(e.contains("--tp 2 splits the MXFP4 blocks of Wed0"), "{e}");
 }
 
-#[test]
-fn bad_mxfp4_checkpoints_are_refused_in_one_line() {
+/// The fixture `fixture` (an HF MXFP4 checkpoint) twice edited: `{blocks}_blocks` cut to the
+/// shape `short` (its block count no longer its scales'), and byte `at` of `{scales}_scales`
+/// set to `byte` (out of e8m0's range): both engines refuse each in one line naming the tensor
+/// and what is wrong (`count`, `range`).
+fn bad_mxfp4_refused(
+    fixture: &str,
+    blocks: &str,
+    short: &[usize],
+    scales: (&str, usize, u8),
+    [count, range]: [&str; 2],
+) {
     let tmp = tempfile::tempdir().expect("temp dir");
-    let src = fixtures::quantised("qwen3_moe_mxfp4");
-    let down = "model.layers.0.mlp.experts.3.down_proj.weight";
-    let up = "model.layers.1.mlp.experts.0.up_proj.weight";
-    // A block count that does not match the shape.
-    let count = tmp.path().join("count");
-    copy_edited(&src, &count, |t| {
-        let blocks = t.get_mut(&format!("{down}_blocks")).expect("blocks");
-        blocks.shape = vec![63, 1, 16];
-        blocks.bytes.truncate(63 * 16);
+    let src = fixtures::quantised(fixture);
+    let short_dir = tmp.path().join("count");
+    copy_edited(&src, &short_dir, |t| {
+        let b = t.get_mut(&format!("{blocks}_blocks")).expect("blocks");
+        b.shape = short.to_vec();
+        b.bytes.truncate(short.iter().product());
     });
-    // A scale out of range.
-    let range = tmp.path().join("range");
-    copy_edited(&src, &range, |t| t.get_mut(&format!("{up}_scales")).expect("scales").bytes[5] = 253);
+    let (name, at, byte) = scales;
+    let range_dir = tmp.path().join("range");
+    copy_edited(&src, &range_dir, |t| t.get_mut(&format!("{name}_scales")).expect("scales").bytes[at] = byte);
     for engine in ["spatial", "reference"] {
-        let e = user_error(&["run", s(&count), "--tokens", "1,2", "--engine", engine]);
-        assert!(e.contains(down) && e.contains("do not match blocks of shape [63, 1, 16]"), "{e}");
-        let e = user_error(&["run", s(&range), "--tokens", "1,2", "--engine", engine]);
-        assert!(
-            e.contains(up) && e.contains("MXFP4 block 5 has scale byte 253 (2^126); scales are at most 252"),
-            "{e}"
-        );
+        let e = user_error(&["run", s(&short_dir), "--tokens", "1,2", "--engine", engine]);
+        assert!(e.contains(blocks) && e.contains(count), "{fixture} {engine}: {e}");
+        let e = user_error(&["run", s(&range_dir), "--tokens", "1,2", "--engine", engine]);
+        assert!(e.contains(name) && e.contains(range), "{fixture} {engine}: {e}");
     }
 }
 
+#[test]
+fn bad_mxfp4_checkpoints_are_refused_in_one_line() {
+    let down = "model.layers.0.mlp.experts.3.down_proj.weight";
+    let up = "model.layers.1.mlp.experts.0.up_proj.weight";
+    let why = [
+        "do not match blocks of shape [63, 1, 16]",
+        "MXFP4 block 5 has scale byte 253 (2^126); scales are at most 252",
+    ];
+    bad_mxfp4_refused("qwen3_moe_mxfp4", down, &[63, 1, 16], (up, 5, 253), why);
+}
+
 /// The same bad blocks in gpt-oss's hub layout, where gate and up are every 2nd row of one
-/// tensor: a `gate_up_proj_blocks` one row short of its scales, and a `down_proj` scale out of
-/// range, refused in one line naming the tensor by both engines.
+/// tensor (`[8, 192, 2, 16]`): a `gate_up_proj_blocks` one row short of its scales, and a
+/// `down_proj` scale out of range.
 #[test]
 fn bad_gpt_oss_mxfp4_experts_are_refused_in_one_line() {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let src = fixtures::quantised("gpt_oss_mxfp4");
     let gate_up = "model.layers.0.mlp.experts.gate_up_proj";
     let down = "model.layers.1.mlp.experts.down_proj";
-    let count = tmp.path().join("count");
-    copy_edited(&src, &count, |t| {
-        let blocks = t.get_mut(&format!("{gate_up}_blocks")).expect("blocks");
-        assert_eq!(blocks.shape, [8, 192, 2, 16]);
-        blocks.shape = vec![8, 191, 2, 16];
-        blocks.bytes.truncate(8 * 191 * 2 * 16);
-    });
-    let range = tmp.path().join("range");
-    copy_edited(&src, &range, |t| t.get_mut(&format!("{down}_scales")).expect("scales").bytes[7] = 255);
-    for engine in ["spatial", "reference"] {
-        let e = user_error(&["run", s(&count), "--tokens", "1,2", "--engine", engine]);
-        assert!(e.contains(gate_up) && e.contains("do not match blocks of shape [8, 191, 2, 16]"), "{engine}: {e}");
-        let e = user_error(&["run", s(&range), "--tokens", "1,2", "--engine", engine]);
-        assert!(e.contains(down) && e.contains("MXFP4 block 7 has scale byte 255"), "{engine}: {e}");
-    }
+    let why = ["do not match blocks of shape [8, 191, 2, 16]", "MXFP4 block 7 has scale byte 255"];
+    bad_mxfp4_refused("gpt_oss_mxfp4", gate_up, &[8, 191, 2, 16], (down, 7, 255), why);
 }
