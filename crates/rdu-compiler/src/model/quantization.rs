@@ -72,6 +72,8 @@ mod tests {
         assert!(!q("model.layers.*.self_attn").leaves("model.layers.12.mlp.experts"));
         assert!(!q("model.layers.1").leaves("model.layers.12.mlp"), "a prefix ends at a dot");
         assert!(q("lm_head").leaves("lm_head"));
+        assert!(q("fc1").leaves("model.decoder.layers.23.fc1"), "a suffix");
+        assert!(!q("mlp").leaves("model.layers.3.mlp.experts"), "neither a prefix nor a suffix");
         assert!(q("model.layers.*.mlp.router").mxfp4("model.layers.3.mlp.experts"));
         assert!(!q("model.layers.*.mlp").mxfp4("model.layers.3.mlp.experts"));
     }

@@ -95,11 +95,11 @@ pub struct Quantization {
 
 impl Quantization {
     /// Whether `modules_to_not_convert` leaves the checkpoint module `module`
-    /// (`model.layers.3.mlp.experts`) unconverted: a pattern that it contains, or that matches
-    /// it from the start up to a `.` or its end, `*` standing for any run of characters
-    /// (`model.layers.*.self_attn`).
+    /// (`model.layers.3.mlp.experts`) unconverted, as transformers' `should_convert_module`
+    /// decides: a pattern that matches it from the start up to a `.` or its end, `*` standing
+    /// for any run of characters (`model.layers.*.self_attn`), or that it ends with (`fc1`).
     pub fn leaves(&self, module: &str) -> bool {
-        self.not_converted.iter().any(|p| module.contains(p.as_str()) || glob_prefix(p, module))
+        self.not_converted.iter().any(|p| module.ends_with(p.as_str()) || glob_prefix(p, module))
     }
 
     /// Whether the checkpoint stores the module `module` in MXFP4 (`*_blocks`, `*_scales`).
