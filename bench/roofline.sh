@@ -65,7 +65,7 @@ print(f"| gpt-oss-120b, tp 8, MXFP4 experts | refused: {why} | - | ≥ 0.50 | no
 dense, mx2 = cell("gpt-oss-120b-dense", 8, 1), cell("gpt-oss-120b", 2, 1)
 f, t = dense["model_roofline_fraction"], dense["tokens_per_second_per_sequence"]
 mx8 = mx2["model_roofline_fraction"] / mx2["tokens_per_second_per_sequence"] * 2 / 8 * t
-print(f"| gpt-oss-120b, tp 8, bf16 experts | {f:.2f} (of the MXFP4 model's: {mx8:.2f}) | {t:,.0f} | ≥ 0.50 | bf16's |")
+print(f"| gpt-oss-120b, tp 8, bf16 experts | {f:.2f} (of the MXFP4 model's: {mx8:.2f}) | {t:,.0f} | ≥ 0.50 | bf16 only |")
 f, t = mx2["model_roofline_fraction"], mx2["tokens_per_second_per_sequence"]
 print(f"| gpt-oss-120b, tp 2, MXFP4 experts | {f:.2f} | {t:,.0f} | - | - |")
 q8 = cell("llama", 1, 1)["tokens_per_second_per_sequence"]
