@@ -76,6 +76,14 @@ pub fn run(args: &LowerArgs) -> Result<()> {
     if let Some(a) = args.acceptance {
         check_acceptance(a).map_err(|e| anyhow::anyhow!("{e}"))?;
     }
+    // A target drafted by its own MTP block exports the hidden rows the block reads.
+    let spec = match args.draft.as_deref() {
+        Some(rdu_compiler::model::mtp::MTP_DRAFT) => {
+            rdu_compiler::model::mtp::mtp_draft(&spec).map_err(anyhow::Error::msg)?;
+            rdu_compiler::model::mtp::exporting_hidden(&spec)
+        }
+        _ => spec,
+    };
     let opts = LowerOptions { chip, storage, seed: args.seed, progress: &mut progress };
     let model = deploy(&spec, &cut, opts);
     let model = model.map_err(|e| anyhow::anyhow!("{e}"))?;
