@@ -1,0 +1,132 @@
+//! `--draft mtp` (issue 48): Qwen3-Next's own multi-token-prediction block drafting. Its logits
+//! are transformers' (the tiny fixture's seeded `mtp.*` block composed from transformers 5.24's
+//! Qwen3Next decoder layer and RMSNorm, `tests/data/fixtures/tools/make_mtp.py`), fed the
+//! target's hidden rows as the target's verify bundle exports them — which are transformers'
+//! too —, and a run drafted by it gives the plain run's tokens, token for token.
+
+use crate::common::{f32_states, ok};
+use rdu_compiler::deploy::{deploy, lower_verify_streamed, LowerOptions, Storage, StreamedModel};
+use rdu_compiler::model::config::from_config_path;
+use rdu_compiler::model::mtp::{exporting_hidden, mtp_draft};
+use rdu_compiler::model::spec::Cut;
+use rdu_host::{Host, WeightsSource};
+use rdu_spatial::chip::Chip;
+use rdu_testkit::{fixtures, npy, Tolerance};
+use std::path::Path;
+
+const CTX: usize = 24;
+
+fn opts(progress: &mut dyn FnMut(rdu_compiler::deploy::Progress<'_>)) -> LowerOptions<'_> {
+    LowerOptions { chip: Chip::builtin("sn50").expect("chip"), storage: Storage::Dense, seed: 0, progress }
+}
+
+fn load(model: &StreamedModel, dir: &Path) -> Host {
+    model.bundle().expect("bundle").write(dir, false).expect("write");
+    let weights = WeightsSource::Hf(fixtures::hf("qwen3_next_mtp"));
+    Host::load(dir, &weights, &mut |_, _, _| {}).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+}
+
+/// Row `q` of the block reads the fixture's token and hidden row `q` at position `q`: its
+/// logits are transformers', and the hidden state it exports after row `n - 2` is the one the
+/// fixture's chained row reads (transformers' `mtp.norm` output).
+#[test]
+fn the_mtp_blocks_logits_are_transformers() {
+    let dir = fixtures::hf("qwen3_next_mtp");
+    let target = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
+    let spec = mtp_draft(&target).expect("MTP block");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let model = deploy(&spec, &Cut::Decode { ctx: CTX }, opts(&mut |_| {})).expect("lower the MTP block");
+    let mut host = load(&model, &tmp.path().join("mtp"));
+    let tokens = npy::ids(dir.join("mtp_tokens.npy"));
+    let hidden = npy::f32(dir.join("mtp_hidden.npy"));
+    let want = npy::f32(dir.join("mtp_logits.npy"));
+    let (d, vocab, n) = (target.d_model, target.vocab, tokens.len());
+    for (q, &t) in tokens.iter().enumerate() {
+        let out = host.step_hidden(&[t], q, &hidden[q * d..(q + 1) * d]).expect("MTP step");
+        let logits = out.logits.as_f32().expect("f32 logits");
+        Tolerance::F32.assert(&format!("MTP row {q}"), logits, &want[q * vocab..(q + 1) * vocab]);
+        if q + 2 == n {
+            let own = out.hidden.expect("the block exports its hidden state");
+            Tolerance::F32.assert("the block's own hidden row", own.as_f32().unwrap(), &hidden[(n - 1) * d..n * d]);
+        }
+    }
+}
+
+/// The target's verify bundle, drafted by its MTP block, exports after every row the hidden
+/// state transformers' model gives (its final norm's output, what vLLM hands the block).
+#[test]
+fn the_verify_bundle_exports_the_targets_hidden_rows() {
+    let dir = fixtures::hf("qwen3_next_mtp");
+    let target = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
+    let k = 3;
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let model = lower_verify_streamed(&exporting_hidden(&target), k, None, 1, CTX, opts(&mut |_| {}))
+        .expect("lower the verify bundle");
+    let mut host = load(&model, &tmp.path().join("verify"));
+    let tokens = npy::ids(dir.join("tokens.npy"));
+    let want = npy::f32(dir.join("target_hidden.npy"));
+    let d = target.d_model;
+    for (s, rows) in tokens.chunks(k + 1).enumerate() {
+        let out = host.step(rows, s * (k + 1)).expect("verify step");
+        let got = out.hidden.expect("the verify head exports its rows");
+        let at = s * (k + 1) * d;
+        Tolerance::F32.assert(
+            &format!("hidden rows of step {s}"),
+            got.as_f32().unwrap(),
+            &want[at..at + rows.len() * d],
+        );
+    }
+}
+
+/// `rdu run --draft mtp`: the plain run's tokens (transformers' greedy run on the fixture) for
+/// every K, drafted by the checkpoint's own MTP block, and on the seeded tiny preset; `--json`
+/// reports the speculation.
+#[test]
+fn rdu_run_draft_mtp_gives_the_plain_tokens() {
+    let dir = fixtures::hf("qwen3_next_mtp");
+    let fixture = dir.to_str().expect("utf-8 path");
+    let prompt = npy::ids(dir.join("tokens.npy"));
+    let tokens = prompt.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let run = |model: &str, extra: &[&str]| -> (Vec<u64>, serde_json::Value) {
+        let args =
+            [&["run", model, "--tokens", &tokens, "-n", "16", "--json", "--storage", "dense"][..], extra].concat();
+        let v: serde_json::Value = serde_json::from_str(&ok(&args)).expect("json");
+        let ids = v["generated"].as_array().expect("generated").iter().map(|t| t.as_u64().unwrap()).collect();
+        (ids, v["speculation"].clone())
+    };
+    let gen_ids: Vec<u64> = npy::ids(dir.join("gen_ids.npy")).into_iter().map(u64::from).collect();
+    for model in [fixture, "tiny-qwen3-next"] {
+        let (want, _) = run(model, &[]);
+        if model == fixture {
+            assert_eq!(want[..gen_ids.len()], gen_ids[..], "the plain run is transformers' greedy run");
+        }
+        for k in ["1", "2", "4"] {
+            let (got, s) = run(model, &["--draft", "mtp", "--draft-tokens", k]);
+            assert_eq!(got, want, "{model} --draft mtp --draft-tokens {k}");
+            assert_eq!(s["draft"].as_str(), Some("mtp"), "{s}");
+            let (drafted, accepted) = (s["drafted"].as_u64().unwrap(), s["accepted"].as_u64().unwrap());
+            assert!(drafted > 0 && accepted <= drafted, "{model} K={k}: {s}");
+        }
+    }
+}
+
+/// `rdu lower --cut verify --draft mtp` writes a bundle of bundles: the verify bundle exporting
+/// its hidden rows and the MTP block's decode bundle, both re-certified by `rdu verify`.
+#[test]
+fn rdu_lower_draft_mtp_writes_a_bundle_of_bundles() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let out = tmp.path().join("spec");
+    let out_s = out.to_str().unwrap();
+    let args = ["lower", "tiny-qwen3-next", "--cut", "verify", "--draft", "mtp", "--draft-tokens", "3", "--ctx", "64"];
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&[&args[..], &["--acceptance", "0.7", "--json", "-o", out_s]].concat()))
+            .expect("json");
+    let s = &json["speculation"];
+    assert_eq!((s["draft"].as_str(), s["draft_bundle"].as_str()), (Some("tiny-qwen3-next-mtp"), Some("draft")), "{s}");
+    assert!(s["expected_tokens_per_step"].as_f64().unwrap() > 1.0, "{s}");
+    for part in ["verify", "draft"] {
+        ok(&["verify", out.join(part).to_str().unwrap()]);
+    }
+    let manifest = std::fs::read_to_string(out.join("draft/manifest.json")).expect("manifest");
+    assert!(manifest.contains("\"role\": \"hidden\"") && manifest.contains("mtp.fc.weight"), "{manifest}");
+}
