@@ -110,6 +110,18 @@ fn rdu_run_draft_mtp_gives_the_plain_tokens() {
     }
 }
 
+/// `rdu kinds` names the MTP block as a kind of its own that drafts, and only where there is one.
+#[test]
+fn rdu_kinds_names_the_mtp_block_as_a_draft() {
+    let text = ok(&["kinds", "tiny-qwen3-next"]);
+    assert!(text.contains("multi-token-prediction block, a kind of its own drafting with --draft mtp"), "{text}");
+    let v: serde_json::Value = serde_json::from_str(&ok(&["kinds", "tiny-qwen3-next", "--json"])).expect("json");
+    let kinds: Vec<&str> = v["kinds"].as_array().unwrap().iter().map(|k| k["digest"].as_str().unwrap()).collect();
+    let mtp = v["mtp"]["kind"]["digest"].as_str().expect("the block's kind");
+    assert!(!kinds.contains(&mtp), "its own kind: {v}");
+    assert!(ok(&["kinds", "tiny-llama", "--json"]).find("\"mtp\"").is_none());
+}
+
 /// `rdu lower --cut verify --draft mtp` writes a bundle of bundles: the verify bundle exporting
 /// its hidden rows and the MTP block's decode bundle, both re-certified by `rdu verify`.
 #[test]
