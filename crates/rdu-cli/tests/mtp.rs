@@ -9,12 +9,16 @@ use rdu_compiler::deploy::{deploy, lower_verify_streamed, LowerOptions, Storage,
 use rdu_compiler::model::config::from_config_path;
 use rdu_compiler::model::mtp::{exporting_hidden, mtp_draft};
 use rdu_compiler::model::spec::Cut;
-use rdu_host::{Host, WeightsSource};
+use rdu_host::speculate::{Draft, Drafter, MtpDraft};
+use rdu_host::{speculate, Generate, Host, Sampling, WeightsSource};
 use rdu_spatial::chip::Chip;
+use rdu_spatial::SimTensor;
 use rdu_testkit::{fixtures, npy, Tolerance};
 use std::path::Path;
 
 const CTX: usize = 24;
+/// Drafted tokens a verify step checks.
+const K: usize = 3;
 
 fn opts(progress: &mut dyn FnMut(rdu_compiler::deploy::Progress<'_>)) -> LowerOptions<'_> {
     LowerOptions { chip: Chip::builtin("sn50").expect("chip"), storage: Storage::Dense, seed: 0, progress }
@@ -58,7 +62,7 @@ fn the_mtp_blocks_logits_are_transformers() {
 fn the_verify_bundle_exports_the_targets_hidden_rows() {
     let dir = fixtures::hf("qwen3_next_mtp");
     let target = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
-    let k = 3;
+    let k = K;
     let tmp = tempfile::tempdir().expect("temp dir");
     let model = lower_verify_streamed(&exporting_hidden(&target), k, None, 1, CTX, opts(&mut |_| {}))
         .expect("lower the verify bundle");
@@ -108,6 +112,82 @@ fn rdu_run_draft_mtp_gives_the_plain_tokens() {
             assert!(drafted > 0 && accepted <= drafted, "{model} K={k}: {s}");
         }
     }
+}
+
+/// Wraps the MTP draft: proposes the plain continuation (wrong where `wrong` says, so that a step
+/// accepts anywhere from none to all of its drafted tokens), and checks at every step that the
+/// block — caught up incrementally over accepted and rejected rows — drafts what a fresh block
+/// fed the whole history drafts.
+struct Forced {
+    mtp: Option<MtpDraft>,
+    fresh: Option<MtpDraft>,
+    rows: Vec<Vec<f32>>,
+    plain: Vec<u32>,
+    checked: usize,
+}
+
+impl Drafter for Forced {
+    fn observe(&mut self, pos: usize, hidden: Option<&SimTensor>, kept: usize) -> rdu_host::Result<()> {
+        let rows = hidden.and_then(SimTensor::as_f32).expect("hidden rows");
+        let d = rows.len() / (K + 1);
+        self.rows.truncate(pos);
+        self.rows.extend(rows[..kept * d].chunks(d).map(<[f32]>::to_vec));
+        self.mtp.as_mut().unwrap().observe(pos, hidden, kept)
+    }
+
+    fn draft(&mut self, seq: &[u32], k: usize) -> rdu_host::Result<Draft> {
+        let got = self.mtp.as_mut().unwrap().draft(seq, k)?;
+        let mut host = self.fresh.take().unwrap().into_host();
+        host.reset();
+        let mut fresh = MtpDraft::new(host, Sampling::default())?;
+        let all: Vec<f32> = self.rows.concat();
+        fresh.observe(
+            0,
+            Some(&SimTensor::f32(vec![self.rows.len(), all.len() / self.rows.len().max(1)], all)),
+            self.rows.len(),
+        )?;
+        assert_eq!(
+            got,
+            fresh.draft(seq, k)?,
+            "the incremental block drafts what a fresh one does after {} tokens",
+            seq.len()
+        );
+        self.fresh = Some(fresh);
+        self.checked += usize::from(!got.tokens.is_empty());
+        let tokens = (seq.len()..seq.len() + got.tokens.len())
+            .map(|p| match self.plain.get(p) {
+                Some(&t) if p % 5 != 3 => t,
+                Some(&t) => (t + 1) % 256,
+                None => 0,
+            })
+            .collect();
+        Ok(Draft { tokens, dists: None })
+    }
+}
+
+/// The block catches up over every number of accepted rows: at every step it drafts what a
+/// block fed the whole history afresh drafts, and the run gives the plain tokens.
+#[test]
+fn the_mtp_block_catches_up_over_accepted_and_rejected_rows() {
+    let dir = fixtures::hf("qwen3_next_mtp");
+    let target = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
+    let spec = mtp_draft(&target).expect("MTP block");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let n = 16;
+    let prompt = npy::ids(dir.join("tokens.npy"));
+    let ctx = prompt.len() + n + K;
+    let verify = lower_verify_streamed(&exporting_hidden(&target), K, None, 1, ctx, opts(&mut |_| {})).expect("verify");
+    let mut target_host = load(&verify, &tmp.path().join("verify"));
+    let block = deploy(&spec, &Cut::Decode { ctx }, opts(&mut |_| {})).expect("MTP");
+    let mtp = |name: &str| MtpDraft::new(load(&block, &tmp.path().join(name)), Sampling::default()).expect("MTP draft");
+    let how = Generate { n, stop: Vec::new(), sampling: Sampling::default(), keep_all: false };
+    let (plain, _) = speculate(&mut target_host, &mut mtp("a"), prompt.clone(), &how, &mut ()).expect("run");
+    let full: Vec<u32> = prompt.iter().chain(&plain.generated).copied().collect();
+    let mut forced = Forced { mtp: Some(mtp("b")), fresh: Some(mtp("c")), rows: Vec::new(), plain: full, checked: 0 };
+    target_host.reset();
+    let (out, stats) = speculate(&mut target_host, &mut forced, prompt, &how, &mut ()).expect("forced run");
+    assert_eq!(out.generated, plain.generated);
+    assert!(stats.accepted > 0 && stats.accepted < stats.drafted && forced.checked > 3, "{stats:?}");
 }
 
 /// `rdu kinds` names the MTP block as a kind of its own that drafts, and only where there is one.

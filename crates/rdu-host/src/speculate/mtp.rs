@@ -43,6 +43,11 @@ impl MtpDraft {
         Ok(MtpDraft { host, hidden: Vec::new(), fed: Vec::new(), width, sampler })
     }
 
+    /// The block's host, handed back (its states as the draft left them).
+    pub fn into_host(self) -> Host {
+        self.host
+    }
+
     /// The block's logits and hidden state after reading `token` and `hidden` at `pos`.
     fn feed(&mut self, token: u32, pos: usize, hidden: &[f32]) -> Result<(Vec<f32>, Vec<f32>)> {
         let StepOutput { logits, hidden: out } = self.host.step_hidden(&[token], pos, hidden)?;
