@@ -56,6 +56,26 @@ fn the_mtp_blocks_logits_are_transformers() {
     }
 }
 
+/// The host's MTP draft, given the target's hidden rows after the prompt (transformers'), drafts
+/// what transformers' block ranks first: after the prompt's rows, then chained on its own output
+/// at the next position (the fixture's last row).
+#[test]
+fn the_mtp_draft_drafts_transformers_tokens() {
+    let dir = fixtures::hf("qwen3_next_mtp");
+    let target = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let model = deploy(&mtp_draft(&target).unwrap(), &Cut::Decode { ctx: CTX }, opts(&mut |_| {})).expect("lower");
+    let mut draft = MtpDraft::new(load(&model, &tmp.path().join("mtp")), Sampling::default()).expect("draft");
+    let prompt = npy::ids(dir.join("tokens.npy"));
+    let hidden = npy::f32(dir.join("target_hidden.npy"));
+    let rows = SimTensor::f32(vec![prompt.len(), target.d_model], hidden);
+    draft.observe(0, Some(&rows), prompt.len()).expect("observe");
+    let (tokens, want) = (npy::ids(dir.join("mtp_tokens.npy")), npy::f32(dir.join("mtp_logits.npy")));
+    let last = &want[(tokens.len() - 1) * target.vocab..];
+    let second = rdu_testkit::argmax(last);
+    assert_eq!(draft.draft(&prompt, 2).expect("draft").tokens, [tokens[tokens.len() - 1], second]);
+}
+
 /// The target's verify bundle, drafted by its MTP block, exports after every row the hidden
 /// state transformers' model gives (its final norm's output, what vLLM hands the block).
 #[test]
