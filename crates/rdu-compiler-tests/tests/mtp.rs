@@ -4,6 +4,7 @@
 //! real shapes; its tensors are the target checkpoint's `mtp.*` (the embedding and the output
 //! head shared); the target's verify head exports the hidden rows it reads.
 
+use rdu_compiler::deploy::speculative::SpeculativeEstimate;
 use rdu_compiler::deploy::{deploy, layer_kinds_for, LowerOptions, Storage, StreamedModel};
 use rdu_compiler::lang::ast::DeclKind;
 use rdu_compiler::lang::parse;
@@ -109,12 +110,36 @@ fn a_model_without_an_mtp_block_is_refused_in_one_line() {
     assert!(!e.contains('\n'));
 }
 
-/// Qwen3-Next 80B-A3B's MTP block at its real shapes (one row a step over ctx 4096, Q8_0, bf16
-/// states, SN50): the fusion, the gated attention and the 512-expert MoE certified.
+/// Qwen3-Next 80B-A3B drafted by its MTP block at real shapes (K = 4, ctx 4096, Q8_0, bf16
+/// states, SN50) — what `rdu lower qwen3-next-80b-a3b --cut verify --draft mtp` deploys: the
+/// block (the fusion, the gated attention, the 512-expert MoE) and every kind of the verify step
+/// certified at real shapes, the verify head exporting its rows; the estimate at acceptance 0.8.
 #[test]
-fn qwen3_next_80b_a3b_mtp_block_certifies_at_real_shapes() {
+fn qwen3_next_80b_a3b_drafted_by_its_mtp_block_certifies_at_real_shapes() {
     let started = std::time::Instant::now();
-    let model = lower("qwen3-next-80b-a3b", Cut::Decode { ctx: 4096 }, Storage::AllQ8);
-    certified(&model, true);
-    eprintln!("qwen3-next-80b-a3b MTP block lowered and certified in {:.1}s", started.elapsed().as_secs_f64());
+    let block = lower("qwen3-next-80b-a3b", Cut::Decode { ctx: 4096 }, Storage::AllQ8);
+    certified(&block, true);
+    let target = exporting_hidden(&presets::resolve("qwen3-next-80b-a3b").expect("preset"));
+    let opts = LowerOptions {
+        chip: Chip::builtin("sn50").expect("chip"),
+        storage: Storage::AllQ8,
+        seed: 7,
+        progress: &mut |_| {},
+    };
+    let verify = deploy(&target, &Cut::Verify { draft: 4, batch: None, tp: 1, ctx: 4096 }, opts).expect("verify");
+    for k in &verify.kinds {
+        let c = &k.program.certificate;
+        assert!(c.checks.iter().any(|c| c.contains("at real shapes")), "{}: {c:?}", k.program.name);
+    }
+    assert!(verify.head.spatial.outputs.iter().any(|o| o == "hn"), "the verify head exports its rows");
+    let e = SpeculativeEstimate::new(&verify, Some(&block), 0.8).expect("estimate");
+    eprintln!(
+        "qwen3-next-80b-a3b + MTP, K = 4, A = 0.8: verify {:.1} µs, MTP step {:.1} µs, {:.3} tokens a step, {:.1} tokens/s (lowered and certified in {:.1}s)",
+        e.verify_step_seconds * 1e6,
+        e.draft_step_seconds * 1e6,
+        e.expected_tokens_per_step,
+        e.tokens_per_second,
+        started.elapsed().as_secs_f64()
+    );
+    assert!(e.draft_step_seconds > 0.0 && e.draft_step_seconds < e.verify_step_seconds, "{e:?}");
 }
