@@ -79,7 +79,7 @@ pub fn run(args: &LowerArgs) -> Result<()> {
     // A target drafted by its own MTP block exports the hidden rows the block reads.
     let spec = match args.draft.as_deref() {
         Some(rdu_compiler::model::mtp::MTP_DRAFT) => {
-            rdu_compiler::model::mtp::mtp_draft(&spec).map_err(anyhow::Error::msg)?;
+            spec_lower::mtp_of(&spec, &weights, &args.model)?;
             rdu_compiler::model::mtp::exporting_hidden(&spec)
         }
         _ => spec,

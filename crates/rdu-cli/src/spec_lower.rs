@@ -4,13 +4,14 @@
 //! which drafts on the host) and `speculative.json` (what runs, in what order, and the
 //! estimate at `A`: `rdu_compiler::deploy::speculative`).
 
-use crate::model_arg::{resolve_with_weights, storage_of, StorageArg};
+use crate::model_arg::{resolve_with_weights, storage_of, StorageArg, Weights};
 use anyhow::{anyhow, bail, Result};
 use rdu_compiler::deploy::deploy;
 use rdu_compiler::deploy::speculative::{check_draft, draft_cut, SpeculativeEstimate};
 use rdu_compiler::deploy::Storage;
 use rdu_compiler::deploy::{LowerOptions, Progress, StreamedModel};
 use rdu_compiler::model::mtp::{mtp_draft, MTP_DRAFT};
+use rdu_compiler::model::naming::{checkpoint_source, TensorSource};
 use rdu_compiler::model::spec::{Cut, ModelSpec};
 use serde_json::{json, Value};
 use std::path::Path;
@@ -75,6 +76,18 @@ fn lower_mtp(target: &StreamedModel, seed: u64, progress: &mut dyn FnMut(Progres
     let opts = LowerOptions { chip: target.chip.clone(), storage, seed, progress };
     let model = deploy(&spec, &cut, opts).map_err(|e| anyhow!("the MTP block of {}: {e}", target.spec.name))?;
     Ok(Draft::Model(Box::new(model)))
+}
+
+/// The MTP block of `target` (refused in one line when there is none, or when the checkpoint
+/// `weights` of `model` lacks the block's tensors).
+pub fn mtp_of(target: &ModelSpec, weights: &Weights, model: &str) -> Result<ModelSpec> {
+    let mtp = mtp_draft(target).map_err(anyhow::Error::msg)?;
+    if let (Weights::Hf(w), Some(TensorSource::Tensor(fc))) = (weights, checkpoint_source(&mtp, "Wfc0")) {
+        if !w.contains(&fc) {
+            bail!("--draft mtp: {model} has no multi-token-prediction block (its checkpoint has no `{fc}`)");
+        }
+    }
+    Ok(mtp)
 }
 
 /// The decode cut an MTP block drafts at beside the verify cut `verify`: one sequence on one chip.

@@ -4,7 +4,7 @@
 //! target's hidden rows as the target's verify bundle exports them — which are transformers'
 //! too —, and a run drafted by it gives the plain run's tokens, token for token.
 
-use crate::common::{f32_states, ok};
+use crate::common::{f32_states, ok, user_error};
 use rdu_compiler::deploy::{deploy, lower_verify_streamed, LowerOptions, Storage, StreamedModel};
 use rdu_compiler::model::config::from_config_path;
 use rdu_compiler::model::mtp::{exporting_hidden, mtp_draft};
@@ -208,6 +208,37 @@ fn the_mtp_block_catches_up_over_accepted_and_rejected_rows() {
     let (out, stats) = speculate(&mut target_host, &mut forced, prompt, &how, &mut ()).expect("forced run");
     assert_eq!(out.generated, plain.generated);
     assert!(stats.accepted > 0 && stats.accepted < stats.drafted && forced.checked > 3, "{stats:?}");
+}
+
+/// `--draft mtp` where it cannot draft: one line each.
+#[test]
+fn draft_mtp_is_refused_in_one_line_where_it_cannot_draft() {
+    let no_block = fixtures::hf("qwen3_next");
+    let no_block = no_block.to_str().unwrap();
+    let e = user_error(&["run", no_block, "--tokens", "1,2,3", "-n", "2", "--draft", "mtp"]);
+    assert!(e.contains("has no multi-token-prediction block") && e.contains("mtp.fc.weight"), "{e}");
+    let e = user_error(&["lower", no_block, "--cut", "verify", "--draft", "mtp", "--ctx", "16"]);
+    assert!(e.contains("has no multi-token-prediction block"), "{e}");
+    let e =
+        user_error(&["lower", "tiny-qwen3-next", "--cut", "verify", "--draft", "mtp", "--batch", "2", "--ctx", "64"]);
+    assert!(e.contains("one sequence on one chip"), "{e}");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let plain = tmp.path().join("plain");
+    ok(&[
+        "lower",
+        "tiny-qwen3-next",
+        "--cut",
+        "verify",
+        "--draft-tokens",
+        "3",
+        "--ctx",
+        "64",
+        "-o",
+        plain.to_str().unwrap(),
+    ]);
+    let args = ["run", "tiny-qwen3-next", "--bundle", plain.to_str().unwrap(), "--tokens", "1,2,3", "-n", "4"];
+    let e = user_error(&[&args[..], &["--draft", "mtp"]].concat());
+    assert!(e.contains("exports no hidden state for an MTP draft"), "{e}");
 }
 
 /// `rdu kinds` names the MTP block as a kind of its own that drafts, and only where there is one.

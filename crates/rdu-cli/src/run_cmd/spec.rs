@@ -51,7 +51,7 @@ pub fn run(args: &RunArgs, spec: &ModelSpec, weights: &Weights, draft: &str) -> 
     let target_spec;
     let spec = match draft {
         DraftArg::Mtp => {
-            mtp_draft(spec).map_err(anyhow::Error::msg)?;
+            crate::spec_lower::mtp_of(spec, weights, &args.model)?;
             target_spec = exporting_hidden(spec);
             &target_spec
         }
