@@ -46,6 +46,7 @@ mod lift_errors;
 mod lift_props;
 mod lower;
 mod lower_tp;
+mod mtp;
 mod prefill;
 mod roofline;
 mod schedule;

@@ -37,6 +37,9 @@ pub fn checkpoint_source(spec: &ModelSpec, name: &str) -> Option<TensorSource> {
         Dialect::Gguf => return gguf_source(spec, name).map(TensorSource::Tensor),
     };
     let one = |s: String| Some(TensorSource::Tensor(s));
+    if let Some(found) = spec.mtp.as_ref().and_then(|block| crate::model::mtp::checkpoint_name(block, name)) {
+        return one(found);
+    }
     match name {
         "E" => return one(format!("{prefix}embed_tokens.weight")),
         "nf" => return one(format!("{prefix}norm.weight")),

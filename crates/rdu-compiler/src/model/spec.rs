@@ -82,6 +82,30 @@ pub struct ModelSpec {
     /// for a config without weights (`model::quantization::declared_storage`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quantization: Option<Quantization>,
+    /// Set when this spec is a target's multi-token-prediction block, lowered as a draft of its
+    /// own (`model::mtp::mtp_draft`): its one layer first fuses the token's embedding with the
+    /// previous row's hidden state (`author::mtp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtp: Option<MtpBlock>,
+}
+
+/// A multi-token-prediction block drafting for the model it belongs to. Each family's block is
+/// one author (`MtpAuthor`): how it fuses the embedded token with the hidden row and where its
+/// tensors are in the target's checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MtpBlock {
+    pub author: MtpAuthor,
+    /// The target's tensor prefix (`model.`): the block shares its embedding table.
+    pub target_prefix: String,
+}
+
+/// Which family's multi-token-prediction block (DeepSeek-V3's and GLM-4.5's would be others).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MtpAuthor {
+    /// Qwen3-Next (vLLM's `qwen3_next_mtp`): `fc(concat(norm_e(embed(t)), norm_h(h)))`, one
+    /// full-attention MoE decoder layer, its own final norm, the target's output head.
+    Qwen3Next,
 }
 
 /// A checkpoint's `quantization_config`: the block format its layer projections are stored
@@ -345,6 +369,10 @@ pub struct Head {
     pub tied: bool,
     pub norm_eps: f64,
     pub norm_unit_offset: bool,
+    /// The head also outputs its normed rows `hn` (the output projection's input): the hidden
+    /// state a multi-token-prediction draft reads after each row.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hidden: bool,
 }
 
 /// What one step of a program processes.

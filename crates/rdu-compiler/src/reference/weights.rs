@@ -73,6 +73,11 @@ impl HfWeights {
         Ok(())
     }
 
+    /// Whether the checkpoint holds the tensor `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.tensors.contains(name)
+    }
+
     /// Storage as stored: exactly the weights the author declares `q8` whose checkpoint
     /// tensors are all FP8 (in the config's blocks) or all MXFP4; others are read dense
     /// (`Storage::Dense` when none is stored so).
