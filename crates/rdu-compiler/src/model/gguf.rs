@@ -275,13 +275,14 @@ fn finish(
         layers,
         rotations,
         embed,
-        head: Head { tied, norm_eps: shape.eps, norm_unit_offset: false },
+        head: Head { tied, norm_eps: shape.eps, norm_unit_offset: false, hidden: false },
         max_ctx: shape.max_ctx,
         dialect: Dialect::Gguf,
         bos: m.u32("tokenizer.ggml.bos_token_id")?,
         eos,
         state: StateDtype::default(),
         quantization: None,
+        mtp: None,
     })
 }
 

@@ -28,7 +28,7 @@ impl Draft {
             d_model: core.d_model,
             layers,
             embed: Embed { scale: None },
-            head: Head { tied: core.tied, norm_eps: core.eps, norm_unit_offset: unit_offset },
+            head: Head { tied: core.tied, norm_eps: core.eps, norm_unit_offset: unit_offset, hidden: false },
             max_ctx: core.max_ctx,
             prefix: "model.",
             bos: core.bos,
@@ -80,6 +80,7 @@ impl Draft {
             eos: self.eos,
             state: StateDtype::default(),
             quantization: None,
+            mtp: None,
         }
     }
 }
