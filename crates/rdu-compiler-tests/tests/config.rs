@@ -49,7 +49,7 @@ fn fixtures() -> Vec<PathBuf> {
 
 fn attention(spec: &ModelSpec, layer_idx: usize) -> (usize, usize, usize, bool, bool, bool, f64, usize) {
     match spec.layers[layer_idx].mixer {
-        Mixer::Attention { heads, kv_heads, head_dim, qk_norm, output_gate, qkv_bias, scale, rotary_dim } => {
+        Mixer::Attention { heads, kv_heads, head_dim, qk_norm, output_gate, qkv_bias, scale, rotary_dim, .. } => {
             (heads, kv_heads, head_dim, qk_norm, output_gate, qkv_bias, scale, rotary_dim)
         }
         ref other => panic!("{} layer {layer_idx}: expected attention, found {other:?}", spec.name),
@@ -203,7 +203,7 @@ fn qwen3_next_80b_matches_the_reference() {
         expert_hidden: 512,
         act: Act::Silu,
         shared: Some(SharedExpert { hidden: 512, gated: true }),
-        router: Router { norm_topk: true, scaling: 1.0, groups: 1, topk_groups: 1 },
+        router: Router::softmax(true, 1.0, 1, 1),
     };
     assert!(spec.layers.iter().all(|l| l.ffn == moe && l.norms.unit_offset && !l.norms.post_attn));
     assert_eq!(spec.rotations.len(), 1);
@@ -263,7 +263,7 @@ fn deepseek_v2_matches_the_reference() {
         expert_hidden: 1536,
         act: Act::Silu,
         shared: Some(SharedExpert { hidden: 3072, gated: false }),
-        router: Router { norm_topk: false, scaling: 16.0, groups: 8, topk_groups: 3 },
+        router: Router::softmax(false, 16.0, 8, 3),
     };
     assert!(spec.layers[1..].iter().all(|l| l.ffn == moe));
     let rotation = &spec.rotations[0];
@@ -289,7 +289,7 @@ fn deepseek_v2_lite_has_no_q_lora() {
     assert!(matches!(spec.layers[0].mixer, Mixer::Mla { q_lora_rank: None, heads: 16, .. }));
     let Ffn::Moe { router, shared, experts, .. } = &spec.layers[1].ffn else { panic!("layer 1 is MoE") };
     assert_eq!((*experts, shared.as_ref().map(|s| s.hidden)), (64, Some(2816)));
-    assert_eq!(router, &Router { norm_topk: false, scaling: 1.0, groups: 1, topk_groups: 1 });
+    assert_eq!(router, &Router::softmax(false, 1.0, 1, 1));
 }
 
 #[test]
@@ -333,7 +333,7 @@ fn qwen3_6_35b_is_moe_in_every_layer() {
         expert_hidden: 512,
         act: Act::Silu,
         shared: Some(SharedExpert { hidden: 512, gated: true }),
-        router: Router { norm_topk: true, scaling: 1.0, groups: 1, topk_groups: 1 },
+        router: Router::softmax(true, 1.0, 1, 1),
     };
     assert!(spec.layers.iter().all(|l| l.ffn == moe));
 }

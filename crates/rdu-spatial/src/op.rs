@@ -202,8 +202,10 @@ impl Op {
             Op::DeltaScan => f("delta_scan", 5, 5).attrs(&["kmap"]).heavy(),
             // Inputs `S, q, k, v, g, beta`; outputs `o, S'`.
             Op::DeltaStep => Facts { in_place: true, ..f("delta_step", 6, 6).attrs(&["kmap"]).outputs(2).heavy() },
-            // Outputs `w, idx`.
-            Op::Route => f("route", 1, 1).attrs(&["k", "norm", "scale", "groups", "topk_groups"]).outputs(2),
+            // Inputs `logits` or `logits, bias` (a per-expert bias that only chooses); outputs `w, idx`.
+            Op::Route => f("route", 1, 2)
+                .attrs(&["k", "norm", "scale", "groups", "topk_groups", "score", "group_score"])
+                .outputs(2),
             Op::Experts => Facts {
                 activation_addressed: true,
                 ..f("experts", 6, 6).attrs(&["act"]).heavy().weights(Weights::Experts(3, 6))

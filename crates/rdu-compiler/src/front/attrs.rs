@@ -2,7 +2,7 @@
 //! attributes (the op table's keys) are required and what values they accept. Operand names
 //! and types are not looked at here.
 
-use crate::graph::{Act, KMap, Op, RopeStyle};
+use crate::graph::{Act, GroupScore, KMap, Op, RopeStyle, Score};
 use crate::lang::ast::{Arg, Attr, Literal, Span, Stmt};
 use rdu_spatial::Op as Kind;
 
@@ -197,12 +197,17 @@ fn build(stmt: &Stmt, kind: Kind, a: &mut Attrs<'_>) -> Option<Op> {
             let norm = a.flag("norm");
             let scale = a.float("scale");
             let (groups, topk_groups) = (a.positive("groups", true), a.positive("topk_groups", true));
+            let scores = [("softmax", Score::Softmax), ("sigmoid", Score::Sigmoid)];
+            let score = a.word("score", false, &scores);
+            let group_score = a.word("group_score", false, &[("max", GroupScore::Max), ("top2", GroupScore::Top2)]);
             Op::Route {
                 k: k.flatten()?,
                 norm: norm?,
                 scale: scale?,
                 groups: groups.flatten()?,
                 topk_groups: topk_groups.flatten()?,
+                score: score?.unwrap_or(Score::Softmax),
+                group_score: group_score?.unwrap_or(GroupScore::Max),
             }
         }
         Kind::Experts => Op::Experts { act: a.word("act", true, &acts).flatten()? },

@@ -30,6 +30,42 @@ pub enum KMap {
     Tiled,
 }
 
+/// How `route` scores each expert.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Score {
+    /// `softmax` over the row's experts (DeepSeek-V2, Qwen).
+    Softmax,
+    /// `sigmoid` of each expert's logit (DeepSeek-V3, GLM-4.5, MiniMax-M2).
+    Sigmoid,
+}
+
+/// How `route` scores a group of experts from its experts' (biased) scores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GroupScore {
+    /// The largest (DeepSeek-V2's `group_limited_greedy`).
+    Max,
+    /// The sum of the two largest (DeepSeek-V3's `noaux_tc`).
+    Top2,
+}
+
+impl Score {
+    pub fn word(self) -> &'static str {
+        match self {
+            Score::Softmax => "softmax",
+            Score::Sigmoid => "sigmoid",
+        }
+    }
+}
+
+impl GroupScore {
+    pub fn word(self) -> &'static str {
+        match self {
+            GroupScore::Max => "max",
+            GroupScore::Top2 => "top2",
+        }
+    }
+}
+
 impl RopeStyle {
     pub fn word(self) -> &'static str {
         match self {
@@ -132,13 +168,15 @@ pub enum Op {
     DeltaStep {
         kmap: KMap,
     },
-    /// Outputs `w, idx`.
+    /// Inputs `logits` or `logits, bias` (the bias only chooses); outputs `w, idx`.
     Route {
         k: usize,
         norm: bool,
         scale: f64,
         groups: usize,
         topk_groups: usize,
+        score: Score,
+        group_score: GroupScore,
     },
     Experts {
         act: Act,
@@ -233,8 +271,16 @@ impl fmt::Display for Op {
                 window.map_or(Ok(()), |w| write!(f, " window={w}"))
             }
             Op::DeltaScan { kmap } | Op::DeltaStep { kmap } => write!(f, " kmap={}", kmap.word()),
-            Op::Route { k, norm, scale, groups, topk_groups } => {
-                write!(f, " k={k} norm={} scale={scale:?} groups={groups} topk_groups={topk_groups}", u8::from(*norm))
+            Op::Route { k, norm, scale, groups, topk_groups, score, group_score } => {
+                write!(f, " k={k} norm={} scale={scale:?} groups={groups} topk_groups={topk_groups}", u8::from(*norm))?;
+                // The defaults (DeepSeek-V2's and Qwen's routing) are not written.
+                if *score != Score::Softmax {
+                    write!(f, " score={}", score.word())?;
+                }
+                if *group_score != GroupScore::Max {
+                    write!(f, " group_score={}", group_score.word())?;
+                }
+                Ok(())
             }
             Op::Experts { act } => write!(f, " act={}", act.word()),
             _ => Ok(()),

@@ -84,6 +84,7 @@ pub fn from_gguf(gguf: &Gguf, name: &str) -> Result<ModelSpec> {
         kv_heads,
         head_dim,
         qk_norm: family != Family::Llama,
+        qk_norm_whole: false,
         output_gate: false,
         qkv_bias: false,
         scale,
@@ -132,7 +133,7 @@ fn ffn(m: &Meta, arch: &str, family: Family, act: Act) -> Result<Ffn> {
             act,
             shared: None,
             // llama.cpp's qwen3moe renormalises the selected weights.
-            router: Router { norm_topk: true, scaling: 1.0, groups: 1, topk_groups: 1 },
+            router: Router::softmax(true, 1.0, 1, 1),
         },
         _ => Ffn::Dense { hidden: m.req_usize(&key("feed_forward_length"))?, act },
     })
@@ -269,6 +270,7 @@ fn finish(
         bos: m.u32("tokenizer.ggml.bos_token_id")?,
         eos,
         state: StateDtype::default(),
+        mtp_layers: 0,
     })
 }
 

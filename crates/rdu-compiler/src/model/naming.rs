@@ -111,8 +111,12 @@ fn hf_ffn(spec: &ModelSpec, ffn: &Ffn, base: &str, at: &dyn Fn(&str) -> String) 
             _ => None,
         },
         Ffn::Moe { experts, expert_hidden, .. } => {
-            let shared = if spec.family == Family::DeepseekV2 { "mlp.shared_experts" } else { "mlp.shared_expert" };
+            let deepseek_like = matches!(spec.family, Family::DeepseekV2 | Family::DeepseekV3 | Family::Glm4Moe);
+            let shared = if deepseek_like { "mlp.shared_experts" } else { "mlp.shared_expert" };
             let fused = spec.family == Family::Qwen35;
+            if spec.family == Family::MinimaxM2 {
+                return minimax_moe(*experts, base, at);
+            }
             let stack = |proj: &str| {
                 Some(TensorSource::Stack(
                     (0..*experts).map(|e| at(&format!("mlp.experts.{e}.{proj}.weight"))).collect(),
@@ -123,6 +127,7 @@ fn hf_ffn(spec: &ModelSpec, ffn: &Ffn, base: &str, at: &dyn Fn(&str) -> String) 
             };
             match base {
                 "Wr" => one(at("mlp.gate.weight")),
+                "br" => one(at("mlp.gate.e_score_correction_bias")),
                 "Weg" if fused => gate_up(0),
                 "Weu" if fused => gate_up(*expert_hidden),
                 "Wed" if fused => one(at("mlp.experts.down_proj")),
@@ -136,6 +141,24 @@ fn hf_ffn(spec: &ModelSpec, ffn: &Ffn, base: &str, at: &dyn Fn(&str) -> String) 
                 _ => None,
             }
         }
+    }
+}
+
+/// MiniMax-M2's expert block as its checkpoints name it (Mixtral's `block_sparse_moe`, `w1` the
+/// gate, `w3` the up and `w2` the down projection of each expert).
+fn minimax_moe(experts: usize, base: &str, at: &dyn Fn(&str) -> String) -> Option<TensorSource> {
+    let stack = |w: &str| {
+        Some(TensorSource::Stack(
+            (0..experts).map(|e| at(&format!("block_sparse_moe.experts.{e}.{w}.weight"))).collect(),
+        ))
+    };
+    match base {
+        "Wr" => Some(TensorSource::Tensor(at("block_sparse_moe.gate.weight"))),
+        "br" => Some(TensorSource::Tensor(at("block_sparse_moe.e_score_correction_bias"))),
+        "Weg" => stack("w1"),
+        "Weu" => stack("w3"),
+        "Wed" => stack("w2"),
+        _ => None,
     }
 }
 

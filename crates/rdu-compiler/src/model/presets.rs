@@ -13,15 +13,21 @@ use crate::model::spec::ModelSpec;
 /// The tiny presets have d_model 64, vocab 256, 4096 positions and 4–6 layers, and every
 /// projection's input dim is a multiple of 32 (one Q8_0 block). Each holds at least two
 /// distinct layers where its family allows: Gemma sliding/full; Qwen3-Next/3.5 deltanet/full
-/// attention; DeepSeek a dense first layer then MoE; Qwen3-MoE a dense `mlp_only_layers`
+/// attention; DeepSeek-V2/V3 and GLM-4.5 a dense first layer then MoE; MiniMax-M2 is MoE in
+/// every layer; Qwen3-MoE a dense `mlp_only_layers`
 /// entry; Qwen2/3 sliding layers from `max_window_layers` on. Llama layers are uniform by
 /// construction: its config has no per-layer setting.
 const PRESETS: &[(&str, &str)] = &[
     ("deepseek-v2", include_str!("../../presets/deepseek-v2.json")),
     ("deepseek-v2-lite", include_str!("../../presets/deepseek-v2-lite.json")),
+    ("deepseek-v3", include_str!("../../presets/deepseek-v3.json")),
     ("gemma-3-270m", include_str!("../../presets/gemma-3-270m.json")),
     ("gemma-3-27b-it", include_str!("../../presets/gemma-3-27b-it.json")),
+    ("glm-4.5", include_str!("../../presets/glm-4.5.json")),
+    ("glm-4.5-air", include_str!("../../presets/glm-4.5-air.json")),
+    ("kimi-k2", include_str!("../../presets/kimi-k2.json")),
     ("llama-3.1-8b", include_str!("../../presets/llama-3.1-8b.json")),
+    ("minimax-m2", include_str!("../../presets/minimax-m2.json")),
     ("qwen3-8b", include_str!("../../presets/qwen3-8b.json")),
     ("qwen3-next-80b-a3b", include_str!("../../presets/qwen3-next-80b-a3b.json")),
     ("qwen3.5-27b", include_str!("../../presets/qwen3.5-27b.json")),
@@ -29,8 +35,11 @@ const PRESETS: &[(&str, &str)] = &[
     ("qwen3.6-35b-a3b", include_str!("../../presets/qwen3.6-35b-a3b.json")),
     ("tiny-deepseek-v2", include_str!("../../presets/tiny/tiny-deepseek-v2.json")),
     ("tiny-deepseek-v2-lite", include_str!("../../presets/tiny/tiny-deepseek-v2-lite.json")),
+    ("tiny-deepseek-v3", include_str!("../../presets/tiny/tiny-deepseek-v3.json")),
     ("tiny-gemma3", include_str!("../../presets/tiny/tiny-gemma3.json")),
+    ("tiny-glm4-moe", include_str!("../../presets/tiny/tiny-glm4-moe.json")),
     ("tiny-llama", include_str!("../../presets/tiny/tiny-llama.json")),
+    ("tiny-minimax-m2", include_str!("../../presets/tiny/tiny-minimax-m2.json")),
     ("tiny-qwen2", include_str!("../../presets/tiny/tiny-qwen2.json")),
     ("tiny-qwen3", include_str!("../../presets/tiny/tiny-qwen3.json")),
     ("tiny-qwen3-moe", include_str!("../../presets/tiny/tiny-qwen3-moe.json")),

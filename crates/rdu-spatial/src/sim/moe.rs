@@ -1,5 +1,5 @@
-//! Mixture of experts: `route` (softmax, group-limited top-k, ties to the lower index,
-//! renormalisation, scaling) and `experts`, which reads only the experts a step selects,
+//! Mixture of experts: `route` (softmax or sigmoid scores, an optional selection bias,
+//! group-limited top-k, ties to the lower index, renormalisation, scaling) and `experts`, which reads only the experts a step selects,
 //! one expert at a time, folding Q8_0 slabs block by block; tileable along the model dim.
 
 use std::collections::BTreeMap;
@@ -13,50 +13,112 @@ use super::{invalid, SimBindings, SimError, WeightSlab};
 use crate::program::Storage;
 use crate::q8::QK8_0;
 
-/// `w [N, K]`, `idx i32[N, K]`: the `K` most probable experts of each row.
+/// `w [N, K]`, `idx i32[N, K]`: each row's `K` chosen experts and their weights. Scores are
+/// `softmax(logits)` or `sigmoid(logits)` (`score`); the experts are chosen by the scores plus
+/// the optional `bias` operand, within the `topk_groups` groups whose `group_score` (the max,
+/// or the sum of the two largest, of their biased scores) is largest; the weights are the
+/// unbiased scores, renormalised when `norm`, times `scale`.
 pub(super) fn route(call: &Call<'_>) -> Outs {
     call.expect()?;
     untiled(call.tiling())?;
     let (t, logits) = call.f32(0)?;
     let &[n, e] = t.shape.as_slice() else { return invalid(format!("expects logits [N, E], given {:?}", t.shape)) };
-    let k = call.req_count("k")?;
-    let norm = call.attr_count("norm")?.unwrap_or(0);
-    let scale = call.attr_float("scale")?.unwrap_or(1.0);
-    let groups = call.attr_count("groups")?.unwrap_or(1);
-    let keep = call.attr_count("topk_groups")?.unwrap_or(groups);
-    if k == 0 || k > e || e > i32::MAX as usize || norm > 1 {
-        return invalid(format!("k={k} and norm={norm} must satisfy 1 <= k <= {e} and norm 0 or 1"));
-    }
-    if groups == 0 || e % groups != 0 || keep == 0 || keep > groups {
-        return invalid(format!("{e} experts cannot be split into {groups} groups keeping {keep}"));
-    }
-    let (mut w, mut idx) = (Vec::with_capacity(n * k), Vec::with_capacity(n * k));
+    let rule = RouteRule::read(call, e)?;
+    let bias = match call.args.len() {
+        2 => match call.f32(1)? {
+            (b, data) if b.shape == [e] => Some(data),
+            (b, _) => return invalid(format!("expects a bias [{e}], given {:?}", b.shape)),
+        },
+        _ => None,
+    };
+    let (mut w, mut idx) = (Vec::with_capacity(n * rule.k), Vec::with_capacity(n * rule.k));
     for row in logits.chunks_exact(e) {
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let exps: Vec<f32> = row.iter().map(|v| super::mathf::exp(v - max)).collect();
-        let total: f32 = exps.iter().sum();
-        let mut p: Vec<f32> = exps.iter().map(|v| v / total).collect();
-        if groups > 1 {
-            let size = e / groups;
-            let best: Vec<f32> =
-                p.chunks_exact(size).map(|g| g.iter().copied().fold(f32::NEG_INFINITY, f32::max)).collect();
-            let kept = descending(&best, keep);
-            for (gi, group) in p.chunks_exact_mut(size).enumerate() {
+        let scores = rule.scores(row);
+        let mut choice: Vec<f32> = match bias {
+            Some(b) => scores.iter().zip(b).map(|(s, b)| s + b).collect(),
+            None => scores.clone(),
+        };
+        if rule.groups > 1 {
+            let size = e / rule.groups;
+            let best: Vec<f32> = choice.chunks_exact(size).map(|g| rule.group_score(g)).collect();
+            let kept = descending(&best, rule.keep);
+            for (gi, group) in choice.chunks_exact_mut(size).enumerate() {
                 if !kept.contains(&gi) {
-                    group.fill(0.0);
+                    group.fill(f32::NEG_INFINITY);
                 }
             }
         }
-        let top = descending(&p, k);
-        let mut chosen: Vec<f32> = top.iter().map(|&i| p[i]).collect();
-        if norm == 1 {
+        let top = descending(&choice, rule.k);
+        let mut chosen: Vec<f32> = top.iter().map(|&i| scores[i]).collect();
+        if rule.norm {
             let sum: f32 = chosen.iter().sum();
             chosen.iter_mut().for_each(|v| *v /= sum);
         }
-        w.extend(chosen.iter().map(|v| v * scale));
+        w.extend(chosen.iter().map(|v| v * rule.scale));
         idx.extend(top.iter().map(|&i| i as i32));
     }
-    Ok(vec![SimTensor::f32(vec![n, k], w), SimTensor::i32(vec![n, k], idx)])
+    Ok(vec![SimTensor::f32(vec![n, rule.k], w), SimTensor::i32(vec![n, rule.k], idx)])
+}
+
+/// A `route` op's attributes, checked against its `e` experts.
+struct RouteRule {
+    k: usize,
+    norm: bool,
+    scale: f32,
+    groups: usize,
+    keep: usize,
+    sigmoid: bool,
+    top2: bool,
+}
+
+impl RouteRule {
+    fn read(call: &Call<'_>, e: usize) -> Result<RouteRule, SimError> {
+        let k = call.req_count("k")?;
+        let norm = call.attr_count("norm")?.unwrap_or(0);
+        let groups = call.attr_count("groups")?.unwrap_or(1);
+        let keep = call.attr_count("topk_groups")?.unwrap_or(groups);
+        if k == 0 || k > e || e > i32::MAX as usize || norm > 1 {
+            return invalid(format!("k={k} and norm={norm} must satisfy 1 <= k <= {e} and norm 0 or 1"));
+        }
+        if groups == 0 || e % groups != 0 || keep == 0 || keep > groups {
+            return invalid(format!("{e} experts cannot be split into {groups} groups keeping {keep}"));
+        }
+        let sigmoid = match call.attr_word("score")?.unwrap_or("softmax") {
+            "softmax" => false,
+            "sigmoid" => true,
+            other => return invalid(format!("unknown score `{other}` (softmax or sigmoid)")),
+        };
+        let top2 = match call.attr_word("group_score")?.unwrap_or("max") {
+            "max" => false,
+            "top2" if groups == 1 || e / groups >= 2 => true,
+            "top2" => {
+                return invalid(format!("group_score=top2 needs groups of 2 experts or more, not {}", e / groups))
+            }
+            other => return invalid(format!("unknown group_score `{other}` (max or top2)")),
+        };
+        let scale = call.attr_float("scale")?.unwrap_or(1.0);
+        Ok(RouteRule { k, norm: norm == 1, scale, groups, keep, sigmoid, top2 })
+    }
+
+    /// A row's scores: its softmax, or each logit's sigmoid.
+    fn scores(&self, row: &[f32]) -> Vec<f32> {
+        if self.sigmoid {
+            return row.iter().map(|&v| sigmoid(v)).collect();
+        }
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let exps: Vec<f32> = row.iter().map(|v| super::mathf::exp(v - max)).collect();
+        let total: f32 = exps.iter().sum();
+        exps.iter().map(|v| v / total).collect()
+    }
+
+    /// A group's score: its largest choice score, or the sum of its two largest.
+    fn group_score(&self, group: &[f32]) -> f32 {
+        if !self.top2 {
+            return group.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        }
+        let top = descending(group, 2);
+        top.iter().map(|&i| group[i]).sum()
+    }
 }
 
 /// `Σₖ w[n,k] · Wd[e] (act(Wg[e] x) ⊙ Wu[e] x)` with `e = idx[n,k]`.

@@ -262,10 +262,13 @@ impl<'g> Run<'g> {
                 let n_experts = self.graph.ty(weights[0]).shape[0];
                 moe::experts(&ins, *act, n_experts, &mut |which, e| self.row(weights[which], e))
             }
-            Op::Route { k, norm, scale, groups, topk_groups } => {
+            Op::Route { .. } => {
                 let other = node.outputs.get(1).and_then(|&v| routes(&self.graph.value(v).name));
                 let tie = other.map(|idx| (idx, f64::from(band)));
-                moe::route(ins[0], *k, *norm, *scale, *groups, *topk_groups, tie)
+                match moe::RouteRule::of(&node.op) {
+                    Some(rule) => moe::route(ins[0], ins.get(1).copied(), &rule, tie),
+                    None => Err("internal: not a route".into()),
+                }
             }
             op => kernel(op, &ins),
         };
@@ -312,9 +315,10 @@ fn kernel(op: &Op, ins: &[&Tensor]) -> Kernel {
         Op::ConvShift => recurrent::conv_shift(ins[0], ins[1]),
         Op::DeltaScan { kmap } => recurrent::delta(None, ins, *kmap),
         Op::DeltaStep { kmap } => recurrent::delta(Some(ins[0]), &ins[1..], *kmap),
-        Op::Route { k, norm, scale, groups, topk_groups } => {
-            moe::route(ins[0], *k, *norm, *scale, *groups, *topk_groups, None)
-        }
+        Op::Route { .. } => match moe::RouteRule::of(op) {
+            Some(rule) => moe::route(ins[0], ins.get(1).copied(), &rule, None),
+            None => Err("internal: not a route".into()),
+        },
         Op::Experts { .. } => Err("experts is evaluated row by row".into()),
         // The reference interpreter runs a program as one chip: the sum over one chip is the value.
         Op::AllReduce => Ok(vec![ins[0].clone()]),

@@ -76,7 +76,9 @@ pub fn infer(op: &Op, inputs: &[&Type]) -> Result<Vec<Type>, TypeError> {
         Op::ConvShift => sequence::conv_shift(&a),
         Op::DeltaScan { .. } => sequence::delta(&a, false),
         Op::DeltaStep { .. } => sequence::delta(&a, true),
-        Op::Route { k, groups, topk_groups, .. } => sequence::route(&a, *k, *groups, *topk_groups),
+        Op::Route { k, groups, topk_groups, group_score, .. } => {
+            sequence::route(&a, *k, (*groups, *topk_groups), *group_score)
+        }
         Op::Experts { .. } => sequence::experts(&a),
     }
 }
@@ -98,7 +100,7 @@ fn roles(op: &Op) -> &'static [&'static str] {
         Op::ConvShift => &["state", "x"],
         Op::DeltaScan { .. } => &["q", "k", "v", "g", "beta"],
         Op::DeltaStep { .. } => &["S", "q", "k", "v", "g", "beta"],
-        Op::Route { .. } => &["logits"],
+        Op::Route { .. } => &["logits", "bias"],
         Op::Experts { .. } => &["x", "w", "idx", "Wg", "Wu", "Wd"],
         Op::Concat { .. } => &[],
         _ => &["x"],

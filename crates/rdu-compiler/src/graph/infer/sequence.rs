@@ -1,7 +1,7 @@
 //! Types of the ops over positions, caches, recurrent state and experts.
 
 use super::{Fault, Operands, Site, TypeError};
-use crate::graph::{DType, Type};
+use crate::graph::{DType, GroupScore, Type};
 
 /// `rope(x [N, h, d], cos [P, R/2], sin [P, R/2], pos, dim=R) -> ≡ x`.
 pub(super) fn rope(a: &Operands<'_>, dim: usize) -> Result<Vec<Type>, TypeError> {
@@ -169,12 +169,23 @@ pub(super) fn delta(a: &Operands<'_>, with_state: bool) -> Result<Vec<Type>, Typ
     Ok(vec![out, a.ty(0).clone()])
 }
 
-/// `route(logits [N, E], k, groups, topk_groups) -> w [N, k], idx i32[N, k]`.
-pub(super) fn route(a: &Operands<'_>, k: usize, groups: usize, topk_groups: usize) -> Result<Vec<Type>, TypeError> {
+/// `route(logits [N, E] (, bias [E]), k, groups, topk_groups, group_score) -> w [N, k], idx i32[N, k]`.
+pub(super) fn route(
+    a: &Operands<'_>,
+    k: usize,
+    (groups, topk_groups): (usize, usize),
+    group_score: GroupScore,
+) -> Result<Vec<Type>, TypeError> {
     let l = a.f32_rank(0, 2, "[N, E]")?;
     let (n, e) = (l[0], l[1]);
+    if a.len() == 2 {
+        a.f32_exact(1, &[e])?;
+    }
     if groups == 0 || e % groups != 0 {
         return Err(a.attr_error("groups", format!("groups={groups} must divide the {e} experts")));
+    }
+    if group_score == GroupScore::Top2 && groups > 1 && e / groups < 2 {
+        return Err(a.attr_error("group_score", format!("top2 needs groups of 2 experts or more, not {}", e / groups)));
     }
     if topk_groups == 0 || topk_groups > groups {
         return Err(a.attr_error("topk_groups", format!("topk_groups={topk_groups} must be in 1..={groups}")));

@@ -1,5 +1,6 @@
-//! Multi-head attention with GQA, optional q/k norm, output gate, partial rotary and q/k/v
-//! biases (Llama, Qwen2/3, Gemma 3, Qwen3-Next/3.5 gated attention).
+//! Multi-head attention with GQA, optional q/k norm (per head, or over the whole projection),
+//! output gate, partial rotary and q/k/v biases (Llama, Qwen2/3, Gemma 3, Qwen3-Next/3.5 gated
+//! attention, GLM-4.5, MiniMax-M2).
 
 use super::split::Run;
 use super::writer::{float, list, Writer};
@@ -9,53 +10,14 @@ use rdu_spatial::Op;
 
 /// Writes the attention mixer over the normalised hidden state `hn`; returns its `[N, D]` output.
 pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String {
-    let Mixer::Attention { heads, kv_heads, head_dim, qk_norm, output_gate, qkv_bias, scale, .. } = ctx.layer.mixer
-    else {
+    let Mixer::Attention { heads, kv_heads, head_dim, scale, .. } = ctx.layer.mixer else {
         unreachable!("attention::write on a non-attention layer")
     };
-    let (n, d, hd) = (ctx.rows, ctx.spec.d_model, head_dim);
-    let q_unit = hd * if output_gate { 2 } else { 1 };
-    // Each chip its heads (and their kv heads); the full model on one chip.
-    let (q_heads, kv_runs) = ([Run::heads(heads, q_unit)], [Run::heads(kv_heads, hd)]);
-    let wq = w.projection_split("Wq", &[heads * q_unit, d], 0, &q_heads);
-    let wk = w.projection_split("Wk", &[kv_heads * hd, d], 0, &kv_runs);
-    let wv = w.projection_split("Wv", &[kv_heads * hd, d], 0, &kv_runs);
-    let wo = w.projection_split("Wo", &[d, heads * hd], 1, &[Run::heads(heads, hd)]);
-    let (heads, kv_heads) = (ctx.local(heads), ctx.local_kv(kv_heads));
-    let (bq, bk, bv) = if qkv_bias {
-        let full_kv = kv_runs[0].count * hd;
-        (
-            Some(w.weight_split("bq", &[q_heads[0].count * q_unit], 0, &q_heads)),
-            Some(w.weight_split("bk", &[full_kv], 0, &kv_runs)),
-            Some(w.weight_split("bv", &[full_kv], 0, &kv_runs)),
-        )
-    } else {
-        (None, None, None)
-    };
-    let (qn, kn) = if qk_norm { (Some(w.weight("qn", &[hd])), Some(w.weight("kn", &[hd]))) } else { (None, None) };
+    let (n, hd) = (ctx.rows, head_dim);
+    let kv_runs = [Run::heads(kv_heads, hd)];
+    let Projected { qh, kh, vh, gate, wo } = project(w, ctx, hn);
+    let heads = ctx.local(heads);
     let (cos, sin, rot) = ctx.rope_tables(w);
-
-    let q = linear(w, "q", hn, &wq, bq.as_deref());
-    let k = linear(w, "k", hn, &wk, bk.as_deref());
-    let v = linear(w, "v", hn, &wv, bv.as_deref());
-    let (qh, gate) = if output_gate {
-        // q_proj emits, per head, hd query values then hd gate values.
-        let qg = w.op("qg", Op::Reshape, &[&q, &list(&[n, heads, 2 * hd])], &[]);
-        let qh = w.op("qh", Op::Slice, &[&qg], &slice(2, 0, hd));
-        let gh = w.op("gh", Op::Slice, &[&qg], &slice(2, hd, hd));
-        (qh, Some(w.op("gf", Op::Reshape, &[&gh, &list(&[n, heads * hd])], &[])))
-    } else {
-        (w.op("qh", Op::Reshape, &[&q, &list(&[n, heads, hd])], &[]), None)
-    };
-    let kh = w.op("kh", Op::Reshape, &[&k, &list(&[n, kv_heads, hd])], &[]);
-    let vh = w.op("vh", Op::Reshape, &[&v, &list(&[n, kv_heads, hd])], &[]);
-    let (qh, kh) = match (qn, kn) {
-        (Some(qn), Some(kn)) => (
-            w.op("qnh", Op::RmsNorm, &[&qh, &qn], &ctx.norm_attrs()),
-            w.op("knh", Op::RmsNorm, &[&kh, &kn], &ctx.norm_attrs()),
-        ),
-        _ => (qh, kh),
-    };
     let rope = [("dim", rot.to_string()), ("style", ctx.rope_style().to_string())];
     let mut attrs = vec![("scale", float(scale))];
     attrs.extend(ctx.window_attr());
@@ -93,6 +55,116 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
         None => af,
     };
     w.op("mo", Op::Linear, &[&af, &wo], &[])
+}
+
+/// A layer's queries `[N, h, hd]` (normed when the layer norms them), keys and values
+/// `[N, g, hd]`, and the output gate `[N, h·hd]` when there is one, for this chip's heads.
+struct Projected {
+    qh: String,
+    kh: String,
+    vh: String,
+    gate: Option<String>,
+    /// The output projection (declared after q, k and v).
+    wo: String,
+}
+
+/// The q/k/v projections (with biases, the output gate and the per-head q/k norms).
+fn project(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> Projected {
+    let Mixer::Attention { heads, kv_heads, head_dim: hd, qk_norm, qk_norm_whole, output_gate, qkv_bias, .. } =
+        ctx.layer.mixer
+    else {
+        unreachable!("attention::project on a non-attention layer")
+    };
+    let (n, d) = (ctx.rows, ctx.spec.d_model);
+    if qk_norm && qk_norm_whole {
+        return project_whole_norm(w, ctx, hn);
+    }
+    let q_unit = hd * if output_gate { 2 } else { 1 };
+    // Each chip its heads (and their kv heads); the full model on one chip.
+    let (q_heads, kv_runs) = ([Run::heads(heads, q_unit)], [Run::heads(kv_heads, hd)]);
+    let wq = w.projection_split("Wq", &[heads * q_unit, d], 0, &q_heads);
+    let wk = w.projection_split("Wk", &[kv_heads * hd, d], 0, &kv_runs);
+    let wv = w.projection_split("Wv", &[kv_heads * hd, d], 0, &kv_runs);
+    let wo = w.projection_split("Wo", &[d, heads * hd], 1, &[Run::heads(heads, hd)]);
+    let (heads, kv_heads) = (ctx.local(heads), ctx.local_kv(kv_heads));
+    let (bq, bk, bv) = if qkv_bias {
+        let full_kv = kv_runs[0].count * hd;
+        (
+            Some(w.weight_split("bq", &[q_heads[0].count * q_unit], 0, &q_heads)),
+            Some(w.weight_split("bk", &[full_kv], 0, &kv_runs)),
+            Some(w.weight_split("bv", &[full_kv], 0, &kv_runs)),
+        )
+    } else {
+        (None, None, None)
+    };
+    let (qn, kn) = if qk_norm { (Some(w.weight("qn", &[hd])), Some(w.weight("kn", &[hd]))) } else { (None, None) };
+    let q = linear(w, "q", hn, &wq, bq.as_deref());
+    let k = linear(w, "k", hn, &wk, bk.as_deref());
+    let v = linear(w, "v", hn, &wv, bv.as_deref());
+    let (qh, gate) = if output_gate {
+        // q_proj emits, per head, hd query values then hd gate values.
+        let qg = w.op("qg", Op::Reshape, &[&q, &list(&[n, heads, 2 * hd])], &[]);
+        let qh = w.op("qh", Op::Slice, &[&qg], &slice(2, 0, hd));
+        let gh = w.op("gh", Op::Slice, &[&qg], &slice(2, hd, hd));
+        (qh, Some(w.op("gf", Op::Reshape, &[&gh, &list(&[n, heads * hd])], &[])))
+    } else {
+        (w.op("qh", Op::Reshape, &[&q, &list(&[n, heads, hd])], &[]), None)
+    };
+    let kh = w.op("kh", Op::Reshape, &[&k, &list(&[n, kv_heads, hd])], &[]);
+    let vh = w.op("vh", Op::Reshape, &[&v, &list(&[n, kv_heads, hd])], &[]);
+    let (qh, kh) = match (qn, kn) {
+        (Some(qn), Some(kn)) => (
+            w.op("qnh", Op::RmsNorm, &[&qh, &qn], &ctx.norm_attrs()),
+            w.op("knh", Op::RmsNorm, &[&kh, &kn], &ctx.norm_attrs()),
+        ),
+        _ => (qh, kh),
+    };
+    Projected { qh, kh, vh, gate, wo }
+}
+
+/// q and k normed over the whole projection, every head's values at once (MiniMax-M2). On the
+/// chips of a tensor-parallel layer the norm reads every head: each chip projects q and k
+/// whole, norms them, and takes its heads with `shard` (a kv head it shares with other chips
+/// repeated once per chip sharing it, so that the equal parts `shard` cuts are the chips' heads).
+fn project_whole_norm(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> Projected {
+    let Mixer::Attention { heads, kv_heads, head_dim: hd, .. } = ctx.layer.mixer else {
+        unreachable!("attention::project_whole_norm on a non-attention layer")
+    };
+    let (n, d) = (ctx.rows, ctx.spec.d_model);
+    let wq = w.projection("Wq", &[heads * hd, d]);
+    let wk = w.projection("Wk", &[kv_heads * hd, d]);
+    let wv = w.projection_split("Wv", &[kv_heads * hd, d], 0, &[Run::heads(kv_heads, hd)]);
+    let wo = w.projection_split("Wo", &[d, heads * hd], 1, &[Run::heads(heads, hd)]);
+    let qn = w.weight("qn", &[heads * hd]);
+    let kn = w.weight("kn", &[kv_heads * hd]);
+    let q = w.op("q", Op::Linear, &[hn, &wq], &[]);
+    let k = w.op("k", Op::Linear, &[hn, &wk], &[]);
+    let v = w.op("v", Op::Linear, &[hn, &wv], &[]);
+    let q = w.op("qnf", Op::RmsNorm, &[&q, &qn], &ctx.norm_attrs());
+    let k = w.op("knf", Op::RmsNorm, &[&k, &kn], &ctx.norm_attrs());
+    let (q, k) = if ctx.tensor_parallel() {
+        let chips = [("axis", "1".to_string()), ("chips", ctx.tp.to_string())];
+        let q = w.op("qs", Op::Shard, &[&q], &chips);
+        let k = if ctx.tp > kv_heads {
+            // Chip c's kv head is c / (tp / kv_heads): each head repeated for its chips, in order.
+            let copies = ctx.tp / kv_heads;
+            let kr = w.op("kr", Op::Reshape, &[&k, &list(&[n, kv_heads, 1, hd])], &[]);
+            let refs = vec![kr.as_str(); copies];
+            let kc = w.op("kc", Op::Concat, &refs, &[("axis", "2".into())]);
+            let kf = w.op("kf", Op::Reshape, &[&kc, &list(&[n, ctx.tp * hd])], &[]);
+            w.op("ks", Op::Shard, &[&kf], &chips)
+        } else {
+            w.op("ks", Op::Shard, &[&k], &chips)
+        };
+        (q, k)
+    } else {
+        (q, k)
+    };
+    let (heads, kv_heads) = (ctx.local(heads), ctx.local_kv(kv_heads));
+    let qh = w.op("qh", Op::Reshape, &[&q, &list(&[n, heads, hd])], &[]);
+    let kh = w.op("kh", Op::Reshape, &[&k, &list(&[n, kv_heads, hd])], &[]);
+    let vh = w.op("vh", Op::Reshape, &[&v, &list(&[n, kv_heads, hd])], &[]);
+    Projected { qh, kh, vh, gate: None, wo }
 }
 
 /// `slice` attributes.

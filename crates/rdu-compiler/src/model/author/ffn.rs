@@ -1,11 +1,11 @@
-//! Feed-forward blocks: the gated dense MLP and the mixture of experts (softmax routing,
-//! top-k, optional renormalisation and scaling, group-limited greedy, shared expert with or
-//! without its sigmoid gate).
+//! Feed-forward blocks: the gated dense MLP and the mixture of experts (softmax or sigmoid
+//! routing, an optional selection bias, top-k, optional renormalisation and scaling,
+//! group-limited selection, shared expert with or without its sigmoid gate).
 
 use super::split::Run;
 use super::writer::{float, Writer};
 use super::LayerCtx;
-use crate::model::spec::{Act, Ffn};
+use crate::model::spec::{Act, Ffn, GroupScore, Scoring};
 use rdu_spatial::Op;
 
 /// Writes the layer's feed-forward block over `hf`; returns its `[N, D]` output.
@@ -20,15 +20,24 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hf: &str) -> String 
             let weg = w.projection_split("Weg", &[*experts, *expert_hidden, d], 1, &cols);
             let weu = w.projection_split("Weu", &[*experts, *expert_hidden, d], 1, &cols);
             let wed = w.projection_split("Wed", &[*experts, d, *expert_hidden], 2, &cols);
+            // The selection bias only chooses: `route` adds it to the scores it ranks.
+            let bias = router.bias.then(|| w.weight("br", &[*experts]));
             let rl = w.op("rl", Op::Linear, &[hf, &wr], &[]);
-            let attrs = [
+            let mut attrs = vec![
                 ("k", top_k.to_string()),
                 ("norm", if router.norm_topk { "1" } else { "0" }.to_string()),
                 ("scale", float(router.scaling)),
                 ("groups", router.groups.to_string()),
                 ("topk_groups", router.topk_groups.to_string()),
             ];
-            let (rw, ri) = w.op2(["rw", "ri"], Op::Route, &[&rl], &attrs);
+            if router.scoring == Scoring::Sigmoid {
+                attrs.push(("score", "sigmoid".to_string()));
+            }
+            if router.group_score == GroupScore::Top2 && router.groups > 1 {
+                attrs.push(("group_score", "top2".to_string()));
+            }
+            let ins: Vec<&str> = [Some(rl.as_str()), bias.as_deref()].into_iter().flatten().collect();
+            let (rw, ri) = w.op2(["rw", "ri"], Op::Route, &ins, &attrs);
             let eo = w.op("eo", Op::Experts, &[hf, &rw, &ri, &weg, &weu, &wed], &[("act", act.op().to_string())]);
             let Some(shared) = shared else { return eo };
             let so = mlp(w, ["Wsg", "Wsu", "Wsd"], ["sg", "su", "sa", "sm", "so"], hf, d, shared.hidden, *act);

@@ -20,10 +20,13 @@
 
 mod deepseek;
 mod draft;
+mod experts;
 mod fields;
 pub(crate) use fields::MAX_LAYERS;
 mod gemma;
+mod glm;
 mod hybrid;
+mod minimax;
 mod qwen_moe;
 mod rope;
 mod standard;
@@ -51,6 +54,10 @@ pub const MODEL_TYPES: &[&str] = &[
     "gemma3",
     "gemma3_text",
     "deepseek_v2",
+    "deepseek_v3",
+    "kimi_k2",
+    "glm4_moe",
+    "minimax_m2",
 ];
 
 /// Builds the spec of the model a config.json describes; `name` becomes [`ModelSpec::name`]
@@ -113,7 +120,11 @@ fn import(text: &str, name: &str, origin: &str) -> Result<ModelSpec> {
             let (ctx, text) = text_config(&top, &root)?;
             gemma::build(&ctx, text, Some(&top.parse(&root)?))?
         }
-        "deepseek_v2" => deepseek::build(&top, &root)?,
+        "deepseek_v2" => deepseek::build(&top, &root, deepseek::Version::V2)?,
+        // Kimi K2 is DeepSeek-V3's architecture under its own name.
+        "deepseek_v3" | "kimi_k2" => deepseek::build(&top, &root, deepseek::Version::V3)?,
+        "glm4_moe" => glm::build(&top, &root)?,
+        "minimax_m2" => minimax::build(&top, &root)?,
         other => return Err(top.err("model_type", format!("unknown model_type `{other}`; supported: {supported}"))),
     };
     Ok(draft.assemble(name))

@@ -196,6 +196,6 @@ fn moe(m: &Meta) -> Result<Ffn> {
     };
     let n_shared = usize::try_from(m.u64(&key("expert_shared_count"))?.unwrap_or(0)).unwrap_or(usize::MAX);
     let shared = SharedExpert::ungated(n_shared, expert_hidden).map_err(|e| m.err(&key("expert_shared_count"), e))?;
-    let router = Router { norm_topk, scaling, groups, topk_groups };
+    let router = Router::softmax(norm_topk, scaling, groups, topk_groups);
     Ok(Ffn::Moe { experts, top_k, expert_hidden, act: Act::Silu, shared, router })
 }

@@ -47,6 +47,7 @@ pub(super) fn build(m: &Meta, arch: &str, name: &str) -> Result<ModelSpec> {
         kv_heads,
         head_dim,
         qk_norm: true,
+        qk_norm_whole: false,
         output_gate: true,
         qkv_bias: false,
         scale,
@@ -166,6 +167,6 @@ fn moe(m: &Meta, arch: &str) -> Result<Ffn> {
         expert_hidden,
         act: Act::Silu,
         shared: Some(SharedExpert { hidden: shared_hidden, gated: true }),
-        router: Router { norm_topk: true, scaling, groups: 1, topk_groups: 1 },
+        router: Router::softmax(true, scaling, 1, 1),
     })
 }
