@@ -99,6 +99,21 @@ fn deepseek_v2_noqlora() {
     check("deepseek_v2_noqlora");
 }
 
+#[test]
+fn deepseek_v3() {
+    check("deepseek_v3");
+}
+
+#[test]
+fn glm4_moe() {
+    check("glm4_moe");
+}
+
+#[test]
+fn minimax_m2() {
+    check("minimax_m2");
+}
+
 // Not held here: qwen3 (the simulator, f32 accumulation: at step 11 a K value lies 1.5e-5 of a
 // bf16 ulp from a rounding tie in transformers' run and rounds the other way, 3.9e-4 in the
 // logits; the reference interpreter, f64, rounds it as transformers does and is held), and

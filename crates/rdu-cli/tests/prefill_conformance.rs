@@ -128,6 +128,21 @@ fn deepseek_v2_noqlora() {
     check("deepseek_v2_noqlora");
 }
 
+#[test]
+fn deepseek_v3() {
+    check("deepseek_v3");
+}
+
+#[test]
+fn glm4_moe() {
+    check("glm4_moe");
+}
+
+#[test]
+fn minimax_m2() {
+    check("minimax_m2");
+}
+
 /// `rdu run --chunk`: the logits rows are the last row of each whole chunk, then every decoded
 /// position, and `--json` lists exactly those positions.
 #[test]

@@ -79,6 +79,21 @@ fn deepseek_v2_noqlora() {
     check("deepseek_v2_noqlora");
 }
 
+#[test]
+fn deepseek_v3() {
+    check("deepseek_v3");
+}
+
+#[test]
+fn glm4_moe() {
+    check("glm4_moe");
+}
+
+#[test]
+fn minimax_m2() {
+    check("minimax_m2");
+}
+
 // Not held here: qwen3_next, qwen3_next_T80 and gemma3_text_T80. Their runs write values that
 // lie within ~3e-5 of a bf16 ulp of a rounding tie (qwen3_next: the DeltaNet recurrent state at
 // steps 5-6, measured with transformers), i.e. ~2e-7 relative — the size of the f32 differences

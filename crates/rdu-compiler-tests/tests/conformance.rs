@@ -132,6 +132,21 @@ fn deepseek_v2_without_q_lora_matches_transformers() {
 }
 
 #[test]
+fn deepseek_v3_matches_transformers() {
+    check_model("deepseek_v3");
+}
+
+#[test]
+fn glm4_moe_matches_transformers() {
+    check_model("glm4_moe");
+}
+
+#[test]
+fn minimax_m2_matches_transformers() {
+    check_model("minimax_m2");
+}
+
+#[test]
 fn a_checkpoint_missing_a_tensor_is_a_one_line_error_naming_it() {
     let dir = fixtures::hf("llama");
     let tmp = tempfile::tempdir().expect("temp dir");

@@ -148,10 +148,10 @@ fn project_whole_norm(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> Proje
         let k = if ctx.tp > kv_heads {
             // Chip c's kv head is c / (tp / kv_heads): each head repeated for its chips, in order.
             let copies = ctx.tp / kv_heads;
-            let kr = w.op("kr", Op::Reshape, &[&k, &list(&[n, kv_heads, 1, hd])], &[]);
+            let kr = w.op("kgr", Op::Reshape, &[&k, &list(&[n, kv_heads, 1, hd])], &[]);
             let refs = vec![kr.as_str(); copies];
-            let kc = w.op("kc", Op::Concat, &refs, &[("axis", "2".into())]);
-            let kf = w.op("kf", Op::Reshape, &[&kc, &list(&[n, ctx.tp * hd])], &[]);
+            let kc = w.op("kgc", Op::Concat, &refs, &[("axis", "2".into())]);
+            let kf = w.op("kgf", Op::Reshape, &[&kc, &list(&[n, ctx.tp * hd])], &[]);
             w.op("ks", Op::Shard, &[&kf], &chips)
         } else {
             w.op("ks", Op::Shard, &[&k], &chips)
