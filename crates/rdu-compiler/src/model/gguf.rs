@@ -4,8 +4,8 @@
 //!
 //! Handled `general.architecture` values: `llama`, `qwen3`, `qwen3moe`, `gemma3` here, and
 //! `deepseek2` (absorbed MLA: `attn_k_b`/`attn_v_b`, YaRN, leading dense blocks, stacked
-//! experts) and the Gated DeltaNet hybrids `qwen3next`, `qwen35`, `qwen35moe` in the
-//! submodules. Every failure is an [`Error::Config`] whose field is the metadata key (or
+//! experts, V3's sigmoid routing with its selection bias), `glm4moe`, `minimax-m2` and the Gated
+//! DeltaNet hybrids `qwen3next`, `qwen35`, `qwen35moe` in the submodules. Every failure is an [`Error::Config`] whose field is the metadata key (or
 //! tensor) at fault.
 //!
 //! Defaults follow llama.cpp's loader: `head_count_kv` = `head_count`, `key_length` =
@@ -15,7 +15,10 @@
 //! layers use `rope.freq_base_swa` (default 10000) without scaling.
 
 mod deepseek2;
+mod experts;
+mod glm4moe;
 mod hybrid;
+mod minimax_m2;
 
 use std::path::Path;
 
@@ -29,7 +32,7 @@ use crate::model::spec::{
 
 /// The `general.architecture` values [`from_gguf`] understands.
 pub const ARCHITECTURES: &[&str] =
-    &["llama", "qwen3", "qwen3moe", "gemma3", "deepseek2", "qwen3next", "qwen35", "qwen35moe"];
+    &["llama", "qwen3", "qwen3moe", "gemma3", "deepseek2", "glm4moe", "minimax-m2", "qwen3next", "qwen35", "qwen35moe"];
 
 /// Reads the GGUF file at `path` and builds its spec, named after the file's stem.
 pub fn from_gguf_path(path: impl AsRef<Path>) -> Result<ModelSpec> {
@@ -60,6 +63,8 @@ pub fn from_gguf(gguf: &Gguf, name: &str) -> Result<ModelSpec> {
         "qwen3moe" => Family::Qwen3Moe,
         "gemma3" => Family::Gemma3,
         "deepseek2" => return deepseek2::build(&m, name),
+        "glm4moe" => return glm4moe::build(&m, name),
+        "minimax-m2" => return minimax_m2::build(&m, name),
         "qwen3next" | "qwen35" | "qwen35moe" => return hybrid::build(&m, &arch, name),
         other => {
             return Err(m.err("general.architecture", format!("unknown architecture `{other}`; supported: {supported}")))

@@ -175,8 +175,8 @@ fn gguf_source(spec: &ModelSpec, name: &str) -> Option<String> {
     let base = base.as_str();
     let spec_layer = spec.layers.get(layer)?;
     let norms = &spec_layer.norms;
-    // Qwen3-Next/3.5 store the pre-FFN norm (HF post_attention_layernorm) as ATTN_POST_NORM.
-    let hybrid = matches!(spec.family, Family::Qwen3Next | Family::Qwen35);
+    // Qwen3-Next/3.5 and GLM-4.5 store the pre-FFN norm (HF post_attention_layernorm) as ATTN_POST_NORM.
+    let hybrid = matches!(spec.family, Family::Qwen3Next | Family::Qwen35 | Family::Glm4Moe);
     let tensor = match base {
         "an" => "attn_norm.weight",
         "pan" if norms.post_attn => "post_attention_norm.weight",
@@ -235,6 +235,7 @@ fn gguf_source(spec: &ModelSpec, name: &str) -> Option<String> {
                 },
                 (None, Ffn::Moe { .. }) => match base {
                     "Wr" => "ffn_gate_inp.weight",
+                    "br" => "exp_probs_b.bias",
                     "Weg" => "ffn_gate_exps.weight",
                     "Weu" => "ffn_up_exps.weight",
                     "Wed" => "ffn_down_exps.weight",
