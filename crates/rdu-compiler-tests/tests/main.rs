@@ -34,6 +34,7 @@ const REFERENCE_BUDGET: usize = 1 << 30;
 mod batched;
 mod bf16_states;
 mod config;
+mod config_v3;
 mod conformance;
 mod estimate;
 mod gguf;

@@ -163,7 +163,8 @@ const OPS: &[(&str, usize, &[&str])] = &[
     ("conv_shift", 2, &[]),
     ("delta_scan", 5, &["kmap"]),
     ("delta_step", 6, &[]),
-    ("route", 1, &["k", "norm", "scale", "groups", "topk_groups"]),
+    ("route", 1, &["k", "norm", "scale", "groups", "topk_groups", "score", "group_score"]),
+    ("route", 2, &["k", "norm", "scale", "score"]),
     ("experts", 6, &["act"]),
 ];
 
