@@ -5,11 +5,11 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::experts::{ExpertDefaults, ExpertFields};
-use super::fields::{explicit, layer_kinds, norms, Common, Core, Defaults, LayerKind};
-use super::{rope, Ctx, Draft, LayerDraft};
+use super::experts::{dense_then_moe, ExpertDefaults, ExpertFields};
+use super::fields::{explicit, Common, Core, Defaults};
+use super::{rope, Ctx, Draft};
 use crate::error::Result;
-use crate::model::spec::{Act, Family, Ffn, Mixer, RopeStyle, Rotation};
+use crate::model::spec::{Family, Mixer, RopeStyle, Rotation};
 
 /// The MLA fields, with `DeepseekV2Config`'s defaults (V3's are the same).
 #[derive(Deserialize)]
@@ -72,22 +72,7 @@ pub(super) fn build(ctx: &Ctx, root: &Value, version: Version) -> Result<Draft> 
         Version::V2 => Some(moe_fields.softmax_ffn(ctx, expert_defaults)?),
         Version::V3 => Some(moe_fields.noaux_ffn(ctx, expert_defaults)?),
     };
-    let dense_hidden = is_moe.contains(&false).then(|| common.dense_hidden(ctx)).transpose()?;
-    let kinds =
-        layer_kinds(ctx, common.layer_types.as_deref(), core.n_layers, &[LayerKind::Full], |_| LayerKind::Full)?;
-    let layers = (0..kinds.len())
-        .map(|layer_idx| LayerDraft {
-            mixer: mixer.clone(),
-            rotation: Some(rotation.clone()),
-            window: None,
-            ffn: match &moe {
-                Some(moe) if is_moe[layer_idx] => moe.clone(),
-                // `dense_hidden` is present whenever some layer is dense.
-                _ => Ffn::Dense { hidden: dense_hidden.unwrap_or(0), act: Act::Silu },
-            },
-            norms: norms(core.eps, false, false),
-        })
-        .collect();
+    let layers = dense_then_moe(ctx, &common, &core, (&mixer, &rotation), moe.as_ref(), &is_moe)?;
     let family = if version == Version::V2 { Family::DeepseekV2 } else { Family::DeepseekV3 };
     let mtp_layers = if version == Version::V2 { 0 } else { moe_fields.mtp_layers(expert_defaults) };
     Ok(Draft { mtp_layers, ..Draft::new(family, &core, layers, false) })

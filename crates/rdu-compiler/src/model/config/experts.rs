@@ -5,10 +5,38 @@
 
 use serde::Deserialize;
 
-use super::fields::explicit;
-use super::Ctx;
+use super::fields::{explicit, layer_kinds, norms, Common, Core, LayerKind};
+use super::{Ctx, LayerDraft};
 use crate::error::Result;
-use crate::model::spec::{Act, Ffn, Router, SharedExpert};
+use crate::model::spec::{Act, Ffn, Mixer, Rotation, Router, SharedExpert};
+
+/// The layers of a model of one mixer whose layer `l` is MoE iff `is_moe[l]` (the expert
+/// block `moe`), else a dense SwiGLU of `intermediate_size`; full attention only (`layer_types`).
+pub(super) fn dense_then_moe(
+    ctx: &Ctx,
+    common: &Common,
+    core: &Core,
+    (mixer, rotation): (&Mixer, &Rotation),
+    moe: Option<&Ffn>,
+    is_moe: &[bool],
+) -> Result<Vec<LayerDraft>> {
+    let dense_hidden = is_moe.contains(&false).then(|| common.dense_hidden(ctx)).transpose()?;
+    let kinds =
+        layer_kinds(ctx, common.layer_types.as_deref(), core.n_layers, &[LayerKind::Full], |_| LayerKind::Full)?;
+    Ok((0..kinds.len())
+        .map(|layer_idx| LayerDraft {
+            mixer: mixer.clone(),
+            rotation: Some(rotation.clone()),
+            window: None,
+            ffn: match moe {
+                Some(moe) if is_moe[layer_idx] => moe.clone(),
+                // `dense_hidden` is present whenever some layer is dense.
+                _ => Ffn::Dense { hidden: dense_hidden.unwrap_or(0), act: Act::Silu },
+            },
+            norms: norms(core.eps, false, false),
+        })
+        .collect())
+}
 
 /// The expert fields, each absent or `null` falling back to the family's [`ExpertDefaults`].
 #[derive(Deserialize)]

@@ -6,11 +6,11 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::experts::{ExpertDefaults, ExpertFields};
-use super::fields::{layer_kinds, norms, Common, Defaults, LayerKind};
-use super::{rope, Ctx, Draft, LayerDraft};
+use super::experts::{dense_then_moe, ExpertDefaults, ExpertFields};
+use super::fields::{Common, Defaults};
+use super::{rope, Ctx, Draft};
 use crate::error::Result;
-use crate::model::spec::{Act, Family, Ffn, RopeStyle};
+use crate::model::spec::{Family, RopeStyle};
 
 /// The GLM-only fields.
 #[derive(Deserialize)]
@@ -47,21 +47,6 @@ pub(super) fn build(ctx: &Ctx, root: &Value) -> Result<Draft> {
     let d = &ExpertDefaults::GLM4_MOE;
     let is_moe = experts.moe_layers(ctx, d, core.n_layers)?;
     let moe = is_moe.contains(&true).then(|| experts.noaux_ffn(ctx, d)).transpose()?;
-    let dense_hidden = is_moe.contains(&false).then(|| common.dense_hidden(ctx)).transpose()?;
-    let kinds =
-        layer_kinds(ctx, common.layer_types.as_deref(), core.n_layers, &[LayerKind::Full], |_| LayerKind::Full)?;
-    let layers = (0..kinds.len())
-        .map(|layer_idx| LayerDraft {
-            mixer: mixer.clone(),
-            rotation: Some(rotation.clone()),
-            window: None,
-            ffn: match &moe {
-                Some(moe) if is_moe[layer_idx] => moe.clone(),
-                // `dense_hidden` is present whenever some layer is dense.
-                _ => Ffn::Dense { hidden: dense_hidden.unwrap_or(0), act: Act::Silu },
-            },
-            norms: norms(core.eps, false, false),
-        })
-        .collect();
+    let layers = dense_then_moe(ctx, &common, &core, (&mixer, &rotation), moe.as_ref(), &is_moe)?;
     Ok(Draft { mtp_layers: experts.mtp_layers(d), ..Draft::new(Family::Glm4Moe, &core, layers, false) })
 }

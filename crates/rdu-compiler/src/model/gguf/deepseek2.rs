@@ -16,12 +16,10 @@
 //! group-limited selection. A file that kept the multi-token-prediction blocks counts them in
 //! `block_count` and says how many in `nextn_predict_layers`: they are not decoder layers.
 
-use super::experts::{routed, split_nextn, ExpertRules};
+use super::experts::{leading_dense_then_routed, split_nextn, ExpertRules};
 use super::{finish, vocab, Meta, Shape};
 use crate::error::Result;
-use crate::model::spec::{
-    Act, Embed, Family, Ffn, Layer, Mixer, ModelSpec, Norms, RopeScaling, RopeStyle, Rotation, Scoring,
-};
+use crate::model::spec::{Embed, Family, Ffn, Mixer, ModelSpec, RopeScaling, RopeStyle, Rotation, Scoring};
 
 const ARCH: &str = "deepseek2";
 
@@ -76,22 +74,7 @@ pub(super) fn build(m: &Meta, name: &str) -> Result<ModelSpec> {
     let mixer = Mixer::Mla { heads, q_lora_rank, kv_lora_rank, qk_nope, qk_rope, v_dim, scale };
 
     // Feed-forward: leading dense blocks, then routed + shared experts.
-    let leading = m.u64(&key("leading_dense_block_count"))?.unwrap_or(0);
-    let leading = usize::try_from(leading).unwrap_or(usize::MAX).min(n_layers);
-    let dense = match leading {
-        0 => None,
-        _ => Some(Ffn::Dense { hidden: m.req_usize(&key("feed_forward_length"))?, act: Act::Silu }),
-    };
-    let norms = Norms { eps, unit_offset: false, pre_attn: true, post_attn: false, pre_ffn: true, post_ffn: false };
-    let mut layers = Vec::with_capacity(n_layers);
-    for il in 0..n_layers {
-        // `dense` is set when some layer is below `leading`.
-        let ffn = match &dense {
-            Some(dense) if il < leading => dense.clone(),
-            _ => routed(m, ARCH, &RULES, il)?,
-        };
-        layers.push(Layer { mixer: mixer.clone(), rotation: Some(0), window: None, ffn, norms: norms.clone() });
-    }
+    let layers = leading_dense_then_routed(m, ARCH, &RULES, &mixer, n_layers, eps)?;
     // A sigmoid router is DeepSeek-V3's (and Kimi K2's).
     let v3 = layers.iter().any(|l| matches!(&l.ffn, Ffn::Moe { router, .. } if router.scoring == Scoring::Sigmoid));
     let family = if v3 { Family::DeepseekV3 } else { Family::DeepseekV2 };

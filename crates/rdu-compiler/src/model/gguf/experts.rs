@@ -6,7 +6,37 @@
 
 use super::Meta;
 use crate::error::Result;
-use crate::model::spec::{Act, Ffn, Router, Scoring, SharedExpert};
+use crate::model::spec::{Act, Ffn, Layer, Mixer, Norms, Router, Scoring, SharedExpert};
+
+/// `n_layers` layers of `mixer` (rotation 0, pre-norms of `eps`): the first
+/// `leading_dense_block_count` a dense SwiGLU of `feed_forward_length`, the rest [`routed`].
+pub(super) fn leading_dense_then_routed(
+    m: &Meta,
+    arch: &str,
+    rules: &ExpertRules,
+    mixer: &Mixer,
+    n_layers: usize,
+    eps: f64,
+) -> Result<Vec<Layer>> {
+    let key = |k: &str| format!("{arch}.{k}");
+    let leading = m.u64(&key("leading_dense_block_count"))?.unwrap_or(0);
+    let leading = usize::try_from(leading).unwrap_or(usize::MAX).min(n_layers);
+    let dense = match leading {
+        0 => None,
+        _ => Some(Ffn::Dense { hidden: m.req_usize(&key("feed_forward_length"))?, act: Act::Silu }),
+    };
+    let norms = Norms { eps, unit_offset: false, pre_attn: true, post_attn: false, pre_ffn: true, post_ffn: false };
+    let mut layers = Vec::with_capacity(n_layers);
+    for il in 0..n_layers {
+        // `dense` is set when some layer is below `leading`.
+        let ffn = match &dense {
+            Some(dense) if il < leading => dense.clone(),
+            _ => routed(m, arch, rules, il)?,
+        };
+        layers.push(Layer { mixer: mixer.clone(), rotation: Some(0), window: None, ffn, norms: norms.clone() });
+    }
+    Ok(layers)
+}
 
 /// What an architecture's loader assumes where the file is silent.
 pub(super) struct ExpertRules {

@@ -6,10 +6,10 @@
 //! converter keeps the multi-token-prediction block: `block_count` counts it and
 //! `nextn_predict_layers` says how many there are; they are not decoder layers.
 
-use super::experts::{routed, split_nextn, ExpertRules};
+use super::experts::{leading_dense_then_routed, split_nextn, ExpertRules};
 use super::{attention, finish, rope_scaling, vocab, Attention, Meta, Shape};
 use crate::error::Result;
-use crate::model::spec::{Act, Embed, Family, Ffn, Layer, Mixer, ModelSpec, Norms, RopeStyle, Rotation, Scoring};
+use crate::model::spec::{Embed, Family, Mixer, ModelSpec, RopeStyle, Rotation, Scoring};
 
 const ARCH: &str = "glm4moe";
 
@@ -36,20 +36,7 @@ pub(super) fn build(m: &Meta, name: &str) -> Result<ModelSpec> {
         scale,
         rotary_dim,
     };
-    let leading = usize::try_from(m.u64(&key("leading_dense_block_count"))?.unwrap_or(0)).unwrap_or(usize::MAX);
-    let dense = match leading {
-        0 => None,
-        _ => Some(Ffn::Dense { hidden: m.req_usize(&key("feed_forward_length"))?, act: Act::Silu }),
-    };
-    let norms = Norms { eps, unit_offset: false, pre_attn: true, post_attn: false, pre_ffn: true, post_ffn: false };
-    let mut layers = Vec::with_capacity(n_layers);
-    for il in 0..n_layers {
-        let ffn = match &dense {
-            Some(dense) if il < leading => dense.clone(),
-            _ => routed(m, ARCH, &RULES, il)?,
-        };
-        layers.push(Layer { mixer: mixer.clone(), rotation: Some(0), window: None, ffn, norms: norms.clone() });
-    }
+    let layers = leading_dense_then_routed(m, ARCH, &RULES, &mixer, n_layers, eps)?;
     let shape = Shape { family: Family::Glm4Moe, vocab, d_model, eps, max_ctx };
     let spec = finish(m, name, shape, layers, vec![rotation], Embed { scale: None })?;
     Ok(ModelSpec { mtp_layers: nextn, ..spec })
