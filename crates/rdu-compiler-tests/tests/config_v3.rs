@@ -124,11 +124,14 @@ fn minimax_m2_norms_q_and_k_over_every_head_and_routes_without_groups() {
     assert!(spec.layers.iter().all(|l| matches!(l.ffn, Ffn::Moe { .. })));
 }
 
+/// An edit of a preset's JSON.
+type Edit = Box<dyn FnOnce(&mut Value)>;
+
 /// A `scoring_func` / `topk_method` (or MiniMax option) rdu does not implement: one line
 /// naming the field.
 #[test]
 fn unimplemented_routing_is_refused_naming_the_field() {
-    let cases: Vec<(&str, Box<dyn FnOnce(&mut Value)>, &str)> = vec![
+    let cases: Vec<(&str, Edit, &str)> = vec![
         ("deepseek-v3", Box::new(|v| v["scoring_func"] = json!("softmax")), "scoring_func"),
         ("deepseek-v3", Box::new(|v| v["topk_method"] = json!("group_limited_greedy")), "topk_method"),
         ("kimi-k2", Box::new(|v| v["scoring_func"] = json!("sqrtsoftplus")), "scoring_func"),

@@ -80,7 +80,7 @@ impl RouteRule {
         if k == 0 || k > e || e > i32::MAX as usize || norm > 1 {
             return invalid(format!("k={k} and norm={norm} must satisfy 1 <= k <= {e} and norm 0 or 1"));
         }
-        if groups == 0 || e % groups != 0 || keep == 0 || keep > groups {
+        if groups == 0 || !e.is_multiple_of(groups) || keep == 0 || keep > groups {
             return invalid(format!("{e} experts cannot be split into {groups} groups keeping {keep}"));
         }
         let sigmoid = match call.attr_word("score")?.unwrap_or("softmax") {
