@@ -8,7 +8,7 @@
 //!   variable it says so and measures nothing. `bench/vs-llama-cpp` compares with llama.cpp.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use rdu_compiler::lower::streamed::{lower_decode_streamed, LowerOptions, Storage};
+use rdu_compiler::deploy::{lower_decode_streamed, LowerOptions, Storage};
 use rdu_compiler::model::gguf::from_gguf_path;
 use rdu_compiler::reference::GgufWeights;
 use rdu_host::{Host, WeightsSource};

@@ -1,19 +1,34 @@
 //! `rdu run --bundle DIR`: the bundle's manifest read before any weight is loaded, and every
 //! flag that contradicts it refused in one line naming both values.
 
-use crate::model_arg::{mode_word, StorageArg};
+use crate::model_arg::{mode_word, StateArg, StorageArg};
 use crate::run_args::{Engine, RunArgs, RunCut};
 use anyhow::{anyhow, bail, Result};
-use rdu_compiler::model::spec::ModelSpec;
+use rdu_compiler::model::spec::{ModelSpec, StateDtype};
+use rdu_host::Host;
 use rdu_spatial::bundle::Bundle;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::manifest::{CutMode, Manifest};
 use std::path::Path;
 
-/// The manifest of the bundle in `dir`, read and validated.
+/// The bundle in `dir` as `rdu run` would load it, refused in one line otherwise: read and
+/// validated, its programs parsed and every binding checked against the manifest (a tensor
+/// whose manifest shape is not the one its program declares is named with both shapes) —
+/// `Host::check`, every check a run makes before it reads a weight. `rdu show`, `rdu report`,
+/// `rdu verify` and `rdu run --bundle` open bundles here, so none accepts one the others refuse.
+pub fn open(dir: &Path) -> Result<Bundle> {
+    Host::check(dir).map_err(|e| {
+        let shown = dir.display().to_string();
+        let text = e.to_string();
+        // Most of the host's messages already start with the bundle: name it once.
+        let reason = text.strip_prefix(&format!("bundle {shown}: ")).unwrap_or(&text);
+        anyhow!("cannot open bundle {shown}: {reason}")
+    })
+}
+
+/// The manifest of the bundle in `dir`, opened as [`open`] opens it.
 pub fn manifest(dir: &Path) -> Result<Manifest> {
-    let bundle = Bundle::open(dir).map_err(|e| anyhow!("cannot open bundle {}: {e}", dir.display()))?;
-    Ok(bundle.manifest)
+    Ok(open(dir)?.manifest)
 }
 
 /// Refuses a bundle of another model, and `--engine reference`, `--ctx`, `--tp`, `--chip`,
@@ -107,5 +122,28 @@ pub fn load_error(e: rdu_host::HostError, bundle_given: bool) -> anyhow::Error {
             "{file}: tensor `{checkpoint}` has the shape {found:?} but the model's config makes `{tensor}` {expected:?}: its config and its weights disagree"
         ),
         other => anyhow::anyhow!("{other}"),
+    }
+}
+
+/// The state storage a run uses: the bundle's, when it runs one (refusing a `--state` that
+/// differs), else `--state`, f32 by default (what transformers' own float32 cache holds).
+pub(crate) fn run_state(args: &RunArgs) -> Result<StateArg> {
+    let Some(dir) = &args.bundle else { return Ok(args.state.unwrap_or(StateArg::F32)) };
+    let manifest = manifest(dir)?;
+    let stored = match manifest.state_dtype() {
+        Ok(None) => return Ok(args.state.unwrap_or(StateArg::F32)),
+        Ok(Some(one)) => one,
+        Err(problem) => bail!("{}: {problem}", dir.display()),
+    };
+    let stored = if stored == StateDtype::Bf16 { StateArg::Bf16 } else { StateArg::F32 };
+    match args.state {
+        Some(given) if given != stored => bail!(
+            "{} stores its states {} but --state {} was given: lower the bundle with --state {}, or drop --state",
+            dir.display(),
+            stored.dtype().as_str(),
+            given.dtype().as_str(),
+            given.dtype().as_str()
+        ),
+        _ => Ok(stored),
     }
 }

@@ -1,4 +1,5 @@
-//! `rdu check`: parse and lift a program file and render every diagnostic with its source line.
+//! `rdu check`: parse and lift a program file and render its diagnostics with their source lines
+//! (at most `MAX_SHOWN`; a file that is no program at all is said to be so in one line).
 //! It renders only; what is wrong is decided by `lang::parse` and `front::lift`.
 
 use anyhow::{bail, Context, Result};
@@ -8,6 +9,7 @@ use codespan_reporting::files::SimpleFile;
 use codespan_reporting::term::{self, termcolor::ColorChoice, termcolor::StandardStream, Config};
 use rdu_compiler::front::lift;
 use rdu_compiler::lang::{parse, Diagnostic};
+use std::collections::BTreeSet;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
@@ -41,6 +43,11 @@ pub fn run(args: &CheckArgs) -> Result<()> {
             Err(refusal) => (refusal.diagnostics, "lift"),
         },
     };
+    if stage == "parse" {
+        if let Some(line) = not_a_program(&shown, &text, &diagnostics) {
+            bail!("{line}");
+        }
+    }
     render(&shown, &text, &diagnostics[..diagnostics.len().min(MAX_SHOWN)]);
     let n = diagnostics.len();
     let more =
@@ -48,8 +55,38 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     bail!("{shown}: {n} error{} found{more}; the program does not {stage}", if n == 1 { "" } else { "s" })
 }
 
-/// Diagnostics rendered at most; a file that is not a program would print thousands.
+/// Diagnostics rendered at most (a program with that many faults, or more, has a pattern of
+/// them: the first few show it).
 const MAX_SHOWN: usize = 20;
+
+/// A file with more syntax errors than this, on at least half of the lines that hold anything,
+/// is not a program with typos but no program at all (a bundle's `manifest.json`, a README).
+const TYPOS: usize = 5;
+
+/// One line saying that `text` (shown as `shown`), whose parse found `syntax`, does not look
+/// like a program, with how much of it does not parse, from which line — or `None` when it
+/// looks like a program with errors, whose diagnostics say more.
+fn not_a_program(shown: &str, text: &str, syntax: &[Diagnostic]) -> Option<String> {
+    let starts: Vec<usize> = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
+    let faulty: BTreeSet<usize> =
+        syntax.iter().map(|d| starts.partition_point(|&s| s <= d.span.range().start).saturating_sub(1)).collect();
+    let held = text.lines().filter(|l| !l.trim().is_empty() && !l.trim().starts_with('#')).count();
+    if syntax.len() <= TYPOS || faulty.len() * 2 < held {
+        return None;
+    }
+    let first = *faulty.first()?;
+    let line: String = text.lines().nth(first).unwrap_or_default().trim().chars().take(40).collect();
+    let json = if serde_json::from_str::<serde_json::Value>(text).is_ok() {
+        " (it is JSON: `rdu show DIR` reads a bundle and its manifest.json)"
+    } else {
+        ""
+    };
+    Some(format!(
+        "{shown} does not look like a program{json}: {} of its {held} lines do not parse, from line {} (`{line}`); a program declares its tensors, computes and names its outputs (docs/LANGUAGE.md)",
+        faulty.len(),
+        first + 1
+    ))
+}
 
 /// Every diagnostic on stderr with its source snippet; coloured only on a terminal.
 fn render(name: &str, text: &str, diagnostics: &[Diagnostic]) {

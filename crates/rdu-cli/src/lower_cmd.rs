@@ -4,7 +4,7 @@ use crate::model_arg::{resolve_with_weights, storage_of, with_state, CutArg, Cut
 use anyhow::{bail, Result};
 use clap::Args;
 use rdu_compiler::deploy::deploy;
-use rdu_compiler::lower::streamed::{LowerOptions, ProgramPart, Progress, StreamedModel};
+use rdu_compiler::deploy::{LowerOptions, ProgramPart, Progress, StreamedModel};
 use rdu_compiler::lower::PASSES;
 use rdu_spatial::chip::Chip;
 use serde_json::{json, Value};

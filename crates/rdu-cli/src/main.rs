@@ -15,6 +15,7 @@ mod report;
 mod run_args;
 mod run_cmd;
 mod run_engine;
+mod serve_cmd;
 mod show_cmd;
 mod usage;
 mod verify_cmd;
@@ -60,6 +61,8 @@ enum Command {
     Fit(fit_cmd::FitArgs),
     /// Chips × batch: the estimated tokens/s, model roofline and memory of every admitted width and batch
     Plan(plan_cmd::PlanArgs),
+    /// Serve a model over an OpenAI-compatible HTTP API, requests batched continuously
+    Serve(serve_cmd::ServeArgs),
 }
 
 /// Runs `f` on a worker of a rayon pool (as many threads as the global pool would have:
@@ -112,6 +115,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => verify_cmd::run(&args),
         Command::Report(args) => report::run(&args),
         Command::Plan(args) => plan_cmd::run(&args),
+        Command::Serve(args) => serve_cmd::run(&args),
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

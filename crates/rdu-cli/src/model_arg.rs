@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Result};
 use clap::ValueEnum;
-use rdu_compiler::lower::streamed::Storage;
+use rdu_compiler::deploy::Storage;
 use rdu_compiler::model::presets;
 use rdu_compiler::model::spec::{Cut, ModelSpec, StateDtype};
 use rdu_spatial::manifest::CutMode;

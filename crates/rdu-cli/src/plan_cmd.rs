@@ -9,6 +9,8 @@
 //! counterpart's); the cells run in parallel. The estimates are the lowering's:
 //! `tests/plan.rs` holds cells to `rdu lower --json`'s step and `rdu fit --json`'s bytes exactly.
 
+mod load;
+
 use crate::fit_cmd::gb;
 use crate::model_arg::check_size;
 use crate::model_arg::{resolve_with_weights, storage_of, with_state, TargetArgs};
@@ -17,9 +19,9 @@ use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
+use rdu_compiler::deploy::{Estimator, Spine};
 use rdu_compiler::fit::admits_tp;
 use rdu_compiler::fit::per_chip;
-use rdu_compiler::lower::streamed::{Estimator, Spine};
 use rdu_compiler::model::spec::Cut;
 use rdu_spatial::chip::Chip;
 use serde_json::json;
@@ -45,6 +47,8 @@ pub struct PlanArgs {
     /// the table), or the bare SVG when FILE ends in .svg
     #[arg(short = 'o', long = "out", value_name = "FILE")]
     out: Option<PathBuf>,
+    #[command(flatten)]
+    load: load::LoadArgs,
 }
 
 /// The widths swept: every one up to this the model admits.
@@ -75,6 +79,16 @@ pub struct Plan {
     pub state: &'static str,
     pub cells: Vec<Cell>,
     pub refused: Vec<(usize, String)>,
+    /// `--workload` / `--rate`: how every cell serves it.
+    pub serving: Option<Serving>,
+}
+
+/// The simulated serving of a workload: its description, the target, each cell's figures
+/// (`None` for a cell that does not fit).
+pub struct Serving {
+    pub described: String,
+    pub target_ms: Option<f64>,
+    pub loads: Vec<Option<load::Load>>,
 }
 
 impl Plan {
@@ -151,8 +165,18 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             Err(r) => refused.push((tp, r.reason)),
         }
     }
+    let arrivals = args.load.arrivals(args.ctx)?;
     let estimator = Estimator::new(&spec, chip.clone(), storage.clone(), 0);
     let cells = sweep(&estimator, &widths, args.ctx)?;
+    let serving = if args.load.wanted() {
+        let chunk = args.load.chunk(args.ctx);
+        let steps = chunk_steps(&estimator, &widths, chunk, args.ctx)?;
+        let step_of = |tp: usize| widths.iter().position(|&w| w == tp).map(|i| steps[i]);
+        let loads = load::serve_all(&cells, &step_of, &arrivals, chunk, args.ctx)?;
+        Some(Serving { described: args.load.describe(&arrivals), target_ms: args.load.p99_tpot, loads })
+    } else {
+        None
+    };
     let plan = Plan {
         model: spec.name.clone(),
         chip,
@@ -161,6 +185,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         state: spec.state.as_str(),
         cells,
         refused,
+        serving,
     };
     if let Some(out) = &args.out {
         let svg_only = out.extension().is_some_and(|e| e.eq_ignore_ascii_case("svg"));
@@ -172,6 +197,9 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         eprintln!("{NOTE}");
     } else {
         print!("{}", table(&plan));
+        if let Some(sv) = &plan.serving {
+            print!("{}", load::table(&plan.cells, &sv.loads, &sv.described, sv.target_ms));
+        }
     }
     if let Some(out) = &args.out {
         eprintln!("plan of {} written to {}", plan.model, out.display());
@@ -236,12 +264,29 @@ fn sweep(estimator: &Estimator, widths: &[usize], ctx: usize) -> Result<Vec<Cell
     Ok(cells)
 }
 
+/// The cost model's time of one prefill chunk of `chunk` rows on each of `widths` (the prefill
+/// cut on one chip, prefill-tp over more), in parallel.
+fn chunk_steps(estimator: &Estimator, widths: &[usize], chunk: usize, ctx: usize) -> Result<Vec<f64>> {
+    let one = Cut::Prefill { chunk, ctx };
+    let spine = estimator.spine(one, &mut |_| {}).map_err(|e| anyhow!("prefill chunk {chunk}: {e}"))?;
+    widths
+        .par_iter()
+        .map(|&tp| {
+            let cut = if tp == 1 { one } else { Cut::PrefillTp { chunk, tp, ctx } };
+            let model = estimator
+                .estimate(cut, &spine, &mut |_| {})
+                .map_err(|e| anyhow!("tp {tp}, prefill chunk {chunk}: {e}"))?;
+            Ok(model.step_estimate().seconds)
+        })
+        .collect()
+}
+
 /// The cell of `tp` chips and `batch` sequences: its layer kinds estimated over `spine`.
 fn cell(estimator: &Estimator, spine: &Spine, tp: usize, batch: usize, ctx: usize) -> Result<Cell> {
     let cut = cut_of(tp, batch, ctx);
     let model = estimator.estimate(cut, spine, &mut |_| {}).map_err(|e| anyhow!("tp {tp}, batch {batch}: {e}"))?;
     let step = model.step_estimate();
-    let fit = per_chip(&model)?;
+    let fit = per_chip(&model.chip, &model.embed.source, &model.layer_sources, &model.head.source)?;
     Ok(Cell {
         tp,
         batch,
@@ -275,7 +320,14 @@ fn plan_json(p: &Plan) -> serde_json::Value {
         })
         .collect();
     let refused: Vec<_> = p.refused.iter().map(|(tp, reason)| json!({"tp": tp, "reason": reason})).collect();
-    json!({"model": p.model, "chip": p.chip.name, "rows": rows, "refused": refused})
+    let mut v = json!({"model": p.model, "chip": p.chip.name, "rows": rows, "refused": refused});
+    if let Some(sv) = &p.serving {
+        v["workload"] = json!({"described": sv.described, "target_p99_tpot_ms": sv.target_ms});
+        for (row, load) in v["rows"].as_array_mut().into_iter().flatten().zip(&sv.loads) {
+            row["serving"] = load.as_ref().map_or(serde_json::Value::Null, |l| load::load_json(l, sv.target_ms));
+        }
+    }
+    v
 }
 
 /// The marks of a cell: `*` the fastest single sequence, `+` the highest throughput on its chips.
@@ -522,10 +574,23 @@ fn page(p: &Plan) -> String {
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>rdu plan: {0}</title>\
          <style>body{{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1d1d1b}}pre{{font:12px ui-monospace,monospace}}</style>\
          </head><body><h1>{0} on {1}</h1><p>Throughput against latency of every deployment that fits in HBM; \
-         thin lines join each chip count's batches (64 on the left, 1 on the right), the black line the deployments no other beats on both.</p>{2}<pre>{3}</pre></body></html>\n",
+         thin lines join each chip count's batches (64 on the left, 1 on the right), the black line the deployments no other beats on both.</p>{2}{4}<pre>{3}</pre></body></html>\n",
         esc(&p.model),
         esc(&p.chip.name),
         frontier_svg(p),
-        esc(&table(p))
+        esc(&table(p)),
+        serving_section(p)
+    )
+}
+
+/// The page's serving section: the latency–throughput curves and the serving table.
+fn serving_section(p: &Plan) -> String {
+    let Some(sv) = &p.serving else { return String::new() };
+    format!(
+        "<h2>Serving {0}</h2><p>rdu serve's scheduler in simulated time over the cost model's step times: each deployment \
+         runs the workload at ¼, ½, 1, 2 and 4 times its rate (one line each, coloured by chip count).</p>{1}<pre>{2}</pre>",
+        esc(&sv.described),
+        load::curves_svg(&p.cells, &sv.loads, sv.target_ms),
+        esc(&load::table(&p.cells, &sv.loads, &sv.described, sv.target_ms))
     )
 }

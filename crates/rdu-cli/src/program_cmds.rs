@@ -3,7 +3,7 @@
 use crate::model_arg::{resolve, resolve_with_weights, storage_of, with_state, CutArg, CutSizes, StateArg, StorageArg};
 use anyhow::{bail, Result};
 use clap::Args;
-use rdu_compiler::lower::streamed::layer_kinds;
+use rdu_compiler::deploy::layer_kinds;
 use rdu_compiler::model::author::{embed_source, head_source, source_of};
 use rdu_compiler::model::presets;
 use serde_json::json;

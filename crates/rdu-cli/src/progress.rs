@@ -4,7 +4,7 @@
 //! hides it otherwise), never with `--json`; cleared when the lowering ends.
 
 use indicatif::{ProgressBar, ProgressStyle};
-use rdu_compiler::lower::streamed::Progress;
+use rdu_compiler::deploy::Progress;
 use rdu_compiler::lower::PASSES;
 use std::time::Duration;
 

@@ -5,8 +5,8 @@ use crate::model_arg::{StateArg, StorageArg, Weights};
 use anyhow::{anyhow, bail, Result};
 use clap::{Args, ValueEnum};
 use rdu_compiler::deploy::deploy;
-use rdu_compiler::lower::streamed::{LowerOptions, Progress, Storage};
-use rdu_compiler::model::spec::{Cut, ModelSpec, StateDtype};
+use rdu_compiler::deploy::{LowerOptions, Progress, Storage};
+use rdu_compiler::model::spec::{Cut, ModelSpec};
 use rdu_host::WeightsSource;
 use rdu_spatial::chip::Chip;
 use std::path::{Path, PathBuf};
@@ -105,29 +105,6 @@ pub struct RunArgs {
     pub(crate) state: Option<StateArg>,
 }
 
-/// The state storage a run uses: the bundle's, when it runs one (refusing a `--state` that
-/// differs), else `--state`, f32 by default (what transformers' own float32 cache holds).
-pub(crate) fn run_state(args: &RunArgs) -> Result<StateArg> {
-    let Some(dir) = &args.bundle else { return Ok(args.state.unwrap_or(StateArg::F32)) };
-    let bundle = rdu_spatial::bundle::Bundle::read(dir).map_err(|e| anyhow!("{}: {e}", dir.display()))?;
-    let stored = match bundle.manifest.state_dtype() {
-        Ok(None) => return Ok(args.state.unwrap_or(StateArg::F32)),
-        Ok(Some(one)) => one,
-        Err(problem) => bail!("{}: {problem}", dir.display()),
-    };
-    let stored = if stored == StateDtype::Bf16 { StateArg::Bf16 } else { StateArg::F32 };
-    match args.state {
-        Some(given) if given != stored => bail!(
-            "{} stores its states {} but --state {} was given: lower the bundle with --state {}, or drop --state",
-            dir.display(),
-            stored.dtype().as_str(),
-            given.dtype().as_str(),
-            given.dtype().as_str()
-        ),
-        _ => Ok(stored),
-    }
-}
-
 impl RunArgs {
     /// The chip to lower for.
     pub(crate) fn chip(&self) -> &str {
@@ -156,24 +133,29 @@ pub(crate) fn check_writable(path: &Path) -> Result<()> {
 /// Where the host reads the weights: the checkpoint MODEL names, or the seeded random weights
 /// of a preset or a bare config.
 pub(crate) fn host_weights(args: &RunArgs, spec: &ModelSpec, weights: &Weights) -> WeightsSource {
+    host_weights_of(&args.model, args.seed, spec, weights)
+}
+
+/// [`host_weights`] for MODEL `model`, a preset's weights seeded with `seed`.
+pub(crate) fn host_weights_of(model: &str, seed: u64, spec: &ModelSpec, weights: &Weights) -> WeightsSource {
     match weights {
-        Weights::Hf(_) => WeightsSource::Hf(PathBuf::from(&args.model)),
-        Weights::Gguf(_) => WeightsSource::Gguf(PathBuf::from(&args.model)),
-        Weights::None => WeightsSource::Seeded { seed: args.seed, unit_offset: spec.head.norm_unit_offset },
+        Weights::Hf(_) => WeightsSource::Hf(PathBuf::from(model)),
+        Weights::Gguf(_) => WeightsSource::Gguf(PathBuf::from(model)),
+        Weights::None => WeightsSource::Seeded { seed, unit_offset: spec.head.norm_unit_offset },
     }
 }
 
-/// Lowers `spec` for `cut` on `chip` (the lowering bar on stderr unless `--json`) and writes
+/// Lowers `spec` for `cut` on `chip` (the lowering bar on stderr unless `quiet`) and writes
 /// the bundle into `dir`.
 pub(crate) fn lower_into(
-    args: &RunArgs,
+    quiet: bool,
     spec: &ModelSpec,
     chip: &Chip,
     storage: &Storage,
     cut: Cut,
     dir: &Path,
 ) -> Result<()> {
-    let bar = crate::progress::lowering_bar(args.json);
+    let bar = crate::progress::lowering_bar(quiet);
     let progress = &mut |p: Progress<'_>| crate::progress::show(&bar, &p);
     let opts = LowerOptions { chip: chip.clone(), storage: storage.clone(), seed: 0, progress };
     let model = deploy(spec, &cut, opts).map_err(|e| anyhow!("{e}"))?;

@@ -3,11 +3,12 @@
 //! interpreter), writing logits rows and a JSON summary on request. This module checks the
 //! arguments, builds the engine (`run_engine`), generates with `rdu_host::generate` and prints.
 
+use crate::bundle_arg::run_state;
 use crate::model_arg::{resolve_with_weights, storage_of, with_state, Weights, MAX_SIZE};
-use crate::run_args::{check_writable, host_weights, run_state, write_npy, Engine, RunArgs, RunCut};
+use crate::run_args::{check_writable, host_weights, write_npy, Engine, RunArgs, RunCut};
 use crate::run_engine::{engine, Clocks, Setup};
 use anyhow::{anyhow, bail, Context, Result};
-use rdu_compiler::lower::streamed::Storage;
+use rdu_compiler::deploy::Storage;
 use rdu_compiler::model::spec::ModelSpec;
 use rdu_compiler::reference::{Reference, SeededWeights, WeightSource};
 use rdu_host::{generate, Generate, Generated, Observer, Sampler, Sampling, StreamDecoder, Tokenizer};
@@ -283,7 +284,7 @@ fn print(args: &RunArgs, out: &Generated, watch: &mut Watch<'_>) {
 }
 
 /// The model's tokenizer, when it has one: a GGUF file's, or `tokenizer.json` in a HF directory.
-fn tokenizer_of(model: &str) -> Result<Option<Tokenizer>> {
+pub(crate) fn tokenizer_of(model: &str) -> Result<Option<Tokenizer>> {
     let path = std::path::Path::new(model);
     if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
         let gguf = rdu_checkpoint::Gguf::open(path)?;
@@ -303,7 +304,7 @@ fn tokenizer_of(model: &str) -> Result<Option<Tokenizer>> {
 /// The ids that end generation, read off the model's tokenizer files without building the
 /// tokenizer (empty when there is none). A GGUF file whose tokenizer rdu cannot build still
 /// runs on ids; one line on stderr says that text output is unavailable.
-fn end_ids_of(model: &str) -> Result<Vec<u32>> {
+pub(crate) fn end_ids_of(model: &str) -> Result<Vec<u32>> {
     let path = std::path::Path::new(model);
     if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
         let gguf = rdu_checkpoint::Gguf::open(path)?;

@@ -6,7 +6,7 @@
 use crate::run_args::{lower_into, Engine, RunArgs, RunCut};
 use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use rdu_compiler::lower::streamed::Storage;
+use rdu_compiler::deploy::Storage;
 use rdu_compiler::model::spec::{Cut, ModelSpec};
 use rdu_compiler::reference::Reference;
 use rdu_host::{Feed, Host, HostError, Session, Stepper, Stepping, WeightsSource};
@@ -141,7 +141,7 @@ fn load(dir: &Path, weights: &WeightsSource, args: &RunArgs, clocks: &Clocks) ->
 /// Lowers `cut` into `dir`, timed on `clocks.lower`.
 fn lower(setup: &Setup<'_>, chip: &Chip, cut: Cut, dir: &Path) -> Result<()> {
     let lowered =
-        Clocks::time(&setup.clocks.lower, || lower_into(setup.args, setup.spec, chip, &setup.storage, cut, dir));
+        Clocks::time(&setup.clocks.lower, || lower_into(setup.args.json, setup.spec, chip, &setup.storage, cut, dir));
     release_freed_memory();
     lowered
 }
@@ -150,7 +150,7 @@ fn lower(setup: &Setup<'_>, chip: &Chip, cut: Cut, dir: &Path) -> Result<()> {
 /// kind on seeded weights and frees them; glibc's allocator keeps such memory (its mmap
 /// threshold rises to the largest block freed), so without this the run's resident size would
 /// carry the certification's peak through the prompt and decode, beside the mapped weights.
-fn release_freed_memory() {
+pub(crate) fn release_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free pages of glibc's own heaps to the system.
     unsafe {

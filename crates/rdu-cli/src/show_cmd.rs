@@ -1,6 +1,7 @@
 //! `rdu show`: what a bundle holds — its programs, their certificates and costs, which kind
 //! runs at each layer — or one program's spatial text, or a Graphviz view of its stages.
-//! It reads the bundle only; it never lowers or certifies anything.
+//! It reads the bundle only (and refuses one `rdu run` would refuse: `bundle_arg::open`); it
+//! never lowers or certifies anything.
 
 use crate::program_cmds::ranges;
 use anyhow::{anyhow, Context, Result};
@@ -36,8 +37,7 @@ struct Entry<'m> {
 
 pub fn run(args: &ShowArgs) -> Result<()> {
     let dir = &args.bundle;
-    // The error's text already holds its cause: format it once rather than chaining it.
-    let bundle = Bundle::open(dir).map_err(|e| anyhow!("cannot open bundle {}: {e}", dir.display()))?;
+    let bundle = crate::bundle_arg::open(dir)?;
     let entries = entries(&bundle.manifest);
     let chosen: Vec<&Entry> = match &args.program {
         Some(name) => vec![entries.iter().find(|e| e.name == name).ok_or_else(|| {

@@ -5,7 +5,6 @@ use crate::model_arg::resolve;
 use anyhow::{anyhow, Result};
 use clap::Args;
 use rdu_compiler::verify::{verify_bundle, verify_model};
-use rdu_spatial::bundle::Bundle;
 use rdu_spatial::chip::Chip;
 use std::path::PathBuf;
 
@@ -24,7 +23,7 @@ pub struct VerifyArgs {
 
 pub fn run(args: &VerifyArgs) -> Result<()> {
     let dir = &args.bundle;
-    let bundle = Bundle::read(dir).map_err(|e| anyhow!("cannot read bundle {}: {e}", dir.display()))?;
+    let bundle = crate::bundle_arg::open(dir)?;
     let chip = match &args.chip {
         Some(c) => Chip::resolve(c)?,
         None => Chip::builtin(&bundle.manifest.chip).map_err(|e| {

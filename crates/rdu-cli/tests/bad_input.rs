@@ -300,14 +300,38 @@ fn check_refuses_empty_files_and_caps_its_diagnostics() {
     let comment = dir.path().join("comment.rdu");
     std::fs::write(&comment, "# nothing here\n").expect("write");
     refuses(&[(&["check", &s(&empty)], "is empty"), (&["check", &s(&comment)], "not a program")]);
-    // A file that is not a program: at most 20 diagnostics, and how many more there were.
-    let readme = s(&fixtures::repo().join("README.md"));
-    let out = common::rdu(&["check", &readme]);
+    // A program with many faults: at most 20 diagnostics, and how many more there were.
+    let mut program = ok(&["source", "tiny-llama", "--layer", "1"]);
+    for i in 0..25 {
+        program.push_str(&format!("z{i} = add(\n"));
+    }
+    let typos = dir.path().join("typos.rdu");
+    std::fs::write(&typos, program).expect("write");
+    let out = common::rdu(&["check", &s(&typos)]);
     assert_eq!(out.status.code(), Some(1));
     let err = common::stderr(&out);
     let last = err.lines().last().expect("a last line");
-    assert!(last.contains("20 shown") && last.contains("more not"), "{last}");
+    assert!(last.contains("25 errors found (20 shown, 5 more not)"), "{last}");
     assert_eq!(err.matches("error[E").count(), 20, "{err}");
+}
+
+/// A file that is not a program (a bundle's manifest, a README) is said to be so in one line,
+/// not in a screenful of diagnostics; a short file of a few faults keeps its diagnostics.
+#[test]
+fn check_says_in_one_line_that_a_file_is_not_a_program() {
+    let dir = temp();
+    let bundle = lowered(dir.path(), "bundle", &["tiny-llama", "--ctx", "16"]);
+    let manifest = s(&Path::new(&bundle).join("manifest.json"));
+    let line = user_error(&["check", &manifest]);
+    assert!(line.contains("does not look like a program (it is JSON"), "{line}");
+    assert!(line.contains("lines do not parse, from line 1 (`{`)"), "{line}");
+    let readme = s(&fixtures::repo().join("README.md"));
+    let line = user_error(&["check", &readme]);
+    assert!(line.contains(&format!("{readme} does not look like a program: ")), "{line}");
+    let short = dir.path().join("short.rdu");
+    std::fs::write(&short, "input x : f32[1, 64\nweight W : q9[4]\n").expect("write");
+    let err = common::stderr(&common::rdu(&["check", &s(&short)]));
+    assert!(err.contains("error[E0102]") && err.contains("2 errors found"), "{err}");
 }
 
 #[test]
@@ -422,8 +446,13 @@ fn a_config_that_disagrees_with_its_weights_says_so_without_a_bundle() {
     }
 }
 
+/// A bundle whose manifest or program files were edited after lowering: `rdu show`, `rdu
+/// report` and `rdu verify` refuse it in the same line as `rdu run --bundle`, naming what is
+/// wrong — a tensor whose manifest shape is not the one its program declares (a 2-D weight's
+/// first dimension grown by one passes every check of the manifest alone), a last dimension no
+/// longer a whole number of Q8_0 blocks, a program file that changed after certification.
 #[test]
-fn show_and_run_refuse_the_same_damaged_bundles() {
+fn show_report_verify_and_run_refuse_the_same_damaged_bundles() {
     let dir = temp();
     let good = lowered(dir.path(), "good", &["tiny-llama", "--ctx", "16"]);
     let copy = |name: &str| -> PathBuf {
@@ -436,25 +465,36 @@ fn show_and_run_refuse_the_same_damaged_bundles() {
         std::fs::copy(Path::new(&good).join("manifest.json"), to.join("manifest.json")).expect("copy");
         to
     };
-    let reshaped = copy("reshaped");
-    let manifest = std::fs::read_to_string(reshaped.join("manifest.json")).expect("manifest");
-    assert!(manifest.contains("\"shape\": [64, 128]"));
-    std::fs::write(
-        reshaped.join("manifest.json"),
-        manifest.replacen("\"shape\": [64, 128]", "\"shape\": [64, 129]", 1),
-    )
-    .expect("write");
+    let edit_manifest = |name: &str, from: &str, to: &str| -> PathBuf {
+        let bundle = copy(name);
+        let manifest = std::fs::read_to_string(bundle.join("manifest.json")).expect("manifest");
+        assert!(manifest.contains(from), "{from}");
+        std::fs::write(bundle.join("manifest.json"), manifest.replacen(from, to, 1)).expect("write");
+        bundle
+    };
+    let taller = edit_manifest("taller", "\"shape\": [64, 128]", "\"shape\": [65, 128]");
+    let wider = edit_manifest("wider", "\"shape\": [64, 128]", "\"shape\": [64, 129]");
     let garbage = copy("garbage");
     let spatial = garbage.join("programs/head.spatial");
     let mut text = std::fs::read_to_string(&spatial).expect("spatial");
     text.push_str("garbage line\n");
     std::fs::write(&spatial, text).expect("write");
-    for (bundle, needle) in [(&reshaped, "[64, 129]"), (&garbage, "does not match its hash")] {
+    let cases = [
+        (&taller, "is bound to `Wd0` of shape [65, 128] but the program declares [64, 128]"),
+        (&wider, "[64, 129]"),
+        (&garbage, "does not match its hash"),
+    ];
+    let page = s(&dir.path().join("report.html"));
+    for (bundle, needle) in cases {
         let b = s(bundle);
-        let shown = user_error(&["show", &b]);
         let ran = user_error(&["run", "tiny-llama", "--tokens", "1", "--bundle", &b]);
-        assert!(shown.contains(needle) && ran.contains(needle), "show: {shown}\nrun: {ran}");
+        assert!(ran.contains(needle), "run: {ran}");
+        for args in [&["show", &b][..], &["verify", &b], &["report", &b, "-o", &page]] {
+            assert_eq!(user_error(args), ran, "rdu {args:?} and rdu run --bundle");
+        }
     }
+    assert!(!Path::new(&page).exists(), "no report of a damaged bundle");
+    ok(&["show", &good]);
 }
 
 #[test]

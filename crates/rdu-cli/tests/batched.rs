@@ -9,7 +9,7 @@
 use crate::common;
 
 use common::f32_states;
-use rdu_compiler::lower::streamed::{
+use rdu_compiler::deploy::{
     lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed, LowerOptions, Storage,
 };
 use rdu_compiler::model::config::from_config_path;
@@ -23,7 +23,7 @@ const GEN: usize = 8;
 /// Sequence 2 joins this many steps late.
 const LATE: usize = 2;
 
-fn opts(progress: &mut dyn FnMut(rdu_compiler::lower::streamed::Progress<'_>)) -> LowerOptions<'_> {
+fn opts(progress: &mut dyn FnMut(rdu_compiler::deploy::Progress<'_>)) -> LowerOptions<'_> {
     LowerOptions { chip: Chip::builtin("sn50").expect("chip"), storage: Storage::Dense, seed: 0, progress }
 }
 
@@ -95,7 +95,7 @@ fn check(arch: &str) {
     let ctx = tokens.len() + GEN + LATE;
     let tmp = tempfile::tempdir().expect("temp dir");
 
-    let mut quiet = |_: rdu_compiler::lower::streamed::Progress<'_>| {};
+    let mut quiet = |_: rdu_compiler::deploy::Progress<'_>| {};
     let model = lower_batched_decode_streamed(&spec, prompts.len(), ctx, opts(&mut quiet))
         .unwrap_or_else(|e| panic!("{arch}: {e}"));
     let batched = tmp.path().join("batched");
@@ -137,7 +137,7 @@ fn check_tp(arch: &str) {
     let prompts = [tokens.clone(), tokens[..4].to_vec(), tokens.iter().rev().take(7).copied().collect()];
     let ctx = tokens.len() + GEN + LATE;
     let tmp = tempfile::tempdir().expect("temp dir");
-    let mut quiet = |_: rdu_compiler::lower::streamed::Progress<'_>| {};
+    let mut quiet = |_: rdu_compiler::deploy::Progress<'_>| {};
     let one = lower_batched_decode_streamed(&spec, 3, ctx, opts(&mut quiet)).expect("batched");
     one.bundle().expect("bundle").write(&tmp.path().join("one"), false).expect("write");
     let two = lower_batched_tp_decode_streamed(&spec, 3, 2, ctx, opts(&mut quiet)).expect("batched-tp");

@@ -7,7 +7,7 @@
 //! (`tests/data/fixtures/tools/make_bf16_cache.py`). After every step each state the host
 //! holds is bf16-representable.
 
-use rdu_compiler::lower::streamed::{lower_decode_streamed, LowerOptions, Storage};
+use rdu_compiler::deploy::{lower_decode_streamed, LowerOptions, Storage};
 use rdu_compiler::model::config::from_config_path;
 use rdu_compiler::model::spec::StateDtype;
 use rdu_host::{Host, WeightsSource};

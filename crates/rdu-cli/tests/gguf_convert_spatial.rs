@@ -10,7 +10,7 @@ use crate::common;
 
 use common::f32_states;
 use rdu_checkpoint::{GgufValue, GgufValueType};
-use rdu_compiler::lower::streamed::{
+use rdu_compiler::deploy::{
     lower_decode_streamed, lower_forward_streamed, lower_prefill_streamed, LowerOptions, Storage,
 };
 use rdu_compiler::model::gguf::from_gguf_path;

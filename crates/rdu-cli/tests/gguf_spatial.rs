@@ -8,7 +8,7 @@
 use crate::common;
 
 use common::f32_states;
-use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_forward_streamed, LowerOptions};
+use rdu_compiler::deploy::{lower_decode_streamed, lower_forward_streamed, LowerOptions};
 use rdu_compiler::model::gguf::from_gguf_path;
 use rdu_compiler::reference::GgufWeights;
 use rdu_host::{Host, WeightsSource};

@@ -14,6 +14,7 @@ mod gguf_spatial;
 mod plan;
 mod prefill_conformance;
 mod report;
+mod serve;
 mod spatial_conformance;
 mod tp_cli;
 mod tp_conformance;

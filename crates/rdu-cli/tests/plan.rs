@@ -202,3 +202,135 @@ fn real_preset_plans() {
     check_cell(&plan, "gemma-3-270m", "auto", "4096", 1, 1);
     check_cell(&plan, "gemma-3-270m", "auto", "4096", 2, 4);
 }
+
+/// The plan's serving rows of `args` (`rdu plan tiny-llama ... --json`), by (tp, batch).
+fn serving(extra: &[&str]) -> Vec<(u64, u64, Value)> {
+    let mut args = vec!["plan", "tiny-llama", "--ctx", "256", "--chunk", "16", "--json"];
+    args.extend_from_slice(extra);
+    let plan = json(&args);
+    assert!(plan["workload"]["described"].is_string(), "{plan}");
+    plan["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["fits"] == true)
+        .map(|r| (r["tp"].as_u64().unwrap(), r["batch"].as_u64().unwrap(), r["serving"].clone()))
+        .collect()
+}
+
+#[test]
+fn plan_workload_below_capacity_holds_and_above_it_the_queue_grows() {
+    let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k} in {v}"));
+    // A trickle: far below every deployment's capacity.
+    let low = serving(&[
+        "--rate",
+        "2",
+        "--prompt-tokens",
+        "32",
+        "--output-tokens",
+        "16",
+        "--requests",
+        "200",
+        "--p99-tpot",
+        "1000",
+    ]);
+    assert!(!low.is_empty());
+    for (tp, batch, s) in &low {
+        let (decode, chunk) = (f(s, "decode_step_s"), f(s, "chunk_step_s"));
+        assert!(decode > 0.0 && chunk > 0.0, "tp {tp} batch {batch}: {s}");
+        assert_eq!((s["completed"].as_u64(), s["refused"].as_u64()), (Some(200), Some(0)));
+        assert_eq!(s["keeps_up"], true, "tp {tp} batch {batch}: {s}");
+        assert_eq!(s["holds_target"], true, "tp {tp} batch {batch}: {s}");
+        let (offered, got) = (f(s, "offered_tokens_per_second"), f(s, "throughput_tokens_per_second"));
+        assert!((got - offered).abs() < 0.1 * offered, "tp {tp} batch {batch}: {got} tok/s of {offered} offered");
+        // A token takes at least a decode step; the first one (off the last of the prompt's two
+        // whole chunks) at least two chunks.
+        assert!(f(s, "tpot_p50_s") >= decode * 0.999, "{s}");
+        assert!(f(s, "ttft_p50_s") >= 2.0 * chunk * 0.999, "{s}");
+        assert_eq!(s["curve"].as_array().unwrap().len(), 5);
+    }
+    // A flood: twenty times what one sequence a step (tp 1, batch 1) can generate.
+    let decode11 = f(&low.iter().find(|(t, b, _)| (*t, *b) == (1, 1)).unwrap().2, "decode_step_s");
+    let capacity = 1.0 / decode11 / 16.0;
+    let rate = format!("{}", 20.0 * capacity);
+    let high = serving(&[
+        "--rate",
+        &rate,
+        "--prompt-tokens",
+        "32",
+        "--output-tokens",
+        "16",
+        "--requests",
+        "200",
+        "--p99-tpot",
+        "1000",
+    ]);
+    for ((tp, batch, lo), (_, _, hi)) in low.iter().zip(&high) {
+        // Above its capacity (its batch over a decode step), a deployment cannot keep up: the
+        // queue grows, and so does the time to first token.
+        let cap = *batch as f64 / f(lo, "decode_step_s");
+        if f(hi, "offered_tokens_per_second") > 1.5 * cap {
+            assert_eq!(hi["keeps_up"], false, "tp {tp} batch {batch}: {hi}");
+            assert!(hi["max_waiting"].as_u64().unwrap() > 10, "tp {tp} batch {batch}: {hi}");
+            assert!(f(hi, "ttft_p99_s") > 10.0 * f(lo, "ttft_p99_s"), "tp {tp} batch {batch}: {lo} vs {hi}");
+            assert!(f(hi, "throughput_tokens_per_second") <= cap * 1.001, "tp {tp} batch {batch}: {hi}");
+        }
+        // Along the curve (¼ to 4 × the rate) the time to first token never falls.
+        let curve = hi["curve"].as_array().unwrap();
+        for pair in curve.windows(2) {
+            assert!(f(&pair[1], "ttft_p99_s") >= f(&pair[0], "ttft_p99_s") * 0.999, "tp {tp} batch {batch}: {hi}");
+        }
+    }
+    assert!(high.iter().any(|(_, _, s)| s["keeps_up"] == false), "the flood overloads some deployment");
+}
+
+#[test]
+fn plan_workload_file_curves_and_bad_workloads() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("w.jsonl");
+    std::fs::write(&file, "{\"at\": 0, \"prompt_tokens\": 40, \"output_tokens\": 8}\n\n{\"at\": 0.5, \"prompt_tokens\": 3, \"output_tokens\": 20}\n{\"at\": 0.25, \"prompt_tokens\": 17, \"output_tokens\": 1}\n").unwrap();
+    let rows = serving(&["--workload", file.to_str().unwrap()]);
+    for (_, _, s) in &rows {
+        assert_eq!(s["completed"], 3, "{s}");
+        assert_eq!(s["holds_target"], Value::Null, "no target given");
+    }
+    let page = dir.path().join("plan.html");
+    let out = rdu(&[
+        "plan",
+        "tiny-llama",
+        "--ctx",
+        "256",
+        "--chunk",
+        "16",
+        "--workload",
+        file.to_str().unwrap(),
+        "--p99-tpot",
+        "5",
+        "-o",
+        page.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("TPOT p99") && text.contains("holds"), "{text}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    let svg = &html[html.find("<svg class=\"curves\"").unwrap()..];
+    let svg = &svg[..svg.find("</svg>").unwrap() + 6];
+    roxmltree::Document::parse(svg).expect("the curves are SVG");
+    // Two panels, a point per deployment and rate in each.
+    assert_eq!(svg.matches("class=\"served\"").count(), 2 * 5 * rows.len());
+    assert!(svg.contains("class=\"target\""));
+    for (bad, says) in [
+        ("{\"at\": 0, \"prompt_tokens\": 4}\n", "w.jsonl:1: `output_tokens` must be a number"),
+        ("{\"at\": -1, \"prompt_tokens\": 4, \"output_tokens\": 2}\n", "w.jsonl:1: `at` -1 must be"),
+        ("not json\n", "w.jsonl:1: not JSON"),
+        ("\n", "holds no requests"),
+    ] {
+        std::fs::write(&file, bad).unwrap();
+        let out = rdu(&["plan", "tiny-llama", "--workload", file.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains(says), "{bad:?}: {err}");
+    }
+    let out = rdu(&["plan", "tiny-llama", "--rate", "0"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--rate 0 must be a positive number"));
+}

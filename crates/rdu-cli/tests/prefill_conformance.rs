@@ -7,7 +7,7 @@
 use crate::common;
 
 use common::f32_states;
-use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_prefill_streamed, LowerOptions, Storage};
+use rdu_compiler::deploy::{lower_decode_streamed, lower_prefill_streamed, LowerOptions, Storage};
 use rdu_compiler::model::config::from_config_path;
 use rdu_host::{Host, Session, WeightsSource};
 use rdu_spatial::chip::Chip;

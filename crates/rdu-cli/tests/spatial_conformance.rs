@@ -4,7 +4,7 @@
 //! within 1e-4 of `tests/data/fixtures/hf/*`.
 
 use crate::common;
-use rdu_compiler::lower::streamed::{lower_decode_streamed, lower_forward_streamed, LowerOptions, Storage};
+use rdu_compiler::deploy::{lower_decode_streamed, lower_forward_streamed, LowerOptions, Storage};
 use rdu_compiler::model::config::from_config_path;
 use rdu_host::{Host, WeightsSource};
 use rdu_spatial::chip::Chip;

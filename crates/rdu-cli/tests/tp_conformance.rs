@@ -10,10 +10,10 @@ use crate::common;
 mod support_tp;
 
 use common::f32_states;
-use rdu_compiler::fit::admits_tp;
-use rdu_compiler::lower::streamed::{
+use rdu_compiler::deploy::{
     lower_decode_streamed, lower_tp_decode_streamed, LowerOptions, Storage, StreamedModel, StreamedReject,
 };
+use rdu_compiler::fit::admits_tp;
 use rdu_compiler::model::config::from_config_path;
 use rdu_compiler::model::spec::ModelSpec;
 use rdu_host::{Host, WeightsSource};
@@ -23,7 +23,7 @@ use rdu_spatial::tensor_parallel::take;
 use rdu_testkit::{fixtures, npy, Tolerance};
 use std::path::Path;
 
-fn opts(progress: &mut dyn FnMut(rdu_compiler::lower::streamed::Progress<'_>)) -> LowerOptions<'_> {
+fn opts(progress: &mut dyn FnMut(rdu_compiler::deploy::Progress<'_>)) -> LowerOptions<'_> {
     LowerOptions { chip: Chip::builtin("sn50").expect("chip"), storage: Storage::Dense, seed: 0, progress }
 }
 

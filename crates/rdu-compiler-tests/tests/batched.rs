@@ -2,7 +2,7 @@
 //! a batch of 8 sequences (ctx 4096, Q8_0, SN50), the kinds exactly the decode cut's, and the
 //! batched programs' structure: per-sequence states and positions, one weight read for all.
 
-use rdu_compiler::lower::streamed::{layer_kinds, lower_batched_decode_streamed, LowerOptions, Storage};
+use rdu_compiler::deploy::{layer_kinds, lower_batched_decode_streamed, LowerOptions, Storage};
 use rdu_compiler::model::author::source_of;
 use rdu_compiler::model::presets;
 use rdu_compiler::model::spec::Cut;
@@ -148,8 +148,8 @@ use crate::support_tp;
 /// chips keep whole blocks, else dense; a model that admits no 8-chip split is refused by name.
 fn lower_batched_tp8(name: &str) {
     crate::share_references();
+    use rdu_compiler::deploy::lower_batched_tp_decode_streamed;
     use rdu_compiler::fit::admits_tp;
-    use rdu_compiler::lower::streamed::lower_batched_tp_decode_streamed;
     let spec = presets::resolve(name).expect("preset");
     let storage = if admits_tp(&spec, 8, &Storage::AllQ8).is_ok() { Storage::AllQ8 } else { Storage::Dense };
     let opts = LowerOptions {

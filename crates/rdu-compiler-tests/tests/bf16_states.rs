@@ -6,7 +6,7 @@
 //! `gen_ids_bf16state.npy`, `gen_logits_bf16state.npy`) — within 1e-4. The worst differences
 //! from the bf16-cache run and from the f32-cache run (`logits_step.npy`) are printed.
 
-use rdu_compiler::lower::streamed::Storage;
+use rdu_compiler::deploy::Storage;
 use rdu_compiler::model::config::from_config_path;
 use rdu_compiler::model::spec::StateDtype;
 use rdu_compiler::reference::{HfWeights, Reference};

@@ -449,9 +449,12 @@ fn gemma3_wrapper_takes_text_config_defaults() {
     assert_eq!(spec.layers.iter().filter(|l| l.window.is_none()).count(), 1);
 }
 
-#[test]
-fn errors_name_the_field() {
-    let cases: Vec<(&str, rdu_compiler::error::Result<ModelSpec>, &str)> = vec![
+/// What is wrong, the import of a config so broken, and the field its error must name.
+type FieldCase = (&'static str, rdu_compiler::error::Result<ModelSpec>, &'static str);
+
+/// Bad fields every decoder reads: sizes, heads, RoPE, types.
+fn decoder_field_cases() -> Vec<FieldCase> {
+    vec![
         ("unknown model_type", edited("tiny-llama", |v| v["model_type"] = json!("mamba")), "model_type"),
         ("missing model_type", edited("tiny-llama", |v| v["model_type"] = Value::Null), "model_type"),
         (
@@ -503,6 +506,13 @@ fn errors_name_the_field() {
             edited("tiny-qwen3-moe", |v| v["mlp_only_layers"] = json!([0, "one"])),
             "mlp_only_layers[1]",
         ),
+    ]
+}
+
+/// Bad fields of the families' own parts (experts, hybrid layers, Gemma, DeepSeek, Qwen3.5)
+/// and of the file as a whole.
+fn family_field_cases() -> Vec<FieldCase> {
+    vec![
         (
             "top_k above experts",
             edited("tiny-qwen3-moe", |v| v["num_experts_per_tok"] = json!(9)),
@@ -587,7 +597,12 @@ fn errors_name_the_field() {
         ("eos type", edited("tiny-llama", |v| v["eos_token_id"] = json!("</s>")), "eos_token_id"),
         ("not an object", from_config_json("[1, 2]", "array"), "$"),
         ("malformed JSON", from_config_json("{\"model_type\": \"llama\",", "broken"), "$"),
-    ];
+    ]
+}
+
+#[test]
+fn errors_name_the_field() {
+    let cases = decoder_field_cases().into_iter().chain(family_field_cases());
     for (what, result, field) in cases {
         let (got, message) = config_error(result);
         assert_eq!(got, field, "{what}: {message}");

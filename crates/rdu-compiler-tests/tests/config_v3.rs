@@ -3,7 +3,7 @@
 //! the model cards and transformers 5.24 describe, group into their kinds, name their
 //! multi-token-prediction layers, and a field rdu does not implement is one line naming it.
 
-use rdu_compiler::lower::streamed::{layer_kinds, Storage};
+use rdu_compiler::deploy::{layer_kinds, Storage};
 use rdu_compiler::model::config::from_config_json;
 use rdu_compiler::model::presets;
 use rdu_compiler::model::spec::{

@@ -3,7 +3,7 @@
 //! logits) run through the reference runner — forward, token-by-token decode, per-layer
 //! hidden states and greedy generation — within 1e-4 max absolute difference.
 
-use rdu_compiler::lower::streamed::Storage;
+use rdu_compiler::deploy::Storage;
 use rdu_compiler::model::config::from_config_path;
 use rdu_compiler::model::spec::ModelSpec;
 use rdu_compiler::reference::{HfWeights, Reference, WeightSource};

@@ -4,23 +4,23 @@
 //! bundle refuses such a model; an `Estimator`'s shared embedding and head give the same
 //! estimates as lowering each cut afresh.
 
-use rdu_compiler::fit::admits_tp;
-use rdu_compiler::lower::streamed::{
+use rdu_compiler::deploy::{
     estimate_streamed, lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed,
     lower_forward_streamed, lower_prefill_streamed, lower_prefill_tp_streamed, lower_tp_decode_streamed, Estimator,
     LowerOptions, Storage, StreamedModel, StreamedReject, ESTIMATE_ONLY,
 };
+use rdu_compiler::fit::admits_tp;
 use rdu_compiler::model::presets;
 use rdu_compiler::model::spec::{Cut, ModelSpec};
 use rdu_spatial::chip::Chip;
 
-fn opts<'a>(progress: &'a mut dyn FnMut(rdu_compiler::lower::streamed::Progress<'_>)) -> LowerOptions<'a> {
+fn opts<'a>(progress: &'a mut dyn FnMut(rdu_compiler::deploy::Progress<'_>)) -> LowerOptions<'a> {
     LowerOptions { chip: Chip::builtin("sn50").expect("builtin chip"), storage: Storage::AllQ8, seed: 5, progress }
 }
 
 /// The certified lowering of `cut`.
 fn certified(spec: &ModelSpec, cut: Cut) -> Result<StreamedModel, StreamedReject> {
-    let mut quiet = |_: rdu_compiler::lower::streamed::Progress<'_>| {};
+    let mut quiet = |_: rdu_compiler::deploy::Progress<'_>| {};
     let o = opts(&mut quiet);
     match cut {
         Cut::Forward { seq } => lower_forward_streamed(spec, seq, o),

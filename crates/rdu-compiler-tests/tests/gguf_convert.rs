@@ -7,8 +7,8 @@
 //! dialect (GGUF norms hold w+1; llama.cpp's DeltaNet layouts).
 
 use rdu_checkpoint::GgufValue;
+use rdu_compiler::deploy::Storage;
 use rdu_compiler::error::Error;
-use rdu_compiler::lower::streamed::Storage;
 use rdu_compiler::model::config::from_config_path;
 use rdu_compiler::model::gguf::from_gguf_path;
 use rdu_compiler::model::naming::{checkpoint_source, TensorSource};

@@ -1,8 +1,8 @@
 //! Layer kinds of every preset and of irregular configs; renaming vs rebind on every layer;
 //! authored programs round-trip through the printer and parser.
 
+use rdu_compiler::deploy::{layer_kinds, rebind, Storage};
 use rdu_compiler::lang::{parse, print, renaming, shape_digest, Source};
-use rdu_compiler::lower::streamed::{layer_kinds, rebind, Storage};
 use rdu_compiler::model::author::{embed_source, head_source, source_of};
 use rdu_compiler::model::config::from_config_json;
 use rdu_compiler::model::presets;

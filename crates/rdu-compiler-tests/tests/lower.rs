@@ -3,14 +3,14 @@
 //! caught; a kind that needs more units than the chip has is sectioned, not rejected.
 
 use rdu_compiler::certify::{certify, check_structure, seeded_inputs, CertifyFault};
+use rdu_compiler::deploy::{
+    layer_kinds, layer_kinds_for, lower_decode_streamed, lower_forward_streamed, lower_prefill_streamed, LowerOptions,
+    Storage,
+};
 use rdu_compiler::front::lift;
 use rdu_compiler::graph::Bindings;
 use rdu_compiler::lang::parse;
 use rdu_compiler::lower::lower;
-use rdu_compiler::lower::streamed::{
-    layer_kinds, layer_kinds_for, lower_decode_streamed, lower_forward_streamed, lower_prefill_streamed, LowerOptions,
-    Storage,
-};
 use rdu_compiler::model::author::{embed_source, source_of};
 use rdu_compiler::model::presets;
 use rdu_compiler::model::spec::{Cut, StateDtype};
@@ -23,7 +23,7 @@ mod golden;
 fn opts<'a>(
     chip: &str,
     storage: Storage,
-    progress: &'a mut dyn FnMut(rdu_compiler::lower::streamed::Progress<'_>),
+    progress: &'a mut dyn FnMut(rdu_compiler::deploy::Progress<'_>),
 ) -> LowerOptions<'a> {
     crate::share_references();
     LowerOptions { chip: Chip::builtin(chip).expect("builtin chip"), storage, seed: 7, progress }
@@ -169,7 +169,7 @@ fn tiny_presets_lower_every_cut() {
 /// Golden programs of one tiny preset (two kinds) in every cut.
 #[test]
 fn tiny_qwen3_next_golden_in_every_cut() {
-    use rdu_compiler::lower::streamed::{
+    use rdu_compiler::deploy::{
         lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_tp_decode_streamed,
     };
     let name = "tiny-qwen3-next";
@@ -187,13 +187,7 @@ fn tiny_qwen3_next_golden_in_every_cut() {
         ("prefill", lower_prefill_streamed(&spec, 8, 64, opts("sn50", Storage::AllQ8, &mut |_| {}))),
         (
             "prefill-tp",
-            rdu_compiler::lower::streamed::lower_prefill_tp_streamed(
-                &spec,
-                8,
-                2,
-                64,
-                opts("sn50", Storage::Dense, &mut |_| {}),
-            ),
+            rdu_compiler::deploy::lower_prefill_tp_streamed(&spec, 8, 2, 64, opts("sn50", Storage::Dense, &mut |_| {})),
         ),
     ];
     for (cut, model) in cuts {

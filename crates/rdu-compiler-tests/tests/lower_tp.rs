@@ -4,14 +4,14 @@
 //! the cost model charges the all-reduces over the link.
 
 use rdu_compiler::certify::{certify_tp, CertifyFault};
+use rdu_compiler::deploy::{
+    layer_kinds_for, lower_decode_streamed, lower_tp_decode_streamed, rebind, LowerOptions, Storage, StreamedModel,
+    StreamedReject,
+};
 use rdu_compiler::fit::{admits_tp, admitted_widths};
 use rdu_compiler::front::lift;
 use rdu_compiler::lang::parse;
 use rdu_compiler::lower::cost::program_cost;
-use rdu_compiler::lower::streamed::{
-    layer_kinds_for, lower_decode_streamed, lower_tp_decode_streamed, rebind, LowerOptions, Storage, StreamedModel,
-    StreamedReject,
-};
 use rdu_compiler::lower::{lower, lower_split, Split};
 use rdu_compiler::model::author::source_of;
 use rdu_compiler::model::presets;
@@ -22,10 +22,7 @@ use std::sync::OnceLock;
 
 use crate::support_tp;
 
-fn opts<'a>(
-    storage: Storage,
-    progress: &'a mut dyn FnMut(rdu_compiler::lower::streamed::Progress<'_>),
-) -> LowerOptions<'a> {
+fn opts<'a>(storage: Storage, progress: &'a mut dyn FnMut(rdu_compiler::deploy::Progress<'_>)) -> LowerOptions<'a> {
     crate::share_references();
     LowerOptions { chip: Chip::builtin("sn50").expect("builtin chip"), storage, seed: 7, progress }
 }
@@ -380,7 +377,7 @@ fn every_tiny_preset_certifies_at_every_admitted_width_up_to_4() {
 /// bundle continues from them.
 #[test]
 fn llama_3_1_8b_prefill_over_8_chips_certifies_at_the_real_chunk() {
-    use rdu_compiler::lower::streamed::lower_prefill_tp_streamed;
+    use rdu_compiler::deploy::lower_prefill_tp_streamed;
     let _heavy = crate::one_heavy_at_a_time();
     let spec = presets::resolve(LLAMA).unwrap();
     let model = lower_prefill_tp_streamed(&spec, 512, 8, 4096, opts(Storage::AllQ8, &mut |_| {})).unwrap();
@@ -399,7 +396,7 @@ fn llama_3_1_8b_prefill_over_8_chips_certifies_at_the_real_chunk() {
 /// whole blocks, else dense): every kind and the head certified over the chips against the
 /// unsplit prefill programs, the kinds the decode cut's.
 fn prefill_real_tp8(name: &str) {
-    use rdu_compiler::lower::streamed::lower_prefill_tp_streamed;
+    use rdu_compiler::deploy::lower_prefill_tp_streamed;
     let _heavy = crate::one_heavy_at_a_time();
     let spec = presets::resolve(name).expect("preset");
     let storage = if admits_tp(&spec, 8, &Storage::AllQ8).is_ok() { Storage::AllQ8 } else { Storage::Dense };
@@ -434,7 +431,7 @@ fn the_deepseek_v3_router_presets_admit_8_chips() {
 /// Every tiny preset that admits two chips lowers its prefill over them, certified.
 #[test]
 fn tiny_presets_prefill_over_two_chips() {
-    use rdu_compiler::lower::streamed::lower_prefill_tp_streamed;
+    use rdu_compiler::deploy::lower_prefill_tp_streamed;
     for name in presets::names().into_iter().filter(|n| n.starts_with("tiny-")) {
         let spec = presets::resolve(name).unwrap();
         if admits_tp(&spec, 2, &Storage::Dense).is_err() {

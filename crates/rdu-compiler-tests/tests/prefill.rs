@@ -2,10 +2,10 @@
 //! states (so a decode bundle continues from a prefill bundle's state), its kinds are the
 //! decode kinds, rows carry their own positions, and the head computes the last row only.
 
+use rdu_compiler::deploy::{layer_kinds_for, Storage};
 use rdu_compiler::front::lift;
 use rdu_compiler::lang::ast::DeclKind;
 use rdu_compiler::lang::parse;
-use rdu_compiler::lower::streamed::{layer_kinds_for, Storage};
 use rdu_compiler::model::author::{embed_source, head_source, source_of};
 use rdu_compiler::model::presets;
 use rdu_compiler::model::spec::Cut;

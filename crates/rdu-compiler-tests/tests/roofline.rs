@@ -1,15 +1,17 @@
 //! The model's roofline (issue 11): the floor recomputed independently from written manifests
-//! (the formula of `shared/tools/model_roofline.py`), and no estimate faster than it.
+//! (the formula of `shared/tools/model_roofline.py`), no estimate faster than it, and the floor
+//! `rdu report` reads off a bundle (`bundle_floor`) the lowered model's own.
 
-use rdu_compiler::lower::streamed::{
-    lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed, lower_prefill_streamed,
-    lower_tp_decode_streamed, LowerOptions, Progress, Storage, StreamedModel,
+use rdu_compiler::deploy::{
+    bundle_floor, lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed,
+    lower_prefill_streamed, lower_tp_decode_streamed, LowerOptions, ModelFloor, Progress, Storage, StreamedModel,
 };
 use rdu_compiler::model::presets;
 use rdu_spatial::bundle::Bundle;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::manifest::{Manifest, TensorStorage};
-use std::collections::BTreeSet;
+use rdu_spatial::program::SpatialProgram;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Options for `chip` and `storage`, no progress reports (a leaked empty closure per call).
 fn opts(chip: &str, storage: Storage) -> LowerOptions<'static> {
@@ -52,19 +54,41 @@ fn floor_of_manifest(m: &Manifest, config: &serde_json::Value) -> f64 {
     floor + m.states.iter().map(|s| s.shape.iter().map(|&d| d as f64).product::<f64>() * 2.0).sum::<f64>()
 }
 
-/// `model`'s bundle written and its manifest read back, and the preset `name`'s config.json.
-fn written(name: &str, model: &StreamedModel) -> (Manifest, serde_json::Value) {
+/// `model`'s bundle written and read back, and the preset `name`'s config.json.
+fn written_bundle(name: &str, model: &StreamedModel) -> (Bundle, serde_json::Value) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bundle");
     model.bundle().unwrap().write(&path, false).unwrap();
-    let m = Bundle::open(&path).expect("a valid bundle").manifest;
-    (m, serde_json::from_str(presets::config_text(name).unwrap()).unwrap())
+    let bundle = Bundle::open(&path).expect("a valid bundle");
+    (bundle, serde_json::from_str(presets::config_text(name).unwrap()).unwrap())
 }
 
-/// Writes `model`'s bundle, reads its manifest back, and holds the estimate's floor, model
-/// roofline and fraction to the ones recomputed from it.
+/// `model`'s bundle written and its manifest read back, and the preset `name`'s config.json.
+fn written(name: &str, model: &StreamedModel) -> (Manifest, serde_json::Value) {
+    let (bundle, config) = written_bundle(name, model);
+    (bundle.manifest, config)
+}
+
+/// The floor of a written bundle as `rdu report` computes it (`bundle_floor` over the bundle's
+/// manifest and parsed spatial programs).
+fn floor_of_bundle(bundle: &Bundle, chip: &Chip) -> ModelFloor {
+    let p = &bundle.manifest.programs;
+    let files = std::iter::once((&p.embed.name, &p.embed.file_spatial))
+        .chain(p.kinds.iter().map(|k| (&k.name, &k.file_spatial)))
+        .chain(std::iter::once((&p.head.name, &p.head.file_spatial)));
+    let spatial: BTreeMap<String, SpatialProgram> = files
+        .map(|(name, file)| (name.clone(), rdu_spatial::text::parse(&bundle.files[file.as_str()]).expect("parses")))
+        .collect();
+    bundle_floor(&bundle.manifest, &|name| spatial.get(name), chip)
+}
+
+/// Writes `model`'s bundle, reads it back, and holds the estimate's floor, model roofline and
+/// fraction to the ones recomputed from its manifest — and the floor `rdu report` computes from
+/// the bundle to the model's own, bit for bit.
 fn check_against_manifest(name: &str, model: &StreamedModel) {
-    let (m, config) = written(name, model);
+    let (bundle, config) = written_bundle(name, model);
+    assert_eq!(floor_of_bundle(&bundle, &model.chip), model.model_floor(), "{name} {}", model.cut.describe());
+    let m = bundle.manifest;
     let floor = floor_of_manifest(&m, &config);
     let step = model.step_estimate();
     let at = format!("{name} {}", model.cut.describe());

@@ -3,17 +3,17 @@
 //! its estimate is never slower than the unlooped step nor faster than the HBM roofline of its
 //! own bytes. Looped kind programs stay one program per kind, byte-identical whatever the depth.
 
-use rdu_compiler::fit::admits_tp;
-use rdu_compiler::lower::streamed::{
+use rdu_compiler::deploy::{
     lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed, lower_forward_streamed,
     lower_prefill_streamed, lower_tp_decode_streamed, LowerOptions, Storage, StreamedModel,
 };
+use rdu_compiler::fit::admits_tp;
 use rdu_compiler::model::presets;
 use rdu_compiler::model::spec::ModelSpec;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::manifest::Run;
 
-fn opts<'a>(chip: &str, progress: &'a mut dyn FnMut(rdu_compiler::lower::streamed::Progress<'_>)) -> LowerOptions<'a> {
+fn opts<'a>(chip: &str, progress: &'a mut dyn FnMut(rdu_compiler::deploy::Progress<'_>)) -> LowerOptions<'a> {
     LowerOptions { chip: Chip::builtin(chip).expect("builtin chip"), storage: Storage::AllQ8, seed: 3, progress }
 }
 

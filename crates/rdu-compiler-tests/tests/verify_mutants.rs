@@ -3,18 +3,18 @@
 //! `rdu run --bundle` / `rdu show` path) refuses every mutant naming the file; with the hashes
 //! recomputed, only re-certification (`rdu verify`) can tell — and it must refuse every one.
 
-use rdu_compiler::fit::admits_tp;
-use rdu_compiler::lower::streamed::{
+use rdu_compiler::deploy::{
     lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed, lower_forward_streamed,
     lower_prefill_streamed, lower_tp_decode_streamed, LowerOptions, Storage, StreamedModel,
 };
+use rdu_compiler::fit::admits_tp;
 use rdu_compiler::model::presets;
 use rdu_compiler::verify::{verify_bundle, verify_one};
 use rdu_spatial::bundle::{Bundle, BundleError};
 use rdu_spatial::chip::Chip;
 use std::collections::BTreeMap;
 
-fn opts<'a>(progress: &'a mut dyn FnMut(rdu_compiler::lower::streamed::Progress<'_>)) -> LowerOptions<'a> {
+fn opts<'a>(progress: &'a mut dyn FnMut(rdu_compiler::deploy::Progress<'_>)) -> LowerOptions<'a> {
     LowerOptions { chip: Chip::builtin("sn50").unwrap(), storage: Storage::AllQ8, seed: 5, progress }
 }
 

@@ -3,7 +3,7 @@
 //! printed side by side in one run; CI only builds this.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use rdu_compiler::lower::streamed::{layer_kinds, Storage};
+use rdu_compiler::deploy::{layer_kinds, Storage};
 use rdu_compiler::model::presets;
 use std::hint::black_box;
 

@@ -3,7 +3,7 @@
 //! 64 layers). Compare the two times printed side by side; CI only builds this.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use rdu_compiler::lower::streamed::{layer_kinds, lower_decode_streamed, LowerOptions, Storage};
+use rdu_compiler::deploy::{layer_kinds, lower_decode_streamed, LowerOptions, Storage};
 use rdu_compiler::model::presets;
 use rdu_compiler::model::spec::ModelSpec;
 use rdu_spatial::chip::Chip;

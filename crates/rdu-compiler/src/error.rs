@@ -14,6 +14,9 @@ pub enum Error {
     Invalid(String),
     #[error("{path}: {source}")]
     Io { path: String, source: std::io::Error },
+    /// A checkpoint file that cannot be read (its message names the file).
+    #[error(transparent)]
+    Checkpoint(#[from] rdu_checkpoint::CheckpointError),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -17,11 +17,11 @@
 
 use crate::lang::ast::{DType, DeclKind};
 use crate::lang::Source;
-use crate::lower::streamed::kinds::layer_kinds_for;
-use crate::lower::streamed::model::StreamedModel;
 use crate::model::author::{embed_source, head_source, source_of, Q8_BLOCK};
+use crate::model::kinds::layer_kinds_for;
 use crate::model::spec::{Cut, Ffn, Mixer, ModelSpec};
 use crate::model::storage::Storage;
+use rdu_spatial::chip::Chip;
 use rdu_spatial::cost::CostError;
 use rdu_spatial::memory::{place, stored_bytes, tensor_bytes, MemoryDemand, MemoryFit, TensorFormat};
 use rdu_spatial::program::{Role, Storage as Stored};
@@ -253,18 +253,19 @@ pub fn decode_parts(
     Ok((parts, demand))
 }
 
-/// The bytes each chip of a lowered decode deployment holds, counted as [`decode_parts`]
-/// counts them — from the programs it lowered: the embedding and head (replicated) and every
-/// layer's own source (one chip's slices of it) — and where they land on its chip. `rdu plan`
-/// uses it so that a cell authors its layers once.
-pub fn per_chip(model: &StreamedModel) -> Result<MemoryFit, TallyError> {
+/// The bytes each chip of a lowered decode deployment on `chip` holds, counted as
+/// [`decode_parts`] counts them — from the programs it lowered: the embedding and head
+/// (replicated) and every layer's own source (one chip's slices of it) — and where they land on
+/// its chip. `rdu plan` uses it (with a `StreamedModel`'s programs) so that a cell authors its
+/// layers once.
+pub fn per_chip(chip: &Chip, embed: &Source, layers: &[Source], head: &Source) -> Result<MemoryFit, TallyError> {
     let mut tally = Tally::default();
     let mut all = Part::default();
-    tally.add(&mut all, &model.embed.source, "embedding")?;
-    for (l, source) in model.layer_sources.iter().enumerate() {
+    tally.add(&mut all, embed, "embedding")?;
+    for (l, source) in layers.iter().enumerate() {
         tally.add(&mut all, source, &format!("layer {l}"))?;
     }
-    tally.add(&mut all, &model.head.source, "head")?;
+    tally.add(&mut all, head, "head")?;
     let demand = MemoryDemand { weight_bytes: all.weight_bytes + all.shared_bytes, state_bytes: all.state_bytes };
-    Ok(place(&model.chip, demand))
+    Ok(place(chip, demand))
 }

@@ -217,16 +217,7 @@ fn stored_file<'b>(bundle: &'b Bundle, name: &str, path: &str) -> Result<&'b Str
 
 /// A certification fault as the fault of program `name` in the check it names.
 fn certified(name: &str, c: Result<Certificate, crate::certify::CertifyFault>) -> Result<Certificate, VerifyFault> {
-    c.map_err(|f| {
-        let text = f.to_string();
-        let check = match &f {
-            crate::certify::CertifyFault::Structure(_) => "structure",
-            crate::certify::CertifyFault::Resources(_) => "resources",
-            _ => "numbers",
-        };
-        let message = text.strip_prefix(&format!("{check}: ")).unwrap_or(&text).to_string();
-        fault(name, check, message)
-    })
+    c.map_err(|f| fault(name, f.check(), f.message()))
 }
 
 /// One stored program being re-certified: its bundle, manifest entry and Q8_0 set, on `chip`.

@@ -360,12 +360,14 @@ mod x86 {
     impl Tile for Avx512 {
         const MR: usize = 8;
         const NR: usize = 24;
+        // SAFETY: a caller holds `Tile::run`'s contract (the CPU's features, the operands' bounds).
         unsafe fn run(kc: usize, a: *const f64, ars: usize, aps: usize, b: *const f64, c: *mut f64, ldc: usize) {
             // SAFETY: the caller's contract.
             unsafe { avx512(kc, a, ars, aps, b, c, ldc) }
         }
     }
 
+    // SAFETY: called by `Avx512::run` only, under `Tile::run`'s contract: the CPU has AVX-512F.
     #[target_feature(enable = "avx512f")]
     unsafe fn avx512(kc: usize, a: *const f64, ars: usize, aps: usize, b: *const f64, c: *mut f64, ldc: usize) {
         // SAFETY (the whole body): the caller's contract bounds every pointer read and written.
@@ -406,12 +408,14 @@ mod x86 {
     impl Tile for Avx2 {
         const MR: usize = 4;
         const NR: usize = 12;
+        // SAFETY: a caller holds `Tile::run`'s contract (the CPU's features, the operands' bounds).
         unsafe fn run(kc: usize, a: *const f64, ars: usize, aps: usize, b: *const f64, c: *mut f64, ldc: usize) {
             // SAFETY: the caller's contract.
             unsafe { avx2(kc, a, ars, aps, b, c, ldc) }
         }
     }
 
+    // SAFETY: called by `Avx2::run` only, under `Tile::run`'s contract: the CPU has AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
     unsafe fn avx2(kc: usize, a: *const f64, ars: usize, aps: usize, b: *const f64, c: *mut f64, ldc: usize) {
         // SAFETY (the whole body): the caller's contract bounds every pointer read and written.

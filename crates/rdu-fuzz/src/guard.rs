@@ -27,9 +27,13 @@ pub(crate) static DUMP: Mutex<Option<(File, String)>> = Mutex::new(None);
 /// The guarded allocator: the system allocator, plus the two limits while armed.
 pub struct Guard;
 
+// SAFETY: every method hands its call, unchanged, to `System`, which upholds `GlobalAlloc`'s
+// contract; the guard only counts sizes, and what it refuses it aborts on — it never unwinds.
 unsafe impl GlobalAlloc for Guard {
+    // SAFETY: `GlobalAlloc::alloc`'s contract, passed on to `System`.
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         check(layout.size());
+        // SAFETY: the caller's layout, as `GlobalAlloc::alloc` requires it.
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
             LIVE.fetch_add(layout.size(), Ordering::Relaxed);
@@ -37,8 +41,10 @@ unsafe impl GlobalAlloc for Guard {
         p
     }
 
+    // SAFETY: `GlobalAlloc::alloc_zeroed`'s contract, passed on to `System`.
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         check(layout.size());
+        // SAFETY: the caller's layout, as `GlobalAlloc::alloc_zeroed` requires it.
         let p = unsafe { System.alloc_zeroed(layout) };
         if !p.is_null() {
             LIVE.fetch_add(layout.size(), Ordering::Relaxed);
@@ -46,13 +52,18 @@ unsafe impl GlobalAlloc for Guard {
         p
     }
 
+    // SAFETY: `GlobalAlloc::dealloc`'s contract, passed on to `System`.
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System` through this allocator, with `layout`.
         unsafe { System.dealloc(ptr, layout) };
         LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
     }
 
+    // SAFETY: `GlobalAlloc::realloc`'s contract, passed on to `System`.
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         check(new_size);
+        // SAFETY: `ptr` came from `System` through this allocator, with `layout`; `new_size` is
+        // the caller's, as `GlobalAlloc::realloc` requires it.
         let p = unsafe { System.realloc(ptr, layout, new_size) };
         if !p.is_null() {
             LIVE.fetch_sub(layout.size(), Ordering::Relaxed);

@@ -12,6 +12,7 @@ use rdu_spatial::bundle::Bundle;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::cost::{estimate, CostInput, Precision, StageWork};
 use rdu_spatial::memory::{place, MemoryDemand};
+use rdu_spatial::op::Key;
 use rdu_spatial::Op;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -233,9 +234,10 @@ fn text(input: &[u8]) -> std::borrow::Cow<'_, str> {
 
 fn rdu_words() -> Vec<&'static str> {
     let mut words: Vec<&'static str> = Op::language().map(Op::name).collect();
+    words.extend(Key::ALL.iter().map(|k| k.name()));
     words.extend([
         "weight", "input", "state", "output", "f32", "i32", "bf16", "q8", "<-", "=", "[", "]", ",", ":", "(", ")", "#",
-        "\n", "x0", "eps", "scale", "axis", "offset", "window", "base", "dim", "style", "k", "groups",
+        "\n", "x0", "base",
     ]);
     words
 }

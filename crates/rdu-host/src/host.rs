@@ -56,31 +56,18 @@ struct Call {
     outputs: Vec<(String, String)>,
 }
 
-impl Host {
-    /// Opens and validates the bundle in `bundle_dir`, parses its programs, checks every
-    /// binding, then loads the weights (`progress` after each tensor), shared tables and states.
-    pub fn load(bundle_dir: &Path, weights: &WeightsSource, progress: Progress<'_>) -> Result<Host> {
-        Host::load_with(bundle_dir, weights, None, progress)
-    }
+/// A bundle opened and validated, its programs parsed and every binding checked: the part of
+/// loading that reads no weight.
+struct Checked {
+    dir: String,
+    bundle: Bundle,
+    programs: Vec<SpatialProgram>,
+    calls: Vec<Call>,
+    plan: Plan,
+}
 
-    /// As [`Host::load`], but shares `other`'s weights (held once, not loaded again) when the
-    /// two bundles read the same checkpoint tensors — a prefill and a decode bundle of one
-    /// model do; otherwise loads them from `weights`.
-    pub fn load_sharing(
-        bundle_dir: &Path,
-        other: &Host,
-        weights: &WeightsSource,
-        progress: Progress<'_>,
-    ) -> Result<Host> {
-        Host::load_with(bundle_dir, weights, Some(other), progress)
-    }
-
-    fn load_with(
-        bundle_dir: &Path,
-        weights: &WeightsSource,
-        share: Option<&Host>,
-        progress: Progress<'_>,
-    ) -> Result<Host> {
+impl Checked {
+    fn open(bundle_dir: &Path) -> Result<Checked> {
         let dir = bundle_dir.display().to_string();
         if !is_bundle(bundle_dir) {
             return Err(HostError::NotABundle { dir });
@@ -104,6 +91,44 @@ impl Host {
             check(m, &u, &mut produced)?;
         }
         let plan = Plan::new(&dir, m, &programs[0], &programs[1])?;
+        Ok(Checked { dir, bundle, programs, calls, plan })
+    }
+}
+
+impl Host {
+    /// Opens and validates the bundle in `bundle_dir`, parses its programs, checks every
+    /// binding, then loads the weights (`progress` after each tensor), shared tables and states.
+    pub fn load(bundle_dir: &Path, weights: &WeightsSource, progress: Progress<'_>) -> Result<Host> {
+        Host::load_with(bundle_dir, weights, None, progress)
+    }
+
+    /// As [`Host::load`], but shares `other`'s weights (held once, not loaded again) when the
+    /// two bundles read the same checkpoint tensors — a prefill and a decode bundle of one
+    /// model do; otherwise loads them from `weights`.
+    pub fn load_sharing(
+        bundle_dir: &Path,
+        other: &Host,
+        weights: &WeightsSource,
+        progress: Progress<'_>,
+    ) -> Result<Host> {
+        Host::load_with(bundle_dir, weights, Some(other), progress)
+    }
+
+    /// Opens and validates the bundle in `bundle_dir`, parses its programs and checks every
+    /// binding and runtime input: every check [`Host::load`] makes before it reads a weight,
+    /// so a bundle that cannot run is refused without a checkpoint (`rdu show`, `rdu verify`).
+    pub fn check(bundle_dir: &Path) -> Result<Bundle> {
+        Ok(Checked::open(bundle_dir)?.bundle)
+    }
+
+    fn load_with(
+        bundle_dir: &Path,
+        weights: &WeightsSource,
+        share: Option<&Host>,
+        progress: Progress<'_>,
+    ) -> Result<Host> {
+        let Checked { dir, bundle, programs, calls, plan } = Checked::open(bundle_dir)?;
+        let m = &bundle.manifest;
         // A tensor-parallel host cuts every chip's slices out of its own weights.
         let tensor_parallel = m.cut.mode.is_split();
         let (weights, chips) = match share {
@@ -267,6 +292,35 @@ impl Host {
         if let Some(chips) = &mut self.chips {
             chips.states.iter_mut().for_each(|s| s.reset_sequence(b));
         }
+    }
+
+    /// Moves sequence `b`'s states out of a batched one-chip host, named as a one-sequence
+    /// bundle of the same model names them (`Kc3_s1` → `Kc3`), so that a prefill bundle can run
+    /// that sequence's chunks over them ([`Host::put_states`]); nothing is copied. Until they
+    /// are put back ([`Host::put_sequence_states`]), [`Host::step_at`] refuses to run.
+    pub fn take_sequence_states(&mut self, b: usize) -> Result<States> {
+        self.check_sequence(b)?;
+        Ok(self.states.take_sequence(b))
+    }
+
+    /// Moves `states` (one sequence's, as [`Host::take_sequence_states`] names them) into
+    /// sequence `b`'s places of a batched one-chip host.
+    pub fn put_sequence_states(&mut self, b: usize, states: States) -> Result<()> {
+        self.check_sequence(b)?;
+        self.states.put_sequence(b, states).map_err(|problem| HostError::StatesMismatch { problem })
+    }
+
+    fn check_sequence(&self, b: usize) -> Result<()> {
+        if self.chips.is_some() {
+            let problem = "a tensor-parallel host's states are its chips'; one sequence's cannot move alone".into();
+            return Err(HostError::StatesMismatch { problem });
+        }
+        if b >= self.plan.sequences || self.manifest.cut.mode != rdu_spatial::manifest::CutMode::Batched {
+            let problem =
+                format!("sequence {b} is not one of this bundle's {} batched sequence(s)", self.plan.sequences);
+            return Err(HostError::StatesMismatch { problem });
+        }
+        Ok(())
     }
 
     pub fn manifest(&self) -> &Manifest {

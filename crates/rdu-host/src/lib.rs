@@ -9,7 +9,8 @@
 //! state), `check` (load-time binding checks), `plan` (a step's inputs and limits), `env`
 //! (a program's view of the host), `tensor_parallel` (chips' slices and threads), [`host`] (load and step), [`session`] (a prefill and a decode
 //! bundle over one sequence's states), [`sample`] (next token), [`tokenizer`]
-//! (text ↔ ids).
+//! (text ↔ ids), [`schedule`] (continuous batching: the scheduler and
+//! its host engine).
 
 mod assemble;
 mod check;
@@ -19,6 +20,7 @@ pub mod generate;
 pub mod host;
 mod plan;
 pub mod sample;
+pub mod schedule;
 pub mod session;
 pub mod shared;
 pub mod states;

@@ -82,6 +82,60 @@ impl States {
         Ok(())
     }
 
+    /// Moves sequence `b`'s states out of a batched store, named as a one-sequence bundle names
+    /// them (`Kc3_s1` → `Kc3`), leaving their places empty until [`States::put_sequence`]
+    /// hands a store back: nothing is copied.
+    pub(crate) fn take_sequence(&mut self, b: usize) -> States {
+        let mut out = States { tensors: BTreeMap::new(), shapes: BTreeMap::new(), dtypes: BTreeMap::new() };
+        for (name, shape) in self.shapes.iter().filter(|(n, _)| TensorName::parse(n).seq == Some(b)) {
+            let single = TensorName::parse(name).in_sequence(None).to_string();
+            if let Some(t) = self.tensors.remove(name) {
+                out.tensors.insert(single.clone(), t);
+            }
+            if let Some(d) = self.dtypes.get(name) {
+                out.dtypes.insert(single.clone(), *d);
+            }
+            out.shapes.insert(single, shape.clone());
+        }
+        out
+    }
+
+    /// Moves `other` (one sequence's states, named as [`States::take_sequence`] names them) into
+    /// sequence `b`'s places; they must be exactly that sequence's names, shapes and storage,
+    /// every one held.
+    pub(crate) fn put_sequence(&mut self, b: usize, other: States) -> Result<(), String> {
+        let ours: BTreeMap<String, Vec<usize>> = self
+            .shapes
+            .iter()
+            .filter(|(n, _)| TensorName::parse(n).seq == Some(b))
+            .map(|(n, s)| (TensorName::parse(n).in_sequence(None).to_string(), s.clone()))
+            .collect();
+        if ours.is_empty() {
+            return Err(format!("this store holds no states of sequence {b}"));
+        }
+        if let Some(problem) = mismatch(&ours, &other.shapes) {
+            return Err(problem);
+        }
+        let dtypes =
+            ours.keys().map(|n| (n.clone(), self.dtypes[&TensorName::parse(n).in_sequence(Some(b)).to_string()]));
+        if let Some(problem) = dtype_mismatch(&dtypes.collect(), &other.dtypes) {
+            return Err(problem);
+        }
+        if !other.is_held() {
+            return Err("the states given hold nothing: they were already handed to another host".into());
+        }
+        for (name, t) in other.tensors {
+            self.tensors.insert(TensorName::parse(&name).in_sequence(Some(b)).to_string(), t);
+        }
+        Ok(())
+    }
+
+    /// A store of the same names, shapes and storage as `self`, every state zero.
+    pub(crate) fn zeros_like(&self) -> States {
+        let tensors = self.shapes.iter().map(|(n, s)| (n.clone(), SimTensor::zeros(Dtype::F32, s.clone()))).collect();
+        States { tensors, shapes: self.shapes.clone(), dtypes: self.dtypes.clone() }
+    }
+
     /// The state `name` (a layer tensor name).
     pub fn get(&self, name: &str) -> Option<&SimTensor> {
         self.tensors.get(name)

@@ -7,6 +7,7 @@ mod generate;
 mod prefill;
 mod q8;
 mod sample;
+mod schedule;
 mod stack;
 mod step;
 mod tokenizer_bpe;

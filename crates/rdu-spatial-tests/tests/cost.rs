@@ -284,3 +284,122 @@ fn work_the_chip_cannot_run_is_refused() {
     let err = refuse(one(vec![StageWork { pcus: 2000, ..work("a") }, StageWork { pcus: 100, ..work("b") }]));
     assert_eq!(err.to_string(), "section 0 uses 2100 PCUs but the chip has 2080; split it into more sections");
 }
+
+/// SplitMix64: the test's own reproducible draws.
+struct Draws(u64);
+
+impl Draws {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A section of `n` stages drawn from a few shapes of work (so that stages tie for the
+/// slowest), on 1..40 PCUs each, waiting for the stage before (a chain) or for a few earlier ones.
+fn drawn_section(d: &mut Draws, n: usize) -> Vec<StageWork> {
+    let shapes: Vec<StageWork> = (0..3)
+        .map(|_| StageWork {
+            flops: d.below(4) * 1_000_000_000 * (1 + d.below(1000)),
+            hbm_bytes: d.below(3) * 1_000_000 * (1 + d.below(100)),
+            ddr_bytes: d.below(2) * 1_000_000,
+            sram_bytes: d.below(3) * 1_000_000 * (1 + d.below(100)),
+            link_bytes: d.below(2) * 1_000_000,
+            pmus: 1 + d.below(8) as u32,
+            tiles: 1 + d.below(16) as u32,
+            ..StageWork::default()
+        })
+        .collect();
+    let chain = d.below(2) == 0;
+    (0..n)
+        .map(|i| StageWork {
+            pcus: 1 + d.below(40) as u32,
+            hops: d.below(12) as u32,
+            after: (!chain).then(|| {
+                let mut after: Vec<usize> = (0..i).filter(|_| d.below(4) == 0).collect();
+                after.extend(i.checked_sub(1));
+                after.dedup();
+                after
+            }),
+            ..shapes[d.below(3) as usize].clone()
+        })
+        .collect()
+}
+
+/// The `Retimer` gives a section placed otherwise in a stage or two, and in the hops from the
+/// first changed stage on, exactly `estimate`'s seconds — to the bit, refusals included — on
+/// thousands of drawn sections and trials (stages tying for the slowest, a changed stage that
+/// was or becomes the slowest, a chip too small, a stage left without PCUs), and times again
+/// only the stages from the first one whose fill can change.
+#[test]
+fn a_retimed_trial_is_the_estimate_to_the_bit() {
+    let chip = sn50();
+    let mut d = Draws(11);
+    for _ in 0..300 {
+        let n = 2 + d.below(40) as usize;
+        let base = drawn_section(&mut d, n);
+        let mut retimer = rdu_spatial::cost::Retimer::new(&chip, base.clone(), Precision::Bf16).expect("a base");
+        let total: u32 = base.iter().map(|w| w.pcus).sum();
+        for _ in 0..20 {
+            let mut changed: Vec<(usize, u32)> = vec![(d.below(n as u64) as usize, d.below(60) as u32)];
+            let other = d.below(n as u64) as usize;
+            if d.below(2) == 0 && other != changed[0].0 {
+                changed.push((other, d.below(60) as u32));
+            }
+            let first = changed.iter().map(|c| c.0).min().unwrap();
+            let hops: Vec<u32> =
+                (0..n).map(|i| if i < first || d.below(3) == 0 { base[i].hops } else { d.below(12) as u32 }).collect();
+            let available = if d.below(4) == 0 { total } else { chip.pcus };
+            let mut trial = base.clone();
+            for &(c, p) in &changed {
+                trial[c].pcus = p;
+            }
+            for (w, &h) in trial.iter_mut().zip(&hops) {
+                w.hops = h;
+            }
+            let small = rdu_spatial::chip::Chip { pcus: available, ..chip.clone() };
+            let want = estimate(&small, &one(trial), Precision::Bf16).ok().map(|c| c.seconds.to_bits());
+            let got = retimer.seconds(available, &changed, |i| hops[i]).map(f64::to_bits);
+            assert_eq!(got, want, "{changed:?} of {n} stages");
+        }
+    }
+}
+
+/// A trial is timed again from its first changed stage on, not whole: on a chain of 1,000
+/// stages (a batched program's section), a block more for stage k times 1,000 - k stages, so
+/// trying it for every stage costs n(n+1)/2 stage timings — where each trial timed whole cost
+/// n each, n² in all (placement's refinement makes such a look each move).
+#[test]
+fn a_trial_is_timed_again_from_its_first_change_on() {
+    let chip = sn50();
+    let n = 1000;
+    let stage = |i: usize| StageWork {
+        flops: if i == 0 { 1_000_000_000_000 } else { 1_000_000 },
+        pcus: 2,
+        hops: u32::from(i > 0),
+        ..work("s")
+    };
+    let base: Vec<StageWork> = (0..n).map(stage).collect();
+    let mut retimer = rdu_spatial::cost::Retimer::new(&chip, base.clone(), Precision::Bf16).expect("a base");
+    for k in [1, 500, 999] {
+        let before = retimer.retimed;
+        let t = retimer.seconds(chip.pcus, &[(k, 10)], |i| base[i].hops).expect("a time");
+        assert_eq!(retimer.retimed - before, (n - k) as u64, "stage {k}");
+        let mut trial = base.clone();
+        trial[k].pcus = 10;
+        assert_eq!(t.to_bits(), run(&chip, &one(trial)).seconds.to_bits());
+    }
+    let before = retimer.retimed;
+    for k in 0..n {
+        retimer.seconds(chip.pcus, &[(k, 10)], |i| base[i].hops);
+    }
+    // Stage 0, the slowest, stays so on more PCUs: n stages timed again for it.
+    assert_eq!(retimer.retimed - before, (n * (n + 1) / 2) as u64);
+}

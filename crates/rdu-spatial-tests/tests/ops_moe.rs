@@ -74,7 +74,7 @@ fn route_refuses_a_bias_of_another_width_and_unknown_words() {
     let err = run(&b, "w, x = route(l, br, k=2, norm=0, scale=1.0, score=sigmoid)", &["w", "x"]).unwrap_err();
     assert!(err.to_string().contains("bias [4]"), "{err}");
     let err = run(&b, "w, x = route(l, k=2, norm=0, scale=1.0, score=tanh)", &["w", "x"]).unwrap_err();
-    assert!(err.to_string().contains("unknown score `tanh`"), "{err}");
+    assert!(err.to_string().contains("`score` must be softmax or sigmoid"), "{err}");
 }
 
 /// Bindings that count how often each expert of each stacked weight is read.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use common::*;
 use proptest::prelude::*;
 use rdu_spatial::text::parse;
-use rdu_spatial::{simulate, simulate_in_place, MapBindings, Role, SimError, SpatialProgram, Storage};
+use rdu_spatial::{simulate, simulate_in_place, MapBindings, Op, Role, SimError, SpatialProgram, Storage};
 
 const GOLDEN: &str = include_str!("data/attention_dense.spatial");
 
@@ -128,45 +128,20 @@ fn runtime_faults_are_one_line_errors() {
     assert!(p.tensors.iter().any(|d| d.role == Role::State));
 }
 
-/// Every op with its usual number of tensor arguments and its attributes (an unknown op is
-/// refused by the parser: `tests/text.rs`).
-const OPS: &[(&str, usize, &[&str])] = &[
-    ("add", 2, &[]),
-    ("sub", 2, &[]),
-    ("mul", 2, &[]),
-    ("scale", 1, &["by"]),
-    ("neg", 1, &[]),
-    ("exp", 1, &[]),
-    ("sigmoid", 1, &[]),
-    ("silu", 1, &[]),
-    ("softplus", 1, &[]),
-    ("gelu_tanh", 1, &[]),
-    ("rms_norm", 2, &["eps", "offset"]),
-    ("l2_norm", 1, &["eps"]),
-    ("linear", 2, &[]),
-    ("linear", 3, &[]),
-    ("linear_heads", 2, &[]),
-    ("embed", 2, &[]),
-    ("argmax", 1, &[]),
-    ("reshape", 1, &[]),
-    ("slice", 1, &["axis", "start", "len"]),
-    ("concat", 3, &["axis"]),
-    ("transpose", 1, &["perm"]),
-    ("dequant", 1, &[]),
-    ("rope", 4, &["dim", "style"]),
-    ("cache_put", 3, &[]),
-    ("attend", 4, &["scale", "window"]),
-    ("attend_mla", 3, &["scale", "latent"]),
-    ("attend_mla_up", 5, &["scale", "latent"]),
-    ("conv_step", 2, &[]),
-    ("conv_step", 3, &[]),
-    ("conv_shift", 2, &[]),
-    ("delta_scan", 5, &["kmap"]),
-    ("delta_step", 6, &[]),
-    ("route", 1, &["k", "norm", "scale", "groups", "topk_groups", "score", "group_score"]),
-    ("route", 2, &["k", "norm", "scale", "score"]),
-    ("experts", 6, &["act"]),
-];
+/// Every op of the table with its least and its most number of tensor arguments (one past the
+/// least when it takes any number); an unknown op is refused by the parser (`tests/text.rs`).
+fn ops() -> Vec<(Op, usize)> {
+    let counts = |op: Op| {
+        let (least, most) = op.arity();
+        let most = if most == usize::MAX { least + 1 } else { most };
+        if least == most {
+            vec![least]
+        } else {
+            vec![least, most]
+        }
+    };
+    Op::ALL.into_iter().flat_map(|op| counts(op).into_iter().map(move |n| (op, n))).collect()
+}
 
 fn lit_text() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -186,24 +161,24 @@ fn op_line(k: usize) -> impl Strategy<Value = String> {
     let outs = prop::sample::select(vec![0u8, 0, 0, 1, 2]);
     let fold = prop::sample::select(vec![false, false, false, true]);
     (
-        prop::sample::select(OPS),
+        prop::sample::select(ops()),
         prop::collection::vec(tensor, 6),
         prop::collection::vec(lit_text(), 6),
         fold,
         tile,
         outs,
     )
-        .prop_map(move |((op, n_args, keys), names, lits, fold, tile, outs)| {
+        .prop_map(move |((op, n_args), names, lits, fold, tile, outs)| {
             let outs = match outs {
                 0 => format!("t{} = ", 7 + k),
                 1 => format!("t{}, t{} = ", 7 + k, 20 + k),
                 _ => format!("t{}, t6 <- ", 7 + k),
             };
             let mut args: Vec<String> = names.into_iter().take(n_args).collect();
-            if op == "reshape" {
+            if op.takes_shape_literal() {
                 args.push(lits[0].clone());
             }
-            args.extend(keys.iter().zip(&lits).map(|(key, v)| format!("{key}={v}")));
+            args.extend(op.attrs().iter().zip(&lits).map(|(key, v)| format!("{key}={v}")));
             let mut line = format!("{outs}{op}({})", args.join(", "));
             if fold {
                 line.push_str(" fold=q8");

@@ -15,6 +15,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::chip::Chip;
 
+mod retime;
+pub use retime::Retimer;
+
 /// The number format a stage's products run in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -152,9 +155,8 @@ pub fn estimate(chip: &Chip, input: &CostInput, precision: Precision) -> Result<
     let sections = (input.sections.iter().enumerate())
         .map(|(idx, stages)| section(chip, idx, stages, precision))
         .collect::<Result<Vec<_>, _>>()?;
-    let reconfigurations = if sections.len() > 1 { sections.len() as u32 } else { 0 };
-    let reconfiguration_seconds = f64::from(reconfigurations) * chip.reconfiguration;
-    let seconds = sections.iter().map(|s| s.seconds).sum::<f64>() + reconfiguration_seconds;
+    let (reconfigurations, reconfiguration_seconds) = reconfiguration(chip, sections.len());
+    let seconds = step_seconds(sections.iter().map(|s| s.seconds), reconfiguration_seconds);
     let all = || input.sections.iter().flatten();
     let hbm_bytes = all().map(|w| w.hbm_bytes).sum::<u64>();
     let roofline_seconds = hbm_bytes as f64 / chip.hbm_bandwidth;
@@ -173,6 +175,17 @@ pub fn estimate(chip: &Chip, input: &CostInput, precision: Precision) -> Result<
         roofline_fraction: roofline_seconds / seconds,
         sections,
     })
+}
+
+/// The sections a step of `sections` loads (none for one resident section) and their seconds.
+fn reconfiguration(chip: &Chip, sections: usize) -> (u32, f64) {
+    let reconfigurations = if sections > 1 { sections as u32 } else { 0 };
+    (reconfigurations, f64::from(reconfigurations) * chip.reconfiguration)
+}
+
+/// A step's seconds: its sections' and their loads'.
+fn step_seconds(sections: impl Iterator<Item = f64>, reconfiguration_seconds: f64) -> f64 {
+    sections.sum::<f64>() + reconfiguration_seconds
 }
 
 impl StepCost {
@@ -194,21 +207,12 @@ fn section(chip: &Chip, idx: usize, work: &[StageWork], precision: Precision) ->
         }
     }
     let mut stages = work.iter().map(|w| stage(chip, idx, w, precision)).collect::<Result<Vec<_>, _>>()?;
-    let slowest = (0..stages.len()).fold(0, |best, i| if stages[i].seconds > stages[best].seconds { i } else { best });
-    let per_stage_fill = chip.pipeline_fill_cycles / chip.clock_hz;
+    let slowest = slowest_stage(stages.len(), |i| stages[i].seconds);
     for (i, (cost, w)) in stages.iter_mut().zip(work).enumerate() {
-        let first_tile = if i == slowest { 0.0 } else { cost.seconds / f64::from(w.tiles) };
-        let latency = link_latency(chip, w);
-        let hops = f64::from(w.hops) * chip.hop_cycles / chip.clock_hz;
-        cost.fill_seconds = first_tile + per_stage_fill + latency + hops;
+        cost.fill_seconds = stage_fill(chip, w, cost.seconds, i == slowest, w.hops);
     }
-    let shared = |bytes: fn(&StageWork) -> u64, bandwidth: f64| work.iter().map(bytes).sum::<u64>() as f64 / bandwidth;
-    let (steady_seconds, bound) = slowest_of([
-        (stages[slowest].seconds, stages[slowest].bound),
-        (shared(|w| w.hbm_bytes, chip.hbm_bandwidth), Bound::Hbm),
-        (shared(|w| w.ddr_bytes, chip.ddr_bandwidth), Bound::Ddr),
-        (shared(|w| w.link_bytes, chip.link_bandwidth), Bound::Link),
-    ]);
+    let [hbm, ddr, link] = shared_seconds(chip, work);
+    let (steady_seconds, bound) = slowest_of([(stages[slowest].seconds, stages[slowest].bound), hbm, ddr, link]);
     let (fill_seconds, latency_seconds) = longest_fill(chip, idx, work, &stages)?;
     Ok(SectionCost {
         slowest,
@@ -217,11 +221,42 @@ fn section(chip: &Chip, idx: usize, work: &[StageWork], precision: Precision) ->
         fill_seconds,
         latency_seconds,
         synchronisation_seconds: chip.synchronisation,
-        seconds: steady_seconds + fill_seconds + chip.synchronisation,
+        seconds: section_seconds(chip, steady_seconds, fill_seconds),
         pcus: pcus as u32,
         pmus: pmus as u32,
         stages,
     })
+}
+
+/// The slowest of `n` stages whose steady seconds are `seconds(i)`: the first of the longest.
+fn slowest_stage(n: usize, seconds: impl Fn(usize) -> f64) -> usize {
+    (0..n).fold(0, |best, i| if seconds(i) > seconds(best) { i } else { best })
+}
+
+/// What stage `w`, whose steady phase takes `seconds`, adds to its section's fill: its first
+/// tile (none for the `slowest` stage, whose tiles are the steady phase), the pipeline fill,
+/// its all-reduce latency and its `hops` from the stage before it.
+fn stage_fill(chip: &Chip, w: &StageWork, seconds: f64, slowest: bool, hops: u32) -> f64 {
+    let first_tile = if slowest { 0.0 } else { seconds / f64::from(w.tiles) };
+    let per_stage_fill = chip.pipeline_fill_cycles / chip.clock_hz;
+    let latency = link_latency(chip, w);
+    let hops = f64::from(hops) * chip.hop_cycles / chip.clock_hz;
+    first_tile + per_stage_fill + latency + hops
+}
+
+/// The HBM, DDR and link traffic all of a section's stages share, each over its bandwidth.
+fn shared_seconds(chip: &Chip, work: &[StageWork]) -> [(f64, Bound); 3] {
+    let shared = |bytes: fn(&StageWork) -> u64, bandwidth: f64| work.iter().map(bytes).sum::<u64>() as f64 / bandwidth;
+    [
+        (shared(|w| w.hbm_bytes, chip.hbm_bandwidth), Bound::Hbm),
+        (shared(|w| w.ddr_bytes, chip.ddr_bandwidth), Bound::Ddr),
+        (shared(|w| w.link_bytes, chip.link_bandwidth), Bound::Link),
+    ]
+}
+
+/// A section's seconds: its steady phase, its fill and the barrier.
+fn section_seconds(chip: &Chip, steady: f64, fill: f64) -> f64 {
+    steady + fill + chip.synchronisation
 }
 
 /// The section's fill: the longest path of first tiles through its stages, each stage's first
@@ -272,23 +307,9 @@ fn stage(chip: &Chip, section: usize, w: &StageWork, precision: Precision) -> Re
     if w.sram_bytes > 0 && w.pmus == 0 {
         return Err(missing("SRAM traffic", "PMU"));
     }
-    let per_pcu = match precision {
-        Precision::Bf16 => chip.pcu_flops_bf16,
-        Precision::Fp8 => chip.pcu_flops_fp8,
-    };
-    let ratio = |amount: u64, rate: f64| if amount == 0 { 0.0 } else { amount as f64 / rate };
-    let compute_seconds = ratio(w.flops, f64::from(w.pcus) * per_pcu);
-    let hbm_seconds = ratio(w.hbm_bytes, chip.hbm_bandwidth);
-    let ddr_seconds = ratio(w.ddr_bytes, chip.ddr_bandwidth);
-    let sram_seconds = ratio(w.sram_bytes, f64::from(w.pmus) * chip.pmu_bandwidth());
-    let link_seconds = ratio(w.link_bytes, chip.link_bandwidth);
-    let (seconds, bound) = slowest_of([
-        (compute_seconds, Bound::Compute),
-        (hbm_seconds, Bound::Hbm),
-        (ddr_seconds, Bound::Ddr),
-        (sram_seconds, Bound::Sram),
-        (link_seconds, Bound::Link),
-    ]);
+    let times = stage_times(chip, w, w.pcus, precision);
+    let (seconds, bound) = slowest_of(times);
+    let [compute_seconds, hbm_seconds, ddr_seconds, sram_seconds, link_seconds] = times.map(|t| t.0);
     Ok(StageCost {
         name: w.name.clone(),
         seconds,
@@ -300,6 +321,27 @@ fn stage(chip: &Chip, section: usize, w: &StageWork, precision: Precision) -> Re
         link_seconds,
         fill_seconds: 0.0,
     })
+}
+
+/// Whether `stage` refuses `w` on `pcus` PCUs (no tiles, or work without the units to do it).
+fn unrunnable(w: &StageWork, pcus: u32) -> bool {
+    w.tiles == 0 || (w.flops > 0 && pcus == 0) || (w.sram_bytes > 0 && w.pmus == 0)
+}
+
+/// A stage's compute, HBM, DDR, SRAM and link times with its work on `pcus` PCUs.
+fn stage_times(chip: &Chip, w: &StageWork, pcus: u32, precision: Precision) -> [(f64, Bound); 5] {
+    let per_pcu = match precision {
+        Precision::Bf16 => chip.pcu_flops_bf16,
+        Precision::Fp8 => chip.pcu_flops_fp8,
+    };
+    let ratio = |amount: u64, rate: f64| if amount == 0 { 0.0 } else { amount as f64 / rate };
+    [
+        (ratio(w.flops, f64::from(pcus) * per_pcu), Bound::Compute),
+        (ratio(w.hbm_bytes, chip.hbm_bandwidth), Bound::Hbm),
+        (ratio(w.ddr_bytes, chip.ddr_bandwidth), Bound::Ddr),
+        (ratio(w.sram_bytes, f64::from(w.pmus) * chip.pmu_bandwidth()), Bound::Sram),
+        (ratio(w.link_bytes, chip.link_bandwidth), Bound::Link),
+    ]
 }
 
 /// The largest time and its bound; ties go to the earliest candidate.

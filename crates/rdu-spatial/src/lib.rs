@@ -22,7 +22,7 @@ pub mod tensor_parallel;
 pub mod text;
 pub mod view;
 
-pub use op::Op;
+pub use op::{Op, TypedOp};
 pub use program::{
     Arg, Dtype, Home, KernelOp, Lit, Role, Section, SpatialProgram, Stage, Storage, TensorDecl, Tiling, TpInfo, TpSplit,
 };

@@ -11,6 +11,7 @@
 //! bundle's bindings agree without an id table. Nothing here uses a hash map.
 
 pub use crate::op::Op;
+use crate::op::{AttrLit, Given, OpAttrs, TypedOp, Visit, Visitor};
 use serde::{Deserialize, Serialize};
 
 /// One lowered program: a layer kind, or the embedding, or the head.
@@ -291,12 +292,59 @@ impl KernelOp {
         self.attrs.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
+    /// The attributes as given, and the positional literal of an op that takes one (its
+    /// second argument, when that is a literal).
+    pub fn given(&self) -> Given<'_, Lit> {
+        let literal = match self.args.get(1) {
+            Some(Arg::Lit(l)) if self.op.takes_shape_literal() => Some(l),
+            _ => None,
+        };
+        Given { attrs: self.attrs.iter().map(|(k, v)| (k.as_str(), v)).collect(), literal }
+    }
+
+    /// The op with its attributes typed, read as the simulator reads them
+    /// ([`crate::op::OpAttrs::spatial`]), or the first fault as the simulator words it.
+    pub fn typed(&self) -> Result<TypedOp, String> {
+        struct Typed;
+        impl Visitor for Typed {
+            type Out = TypedOp;
+        }
+        impl<A: OpAttrs + Clone + Into<TypedOp>> Visit<A> for Typed {
+            fn visit(self, attrs: &A) -> TypedOp {
+                attrs.clone().into()
+            }
+        }
+        let given = self.given();
+        self.op.visit_spatial(&given, Typed).map_err(|f| f.spatial_message(&given.keys()))
+    }
+
     /// The tensor names the op reads, in argument order.
     pub fn reads(&self) -> impl Iterator<Item = &str> {
         self.args.iter().filter_map(|a| match a {
             Arg::Tensor(t) => Some(t.as_str()),
             Arg::Lit(_) => None,
         })
+    }
+}
+
+impl AttrLit for Lit {
+    fn int(&self) -> Option<i64> {
+        match self {
+            Lit::Int(v) => Some(*v),
+            _ => None,
+        }
+    }
+    fn float(&self) -> Option<f64> {
+        self.as_float()
+    }
+    fn word(&self) -> Option<&str> {
+        self.as_word()
+    }
+    fn counts(&self) -> Option<Vec<usize>> {
+        match self {
+            Lit::List(items) => items.iter().map(|l| l.int().and_then(|v| usize::try_from(v).ok())).collect(),
+            _ => None,
+        }
     }
 }
 

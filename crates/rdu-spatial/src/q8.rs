@@ -446,6 +446,7 @@ pub fn dequant_blocks(blocks: &[Q8Block], out: &mut [f32]) {
     }
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: called only where the CPU has AVX2 (detected just above).
         #[target_feature(enable = "avx2")]
         unsafe fn avx2(blocks: &[Q8Block], out: &mut [f32]) {
             each(blocks, out)

@@ -34,6 +34,7 @@ pub struct Seeded {
 fn on_avx512dq<R>(draw: impl FnOnce() -> R) -> Option<R> {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512dq") {
+        // SAFETY: called only where the CPU has AVX-512 F and DQ (detected just above).
         #[target_feature(enable = "avx512f,avx512dq")]
         unsafe fn compiled<R>(draw: impl FnOnce() -> R) -> R {
             draw()

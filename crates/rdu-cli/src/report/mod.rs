@@ -8,13 +8,13 @@ pub(crate) mod svg;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
+use rdu_compiler::deploy::{bundle_floor, schedule_cost, Scheduled};
 use rdu_compiler::lower::cost::program_cost;
-use rdu_compiler::lower::streamed::{schedule_cost, Scheduled};
 use rdu_spatial::bundle::Bundle;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::cost::{Bound, StepCost};
-use rdu_spatial::manifest::{CertificateEntry, Manifest, TensorStorage};
-use rdu_spatial::program::{Op, SpatialProgram};
+use rdu_spatial::manifest::{CertificateEntry, Manifest};
+use rdu_spatial::program::SpatialProgram;
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -63,14 +63,14 @@ pub struct Report {
     pub programs: Vec<ProgramView>,
     /// The step as the manifest's schedule runs it.
     pub step: StepView,
-    /// The model's floor bytes a step (issue 11's definition) and its roofline seconds.
+    /// The model's floor bytes a step and its roofline seconds (`rdu_compiler::deploy::bundle_floor`).
     pub floor_bytes: f64,
     pub roofline_seconds: f64,
 }
 
 pub fn run(args: &ReportArgs) -> Result<()> {
     let dir = &args.bundle;
-    let bundle = Bundle::open(dir).map_err(|e| anyhow!("cannot open bundle {}: {e}", dir.display()))?;
+    let bundle = crate::bundle_arg::open(dir)?;
     let chip = match &args.chip {
         Some(path) => Chip::from_file(path)?,
         None => Chip::builtin(&bundle.manifest.chip).map_err(|_| {
@@ -131,10 +131,9 @@ pub fn gather(bundle: &Bundle, chip: Chip) -> Result<Report> {
         programs.push(ProgramView { name: name.clone(), layers, spatial, cost, certificate: certificate.clone() });
     }
     let step = step_breakdown(m, &programs, &chip)?;
-    let floor_bytes = floor_bytes(m, &programs);
-    let chips = m.cut.tp.unwrap_or(1) as f64;
-    let roofline_seconds = floor_bytes / (chips * chip.hbm_bandwidth);
-    Ok(Report { manifest: m.clone(), chip, programs, step, floor_bytes, roofline_seconds })
+    let program = |name: &str| programs.iter().find(|p| p.name == name).map(|p| &p.spatial);
+    let floor = bundle_floor(m, &program, &chip);
+    Ok(Report { manifest: m.clone(), chip, programs, step, floor_bytes: floor.bytes, roofline_seconds: floor.seconds })
 }
 
 /// Where one invocation of a program spends its time.
@@ -227,42 +226,4 @@ pub struct StepView {
     pub seconds: f64,
     /// Looped invocations.
     pub loops: usize,
-}
-
-/// The model's floor bytes a step (issue 11): every weight once over all chips (Q8_0 at 34/32
-/// bytes an element, everything else 2), the embedding one row a sequence, routed experts as
-/// `min(1, batch·top_k / experts)` of their stacks, every carried state once in bf16.
-pub fn floor_bytes(m: &Manifest, programs: &[ProgramView]) -> f64 {
-    let batch = m.cut.batch.unwrap_or(1) as f64;
-    let embed = &m.programs.embed.declared;
-    let head = &m.programs.head.declared;
-    let top_k = programs
-        .iter()
-        .flat_map(|p| p.spatial.ops())
-        .find(|(_, op)| op.op == Op::Route)
-        .and_then(|(_, op)| op.attr("k").and_then(|k| k.as_int()))
-        .unwrap_or(0) as f64;
-    let experts: Vec<&str> = programs
-        .iter()
-        .flat_map(|p| p.spatial.ops())
-        .filter(|(_, op)| op.op == Op::Experts)
-        .flat_map(|(_, op)| op.reads().collect::<Vec<_>>())
-        .collect();
-    let mut floor = 0.0;
-    for (name, t) in &m.tensors {
-        let mut n = t.shape.iter().map(|&d| d as f64).product::<f64>();
-        let per = if t.storage == TensorStorage::Q8_0 { 34.0 / 32.0 } else { 2.0 };
-        let bound_as_expert =
-            m.layers.iter().any(|l| l.bind.iter().any(|(k, v)| v == name && experts.contains(&k.as_str())));
-        if embed.contains(name) && !head.contains(name) {
-            n = *t.shape.last().unwrap_or(&0) as f64 * batch;
-        } else if bound_as_expert && t.shape.len() == 3 && t.shape[0] > 0 {
-            n *= (batch * top_k / t.shape[0] as f64).min(1.0);
-        }
-        floor += n * per;
-    }
-    for s in &m.states {
-        floor += s.shape.iter().map(|&d| d as f64).product::<f64>() * 2.0;
-    }
-    floor
 }

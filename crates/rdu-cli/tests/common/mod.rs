@@ -1,6 +1,8 @@
 //! Helpers shared by the CLI crate's tests: running the `rdu` binary and reading what it says.
 //! Fixture paths, npy readers and the tolerance are `rdu_testkit`'s.
 
+pub mod http;
+
 use std::process::{Command, Output};
 
 /// Runs the `rdu` binary with `args`.

@@ -4,7 +4,7 @@
 //! `UPDATE_EXPECT=1 cargo test …` rewrites them; a diff of the golden files in a commit is how
 //! a deliberate change of output shows. Any other difference fails, naming the file.
 
-use rdu_compiler::lower::streamed::StreamedModel;
+use rdu_compiler::deploy::StreamedModel;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

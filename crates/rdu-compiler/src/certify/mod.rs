@@ -46,10 +46,38 @@ pub enum CertifyFault {
     Structure(String),
     #[error("resources: {0}")]
     Resources(String),
-    #[error("numbers: `{tensor}` differs at element {index}: simulator {got}, reference {want} (|diff| {diff:e} > {bound:e})")]
+    #[error("numbers: {}", differs(tensor, *index, *got, *want, *diff, *bound))]
     Numbers { tensor: String, index: usize, got: f32, want: f32, diff: f64, bound: f64 },
     #[error("{engine} failed on seeded inputs: {message}")]
     Engine { engine: &'static str, message: String },
+}
+
+impl CertifyFault {
+    /// The check that failed: `structure`, `resources` or `numbers` (an engine that could not
+    /// run the seeded inputs fails the numeric check).
+    pub fn check(&self) -> &'static str {
+        match self {
+            CertifyFault::Structure(_) => "structure",
+            CertifyFault::Resources(_) => "resources",
+            CertifyFault::Numbers { .. } | CertifyFault::Engine { .. } => "numbers",
+        }
+    }
+
+    /// What failed, in the words of its check (the one line without the check's name).
+    pub fn message(&self) -> String {
+        match self {
+            CertifyFault::Structure(m) | CertifyFault::Resources(m) => m.clone(),
+            CertifyFault::Numbers { tensor, index, got, want, diff, bound } => {
+                differs(tensor, *index, *got, *want, *diff, *bound)
+            }
+            engine @ CertifyFault::Engine { .. } => engine.to_string(),
+        }
+    }
+}
+
+/// A numeric fault: where the simulator and the reference differ, and by how much.
+fn differs(tensor: &str, index: usize, got: f32, want: f32, diff: f64, bound: f64) -> String {
+    format!("`{tensor}` differs at element {index}: simulator {got}, reference {want} (|diff| {diff:e} > {bound:e})")
 }
 
 /// Certifies `program`, lowered from `graph`, for `chip`, with inputs drawn from `seed`.
@@ -225,8 +253,8 @@ mod tests {
     /// The first kind of tiny `preset` (decode, ctx 64, Q8_0 weights, bf16 states), lifted
     /// and lowered for `chip`.
     fn kind(preset: &str, chip: &Chip) -> (SpatialProgram, Graph) {
-        use crate::lower::streamed::Storage;
         use crate::model::spec::{Cut, StateDtype};
+        use crate::model::storage::Storage;
         let mut spec = crate::model::presets::resolve(preset).expect("preset");
         spec.state = StateDtype::Bf16;
         let src = crate::model::author::source_of(&spec, 0, Cut::Decode { ctx: 64 }, &Storage::AllQ8);

@@ -17,6 +17,7 @@ use rdu_spatial::program::{Arg, Op, Role, SpatialProgram, Storage, TpSplit};
 use rdu_spatial::q8::Q8Weight;
 use rdu_spatial::sim::{simulate_chip, AllReduce, Collective, SimBindings, SimTensor, WeightSlab};
 use rdu_spatial::tensor_parallel::{check_cover, check_split, join, take, take_q8};
+use rdu_spatial::TypedOp;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -252,19 +253,18 @@ fn check_slices(program: &SpatialProgram, full: &SpatialProgram, chips: usize) -
 fn check_shards(program: &SpatialProgram) -> Result<(), String> {
     let tp = program.tp.as_ref().ok_or("no tensor-parallel layout")?;
     let chips = tp.chips as usize;
-    let count = |op: &rdu_spatial::program::KernelOp, key: &str| {
-        op.attr(key).and_then(|l| l.as_int()).and_then(|n| usize::try_from(n).ok())
-    };
     let mut shards: BTreeSet<&str> = BTreeSet::new();
     for (stage, op) in program.ops() {
         let at = format!("stage {} op `{}`", stage.name, op.op);
         if op.op == Op::Shard {
-            let parts = count(op, "chips");
+            let (axis, parts) = match op.typed() {
+                Ok(TypedOp::Shard { axis, chips }) => (Some(axis), Some(chips)),
+                _ => (None, None),
+            };
             if parts != Some(chips) {
                 return Err(format!("{at} cuts its value into {parts:?} parts on {chips} chips"));
             }
             let Some(out) = op.outs.first() else { return Err(format!("{at} has no result")) };
-            let axis = count(op, "axis");
             let rank = program.decl(out).map_or(0, |d| d.shape.len());
             if axis != Some(rank.saturating_sub(1)) {
                 return Err(format!("{at} cuts axis {axis:?}; a shard cuts the last"));

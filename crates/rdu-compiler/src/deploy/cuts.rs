@@ -2,7 +2,7 @@
 //! what the cut's bundle serves.
 
 use super::deploy;
-use crate::lower::streamed::model::{LowerOptions, StreamedModel, StreamedReject};
+use crate::deploy::model::{LowerOptions, StreamedModel, StreamedReject};
 use crate::model::spec::{Cut, ModelSpec};
 
 /// What every cut's lowering returns.

@@ -15,8 +15,8 @@
 use super::admit;
 use super::part::Check;
 use super::programs::Driver;
-use crate::lower::streamed::kinds::{kinds_of_sources, Storage};
-use crate::lower::streamed::model::{LowerOptions, ProgramPart, Progress, StreamedModel, StreamedReject};
+use crate::deploy::model::{LowerOptions, ProgramPart, Progress, StreamedModel, StreamedReject};
+use crate::model::kinds::{kinds_of_sources, Storage};
 use crate::model::spec::{Cut, ModelSpec};
 use rdu_spatial::chip::Chip;
 

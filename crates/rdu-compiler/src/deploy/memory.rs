@@ -7,12 +7,12 @@
 //! its rows in place), so on-chip SRAM does not bound the context: memory does.
 
 use super::programs::layer_sources;
+use crate::deploy::model::StreamedReject;
 use crate::fit::{Part, Tally};
 use crate::lang::ast::DeclKind;
 use crate::lang::Source;
-use crate::lower::streamed::kinds::Storage;
-use crate::lower::streamed::model::StreamedReject;
 use crate::model::author::{embed_source, head_source};
+use crate::model::kinds::Storage;
 use crate::model::spec::{Cut, ModelSpec};
 use rdu_spatial::chip::Chip;
 

@@ -1,31 +1,53 @@
-//! The deployment driver: a model at a cut lowered as the RDU runs it — the embedding, one
-//! program per layer kind and the head, each lowered (`crate::lower`) and certified
-//! (`crate::certify`) once, every layer bound to its kind — into a `StreamedModel`.
+//! Deployment: a model as the RDU runs it — one lowered, certified program per LAYER KIND, and
+//! a manifest binding every layer to its kind (see `shared/seed/streamed-module.txt`). It sits
+//! above lowering (`crate::lower`) and certification (`crate::certify`), which know nothing of it.
 //!
-//! [`deploy`] is the one entry; `Cut::validate` holds the size checks, `part::lower_part` how
-//! a program is certified (whole, on reduced rows, or against the unsplit program over its
-//! chips), `programs::Driver` which program each part is and the loop over the kinds.
-//! `lower_*_streamed` (`cuts.rs`) name the cuts for callers; [`estimate_streamed`] and
-//! [`Estimator`] run the same driver without numbers.
+//! What such a model is (`model.rs`: `StreamedModel`), how its step is scheduled and costed
+//! (`schedule.rs`, `roofline.rs`: the model's floor, computed there only) and written
+//! (`bundle.rs`). How layers group into kinds is the model's (`crate::model::kinds`), re-exported
+//! here.
+//!
+//! The driver: [`deploy`] is the one entry — the embedding, one program per layer kind and the
+//! head, each lowered and certified once, every layer bound to its kind; `Cut::validate` holds
+//! the size checks, `part::lower_part` how a program is certified (whole, on reduced rows, or
+//! against the unsplit program over its chips), `programs::Driver` which program each part is
+//! and the loop over the kinds. `lower_*_streamed` (`cuts.rs`) name the cuts for callers;
+//! [`estimate_streamed`] and [`Estimator`] run the same driver without numbers.
+//!
+//! ★ A weight moves as it is stored: a product over a weight stored Q8_0 folds its blocks on
+//! the chip (`passes::from_q8`) only where `Storage` says so; any other weight is read dense.
 
+mod bundle;
 mod cuts;
 mod estimate;
 mod memory;
+pub(crate) mod model;
 mod part;
 mod programs;
+mod roofline;
+pub(crate) mod schedule;
 
+pub use crate::model::kinds::{
+    layer_kinds, layer_kinds_for, rebind, rebind_via, renaming, HiddenNames, KindGroup, Storage, KINDS_CTX, SINGLE,
+    STACKED,
+};
 pub use cuts::{
     lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed, lower_forward_streamed,
     lower_prefill_streamed, lower_prefill_tp_streamed, lower_tp_decode_streamed,
 };
 pub use estimate::{estimate_streamed, Estimator, Spine};
 pub use memory::free_memory;
+pub use model::{
+    LayerBinding, LayerKind, LowerOptions, ProgramPart, Progress, StepEstimate, StreamedModel, StreamedReject,
+    ESTIMATE_ONLY,
+};
 pub use programs::HEAD_INPUT;
+pub use roofline::{bundle_floor, ModelFloor, DENSE_BYTES_PER_ELEMENT, Q8_BYTES_PER_ELEMENT};
+pub use schedule::{schedule_cost, ScheduleCost, Scheduled};
 
 use crate::fit::admits_tp;
-use crate::lower::streamed::kinds::{kinds_of_sources, Storage};
-use crate::lower::streamed::model::{LowerOptions, Progress, StreamedModel, StreamedReject};
 use crate::model::author::covers;
+use crate::model::kinds::kinds_of_sources;
 use crate::model::spec::{Cut, ModelSpec};
 use part::Check;
 use programs::Driver;

@@ -4,11 +4,11 @@
 
 use super::CERTIFY_VOCAB_ROWS;
 use crate::certify::{certify, certify_tp, check_structure, check_tp_structure, Certificate, CertifyFault};
+use crate::deploy::model::{ProgramPart, Progress, StreamedReject, ESTIMATE_ONLY};
+use crate::deploy::schedule::mark_prefetch;
 use crate::front::{lift, Refusal};
 use crate::graph::Graph;
 use crate::lang::{shape_digest, Source};
-use crate::lower::streamed::model::{ProgramPart, Progress, StreamedReject, ESTIMATE_ONLY};
-use crate::lower::streamed::schedule::mark_prefetch;
 use crate::lower::{cost::program_cost, lower, lower_split, Split};
 use rdu_spatial::chip::Chip;
 use rdu_spatial::manifest::AttachedRole;

@@ -5,13 +5,13 @@
 use super::part::{lower_part, Against, Check, Part};
 use super::CERTIFY_VOCAB_ROWS;
 use crate::certify::CertifyFault;
+use crate::deploy::model::{LayerBinding, LayerKind, ProgramPart, Progress, StreamedReject};
+use crate::deploy::schedule::kind_chip;
 use crate::front::{lift, Refusal};
 use crate::lang::Source;
 use crate::lower::lower;
-use crate::lower::streamed::kinds::{rebind_via, KindGroup, Storage, SINGLE, STACKED};
-use crate::lower::streamed::model::{LayerBinding, LayerKind, ProgramPart, Progress, StreamedReject};
-use crate::lower::streamed::schedule::kind_chip;
 use crate::model::author::{embed_source, head_source, hidden_name_for, source_of};
+use crate::model::kinds::{rebind_via, KindGroup, Storage, SINGLE, STACKED};
 use crate::model::spec::{Cut, ModelSpec};
 use rdu_spatial::chip::Chip;
 

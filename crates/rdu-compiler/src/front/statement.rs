@@ -9,6 +9,7 @@ use super::ops::language_op;
 use crate::graph::{Fault, Site, TypeError, ValueId};
 use crate::lang::ast::{Arg, DeclKind, Name, Span, Stmt};
 use crate::lang::Diagnostic;
+use rdu_spatial::op::Key;
 use rdu_spatial::Op;
 use std::collections::BTreeSet;
 
@@ -237,13 +238,13 @@ fn code_of(e: &TypeError) -> &'static str {
 fn site_span(stmt: &Stmt, operands: &[&Name], e: &TypeError) -> Span {
     match e.site {
         Site::Arg(i) => operands.get(i).map_or(stmt.op.span, |n| n.span),
-        Site::Attr("shape") if language_op(&stmt.op.text).is_some_and(Op::takes_shape_literal) => {
+        Site::Attr(Key::Shape) if language_op(&stmt.op.text).is_some_and(Op::takes_shape_literal) => {
             match stmt.args.get(1) {
                 Some(Arg::Lit(_, span)) => *span,
                 _ => stmt.op.span,
             }
         }
-        Site::Attr(key) => stmt.attrs.iter().find(|a| a.key.text == key).map_or(stmt.op.span, |a| a.span),
+        Site::Attr(key) => stmt.attrs.iter().find(|a| a.key.text == key.name()).map_or(stmt.op.span, |a| a.span),
         Site::Op => stmt.op.span,
     }
 }

@@ -1,9 +1,8 @@
 //! Lowering: a lifted layer program becomes a `SpatialProgram` for a chip, through one
-//! pipeline of named passes (`lower`), and the streamed deployments built from it.
+//! pipeline of named passes (`lower`). A model's deployment is built from it in `crate::deploy`.
 
 pub mod cost;
 pub mod passes;
-pub mod streamed;
 pub mod work;
 
 use crate::graph::Graph;

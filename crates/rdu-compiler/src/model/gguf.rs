@@ -4,9 +4,10 @@
 //!
 //! Handled `general.architecture` values: `llama`, `qwen3`, `qwen3moe`, `gemma3` here, and
 //! `deepseek2` (absorbed MLA: `attn_k_b`/`attn_v_b`, YaRN, leading dense blocks, stacked
-//! experts, V3's sigmoid routing with its selection bias), `glm4moe`, `minimax-m2` and the Gated
-//! DeltaNet hybrids `qwen3next`, `qwen35`, `qwen35moe` in the submodules. Every failure is an [`Error::Config`] whose field is the metadata key (or
-//! tensor) at fault.
+//! experts, V3's sigmoid routing with its selection bias), `glm4moe`, `minimax-m2` and the
+//! Gated DeltaNet hybrids `qwen3next`, `qwen35`, `qwen35moe` in the submodules. Every failure
+//! is an [`Error::Config`] whose field is the metadata key (or tensor) at fault, except a file
+//! that cannot be read as GGUF at all ([`Error::Checkpoint`]).
 //!
 //! Defaults follow llama.cpp's loader: `head_count_kv` = `head_count`, `key_length` =
 //! `embedding_length / head_count`, `rope.dimension_count` = `key_length`, `rope.freq_base`
@@ -37,13 +38,8 @@ pub const ARCHITECTURES: &[&str] =
 /// Reads the GGUF file at `path` and builds its spec, named after the file's stem.
 pub fn from_gguf_path(path: impl AsRef<Path>) -> Result<ModelSpec> {
     let path = path.as_ref();
-    let origin = path.display().to_string();
-    let gguf = Gguf::open(path).map_err(|e| {
-        // The reader's message already starts with the file's name: say it once.
-        let text = e.to_string();
-        let message = text.strip_prefix(&format!("{origin}: ")).unwrap_or(&text).to_string();
-        Error::Config { origin, field: "$".into(), message }
-    })?;
+    // The reader's error names the file (`Error::Checkpoint`).
+    let gguf = Gguf::open(path)?;
     let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("model");
     from_gguf(&gguf, name)
 }

@@ -178,11 +178,19 @@ pub enum Act {
 }
 
 impl Act {
-    /// The op applying the activation (its name is also the `experts` op's `act=` word).
-    pub fn op(self) -> rdu_spatial::Op {
+    /// The op applying the activation.
+    pub fn op(self) -> crate::graph::Op {
         match self {
-            Act::Silu => rdu_spatial::Op::Silu,
-            Act::GeluTanh => rdu_spatial::Op::GeluTanh,
+            Act::Silu => crate::graph::Op::Silu,
+            Act::GeluTanh => crate::graph::Op::GeluTanh,
+        }
+    }
+
+    /// The `experts` op's `act` of the activation.
+    pub fn experts(self) -> crate::graph::Act {
+        match self {
+            Act::Silu => crate::graph::Act::Silu,
+            Act::GeluTanh => crate::graph::Act::GeluTanh,
         }
     }
 }

@@ -79,9 +79,21 @@ impl Tokenizer {
     /// User-defined tokens in the text are matched verbatim; control tokens are not parsed.
     pub fn encode(&self, text: &str, add_bos: bool) -> Result<Vec<u32>> {
         match self {
-            Tokenizer::Spm(t) => t.encode(text, add_bos),
-            Tokenizer::Bpe(t) => t.encode(text, add_bos),
+            Tokenizer::Spm(t) => t.encode(text, add_bos, false),
+            Tokenizer::Bpe(t) => t.encode(text, add_bos, false),
             Tokenizer::Hf(t) => t.encode(text, add_bos),
+        }
+    }
+
+    /// Token ids of a rendered chat prompt: as [`Tokenizer::encode`] without a BOS (the
+    /// template writes its own), control tokens written in the text (`<start_of_turn>`,
+    /// `<|im_start|>`) matched as tokens, as llama.cpp's server tokenizes a templated prompt.
+    /// A `tokenizer.json` matches its added tokens in any text already.
+    pub fn encode_chat(&self, text: &str) -> Result<Vec<u32>> {
+        match self {
+            Tokenizer::Spm(t) => t.encode(text, false, true),
+            Tokenizer::Bpe(t) => t.encode(text, false, true),
+            Tokenizer::Hf(t) => t.encode(text, false),
         }
     }
 

@@ -57,13 +57,14 @@ impl Spm {
         Ok(Spm { vocab, add_space_prefix })
     }
 
-    pub fn encode(&self, text: &str, add_bos: bool) -> Result<Vec<u32>> {
+    /// Token ids of `text`; with `controls`, control tokens written in it are matched too.
+    pub fn encode(&self, text: &str, add_bos: bool, controls: bool) -> Result<Vec<u32>> {
         let mut out = Vec::new();
         if add_bos {
             out.push(self.vocab.require_bos()?);
         }
         let mut prev_special = true;
-        for frag in self.vocab.split_specials(text) {
+        for frag in self.vocab.split_specials(text, controls) {
             match frag {
                 Fragment::Token(id) => {
                     out.push(id);

@@ -48,6 +48,9 @@ pub struct Vocab {
     pub add_bos: bool,
     /// User-defined tokens, longest text first: matched verbatim in the input before splitting.
     specials: Vec<u32>,
+    /// User-defined and control tokens, longest text first: what a chat prompt's text matches
+    /// verbatim (its template writes control tokens such as `<start_of_turn>`).
+    specials_and_controls: Vec<u32>,
 }
 
 impl Vocab {
@@ -86,7 +89,12 @@ impl Vocab {
             .filter(|&i| types[i as usize] == TokenType::UserDefined && !tokens.get(i).is_empty())
             .collect();
         specials.sort_by_key(|&i| std::cmp::Reverse(tokens.get(i).len()));
-        Ok(Vocab { file, tokens, types, scores, bos, eos, unk, add_bos, specials })
+        let mut specials_and_controls: Vec<u32> = (0..n as u32)
+            .filter(|&i| matches!(types[i as usize], TokenType::UserDefined | TokenType::Control))
+            .filter(|&i| !tokens.get(i).is_empty())
+            .collect();
+        specials_and_controls.sort_by_key(|&i| std::cmp::Reverse(tokens.get(i).len()));
+        Ok(Vocab { file, tokens, types, scores, bos, eos, unk, add_bos, specials, specials_and_controls })
     }
 
     pub fn len(&self) -> usize {
@@ -108,10 +116,12 @@ impl Vocab {
         self.bos.ok_or_else(|| self.err("BOS requested but `tokenizer.ggml.bos_token_id` is absent".into()))
     }
 
-    /// Splits `text` on every occurrence of a user-defined token, longest tokens first.
-    pub fn split_specials<'a>(&self, text: &'a str) -> Vec<Fragment<'a>> {
+    /// Splits `text` on every occurrence of a user-defined token (and, with `controls`, of a
+    /// control token), longest tokens first.
+    pub fn split_specials<'a>(&self, text: &'a str, controls: bool) -> Vec<Fragment<'a>> {
         let mut frags = vec![Fragment::Text(text)];
-        for &id in &self.specials {
+        let specials = if controls { &self.specials_and_controls } else { &self.specials };
+        for &id in specials {
             let pat = self.tokens.get(id);
             if !text.contains(pat) {
                 continue;

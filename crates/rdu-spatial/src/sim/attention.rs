@@ -5,12 +5,29 @@
 use rayon::prelude::*;
 use std::collections::BTreeMap;
 
+use super::call::{kernels, Call, Outs};
 use super::matmul::{gemm, View};
-use super::ops::{Call, Outs};
 use super::region::{region, untiled, Axes};
 use super::tensor::SimTensor;
 use super::{invalid, SimError};
+use crate::op::RopeStyle;
 use crate::q8::{add_scaled, add_scaled_4x4, add_scaled_nx4, dot, dot2x2};
+
+kernels! {
+    Rope(call, a) => rope(call, a.dim, a.style),
+    CachePut(call, _) => cache_put(call),
+    Attend(call, a) => attend(call, Softmax { scale: a.scale as f32, window: a.window }),
+    AttendMla(call, a) => attend_mla(call, a.latent, Softmax { scale: a.scale as f32, window: a.window }),
+    AttendMlaUp(call, a) => attend_mla_up(call, a.latent, Softmax { scale: a.scale as f32, window: a.window }),
+}
+
+/// What an attention's softmax takes: the score scale, and the window of positions a row
+/// sees, if any.
+#[derive(Clone, Copy)]
+struct Softmax {
+    scale: f32,
+    window: Option<usize>,
+}
 
 /// Heads one work item of an attention serves with each key it reads.
 const HEADS: usize = 16;
@@ -27,23 +44,17 @@ const UP_HEADS: usize = 16;
 const UP_ENTRIES: usize = 256;
 
 /// Rotates the first `dim` dims of every head of row `i` by table row `p_i`.
-pub(super) fn rope(call: &Call<'_>) -> Outs {
-    call.expect()?;
+fn rope(call: &Call<'_>, r: usize, style: RopeStyle) -> Outs {
     let (tx, x) = call.f32(0)?;
     let (tc, cos) = call.f32(1)?;
     let (ts, sin) = call.f32(2)?;
     let &[n, h, d] = tx.shape.as_slice() else { return invalid(format!("expects x [N, h, d], given {:?}", tx.shape)) };
     let pos = positions(call, 3, n)?;
-    let r = call.req_count("dim")?;
-    let neox = match call.attr_word("style")?.unwrap_or("neox") {
-        "neox" => true,
-        "interleaved" => false,
-        other => return invalid(format!("unknown rope style `{other}` (neox or interleaved)")),
-    };
+    let neox = style == RopeStyle::Neox;
     let (&[p_rows, half], true) = (tc.shape.as_slice(), tc.shape == ts.shape) else {
         return invalid(format!("cos {:?} and sin {:?} must be equal [P, R/2] tables", tc.shape, ts.shape));
     };
-    if r % 2 != 0 || r > d || r / 2 > half {
+    if !r.is_multiple_of(2) || r > d || r / 2 > half {
         return invalid(format!("rotary dim {r} must be even, at most {d} and fit tables of {half} columns"));
     }
     let reg = region(call.tiling(), &tx.shape, Axes::Only(1), 1)?;
@@ -70,8 +81,7 @@ pub(super) fn rope(call: &Call<'_>) -> Outs {
 }
 
 /// Writes row `i` of `x` to slot `p_i mod S` of the cache `C`.
-pub(super) fn cache_put(call: &mut Call<'_>) -> Outs {
-    call.expect()?;
+fn cache_put(call: &mut Call<'_>) -> Outs {
     untiled(call.tiling())?;
     let c_shape = call.shape_of(0)?;
     let (tx, x) = call.f32(1)?;
@@ -95,8 +105,7 @@ pub(super) fn cache_put(call: &mut Call<'_>) -> Outs {
 
 /// Causal softmax attention over a (ring) cache with grouped kv heads and an optional window;
 /// a prefill chunk passes its own keys and values after `pos`.
-pub(super) fn attend(call: &Call<'_>) -> Outs {
-    call.expect()?;
+fn attend(call: &Call<'_>, softmax: Softmax) -> Outs {
     if call.args.len() == 5 {
         return invalid("takes the chunk's keys and values together: 4 or 6 arguments, given 5");
     }
@@ -128,19 +137,17 @@ pub(super) fn attend(call: &Call<'_>) -> Outs {
     } else {
         None
     };
-    run(call, q, [n, h, dk], 3, s, h / g, keys, values, chunk)
+    run(call, softmax, q, [n, h, dk], 3, s, h / g, keys, values, chunk)
 }
 
 /// Absorbed multi-head latent attention: key `C[slot]` (all `c` dims), value its first `latent`;
 /// a prefill chunk passes its own latents after `pos`.
-pub(super) fn attend_mla(call: &Call<'_>) -> Outs {
-    call.expect()?;
+fn attend_mla(call: &Call<'_>, latent: usize, softmax: Softmax) -> Outs {
     let (tq, q) = call.f32(0)?;
     let (tc, c) = call.f32(1)?;
     let (&[n, h, dc], &[s, cdim]) = (tq.shape.as_slice(), tc.shape.as_slice()) else {
         return invalid(format!("expects q [N, h, c] and C [S, c], given {:?} and {:?}", tq.shape, tc.shape));
     };
-    let latent = call.req_count("latent")?;
     if cdim != dc || latent > dc || s == 0 {
         return invalid(format!("q {:?}, C {:?} and latent {latent} do not agree", tq.shape, tc.shape));
     }
@@ -155,7 +162,7 @@ pub(super) fn attend_mla(call: &Call<'_>) -> Outs {
     } else {
         None
     };
-    run(call, q, [n, h, dc], 2, s, h.max(1), keys, values, chunk)
+    run(call, softmax, q, [n, h, dc], 2, s, h.max(1), keys, values, chunk)
 }
 
 /// Multi-head latent attention through the up-projections (the unabsorbed form, for prefill):
@@ -167,47 +174,15 @@ pub(super) fn attend_mla(call: &Call<'_>) -> Outs {
 /// `matrixmultiply` (blocks of entries in parallel), then head by head (in parallel) the scores
 /// of every row against every entry as one product, each row's softmax in f32 over the entries
 /// it reads (the others weigh exactly 0), the weighted sum of values as a second product.
-pub(super) fn attend_mla_up(call: &Call<'_>) -> Outs {
-    call.expect()?;
-    let (tq, q) = call.f32(0)?;
-    let (tc, c) = call.f32(1)?;
-    let (tk, wk) = call.f32(2)?;
-    let (tv, wv) = call.f32(3)?;
-    let latent = call.req_count("latent")?;
-    let shapes = (tq.shape.as_slice(), tc.shape.as_slice(), tk.shape.as_slice(), tv.shape.as_slice());
-    let (&[n, h, dq], &[s, width], &[kh, nope, kl], &[vh, dv, vl]) = shapes else {
-        return invalid(format!(
-            "expects q [N, h, dq], C [S, c], Wk [h, dk, latent], Wv [h, dv, latent], given {:?}, {:?}, {:?}, {:?}",
-            tq.shape, tc.shape, tk.shape, tv.shape
-        ));
-    };
-    if s == 0
-        || latent == 0
-        || latent > width
-        || (kh, vh, kl, vl) != (h, h, latent, latent)
-        || dq != nope + width - latent
-    {
-        return invalid(format!(
-            "q {:?}, C {:?}, Wk {:?}, Wv {:?} and latent {latent} do not agree",
-            tq.shape, tc.shape, tk.shape, tv.shape
-        ));
-    }
-    let chunk = if call.args.len() == 6 {
-        let (tcn, cn) = call.f32(5)?;
-        if tcn.shape != [n, width] {
-            return invalid(format!("the chunk's c {:?} must be [{n}, {width}]", tcn.shape));
-        }
-        Some(cn)
-    } else {
-        None
-    };
-    let scale = call.req_float("scale")?;
+fn attend_mla_up(call: &Call<'_>, latent: usize, softmax: Softmax) -> Outs {
+    let MlaUp { q, c, wk, wv, chunk, n, h, dq, s, width, nope, dv, latent } = MlaUp::of(call, latent)?;
+    let scale = softmax.scale;
     // Each row's entries (cache slots, then chunk rows after the `s` slots) and multiplicities.
     let entry = |src: Src| match src {
         Src::Slot(sl) => sl,
         Src::Row(r) => s + r,
     };
-    let runs: Vec<Vec<Run>> = (row_sources(call, 4, n, s, chunk.is_some())?.into_iter())
+    let runs: Vec<Vec<Run>> = (row_sources(call, softmax.window, 4, n, s, chunk.is_some())?.into_iter())
         .map(|srcs| runs_of(srcs.into_iter().map(|(src, m)| (entry(src), m))))
         .collect();
     let entries: Vec<f32>;
@@ -268,6 +243,62 @@ pub(super) fn attend_mla_up(call: &Call<'_>) -> Outs {
         }
     }
     Ok(vec![SimTensor::f32(vec![n, h, dv], y)])
+}
+
+/// `attend_mla_up`'s operands and sizes, checked: `q [n, h, dq]`, the cache `C [s, width]`,
+/// `Wk [h, nope, latent]`, `Wv [h, dv, latent]`, and the chunk's own latents `[n, width]` when
+/// given (operand 5).
+struct MlaUp<'a> {
+    q: &'a [f32],
+    c: &'a [f32],
+    wk: &'a [f32],
+    wv: &'a [f32],
+    chunk: Option<&'a [f32]>,
+    n: usize,
+    h: usize,
+    dq: usize,
+    s: usize,
+    width: usize,
+    nope: usize,
+    dv: usize,
+    latent: usize,
+}
+
+impl<'a> MlaUp<'a> {
+    fn of(call: &'a Call<'_>, latent: usize) -> Result<MlaUp<'a>, SimError> {
+        let (tq, q) = call.f32(0)?;
+        let (tc, c) = call.f32(1)?;
+        let (tk, wk) = call.f32(2)?;
+        let (tv, wv) = call.f32(3)?;
+        let shapes = (tq.shape.as_slice(), tc.shape.as_slice(), tk.shape.as_slice(), tv.shape.as_slice());
+        let (&[n, h, dq], &[s, width], &[kh, nope, kl], &[vh, dv, vl]) = shapes else {
+            return invalid(format!(
+                "expects q [N, h, dq], C [S, c], Wk [h, dk, latent], Wv [h, dv, latent], given {:?}, {:?}, {:?}, {:?}",
+                tq.shape, tc.shape, tk.shape, tv.shape
+            ));
+        };
+        if s == 0
+            || latent == 0
+            || latent > width
+            || (kh, vh, kl, vl) != (h, h, latent, latent)
+            || dq != nope + width - latent
+        {
+            return invalid(format!(
+                "q {:?}, C {:?}, Wk {:?}, Wv {:?} and latent {latent} do not agree",
+                tq.shape, tc.shape, tk.shape, tv.shape
+            ));
+        }
+        let chunk = if call.args.len() == 6 {
+            let (tcn, cn) = call.f32(5)?;
+            if tcn.shape != [n, width] {
+                return invalid(format!("the chunk's c {:?} must be [{n}, {width}]", tcn.shape));
+            }
+            Some(cn)
+        } else {
+            None
+        };
+        Ok(MlaUp { q, c, wk, wv, chunk, n, h, dq, s, width, nope, dv, latent })
+    }
 }
 
 /// Consecutive entries a row reads with one multiplicity: `first..first + len`, each weighing
@@ -393,12 +424,12 @@ fn sources(lo: usize, p: usize, s: usize, chunk: &BTreeMap<usize, usize>) -> Vec
 /// attribute if any) over a cache of `s` slots and, when `chunk`, the chunk's own rows.
 fn row_sources(
     call: &Call<'_>,
+    window: Option<usize>,
     pos_arg: usize,
     n: usize,
     s: usize,
     chunk: bool,
 ) -> Result<Vec<Vec<(Src, f32)>>, SimError> {
-    let window = call.attr_count("window")?;
     if window == Some(0) {
         return invalid("window must be at least 1");
     }
@@ -498,6 +529,7 @@ fn weighted_sum<'v>(
 #[allow(clippy::too_many_arguments)]
 fn run(
     call: &Call<'_>,
+    softmax: Softmax,
     q: &[f32],
     [n, h, dk]: [usize; 3],
     pos_arg: usize,
@@ -507,8 +539,8 @@ fn run(
     values: Kv,
     chunk: Option<(Kv, Kv)>,
 ) -> Outs {
-    let scale = call.req_float("scale")?;
-    let row_sources = row_sources(call, pos_arg, n, s, chunk.is_some())?;
+    let scale = softmax.scale;
+    let row_sources = row_sources(call, softmax.window, pos_arg, n, s, chunk.is_some())?;
     let dv = values.len;
     let reg = region(call.tiling(), &[n, h, dv], Axes::Only(1), 1)?;
     if n >= PRODUCT_ROWS {

@@ -1,15 +1,30 @@
 //! Elementwise ops: numpy-broadcasting `add`/`sub`/`mul` and the unary activations; tileable
 //! along any axis of the output.
 
+use super::call::{kernels, Call, Outs};
 use super::mathf;
-use super::ops::{Call, Outs};
 use super::region::{region, Axes};
 use super::tensor::{strides, SimTensor};
 use super::{invalid, SimError};
 
+kernels! {
+    Add(call, _) => binary(call, |a, b| a + b),
+    Sub(call, _) => binary(call, |a, b| a - b),
+    Mul(call, _) => binary(call, |a, b| a * b),
+    Scale(call, a) => {
+        let by = a.by as f32;
+        unary(call, move |x| x * by)
+    },
+    Neg(call, _) => unary(call, |x| -x),
+    Exp(call, _) => unary(call, f32::exp),
+    Sigmoid(call, _) => unary(call, sigmoid),
+    Silu(call, _) => unary(call, |x| x * sigmoid(x)),
+    Softplus(call, _) => unary(call, softplus),
+    GeluTanh(call, _) => unary(call, gelu_tanh),
+}
+
 /// `a ∘ b` with numpy broadcasting.
 pub(super) fn binary(call: &Call<'_>, f: impl Fn(f32, f32) -> f32) -> Outs {
-    call.expect()?;
     let (ta, a) = call.f32(0)?;
     let (tb, b) = call.f32(1)?;
     let shape = broadcast(&ta.shape, &tb.shape)?;
@@ -39,7 +54,6 @@ pub(super) fn binary(call: &Call<'_>, f: impl Fn(f32, f32) -> f32) -> Outs {
 
 /// `f(x)` elementwise.
 pub(super) fn unary(call: &Call<'_>, f: impl Fn(f32) -> f32) -> Outs {
-    call.expect()?;
     let (t, x) = call.f32(0)?;
     let reg = region(call.tiling(), &t.shape, Axes::Any, 0)?;
     let mut out = vec![0.0f32; x.len()];

@@ -4,8 +4,8 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::bind::SimBindings;
+use super::call::{dispatch, ArgVal, Call};
 use super::collective::Collective;
-use super::ops::{dispatch, ArgVal, Call};
 use super::packed::PackedWeight;
 use super::tensor::SimTensor;
 use super::SimError;
@@ -141,7 +141,7 @@ impl<'p, 'b> Exec<'p, 'b, '_> {
         for (i, arg) in op.args.iter().enumerate() {
             args.push(match (arg, &rows) {
                 (_, Some(rows)) if i == 1 => ArgVal::Dense(rows),
-                (Arg::Lit(lit), _) => ArgVal::Lit(lit),
+                (Arg::Lit(_), _) => ArgVal::Lit,
                 (Arg::Tensor(name), _) => match self.env.get(name.as_str()) {
                     Some(Val::Dense(t)) => ArgVal::Dense(t),
                     Some(Val::Q8(w)) => ArgVal::Q8(w),

@@ -14,8 +14,9 @@ use rdu_checkpoint::GgmlType;
 
 #[cfg(target_arch = "x86_64")]
 use super::packed::{dot_packed_row_avx512, dot_widened_avx2};
-use super::packed::{dot_q8_row_with, q8_kernel, widen_row, Q8Kernel};
-use crate::q8::{dequant_blocks, dot, dot_row, Q8Block, QK8_0};
+use super::packed::{dot_q8_row_with, q8_kernel, Q8Kernel};
+use super::rows::Rows;
+use crate::q8::{dot, dot_row, Q8Block, QK8_0};
 
 /// Below this many multiply-adds a product runs on the calling thread.
 const PAR_WORK: usize = 1 << 16;
@@ -33,42 +34,6 @@ const TILED_ROWS: usize = 384;
 const PANEL_BYTES: usize = 1 << 23;
 /// Bytes of weight rows a panel may always take (it stays in L2).
 const L2_BYTES: usize = 1 << 19;
-
-/// A weight matrix seen as rows of `cols` values: dense, Q8_0 blocks, or a block format read
-/// in place.
-#[derive(Clone, Copy)]
-pub(super) enum Rows<'a> {
-    Dense { data: &'a [f32], cols: usize },
-    Q8 { blocks: &'a [Q8Block], cols: usize },
-    Packed { format: GgmlType, bytes: &'a [u8], cols: usize },
-}
-
-impl Rows<'_> {
-    pub(super) fn cols(&self) -> usize {
-        match self {
-            Rows::Dense { cols, .. } | Rows::Q8 { cols, .. } | Rows::Packed { cols, .. } => *cols,
-        }
-    }
-
-    fn packed_row_bytes(format: GgmlType, cols: usize) -> usize {
-        cols / format.block_size() as usize * format.type_size() as usize
-    }
-
-    /// Row `j` widened into `out` (`cols` values): the values the reference reads.
-    pub(super) fn widen(&self, j: usize, out: &mut [f32]) {
-        match *self {
-            Rows::Dense { data, cols } => out.copy_from_slice(&data[j * cols..(j + 1) * cols]),
-            Rows::Q8 { blocks, cols } => {
-                let nb = cols / QK8_0;
-                dequant_blocks(&blocks[j * nb..(j + 1) * nb], out);
-            }
-            Rows::Packed { format, bytes, cols } => {
-                let rb = Rows::packed_row_bytes(format, cols);
-                widen_row(format, &bytes[j * rb..(j + 1) * rb], out);
-            }
-        }
-    }
-}
 
 /// `out[i·n + r] = rows[j_i] · xs[r]`, where `j_0, j_1, …` are the rows of `ranges` (each
 /// `(start, end)`) in order and `xs` holds `n` activation rows of `rows.cols()` values.
@@ -305,21 +270,9 @@ fn gemm_into(w: &[f32], xs: &[f32], n: usize, k: usize, m: usize, out: &mut [f32
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+mod tests {
+    use super::super::rows::tests::values;
     use super::*;
-
-    /// Seeded test values in [-0.5, 0.5) (xorshift32).
-    pub(in crate::sim) fn values(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-            })
-            .collect()
-    }
 
     /// Few and many activation rows (row dots and widened panels through matrixmultiply)
     /// agree with plain f64 sums of the widened values, for dense and Q8_0 rows.

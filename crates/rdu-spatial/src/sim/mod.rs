@@ -8,6 +8,7 @@
 
 mod attention;
 mod bind;
+mod call;
 mod collective;
 mod elementwise;
 mod exec;
@@ -15,11 +16,11 @@ mod mathf;
 mod matmul;
 mod moe;
 mod norm;
-mod ops;
 mod packed;
 mod products;
 mod recurrent;
 mod region;
+mod rows;
 mod shape;
 mod tensor;
 mod tiled;

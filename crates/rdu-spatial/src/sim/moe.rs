@@ -4,26 +4,41 @@
 
 use std::collections::BTreeMap;
 
+use super::call::{kernels, ArgVal, Call, Outs};
 use super::elementwise::{gelu_tanh, sigmoid};
-use super::matmul::{products, Rows};
-use super::ops::{ArgVal, Call, Outs};
+use super::matmul::products;
 use super::region::{region, untiled, Axes};
+use super::rows::Rows;
 use super::tensor::SimTensor;
 use super::{invalid, SimBindings, SimError, WeightSlab};
+use crate::op::{attrs, Act, GroupScore, Score};
 use crate::program::Storage;
 use crate::q8::QK8_0;
+
+kernels! {
+    Route(call, a) => route(call, a),
+    Experts(call, a) => experts(call, a.act),
+}
 
 /// `w [N, K]`, `idx i32[N, K]`: each row's `K` chosen experts and their weights. Scores are
 /// `softmax(logits)` or `sigmoid(logits)` (`score`); the experts are chosen by the scores plus
 /// the optional `bias` operand, within the `topk_groups` groups whose `group_score` (the max,
 /// or the sum of the two largest, of their biased scores) is largest; the weights are the
 /// unbiased scores, renormalised when `norm`, times `scale`.
-pub(super) fn route(call: &Call<'_>) -> Outs {
-    call.expect()?;
+fn route(call: &Call<'_>, a: &attrs::Route) -> Outs {
     untiled(call.tiling())?;
     let (t, logits) = call.f32(0)?;
     let &[n, e] = t.shape.as_slice() else { return invalid(format!("expects logits [N, E], given {:?}", t.shape)) };
-    let rule = RouteRule::read(call, e)?;
+    let (k, groups, keep) = (a.k, a.groups, a.topk_groups);
+    if k == 0 || k > e || e > i32::MAX as usize {
+        return invalid(format!("k={k} must satisfy 1 <= k <= {e}"));
+    }
+    if groups == 0 || !e.is_multiple_of(groups) || keep == 0 || keep > groups {
+        return invalid(format!("{e} experts cannot be split into {groups} groups keeping {keep}"));
+    }
+    if a.group_score == GroupScore::Top2 && groups > 1 && e / groups < 2 {
+        return invalid(format!("group_score=top2 needs groups of 2 experts or more, not {}", e / groups));
+    }
     let bias = match call.args.len() {
         2 => match call.f32(1)? {
             (b, data) if b.shape == [e] => Some(data),
@@ -31,106 +46,62 @@ pub(super) fn route(call: &Call<'_>) -> Outs {
         },
         _ => None,
     };
-    let (mut w, mut idx) = (Vec::with_capacity(n * rule.k), Vec::with_capacity(n * rule.k));
+    let (mut w, mut idx) = (Vec::with_capacity(n * k), Vec::with_capacity(n * k));
     for row in logits.chunks_exact(e) {
-        let scores = rule.scores(row);
+        let scores = scores(a.score, row);
         let mut choice: Vec<f32> = match bias {
             Some(b) => scores.iter().zip(b).map(|(s, b)| s + b).collect(),
             None => scores.clone(),
         };
-        if rule.groups > 1 {
-            let size = e / rule.groups;
-            let best: Vec<f32> = choice.chunks_exact(size).map(|g| rule.group_score(g)).collect();
-            let kept = descending(&best, rule.keep);
+        if groups > 1 {
+            let size = e / groups;
+            let best: Vec<f32> = choice.chunks_exact(size).map(|g| group_score(a.group_score, g)).collect();
+            let kept = descending(&best, keep);
             for (gi, group) in choice.chunks_exact_mut(size).enumerate() {
                 if !kept.contains(&gi) {
                     group.fill(f32::NEG_INFINITY);
                 }
             }
         }
-        let top = descending(&choice, rule.k);
+        let top = descending(&choice, k);
         let mut chosen: Vec<f32> = top.iter().map(|&i| scores[i]).collect();
-        if rule.norm {
+        if a.norm {
             let sum: f32 = chosen.iter().sum();
             chosen.iter_mut().for_each(|v| *v /= sum);
         }
-        w.extend(chosen.iter().map(|v| v * rule.scale));
+        w.extend(chosen.iter().map(|v| v * a.scale as f32));
         idx.extend(top.iter().map(|&i| i as i32));
     }
-    Ok(vec![SimTensor::f32(vec![n, rule.k], w), SimTensor::i32(vec![n, rule.k], idx)])
+    Ok(vec![SimTensor::f32(vec![n, k], w), SimTensor::i32(vec![n, k], idx)])
 }
 
-/// A `route` op's attributes, checked against its `e` experts.
-struct RouteRule {
-    k: usize,
-    norm: bool,
-    scale: f32,
-    groups: usize,
-    keep: usize,
-    sigmoid: bool,
-    top2: bool,
+/// A row's scores: its softmax, or each logit's sigmoid.
+fn scores(score: Score, row: &[f32]) -> Vec<f32> {
+    if score == Score::Sigmoid {
+        return row.iter().map(|&v| sigmoid(v)).collect();
+    }
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let exps: Vec<f32> = row.iter().map(|v| super::mathf::exp(v - max)).collect();
+    let total: f32 = exps.iter().sum();
+    exps.iter().map(|v| v / total).collect()
 }
 
-impl RouteRule {
-    fn read(call: &Call<'_>, e: usize) -> Result<RouteRule, SimError> {
-        let k = call.req_count("k")?;
-        let norm = call.attr_count("norm")?.unwrap_or(0);
-        let groups = call.attr_count("groups")?.unwrap_or(1);
-        let keep = call.attr_count("topk_groups")?.unwrap_or(groups);
-        if k == 0 || k > e || e > i32::MAX as usize || norm > 1 {
-            return invalid(format!("k={k} and norm={norm} must satisfy 1 <= k <= {e} and norm 0 or 1"));
-        }
-        if groups == 0 || !e.is_multiple_of(groups) || keep == 0 || keep > groups {
-            return invalid(format!("{e} experts cannot be split into {groups} groups keeping {keep}"));
-        }
-        let sigmoid = match call.attr_word("score")?.unwrap_or("softmax") {
-            "softmax" => false,
-            "sigmoid" => true,
-            other => return invalid(format!("unknown score `{other}` (softmax or sigmoid)")),
-        };
-        let top2 = match call.attr_word("group_score")?.unwrap_or("max") {
-            "max" => false,
-            "top2" if groups == 1 || e / groups >= 2 => true,
-            "top2" => {
-                return invalid(format!("group_score=top2 needs groups of 2 experts or more, not {}", e / groups))
-            }
-            other => return invalid(format!("unknown group_score `{other}` (max or top2)")),
-        };
-        let scale = call.attr_float("scale")?.unwrap_or(1.0);
-        Ok(RouteRule { k, norm: norm == 1, scale, groups, keep, sigmoid, top2 })
-    }
-
-    /// A row's scores: its softmax, or each logit's sigmoid.
-    fn scores(&self, row: &[f32]) -> Vec<f32> {
-        if self.sigmoid {
-            return row.iter().map(|&v| sigmoid(v)).collect();
-        }
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let exps: Vec<f32> = row.iter().map(|v| super::mathf::exp(v - max)).collect();
-        let total: f32 = exps.iter().sum();
-        exps.iter().map(|v| v / total).collect()
-    }
-
-    /// A group's score: its largest choice score, or the sum of its two largest.
-    fn group_score(&self, group: &[f32]) -> f32 {
-        if !self.top2 {
-            return group.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        }
-        let top = descending(group, 2);
-        top.iter().map(|&i| group[i]).sum()
+/// A group's score: its largest choice score, or the sum of its two largest.
+fn group_score(how: GroupScore, group: &[f32]) -> f32 {
+    match how {
+        GroupScore::Max => group.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+        GroupScore::Top2 => descending(group, 2).iter().map(|&i| group[i]).sum(),
     }
 }
 
 /// `Σₖ w[n,k] · Wd[e] (act(Wg[e] x) ⊙ Wu[e] x)` with `e = idx[n,k]`.
-pub(super) fn experts(call: &Call<'_>) -> Outs {
-    call.expect()?;
+fn experts(call: &Call<'_>, act: Act) -> Outs {
     let (tx, x) = call.f32(0)?;
     let (tw, w) = call.f32(1)?;
     let (ti, idx) = call.i32(2)?;
-    let act: fn(f32) -> f32 = match call.attr_word("act")?.unwrap_or("silu") {
-        "silu" => |v| v * sigmoid(v),
-        "gelu_tanh" => gelu_tanh,
-        other => return invalid(format!("unknown act `{other}` (silu or gelu_tanh)")),
+    let act: fn(f32) -> f32 = match act {
+        Act::Silu => |v| v * sigmoid(v),
+        Act::GeluTanh => gelu_tanh,
     };
     let (gs, us, ds) = (stacked_shape(call, 3)?, stacked_shape(call, 4)?, stacked_shape(call, 5)?);
     let (&[n, d], &[wn, kk], &[n_e, hid, gd]) = (tx.shape.as_slice(), tw.shape.as_slice(), gs.as_slice()) else {

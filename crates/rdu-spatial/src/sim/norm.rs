@@ -1,19 +1,21 @@
 //! Row norms over the last axis — `rms_norm` (with the `(w + offset)` convention) and
 //! `l2_norm` — in f32; tileable along any axis but the last.
 
+use super::call::{kernels, Call, Outs};
 use super::invalid;
-use super::ops::{Call, Outs};
 use super::region::{region, Axes};
 use super::tensor::SimTensor;
 use crate::q8::dot_dense;
 
+kernels! {
+    RmsNorm(call, a) => rms_norm(call, a.eps as f32, a.offset as f32),
+    L2Norm(call, a) => l2_norm(call, a.eps as f32),
+}
+
 /// `x / √(mean(x²) + eps) · (w + offset)` over the last axis.
-pub(super) fn rms_norm(call: &Call<'_>) -> Outs {
-    call.expect()?;
+fn rms_norm(call: &Call<'_>, eps: f32, offset: f32) -> Outs {
     let (t, x) = call.f32(0)?;
     let (tw, w) = call.f32(1)?;
-    let eps = call.req_float("eps")?;
-    let offset = call.attr_float("offset")?.unwrap_or(0.0);
     let d = last_dim(&t.shape)?;
     if tw.shape != [d] {
         return invalid(format!("weight {:?} does not match the last axis {d} of {:?}", tw.shape, t.shape));
@@ -28,10 +30,8 @@ pub(super) fn rms_norm(call: &Call<'_>) -> Outs {
 }
 
 /// `x / √(Σx² + eps)` over the last axis.
-pub(super) fn l2_norm(call: &Call<'_>) -> Outs {
-    call.expect()?;
+fn l2_norm(call: &Call<'_>, eps: f32) -> Outs {
     let (t, x) = call.f32(0)?;
-    let eps = call.req_float("eps")?;
     let d = last_dim(&t.shape)?;
     rows(call, t, x, d, |row, out| {
         let inv = 1.0 / (dot_dense(row, row) + eps).sqrt();

@@ -107,6 +107,7 @@ pub fn widen_row_plain(format: GgmlType, bytes: &[u8], out: &mut [f32]) {
     widen_fast(format, bytes, out);
 }
 
+// SAFETY: called only where the CPU has AVX2 and FMA (`widen_row` detects them).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn widen_row_avx2(format: GgmlType, bytes: &[u8], out: &mut [f32]) -> bool {
@@ -156,6 +157,8 @@ pub unsafe fn dot_q8_row_avx2(row: &[u8], x: &[f32]) -> f32 {
     use std::arch::x86_64::*;
     let n = (row.len() / 34).min(x.len() / QK8_0);
     // One block's scaled products added into `total`.
+    // SAFETY: inlined into this function (its target features); `b` holds a block's 34 bytes
+    // and `xp` its 32 values.
     #[inline(always)]
     unsafe fn block(b: *const u8, xp: *const f32, scales: &F16Values, total: __m256) -> __m256 {
         // Run k of the block: eight weights as f32 times x[8k..8k+8].
@@ -187,6 +190,8 @@ pub unsafe fn dot_q8_row_avx512(row: &[u8], x: &[f32]) -> f32 {
     use std::arch::x86_64::*;
     let n = (row.len() / 34).min(x.len() / QK8_0);
     // One block's scaled products added into `total`.
+    // SAFETY: inlined into this function (its target features); `b` holds a block's 34 bytes
+    // and `xp` its 32 values.
     #[inline(always)]
     unsafe fn block(b: *const u8, xp: *const f32, scales: &F16Values, total: __m512) -> __m512 {
         let d = _mm512_set1_ps(scale_of(scales, b));
@@ -296,6 +301,8 @@ pub unsafe fn dot_q5_0_row_avx512(row: &[u8], x: &[f32]) -> f32 {
     use std::arch::x86_64::*;
     let n = (row.len() / 22).min(x.len() / 32);
     // One block's 32 products, times its scale, added into `total`.
+    // SAFETY: inlined into this function (its target features); `b` holds a block's 22 bytes
+    // and `xp` its 32 values.
     #[inline(always)]
     unsafe fn block(b: *const u8, xp: *const f32, scales: &F16Values, total: __m512) -> __m512 {
         // Entry k: the value of a nibble k without its fifth bit.

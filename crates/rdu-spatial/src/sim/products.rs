@@ -3,17 +3,24 @@
 
 use rayon::prelude::*;
 
-use super::matmul::{products, Rows};
-use super::ops::{Call, Outs, Weight};
+use super::call::{kernels, Call, Outs, Weight};
+use super::matmul::products;
 use super::packed::widen_row;
 use super::region::{region, untiled, Axes};
+use super::rows::Rows;
 use super::tensor::SimTensor;
 use super::{invalid, SimError};
 use crate::q8::QK8_0;
 
+kernels! {
+    Linear(call, _) => linear(call),
+    LinearHeads(call, _) => linear_heads(call),
+    Embed(call, _) => embed(call),
+    Argmax(call, _) => argmax(call),
+}
+
 /// `y = x Wᵀ (+ b)`: `x [N, in]`, `W [out, in]`, `b [out]`.
-pub(super) fn linear(call: &Call<'_>) -> Outs {
-    call.expect()?;
+fn linear(call: &Call<'_>) -> Outs {
     let (tx, x) = call.f32(0)?;
     let w = call.weight(1)?;
     let (&[n, inp], &[out, w_in]) = (tx.shape.as_slice(), w.shape()) else {
@@ -57,8 +64,7 @@ pub(super) fn linear(call: &Call<'_>) -> Outs {
 }
 
 /// One `linear` per head: `x [N, h, in]`, `W [h, out, in]` → `[N, h, out]`.
-pub(super) fn linear_heads(call: &Call<'_>) -> Outs {
-    call.expect()?;
+fn linear_heads(call: &Call<'_>) -> Outs {
     let (tx, x) = call.f32(0)?;
     let w = call.weight(1)?;
     let (&[n, h, inp], &[wh, out, w_in]) = (tx.shape.as_slice(), w.shape()) else {
@@ -105,8 +111,7 @@ fn transposed(src: &[f32], n: usize, mut put: impl FnMut(usize, usize, f32)) {
 }
 
 /// Row lookup `E[ids[n]]`: `ids i32[N]`, `E [V, D]` → `[N, D]`.
-pub(super) fn embed(call: &Call<'_>) -> Outs {
-    call.expect()?;
+fn embed(call: &Call<'_>) -> Outs {
     let (tid, ids) = call.i32(0)?;
     let e = call.weight(1)?;
     let (&[n], &[v, d]) = (tid.shape.as_slice(), e.shape()) else {
@@ -142,8 +147,7 @@ pub(super) fn embed(call: &Call<'_>) -> Outs {
 }
 
 /// Index of the largest value of each row (the first on ties): `x [N, V]` → `i32[N]`.
-pub(super) fn argmax(call: &Call<'_>) -> Outs {
-    call.expect()?;
+fn argmax(call: &Call<'_>) -> Outs {
     untiled(call.tiling())?;
     let (t, x) = call.f32(0)?;
     let &[n, v] = t.shape.as_slice() else { return invalid(format!("expects x [N, V], given {:?}", t.shape)) };

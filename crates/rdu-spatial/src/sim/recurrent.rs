@@ -4,14 +4,21 @@
 
 use rayon::prelude::*;
 
+use super::call::{kernels, Call, Outs};
 use super::invalid;
-use super::ops::{Call, Outs};
 use super::region::{region, untiled, Axes};
 use super::tensor::SimTensor;
+use crate::op::KMap;
+
+kernels! {
+    ConvStep(call, _) => conv_step(call),
+    ConvShift(call, _) => conv_shift(call),
+    DeltaScan(call, a) => delta(call, false, a.kmap),
+    DeltaStep(call, a) => delta(call, true, a.kmap),
+}
 
 /// `y[t, c] = Σᵢ w[c, i] · u[t + i, c]` with `u = concat(state or zeros, x)`.
-pub(super) fn conv_step(call: &Call<'_>) -> Outs {
-    call.expect()?;
+fn conv_step(call: &Call<'_>) -> Outs {
     let (tx, x) = call.f32(0)?;
     let (tw, w) = call.f32(1)?;
     let (&[n, c], &[wc, k]) = (tx.shape.as_slice(), tw.shape.as_slice()) else {
@@ -55,8 +62,7 @@ pub(super) fn conv_step(call: &Call<'_>) -> Outs {
 }
 
 /// The last `K − 1` rows of `concat(state, x)`.
-pub(super) fn conv_shift(call: &Call<'_>) -> Outs {
-    call.expect()?;
+fn conv_shift(call: &Call<'_>) -> Outs {
     untiled(call.tiling())?;
     let (ts, s) = call.f32(0)?;
     let (tx, x) = call.f32(1)?;
@@ -74,9 +80,8 @@ pub(super) fn conv_shift(call: &Call<'_>) -> Outs {
 
 /// The gated delta rule, row by row, from zero (`delta_scan`) or from state `S` (`delta_step`,
 /// whose second output is the state after the last row).
-pub(super) fn delta(call: &mut Call<'_>, with_state: bool) -> Outs {
+fn delta(call: &mut Call<'_>, with_state: bool, kmap: KMap) -> Outs {
     let first = usize::from(with_state);
-    call.expect()?;
     untiled(call.tiling())?;
     let (tq, q) = call.f32(first)?;
     let (tk, k) = call.f32(first + 1)?;
@@ -91,11 +96,10 @@ pub(super) fn delta(call: &mut Call<'_>, with_state: bool) -> Outs {
         let shapes = [&tq.shape, &tk.shape, &tv.shape, &tg.shape, &tb.shape];
         return invalid(format!("q, k, v, g, beta shapes {shapes:?} do not agree"));
     }
-    let grouped = match call.attr_word("kmap")?.unwrap_or("grouped") {
-        "grouped" if hv % hk == 0 => true,
-        "grouped" => return invalid(format!("{hv} value heads are not a multiple of {hk} key heads")),
-        "tiled" => false,
-        other => return invalid(format!("unknown kmap `{other}` (grouped or tiled)")),
+    let grouped = match kmap {
+        KMap::Grouped if hv % hk == 0 => true,
+        KMap::Grouped => return invalid(format!("{hv} value heads are not a multiple of {hk} key heads")),
+        KMap::Tiled => false,
     };
     let slab = dk * dv;
     let mut state = if with_state {

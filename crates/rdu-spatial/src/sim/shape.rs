@@ -1,17 +1,27 @@
-//! Shape ops — `reshape`, `slice`, `shard`, `concat`, `transpose` — on f32 or i32 data, and `dequant`
-//! (a Q8_0 weight as dense f32, for weight views); none of them is tileable.
+//! Shape ops — `reshape`, `slice`, `shard`, `concat`, `transpose` — on f32 or i32 data, `dequant`
+//! (a Q8_0 weight as dense f32, for weight views) and `all_reduce` (the sum over the chips);
+//! none of them is tileable.
 
-use super::ops::{usize_list, ArgVal, Call, Outs};
+use super::call::{kernels, ArgVal, Call, Outs};
 use super::region::untiled;
 use super::tensor::{strides, SimData, SimTensor};
 use super::{invalid, SimError};
 
+kernels! {
+    Reshape(call, a) => reshape(call, &a.shape),
+    Slice(call, a) => slice(call, a.axis, a.start, a.len),
+    Shard(call, a) => shard(call, a.axis, a.chips),
+    Concat(call, a) => concat(call, a.axis),
+    Transpose(call, a) => transpose(call, &a.perm),
+    Dequant(call, _) => dequant(call),
+    AllReduce(call, _) => all_reduce(call),
+}
+
 /// Row-major reinterpretation: `reshape(x, [d0, d1, ...])`.
-pub(super) fn reshape(call: &Call<'_>) -> Outs {
-    call.expect()?;
+fn reshape(call: &Call<'_>, shape: &[usize]) -> Outs {
     untiled(call.tiling())?;
     let t = call.dense(0)?;
-    let shape = usize_list(call.lit(1)?, "the shape")?;
+    let shape = shape.to_vec();
     let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
     if n != Some(t.len()) {
         return invalid(format!("cannot reshape {:?} ({} values) to {shape:?}", t.shape, t.len()));
@@ -20,11 +30,9 @@ pub(super) fn reshape(call: &Call<'_>) -> Outs {
 }
 
 /// Elements `start .. start + len` along `axis`.
-pub(super) fn slice(call: &Call<'_>) -> Outs {
-    call.expect()?;
+fn slice(call: &Call<'_>, axis: usize, start: usize, len: usize) -> Outs {
     untiled(call.tiling())?;
     let t = call.dense(0)?;
-    let (axis, start, len) = (call.req_count("axis")?, call.req_count("start")?, call.req_count("len")?);
     let Some(&dim) = t.shape.get(axis) else { return invalid(format!("axis {axis} of {:?}", t.shape)) };
     if start.checked_add(len).is_none_or(|end| end > dim) {
         return invalid(format!("slice {start}..{start}+{len} of axis {axis} of size {dim}"));
@@ -46,11 +54,9 @@ fn range(t: &SimTensor, axis: usize, start: usize, len: usize) -> SimTensor {
 /// `shard(x)`: this chip's part of `x` along `axis` — of `chips` equal parts, chip `c` takes
 /// the `c`-th. The chip is the one the collective names; a program run on one chip alone is
 /// chip 0 of a group of one, so only `chips=1` is its whole value.
-pub(super) fn shard(call: &Call<'_>) -> Outs {
-    call.expect()?;
+fn shard(call: &Call<'_>, axis: usize, chips: usize) -> Outs {
     untiled(call.tiling())?;
     let t = call.dense(0)?;
-    let (axis, chips) = (call.req_count("axis")?, call.req_count("chips")?);
     let (group, chip) = call.collective.map_or((1, 0), |(g, c)| (g.chips(), c));
     if chips != group {
         return invalid(format!("shard into {chips} parts on a group of {group} chips"));
@@ -64,10 +70,8 @@ pub(super) fn shard(call: &Call<'_>) -> Outs {
 }
 
 /// Concatenation along `axis`; the other axes must agree.
-pub(super) fn concat(call: &Call<'_>) -> Outs {
-    call.expect()?;
+fn concat(call: &Call<'_>, axis: usize) -> Outs {
     untiled(call.tiling())?;
-    let axis = call.req_count("axis")?;
     let parts: Vec<&SimTensor> = (0..call.args.len()).map(|i| call.dense(i)).collect::<Result<_, _>>()?;
     let first = parts[0];
     if axis >= first.shape.len() {
@@ -103,17 +107,12 @@ pub(super) fn concat(call: &Call<'_>) -> Outs {
 }
 
 /// numpy's `transpose(perm)`: output axis `i` is input axis `perm[i]`.
-pub(super) fn transpose(call: &Call<'_>) -> Outs {
-    call.expect()?;
+fn transpose(call: &Call<'_>, perm: &[usize]) -> Outs {
     untiled(call.tiling())?;
     let t = call.dense(0)?;
-    let perm = match call.op.attr("perm") {
-        Some(l) => usize_list(l, "perm")?,
-        None => return invalid("missing attribute `perm`"),
-    };
     let rank = t.shape.len();
     let mut seen = vec![false; rank];
-    for &p in &perm {
+    for &p in perm {
         if p >= rank || std::mem::replace(&mut seen[p], true) {
             return invalid(format!("perm {perm:?} is not a permutation of {rank} axes"));
         }
@@ -124,8 +123,8 @@ pub(super) fn transpose(call: &Call<'_>) -> Outs {
     let shape: Vec<usize> = perm.iter().map(|&p| t.shape[p]).collect();
     let in_strides = strides(&t.shape);
     let data = match &t.data {
-        SimData::F32(v) => SimData::F32(transposed(v, &shape, &perm, &in_strides)),
-        SimData::I32(v) => SimData::I32(transposed(v, &shape, &perm, &in_strides)),
+        SimData::F32(v) => SimData::F32(transposed(v, &shape, perm, &in_strides)),
+        SimData::I32(v) => SimData::I32(transposed(v, &shape, perm, &in_strides)),
     };
     Ok(vec![SimTensor { shape, data }])
 }
@@ -155,13 +154,21 @@ fn transposed<T: Copy>(v: &[T], shape: &[usize], perm: &[usize], in_strides: &[u
 }
 
 /// A Q8_0 weight as dense f32 of its declared shape.
-pub(super) fn dequant(call: &Call<'_>) -> Outs {
-    call.expect()?;
+fn dequant(call: &Call<'_>) -> Outs {
     untiled(call.tiling())?;
     match call.args.first() {
         Some(ArgVal::Q8(w)) => Ok(vec![SimTensor::f32(w.shape.clone(), w.dequantize())]),
         _ => Err(SimError::Invalid { message: "dequant reads a weight stored q8_0".into() }),
     }
+}
+
+/// `all_reduce(x)`: the sum of `x` over the chips (the value itself on one chip).
+fn all_reduce(call: &Call<'_>) -> Outs {
+    let mut x = call.f32(0)?.0.clone();
+    if let Some((group, chip)) = call.collective {
+        group.all_reduce(chip, &mut x)?;
+    }
+    Ok(vec![x])
 }
 
 fn gather_runs(data: &SimData, total: usize, runs: impl Iterator<Item = std::ops::Range<usize>>) -> SimData {

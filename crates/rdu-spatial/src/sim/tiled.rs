@@ -8,7 +8,7 @@
 //! does. The AVX2 and AVX-512 kernels fuse each multiply-add; [`tile_plain`], their portable
 //! reference, rounds the product first, so they agree to f32 rounding (a test holds them to it).
 
-use super::matmul::Rows;
+use super::rows::Rows;
 
 /// Lanes of a running sum.
 const LANES: usize = 8;
@@ -236,7 +236,7 @@ fn tile_plain<const R: usize, const C: usize>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::matmul::tests::values;
+    use super::super::rows::tests::values;
     use super::*;
 
     /// The AVX2 and AVX-512 kernels and the plain one, run on the same tiles, agree to f32

@@ -2,11 +2,19 @@
 //! `attend_mla`) over ring caches, with scores, softmax and sums in f64.
 
 use super::gemm::{self, View};
-use super::{f32s, i32s, out, Kernel};
+use super::{evals, f32s, i32s, out, Kernel};
 use crate::graph::{numel, Data, RopeStyle, Tensor};
 use rayon::prelude::*;
 use rdu_spatial::view::gather;
 use std::collections::BTreeMap;
+
+evals! {
+    Rope(ins, a) => rope(ins, a.dim, a.style),
+    CachePut(ins, _) => cache_put(ins[0], ins[1], ins[2]),
+    Attend(ins, a) => attend(ins, a.scale, a.window),
+    AttendMla(ins, a) => attend_mla(ins, a.scale, a.latent, a.window),
+    AttendMlaUp(ins, a) => attend_mla_up(ins, a.scale, a.latent, a.window),
+}
 
 /// The position of each of `n` rows: `pos + i` for a scalar `pos`, `pos[i]` for a vector.
 pub(super) fn positions(pos: &Tensor, n: usize) -> Result<Vec<usize>, String> {
@@ -23,7 +31,7 @@ pub(super) fn positions(pos: &Tensor, n: usize) -> Result<Vec<usize>, String> {
 }
 
 /// Rotates the first `dim` values of every head of row `i` by the angles of table row `p_i`.
-pub(super) fn rope(ins: &[&Tensor], dim: usize, style: RopeStyle) -> Kernel {
+fn rope(ins: &[&Tensor], dim: usize, style: RopeStyle) -> Kernel {
     let [x, cos, sin, pos] = ins else { return Err("rope takes x, cos, sin, pos".into()) };
     let (n, h, d) = (x.shape()[0], x.shape()[1], x.shape()[2]);
     let (rows, half) = (cos.shape()[0], cos.shape()[1]);
@@ -51,7 +59,7 @@ pub(super) fn rope(ins: &[&Tensor], dim: usize, style: RopeStyle) -> Kernel {
 }
 
 /// Writes row `i` of `x` to slot `p_i mod S` of a copy of `c`.
-pub(super) fn cache_put(c: &Tensor, x: &Tensor, pos: &Tensor) -> Kernel {
+fn cache_put(c: &Tensor, x: &Tensor, pos: &Tensor) -> Kernel {
     let slots = c.shape()[0];
     let width = numel(&c.shape()[1..]);
     let rows = positions(pos, x.shape()[0])?;
@@ -309,7 +317,7 @@ fn attend_block(a: &Attention<'_>, q64: &[f64], b: &Block, scale: f64) -> Vec<f3
 }
 
 /// `attend(q [N, h, dk], K [S, g, dk], V [S, g, dv], pos (, k [N, g, dk], v [N, g, dv]))`.
-pub(super) fn attend(ins: &[&Tensor], scale: f64, window: Option<usize>) -> Kernel {
+fn attend(ins: &[&Tensor], scale: f64, window: Option<usize>) -> Kernel {
     let (q, k, v, pos, chunk) = match ins {
         [q, k, v, pos] => (q, k, v, pos, None),
         [q, k, v, pos, kn, vn] => (q, k, v, pos, Some((f32s(kn)?, f32s(vn)?))),
@@ -331,7 +339,7 @@ pub(super) fn attend(ins: &[&Tensor], scale: f64, window: Option<usize>) -> Kern
 
 /// `attend_mla(q [N, h, c], C [S, c], pos (, c [N, c]))`: one key per slot (or chunk row) for
 /// every head, its first `latent` values the value.
-pub(super) fn attend_mla(ins: &[&Tensor], scale: f64, latent: usize, window: Option<usize>) -> Kernel {
+fn attend_mla(ins: &[&Tensor], scale: f64, latent: usize, window: Option<usize>) -> Kernel {
     let (q, c, pos, chunk) = match ins {
         [q, c, pos] => (q, c, pos, None),
         [q, c, pos, cn] => (q, c, pos, Some(f32s(cn)?)),
@@ -351,7 +359,7 @@ pub(super) fn attend_mla(ins: &[&Tensor], scale: f64, latent: usize, window: Opt
 /// reads the key `Wk[j]·x ‖ C[e][L..]` and the value `Wv[j]·x`, each product in f64. Sixteen
 /// heads' keys and values at a time, then each head (in parallel) an attention of one kv head
 /// over every entry.
-pub(super) fn attend_mla_up(ins: &[&Tensor], scale: f64, latent: usize, window: Option<usize>) -> Kernel {
+fn attend_mla_up(ins: &[&Tensor], scale: f64, latent: usize, window: Option<usize>) -> Kernel {
     let (q, c, wk, wv, pos, chunk) = match ins {
         [q, c, wk, wv, pos] => (q, c, wk, wv, pos, None),
         [q, c, wk, wv, pos, cn] => (q, c, wk, wv, pos, Some(f32s(cn)?)),

@@ -1,9 +1,33 @@
 //! Elementwise ops (numpy broadcasting for the binary ones; transcendental functions in f64)
 //! and the two norms over the last axis (sums in f64).
 
-use super::{f32s, out, Kernel};
+use super::{evals, f32s, out, Kernel};
 use crate::graph::infer::broadcast_shape;
-use crate::graph::{numel, Data, Op, Tensor};
+use crate::graph::{numel, Data, Tensor};
+
+evals! {
+    Add(ins, _) => binary(ins[0], ins[1], |p, q| p + q, i32::wrapping_add),
+    Sub(ins, _) => binary(ins[0], ins[1], |p, q| p - q, i32::wrapping_sub),
+    Mul(ins, _) => binary(ins[0], ins[1], |p, q| p * q, i32::wrapping_mul),
+    Scale(ins, a) => {
+        let by = a.by;
+        unary(ins[0], move |v| v * by)
+    },
+    Neg(ins, _) => match ins[0].data() {
+        Data::I32(v) => {
+            let t = Tensor::try_i32(ins[0].shape().to_vec(), v.iter().map(|a| a.wrapping_neg()).collect());
+            Ok(vec![t.ok_or("internal: wrong element count")?])
+        }
+        _ => unary(ins[0], |v| -v),
+    },
+    Exp(ins, _) => unary(ins[0], f64::exp),
+    Sigmoid(ins, _) => unary(ins[0], sigmoid),
+    Silu(ins, _) => unary(ins[0], silu),
+    Softplus(ins, _) => unary(ins[0], softplus),
+    GeluTanh(ins, _) => unary(ins[0], gelu_tanh),
+    RmsNorm(ins, a) => rms_norm(ins[0], ins[1], a.eps, a.offset),
+    L2Norm(ins, a) => l2_norm(ins[0], a.eps),
+}
 
 /// For each element of the broadcast `shape`, the flat index into a tensor of `from`.
 fn broadcast_index(from: &[usize], shape: &[usize]) -> Vec<usize> {
@@ -31,26 +55,16 @@ fn broadcast_index(from: &[usize], shape: &[usize]) -> Vec<usize> {
     flat
 }
 
-/// `add`, `sub`, `mul` (f32, or i32 with wrapping arithmetic).
-pub(super) fn binary(op: &Op, a: &Tensor, b: &Tensor) -> Kernel {
+/// `add`, `sub`, `mul`: `f` on f32, `g` (wrapping arithmetic) on i32.
+fn binary(a: &Tensor, b: &Tensor, f: fn(f32, f32) -> f32, g: fn(i32, i32) -> i32) -> Kernel {
     let shape = broadcast_shape(a.shape(), b.shape()).ok_or("operands do not broadcast")?;
     let (ia, ib) = (broadcast_index(a.shape(), &shape), broadcast_index(b.shape(), &shape));
     let t = match (a.data(), b.data()) {
         (Data::F32(x), Data::F32(y)) => {
-            let f: fn(f32, f32) -> f32 = match op {
-                Op::Add => |p, q| p + q,
-                Op::Sub => |p, q| p - q,
-                _ => |p, q| p * q,
-            };
             Tensor::try_f32(shape.clone(), ia.iter().zip(&ib).map(|(&i, &j)| f(x[i], y[j])).collect())
         }
         (Data::I32(x), Data::I32(y)) => {
-            let f: fn(i32, i32) -> i32 = match op {
-                Op::Add => i32::wrapping_add,
-                Op::Sub => i32::wrapping_sub,
-                _ => i32::wrapping_mul,
-            };
-            Tensor::try_i32(shape.clone(), ia.iter().zip(&ib).map(|(&i, &j)| f(x[i], y[j])).collect())
+            Tensor::try_i32(shape.clone(), ia.iter().zip(&ib).map(|(&i, &j)| g(x[i], y[j])).collect())
         }
         _ => return Err("operands of different dtypes".into()),
     };
@@ -79,25 +93,9 @@ pub(super) fn softplus(x: f64) -> f64 {
     }
 }
 
-/// `scale`, `neg`, `exp`, `sigmoid`, `silu`, `softplus`, `gelu_tanh`.
-pub(super) fn unary(op: &Op, x: &Tensor) -> Kernel {
-    if let (Op::Neg, Data::I32(v)) = (op, x.data()) {
-        let t = Tensor::try_i32(x.shape().to_vec(), v.iter().map(|a| a.wrapping_neg()).collect());
-        return Ok(vec![t.ok_or("internal: wrong element count")?]);
-    }
-    let f: Box<dyn Fn(f64) -> f64> = match op {
-        Op::Scale { by } => {
-            let by = *by;
-            Box::new(move |v| v * by)
-        }
-        Op::Neg => Box::new(|v| -v),
-        Op::Exp => Box::new(f64::exp),
-        Op::Sigmoid => Box::new(sigmoid),
-        Op::Silu => Box::new(silu),
-        Op::Softplus => Box::new(softplus),
-        Op::GeluTanh => Box::new(gelu_tanh),
-        other => return Err(format!("internal: `{}` is not unary", other.name())),
-    };
+/// `f` elementwise on f32 values, in f64: `scale`, `neg`, `exp`, `sigmoid`, `silu`,
+/// `softplus`, `gelu_tanh`.
+fn unary(x: &Tensor, f: impl Fn(f64) -> f64) -> Kernel {
     let data = f32s(x)?.iter().map(|&v| f(f64::from(v)) as f32).collect();
     Ok(vec![out(x.shape(), data)?])
 }
@@ -109,7 +107,7 @@ fn last_axis_rows(x: &Tensor) -> Result<(usize, &[f32]), String> {
 }
 
 /// `x / √(mean(x²) + eps) · (w + offset)` over the last axis.
-pub(super) fn rms_norm(x: &Tensor, w: &Tensor, eps: f64, offset: f64) -> Kernel {
+fn rms_norm(x: &Tensor, w: &Tensor, eps: f64, offset: f64) -> Kernel {
     let (d, xs) = last_axis_rows(x)?;
     let w = f32s(w)?;
     let mut data = Vec::with_capacity(xs.len());
@@ -124,7 +122,7 @@ pub(super) fn rms_norm(x: &Tensor, w: &Tensor, eps: f64, offset: f64) -> Kernel 
 }
 
 /// `x / √(Σx² + eps)` over the last axis.
-pub(super) fn l2_norm(x: &Tensor, eps: f64) -> Kernel {
+fn l2_norm(x: &Tensor, eps: f64) -> Kernel {
     let (d, xs) = last_axis_rows(x)?;
     let mut data = Vec::with_capacity(xs.len());
     if d > 0 {

@@ -38,10 +38,12 @@ pub(super) fn exp_all(xs: &mut [f64]) {
     }
     #[cfg(target_arch = "x86_64")]
     {
+        // SAFETY: called only where the CPU has AVX-512F (detected below).
         #[target_feature(enable = "avx512f")]
         unsafe fn avx512(xs: &mut [f64]) {
             each(xs)
         }
+        // SAFETY: called only where the CPU has AVX2 (detected below).
         #[target_feature(enable = "avx2")]
         unsafe fn avx2(xs: &mut [f64]) {
             each(xs)

@@ -21,6 +21,7 @@ mod shape;
 mod tests;
 
 use super::{Graph, Node, Op, Origin, Tensor, ValueId};
+use rdu_spatial::op::Visitor;
 use rdu_spatial::q8::{Q8Weight, QK8_0};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -262,13 +263,12 @@ impl<'g> Run<'g> {
                 let n_experts = self.graph.ty(weights[0]).shape[0];
                 moe::experts(&ins, *act, n_experts, &mut |which, e| self.row(weights[which], e))
             }
-            Op::Route { .. } => {
+            Op::Route { k, norm, scale, groups, topk_groups, score, group_score } => {
                 let other = node.outputs.get(1).and_then(|&v| routes(&self.graph.value(v).name));
                 let tie = other.map(|idx| (idx, f64::from(band)));
-                match moe::RouteRule::of(&node.op) {
-                    Some(rule) => moe::route(ins[0], ins.get(1).copied(), &rule, tie),
-                    None => Err("internal: not a route".into()),
-                }
+                let (k, norm, scale, groups, topk_groups) = (*k, *norm, *scale, *groups, *topk_groups);
+                let rule = moe::Rule { k, norm, scale, groups, topk_groups, score: *score, group_score: *group_score };
+                moe::route(ins[0], ins.get(1).copied(), &rule, tie)
             }
             op => kernel(op, &ins),
         };
@@ -289,46 +289,33 @@ fn rows_of_blocks(dtype: super::DType, shape: &[usize], w: &Q8Weight) -> bool {
         && w.blocks.len() * QK8_0 == shape[0] * shape[1]
 }
 
-/// Dispatches every op but `experts` to its kernel.
+/// Runs `op`'s kernel on `ins` (`experts` and a tie-broken `route` are [`Run::node`]'s).
 fn kernel(op: &Op, ins: &[&Tensor]) -> Kernel {
-    match op {
-        Op::Add | Op::Sub | Op::Mul => elementwise::binary(op, ins[0], ins[1]),
-        Op::Scale { .. } | Op::Neg | Op::Exp | Op::Sigmoid | Op::Silu | Op::Softplus | Op::GeluTanh => {
-            elementwise::unary(op, ins[0])
-        }
-        Op::RmsNorm { eps, offset } => elementwise::rms_norm(ins[0], ins[1], *eps, *offset),
-        Op::L2Norm { eps } => elementwise::l2_norm(ins[0], *eps),
-        Op::Linear => products::linear(ins[0], ins[1], ins.get(2).copied()),
-        Op::LinearHeads => products::linear_heads(ins[0], ins[1]),
-        Op::Embed => products::embed(ins[0], ins[1]),
-        Op::Argmax => products::argmax(ins[0]),
-        Op::Reshape { shape } => shape::reshape(ins[0], shape),
-        Op::Slice { axis, start, len } => shape::slice(ins[0], *axis, *start, *len),
-        Op::Concat { axis } => shape::concat(ins, *axis),
-        Op::Transpose { perm } => shape::transpose(ins[0], perm),
-        Op::Rope { dim, style } => attention::rope(ins, *dim, *style),
-        Op::CachePut => attention::cache_put(ins[0], ins[1], ins[2]),
-        Op::Attend { scale, window } => attention::attend(ins, *scale, *window),
-        Op::AttendMla { scale, latent, window } => attention::attend_mla(ins, *scale, *latent, *window),
-        Op::AttendMlaUp { scale, latent, window } => attention::attend_mla_up(ins, *scale, *latent, *window),
-        Op::ConvStep => recurrent::conv_step(ins[0], ins[1], ins.get(2).copied()),
-        Op::ConvShift => recurrent::conv_shift(ins[0], ins[1]),
-        Op::DeltaScan { kmap } => recurrent::delta(None, ins, *kmap),
-        Op::DeltaStep { kmap } => recurrent::delta(Some(ins[0]), &ins[1..], *kmap),
-        Op::Route { .. } => match moe::RouteRule::of(op) {
-            Some(rule) => moe::route(ins[0], ins.get(1).copied(), &rule, None),
-            None => Err("internal: not a route".into()),
-        },
-        Op::Experts { .. } => Err("experts is evaluated row by row".into()),
-        // The reference interpreter runs a program as one chip: the sum over one chip is the value.
-        Op::AllReduce => Ok(vec![ins[0].clone()]),
-        // ... and one chip of one holds the whole value; a part of several chips needs the chip.
-        Op::Shard { chips: 1, .. } => Ok(vec![ins[0].clone()]),
-        Op::Shard { chips, .. } => {
-            Err(format!("shard into {chips} parts needs a chip's index: run it on the simulator's chips"))
-        }
-    }
+    op.visit(Reference(ins))
 }
+
+/// The reference kernels, one `Visit` impl per op beside its kernel (see [`evals!`]).
+struct Reference<'i>(&'i [&'i Tensor]);
+
+impl Visitor for Reference<'_> {
+    type Out = Kernel;
+}
+
+/// The reference kernel of each op: `Op(ins, attrs) => body` evaluates the op on its
+/// operands `ins` with its typed attributes (`rdu_spatial::op::attrs::Op`).
+macro_rules! evals {
+    ($($op:ident($ins:ident, $attrs:pat) => $body:expr),* $(,)?) => {
+        $(
+            impl rdu_spatial::op::Visit<rdu_spatial::op::attrs::$op> for super::Reference<'_> {
+                fn visit(self, $attrs: &rdu_spatial::op::attrs::$op) -> super::Kernel {
+                    let $ins = self.0;
+                    $body
+                }
+            }
+        )*
+    };
+}
+use evals;
 
 /// The f32 elements of `t`, or an error naming what was expected.
 fn f32s(t: &Tensor) -> Result<&[f32], String> {

@@ -1,14 +1,21 @@
 //! Mixture of experts: `route` (softmax or sigmoid in f64, a selection bias, group-limited
-//! top-k) and `experts` (each
-//! row's chosen experts, fetched one stacked-weight row at a time).
+//! top-k) and `experts` (each row's chosen experts, fetched one stacked-weight row at a time).
 
 use super::elementwise::{gelu_tanh, silu};
 use super::gemm::{linear_f32, Weights};
-use super::{f32s, i32s, out, Kernel};
-use crate::graph::{Act, GroupScore, Op, Score, Tensor};
+use super::{evals, f32s, i32s, out, Kernel};
+use crate::graph::{Act, Tensor};
+pub(super) use rdu_spatial::op::attrs::Route as Rule;
+use rdu_spatial::op::{GroupScore, Score};
 use rdu_spatial::q8::Q8Weight;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+evals! {
+    Route(ins, a) => route(ins[0], ins.get(1).copied(), a, None),
+    // `Run::node` reads the chosen experts' rows as it goes.
+    Experts(_ins, _) => Err("experts is evaluated row by row".into()),
+}
 
 /// The indices of the `k` largest of `values`, descending, ties to the lower index.
 fn top_k(values: &[f64], k: usize) -> Vec<usize> {
@@ -18,48 +25,25 @@ fn top_k(values: &[f64], k: usize) -> Vec<usize> {
     order
 }
 
-/// A `route` op's attributes.
-pub(super) struct RouteRule {
-    pub k: usize,
-    pub norm: bool,
-    pub scale: f64,
-    pub groups: usize,
-    pub topk_groups: usize,
-    pub score: Score,
-    pub group_score: GroupScore,
+/// A row's scores: its softmax, or each logit's sigmoid.
+fn scores(rule: &Rule, row: &[f32]) -> Vec<f64> {
+    let row = row.iter().map(|&v| f64::from(v));
+    match rule.score {
+        Score::Sigmoid => row.map(|v| 1.0 / (1.0 + (-v).exp())).collect(),
+        Score::Softmax => {
+            let max = row.clone().fold(f64::NEG_INFINITY, f64::max);
+            let exps: Vec<f64> = row.map(|v| (v - max).exp()).collect();
+            let total: f64 = exps.iter().sum();
+            exps.iter().map(|x| x / total).collect()
+        }
+    }
 }
 
-impl RouteRule {
-    /// The rule of a `route` op (`None` for any other op).
-    pub(super) fn of(op: &Op) -> Option<RouteRule> {
-        match *op {
-            Op::Route { k, norm, scale, groups, topk_groups, score, group_score } => {
-                Some(RouteRule { k, norm, scale, groups, topk_groups, score, group_score })
-            }
-            _ => None,
-        }
-    }
-
-    /// A row's scores: its softmax, or each logit's sigmoid.
-    fn scores(&self, row: &[f32]) -> Vec<f64> {
-        let row = row.iter().map(|&v| f64::from(v));
-        match self.score {
-            Score::Sigmoid => row.map(|v| 1.0 / (1.0 + (-v).exp())).collect(),
-            Score::Softmax => {
-                let max = row.clone().fold(f64::NEG_INFINITY, f64::max);
-                let exps: Vec<f64> = row.map(|v| (v - max).exp()).collect();
-                let total: f64 = exps.iter().sum();
-                exps.iter().map(|x| x / total).collect()
-            }
-        }
-    }
-
-    /// A group's score from its experts' choice scores: the largest, or the sum of the two largest.
-    fn group_score(&self, group: &[f64]) -> f64 {
-        match self.group_score {
-            GroupScore::Max => group.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-            GroupScore::Top2 => top_k(group, 2).iter().map(|&i| group[i]).sum(),
-        }
+/// A group's score from its experts' choice scores: the largest, or the sum of the two largest.
+fn group_score(rule: &Rule, group: &[f64]) -> f64 {
+    match rule.group_score {
+        GroupScore::Max => group.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        GroupScore::Top2 => top_k(group, 2).iter().map(|&i| group[i]).sum(),
     }
 }
 
@@ -72,20 +56,20 @@ impl RouteRule {
 /// differs takes the other one when it is a near-tie — each expert it chooses has `c` within
 /// the band of the `k`-th largest eligible `c`, and with groups its group's score within the
 /// band of the last group kept (`eval_breaking_all_ties`).
-pub(super) fn route(logits: &Tensor, bias: Option<&Tensor>, rule: &RouteRule, tie: Option<(&[i32], f64)>) -> Kernel {
+pub(super) fn route(logits: &Tensor, bias: Option<&Tensor>, rule: &Rule, tie: Option<(&[i32], f64)>) -> Kernel {
     let (n, e, k) = (logits.shape()[0], logits.shape()[1], rule.k);
     let ls = f32s(logits)?;
     let bias = bias.map(f32s).transpose()?;
     let (mut weights, mut indices) = (Vec::with_capacity(n * k), Vec::with_capacity(n * k));
     let size = e / rule.groups.max(1);
     for r in 0..n {
-        let s = rule.scores(&ls[r * e..(r + 1) * e]);
+        let s = scores(rule, &ls[r * e..(r + 1) * e]);
         let c: Vec<f64> = match bias {
             Some(b) => s.iter().zip(b).map(|(v, &b)| v + f64::from(b)).collect(),
             None => s.clone(),
         };
         let group: Vec<f64> =
-            if rule.groups > 1 { c.chunks(size).map(|g| rule.group_score(g)).collect() } else { vec![] };
+            if rule.groups > 1 { c.chunks(size).map(|g| group_score(rule, g)).collect() } else { vec![] };
         let kept = top_k(&group, rule.topk_groups);
         let group_bar = kept.iter().map(|&g| group[g]).fold(f64::INFINITY, f64::min);
         let eligible: Vec<f64> = c

@@ -1,13 +1,20 @@
 //! Products and lookups: `linear`, `linear_heads` (dot products in f64, through [`super::gemm`]), `embed`, `argmax`.
 
 use super::gemm::{self, View};
-use super::{f32s, i32s, out, Kernel};
+use super::{evals, f32s, i32s, out, Kernel};
 use crate::graph::Tensor;
 use rayon::prelude::*;
 use rdu_spatial::q8::Q8Weight;
 
+evals! {
+    Linear(ins, _) => linear(ins[0], ins[1], ins.get(2).copied()),
+    LinearHeads(ins, _) => linear_heads(ins[0], ins[1]),
+    Embed(ins, _) => embed(ins[0], ins[1]),
+    Argmax(ins, _) => argmax(ins[0]),
+}
+
 /// `y = x Wᵀ (+ b)` for `x [N, in]`, `W [out, in]`: dot products in f64 (`gemm`).
-pub(super) fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Kernel {
+fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Kernel {
     let (o, width) = (w.shape()[0], x.shape()[1]);
     linear_of(x, gemm::Weights::F32(f32s(w)?), o, width, b)
 }
@@ -28,7 +35,7 @@ fn linear_of(x: &Tensor, w: gemm::Weights<'_>, o: usize, width: usize, b: Option
 
 /// `y[n, j] = W[j] x[n, j]` for `x [N, h, in]`, `W [h, out, in]`: dot products in f64, one
 /// product per head (heads in parallel).
-pub(super) fn linear_heads(x: &Tensor, w: &Tensor) -> Kernel {
+fn linear_heads(x: &Tensor, w: &Tensor) -> Kernel {
     let (n, h, width) = (x.shape()[0], x.shape()[1], x.shape()[2]);
     let o = w.shape()[1];
     let (x64, ws) = (gemm::widen(f32s(x)?), f32s(w)?);
@@ -55,7 +62,7 @@ pub(super) fn linear_heads(x: &Tensor, w: &Tensor) -> Kernel {
 }
 
 /// Row lookup `E[ids[n]]`; an id outside `0..V` is an error.
-pub(super) fn embed(ids: &Tensor, e: &Tensor) -> Kernel {
+fn embed(ids: &Tensor, e: &Tensor) -> Kernel {
     let (v, d) = (e.shape()[0], e.shape()[1]);
     let table = f32s(e)?;
     let mut data = Vec::with_capacity(ids.len() * d);
@@ -68,7 +75,7 @@ pub(super) fn embed(ids: &Tensor, e: &Tensor) -> Kernel {
 }
 
 /// The index of the largest value of each row (the first on ties; NaN never wins).
-pub(super) fn argmax(x: &Tensor) -> Kernel {
+fn argmax(x: &Tensor) -> Kernel {
     let (n, v) = (x.shape()[0], x.shape()[1]);
     let xs = f32s(x)?;
     let mut data = Vec::with_capacity(n);

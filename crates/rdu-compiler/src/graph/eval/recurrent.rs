@@ -4,12 +4,19 @@
 //! The delta rule computes each row in f64 and stores the state as f32 after every row, so
 //! `delta_step` over N rows equals N one-row steps bit for bit.
 
-use super::{f32s, out, Kernel};
+use super::{evals, f32s, out, Kernel};
 use crate::graph::{KMap, Tensor};
 use rayon::prelude::*;
 
+evals! {
+    ConvStep(ins, _) => conv_step(ins[0], ins[1], ins.get(2).copied()),
+    ConvShift(ins, _) => conv_shift(ins[0], ins[1]),
+    DeltaScan(ins, a) => delta(None, ins, a.kmap),
+    DeltaStep(ins, a) => delta(Some(ins[0]), &ins[1..], a.kmap),
+}
+
 /// `y[t, c] = Σᵢ w[c, i] · u[t+i, c]` with `u = concat(state or zeros [K−1, C], x)`.
-pub(super) fn conv_step(x: &Tensor, w: &Tensor, state: Option<&Tensor>) -> Kernel {
+fn conv_step(x: &Tensor, w: &Tensor, state: Option<&Tensor>) -> Kernel {
     let (n, channels) = (x.shape()[0], x.shape()[1]);
     let kernel = w.shape()[1];
     let history = kernel - 1;
@@ -32,7 +39,7 @@ pub(super) fn conv_step(x: &Tensor, w: &Tensor, state: Option<&Tensor>) -> Kerne
 }
 
 /// The last `K−1` rows of `concat(state, x)`.
-pub(super) fn conv_shift(state: &Tensor, x: &Tensor) -> Kernel {
+fn conv_shift(state: &Tensor, x: &Tensor) -> Kernel {
     let (history, channels) = (state.shape()[0], state.shape()[1]);
     let mut rows = f32s(state)?.to_vec();
     rows.extend_from_slice(f32s(x)?);
@@ -43,7 +50,7 @@ pub(super) fn conv_shift(state: &Tensor, x: &Tensor) -> Kernel {
 /// The gated delta rule over `ins = [q, k, v, g, beta]` from `state` (zeros when `None`).
 /// Returns `o`, and also the final state when `state` is given. Heads are independent and
 /// run in parallel; within a head the rows run in order.
-pub(super) fn delta(state: Option<&Tensor>, ins: &[&Tensor], kmap: KMap) -> Kernel {
+fn delta(state: Option<&Tensor>, ins: &[&Tensor], kmap: KMap) -> Kernel {
     let [q, k, v, g, beta] = ins else { return Err("the delta rule takes q, k, v, g, beta".into()) };
     let (n, hk, dk) = (q.shape()[0], q.shape()[1], q.shape()[2]);
     let (hv, dv) = (v.shape()[1], v.shape()[2]);

@@ -1,9 +1,26 @@
 //! Shape ops, for either dtype: `reshape`, `slice`, `concat`, `transpose`. Each computes,
 //! for every output row (along the last axis), where in its input that row's values are: a
-//! slice and a concatenation copy whole runs; a transpose reads a row at a stride.
+//! slice and a concatenation copy whole runs; a transpose reads a row at a stride. And the
+//! ops that are the value itself on one chip: `all_reduce`, `shard` into one part, `dequant`.
 
-use super::Kernel;
+use super::{evals, Kernel};
 use crate::graph::{numel, Data, Tensor};
+
+evals! {
+    Reshape(ins, a) => reshape(ins[0], &a.shape),
+    Slice(ins, a) => slice(ins[0], a.axis, a.start, a.len),
+    Concat(ins, a) => concat(ins, a.axis),
+    Transpose(ins, a) => transpose(ins[0], &a.perm),
+    // The reference interpreter runs a program as one chip: the sum over one chip is the value.
+    AllReduce(ins, _) => Ok(vec![ins[0].clone()]),
+    // ... and one chip of one holds the whole value; a part of several chips needs the chip.
+    Shard(ins, a) => match a.chips {
+        1 => Ok(vec![ins[0].clone()]),
+        chips => Err(format!("shard into {chips} parts needs a chip's index: run it on the simulator's chips")),
+    },
+    // A Q8_0 weight's values are the reference's own.
+    Dequant(ins, _) => Ok(vec![ins[0].clone()]),
+}
 
 /// The tensor of `shape` made of runs copied from `sources`: `runs` gives, in order, each run's
 /// source, first flat index, length and stride (the run is `len` elements `stride` apart).
@@ -65,13 +82,13 @@ fn around(shape: &[usize], axis: usize) -> (usize, usize) {
     (shape[..axis].iter().product(), shape[axis + 1..].iter().product())
 }
 
-pub(super) fn reshape(x: &Tensor, shape: &[usize]) -> Kernel {
+fn reshape(x: &Tensor, shape: &[usize]) -> Kernel {
     Ok(vec![x.reshaped(shape).ok_or("element counts differ")?])
 }
 
 /// Elements `start .. start + len` along `axis`: for each index before `axis`, one run of
 /// `len·inner` values.
-pub(super) fn slice(x: &Tensor, axis: usize, start: usize, len: usize) -> Kernel {
+fn slice(x: &Tensor, axis: usize, start: usize, len: usize) -> Kernel {
     let mut shape = x.shape().to_vec();
     shape[axis] = len;
     let (outer, inner) = around(x.shape(), axis);
@@ -81,7 +98,7 @@ pub(super) fn slice(x: &Tensor, axis: usize, start: usize, len: usize) -> Kernel
 
 /// The operands joined along `axis`: for each index before `axis`, each part's run of
 /// `size·inner` values in turn.
-pub(super) fn concat(parts: &[&Tensor], axis: usize) -> Kernel {
+fn concat(parts: &[&Tensor], axis: usize) -> Kernel {
     let mut shape = parts[0].shape().to_vec();
     shape[axis] = parts.iter().map(|p| p.shape()[axis]).sum();
     let (outer, inner) = around(&shape, axis);
@@ -96,7 +113,7 @@ pub(super) fn concat(parts: &[&Tensor], axis: usize) -> Kernel {
 
 /// numpy `transpose(perm)`: output axis `k` is input axis `perm[k]`. Row by row of the output:
 /// a row's values are its input axis `perm[last]`, read at that axis' stride.
-pub(super) fn transpose(x: &Tensor, perm: &[usize]) -> Kernel {
+fn transpose(x: &Tensor, perm: &[usize]) -> Kernel {
     let shape: Vec<usize> = perm.iter().map(|&p| x.shape()[p]).collect();
     let st = strides(x.shape());
     let Some((&last, rows)) = shape.split_last() else { return gather(&[x], &shape, std::iter::once((0, 0, 1, 1))) };

@@ -7,6 +7,7 @@ mod sequence;
 pub use basic::broadcast_shape;
 
 use super::{DType, Op, Type};
+use rdu_spatial::op::{Key, Visitor};
 
 /// What kind of problem a [`TypeError`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,7 +28,7 @@ pub enum Site {
     /// Operand `i` (0-based, among the tensor operands).
     Arg(usize),
     /// The attribute with this key (`reshape`'s positional shape is `shape`).
-    Attr(&'static str),
+    Attr(Key),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,63 +50,31 @@ pub fn infer(op: &Op, inputs: &[&Type]) -> Result<Vec<Type>, TypeError> {
         let message = format!("`{}` takes {want} operands, found {}", op.name(), inputs.len());
         return Err(TypeError { fault: Fault::Arity, site: Site::Op, message });
     }
-    let a = Operands { op, types: inputs };
-    match op {
-        Op::Add | Op::Sub | Op::Mul => basic::broadcast(&a),
-        Op::Neg => Ok(vec![inputs[0].clone()]),
-        Op::Scale { .. } | Op::Exp | Op::Sigmoid | Op::Silu | Op::Softplus | Op::GeluTanh | Op::AllReduce => {
-            a.f32(0)?;
-            Ok(vec![inputs[0].clone()])
-        }
-        Op::RmsNorm { .. } | Op::L2Norm { .. } => basic::norm(&a),
-        Op::Linear => basic::linear(&a),
-        Op::LinearHeads => basic::linear_heads(&a),
-        Op::Embed => basic::embed(&a),
-        Op::Argmax => basic::argmax(&a),
-        Op::Reshape { shape } => basic::reshape(&a, shape),
-        Op::Slice { axis, start, len } => basic::slice(&a, *axis, *start, *len),
-        Op::Shard { axis, chips } => basic::shard(&a, *axis, *chips),
-        Op::Concat { axis } => basic::concat(&a, *axis),
-        Op::Transpose { perm } => basic::transpose(&a, perm),
-        Op::Rope { dim, .. } => sequence::rope(&a, *dim),
-        Op::CachePut => sequence::cache_put(&a),
-        Op::Attend { window, .. } => sequence::attend(&a, *window),
-        Op::AttendMla { latent, window, .. } => sequence::attend_mla(&a, *latent, *window),
-        Op::AttendMlaUp { latent, window, .. } => sequence::attend_mla_up(&a, *latent, *window),
-        Op::ConvStep => sequence::conv_step(&a),
-        Op::ConvShift => sequence::conv_shift(&a),
-        Op::DeltaScan { .. } => sequence::delta(&a, false),
-        Op::DeltaStep { .. } => sequence::delta(&a, true),
-        Op::Route { k, groups, topk_groups, group_score, .. } => {
-            sequence::route(&a, *k, (*groups, *topk_groups), *group_score)
-        }
-        Op::Experts { .. } => sequence::experts(&a),
-    }
+    op.visit(Shape(&Operands { op, types: inputs }))
 }
 
-/// The operand names the language uses for each op, for messages.
-fn roles(op: &Op) -> &'static [&'static str] {
-    match op {
-        Op::Add | Op::Sub | Op::Mul => &["a", "b"],
-        Op::RmsNorm { .. } => &["x", "w"],
-        Op::Linear => &["x", "W", "b"],
-        Op::LinearHeads => &["x", "W"],
-        Op::Embed => &["ids", "E"],
-        Op::Rope { .. } => &["x", "cos", "sin", "pos"],
-        Op::CachePut => &["C", "x", "pos"],
-        Op::Attend { .. } => &["q", "K", "V", "pos", "k", "v"],
-        Op::AttendMla { .. } => &["q", "C", "pos", "c"],
-        Op::AttendMlaUp { .. } => &["q", "C", "Wk", "Wv", "pos", "c"],
-        Op::ConvStep => &["x", "w", "state"],
-        Op::ConvShift => &["state", "x"],
-        Op::DeltaScan { .. } => &["q", "k", "v", "g", "beta"],
-        Op::DeltaStep { .. } => &["S", "q", "k", "v", "g", "beta"],
-        Op::Route { .. } => &["logits", "bias"],
-        Op::Experts { .. } => &["x", "w", "idx", "Wg", "Wu", "Wd"],
-        Op::Concat { .. } => &[],
-        _ => &["x"],
-    }
+/// The shape rules, one `Visit` impl per op beside its rule (see [`shapes!`]).
+pub(super) struct Shape<'a>(&'a Operands<'a>);
+
+impl Visitor for Shape<'_> {
+    type Out = Result<Vec<Type>, TypeError>;
 }
+
+/// The shape rule of each op: `Op(a, attrs) => body` types the op with its [`Operands`] `a`
+/// and its typed attributes (`rdu_spatial::op::attrs::Op`).
+macro_rules! shapes {
+    ($($op:ident($a:ident, $attrs:pat) => $body:expr),* $(,)?) => {
+        $(
+            impl rdu_spatial::op::Visit<rdu_spatial::op::attrs::$op> for super::Shape<'_> {
+                fn visit(self, $attrs: &rdu_spatial::op::attrs::$op) -> Result<Vec<Type>, TypeError> {
+                    let $a = self.0;
+                    $body
+                }
+            }
+        )*
+    };
+}
+use shapes;
 
 /// The operands of one op being typed, with helpers that build located errors.
 pub(super) struct Operands<'a> {
@@ -123,7 +92,7 @@ impl<'a> Operands<'a> {
     }
 
     fn role(&self, i: usize) -> String {
-        roles(self.op).get(i).map_or_else(|| format!("operand {i}"), |r| format!("`{r}`"))
+        self.op.kind().facts().roles.get(i).map_or_else(|| format!("operand {i}"), |r| format!("`{r}`"))
     }
 
     fn error(&self, fault: Fault, site: Site, message: String) -> TypeError {
@@ -136,7 +105,7 @@ impl<'a> Operands<'a> {
         self.error(Fault::Shape, Site::Arg(i), message)
     }
 
-    fn attr_error(&self, key: &'static str, message: String) -> TypeError {
+    fn attr_error(&self, key: Key, message: String) -> TypeError {
         self.error(Fault::Attr, Site::Attr(key), message)
     }
 

@@ -1,13 +1,30 @@
 //! Types of the ops over positions, caches, recurrent state and experts.
 
-use super::{Fault, Operands, Site, TypeError};
-use crate::graph::{DType, GroupScore, Type};
+use super::{shapes, Fault, Operands, Site, TypeError};
+use crate::graph::{DType, Type};
+use rdu_spatial::op::{GroupScore, Key};
+
+shapes! {
+    Rope(a, r) => rope(a, r.dim),
+    CachePut(a, _) => cache_put(a),
+    Attend(a, t) => attend(a, t.window),
+    AttendMla(a, t) => attend_mla(a, t.latent, t.window),
+    AttendMlaUp(a, t) => attend_mla_up(a, t.latent, t.window),
+    ConvStep(a, _) => conv_step(a),
+    ConvShift(a, _) => conv_shift(a),
+    DeltaScan(a, _) => delta(a, false),
+    DeltaStep(a, _) => delta(a, true),
+    Route(a, r) => route(a, r.k, (r.groups, r.topk_groups), r.group_score),
+    Experts(a, _) => experts(a),
+}
 
 /// `rope(x [N, h, d], cos [P, R/2], sin [P, R/2], pos, dim=R) -> ≡ x`.
-pub(super) fn rope(a: &Operands<'_>, dim: usize) -> Result<Vec<Type>, TypeError> {
+fn rope(a: &Operands<'_>, dim: usize) -> Result<Vec<Type>, TypeError> {
     let x = a.f32_rank(0, 3, "[N, h, d]")?;
     if dim == 0 || dim % 2 == 1 || dim > x[2] {
-        return Err(a.attr_error("dim", format!("dim={dim} must be even, positive and at most the head size {}", x[2])));
+        return Err(
+            a.attr_error(Key::Dim, format!("dim={dim} must be even, positive and at most the head size {}", x[2]))
+        );
     }
     let cos = a.f32_rank(1, 2, &format!("[P, {}]", dim / 2))?;
     if cos[1] != dim / 2 {
@@ -19,7 +36,7 @@ pub(super) fn rope(a: &Operands<'_>, dim: usize) -> Result<Vec<Type>, TypeError>
 }
 
 /// `cache_put(C [S, ...], x [N, ...], pos) -> ≡ C`.
-pub(super) fn cache_put(a: &Operands<'_>) -> Result<Vec<Type>, TypeError> {
+fn cache_put(a: &Operands<'_>) -> Result<Vec<Type>, TypeError> {
     let c = a.ty(0);
     if c.shape.first().is_none_or(|&s| s == 0) {
         return Err(a.shape_error(0, "[S, ...] with at least one slot"));
@@ -34,13 +51,13 @@ pub(super) fn cache_put(a: &Operands<'_>) -> Result<Vec<Type>, TypeError> {
 
 fn window_ok(a: &Operands<'_>, window: Option<usize>) -> Result<(), TypeError> {
     if window == Some(0) {
-        return Err(a.attr_error("window", "window=0 sees no position; use window >= 1".into()));
+        return Err(a.attr_error(Key::Window, "window=0 sees no position; use window >= 1".into()));
     }
     Ok(())
 }
 
 /// `attend(q [N, h, dk], K [S, g, dk], V [S, g, dv], pos (, k [N, g, dk], v [N, g, dv])) -> [N, h, dv]`.
-pub(super) fn attend(a: &Operands<'_>, window: Option<usize>) -> Result<Vec<Type>, TypeError> {
+fn attend(a: &Operands<'_>, window: Option<usize>) -> Result<Vec<Type>, TypeError> {
     if a.len() == 5 {
         return Err(TypeError {
             fault: Fault::Arity,
@@ -68,7 +85,7 @@ pub(super) fn attend(a: &Operands<'_>, window: Option<usize>) -> Result<Vec<Type
 }
 
 /// `attend_mla(q [N, h, c], C [S, c], pos (, c [N, c]), latent=L) -> [N, h, L]`.
-pub(super) fn attend_mla(a: &Operands<'_>, latent: usize, window: Option<usize>) -> Result<Vec<Type>, TypeError> {
+fn attend_mla(a: &Operands<'_>, latent: usize, window: Option<usize>) -> Result<Vec<Type>, TypeError> {
     let q = a.f32_rank(0, 3, "[N, h, c]")?;
     let c = a.f32_rank(1, 2, "[S, c]")?;
     if c[0] == 0 || c[1] != q[2] {
@@ -80,7 +97,7 @@ pub(super) fn attend_mla(a: &Operands<'_>, latent: usize, window: Option<usize>)
         a.f32_exact(3, &[q[0], c[1]])?;
     }
     if latent == 0 || latent > c[1] {
-        return Err(a.attr_error("latent", format!("latent={latent} must be in 1..={} (the key width)", c[1])));
+        return Err(a.attr_error(Key::Latent, format!("latent={latent} must be in 1..={} (the key width)", c[1])));
     }
     window_ok(a, window)?;
     Ok(vec![Type::f32(&[q[0], q[1], latent])])
@@ -88,14 +105,14 @@ pub(super) fn attend_mla(a: &Operands<'_>, latent: usize, window: Option<usize>)
 
 /// `attend_mla_up(q [N, h, dk + c − L], C [S, c], Wk [h, dk, L], Wv [h, dv, L], pos (, c [N, c]),
 /// latent=L) -> [N, h, dv]`.
-pub(super) fn attend_mla_up(a: &Operands<'_>, latent: usize, window: Option<usize>) -> Result<Vec<Type>, TypeError> {
+fn attend_mla_up(a: &Operands<'_>, latent: usize, window: Option<usize>) -> Result<Vec<Type>, TypeError> {
     let q = a.f32_rank(0, 3, "[N, h, dq]")?;
     let c = a.f32_rank(1, 2, "[S, c]")?;
     if c[0] == 0 {
         return Err(a.shape_error(1, "f32[S, c] with S > 0"));
     }
     if latent == 0 || latent > c[1] {
-        return Err(a.attr_error("latent", format!("latent={latent} must be in 1..={} (the entry width)", c[1])));
+        return Err(a.attr_error(Key::Latent, format!("latent={latent} must be in 1..={} (the entry width)", c[1])));
     }
     let rope = c[1] - latent;
     let wk = a.f32_rank(2, 3, &format!("[{}, dk, {latent}]", q[1]))?;
@@ -123,7 +140,7 @@ pub(super) fn attend_mla_up(a: &Operands<'_>, latent: usize, window: Option<usiz
 }
 
 /// `conv_step(x [N, C], w [C, K] (, state [K−1, C])) -> [N, C]`.
-pub(super) fn conv_step(a: &Operands<'_>) -> Result<Vec<Type>, TypeError> {
+fn conv_step(a: &Operands<'_>) -> Result<Vec<Type>, TypeError> {
     let x = a.f32_rank(0, 2, "[N, C]")?;
     let w = a.f32_rank(1, 2, &format!("[{}, K]", x[1]))?;
     if w[0] != x[1] || w[1] == 0 {
@@ -136,7 +153,7 @@ pub(super) fn conv_step(a: &Operands<'_>) -> Result<Vec<Type>, TypeError> {
 }
 
 /// `conv_shift(state [K−1, C], x [N, C]) -> ≡ state`.
-pub(super) fn conv_shift(a: &Operands<'_>) -> Result<Vec<Type>, TypeError> {
+fn conv_shift(a: &Operands<'_>) -> Result<Vec<Type>, TypeError> {
     let s = a.f32_rank(0, 2, "[K-1, C]")?;
     let x = a.f32_rank(1, 2, &format!("[N, {}]", s[1]))?;
     if x[1] != s[1] {
@@ -146,7 +163,7 @@ pub(super) fn conv_shift(a: &Operands<'_>) -> Result<Vec<Type>, TypeError> {
 }
 
 /// `delta_scan(q, k, v, g, beta)` and `delta_step(S, q, k, v, g, beta)`.
-pub(super) fn delta(a: &Operands<'_>, with_state: bool) -> Result<Vec<Type>, TypeError> {
+fn delta(a: &Operands<'_>, with_state: bool) -> Result<Vec<Type>, TypeError> {
     let o = usize::from(with_state);
     let q = a.f32_rank(o, 3, "[N, hk, dk]")?;
     let (n, hk, dk) = (q[0], q[1], q[2]);
@@ -170,7 +187,7 @@ pub(super) fn delta(a: &Operands<'_>, with_state: bool) -> Result<Vec<Type>, Typ
 }
 
 /// `route(logits [N, E] (, bias [E]), k, groups, topk_groups, group_score) -> w [N, k], idx i32[N, k]`.
-pub(super) fn route(
+fn route(
     a: &Operands<'_>,
     k: usize,
     (groups, topk_groups): (usize, usize),
@@ -182,23 +199,24 @@ pub(super) fn route(
         a.f32_exact(1, &[e])?;
     }
     if groups == 0 || e % groups != 0 {
-        return Err(a.attr_error("groups", format!("groups={groups} must divide the {e} experts")));
+        return Err(a.attr_error(Key::Groups, format!("groups={groups} must divide the {e} experts")));
     }
     if group_score == GroupScore::Top2 && groups > 1 && e / groups < 2 {
-        return Err(a.attr_error("group_score", format!("top2 needs groups of 2 experts or more, not {}", e / groups)));
+        let message = format!("top2 needs groups of 2 experts or more, not {}", e / groups);
+        return Err(a.attr_error(Key::GroupScore, message));
     }
     if topk_groups == 0 || topk_groups > groups {
-        return Err(a.attr_error("topk_groups", format!("topk_groups={topk_groups} must be in 1..={groups}")));
+        return Err(a.attr_error(Key::TopkGroups, format!("topk_groups={topk_groups} must be in 1..={groups}")));
     }
     let eligible = topk_groups * (e / groups);
     if k == 0 || k > eligible {
-        return Err(a.attr_error("k", format!("k={k} must be in 1..={eligible} (the experts of the kept groups)")));
+        return Err(a.attr_error(Key::K, format!("k={k} must be in 1..={eligible} (the experts of the kept groups)")));
     }
     Ok(vec![Type::f32(&[n, k]), Type::i32(&[n, k])])
 }
 
 /// `experts(x [N, D], w [N, K], idx i32[N, K], Wg [E, I, D], Wu [E, I, D], Wd [E, D, I]) -> [N, D]`.
-pub(super) fn experts(a: &Operands<'_>) -> Result<Vec<Type>, TypeError> {
+fn experts(a: &Operands<'_>) -> Result<Vec<Type>, TypeError> {
     let x = a.f32_rank(0, 2, "[N, D]")?;
     let (n, d) = (x[0], x[1]);
     let w = a.f32_rank(1, 2, &format!("[{n}, K]"))?;

@@ -13,7 +13,7 @@ use super::super::cost::cost_input;
 use super::super::work::WorkModel;
 use super::section::minimum_units;
 use rdu_spatial::chip::Chip;
-use rdu_spatial::cost::{estimate, CostInput, Precision, StageWork};
+use rdu_spatial::cost::{estimate, CostInput, Precision, Retimer, StageWork};
 use rdu_spatial::program::{Region, SpatialProgram};
 
 /// `refine` moves PCUs in blocks of `chip.pcus / REFINE_BLOCKS` (8 on the SN50's 2,080).
@@ -74,66 +74,202 @@ pub fn place(program: &mut SpatialProgram, chip: &Chip) {
 /// shortens the section on its own (timed as if the chip had the block spare), and for the
 /// best `RECEIVERS` of them in that order, every donor is timed giving the block; the first
 /// receiver with an improving donor takes the best one. Deterministic: ties to the earlier stage.
+///
+/// A look times each of the section's n stages given the block, and a block more for one stage
+/// moves the region of every stage after it (whose hops change), so no trial is timed in less
+/// than the stages after its change: each is timed again from the stage it changes on
+/// (`rdu_spatial::cost::Retimer`, the cost model's seconds to the bit), n(n+1)/2 stage timings
+/// of a few additions and comparisons a look at the receivers — where each trial timed whole
+/// cost n stage timings and an allocation each, n² a look. The bound that keeps lowering linear
+/// in a batch: a section holds at most one stage a PCU, so n is at most the chip's PCUs (2,080
+/// on the SN50), and a batched program past one full section adds sections, not stages to one.
 fn refine(chip: &Chip, work: &[StageWork], pcus: &[u32], pmus: &[u32], pcu_mins: &[u32]) -> Vec<u32> {
-    /// Receivers tried a move.
-    const RECEIVERS: usize = 3;
+    refined(chip, work, pcus, pmus, pcu_mins).pcus
+}
+
+/// What `refine` ends with, and the work it took to find.
+struct Refined {
+    pcus: Vec<u32>,
+    /// Looks for a move made (the moves, and the last look that found none).
+    looks: usize,
+    /// Stages timed by the trials of every look, and by its receivers' trials alone.
+    timed: u64,
+    timed_receiving: u64,
+}
+
+/// `refine`, counting its work.
+fn refined(chip: &Chip, work: &[StageWork], pcus: &[u32], pmus: &[u32], pcu_mins: &[u32]) -> Refined {
     let n = work.len();
-    let mut pcus = pcus.to_vec();
+    let mut out = Refined { pcus: pcus.to_vec(), looks: 0, timed: 0, timed_receiving: 0 };
     if n < 2 {
-        return pcus;
+        return out;
     }
     // The stages' work without their names: timing a placement then allocates nothing per stage.
     let work: Vec<StageWork> = work.iter().map(|w| StageWork { name: String::new(), ..w.clone() }).collect();
-    let block = (chip.pcus / REFINE_BLOCKS).max(1);
-    let roomier = Chip { pcus: chip.pcus.saturating_add(block), ..chip.clone() };
-    let mut now = placed_seconds(chip, &work, &pcus, pmus);
+    let mut now = placed_seconds(chip, &work, &out.pcus, pmus);
     for _ in 0..MAX_MOVES {
-        let mut receivers: Vec<(f64, usize)> = (0..n)
-            .map(|to| {
-                let mut trial = pcus.clone();
-                trial[to] += block;
-                (placed_seconds(&roomier, &work, &trial, pmus), to)
-            })
-            .filter(|&(t, _)| t < now * (1.0 - MIN_GAIN))
-            .collect();
-        receivers.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        let mut best: Option<(f64, Vec<u32>)> = None;
-        for &(_, to) in receivers.iter().take(RECEIVERS) {
-            for from in (0..n).filter(|&from| from != to) {
-                let give = block.min(pcus[from].saturating_sub(pcu_mins[from]));
-                if give == 0 {
-                    continue;
-                }
-                let mut trial = pcus.clone();
-                trial[from] -= give;
-                trial[to] += give;
-                let t = placed_seconds(chip, &work, &trial, pmus);
-                if t < now * (1.0 - MIN_GAIN) && best.as_ref().is_none_or(|b| t < b.0) {
-                    best = Some((t, trial));
-                }
+        let mut trials = Trials::new(chip, &work, &out.pcus, pmus);
+        let found = best_move(&mut trials, now, pcu_mins);
+        out.looks += 1;
+        out.timed += trials.timed();
+        out.timed_receiving += trials.timed_receiving;
+        let Some((t, moved)) = found else { break };
+        (now, out.pcus) = (t, moved);
+    }
+    out
+}
+
+/// The move `refine` makes from the placement `trials` times (`now` seconds), if any: the
+/// section's time after it and its PCUs.
+fn best_move(trials: &mut Trials<'_>, now: f64, pcu_mins: &[u32]) -> Option<(f64, Vec<u32>)> {
+    /// Receivers tried a move.
+    const RECEIVERS: usize = 3;
+    let (n, block) = (trials.pcus.len(), trials.block);
+    let mut receivers: Vec<(f64, usize)> =
+        (0..n).map(|to| (trials.receiver(to), to)).filter(|&(t, _)| t < now * (1.0 - MIN_GAIN)).collect();
+    receivers.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    for &(_, to) in receivers.iter().take(RECEIVERS) {
+        let mut best: Option<(f64, usize, u32)> = None;
+        for from in (0..n).filter(|&from| from != to) {
+            let give = block.min(trials.pcus[from].saturating_sub(pcu_mins[from]));
+            if give == 0 {
+                continue;
             }
-            if best.is_some() {
-                break;
+            let t = trials.donor(from, to, give);
+            if t < now * (1.0 - MIN_GAIN) && best.is_none_or(|b| t < b.0) {
+                best = Some((t, from, give));
             }
         }
-        let Some((t, trial)) = best else { break };
-        (now, pcus) = (t, trial);
+        if let Some((t, from, give)) = best {
+            let mut moved = trials.pcus.to_vec();
+            moved[from] -= give;
+            moved[to] += give;
+            return Some((t, moved));
+        }
     }
-    pcus
+    None
+}
+
+/// A section placed with `pcus` on `pmus`, and the trials of one move timed against it: a block
+/// more for one stage (a receiver, on a chip with the block spare), or `give` PCUs moved from
+/// one stage to another (a donor's). Each is the section's `placed_seconds`, told by a
+/// `Retimer` from the first stage the trial changes on; in tests and debug builds every trial
+/// is also timed whole and must agree to the bit.
+struct Trials<'a> {
+    chip: &'a Chip,
+    work: &'a [StageWork],
+    pcus: &'a [u32],
+    pmus: &'a [u32],
+    block: u32,
+    /// Every stage's run of PCUs and its hops from the stage before, as placed, and its hops if
+    /// every region moved a block later (a receiver's later stages).
+    runs: Vec<(u32, u32)>,
+    hops: Vec<u32>,
+    shifted: Vec<u32>,
+    retimer: Option<Retimer<'a>>,
+    /// Stages timed by trials timed whole (where there is no `retimer`), and by receivers' trials.
+    whole: u64,
+    timed_receiving: u64,
+}
+
+impl<'a> Trials<'a> {
+    fn new(chip: &'a Chip, work: &'a [StageWork], pcus: &'a [u32], pmus: &'a [u32]) -> Trials<'a> {
+        let block = (chip.pcus / REFINE_BLOCKS).max(1);
+        let runs: Vec<(u32, u32)> = regions(pcus, pmus).iter().map(|r| r.pcu).collect();
+        let between = |runs: &[(u32, u32)], i: usize| if i == 0 { 0 } else { hops(chip, runs[i - 1], runs[i]) };
+        let hops: Vec<u32> = (0..runs.len()).map(|i| between(&runs, i)).collect();
+        let later: Vec<(u32, u32)> =
+            runs.iter().map(|&(a, b)| (a.saturating_add(block), b.saturating_add(block))).collect();
+        let shifted = (0..runs.len()).map(|i| between(&later, i)).collect();
+        // Runs that saturate are laid out by `regions` otherwise than moved here: time those whole.
+        let fits = pcus.iter().map(|&p| u64::from(p)).sum::<u64>() + u64::from(block) <= u64::from(u32::MAX);
+        let placed = placed_work(work, pcus, pmus, &hops);
+        let retimer = if fits { Retimer::new(chip, placed, Precision::Bf16) } else { None };
+        Trials { chip, work, pcus, pmus, block, runs, hops, shifted, retimer, whole: 0, timed_receiving: 0 }
+    }
+
+    /// The stages the trials so far have timed (a check in a debug build not counted).
+    fn timed(&self) -> u64 {
+        self.whole + self.retimer.as_ref().map_or(0, |r| r.retimed)
+    }
+
+    /// The section's time with a block more for stage `to`, on a chip with the block spare.
+    fn receiver(&mut self, to: usize) -> f64 {
+        let before = self.timed();
+        let t = self.time(self.chip.pcus.saturating_add(self.block), &[(to, i64::from(self.block))]);
+        self.timed_receiving += self.timed() - before;
+        t
+    }
+
+    /// The section's time with `give` PCUs moved from stage `from` to stage `to`.
+    fn donor(&mut self, from: usize, to: usize, give: u32) -> f64 {
+        let mut changes = [(from, -i64::from(give)), (to, i64::from(give))];
+        changes.sort();
+        self.time(self.chip.pcus, &changes)
+    }
+
+    /// The section's time with each stage `c` of `changes` (in stage order) given `d` PCUs
+    /// more (`(c, d)`), on a chip of `available` PCUs.
+    fn time(&mut self, available: u32, changes: &[(usize, i64)]) -> f64 {
+        let new_pcus = |c: usize, d: i64| u32::try_from(i64::from(self.pcus[c]) + d).unwrap_or(0);
+        let slow = || {
+            let mut pcus = self.pcus.to_vec();
+            changes.iter().for_each(|&(c, d)| pcus[c] = new_pcus(c, d));
+            let chip = Chip { pcus: available, ..self.chip.clone() };
+            placed_seconds(&chip, self.work, &pcus, self.pmus)
+        };
+        let Some(retimer) = &mut self.retimer else {
+            self.whole += self.pcus.len() as u64;
+            return slow();
+        };
+        let changed: Vec<(usize, u32)> = changes.iter().map(|&(c, d)| (c, new_pcus(c, d))).collect();
+        let (runs, base, shifted, chip) = (&self.runs, &self.hops, &self.shifted, self.chip);
+        // A stage's run moves by the PCUs the changes before it gave; a changed stage's ends later.
+        let run = |i: usize| {
+            let before: i64 = changes.iter().filter(|c| c.0 < i).map(|c| c.1).sum();
+            let grown: i64 = changes.iter().filter(|c| c.0 == i).map(|c| c.1).sum();
+            let at = |x: u32| u32::try_from(i64::from(x) + before).unwrap_or(0);
+            (at(runs[i].0), u32::try_from(i64::from(at(runs[i].1)) + grown).unwrap_or(0))
+        };
+        let (last, moved): (usize, i64) = (changes[changes.len() - 1].0, changes.iter().map(|c| c.1).sum());
+        let hops_at = |i: usize| match i {
+            0 => 0,
+            i if i < changes[0].0 => base[i],
+            // Past the last change every run moved alike: by nothing, or (a receiver's) a block.
+            i if i > last + 1 && moved == 0 => base[i],
+            i if i > last + 1 && moved == i64::from(self.block) => shifted[i],
+            i => hops(chip, run(i - 1), run(i)),
+        };
+        let t = retimer.seconds(available, &changed, hops_at).unwrap_or(f64::INFINITY);
+        if cfg!(debug_assertions) {
+            let whole = slow();
+            assert_eq!(t.to_bits(), whole.to_bits(), "retimed {t}, timed whole {whole}: {changes:?}");
+        }
+        t
+    }
+}
+
+/// The mesh hops from one stage's run of PCUs to the next's (`Region::hops_to`).
+fn hops(chip: &Chip, from: (u32, u32), to: (u32, u32)) -> u32 {
+    let region = |pcu| Region { pcu, pmu: (0, 0) };
+    region(from).hops_to(&region(to), chip.mesh_cols)
+}
+
+/// Every stage's work placed on these PCUs and PMUs, `hops[i]` from the stage before it.
+fn placed_work(work: &[StageWork], pcus: &[u32], pmus: &[u32], hops: &[u32]) -> Vec<StageWork> {
+    (work.iter().enumerate())
+        .map(|(i, w)| StageWork { pcus: pcus[i], pmus: pmus[i], hops: hops[i], ..w.clone() })
+        .collect()
 }
 
 /// The cost model's time for one section of `work` placed with these PCUs and PMUs, as
 /// `assign` would lay them out (the hops between consecutive stages' regions included).
 fn placed_seconds(chip: &Chip, work: &[StageWork], pcus: &[u32], pmus: &[u32]) -> f64 {
     let regions = regions(pcus, pmus);
-    let stages: Vec<StageWork> = (work.iter().enumerate())
-        .map(|(i, w)| StageWork {
-            pcus: pcus[i],
-            pmus: pmus[i],
-            hops: if i == 0 { 0 } else { regions[i - 1].hops_to(&regions[i], chip.mesh_cols) },
-            ..w.clone()
-        })
+    let hops: Vec<u32> = (0..regions.len())
+        .map(|i| if i == 0 { 0 } else { regions[i - 1].hops_to(&regions[i], chip.mesh_cols) })
         .collect();
+    let stages = placed_work(work, pcus, pmus, &hops);
     estimate(chip, &CostInput { sections: vec![stages] }, Precision::Bf16).map_or(f64::INFINITY, |c| c.seconds)
 }
 
@@ -213,7 +349,7 @@ fn share(total: u32, minimum: &[u32], weights: &[u64]) -> Vec<u32> {
 
 #[cfg(test)]
 mod tests {
-    use super::{balance, placed_seconds, refine, share};
+    use super::{balance, placed_seconds, refine, refined, share};
     use rdu_spatial::chip::Chip;
     use rdu_spatial::cost::StageWork;
 
@@ -248,6 +384,41 @@ mod tests {
         assert_eq!(refined.iter().sum::<u32>(), pcus.iter().sum::<u32>());
         assert!(refined.iter().zip(&mins).all(|(r, m)| r >= m));
         assert_eq!(refine(&chip, &work, &refined, &pmus, &mins), refined);
+    }
+
+    /// A batched program's section: a projection, then one light single-tile stage a sequence,
+    /// each waiting for the one before, then another projection. `refine` moves blocks of PCUs
+    /// to the light stages, and each look at the receivers times a block more for stage `k`
+    /// from `k` on — n(n+1)/2 stage timings in all, where timing each trial whole cost n each,
+    /// n² a look (the lowering time that grew with the square of the batch). A donor's trial
+    /// is timed from the first of its two stages on.
+    #[test]
+    fn refine_times_a_look_in_half_the_stages_squared() {
+        let chip = Chip::builtin("sn50").unwrap();
+        let n = 128;
+        let stage = |i: usize| {
+            let heavy = i == 0 || i == n - 1;
+            StageWork {
+                flops: if heavy { 40_000_000_000 } else { 5_000_000 },
+                sram_bytes: 1_000_000,
+                tiles: if heavy { 64 } else { 1 },
+                after: Some(if i == 0 { vec![] } else { vec![0, i - 1] }),
+                ..StageWork::default()
+            }
+        };
+        let work: Vec<StageWork> = (0..n).map(stage).collect();
+        let mins = vec![1; n];
+        let pcus = share(chip.pcus, &mins, &work.iter().map(|w| w.flops).collect::<Vec<_>>());
+        let pmus = share(chip.pmus, &mins, &work.iter().map(|w| w.sram_bytes).collect::<Vec<_>>());
+        let out = refined(&chip, &work, &pcus, &pmus, &mins);
+        assert!(out.looks > 1, "refine moved nothing: {pcus:?}");
+        let (n, looks) = (n as u64, out.looks as u64);
+        // n(n+1)/2 a look, and up to n more where the slowest stage, given a block, stops being
+        // the slowest and the stage that becomes it comes earlier.
+        let receiving = looks * (n * (n + 1) / 2 + n);
+        assert!(out.timed_receiving <= receiving, "{} stage timings in {looks} looks", out.timed_receiving);
+        // The donors' trials too: fewer than the receivers' alone timed whole.
+        assert!(out.timed < looks * n * n, "{} stage timings in {looks} looks", out.timed);
     }
 
     /// The slowest stage's work per unit, `max weights[i] / units[i]`, as an exact fraction

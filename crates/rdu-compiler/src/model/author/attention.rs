@@ -3,10 +3,10 @@
 //! attention, GLM-4.5, MiniMax-M2).
 
 use super::split::Run;
-use super::writer::{float, list, Writer};
+use super::writer::Writer;
 use super::LayerCtx;
+use crate::graph::Op;
 use crate::model::spec::Mixer;
-use rdu_spatial::Op;
 
 /// Writes the attention mixer over the normalised hidden state `hn`; returns its `[N, D]` output.
 pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String {
@@ -18,9 +18,8 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     let Projected { qh, kh, vh, gate, wo } = project(w, ctx, hn);
     let heads = ctx.local(heads);
     let (cos, sin, rot) = ctx.rope_tables(w);
-    let rope = [("dim", rot.to_string()), ("style", ctx.rope_style().to_string())];
-    let mut attrs = vec![("scale", float(scale))];
-    attrs.extend(ctx.window_attr());
+    let rope = Op::Rope { dim: rot, style: ctx.rope_style() };
+    let attend = Op::Attend { scale, window: ctx.layer.window };
     // Positions and caches are each sequence's own.
     let a = ctx.per_sequence(w, "a", &[("qh", &qh), ("kh", &kh), ("vh", &vh)], |w, seq, x| {
         let (qh, kh, vh, pos) = (&x[0], &x[1], &x[2], seq.pos.as_str());
@@ -28,33 +27,33 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
             let (full, by_kv_head) = ([ctx.cache_slots(), kv_runs[0].count, hd], [Run::heads(kv_runs[0].count, 1)]);
             (w.state_split("Kc", &full, 1, &by_kv_head), w.state_split("Vc", &full, 1, &by_kv_head))
         });
-        let qr = w.op("qr", Op::Rope, &[qh, &cos, &sin, pos], &rope);
-        let kr = w.op("kr", Op::Rope, &[kh, &cos, &sin, pos], &rope);
+        let qr = w.op("qr", rope.clone(), &[qh, &cos, &sin, pos]);
+        let kr = w.op("kr", rope.clone(), &[kh, &cos, &sin, pos]);
         match caches {
             Some((kc, vc)) if ctx.prefill() => {
                 // The chunk's own rows are attended to before they are written (ring caches).
-                let a = w.op("a", Op::Attend, &[&qr, &kc, &vc, pos, &kr, vh], &attrs);
-                w.update(&kc, Op::CachePut, &[&kc, &kr, pos], &[]);
-                w.update(&vc, Op::CachePut, &[&vc, vh, pos], &[]);
+                let a = w.op("a", attend.clone(), &[&qr, &kc, &vc, pos, &kr, vh]);
+                w.update(&kc, Op::CachePut, &[&kc, &kr, pos]);
+                w.update(&vc, Op::CachePut, &[&vc, vh, pos]);
                 a
             }
             Some((kc, vc)) => {
-                w.update(&kc, Op::CachePut, &[&kc, &kr, pos], &[]);
-                w.update(&vc, Op::CachePut, &[&vc, vh, pos], &[]);
-                w.op("a", Op::Attend, &[&qr, &kc, &vc, pos], &attrs)
+                w.update(&kc, Op::CachePut, &[&kc, &kr, pos]);
+                w.update(&vc, Op::CachePut, &[&vc, vh, pos]);
+                w.op("a", attend.clone(), &[&qr, &kc, &vc, pos])
             }
-            None => w.op("a", Op::Attend, &[&qr, &kr, vh, pos], &attrs),
+            None => w.op("a", attend.clone(), &[&qr, &kr, vh, pos]),
         }
     });
-    let af = w.op("af", Op::Reshape, &[&a, &list(&[n, heads * hd])], &[]);
+    let af = w.op("af", Op::Reshape { shape: vec![n, heads * hd] }, &[&a]);
     let af = match gate {
         Some(gf) => {
-            let sg = w.op("gs", Op::Sigmoid, &[&gf], &[]);
-            w.op("ag", Op::Mul, &[&af, &sg], &[])
+            let sg = w.op("gs", Op::Sigmoid, &[&gf]);
+            w.op("ag", Op::Mul, &[&af, &sg])
         }
         None => af,
     };
-    w.op("mo", Op::Linear, &[&af, &wo], &[])
+    w.op("mo", Op::Linear, &[&af, &wo])
 }
 
 /// A layer's queries `[N, h, hd]` (normed when the layer norms them), keys and values
@@ -75,10 +74,10 @@ fn project(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> Projected {
     else {
         unreachable!("attention::project on a non-attention layer")
     };
-    let (n, d) = (ctx.rows, ctx.spec.d_model);
     if qk_norm && qk_norm_whole {
         return project_whole_norm(w, ctx, hn);
     }
+    let (n, d) = (ctx.rows, ctx.spec.d_model);
     let q_unit = hd * if output_gate { 2 } else { 1 };
     // Each chip its heads (and their kv heads); the full model on one chip.
     let (q_heads, kv_runs) = ([Run::heads(heads, q_unit)], [Run::heads(kv_heads, hd)]);
@@ -103,20 +102,17 @@ fn project(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> Projected {
     let v = linear(w, "v", hn, &wv, bv.as_deref());
     let (qh, gate) = if output_gate {
         // q_proj emits, per head, hd query values then hd gate values.
-        let qg = w.op("qg", Op::Reshape, &[&q, &list(&[n, heads, 2 * hd])], &[]);
-        let qh = w.op("qh", Op::Slice, &[&qg], &slice(2, 0, hd));
-        let gh = w.op("gh", Op::Slice, &[&qg], &slice(2, hd, hd));
-        (qh, Some(w.op("gf", Op::Reshape, &[&gh, &list(&[n, heads * hd])], &[])))
+        let qg = w.op("qg", Op::Reshape { shape: vec![n, heads, 2 * hd] }, &[&q]);
+        let qh = w.op("qh", slice(2, 0, hd), &[&qg]);
+        let gh = w.op("gh", slice(2, hd, hd), &[&qg]);
+        (qh, Some(w.op("gf", Op::Reshape { shape: vec![n, heads * hd] }, &[&gh])))
     } else {
-        (w.op("qh", Op::Reshape, &[&q, &list(&[n, heads, hd])], &[]), None)
+        (w.op("qh", Op::Reshape { shape: vec![n, heads, hd] }, &[&q]), None)
     };
-    let kh = w.op("kh", Op::Reshape, &[&k, &list(&[n, kv_heads, hd])], &[]);
-    let vh = w.op("vh", Op::Reshape, &[&v, &list(&[n, kv_heads, hd])], &[]);
+    let kh = w.op("kh", Op::Reshape { shape: vec![n, kv_heads, hd] }, &[&k]);
+    let vh = w.op("vh", Op::Reshape { shape: vec![n, kv_heads, hd] }, &[&v]);
     let (qh, kh) = match (qn, kn) {
-        (Some(qn), Some(kn)) => (
-            w.op("qnh", Op::RmsNorm, &[&qh, &qn], &ctx.norm_attrs()),
-            w.op("knh", Op::RmsNorm, &[&kh, &kn], &ctx.norm_attrs()),
-        ),
+        (Some(qn), Some(kn)) => (w.op("qnh", ctx.norm(), &[&qh, &qn]), w.op("knh", ctx.norm(), &[&kh, &kn])),
         _ => (qh, kh),
     };
     Projected { qh, kh, vh, gate, wo }
@@ -137,44 +133,44 @@ fn project_whole_norm(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> Proje
     let wo = w.projection_split("Wo", &[d, heads * hd], 1, &[Run::heads(heads, hd)]);
     let qn = w.weight("qn", &[heads * hd]);
     let kn = w.weight("kn", &[kv_heads * hd]);
-    let q = w.op("q", Op::Linear, &[hn, &wq], &[]);
-    let k = w.op("k", Op::Linear, &[hn, &wk], &[]);
-    let v = w.op("v", Op::Linear, &[hn, &wv], &[]);
-    let q = w.op("qnf", Op::RmsNorm, &[&q, &qn], &ctx.norm_attrs());
-    let k = w.op("knf", Op::RmsNorm, &[&k, &kn], &ctx.norm_attrs());
+    let q = w.op("q", Op::Linear, &[hn, &wq]);
+    let k = w.op("k", Op::Linear, &[hn, &wk]);
+    let v = w.op("v", Op::Linear, &[hn, &wv]);
+    let q = w.op("qnf", ctx.norm(), &[&q, &qn]);
+    let k = w.op("knf", ctx.norm(), &[&k, &kn]);
     let (q, k) = if ctx.tensor_parallel() {
-        let chips = [("axis", "1".to_string()), ("chips", ctx.tp.to_string())];
-        let q = w.op("qs", Op::Shard, &[&q], &chips);
+        let shard = Op::Shard { axis: 1, chips: ctx.tp };
+        let q = w.op("qs", shard.clone(), &[&q]);
         let k = if ctx.tp > kv_heads {
             // Chip c's kv head is c / (tp / kv_heads): each head repeated for its chips, in order.
             let copies = ctx.tp / kv_heads;
-            let kr = w.op("kgr", Op::Reshape, &[&k, &list(&[n, kv_heads, 1, hd])], &[]);
+            let kr = w.op("kgr", Op::Reshape { shape: vec![n, kv_heads, 1, hd] }, &[&k]);
             let refs = vec![kr.as_str(); copies];
-            let kc = w.op("kgc", Op::Concat, &refs, &[("axis", "2".into())]);
-            let kf = w.op("kgf", Op::Reshape, &[&kc, &list(&[n, ctx.tp * hd])], &[]);
-            w.op("ks", Op::Shard, &[&kf], &chips)
+            let kc = w.op("kgc", Op::Concat { axis: 2 }, &refs);
+            let kf = w.op("kgf", Op::Reshape { shape: vec![n, ctx.tp * hd] }, &[&kc]);
+            w.op("ks", shard, &[&kf])
         } else {
-            w.op("ks", Op::Shard, &[&k], &chips)
+            w.op("ks", shard, &[&k])
         };
         (q, k)
     } else {
         (q, k)
     };
     let (heads, kv_heads) = (ctx.local(heads), ctx.local_kv(kv_heads));
-    let qh = w.op("qh", Op::Reshape, &[&q, &list(&[n, heads, hd])], &[]);
-    let kh = w.op("kh", Op::Reshape, &[&k, &list(&[n, kv_heads, hd])], &[]);
-    let vh = w.op("vh", Op::Reshape, &[&v, &list(&[n, kv_heads, hd])], &[]);
+    let qh = w.op("qh", Op::Reshape { shape: vec![n, heads, hd] }, &[&q]);
+    let kh = w.op("kh", Op::Reshape { shape: vec![n, kv_heads, hd] }, &[&k]);
+    let vh = w.op("vh", Op::Reshape { shape: vec![n, kv_heads, hd] }, &[&v]);
     Projected { qh, kh, vh, gate: None, wo }
 }
 
-/// `slice` attributes.
-pub(super) fn slice(axis: usize, start: usize, len: usize) -> [(&'static str, String); 3] {
-    [("axis", axis.to_string()), ("start", start.to_string()), ("len", len.to_string())]
+/// `slice(axis, start, len)`.
+pub(super) fn slice(axis: usize, start: usize, len: usize) -> Op {
+    Op::Slice { axis, start, len }
 }
 
 pub(super) fn linear(w: &mut Writer<'_>, out: &str, x: &str, weight: &str, bias: Option<&str>) -> String {
     match bias {
-        Some(b) => w.op(out, Op::Linear, &[x, weight, b], &[]),
-        None => w.op(out, Op::Linear, &[x, weight], &[]),
+        Some(b) => w.op(out, Op::Linear, &[x, weight, b]),
+        None => w.op(out, Op::Linear, &[x, weight]),
     }
 }

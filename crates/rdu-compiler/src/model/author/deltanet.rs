@@ -2,12 +2,12 @@
 //! l2-normalised q/k, the gated delta rule, a gated RMSNorm and the output projection.
 
 use super::attention::slice;
-use super::deltanet_gguf::{grouped_ba, kmap_attr, split_grouped_ba, Dims};
+use super::deltanet_gguf::{grouped_ba, kmap_of, split_grouped_ba, Dims};
 use super::split::Run;
-use super::writer::{float, list, Writer};
+use super::writer::Writer;
 use super::LayerCtx;
+use crate::graph::Op;
 use crate::model::spec::{Dialect, GdnLayout, Mixer};
-use rdu_spatial::Op;
 
 /// q/k l2-norm epsilon (transformers' `l2norm` default).
 const L2_EPS: f64 = 1e-6;
@@ -27,42 +27,42 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
         Projections::Grouped(wqkvz, wba) => grouped(w, hn, &dims, dk, [wqkvz, wba]),
         Projections::SplitGroupedBa(wqkv, wz, wba) => split_grouped_ba(w, hn, &dims, [wqkv, wz, wba]),
         Projections::Split(wqkv, wz, wb, wa) => {
-            let mixed = w.op("mix", Op::Linear, &[hn, wqkv], &[]);
-            let zf = w.op("zf", Op::Linear, &[hn, wz], &[]);
-            let z = w.op("z", Op::Reshape, &[&zf, &list(&[n, nv, dv])], &[]);
-            let b = w.op("b", Op::Linear, &[hn, wb], &[]);
-            let a = w.op("a", Op::Linear, &[hn, wa], &[]);
+            let mixed = w.op("mix", Op::Linear, &[hn, wqkv]);
+            let zf = w.op("zf", Op::Linear, &[hn, wz]);
+            let z = w.op("z", Op::Reshape { shape: vec![n, nv, dv] }, &[&zf]);
+            let b = w.op("b", Op::Linear, &[hn, wb]);
+            let a = w.op("a", Op::Linear, &[hn, wa]);
             (mixed, z, b, a)
         }
     };
     let (qs, kl, vh) = conv_qkv(w, ctx, &decl, &dims, dk, &mixed);
 
     // Gates: β = sigmoid(b), g = −exp(A_log)·softplus(a + dt_bias).
-    let beta = w.op("bt", Op::Sigmoid, &[&b], &[]);
+    let beta = w.op("bt", Op::Sigmoid, &[&b]);
     let neg_a = if gguf {
         decl.alog
     } else {
-        let ea = w.op("ea", Op::Exp, &[&decl.alog], &[]);
-        w.op("na", Op::Neg, &[&ea], &[])
+        let ea = w.op("ea", Op::Exp, &[&decl.alog]);
+        w.op("na", Op::Neg, &[&ea])
     };
-    let ad = w.op("ad", Op::Add, &[&a, &decl.dtb], &[]);
-    let sp = w.op("sp", Op::Softplus, &[&ad], &[]);
-    let g = w.op("g", Op::Mul, &[&sp, &neg_a], &[]);
+    let ad = w.op("ad", Op::Add, &[&a, &decl.dtb]);
+    let sp = w.op("sp", Op::Softplus, &[&ad]);
+    let g = w.op("g", Op::Mul, &[&sp, &neg_a]);
 
     let inputs = [("qs", qs.as_str()), ("kl", &kl), ("vh", &vh), ("g", &g), ("bt", &beta)];
-    let kmap = kmap_attr(layout);
+    let kmap = kmap_of(layout);
     let o = ctx.per_sequence(w, "o", &inputs, |w, _, x| {
         match ctx.decode().then(|| w.state_split("Sd", &[decl.full_nv, dk, dv], 0, &decl.state_heads)) {
-            Some(sd) => w.update_with("o", &sd, Op::DeltaStep, &[&sd, &x[0], &x[1], &x[2], &x[3], &x[4]], &kmap),
-            None => w.op("o", Op::DeltaScan, &[&x[0], &x[1], &x[2], &x[3], &x[4]], &kmap),
+            Some(sd) => w.update_with("o", &sd, Op::DeltaStep { kmap }, &[&sd, &x[0], &x[1], &x[2], &x[3], &x[4]]),
+            None => w.op("o", Op::DeltaScan { kmap }, &[&x[0], &x[1], &x[2], &x[3], &x[4]]),
         }
     });
     // Gated RMSNorm: plain weight, normalise first, then multiply by silu(z).
-    let on = w.op("on", Op::RmsNorm, &[&o, &decl.gn], &super::norm_attrs(ctx.layer.norms.eps, false));
-    let zs = w.op("zs", Op::Silu, &[&z], &[]);
-    let og = w.op("og", Op::Mul, &[&on, &zs], &[]);
-    let of = w.op("of", Op::Reshape, &[&og, &list(&[n, vd])], &[]);
-    w.op("mo", Op::Linear, &[&of, &decl.wo], &[])
+    let on = w.op("on", super::norm_op(ctx.layer.norms.eps, false), &[&o, &decl.gn]);
+    let zs = w.op("zs", Op::Silu, &[&z]);
+    let og = w.op("og", Op::Mul, &[&on, &zs]);
+    let of = w.op("of", Op::Reshape { shape: vec![n, vd] }, &[&og]);
+    w.op("mo", Op::Linear, &[&of, &decl.wo])
 }
 
 /// A layer's weights, declared with their splits before its statements, and the runs of its
@@ -147,17 +147,17 @@ fn grouped(
     let Dims { rows: n, k_heads: nk, v_heads: nv, v_dim: dv } = *dims;
     let r = nv / nk;
     let (kd, vd) = (nk * dk, nv * dv);
-    let p = w.op("p", Op::Linear, &[hn, wqkvz], &[]);
-    let pg = w.op("pg", Op::Reshape, &[&p, &list(&[n, nk, 2 * dk + 2 * r * dv])], &[]);
-    let qg = w.op("qg", Op::Slice, &[&pg], &slice(2, 0, dk));
-    let kg = w.op("kg", Op::Slice, &[&pg], &slice(2, dk, dk));
-    let vg = w.op("vg", Op::Slice, &[&pg], &slice(2, 2 * dk, r * dv));
-    let zg = w.op("zg", Op::Slice, &[&pg], &slice(2, 2 * dk + r * dv, r * dv));
-    let qf = w.op("qf", Op::Reshape, &[&qg, &list(&[n, kd])], &[]);
-    let kf = w.op("kf", Op::Reshape, &[&kg, &list(&[n, kd])], &[]);
-    let vf = w.op("vf", Op::Reshape, &[&vg, &list(&[n, vd])], &[]);
-    let mixed = w.op("mix", Op::Concat, &[&qf, &kf, &vf], &[("axis", "1".into())]);
-    let z = w.op("z", Op::Reshape, &[&zg, &list(&[n, nv, dv])], &[]);
+    let p = w.op("p", Op::Linear, &[hn, wqkvz]);
+    let pg = w.op("pg", Op::Reshape { shape: vec![n, nk, 2 * dk + 2 * r * dv] }, &[&p]);
+    let qg = w.op("qg", slice(2, 0, dk), &[&pg]);
+    let kg = w.op("kg", slice(2, dk, dk), &[&pg]);
+    let vg = w.op("vg", slice(2, 2 * dk, r * dv), &[&pg]);
+    let zg = w.op("zg", slice(2, 2 * dk + r * dv, r * dv), &[&pg]);
+    let qf = w.op("qf", Op::Reshape { shape: vec![n, kd] }, &[&qg]);
+    let kf = w.op("kf", Op::Reshape { shape: vec![n, kd] }, &[&kg]);
+    let vf = w.op("vf", Op::Reshape { shape: vec![n, vd] }, &[&vg]);
+    let mixed = w.op("mix", Op::Concat { axis: 1 }, &[&qf, &kf, &vf]);
+    let z = w.op("z", Op::Reshape { shape: vec![n, nv, dv] }, &[&zg]);
     let (b, a) = grouped_ba(w, hn, dims, wba);
     (mixed, z, b, a)
 }
@@ -179,29 +179,29 @@ fn conv_qkv(
     let (kd, vd) = (nk * dk, nv * dv);
     let conv = 2 * kd + vd;
     let gguf = matches!(ctx.spec.dialect, Dialect::Gguf);
-    let cwk = if gguf { decl.cw.clone() } else { w.op("cwk", Op::Reshape, &[&decl.cw, &list(&[conv, kernel])], &[]) };
+    let cwk = if gguf { decl.cw.clone() } else { w.op("cwk", Op::Reshape { shape: vec![conv, kernel] }, &[&decl.cw]) };
     // The conv and recurrent states are each sequence's own.
     let cv = ctx.per_sequence(w, "cv", &[("mix", mixed)], |w, _, x| {
         let mixed = &x[0];
         match ctx.decode().then(|| w.state_split("Cv", &[kernel - 1, decl.full_conv], 1, &decl.conv_runs)) {
             Some(cstate) => {
-                let cv = w.op("cv", Op::ConvStep, &[mixed, &cwk, &cstate], &[]);
-                w.update(&cstate, Op::ConvShift, &[&cstate, mixed], &[]);
+                let cv = w.op("cv", Op::ConvStep, &[mixed, &cwk, &cstate]);
+                w.update(&cstate, Op::ConvShift, &[&cstate, mixed]);
                 cv
             }
-            None => w.op("cv", Op::ConvStep, &[mixed, &cwk], &[]),
+            None => w.op("cv", Op::ConvStep, &[mixed, &cwk]),
         }
     });
-    let cs = w.op("cs", Op::Silu, &[&cv], &[]);
-    let qc = w.op("qc", Op::Slice, &[&cs], &slice(1, 0, kd));
-    let kc = w.op("kc", Op::Slice, &[&cs], &slice(1, kd, kd));
-    let vc = w.op("vc", Op::Slice, &[&cs], &slice(1, 2 * kd, vd));
-    let qh = w.op("qh", Op::Reshape, &[&qc, &list(&[n, nk, dk])], &[]);
-    let kh = w.op("kh", Op::Reshape, &[&kc, &list(&[n, nk, dk])], &[]);
-    let vh = w.op("vh", Op::Reshape, &[&vc, &list(&[n, nv, dv])], &[]);
-    let ql = w.op("ql", Op::L2Norm, &[&qh], &[("eps", float(L2_EPS))]);
-    let kl = w.op("kl", Op::L2Norm, &[&kh], &[("eps", float(L2_EPS))]);
-    let qs = w.op("qs", Op::Scale, &[&ql], &[("by", float(1.0 / (dk as f64).sqrt()))]);
+    let cs = w.op("cs", Op::Silu, &[&cv]);
+    let qc = w.op("qc", slice(1, 0, kd), &[&cs]);
+    let kc = w.op("kc", slice(1, kd, kd), &[&cs]);
+    let vc = w.op("vc", slice(1, 2 * kd, vd), &[&cs]);
+    let qh = w.op("qh", Op::Reshape { shape: vec![n, nk, dk] }, &[&qc]);
+    let kh = w.op("kh", Op::Reshape { shape: vec![n, nk, dk] }, &[&kc]);
+    let vh = w.op("vh", Op::Reshape { shape: vec![n, nv, dv] }, &[&vc]);
+    let ql = w.op("ql", Op::L2Norm { eps: L2_EPS }, &[&qh]);
+    let kl = w.op("kl", Op::L2Norm { eps: L2_EPS }, &[&kh]);
+    let qs = w.op("qs", Op::Scale { by: 1.0 / (dk as f64).sqrt() }, &[&ql]);
     (qs, kl, vh)
 }
 

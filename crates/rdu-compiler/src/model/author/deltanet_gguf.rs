@@ -3,9 +3,9 @@
 //! `deltanet.rs`.
 
 use super::attention::slice;
-use super::writer::{list, Writer};
+use super::writer::Writer;
+use crate::graph::{KMap, Op};
 use crate::model::spec::GdnLayout;
-use rdu_spatial::Op;
 
 /// The sizes a projection layout needs (local to a chip under tensor parallelism).
 pub(super) struct Dims {
@@ -25,9 +25,9 @@ pub(super) fn split_grouped_ba(
     [wqkv, wz, wba]: [&str; 3],
 ) -> (String, String, String, String) {
     let Dims { rows: n, v_heads: nv, v_dim: dv, .. } = *dims;
-    let mixed = w.op("mix", Op::Linear, &[hn, wqkv], &[]);
-    let zf = w.op("zf", Op::Linear, &[hn, wz], &[]);
-    let z = w.op("z", Op::Reshape, &[&zf, &list(&[n, nv, dv])], &[]);
+    let mixed = w.op("mix", Op::Linear, &[hn, wqkv]);
+    let zf = w.op("zf", Op::Linear, &[hn, wz]);
+    let z = w.op("z", Op::Reshape { shape: vec![n, nv, dv] }, &[&zf]);
     let (b, a) = grouped_ba(w, hn, dims, wba);
     (mixed, z, b, a)
 }
@@ -37,20 +37,20 @@ pub(super) fn split_grouped_ba(
 pub(super) fn grouped_ba(w: &mut Writer<'_>, hn: &str, dims: &Dims, wba: &str) -> (String, String) {
     let Dims { rows: n, k_heads: nk, v_heads: nv, .. } = *dims;
     let r = nv / nk;
-    let ba = w.op("ba", Op::Linear, &[hn, wba], &[]);
-    let bag = w.op("bag", Op::Reshape, &[&ba, &list(&[n, nk, 2 * r])], &[]);
-    let bg = w.op("bg", Op::Slice, &[&bag], &slice(2, 0, r));
-    let ag = w.op("ag", Op::Slice, &[&bag], &slice(2, r, r));
-    let b = w.op("b", Op::Reshape, &[&bg, &list(&[n, nv])], &[]);
-    let a = w.op("a", Op::Reshape, &[&ag, &list(&[n, nv])], &[]);
+    let ba = w.op("ba", Op::Linear, &[hn, wba]);
+    let bag = w.op("bag", Op::Reshape { shape: vec![n, nk, 2 * r] }, &[&ba]);
+    let bg = w.op("bg", slice(2, 0, r), &[&bag]);
+    let ag = w.op("ag", slice(2, r, r), &[&bag]);
+    let b = w.op("b", Op::Reshape { shape: vec![n, nv] }, &[&bg]);
+    let a = w.op("a", Op::Reshape { shape: vec![n, nv] }, &[&ag]);
     (b, a)
 }
 
 /// The `kmap` attribute of the delta rule: value head `h` uses key head `h mod k_heads` when
 /// the value heads are tiled, `h / (v_heads / k_heads)` (the default) otherwise.
-pub(super) fn kmap_attr(layout: GdnLayout) -> Vec<(&'static str, String)> {
+pub(super) fn kmap_of(layout: GdnLayout) -> KMap {
     match layout {
-        GdnLayout::SplitTiled => vec![("kmap", "tiled".to_string())],
-        GdnLayout::Grouped | GdnLayout::Split | GdnLayout::SplitGroupedBa => Vec::new(),
+        GdnLayout::SplitTiled => KMap::Tiled,
+        GdnLayout::Grouped | GdnLayout::Split | GdnLayout::SplitGroupedBa => KMap::Grouped,
     }
 }

@@ -3,10 +3,11 @@
 //! group-limited selection, shared expert with or without its sigmoid gate).
 
 use super::split::Run;
-use super::writer::{float, Writer};
+use super::writer::Writer;
 use super::LayerCtx;
+use crate::graph::Op;
 use crate::model::spec::{Act, Ffn, GroupScore, Scoring};
-use rdu_spatial::Op;
+use rdu_spatial::op::{GroupScore as GroupWord, Score};
 
 /// Writes the layer's feed-forward block over `hf`; returns its `[N, D]` output.
 pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hf: &str) -> String {
@@ -22,34 +23,35 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hf: &str) -> String 
             let wed = w.projection_split("Wed", &[*experts, d, *expert_hidden], 2, &cols);
             // The selection bias only chooses: `route` adds it to the scores it ranks.
             let bias = router.bias.then(|| w.weight("br", &[*experts]));
-            let rl = w.op("rl", Op::Linear, &[hf, &wr], &[]);
-            let mut attrs = vec![
-                ("k", top_k.to_string()),
-                ("norm", if router.norm_topk { "1" } else { "0" }.to_string()),
-                ("scale", float(router.scaling)),
-                ("groups", router.groups.to_string()),
-                ("topk_groups", router.topk_groups.to_string()),
-            ];
-            if router.scoring == Scoring::Sigmoid {
-                attrs.push(("score", "sigmoid".to_string()));
-            }
-            if router.group_score == GroupScore::Top2 && router.groups > 1 {
-                attrs.push(("group_score", "top2".to_string()));
-            }
+            let rl = w.op("rl", Op::Linear, &[hf, &wr]);
+            let route = Op::Route {
+                k: *top_k,
+                norm: router.norm_topk,
+                scale: router.scaling,
+                groups: router.groups,
+                topk_groups: router.topk_groups,
+                score: if router.scoring == Scoring::Sigmoid { Score::Sigmoid } else { Score::Softmax },
+                // One group has no rival: its score is never read.
+                group_score: if router.group_score == GroupScore::Top2 && router.groups > 1 {
+                    GroupWord::Top2
+                } else {
+                    GroupWord::Max
+                },
+            };
             let ins: Vec<&str> = [Some(rl.as_str()), bias.as_deref()].into_iter().flatten().collect();
-            let (rw, ri) = w.op2(["rw", "ri"], Op::Route, &ins, &attrs);
-            let eo = w.op("eo", Op::Experts, &[hf, &rw, &ri, &weg, &weu, &wed], &[("act", act.op().to_string())]);
+            let (rw, ri) = w.op2(["rw", "ri"], route, &ins);
+            let eo = w.op("eo", Op::Experts { act: act.experts() }, &[hf, &rw, &ri, &weg, &weu, &wed]);
             let Some(shared) = shared else { return eo };
             let so = mlp(w, ["Wsg", "Wsu", "Wsd"], ["sg", "su", "sa", "sm", "so"], hf, d, shared.hidden, *act);
             let so = if shared.gated {
                 let wsgate = w.projection("Wsgate", &[1, d]);
-                let sl = w.op("sgl", Op::Linear, &[hf, &wsgate], &[]);
-                let ss = w.op("sgs", Op::Sigmoid, &[&sl], &[]);
-                w.op("sgo", Op::Mul, &[&so, &ss], &[])
+                let sl = w.op("sgl", Op::Linear, &[hf, &wsgate]);
+                let ss = w.op("sgs", Op::Sigmoid, &[&sl]);
+                w.op("sgo", Op::Mul, &[&so, &ss])
             } else {
                 so
             };
-            w.op("fo", Op::Add, &[&eo, &so], &[])
+            w.op("fo", Op::Add, &[&eo, &so])
         }
     }
 }
@@ -69,9 +71,9 @@ fn mlp(
     let wg = w.projection_split(weights[0], &[hidden, d], 0, &cols);
     let wu = w.projection_split(weights[1], &[hidden, d], 0, &cols);
     let wd = w.projection_split(weights[2], &[d, hidden], 1, &cols);
-    let g = w.op(values[0], Op::Linear, &[x, &wg], &[]);
-    let u = w.op(values[1], Op::Linear, &[x, &wu], &[]);
-    let a = w.op(values[2], act.op(), &[&g], &[]);
-    let m = w.op(values[3], Op::Mul, &[&a, &u], &[]);
-    w.op(values[4], Op::Linear, &[&m, &wd], &[])
+    let g = w.op(values[0], Op::Linear, &[x, &wg]);
+    let u = w.op(values[1], Op::Linear, &[x, &wu]);
+    let a = w.op(values[2], act.op(), &[&g]);
+    let m = w.op(values[3], Op::Mul, &[&a, &u]);
+    w.op(values[4], Op::Linear, &[&m, &wd])
 }

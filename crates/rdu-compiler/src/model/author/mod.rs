@@ -18,12 +18,13 @@ mod writer;
 pub use split::{cover, covers};
 pub use writer::Q8_BLOCK;
 
+use crate::graph::{Op, RopeStyle};
 use crate::lang::Source;
 use crate::model::spec::{Cut, Layer, Mixer, ModelSpec, Norms};
 use crate::model::storage::Storage;
 use rdu_spatial::manifest::RopeTable;
-use rdu_spatial::{names, Op};
-use writer::{float, list, Writer};
+use rdu_spatial::names;
+use writer::{list, Writer};
 
 /// The program of layer `layer` of `spec` for one step of `cut`.
 ///
@@ -58,7 +59,7 @@ pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) ->
     };
     let mixed = ctx.all_reduce(&mut w, "mar", &mixed);
     let mixed = norm(&mut w, "pa", &mixed, "pan", d, &lspec.norms, lspec.norms.post_attn);
-    let resid = w.op("ra", Op::Add, &[&ctx.hidden_in, &mixed], &[]);
+    let resid = w.op("ra", Op::Add, &[&ctx.hidden_in, &mixed]);
 
     // Feed-forward block.
     let hf = norm(&mut w, "hf", &resid, "fn", d, &lspec.norms, lspec.norms.pre_ffn);
@@ -66,7 +67,7 @@ pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) ->
     let ffn_out = ctx.all_reduce(&mut w, "far", &ffn_out);
     let ffn_out = norm(&mut w, "pf", &ffn_out, "pfn", d, &lspec.norms, lspec.norms.post_ffn);
     let out = hidden_name_for(cut, layer + 1);
-    w.bind_exact(&out, Op::Add, &[&resid, &ffn_out], &[]);
+    w.bind_exact(&out, Op::Add, &[&resid, &ffn_out]);
     w.output(&out);
 
     let comment =
@@ -85,10 +86,10 @@ pub fn embed_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
     let table = w.projection("E", &[spec.vocab, spec.d_model]);
     match spec.embed.scale {
         Some(s) => {
-            w.bind_exact("e", Op::Embed, &[&tok, &table], &[]);
-            w.bind_exact(&x, Op::Scale, &["e"], &[("by", float(s))]);
+            w.bind_exact("e", Op::Embed, &[&tok, &table]);
+            w.bind_exact(&x, Op::Scale { by: s }, &["e"]);
         }
-        None => w.bind_exact(&x, Op::Embed, &[&tok, &table], &[]),
+        None => w.bind_exact(&x, Op::Embed, &[&tok, &table]),
     }
     w.output(&x);
     w.finish(&format!("{} embedding of {}", cut_word(cut), spec.name))
@@ -113,19 +114,18 @@ pub fn head_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
     let input = hidden_name_for(cut, spec.n_layers());
     w.input(&input, "f32", &[n, d], None);
     let nf = w.weight("nf", &[d]);
-    let attrs = norm_attrs(spec.head.norm_eps, spec.head.norm_unit_offset);
+    let final_norm = norm_op(spec.head.norm_eps, spec.head.norm_unit_offset);
     let last = match cut {
         // A prefill chunk's logits are its last row's: the next token follows it.
         Cut::Prefill { .. } | Cut::PrefillTp { .. } => {
-            let slice = attention::slice(0, n - 1, 1);
-            w.bind_exact("xr", Op::Slice, &[&input], &slice);
+            w.bind_exact("xr", attention::slice(0, n - 1, 1), &[&input]);
             "xr".to_string()
         }
         _ => input,
     };
-    w.bind_exact("hn", Op::RmsNorm, &[&last, &nf], &attrs);
+    w.bind_exact("hn", final_norm, &[&last, &nf]);
     let out = w.projection_parts(if spec.head.tied { "E" } else { "Wout" }, &[spec.vocab, d], 0, &vocab);
-    w.bind_exact("logits", Op::Linear, &["hn", &out], &[]);
+    w.bind_exact("logits", Op::Linear, &["hn", &out]);
     w.gathered("logits", 1, &vocab);
     w.output("logits");
     w.finish(&format!("{} head of {}", cut_word(cut), spec.name))
@@ -217,7 +217,7 @@ impl<'s> LayerCtx<'s> {
             let b = seq.index.expect("a batched sequence has an index");
             let rows: Vec<String> = inputs
                 .iter()
-                .map(|(base, name)| w.op(&format!("{base}s"), Op::Slice, &[name], &attention::slice(0, b, 1)))
+                .map(|(base, name)| w.op(&format!("{base}s"), attention::slice(0, b, 1), &[name]))
                 .collect();
             results.push(part(w, seq, &rows));
             w.sequence(None);
@@ -227,7 +227,7 @@ impl<'s> LayerCtx<'s> {
             return only.clone();
         }
         let refs: Vec<&str> = results.iter().map(String::as_str).collect();
-        w.op(out, Op::Concat, &refs, &[("axis", "0".into())])
+        w.op(out, Op::Concat { axis: 0 }, &refs)
     }
 
     /// Whether the program is one chip's share of a tensor-parallel layer (`all_reduce`s written).
@@ -249,7 +249,7 @@ impl<'s> LayerCtx<'s> {
     /// `x`); `x` unchanged on one chip.
     pub fn all_reduce(&self, w: &mut Writer<'_>, base: &str, x: &str) -> String {
         if self.tensor_parallel() {
-            w.op(base, Op::AllReduce, &[x], &[])
+            w.op(base, Op::AllReduce, &[x])
         } else {
             x.to_string()
         }
@@ -310,26 +310,23 @@ impl<'s> LayerCtx<'s> {
         (cos, sin, dim)
     }
 
-    pub fn rope_style(&self) -> &'static str {
+    pub fn rope_style(&self) -> RopeStyle {
         let r = self.layer.rotation.expect("a layer with RoPE has a rotation");
         match self.spec.rotations[r].style {
-            crate::model::spec::RopeStyle::Neox => "neox",
-            crate::model::spec::RopeStyle::Interleaved => "interleaved",
+            crate::model::spec::RopeStyle::Neox => RopeStyle::Neox,
+            crate::model::spec::RopeStyle::Interleaved => RopeStyle::Interleaved,
         }
     }
 
-    /// `window=W` for windowed layers, nothing otherwise.
-    pub fn window_attr(&self) -> Vec<(&'static str, String)> {
-        self.layer.window.map(|win| vec![("window", win.to_string())]).unwrap_or_default()
-    }
-
-    pub fn norm_attrs(&self) -> Vec<(&'static str, String)> {
-        norm_attrs(self.layer.norms.eps, self.layer.norms.unit_offset)
+    /// The layer's `rms_norm`.
+    pub fn norm(&self) -> Op {
+        norm_op(self.layer.norms.eps, self.layer.norms.unit_offset)
     }
 }
 
-pub(crate) fn norm_attrs(eps: f64, unit_offset: bool) -> Vec<(&'static str, String)> {
-    vec![("eps", float(eps)), ("offset", if unit_offset { "1" } else { "0" }.to_string())]
+/// `rms_norm` with `eps`, and `(w + 1)` for a unit offset.
+pub(crate) fn norm_op(eps: f64, unit_offset: bool) -> Op {
+    Op::RmsNorm { eps, offset: f64::from(u8::from(unit_offset)) }
 }
 
 /// `out{l} = rms_norm(x, weight{l})` when `present`; otherwise `x` unchanged.
@@ -338,5 +335,5 @@ fn norm(w: &mut Writer<'_>, out: &str, x: &str, weight: &str, d: usize, norms: &
         return x.to_string();
     }
     let wn = w.weight(weight, &[d]);
-    w.op(out, Op::RmsNorm, &[x, &wn], &norm_attrs(norms.eps, norms.unit_offset))
+    w.op(out, norm_op(norms.eps, norms.unit_offset), &[x, &wn])
 }

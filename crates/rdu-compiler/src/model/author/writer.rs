@@ -2,11 +2,11 @@
 //! suffixing every per-layer name with the layer index and collecting the Q8_0 set.
 
 use super::split::{local_extent, parts, Run};
+use crate::graph::Op;
 use crate::lang::{Slices, Source};
 use crate::model::spec::StateDtype;
 use crate::model::storage::Storage;
 use rdu_spatial::names::TensorName;
-use rdu_spatial::Op;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
@@ -28,11 +28,6 @@ pub(crate) struct Writer<'a> {
     slices: BTreeMap<String, Slices>,
     /// The element type states are declared with (`bf16` or `f32`).
     state: StateDtype,
-}
-
-/// Formats an f64 attribute value so that it re-lexes as a float (`1e-6`, `0.25`, `8.0`).
-pub(crate) fn float(v: f64) -> String {
-    format!("{v:?}")
 }
 
 /// Formats a shape or index list: `[1, 4, 16]`.
@@ -205,40 +200,45 @@ impl<'a> Writer<'a> {
         name
     }
 
-    fn call(op: Op, args: &[&str], attrs: &[(&str, String)]) -> String {
+    /// `op(args, literal, key=value, ...)`: the tensor operands, the op's positional literal
+    /// after the first (`reshape`'s shape), its attributes as the op table writes them.
+    fn call(op: &Op, args: &[&str]) -> String {
         let mut parts: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        parts.extend(attrs.iter().map(|(k, v)| format!("{k}={v}")));
-        format!("{op}({})", parts.join(", "))
+        if let Some(literal) = op.literal_text() {
+            parts.insert(parts.len().min(1), literal);
+        }
+        parts.extend(op.attr_texts().into_iter().map(|(k, v)| format!("{k}={v}")));
+        format!("{}({})", op.name(), parts.join(", "))
     }
 
-    /// `base{l} = op(args, attrs)`; returns the bound name.
-    pub fn op(&mut self, base: &str, op: Op, args: &[&str], attrs: &[(&str, String)]) -> String {
+    /// `base{l} = op(args)`; returns the bound name.
+    pub fn op(&mut self, base: &str, op: Op, args: &[&str]) -> String {
         let name = self.name(base);
-        self.bind_exact(&name, op, args, attrs);
+        self.bind_exact(&name, op, args);
         name
     }
 
     /// `name = op(...)` with an exact name (a layer's output `xo{l}`, the embedding's `x`).
-    pub fn bind_exact(&mut self, name: &str, op: Op, args: &[&str], attrs: &[(&str, String)]) {
-        self.stmts.push(format!("{name} = {}", Self::call(op, args, attrs)));
+    pub fn bind_exact(&mut self, name: &str, op: Op, args: &[&str]) {
+        self.stmts.push(format!("{name} = {}", Self::call(&op, args)));
     }
 
     /// `a{l}, b{l} = op(...)`.
-    pub fn op2(&mut self, bases: [&str; 2], op: Op, args: &[&str], attrs: &[(&str, String)]) -> (String, String) {
+    pub fn op2(&mut self, bases: [&str; 2], op: Op, args: &[&str]) -> (String, String) {
         let (a, b) = (self.name(bases[0]), self.name(bases[1]));
-        self.stmts.push(format!("{a}, {b} = {}", Self::call(op, args, attrs)));
+        self.stmts.push(format!("{a}, {b} = {}", Self::call(&op, args)));
         (a, b)
     }
 
     /// `S <- op(...)`: a state update.
-    pub fn update(&mut self, state: &str, op: Op, args: &[&str], attrs: &[(&str, String)]) {
-        self.stmts.push(format!("{state} <- {}", Self::call(op, args, attrs)));
+    pub fn update(&mut self, state: &str, op: Op, args: &[&str]) {
+        self.stmts.push(format!("{state} <- {}", Self::call(&op, args)));
     }
 
     /// `o{l}, S <- op(...)`: a fresh value and a state update.
-    pub fn update_with(&mut self, base: &str, state: &str, op: Op, args: &[&str], attrs: &[(&str, String)]) -> String {
+    pub fn update_with(&mut self, base: &str, state: &str, op: Op, args: &[&str]) -> String {
         let name = self.name(base);
-        self.stmts.push(format!("{name}, {state} <- {}", Self::call(op, args, attrs)));
+        self.stmts.push(format!("{name}, {state} <- {}", Self::call(&op, args)));
         name
     }
 

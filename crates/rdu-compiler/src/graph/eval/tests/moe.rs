@@ -1,7 +1,7 @@
 //! Routing and experts, including that `experts` fetches only the experts it uses.
 
 use super::{assert_close, f, i, run};
-use crate::graph::eval::moe::RouteRule;
+use crate::graph::eval::moe::Rule;
 use crate::graph::{eval, Act, Bindings, Declaration, Graph, GroupScore, Op, Score, Tensor, Type};
 use crate::lang::ast::{DeclKind, Span};
 use std::cell::RefCell;
@@ -21,6 +21,12 @@ fn noaux(k: usize, norm: bool, scale: f64, groups: usize, topk_groups: usize) ->
     Op::Route { k, norm, scale, groups, topk_groups, score: Score::Sigmoid, group_score: GroupScore::Top2 }
 }
 
+/// The attributes of a `route` op.
+fn rule(op: &Op) -> Rule {
+    let Op::Route { k, norm, scale, groups, topk_groups, score, group_score } = *op else { panic!("not a route") };
+    Rule { k, norm, scale, groups, topk_groups, score, group_score }
+}
+
 /// The reference's softmax route of `l` with another engine's choice `tie`.
 fn reference_route(
     l: &Tensor,
@@ -31,7 +37,7 @@ fn reference_route(
     topk_groups: usize,
     tie: Option<(&[i32], f64)>,
 ) -> Result<Vec<Tensor>, String> {
-    let rule = RouteRule::of(&route(k, norm, scale, groups, topk_groups)).expect("a route");
+    let rule = rule(&route(k, norm, scale, groups, topk_groups));
     crate::graph::eval::moe::route(l, None, &rule, tie)
 }
 
@@ -93,7 +99,7 @@ fn an_unkept_group_never_supplies_an_expert_even_when_every_kept_score_is_negati
 fn a_near_tie_of_biased_scores_takes_the_other_engines_choice() {
     let l = f(&[1, 3], &[0., 0., 1.]);
     let bias = f(&[3], &[0.5, 0.5 - 1e-7, 0.]);
-    let rule = RouteRule::of(&noaux(1, true, 1.0, 1, 1)).expect("a route");
+    let rule = rule(&noaux(1, true, 1.0, 1, 1));
     let own = crate::graph::eval::moe::route(&l, Some(&bias), &rule, None).expect("routes");
     assert_eq!(own[1], i(&[1, 1], &[0]));
     let near = crate::graph::eval::moe::route(&l, Some(&bias), &rule, Some((&[1], 1e-4))).expect("routes");

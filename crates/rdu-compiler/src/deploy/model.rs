@@ -3,11 +3,11 @@
 //! and what a lowering is told ([`LowerOptions`]) and may refuse ([`StreamedReject`]). The
 //! driver that builds a [`StreamedModel`] is the `deploy` module.
 
-use super::kinds::Storage;
 use crate::certify::{Certificate, CertifyFault};
 use crate::front::Refusal;
 use crate::lang::Source;
 use crate::model::spec::{Cut, ModelSpec};
+use crate::model::storage::Storage;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::cost::StepCost;
 use rdu_spatial::manifest::AttachedRole;

@@ -12,11 +12,20 @@
 //!
 //! The model roofline time is `floor bytes / (chips × HBM bandwidth)`.
 //! `/work/shared/tools/model_roofline.py` computes the same figure from a written bundle.
+//!
+//! This file is the one place the floor is computed ([`floor`]): of a lowered model from its
+//! programs' declarations ([`StreamedModel::model_floor`]), and of a written bundle from its
+//! manifest and spatial programs ([`bundle_floor`], what `rdu report` shows), the same tensors
+//! counted the same way.
 
 use super::model::StreamedModel;
 use crate::lang::ast::{Arg, DeclKind};
 use crate::lang::Source;
 use crate::model::spec::{Cut, Ffn, Mixer};
+use rdu_spatial::chip::Chip;
+use rdu_spatial::manifest::{Manifest, TensorStorage};
+use rdu_spatial::program::{Arg as SpatialArg, SpatialProgram};
+use rdu_spatial::{Op, TypedOp};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Bytes an element of a Q8_0 weight: 32 int8 values and an f16 scale per block of 32.
@@ -63,21 +72,7 @@ impl StreamedModel {
     }
 
     fn floor_of(&self, tensors: &BTreeMap<String, Counted>) -> ModelFloor {
-        let batch = self.cut.batch().unwrap_or(1) as f64;
-        let bytes = tensors
-            .values()
-            .map(|t| {
-                let per = if t.q8 && !t.state { Q8_BYTES_PER_ELEMENT } else { DENSE_BYTES_PER_ELEMENT };
-                let elements = match t.experts {
-                    _ if t.embed && !t.head => t.row * batch,
-                    Some((n, k)) => t.elements * (batch * k as f64 / n.max(1) as f64).min(1.0),
-                    None => t.elements,
-                };
-                elements * per
-            })
-            .sum::<f64>();
-        let chips = self.cut.tp().max(1) as f64;
-        ModelFloor { bytes, seconds: bytes / (chips * self.chip.hbm_bandwidth) }
+        floor(tensors, self.cut.batch().unwrap_or(1), self.cut.tp(), self.chip.hbm_bandwidth)
     }
 
     /// The model's FLOPs for one step, at the model's count (independent of how rdu lowers it):
@@ -199,6 +194,79 @@ impl StreamedModel {
             }
         }
     }
+}
+
+/// The floor of one step of `batch` sequences over `chips` chips of `hbm_bandwidth` bytes/s:
+/// every tensor of `tensors` (whole, by bundle name) as the module's head says.
+fn floor(tensors: &BTreeMap<String, Counted>, batch: usize, chips: usize, hbm_bandwidth: f64) -> ModelFloor {
+    let batch = batch as f64;
+    let bytes = tensors
+        .values()
+        .map(|t| {
+            let per = if t.q8 && !t.state { Q8_BYTES_PER_ELEMENT } else { DENSE_BYTES_PER_ELEMENT };
+            let elements = match t.experts {
+                _ if t.embed && !t.head => t.row * batch,
+                Some((n, k)) => t.elements * (batch * k as f64 / n.max(1) as f64).min(1.0),
+                None => t.elements,
+            };
+            elements * per
+        })
+        .sum::<f64>();
+    let chips = chips.max(1) as f64;
+    ModelFloor { bytes, seconds: bytes / (chips * hbm_bandwidth) }
+}
+
+/// The model's floor of one step of a written bundle on `chip`, from its manifest and its
+/// programs' spatial text (`program` finds one by name): the tensors and states the manifest
+/// lists, whole; the embedding's and head's by their declared names; a layer's routed expert
+/// stacks as its kind's `experts` ops read them (the stack's first axis its experts, `top_k`
+/// its kind's `route`). For the bundle `StreamedModel::bundle` writes it is
+/// [`StreamedModel::model_floor`], bit for bit.
+pub fn bundle_floor<'p>(m: &Manifest, program: &dyn Fn(&str) -> Option<&'p SpatialProgram>, chip: &Chip) -> ModelFloor {
+    let embed: BTreeSet<&String> = m.programs.embed.declared.iter().collect();
+    let head: BTreeSet<&String> = m.programs.head.declared.iter().collect();
+    // Each routed expert stack by bundle name: (experts, top_k) of the layer that reads it.
+    let mut routed: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for layer in &m.layers {
+        let Some(p) = program(&layer.kind) else { continue };
+        let ops: Vec<_> = p.ops().map(|(_, op)| op).collect();
+        let route = ops.iter().find(|op| op.op == Op::Route).and_then(|op| op.typed().ok());
+        let top_k = match route {
+            Some(TypedOp::Route { k, .. }) => k,
+            _ => 0,
+        };
+        for op in ops.iter().filter(|op| op.op == Op::Experts) {
+            for arg in op.args.get(op.op.expert_weights()).into_iter().flatten() {
+                let SpatialArg::Tensor(name) = arg else { continue };
+                let Some(t) = layer.bind.get(name).and_then(|b| m.tensors.get_key_value(b)) else { continue };
+                routed.insert(t.0, (t.1.shape.first().copied().unwrap_or(0), top_k));
+            }
+        }
+    }
+    let whole = |shape: &[usize], q8: bool, state: bool| Counted {
+        elements: shape.iter().map(|&n| n as f64).product(),
+        row: shape.last().map_or(1.0, |&n| n as f64),
+        matrix: shape.len() >= 2,
+        q8,
+        state,
+        embed: false,
+        head: false,
+        experts: None,
+    };
+    let mut tensors: BTreeMap<String, Counted> = BTreeMap::new();
+    for (name, t) in &m.tensors {
+        let counted = Counted {
+            embed: embed.contains(name),
+            head: head.contains(name),
+            experts: routed.get(name.as_str()).copied(),
+            ..whole(&t.shape, t.storage == TensorStorage::Q8_0, false)
+        };
+        tensors.insert(name.clone(), counted);
+    }
+    for s in &m.states {
+        tensors.insert(s.name.clone(), whole(&s.shape, false, true));
+    }
+    floor(&tensors, m.cut.batch.unwrap_or(1), m.cut.tp.unwrap_or(1), chip.hbm_bandwidth)
 }
 
 /// Which program a declaration comes from.

@@ -1,68 +1,52 @@
-//! One op's call: its resolved arguments and attributes, typed accessors, and the dispatch
-//! from each op of the table (`crate::op`) to its kernel.
+//! One op's call: its resolved arguments, typed accessors, and [`dispatch`]: the op's
+//! attributes read as the op table types them (`crate::op`) and handed to its kernel, the
+//! `Visit` impl beside it in one of the kernel files ([`kernels!`] writes them).
 
 use super::bind::SimBindings;
 use super::packed::PackedWeight;
 use super::tensor::SimTensor;
-use super::{attention, elementwise as ew, invalid, moe, norm, products, recurrent, shape, SimError};
-use crate::program::{KernelOp, Lit, Op, TensorDecl, Tiling};
+use super::{invalid, SimError};
+use crate::op::Visitor;
+use crate::program::{KernelOp, TensorDecl, Tiling};
 use crate::q8::Q8Weight;
 
 /// A kernel's result: its outputs in order.
 pub(super) type Outs = Result<Vec<SimTensor>, SimError>;
 
-/// Runs the kernel `call.op` names.
+/// Runs the kernel of `call.op`: its operands counted and its attribute keys checked against
+/// the op table's row, its attributes read typed, then the kernel.
 pub(super) fn dispatch(call: &mut Call<'_>) -> Outs {
-    match call.op.op {
-        Op::Add => ew::binary(call, |a, b| a + b),
-        Op::Sub => ew::binary(call, |a, b| a - b),
-        Op::Mul => ew::binary(call, |a, b| a * b),
-        Op::Scale => {
-            let by = call.req_float("by")?;
-            ew::unary(call, move |x| x * by)
-        }
-        Op::Neg => ew::unary(call, |x| -x),
-        Op::Exp => ew::unary(call, f32::exp),
-        Op::Sigmoid => ew::unary(call, ew::sigmoid),
-        Op::Silu => ew::unary(call, |x| x * ew::sigmoid(x)),
-        Op::Softplus => ew::unary(call, ew::softplus),
-        Op::GeluTanh => ew::unary(call, ew::gelu_tanh),
-        Op::RmsNorm => norm::rms_norm(call),
-        Op::L2Norm => norm::l2_norm(call),
-        Op::Linear => products::linear(call),
-        Op::LinearHeads => products::linear_heads(call),
-        Op::Embed => products::embed(call),
-        Op::Argmax => products::argmax(call),
-        Op::Reshape => shape::reshape(call),
-        Op::Slice => shape::slice(call),
-        Op::Concat => shape::concat(call),
-        Op::Transpose => shape::transpose(call),
-        Op::Dequant => shape::dequant(call),
-        Op::Rope => attention::rope(call),
-        Op::CachePut => attention::cache_put(call),
-        Op::Attend => attention::attend(call),
-        Op::AttendMla => attention::attend_mla(call),
-        Op::AttendMlaUp => attention::attend_mla_up(call),
-        Op::ConvStep => recurrent::conv_step(call),
-        Op::ConvShift => recurrent::conv_shift(call),
-        Op::DeltaScan => recurrent::delta(call, false),
-        Op::DeltaStep => recurrent::delta(call, true),
-        Op::Route => moe::route(call),
-        Op::Experts => moe::experts(call),
-        Op::AllReduce => all_reduce(call),
-        Op::Shard => shape::shard(call),
+    call.expect()?;
+    let op: &KernelOp = call.op;
+    let given = op.given();
+    match op.op.visit_spatial(&given, Kernel(call)) {
+        Ok(outs) => outs,
+        Err(fault) => invalid(fault.spatial_message(&given.keys())),
     }
 }
 
-/// `all_reduce(x)`: the sum of `x` over the chips (the value itself on one chip).
-fn all_reduce(call: &mut Call<'_>) -> Outs {
-    call.expect()?;
-    let mut x = call.f32(0)?.0.clone();
-    if let Some((group, chip)) = call.collective {
-        group.all_reduce(chip, &mut x)?;
-    }
-    Ok(vec![x])
+/// The simulator's kernels, one `Visit` impl per op (see [`kernels!`]).
+pub(super) struct Kernel<'c, 'e>(pub &'c mut Call<'e>);
+
+impl Visitor for Kernel<'_, '_> {
+    type Out = Outs;
 }
+
+/// The simulator's kernel of each op: `Op(call, attrs) => body` runs `body` with the op's
+/// [`Call`] and its typed attributes (`crate::op::attrs::Op`).
+macro_rules! kernels {
+    ($($op:ident($call:ident, $attrs:pat) => $body:expr),* $(,)?) => {
+        $(
+            impl $crate::op::Visit<$crate::op::attrs::$op> for super::call::Kernel<'_, '_> {
+                fn visit(self, $attrs: &$crate::op::attrs::$op) -> super::call::Outs {
+                    let $call = self.0;
+                    $body
+                }
+            }
+        )*
+    };
+}
+pub(super) use kernels;
 
 /// A resolved argument.
 pub(super) enum ArgVal<'e> {
@@ -70,7 +54,8 @@ pub(super) enum ArgVal<'e> {
     Q8(&'e Q8Weight),
     /// A weight read in place in its block format; `true` when declared `storage=q8_0`.
     Packed(PackedWeight<'e>, bool),
-    Lit(&'e Lit),
+    /// A literal argument (`reshape`'s shape: read with the op's attributes).
+    Lit,
     /// A bound stacked weight not yet read (`experts` reads it one expert at a time).
     Stacked(&'e TensorDecl),
     /// The state an in-place update took by value (`Call::inplace`).
@@ -125,7 +110,7 @@ impl<'e> Call<'e> {
             return invalid(format!("takes {want} arguments, given {n}"));
         }
         let known = facts.attrs;
-        if let Some((k, _)) = self.op.attrs.iter().find(|(k, _)| !known.contains(&k.as_str())) {
+        if let Some((k, _)) = self.op.attrs.iter().find(|(k, _)| !known.iter().any(|key| key.name() == k)) {
             return invalid(format!("unknown attribute `{k}`"));
         }
         Ok(())
@@ -141,7 +126,7 @@ impl<'e> Call<'e> {
             Some(ArgVal::Dense(t)) => Ok(t),
             Some(ArgVal::Q8(_)) => invalid(format!("argument {i} is a q8_0 weight; this op reads it dense")),
             Some(ArgVal::Packed(..)) => invalid(format!("argument {i} is a packed weight; this op reads it dense")),
-            Some(ArgVal::Lit(_)) => invalid(format!("argument {i} must be a tensor, not a literal")),
+            Some(ArgVal::Lit) => invalid(format!("argument {i} must be a tensor, not a literal")),
             Some(ArgVal::Stacked(d)) => invalid(format!("{} cannot be read here", d.name)),
             Some(ArgVal::Taken) => invalid(format!("argument {i} was taken by the update")),
             None => invalid(format!("missing argument {i}")),
@@ -175,14 +160,6 @@ impl<'e> Call<'e> {
         }
     }
 
-    /// Argument `i` as a literal.
-    pub(super) fn lit(&self, i: usize) -> Result<&'e Lit, SimError> {
-        match self.args.get(i) {
-            Some(ArgVal::Lit(l)) => Ok(l),
-            _ => invalid(format!("argument {i} must be a literal")),
-        }
-    }
-
     /// The state of an in-place update, or a copy of argument `i`.
     pub(super) fn take_or_clone(&mut self, i: usize) -> Result<SimTensor, SimError> {
         match self.inplace.take() {
@@ -198,55 +175,4 @@ impl<'e> Call<'e> {
             _ => Ok(self.dense(i)?.shape.clone()),
         }
     }
-
-    pub(super) fn attr_float(&self, key: &str) -> Result<Option<f32>, SimError> {
-        match self.op.attr(key) {
-            None => Ok(None),
-            Some(l) => l.as_float().map(|f| Some(f as f32)).ok_or(()).or_else(|_| bad_attr(key, "a number")),
-        }
-    }
-
-    pub(super) fn attr_int(&self, key: &str) -> Result<Option<i64>, SimError> {
-        match self.op.attr(key) {
-            None => Ok(None),
-            Some(l) => l.as_int().map(Some).ok_or(()).or_else(|_| bad_attr(key, "an integer")),
-        }
-    }
-
-    /// A non-negative integer attribute.
-    pub(super) fn attr_count(&self, key: &str) -> Result<Option<usize>, SimError> {
-        match self.attr_int(key)? {
-            None => Ok(None),
-            Some(v) => usize::try_from(v).map(Some).or_else(|_| bad_attr(key, "a non-negative integer")),
-        }
-    }
-
-    pub(super) fn req_count(&self, key: &str) -> Result<usize, SimError> {
-        self.attr_count(key)?.map_or_else(|| invalid(format!("missing attribute `{key}`")), Ok)
-    }
-
-    pub(super) fn req_float(&self, key: &str) -> Result<f32, SimError> {
-        self.attr_float(key)?.map_or_else(|| invalid(format!("missing attribute `{key}`")), Ok)
-    }
-
-    pub(super) fn attr_word(&self, key: &str) -> Result<Option<&'e str>, SimError> {
-        match self.op.attr(key) {
-            None => Ok(None),
-            Some(l) => l.as_word().map(Some).ok_or(()).or_else(|_| bad_attr(key, "a word")),
-        }
-    }
-}
-
-/// A list literal of non-negative integers (shapes, permutations).
-pub(super) fn usize_list(lit: &Lit, what: &str) -> Result<Vec<usize>, SimError> {
-    let Lit::List(items) = lit else { return invalid(format!("{what} must be a list of integers")) };
-    items
-        .iter()
-        .map(|l| l.as_int().and_then(|v| usize::try_from(v).ok()))
-        .collect::<Option<Vec<_>>>()
-        .map_or_else(|| invalid(format!("{what} must be a list of non-negative integers")), Ok)
-}
-
-fn bad_attr<T>(key: &str, what: &str) -> Result<T, SimError> {
-    invalid(format!("attribute `{key}` must be {what}"))
 }

@@ -1,0 +1,186 @@
+//! `HostEngine`: the scheduler's steps run on the host — a batched decode bundle (one row per
+//! slot, each slot its own position and states) and, optionally, a prefill bundle of the same
+//! model over the same `ctx` that runs one sequence's whole chunks.
+//!
+//! A slot's states move (never copied) between the two hosts: when a sequence that starts with
+//! chunks takes its slot, its freshly reset states are parked here and a spare store takes their place in the
+//! batched host, so the throwaway rows that slot steps meanwhile write only into the spare;
+//! each chunk moves the parked states into the prefill host and back; after the last chunk they
+//! return to the slot and the spare to the pool. A sequence therefore gets exactly what
+//! `rdu run --chunk C` gives it: its whole chunks through the prefill bundle, the rest of its
+//! prompt and every generated token through decode rows.
+
+use std::collections::BTreeMap;
+
+use super::{Config, Step};
+use crate::error::{HostError, Result};
+use crate::host::Host;
+use crate::states::States;
+
+/// Sequences that may be in their chunk phase at once: with the default budget (a chunk beside
+/// every decoding row) only the oldest one's chunks run while anything decodes, so a second lets
+/// the next prompt start the step the first one's chunks end, and more would only hold memory.
+pub const PREFILLING: usize = 2;
+
+/// A batched host and an optional prefill host, run step by step.
+pub struct HostEngine {
+    decode: Host,
+    prefill: Option<Host>,
+    /// The real states of slots in their chunk phase.
+    parked: BTreeMap<usize, States>,
+    /// Stores that stand in for parked states in the batched host.
+    spare: Vec<States>,
+}
+
+impl HostEngine {
+    /// Pairs a batched bundle's host with a prefill bundle's host. Refuses (before anything
+    /// runs) a decode host that is not batched, and a prefill host whose states are not exactly
+    /// one of the batched host's sequences' or whose ctx differs.
+    pub fn new(mut decode: Host, prefill: Option<Host>) -> Result<HostEngine> {
+        // Refuses a host that is not batched (or is tensor-parallel) before anything runs.
+        let probe = decode.take_sequence_states(0)?;
+        let problem = prefill.as_ref().and_then(|p| {
+            let ours = p.states();
+            if p.ctx() != decode.ctx() {
+                return Some(format!(
+                    "the prefill bundle holds {} positions, the batched bundle {}",
+                    p.ctx(),
+                    decode.ctx()
+                ));
+            }
+            crate::states::mismatch(ours.shapes(), probe.shapes())
+                .or_else(|| crate::states::dtype_mismatch(ours.dtypes(), probe.dtypes()))
+        });
+        decode.put_sequence_states(0, probe)?;
+        if let Some(problem) = problem {
+            return Err(HostError::StatesMismatch { problem });
+        }
+        // The prefill host's own store becomes the first spare, the others are made now. Every
+        // store is written once here, so the states are resident from the start and serving
+        // allocates none.
+        let mut prefill = prefill;
+        let mut spare: Vec<States> = prefill.as_mut().map(Host::take_states).into_iter().collect();
+        if let Some(first) = spare.first() {
+            let more: Vec<States> = (1..PREFILLING).map(|_| first.zeros_like()).collect();
+            spare.extend(more);
+        }
+        spare.iter_mut().for_each(States::reset);
+        decode.reset();
+        Ok(HostEngine { decode, prefill, parked: BTreeMap::new(), spare })
+    }
+
+    /// The scheduler's configuration for this deployment: `budget` tokens a step (at least a
+    /// chunk beside every decoding row; `None` for exactly that) and `queue` waiting requests.
+    pub fn config(&self, budget: Option<usize>, queue: usize) -> Config {
+        let slots = self.decode.sequences();
+        let chunk = self.prefill.as_ref().map(Host::rows);
+        let budget = budget.unwrap_or(slots + chunk.unwrap_or(0));
+        Config { slots, ctx: self.decode.ctx(), chunk, budget, queue, prefilling: PREFILLING }
+    }
+
+    /// The vocabulary both bundles compute logits over.
+    pub fn vocab(&self) -> usize {
+        self.decode.vocab()
+    }
+
+    pub fn decode_host(&self) -> &Host {
+        &self.decode
+    }
+
+    /// Runs `step`: resets, chunks, then the batched decode step. Returns the logits row of each
+    /// sampling point, in [`Step::points`] order.
+    pub fn run(&mut self, step: &Step) -> Result<Vec<Vec<f32>>> {
+        for &b in &step.resets {
+            if let Some(states) = self.parked.remove(&b) {
+                // A sequence that left mid-prompt: its slot holds a spare now; reset that.
+                self.spare.push(states);
+            }
+            self.decode.reset_sequence(b);
+        }
+        for &b in &step.parks {
+            self.park(b)?;
+        }
+        let mut out = Vec::with_capacity(step.points());
+        for chunk in &step.chunks {
+            let row = self.run_chunk(chunk.slot, &chunk.tokens, chunk.pos)?;
+            if chunk.samples {
+                out.push(row);
+            }
+        }
+        self.decode_rows(step, &mut out)?;
+        // A slot whose chunks ended this step stepped a throwaway row above, into its spare: its
+        // own states come back only now.
+        for chunk in step.chunks.iter().filter(|c| c.last) {
+            self.unpark(chunk.slot)?;
+        }
+        Ok(out)
+    }
+
+    /// The batched decode step of `step.rows`; the sampled rows' logits appended to `out`.
+    fn decode_rows(&mut self, step: &Step, out: &mut Vec<Vec<f32>>) -> Result<()> {
+        if !step.rows.is_empty() {
+            let tokens: Vec<u32> = step.rows.iter().map(|r| r.token).collect();
+            let positions: Vec<usize> = step.rows.iter().map(|r| r.pos).collect();
+            let logits = self.decode.step_at(&tokens, &positions)?.logits;
+            let flat = logits.as_f32().unwrap_or_default();
+            let vocab = self.decode.vocab();
+            for (b, row) in step.rows.iter().enumerate() {
+                if row.samples {
+                    let no_row = || HostError::NoOutput { program: "the batched step".into(), name: "logits".into() };
+                    out.push(flat.get(b * vocab..(b + 1) * vocab).ok_or_else(no_row)?.to_vec());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After a failed step: every slot's states zeroed and in place (re-made where a failure
+    /// lost them), nothing parked. The sequences that were running must start over.
+    pub fn recover(&mut self) {
+        self.parked.clear();
+        if let Some(p) = &mut self.prefill {
+            if p.states().is_held() {
+                self.spare.push(p.take_states());
+            }
+        }
+        self.decode.reset();
+    }
+
+    /// Moves slot `b`'s (just reset) states out to the parked stores and a spare in.
+    fn park(&mut self, b: usize) -> Result<()> {
+        let real = self.decode.take_sequence_states(b)?;
+        // The scheduler parks at most `PREFILLING` slots, so a spare is always there.
+        let spare = self.spare.pop().unwrap_or_else(|| real.zeros_like());
+        if let Err(e) = self.decode.put_sequence_states(b, spare) {
+            self.decode.put_sequence_states(b, real)?;
+            return Err(e);
+        }
+        self.parked.insert(b, real);
+        Ok(())
+    }
+
+    /// Moves slot `b`'s parked states back into the batched host, its spare to the pool.
+    fn unpark(&mut self, b: usize) -> Result<()> {
+        let Some(real) = self.parked.remove(&b) else { return Ok(()) };
+        let spare = self.decode.take_sequence_states(b)?;
+        self.decode.put_sequence_states(b, real)?;
+        self.spare.push(spare);
+        Ok(())
+    }
+
+    /// One whole chunk of slot `b`'s prompt through the prefill host, over its parked states
+    /// (which come back here whether the step succeeds or not): the logits of its last row.
+    fn run_chunk(&mut self, b: usize, tokens: &[u32], pos: usize) -> Result<Vec<f32>> {
+        let prefill = self.prefill.as_mut().ok_or_else(|| HostError::StatesMismatch {
+            problem: "a prefill chunk was planned but this engine has no prefill bundle".into(),
+        })?;
+        let states = self.parked.remove(&b).ok_or_else(|| HostError::StatesMismatch {
+            problem: format!("slot {b} runs a chunk but its states were never parked"),
+        })?;
+        prefill.put_states(states)?;
+        let out = prefill.step(tokens, pos);
+        self.parked.insert(b, prefill.take_states());
+        let logits = out?.logits;
+        Ok(logits.as_f32().unwrap_or_default().to_vec())
+    }
+}

@@ -1,0 +1,59 @@
+//! A weight matrix seen as rows — dense, Q8_0 blocks, or a checkpoint block format read in
+//! place — which every product of the simulator reads (`matmul`, `tiled`, `products`, `moe`).
+
+use rdu_checkpoint::GgmlType;
+
+use super::packed::widen_row;
+use crate::q8::{dequant_blocks, Q8Block, QK8_0};
+
+/// A weight matrix seen as rows of `cols` values: dense, Q8_0 blocks, or a block format read
+/// in place.
+#[derive(Clone, Copy)]
+pub(super) enum Rows<'a> {
+    Dense { data: &'a [f32], cols: usize },
+    Q8 { blocks: &'a [Q8Block], cols: usize },
+    Packed { format: GgmlType, bytes: &'a [u8], cols: usize },
+}
+
+impl Rows<'_> {
+    pub(super) fn cols(&self) -> usize {
+        match self {
+            Rows::Dense { cols, .. } | Rows::Q8 { cols, .. } | Rows::Packed { cols, .. } => *cols,
+        }
+    }
+
+    pub(super) fn packed_row_bytes(format: GgmlType, cols: usize) -> usize {
+        cols / format.block_size() as usize * format.type_size() as usize
+    }
+
+    /// Row `j` widened into `out` (`cols` values): the values the reference reads.
+    pub(super) fn widen(&self, j: usize, out: &mut [f32]) {
+        match *self {
+            Rows::Dense { data, cols } => out.copy_from_slice(&data[j * cols..(j + 1) * cols]),
+            Rows::Q8 { blocks, cols } => {
+                let nb = cols / QK8_0;
+                dequant_blocks(&blocks[j * nb..(j + 1) * nb], out);
+            }
+            Rows::Packed { format, bytes, cols } => {
+                let rb = Rows::packed_row_bytes(format, cols);
+                widen_row(format, &bytes[j * rb..(j + 1) * rb], out);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    /// Seeded test values in [-0.5, 0.5) (xorshift32).
+    pub(in crate::sim) fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+            })
+            .collect()
+    }
+}
