@@ -48,8 +48,8 @@ pub(super) struct ExpertRules {
     pub reads_scale: bool,
 }
 
-/// The expert block of layer `il` of `arch`.
-pub(super) fn routed(m: &Meta, arch: &str, rules: &ExpertRules, il: usize) -> Result<Ffn> {
+/// `{arch}.expert_count`, `expert_used_count` (at most the count) and `expert_feed_forward_length`.
+pub(super) fn sizes(m: &Meta, arch: &str) -> Result<(usize, usize, usize)> {
     let key = |k: &str| format!("{arch}.{k}");
     let experts = m.req_usize(&key("expert_count"))?;
     let top_k = m.req_usize(&key("expert_used_count"))?;
@@ -57,6 +57,23 @@ pub(super) fn routed(m: &Meta, arch: &str, rules: &ExpertRules, il: usize) -> Re
         return Err(m.err(&key("expert_used_count"), format!("{top_k} exceeds expert_count {experts}")));
     }
     let expert_hidden = m.req_usize(&key("expert_feed_forward_length"))?;
+    Ok((experts, top_k, expert_hidden))
+}
+
+/// `{arch}.expert_weights_scale`: absent or 0 means 1.
+pub(super) fn weights_scale(m: &Meta, arch: &str) -> Result<f64> {
+    let key = format!("{arch}.expert_weights_scale");
+    match m.f32_as_f64(&key)? {
+        None | Some(0.0) => Ok(1.0),
+        Some(s) if s > 0.0 => Ok(s),
+        Some(s) => Err(m.err(&key, format!("{s} must be greater than 0"))),
+    }
+}
+
+/// The expert block of layer `il` of `arch`.
+pub(super) fn routed(m: &Meta, arch: &str, rules: &ExpertRules, il: usize) -> Result<Ffn> {
+    let key = |k: &str| format!("{arch}.{k}");
+    let (experts, top_k, expert_hidden) = sizes(m, arch)?;
     let scoring = match m.u32(&key("expert_gating_func"))? {
         None => rules.scoring,
         Some(1) => Scoring::Softmax,
@@ -79,12 +96,7 @@ pub(super) fn routed(m: &Meta, arch: &str, rules: &ExpertRules, il: usize) -> Re
         );
     }
     let norm_topk = rules.always_norm || m.bool(&key("expert_weights_norm"))?.unwrap_or(false);
-    let scaling = match m.f32_as_f64(&key("expert_weights_scale"))? {
-        _ if !rules.reads_scale => 1.0,
-        None | Some(0.0) => 1.0,
-        Some(s) if s > 0.0 => s,
-        Some(s) => return Err(m.err(&key("expert_weights_scale"), format!("{s} must be greater than 0"))),
-    };
+    let scaling = if rules.reads_scale { weights_scale(m, arch)? } else { 1.0 };
     let n_shared = usize::try_from(m.u64(&key("expert_shared_count"))?.unwrap_or(0)).unwrap_or(usize::MAX);
     let shared = SharedExpert::ungated(n_shared, expert_hidden).map_err(|e| m.err(&key("expert_shared_count"), e))?;
     let bias = m.has_tensor(&format!("blk.{il}.exp_probs_b.bias"));
