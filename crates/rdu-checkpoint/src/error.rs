@@ -56,7 +56,7 @@ pub enum CheckpointError {
     BadDims { file: String, tensor: String, dims: Vec<u64>, reason: &'static str },
     #[error("{file}: tensor `{tensor}` has {}", describe_type_id(*type_id))]
     UnknownGgmlType { file: String, tensor: String, type_id: u32 },
-    #[error("{file}: tensor `{tensor}` has ggml type {ggml_type} (id {}), which cannot be dequantised here; supported: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K", ggml_type.id())]
+    #[error("{file}: tensor `{tensor}` has ggml type {ggml_type} (id {}), which cannot be dequantised here; supported: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, MXFP4", ggml_type.id())]
     UnsupportedGgmlType { file: String, tensor: String, ggml_type: GgmlType },
     #[error("{file}: tensor `{tensor}`: innermost dimension {ne0} is not a multiple of the {ggml_type} block size {block_size}")]
     NotBlockMultiple { file: String, tensor: String, ggml_type: GgmlType, ne0: u64, block_size: u64 },
@@ -66,6 +66,8 @@ pub enum CheckpointError {
     MetadataType { file: String, key: String, expected: &'static str, found: String },
     #[error("{file}: tensor `{tensor}` is {ggml_type}, not Q8_0; read it with read_f32")]
     NotQ8_0 { file: String, tensor: String, ggml_type: GgmlType },
+    #[error("{file}: tensor `{tensor}`: {problem}")]
+    Quantised { file: String, tensor: String, problem: String },
     #[error("cannot quantise {len} values of shape {shape:?} to q8_0: {reason}")]
     QuantizeShape { shape: Vec<usize>, len: usize, reason: &'static str },
 }

@@ -108,7 +108,7 @@ impl GgmlType {
     /// Whether `dequantize` handles this type.
     pub fn can_dequantize(self) -> bool {
         use GgmlType::*;
-        matches!(self, F32 | F16 | BF16 | Q8_0 | Q4_0 | Q5_0 | Q4_K | Q5_K | Q6_K)
+        matches!(self, F32 | F16 | BF16 | Q8_0 | Q4_0 | Q5_0 | Q4_K | Q5_K | Q6_K | MXFP4)
     }
 }
 
@@ -147,7 +147,7 @@ pub fn dequantize_into(ty: GgmlType, bytes: &[u8], out: &mut Vec<f32>) -> bool {
 #[inline(always)]
 pub fn dequantize_slice(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> bool {
     use crate::kquants::{q4_k, q5_k, q6_k};
-    use crate::quants::{q4_0, q5_0, q8_0};
+    use crate::quants::{mxfp4, q4_0, q5_0, q8_0};
     match ty {
         GgmlType::F32 => each(ty, bytes, out, |b, o| o[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
         GgmlType::F16 => each(ty, bytes, out, |b, o| o[0] = f16::from_le_bytes([b[0], b[1]]).to_f32()),
@@ -158,6 +158,7 @@ pub fn dequantize_slice(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> bool {
         GgmlType::Q4_K => each(ty, bytes, out, q4_k),
         GgmlType::Q5_K => each(ty, bytes, out, q5_k),
         GgmlType::Q6_K => each(ty, bytes, out, q6_k),
+        GgmlType::MXFP4 => each(ty, bytes, out, mxfp4),
         _ => return false,
     }
     true

@@ -85,6 +85,23 @@ impl SafeTensors {
 
     /// A F32, F16 or BF16 tensor as f32, row-major; any other dtype is an error naming it.
     pub fn read_f32(&self, name: &str) -> Result<Vec<f32>> {
+        let (bytes, dtype, _) = self.raw(name)?;
+        Ok(match dtype {
+            Dtype::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+            Dtype::F16 => bytes.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+            Dtype::BF16 => bytes.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+            other => {
+                return Err(CheckpointError::UnsupportedDtype {
+                    file: self.file_of(name).unwrap_or_default().to_string(),
+                    tensor: name.to_string(),
+                    dtype: other.to_string(),
+                })
+            }
+        })
+    }
+
+    /// A tensor's bytes as stored, its dtype and its shape.
+    pub fn raw(&self, name: &str) -> Result<(&[u8], Dtype, &[usize])> {
         let entry = self
             .tensors
             .get(name)
@@ -97,18 +114,12 @@ impl SafeTensors {
             end: entry.end as u64,
             file_len: shard.bytes.len() as u64,
         })?;
-        Ok(match entry.dtype {
-            Dtype::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
-            Dtype::F16 => bytes.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-            Dtype::BF16 => bytes.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-            other => {
-                return Err(CheckpointError::UnsupportedDtype {
-                    file: shard.file.clone(),
-                    tensor: name.to_string(),
-                    dtype: other.to_string(),
-                })
-            }
-        })
+        Ok((bytes, entry.dtype, &entry.shape))
+    }
+
+    /// What the checkpoint was opened from (a file, an index or a directory).
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     fn open_file(path: &Path) -> Result<SafeTensors> {

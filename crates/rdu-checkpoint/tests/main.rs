@@ -5,4 +5,5 @@ mod dequant;
 mod fixtures;
 mod gguf_read;
 mod gguf_reject;
+mod quantised;
 mod safetensors;

@@ -45,7 +45,7 @@ pub fn run(args: &RunArgs, file: &Path) -> Result<()> {
     if total > ctx {
         bail!("the longest prompt plus -n {} needs {total} positions but --ctx is {ctx}", args.n);
     }
-    let storage = storage_of(args.storage, &weights);
+    let storage = storage_of(args.storage, &spec, &weights);
     let weights = host_weights(args, &spec, &weights);
     let tmp = tempfile::tempdir().context("creating a temporary bundle directory")?;
     let mut host = batched_host(args, &spec, storage, (batch, ctx), &weights, tmp.path(), file)?;

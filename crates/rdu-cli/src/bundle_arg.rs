@@ -102,6 +102,9 @@ fn check_cut(args: &RunArgs, shown: &str, cut: &rdu_spatial::manifest::Cut, batc
         }
         _ => {}
     }
+    if cut.mode == CutMode::Verify && args.draft.is_none() {
+        bail!("the bundle {shown} is a verify bundle: run it with --draft DRAFT (lookup, or a draft model)");
+    }
     if args.decode_bundle.is_some() && !matches!(cut.mode, CutMode::Prefill | CutMode::PrefillTp) {
         bail!("--decode-bundle continues a prefill bundle, but {shown} is a {mode} bundle: drop --decode-bundle");
     }

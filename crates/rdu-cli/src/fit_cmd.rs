@@ -50,7 +50,7 @@ pub fn run(args: &FitArgs) -> Result<()> {
     let spec = with_state(spec, args.target.state);
     let chip = Chip::resolve(&args.target.chip)?;
     // `auto` is as the checkpoint stores its weights, as `rdu lower` reads it.
-    let storage = storage_of(args.target.storage, &weights);
+    let storage = storage_of(args.target.storage, &spec, &weights);
     if let Some(tp) = args.tp {
         admits_tp(&spec, tp, &storage)?;
     }
@@ -107,7 +107,8 @@ fn print_json(r: &Report) {
         .iter()
         .map(|p| {
             json!({"name": p.name, "layers": p.layers, "params": p.params, "weight_bytes": p.weight_bytes,
-                   "q8_bytes": p.q8_bytes, "state_bytes": p.state_bytes, "shared_bytes": p.shared_bytes})
+                   "q8_bytes": p.stored_bytes.get("q8_0").copied().unwrap_or(0), "stored_bytes": p.stored_bytes,
+                   "state_bytes": p.state_bytes, "shared_bytes": p.shared_bytes})
         })
         .collect();
     let out = json!({
@@ -160,10 +161,15 @@ fn print_text(r: &Report) {
         println!("  {name:<34} {layers:>6} {:>10} {:>12} {:>12}", row.0, row.1, row.2);
     }
     let shared: u64 = parts.iter().map(|p| p.shared_bytes).sum();
-    let q8: u64 = parts.iter().map(|p| p.q8_bytes).sum();
+    let mut stored: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+    for (format, b) in parts.iter().flat_map(|p| &p.stored_bytes) {
+        *stored.entry(format).or_default() += b;
+    }
+    let q8 = stored.remove("q8_0").unwrap_or(0);
+    let others: String = stored.iter().map(|(f, b)| format!(", {} as {}", gb(*b), f.to_uppercase())).collect();
     let d = &fit.demand;
     println!(
-        "  weights {} ({} as Q8_0, the rest bf16; shared tables {}), state {} ({}), total {}",
+        "  weights {} ({} as Q8_0{others}, the rest bf16; shared tables {}), state {} ({}), total {}",
         gb(d.weight_bytes),
         gb(q8),
         gb(shared),

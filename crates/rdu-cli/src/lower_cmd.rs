@@ -1,9 +1,11 @@
 //! `rdu lower`: lower every layer kind once, certify it, and write the bundle.
 
 use crate::model_arg::{resolve_with_weights, storage_of, with_state, CutArg, CutSizes, TargetArgs};
+use crate::spec_lower;
 use anyhow::{bail, Result};
 use clap::Args;
 use rdu_compiler::deploy::deploy;
+use rdu_compiler::deploy::speculative::{check_acceptance, SpeculativeEstimate};
 use rdu_compiler::deploy::{LowerOptions, ProgramPart, Progress, StreamedModel};
 use rdu_compiler::lower::PASSES;
 use rdu_spatial::chip::Chip;
@@ -30,12 +32,21 @@ pub struct LowerArgs {
     /// Print one JSON object summarising the lowering
     #[arg(long)]
     json: bool,
-    /// Print every program's spatial form after this pass (select, from_q8, fuse, tile, section, place, tensor_parallel)
+    /// Print every program's spatial form after this pass (select, from_stored, fuse, tile, section, place, tensor_parallel)
     #[arg(long, value_name = "PASS")]
     dump_after: Option<String>,
     /// Seed of the certification inputs
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// With --cut verify: a speculative deployment, DRAFT's decode bundle (over the same
+    /// sequences and chips) beside the verify bundle, or `lookup` (drafted on the host); -o then
+    /// writes DIR/verify, DIR/draft and DIR/speculative.json (their schedule and estimate)
+    #[arg(long, value_name = "DRAFT")]
+    draft: Option<String>,
+    /// The rate at which a drafted token stands (the workload's): the estimate's expected
+    /// tokens a step, (1 - A^(K+1)) / (1 - A), with the draft's steps and the verify step charged
+    #[arg(long, value_name = "A", requires = "draft")]
+    acceptance: Option<f64>,
 }
 
 pub fn run(args: &LowerArgs) -> Result<()> {
@@ -46,7 +57,7 @@ pub fn run(args: &LowerArgs) -> Result<()> {
     }
     let (spec, weights) = resolve_with_weights(&args.model)?;
     let spec = with_state(spec, args.target.state);
-    let storage = storage_of(args.target.storage, &weights);
+    let storage = storage_of(args.target.storage, &spec, &weights);
     let chip = Chip::resolve(&args.target.chip)?;
     let cut = args.cut.cut(&args.sizes)?;
     let bar = crate::progress::lowering_bar(args.json);
@@ -59,24 +70,85 @@ pub fn run(args: &LowerArgs) -> Result<()> {
             }
         }
     };
+    if args.draft.is_some() && cut.draft().is_none() {
+        bail!("--draft makes a speculative deployment of a verify step: add --cut verify");
+    }
+    if let Some(a) = args.acceptance {
+        check_acceptance(a).map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
     let opts = LowerOptions { chip, storage, seed: args.seed, progress: &mut progress };
     let model = deploy(&spec, &cut, opts);
-    drop(bar);
     let model = model.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let draft = match &args.draft {
+        Some(word) => Some(spec_lower::lower_draft(word, &model, args.target.storage, args.seed, &mut progress)?),
+        None => None,
+    };
+    drop(bar);
     for d in &dumps {
         print!("{d}");
     }
-    if let Some(dir) = &args.out {
-        let bundle = model.bundle().map_err(anyhow::Error::msg)?;
-        // A `BundleError` names its file and cause in one message.
-        bundle.write(dir, args.force).map_err(|e| anyhow::anyhow!("writing the bundle to {}: {e}", dir.display()))?;
+    let estimate = match (&draft, args.acceptance) {
+        (Some(d), Some(a)) => Some(SpeculativeEstimate::new(&model, d.model(), a).map_err(|e| anyhow::anyhow!("{e}"))?),
+        _ => None,
+    };
+    match (&args.out, &draft) {
+        (Some(dir), Some(d)) => spec_lower::write(dir, args.force, &model, d, estimate.as_ref())?,
+        (Some(dir), None) => {
+            let bundle = model.bundle().map_err(anyhow::Error::msg)?;
+            // A `BundleError` names its file and cause in one message.
+            bundle
+                .write(dir, args.force)
+                .map_err(|e| anyhow::anyhow!("writing the bundle to {}: {e}", dir.display()))?;
+        }
+        (None, _) => {}
     }
     if args.json {
-        println!("{}", summary_json(&model));
+        let mut summary = summary_json(&model);
+        if let Some(d) = &draft {
+            summary["speculation"] = spec_lower::speculation_json(&model, d, estimate.as_ref());
+        }
+        if let Some(e) = &estimate {
+            summary["step"]["tokens_per_second"] = json!(e.tokens_per_second);
+            summary["step"]["verify_tokens_per_second"] = json!(model.step_estimate().tokens_per_second);
+        }
+        println!("{summary}");
     } else if args.dump_after.is_none() {
         print_summary(&model, args.out.as_ref());
+        if let Some(d) = &draft {
+            print_speculation(&model, d, estimate.as_ref());
+        }
     }
     Ok(())
+}
+
+/// The speculative deployment's lines of the summary: the draft, and the estimate at `--acceptance`.
+fn print_speculation(model: &StreamedModel, draft: &spec_lower::Draft, estimate: Option<&SpeculativeEstimate>) {
+    let k = model.cut.draft().unwrap_or(0);
+    match draft.model() {
+        Some(m) => println!(
+            "  draft: {} ({} kind{}), {:.1} µs a step, on the same {} chip{}",
+            m.spec.name,
+            m.kinds.len(),
+            if m.kinds.len() == 1 { "" } else { "s" },
+            m.step_estimate().seconds * 1e6,
+            m.cut.tp(),
+            if m.cut.tp() == 1 { "" } else { "s" }
+        ),
+        None => println!("  draft: prompt lookup on the host (no draft steps charged)"),
+    }
+    match estimate {
+        Some(e) => println!(
+            "  speculative step: K = {k}, acceptance {}: {:.3} tokens a step expected; {:.1} µs (verify {:.1} + {:.3} draft steps × {:.1}): {:.1} tokens/s",
+            e.acceptance,
+            e.expected_tokens_per_step,
+            e.seconds_per_step * 1e6,
+            e.verify_step_seconds * 1e6,
+            e.draft_steps_per_step,
+            e.draft_step_seconds * 1e6,
+            e.tokens_per_second
+        ),
+        None => println!("  speculative step: K = {k}; pass --acceptance A for its tokens/s"),
+    }
 }
 
 fn part_json(p: &ProgramPart) -> Value {
@@ -94,7 +166,11 @@ fn summary_json(model: &StreamedModel) -> Value {
         rdu_compiler::model::spec::Cut::Forward { seq } => json!({"mode": "forward", "seq": seq}),
         rdu_compiler::model::spec::Cut::Decode { ctx } => json!({"mode": "decode", "ctx": ctx}),
         other => {
-            json!({"mode": other.word(), "ctx": other.ctx(), "batch": other.batch(), "tp": other.tp(), "chunk": other.chunk()})
+            let mut cut = json!({"mode": other.word(), "ctx": other.ctx(), "batch": other.batch(), "tp": other.tp(), "chunk": other.chunk()});
+            if let Some(k) = other.draft() {
+                cut["draft_tokens"] = json!(k);
+            }
+            cut
         }
     };
     let kinds: Vec<Value> = model

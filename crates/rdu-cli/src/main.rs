@@ -17,6 +17,7 @@ mod run_cmd;
 mod run_engine;
 mod serve_cmd;
 mod show_cmd;
+mod spec_lower;
 mod usage;
 mod verify_cmd;
 

@@ -7,10 +7,12 @@ use rdu_compiler::model::presets;
 use rdu_compiler::model::spec::{Cut, ModelSpec, StateDtype};
 use rdu_spatial::manifest::CutMode;
 
-/// Which weights are stored as Q8_0 blocks.
+/// Which weights are stored in a block format (Q8_0, FP8, MXFP4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum StorageArg {
-    /// As the checkpoint stores them; Q8_0 for a config or preset without weights
+    /// As the checkpoint stores them (Q8_0 and MXFP4 GGUF tensors; FP8 and MXFP4 safetensors);
+    /// for a config or preset without weights, as its quantization_config declares (FP8,
+    /// MXFP4), else Q8_0
     Auto,
     /// Every projection stored Q8_0
     Q8,
@@ -32,7 +34,7 @@ impl StorageArg {
 pub struct CutArg(pub CutMode);
 
 /// Every cut mode with its `--cut` word and what it lowers, in the order `--help` lists them.
-const CUTS: [(CutArg, &str, &str); 7] = [
+const CUTS: [(CutArg, &str, &str); 8] = [
     (CutArg(CutMode::Forward), "forward", "A whole sequence at once, causally, without a cache"),
     (CutArg(CutMode::Decode), "decode", "One token against a KV cache / carried state"),
     (CutArg(CutMode::Batched), "batched", "--batch sequences per step, one token each, every weight read once for all"),
@@ -40,6 +42,11 @@ const CUTS: [(CutArg, &str, &str); 7] = [
     (CutArg(CutMode::BatchedTp), "batched-tp", "--batch sequences over --tp chips: the serving shape"),
     (CutArg(CutMode::Prefill), "prefill", "--chunk tokens of one sequence per step, over the decode step's state"),
     (CutArg(CutMode::PrefillTp), "prefill-tp", "--chunk tokens over --tp chips, over the tp decode step's state"),
+    (
+        CutArg(CutMode::Verify),
+        "verify",
+        "Speculative decoding's check: the last token and --draft-tokens drafted ones, logits on every row (with --batch, --tp)",
+    ),
 ];
 
 /// The word `rdu lower --cut` takes for a manifest's cut.
@@ -59,30 +66,50 @@ impl ValueEnum for CutArg {
     }
 }
 
-/// The sizes of a cut: `--ctx --seq --batch --tp --chunk`.
+/// The sizes of a cut: `--ctx --seq --batch --tp --chunk --draft-tokens`.
 #[derive(Clone, Copy, Debug, clap::Args)]
 pub struct CutSizes {
-    /// KV-cache positions of the decode, batched, tp and prefill cuts
+    /// KV-cache positions of the decode, batched, tp, prefill and verify cuts
     #[arg(long, default_value_t = 4096)]
     pub ctx: usize,
     /// Tokens of one forward step
     #[arg(long, default_value_t = 128)]
     pub seq: usize,
-    /// Sequences per step of the batched cuts
-    #[arg(long, default_value_t = 8)]
-    pub batch: usize,
-    /// Chips of the tensor-parallel cuts
-    #[arg(long, default_value_t = 8)]
-    pub tp: usize,
+    /// Sequences per step of the batched cuts (default 8); a verify step's sequences, each
+    /// with its own draft (default: one)
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Chips of the tensor-parallel cuts (default 8); a verify step's (default 1)
+    #[arg(long)]
+    pub tp: Option<usize>,
     /// Rows per step of the prefill cut
     #[arg(long, default_value_t = 512)]
     pub chunk: usize,
+    /// Drafted tokens a verify step checks (it steps one more row: the last accepted token)
+    #[arg(long, value_name = "K", default_value_t = 4)]
+    pub draft_tokens: usize,
 }
+
+/// The batch and tp of the batched and tensor-parallel cuts when not given.
+const DEFAULT_BATCH: usize = 8;
+const DEFAULT_TP: usize = 8;
 
 impl CutArg {
     pub fn cut(self, sizes: &CutSizes) -> Result<Cut> {
-        let CutSizes { ctx, seq, batch, tp, chunk } = *sizes;
-        for (flag, value) in [("--ctx", ctx), ("--seq", seq), ("--batch", batch), ("--tp", tp), ("--chunk", chunk)] {
+        let CutSizes { ctx, seq, batch, tp, chunk, draft_tokens: draft } = *sizes;
+        let verify = self.0 == CutMode::Verify;
+        let given_batch = batch;
+        let batch = batch.unwrap_or(DEFAULT_BATCH);
+        let tp = tp.unwrap_or(if verify { 1 } else { DEFAULT_TP });
+        let sizes = [
+            ("--ctx", ctx),
+            ("--seq", seq),
+            ("--batch", batch),
+            ("--tp", tp),
+            ("--chunk", chunk),
+            ("--draft-tokens", draft),
+        ];
+        for (flag, value) in sizes {
             if value == 0 {
                 bail!("{flag} must be at least 1");
             }
@@ -96,6 +123,7 @@ impl CutArg {
             CutMode::BatchedTp => Cut::BatchedTp { batch, tp, ctx },
             CutMode::Prefill => Cut::Prefill { chunk, ctx },
             CutMode::PrefillTp => Cut::PrefillTp { chunk, tp, ctx },
+            CutMode::Verify => Cut::Verify { draft, batch: given_batch, tp, ctx },
         })
     }
 }
@@ -159,12 +187,16 @@ pub fn resolve_with_weights(model: &str) -> Result<(ModelSpec, Weights)> {
     Ok((spec, Weights::Hf(Box::new(weights))))
 }
 
-/// The storage a command lowers for: `auto` is as the checkpoint stores its weights (dense
-/// safetensors; a GGUF's Q8_0 tensors), and Q8_0 for a preset or a bare config.
-pub fn storage_of(arg: StorageArg, weights: &Weights) -> Storage {
+/// The storage a command lowers for: `auto` is as the checkpoint stores its weights (a
+/// safetensors checkpoint's FP8 and MXFP4 tensors, the rest dense; a GGUF's Q8_0 and MXFP4
+/// tensors), and for a preset or a bare config as its `quantization_config` declares, else Q8_0.
+pub fn storage_of(arg: StorageArg, spec: &ModelSpec, weights: &Weights) -> Storage {
     match (arg, weights) {
-        (StorageArg::Auto, Weights::Hf(_)) => Storage::Dense,
+        (StorageArg::Auto, Weights::Hf(w)) => w.storage(),
         (StorageArg::Auto, Weights::Gguf(w)) => w.storage(),
+        (StorageArg::Auto, Weights::None) => {
+            rdu_compiler::model::quantization::declared_storage(spec).unwrap_or(Storage::AllQ8)
+        }
         (s, _) => s.storage(),
     }
 }

@@ -10,6 +10,7 @@
 //! `tests/plan.rs` holds cells to `rdu lower --json`'s step and `rdu fit --json`'s bytes exactly.
 
 mod load;
+mod spec;
 
 use crate::fit_cmd::gb;
 use crate::model_arg::check_size;
@@ -33,20 +34,31 @@ use std::time::{Duration, Instant};
 #[derive(Args)]
 pub struct PlanArgs {
     /// A preset name, a config.json, or a directory holding one
-    model: String,
+    pub(crate) model: String,
     #[command(flatten)]
-    target: TargetArgs,
+    pub(crate) target: TargetArgs,
     /// KV-cache positions of every sequence
     #[arg(long, default_value_t = 4096)]
-    ctx: usize,
+    pub(crate) ctx: usize,
     /// Print one JSON object: {"model", "chip", "rows": [{"tp", "batch", "tokens_per_second_per_sequence",
     /// "tokens_per_second", "model_roofline_fraction", "bytes_per_chip", "fits"}], "refused": [{"tp", "reason"}]}
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// Draw the throughput-versus-latency frontier: a self-contained HTML page (inline SVG and
     /// the table), or the bare SVG when FILE ends in .svg
     #[arg(short = 'o', long = "out", value_name = "FILE")]
-    out: Option<PathBuf>,
+    pub(crate) out: Option<PathBuf>,
+    /// Plan speculative deployments instead: DRAFT (a model with the target's vocabulary)
+    /// drafting for MODEL's verify step, swept over the widths both admit, --draft-tokens and
+    /// --acceptance
+    #[arg(long, value_name = "DRAFT")]
+    draft: Option<String>,
+    /// With --draft: the drafted tokens swept (default 1,2,3,4,6,8)
+    #[arg(long, value_name = "K", value_delimiter = ',', requires = "draft")]
+    pub(crate) draft_tokens: Vec<usize>,
+    /// With --draft: the acceptance rates swept (default 0.6,0.7,0.8,0.9)
+    #[arg(long, value_name = "A", value_delimiter = ',', requires = "draft")]
+    pub(crate) acceptance: Vec<f64>,
     #[command(flatten)]
     load: load::LoadArgs,
 }
@@ -150,13 +162,16 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         bail!("--ctx must be at least 1");
     }
     check_size("--ctx", args.ctx)?;
+    if let Some(draft) = &args.draft {
+        return spec::run(args, draft);
+    }
     if let Some(out) = &args.out {
         check_out(out)?;
     }
     let (spec, weights) = resolve_with_weights(&args.model)?;
     let spec = with_state(spec, args.target.state);
     let chip = Chip::resolve(&args.target.chip)?;
-    let storage = storage_of(args.target.storage, &weights);
+    let storage = storage_of(args.target.storage, &spec, &weights);
     let mut widths = Vec::new();
     let mut refused = Vec::new();
     for tp in 1..=MAX_TP {

@@ -63,7 +63,7 @@ pub fn presets() -> Result<()> {
 pub fn kinds(args: &KindsArgs) -> Result<()> {
     // `auto` is as the checkpoint stores its weights, as `rdu lower` and `rdu fit` read it.
     let (spec, weights) = resolve_with_weights(&args.model)?;
-    let storage = storage_of(args.storage, &weights);
+    let storage = storage_of(args.storage, &spec, &weights);
     let kinds = layer_kinds(&spec, &storage);
     if args.json {
         let kinds_json: Vec<_> = kinds
@@ -116,7 +116,7 @@ pub fn source(args: &SourceArgs) -> Result<()> {
     let (spec, weights) = resolve_with_weights(&args.model)?;
     let spec = with_state(spec, args.state);
     let cut = args.cut.cut(&args.sizes)?;
-    let storage = storage_of(args.storage, &weights);
+    let storage = storage_of(args.storage, &spec, &weights);
     if cut.is_split() {
         rdu_compiler::fit::admits_tp(&spec, cut.tp(), &storage)?;
     }
@@ -128,8 +128,13 @@ pub fn source(args: &SourceArgs) -> Result<()> {
         (None, None) => bail!("give --layer N or --part embed|head"),
     };
     print!("{}", src.text());
-    if !src.q8.is_empty() {
-        println!("# stored Q8_0: {}", src.q8.iter().cloned().collect::<Vec<_>>().join(" "));
+    let mut by_format: std::collections::BTreeMap<String, Vec<&str>> = std::collections::BTreeMap::new();
+    for (name, storage) in &src.stored {
+        by_format.entry(storage.word()).or_default().push(name);
+    }
+    for (word, names) in by_format {
+        let label = if word == "q8_0" { "Q8_0".to_string() } else { word };
+        println!("# stored {label}: {}", names.join(" "));
     }
     Ok(())
 }

@@ -98,6 +98,16 @@ pub struct RunArgs {
     /// the batched tensor-parallel cut)
     #[arg(long, value_name = "T")]
     pub(crate) tp: Option<usize>,
+    /// Decode speculatively: DRAFT proposes --draft-tokens tokens and a verify bundle of MODEL
+    /// checks them in one step (greedy: the same tokens as a plain run; sampling: the same
+    /// distribution, by speculative sampling). DRAFT is `lookup` (n-gram matches in the
+    /// sequence so far) or another model with the same vocabulary (a preset, config or
+    /// checkpoint; a preset drafts with --seed's weights)
+    #[arg(long, value_name = "DRAFT", conflicts_with_all = ["batch_prompts", "chunk", "decode_bundle"])]
+    pub(crate) draft: Option<String>,
+    /// Tokens the draft proposes a step (with --draft; a verify --bundle says its own)
+    #[arg(long, value_name = "K", requires = "draft")]
+    pub(crate) draft_tokens: Option<usize>,
     /// How carried state is stored: f32 when lowering here unless given (a run on a checkpoint
     /// is compared with transformers' float32 cache; `rdu lower` deploys bf16), as the bundle
     /// stores it with --bundle (a different --state is refused)

@@ -3,6 +3,8 @@
 //! interpreter), writing logits rows and a JSON summary on request. This module checks the
 //! arguments, builds the engine (`run_engine`), generates with `rdu_host::generate` and prints.
 
+mod spec;
+
 use crate::bundle_arg::run_state;
 use crate::model_arg::{resolve_with_weights, storage_of, with_state, Weights, MAX_SIZE};
 use crate::run_args::{check_writable, host_weights, write_npy, Engine, RunArgs, RunCut};
@@ -35,6 +37,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
     }
     let (spec, weights) = resolve_with_weights(&args.model)?;
     let spec = with_state(spec, run_state(args)?);
+    if let Some(draft) = &args.draft {
+        return spec::run(args, &spec, &weights, draft);
+    }
     let manifest = match &args.bundle {
         Some(dir) => {
             let m = crate::bundle_arg::manifest(dir)?;
@@ -58,7 +63,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         None => end_ids_of(&args.model)?,
     };
     let ctx = context(args, lowered, cut, prompt.len())?;
-    let storage = storage_of(args.storage, &weights);
+    let storage = storage_of(args.storage, &spec, &weights);
     check_engine(args, &spec, &storage, cut, ctx)?;
     let seeded = SeededWeights { seed: args.seed, unit_offset: spec.head.norm_unit_offset };
     let reference_weights: &dyn WeightSource = match &weights {
@@ -79,7 +84,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if let Some(path) = &args.logits {
         write_npy(path, &out.logits, spec.vocab).with_context(|| format!("writing {}", path.display()))?;
     }
-    print(args, &out, &mut watch);
+    print(args, &out, &mut watch, None);
     Ok(())
 }
 
@@ -196,6 +201,9 @@ struct Watch<'t> {
     engine_at_start: f64,
     /// Seconds to the end of the prompt, and the loading and lowering among them.
     prompt: (f64, f64),
+    /// Tokens generated when the prompt was done (a speculative run's first step makes some).
+    tokens: usize,
+    at_prompt: usize,
     stream: Option<(&'t Tokenizer, StreamDecoder)>,
 }
 
@@ -206,6 +214,8 @@ impl<'t> Watch<'t> {
             started: Instant::now(),
             engine_at_start: clocks.total(),
             prompt: (0.0, 0.0),
+            tokens: 0,
+            at_prompt: 0,
             stream: tokenizer.map(|t| (t, StreamDecoder::new())),
         }
     }
@@ -214,9 +224,11 @@ impl<'t> Watch<'t> {
 impl Observer for Watch<'_> {
     fn prompt_done(&mut self, _seq: usize) {
         self.prompt = (self.started.elapsed().as_secs_f64(), self.clocks.total() - self.engine_at_start);
+        self.at_prompt = self.tokens;
     }
 
     fn token(&mut self, _seq: usize, token: u32) {
+        self.tokens += 1;
         if let Some((tokenizer, stream)) = &mut self.stream {
             print!("{}", stream.push(tokenizer, token));
             let _ = std::io::stdout().flush();
@@ -234,16 +246,19 @@ fn peak_rss_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// Prints the run: one JSON object (`--json`), the streamed text's end and the rates on
-/// stderr (`--prompt`), or the prompt and generated ids.
-fn print(args: &RunArgs, out: &Generated, watch: &mut Watch<'_>) {
+/// Prints the run: one JSON object (`--json`, with `speculation` beside `timing` for a
+/// speculative run), the streamed text's end and the rates on stderr (`--prompt`), or the
+/// prompt and generated ids.
+fn print(args: &RunArgs, out: &Generated, watch: &mut Watch<'_>, speculation: Option<serde_json::Value>) {
     let clocks = &watch.clocks;
     let (prompt_seconds, engine_in_prompt) = watch.prompt;
     let engine_in_decode = clocks.total() - watch.engine_at_start - engine_in_prompt;
     let decode_seconds = (watch.started.elapsed().as_secs_f64() - prompt_seconds - engine_in_decode).max(0.0);
     let prompt_seconds = (prompt_seconds - engine_in_prompt).max(0.0);
-    // Every generated token but the last is fed back through the model: those are the decode steps.
-    let decode_steps = out.generated.len().saturating_sub(1);
+    // Every generated token but the last is fed back through the model: those are the decode
+    // steps. A speculative run's first step makes its first tokens beside the prompt's last rows;
+    // the tokens of the steps after it are the decode's.
+    let decode_steps = out.generated.len().saturating_sub(watch.at_prompt.max(1));
     let rate = |n: usize, s: f64| if n == 0 { 0.0 } else { n as f64 / s.max(1e-9) };
     let prompt = out.prompt.len();
     if args.json {
@@ -259,7 +274,11 @@ fn print(args: &RunArgs, out: &Generated, watch: &mut Watch<'_>) {
             "peak_rss_bytes": peak_rss_bytes(),
         });
         let (ids, generated, positions) = (&out.prompt, &out.generated, &out.positions);
-        println!("{}", json!({"prompt": ids, "generated": generated, "positions": positions, "timing": timing}));
+        let mut all = json!({"prompt": ids, "generated": generated, "positions": positions, "timing": timing});
+        if let Some(s) = speculation {
+            all["speculation"] = s;
+        }
+        println!("{all}");
     } else if let Some((_, stream)) = &mut watch.stream {
         println!("{}", stream.finish());
         // With `--bundle` (and its decode bundle) nothing was lowered: no lowering time to report.
@@ -277,10 +296,28 @@ fn print(args: &RunArgs, out: &Generated, watch: &mut Watch<'_>) {
             decode_seconds,
             rate(decode_steps, decode_seconds)
         );
+        if let Some(s) = speculation {
+            eprintln!("{}", speculation_line(&s));
+        }
     } else {
         println!("prompt:    {:?}", out.prompt);
         println!("generated: {:?}", out.generated);
+        if let Some(s) = speculation {
+            println!("{}", speculation_line(&s));
+        }
     }
+}
+
+/// What speculation did, in words: the draft, its tokens a step, and how many it got accepted.
+fn speculation_line(s: &serde_json::Value) -> String {
+    let (drafted, accepted) = (s["drafted"].as_u64().unwrap_or(0), s["accepted"].as_u64().unwrap_or(0));
+    let share = if drafted > 0 { 100.0 * accepted as f64 / drafted as f64 } else { 0.0 };
+    format!(
+        "speculation: draft {}, {} tokens a step: {} verify steps, {drafted} tokens drafted, {accepted} accepted ({share:.0}%)",
+        s["draft"].as_str().unwrap_or("?"),
+        s["draft_tokens"],
+        s["steps"]
+    )
 }
 
 /// The model's tokenizer, when it has one: a GGUF file's, or `tokenizer.json` in a HF directory.

@@ -60,7 +60,7 @@ pub struct Clocks {
 
 impl Clocks {
     /// Runs `f`, adding its time to `clock`.
-    fn time<T>(clock: &Cell<f64>, f: impl FnOnce() -> T) -> T {
+    pub(crate) fn time<T>(clock: &Cell<f64>, f: impl FnOnce() -> T) -> T {
         let t = std::time::Instant::now();
         let out = f();
         clock.set(clock.get() + t.elapsed().as_secs_f64());

@@ -80,7 +80,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     let (model, bundle) = model_and_bundle(args)?;
     let (spec, weights) = resolve_with_weights(&model)?;
     let spec = with_state(spec, args.state);
-    let storage = storage_of(args.storage, &weights);
+    let storage = storage_of(args.storage, &spec, &weights);
     let source = host_weights_of(&model, args.seed, &spec, &weights);
     let tokenizer = crate::run_cmd::tokenizer_of(&model)?;
     let eos = match &tokenizer {

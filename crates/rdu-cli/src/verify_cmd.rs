@@ -8,9 +8,10 @@ use rdu_compiler::verify::{verify_bundle, verify_model};
 use rdu_spatial::chip::Chip;
 use std::path::PathBuf;
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 pub struct VerifyArgs {
-    /// A bundle directory (written by `rdu lower -o`, by anyone)
+    /// A bundle directory (written by `rdu lower -o`, by anyone), or a speculative deployment
+    /// (`rdu lower --cut verify --draft`: its verify and draft bundles)
     bundle: PathBuf,
     /// Also re-author this model and check every layer's program is its kind's under the
     /// manifest's binding (a preset, a config.json or a directory holding one, a .gguf)
@@ -22,6 +23,17 @@ pub struct VerifyArgs {
 }
 
 pub fn run(args: &VerifyArgs) -> Result<()> {
+    if crate::spec_lower::is_speculative(&args.bundle) {
+        // A speculative deployment: its verify bundle (of MODEL) and its draft's decode bundle.
+        let verify = VerifyArgs { bundle: args.bundle.join("verify"), ..args.clone() };
+        run(&verify)?;
+        let draft = args.bundle.join("draft");
+        if draft.exists() {
+            run(&VerifyArgs { bundle: draft, model: None, ..args.clone() })?;
+        }
+        println!("{}: a speculative deployment, every bundle re-certified", args.bundle.display());
+        return Ok(());
+    }
     let dir = &args.bundle;
     let bundle = crate::bundle_arg::open(dir)?;
     let chip = match &args.chip {

@@ -526,3 +526,33 @@ fn a_run_from_a_bundle_reports_no_lowering_time() {
     let err = common::stderr(&out);
     assert!(out.status.success() && err.contains("lowering:"), "{err}");
 }
+
+/// A gpt-oss checkpoint whose layer-0 attention sinks hold 8 logits for its 4 heads (the same
+/// bytes re-declared bf16[8]): every engine and cut refuses it in one line naming the tensor.
+#[test]
+fn sinks_of_the_wrong_length_are_refused_naming_the_tensor() {
+    let src = fixtures::hf("gpt_oss");
+    let dir = temp();
+    for file in ["config.json", "tokens.npy"] {
+        std::fs::copy(src.join(file), dir.path().join(file)).expect("copy");
+    }
+    let bytes = std::fs::read(src.join("model.safetensors")).expect("read");
+    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).expect("header");
+    let sinks = &mut header["model.layers.0.self_attn.sinks"];
+    assert_eq!(sinks["shape"], serde_json::json!([4]));
+    sinks["dtype"] = serde_json::json!("BF16");
+    sinks["shape"] = serde_json::json!([8]);
+    let text = header.to_string();
+    let mut out = (text.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(&bytes[8 + n..]);
+    std::fs::write(dir.path().join("model.safetensors"), out).expect("write");
+    let model = s(dir.path());
+    for engine in ["spatial", "reference"] {
+        for cut in ["decode", "forward"] {
+            let line = user_error(&["run", &model, "--tokens", "1,2", "-n", "1", "--engine", engine, "--cut", cut]);
+            assert!(line.contains("model.layers.0.self_attn.sinks") && line.contains("[8]"), "{engine} {cut}: {line}");
+        }
+    }
+}

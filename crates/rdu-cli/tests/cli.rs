@@ -266,6 +266,29 @@ fn run_a_hf_checkpoint_as_json() {
     assert_eq!(generated[0], meta["greedy_next"][2]);
 }
 
+/// `rdu run` on the tiny gpt-oss checkpoint (sinks, biases, sliding and full layers, YaRN with
+/// `truncate: false`, the clamped SwiGLU clamping): both engines give transformers' logits at
+/// every prompt position within 1e-4 and its 8 greedy tokens.
+#[test]
+fn run_a_gpt_oss_checkpoint_matches_transformers() {
+    let model = repo().join("tests/data/fixtures/hf/gpt_oss");
+    let tokens: Vec<String> = rdu_testkit::npy::ids(model.join("tokens.npy")).iter().map(u32::to_string).collect();
+    let gen_ids = rdu_testkit::npy::ids(model.join("gen_ids.npy"));
+    let want = rdu_testkit::npy::f32(model.join("logits_full.npy"));
+    let tmp = tempfile::tempdir().expect("temp dir");
+    for engine in ["spatial", "reference"] {
+        let logits = tmp.path().join(format!("{engine}.npy"));
+        let args = ["run", path(&model), "--tokens", &tokens.join(","), "-n", "8", "--engine", engine, "--json"];
+        let out = ok(&[&args[..], &["--state", "f32", "--logits", path(&logits)]].concat());
+        let v: Value = serde_json::from_str(&out).expect("JSON");
+        let generated: Vec<u32> =
+            v["generated"].as_array().expect("generated").iter().map(|t| t.as_u64().expect("id") as u32).collect();
+        assert_eq!(generated, gen_ids, "{engine}: transformers' greedy tokens");
+        let got = rdu_testkit::npy::f32(&logits);
+        rdu_testkit::Tolerance::F32.assert(&format!("{engine} prompt logits"), &got[..want.len()], &want);
+    }
+}
+
 fn fit(model: &str) -> Value {
     serde_json::from_str(&ok(&["fit", model, "--json"])).expect("JSON")
 }

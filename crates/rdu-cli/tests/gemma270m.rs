@@ -59,3 +59,29 @@ fn gemma3_270m_kinds_fit_and_lower_agree() {
     assert_eq!(kinds["storage"], fit["storage"]);
     assert_eq!(kinds["storage"], lower["storage"]);
 }
+
+/// Prompt lookup on the real model, greedy, on a prompt that asks for a copy: the tokens of a
+/// plain run, token for token, most drafted tokens accepted (the bench, `bench/spec`, measures
+/// the speed). Runs only when `RDU_GEMMA3_270M_GGUF` names the file.
+#[test]
+fn gemma3_270m_prompt_lookup_gives_the_plain_tokens() {
+    let Ok(file) = std::env::var("RDU_GEMMA3_270M_GGUF") else {
+        eprintln!("skipped: set RDU_GEMMA3_270M_GGUF to the gemma-3-270m-q4_k_m.gguf file to run this test");
+        return;
+    };
+    let text = "Letters are filed by the year they were sent, then by the name of the sender, and every \
+                letter carries a number written in pencil on the back of its last page.";
+    let prompt = format!("{text}\n\nRepeat the text above exactly:\n\nLetters are filed");
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let args = [&["run", &file, "--prompt", &prompt, "-n", "40", "--json"][..], extra].concat();
+        serde_json::from_str(rdu(&args).0.trim()).expect("json")
+    };
+    let plain = run(&[]);
+    for k in ["3", "5"] {
+        let spec = run(&["--draft", "lookup", "--draft-tokens", k]);
+        assert_eq!(spec["generated"], plain["generated"], "--draft-tokens {k}");
+        let s = &spec["speculation"];
+        let (drafted, accepted) = (s["drafted"].as_u64().unwrap(), s["accepted"].as_u64().unwrap());
+        assert!(accepted * 2 > drafted, "--draft-tokens {k}: a copy accepts most drafts: {s}");
+    }
+}

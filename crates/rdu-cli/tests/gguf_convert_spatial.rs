@@ -3,7 +3,7 @@
 //! llama.cpp's transforms): imported, lowered with storage as stored, written as a bundle,
 //! read back by the host from the GGUF file and run through the simulator. F32 files: forward
 //! and token-by-token decode within 1e-4 of transformers. Q8_0 files (weights kept as blocks,
-//! folded by `from_q8`): within 1e-4 of the reference runner on the F32 file of their
+//! folded by `from_stored`): within 1e-4 of the reference runner on the F32 file of their
 //! dequantised values. F32 `deepseek2` files prefilled in chunks, within 1e-4 of transformers. Plus `rdu run FILE.gguf` on a converted file.
 
 use crate::common;

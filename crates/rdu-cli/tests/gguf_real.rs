@@ -63,12 +63,17 @@ const GELU_F16: &str = "ggml computes GELU through an f16 table (GGML_GELU_FP16)
 const MROPE_ASSERT: &str = "llama.cpp aborts on the tiny model: GGML_ASSERT(sect_dims <= ne0), its \
                             M-RoPE sections are wider than the tiny rotary width of 4";
 
-/// The file whose meaning transformers' logits are not: llama.cpp's converter writes no
-/// per-layer attention types, so a Gemma 3 file says "every 6th layer global", and the
-/// gemma3_text fixture's layer 2 of 4 is global. (llama.cpp on that f32 file is as far from
-/// transformers, 0.95, as rdu.) gemma3_every6, in Gemma 3's own pattern, is held to
-/// transformers instead.
-const NOT_TRANSFORMERS: &[&str] = &["gemma3_text"];
+/// The files whose meaning transformers' logits are not, each held to llama.cpp on the file:
+/// - gemma3_text: llama.cpp's converter writes no per-layer attention types, so a Gemma 3 file
+///   says "every 6th layer global", and the gemma3_text fixture's layer 2 of 4 is global.
+///   (llama.cpp on that f32 file is as far from transformers, 0.95, as rdu.) gemma3_every6, in
+///   Gemma 3's own pattern, is held to transformers instead.
+/// - mistral: the converter writes Mistral as `llama` without its sliding window, and llama.cpp
+///   attends to every position (3.0 from transformers, whose window is 4).
+/// - gpt_oss: llama.cpp clamps gpt-oss's SwiGLU at a fixed 7 (the file has no `swiglu_limit`;
+///   the fixture's is 0.8) and rounds YaRN's correction range (the fixture's config says
+///   `truncate: false`): 1.55 from transformers. rdu reads the file as llama.cpp runs it.
+const NOT_TRANSFORMERS: &[&str] = &["gemma3_text", "mistral", "gpt_oss"];
 
 fn check(name: &str, quant: &str) {
     let (_, dir, hf) = converted().into_iter().find(|(n, _, _)| n == name).expect("converted fixture");
@@ -134,8 +139,11 @@ fn every_converted_fixture_is_tested() {
         "gemma3_every6",
         "gemma3_text",
         "glm4_moe",
+        "gpt_oss",
         "llama",
         "minimax_m2",
+        "mistral",
+        "mixtral",
         "qwen3",
         "qwen3_5",
         "qwen3_5_moe",
@@ -188,4 +196,10 @@ real! {
     glm4moe_q8_0: "glm4_moe" "q8_0",
     minimax_m2_f32: "minimax_m2" "f32",
     minimax_m2_q8_0: "minimax_m2" "q8_0",
+    gpt_oss_f32: "gpt_oss" "f32",
+    gpt_oss_q8_0: "gpt_oss" "q8_0",
+    mistral_f32: "mistral" "f32",
+    mistral_q8_0: "mistral" "q8_0",
+    mixtral_f32: "mixtral" "f32",
+    mixtral_q8_0: "mixtral" "q8_0",
 }

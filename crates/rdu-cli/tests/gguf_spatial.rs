@@ -1,6 +1,6 @@
 //! The spatial engine on llama.cpp GGUF files: the fixture files in
 //! `tests/data/fixtures/gguf/` imported, lowered with storage as stored (Q8_0 weights kept as
-//! blocks and folded by `from_q8`), written as a bundle, read back by the host from the GGUF
+//! blocks and folded by `from_stored`), written as a bundle, read back by the host from the GGUF
 //! file, and run through the simulator — forward and token-by-token decode logits within 1e-4
 //! of transformers (original weights for F32 files, Q8_0-dequantised weights for Q8_0 files),
 //! with llama.cpp's argmax at every position. Plus `rdu run FILE.gguf` with both engines.

@@ -143,6 +143,21 @@ fn minimax_m2() {
     check("minimax_m2");
 }
 
+#[test]
+fn gpt_oss() {
+    check("gpt_oss");
+}
+
+#[test]
+fn mistral() {
+    check("mistral");
+}
+
+#[test]
+fn mixtral() {
+    check("mixtral");
+}
+
 /// `rdu run --chunk`: the logits rows are the last row of each whole chunk, then every decoded
 /// position, and `--json` lists exactly those positions.
 #[test]

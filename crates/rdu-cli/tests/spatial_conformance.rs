@@ -114,3 +114,18 @@ fn glm4_moe() {
 fn minimax_m2() {
     check("minimax_m2");
 }
+
+#[test]
+fn gpt_oss() {
+    check("gpt_oss");
+}
+
+#[test]
+fn mistral() {
+    check("mistral");
+}
+
+#[test]
+fn mixtral() {
+    check("mixtral");
+}

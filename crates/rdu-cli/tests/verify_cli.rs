@@ -9,7 +9,11 @@ fn rdu(args: &[&str]) -> (bool, String, String) {
 }
 
 fn lower(dir: &Path, args: &[&str]) {
-    let mut all = vec!["lower", "tiny-qwen3", "-o", dir.to_str().unwrap()];
+    lower_model("tiny-qwen3", dir, args);
+}
+
+fn lower_model(model: &str, dir: &Path, args: &[&str]) {
+    let mut all = vec!["lower", model, "-o", dir.to_str().unwrap()];
     all.extend_from_slice(args);
     let (ok, _, err) = rdu(&all);
     assert!(ok, "{err}");
@@ -18,7 +22,7 @@ fn lower(dir: &Path, args: &[&str]) {
 #[test]
 fn pristine_bundles_of_every_cut_verify_one_line_per_program() {
     let tmp = tempfile::tempdir().unwrap();
-    let cuts: [&[&str]; 7] = [
+    let cuts: [&[&str]; 9] = [
         &["--cut", "forward", "--seq", "3"],
         &["--cut", "decode", "--ctx", "16"],
         &["--cut", "batched", "--batch", "2", "--ctx", "16"],
@@ -26,11 +30,33 @@ fn pristine_bundles_of_every_cut_verify_one_line_per_program() {
         &["--cut", "batched-tp", "--batch", "2", "--tp", "2", "--ctx", "16"],
         &["--cut", "prefill", "--chunk", "3", "--ctx", "16"],
         &["--cut", "prefill-tp", "--chunk", "3", "--tp", "2", "--ctx", "16"],
+        &["--cut", "verify", "--draft-tokens", "3", "--ctx", "16"],
+        &["--cut", "verify", "--draft-tokens", "2", "--batch", "2", "--tp", "2", "--ctx", "16"],
     ];
     for (i, cut) in cuts.iter().enumerate() {
         let dir = tmp.path().join(format!("b{i}"));
         lower(&dir, cut);
-        let (ok, out, err) = rdu(&["verify", dir.to_str().unwrap(), "--model", "tiny-qwen3"]);
+        verified(&dir, "tiny-qwen3", cut);
+    }
+}
+
+/// The verify cut of a hybrid (a recurrent state resumed from a kept row) and of a model with
+/// sliding-window rings (the context longer than the window: drafted rows pending).
+#[test]
+fn verify_bundles_of_a_hybrid_and_of_rings_verify() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (i, model) in ["tiny-qwen3-next", "tiny-gemma3"].into_iter().enumerate() {
+        let dir = tmp.path().join(format!("v{i}"));
+        let cut: &[&str] = &["--cut", "verify", "--draft-tokens", "3", "--ctx", "40"];
+        lower_model(model, &dir, cut);
+        verified(&dir, model, cut);
+    }
+}
+
+/// `rdu verify --model MODEL` of the bundle in `dir`: one `ok` line per program.
+fn verified(dir: &Path, model: &str, cut: &[&str]) {
+    {
+        let (ok, out, err) = rdu(&["verify", dir.to_str().unwrap(), "--model", model]);
         assert!(ok, "{cut:?}: {err}");
         let lines: Vec<&str> = out.lines().filter(|l| l.contains("  ok  ") && l.contains("max |err|")).collect();
         let programs = std::fs::read_dir(dir.join("programs"))

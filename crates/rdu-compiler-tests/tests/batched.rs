@@ -118,6 +118,26 @@ fn qwen3_8b_batched() {
     lower_batched("qwen3-8b");
 }
 
+#[test]
+fn gpt_oss_120b_batched() {
+    lower_batched("gpt-oss-120b");
+}
+
+#[test]
+fn gpt_oss_20b_batched() {
+    lower_batched("gpt-oss-20b");
+}
+
+#[test]
+fn mixtral_8x7b_batched() {
+    lower_batched("mixtral-8x7b");
+}
+
+#[test]
+fn mistral_7b_batched() {
+    lower_batched("mistral-7b");
+}
+
 /// A batched layer reads each weight once for all its sequences: the batched program of a
 /// layer declares exactly the decode program's weights.
 #[test]
@@ -130,7 +150,7 @@ fn a_batched_layer_reads_the_decode_layers_weights() {
                 let mut w: Vec<String> =
                     src.text().lines().filter(|s| s.starts_with("weight ")).map(String::from).collect();
                 w.sort();
-                (w, src.q8)
+                (w, src.stored)
             };
             assert_eq!(
                 weights(Cut::Batched { batch: 3, ctx: 64 }),
@@ -252,4 +272,24 @@ fn deepseek_v2_lite_batched_tp() {
 #[test]
 fn qwen3_8b_batched_tp() {
     lower_batched_tp8("qwen3-8b");
+}
+
+#[test]
+fn gpt_oss_120b_batched_tp() {
+    lower_batched_tp8("gpt-oss-120b");
+}
+
+#[test]
+fn gpt_oss_20b_batched_tp() {
+    lower_batched_tp8("gpt-oss-20b");
+}
+
+#[test]
+fn mixtral_8x7b_batched_tp() {
+    lower_batched_tp8("mixtral-8x7b");
+}
+
+#[test]
+fn mistral_7b_batched_tp() {
+    lower_batched_tp8("mistral-7b");
 }

@@ -133,8 +133,10 @@ fn tiny_presets_are_small_and_quantisable() {
             }
         }
         assert!(inputs.iter().all(|dim| dim % 32 == 0), "{name}: projection inputs {inputs:?}");
-        // Llama and MiniMax-M2 layers are uniform by construction (MoE attention in every layer).
-        let expected = if matches!(name, "tiny-llama" | "tiny-minimax-m2") { 1 } else { 2 };
+        // Llama, Mistral, Mixtral and MiniMax-M2 layers are uniform by construction (no
+        // per-layer setting; MiniMax-M2 MoE attention in every layer).
+        let uniform = ["tiny-llama", "tiny-mistral", "tiny-mixtral", "tiny-minimax-m2"].contains(&name);
+        let expected = if uniform { 1 } else { 2 };
         assert!(distinct_layers(&spec) >= expected, "{name}: {} distinct layers", distinct_layers(&spec));
     }
 }
@@ -205,6 +207,7 @@ fn qwen3_next_80b_matches_the_reference() {
         act: Act::Silu,
         shared: Some(SharedExpert { hidden: 512, gated: true }),
         router: Router::softmax(true, 1.0, 1, 1),
+        bias: false,
     };
     assert!(spec.layers.iter().all(|l| l.ffn == moe && l.norms.unit_offset && !l.norms.post_attn));
     assert_eq!(spec.rotations.len(), 1);
@@ -265,6 +268,7 @@ fn deepseek_v2_matches_the_reference() {
         act: Act::Silu,
         shared: Some(SharedExpert { hidden: 3072, gated: false }),
         router: Router::softmax(false, 16.0, 8, 3),
+        bias: false,
     };
     assert!(spec.layers[1..].iter().all(|l| l.ffn == moe));
     let rotation = &spec.rotations[0];
@@ -276,6 +280,7 @@ fn deepseek_v2_matches_the_reference() {
         beta_slow: 1.0,
         mscale: 0.707,
         mscale_all_dim: 0.707,
+        truncate: true,
     };
     assert_eq!(rotation.scaling, yarn);
     assert_eq!(
@@ -335,6 +340,7 @@ fn qwen3_6_35b_is_moe_in_every_layer() {
         act: Act::Silu,
         shared: Some(SharedExpert { hidden: 512, gated: true }),
         router: Router::softmax(true, 1.0, 1, 1),
+        bias: false,
     };
     assert!(spec.layers.iter().all(|l| l.ffn == moe));
 }
@@ -344,6 +350,119 @@ fn qwen3_8b_has_plain_qk_norm_and_no_window() {
     let spec = preset("qwen3-8b");
     assert_eq!(attention(&spec, 0), (32, 8, 128, true, false, false, 1.0 / 128f64.sqrt(), 128));
     assert!(spec.layers.iter().all(|l| l.window.is_none() && !l.norms.unit_offset));
+}
+
+/// gpt-oss-120b as its config says: 36 layers alternating sliding (128) and full attention, both
+/// with sinks and biases on q, k, v and o; YaRN factor 32 over 4096 positions, β 32 / 1, its
+/// correction range not rounded (`truncate: false`), RoPE magnitude 0.1·ln 32 + 1; every layer
+/// a MoE of 128 experts of 2880 columns, top 4, biased router and experts, SwiGLU clamped at 7.
+#[test]
+fn gpt_oss_120b_matches_its_config() {
+    let spec = preset("gpt-oss-120b");
+    assert_eq!((spec.n_layers(), spec.d_model, spec.vocab, spec.max_ctx), (36, 2880, 201088, 131072));
+    assert_eq!(spec.family, Family::GptOss);
+    for (i, layer) in spec.layers.iter().enumerate() {
+        assert_eq!(layer.window, (i % 2 == 0).then_some(128), "layer {i}");
+        let Mixer::Attention { heads, kv_heads, head_dim, qkv_bias, o_bias, sinks, scale, rotary_dim, .. } =
+            layer.mixer
+        else {
+            panic!("layer {i} is attention")
+        };
+        assert_eq!((heads, kv_heads, head_dim, rotary_dim), (64, 8, 64, 64));
+        assert!(qkv_bias && o_bias && sinks && (scale - 0.125).abs() < 1e-15);
+        let moe = Ffn::Moe {
+            experts: 128,
+            top_k: 4,
+            expert_hidden: 2880,
+            act: Act::SwigluOai { limit: 7.0 },
+            shared: None,
+            router: Router::softmax(true, 1.0, 1, 1),
+            bias: true,
+        };
+        assert_eq!(layer.ffn, moe, "layer {i}");
+        assert_eq!(layer.norms.eps, 1e-5);
+    }
+    let yarn = RopeScaling::Yarn {
+        factor: 32.0,
+        original_max: 4096,
+        beta_fast: 32.0,
+        beta_slow: 1.0,
+        mscale: 1.0,
+        mscale_all_dim: 0.0,
+        truncate: false,
+    };
+    assert_eq!(spec.rotations.len(), 1);
+    assert_eq!(
+        (spec.rotations[0].base, spec.rotations[0].style, &spec.rotations[0].scaling),
+        (150000.0, RopeStyle::Neox, &yarn)
+    );
+    assert_eq!((spec.bos, spec.eos.as_slice(), spec.head.tied), (None, &[200002][..], false));
+    // The 20b: 24 layers of 32 experts, otherwise the same.
+    let small = preset("gpt-oss-20b");
+    assert_eq!(small.n_layers(), 24);
+    assert!(matches!(small.layers[0].ffn, Ffn::Moe { experts: 32, top_k: 4, expert_hidden: 2880, bias: true, .. }));
+}
+
+/// gpt-oss's defaults are `GptOssConfig`'s: every field but the shape left out, the layers slide
+/// on even indices with a window of 128 and the RoPE is YaRN with `truncate: false`.
+#[test]
+fn gpt_oss_defaults_are_its_config_classes() {
+    let minimal = r#"{"model_type": "gpt_oss", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 16,
+      "vocab_size": 256, "intermediate_size": 64, "num_local_experts": 8, "num_experts_per_tok": 2}"#;
+    let spec = from_config_json(minimal, "minimal").expect("imports");
+    let windows: Vec<Option<usize>> = spec.layers.iter().map(|l| l.window).collect();
+    assert_eq!(windows, [Some(128), None, Some(128), None]);
+    assert!(matches!(
+        spec.layers[0].mixer,
+        Mixer::Attention { head_dim: 64, kv_heads: 8, qkv_bias: true, o_bias: true, sinks: true, .. }
+    ));
+    assert!(matches!(spec.layers[0].ffn, Ffn::Moe { act: Act::SwigluOai { limit: 7.0 }, .. }));
+    assert!(matches!(
+        spec.rotations[0].scaling,
+        RopeScaling::Yarn { factor: 32.0, original_max: 4096, truncate: false, .. }
+    ));
+    assert_eq!((spec.rotations[0].base, spec.max_ctx, spec.layers[0].norms.eps), (150000.0, 131072, 1e-5));
+    let plain = minimal.replace(
+        "\"num_experts_per_tok\": 2",
+        "\"num_experts_per_tok\": 2, \"attention_bias\": false, \"sliding_window\": null",
+    );
+    let spec = from_config_json(&plain, "plain").expect("imports");
+    assert!(spec.layers.iter().all(|l| l.window.is_none()));
+    assert!(matches!(spec.layers[0].mixer, Mixer::Attention { qkv_bias: false, o_bias: false, sinks: true, .. }));
+}
+
+/// Mistral slides on every layer: by its `sliding_window` (4096 in Mistral-7B), by
+/// `MistralConfig`'s default 4096 when the field is absent, and not at all when it is `null`.
+/// Mixtral: every layer a top-2 MoE of 8 experts of `intermediate_size`, renormalised, no window.
+#[test]
+fn mistral_slides_and_mixtral_routes_as_configured() {
+    let spec = preset("mistral-7b");
+    assert!(spec.layers.iter().all(|l| l.window == Some(4096) && matches!(l.ffn, Ffn::Dense { hidden: 14336, .. })));
+    assert_eq!(attention(&spec, 0), (32, 8, 128, false, false, false, 1.0 / 128f64.sqrt(), 128));
+    let absent = edited("mistral-7b", |v| {
+        v.as_object_mut().unwrap().remove("sliding_window");
+    })
+    .expect("imports");
+    assert!(absent.layers.iter().all(|l| l.window == Some(4096)));
+    let null = edited("mistral-7b", |v| v["sliding_window"] = Value::Null).expect("imports");
+    assert!(null.layers.iter().all(|l| l.window.is_none()));
+    let narrow = edited("tiny-mistral", |v| v["sliding_window"] = json!(8)).expect("imports");
+    assert!(narrow.layers.iter().all(|l| l.window == Some(8)));
+
+    let spec = preset("mixtral-8x7b");
+    let moe = Ffn::Moe {
+        experts: 8,
+        top_k: 2,
+        expert_hidden: 14336,
+        act: Act::Silu,
+        shared: None,
+        router: Router::softmax(true, 1.0, 1, 1),
+        bias: false,
+    };
+    assert!(spec.layers.iter().all(|l| l.ffn == moe && l.window.is_none()));
+    assert_eq!((spec.rotations[0].base, spec.layers[0].norms.eps, spec.bos), (1e6, 1e-5, Some(1)));
+    let windowed = edited("mixtral-8x7b", |v| v["sliding_window"] = json!(4096)).expect("imports");
+    assert!(windowed.layers.iter().all(|l| l.window == Some(4096)));
 }
 
 #[test]
@@ -610,6 +729,64 @@ fn errors_name_the_field() {
     }
 }
 
+/// gpt-oss, Mistral and Mixtral configs: every refusal names its field.
+#[test]
+fn gpt_oss_mistral_and_mixtral_errors_name_the_field() {
+    let cases: Vec<(&str, rdu_compiler::error::Result<ModelSpec>, &str)> = vec![
+        ("gpt-oss alpha", edited("tiny-gpt-oss", |v| v["swiglu_alpha"] = json!(1.5)), "swiglu_alpha"),
+        ("gpt-oss limit", edited("tiny-gpt-oss", |v| v["swiglu_limit"] = json!(0.0)), "swiglu_limit"),
+        (
+            "gpt-oss top-k names disagree",
+            edited("tiny-gpt-oss", |v| v["experts_per_token"] = json!(2)),
+            "experts_per_token",
+        ),
+        (
+            "gpt-oss without experts",
+            edited("tiny-gpt-oss", |v| {
+                v.as_object_mut().unwrap().remove("num_local_experts");
+            }),
+            "num_local_experts",
+        ),
+        (
+            "gpt-oss top-k past the experts",
+            edited("tiny-gpt-oss", |v| v["num_experts_per_tok"] = json!(9)),
+            "num_experts_per_tok",
+        ),
+        ("gpt-oss window 0", edited("tiny-gpt-oss", |v| v["sliding_window"] = json!(0)), "sliding_window"),
+        (
+            "gpt-oss layer type",
+            edited("tiny-gpt-oss", |v| v["layer_types"][1] = json!("linear_attention")),
+            "layer_types[1]",
+        ),
+        ("gpt-oss layer count", edited("tiny-gpt-oss", |v| v["num_hidden_layers"] = json!(3)), "layer_types"),
+        (
+            "gpt-oss yarn truncate",
+            edited("tiny-gpt-oss", |v| v["rope_scaling"]["truncate"] = json!("no")),
+            "rope_scaling.truncate",
+        ),
+        ("mistral window 0", edited("tiny-mistral", |v| v["sliding_window"] = json!(0)), "sliding_window"),
+        (
+            "mixtral without top-k",
+            edited("tiny-mixtral", |v| {
+                v.as_object_mut().unwrap().remove("num_experts_per_tok");
+            }),
+            "num_experts_per_tok",
+        ),
+        (
+            "mixtral without expert size",
+            edited("tiny-mixtral", |v| {
+                v.as_object_mut().unwrap().remove("intermediate_size");
+            }),
+            "intermediate_size",
+        ),
+    ];
+    for (what, result, field) in cases {
+        let (got, message) = config_error(result);
+        assert_eq!(got, field, "{what}: {message}");
+        assert!(!message.is_empty() && !message.ends_with('.'), "{what}: {message}");
+    }
+}
+
 #[test]
 fn error_messages_say_what_is_wrong() {
     let (_, message) = config_error(edited("tiny-llama", |v| v["model_type"] = json!("mamba")));
@@ -774,7 +951,53 @@ fn configs_saved_by_transformers_5_import_as_their_presets() {
         seen.iter().map(|(_, v)| v["model_type"].as_str().expect("model_type").to_string()).collect();
     let every =
         ["llama", "qwen2", "qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "gemma3", "gemma3_text"];
-    for family in every.into_iter().chain(["deepseek_v2"]) {
+    for family in every.into_iter().chain(["deepseek_v2", "gpt_oss", "mistral", "mixtral"]) {
         assert!(families.contains(family), "no saved config of {family}: {families:?}");
     }
+}
+
+/// `quantization_config`: DeepSeek-V3's FP8 (e4m3, 128 × 128 blocks) and gpt-oss's MXFP4
+/// (with `modules_to_not_convert`) read; anything rdu does not read refused naming the field.
+#[test]
+fn quantization_configs_are_read_or_refused_naming_the_field() {
+    use rdu_compiler::model::storage::Format;
+    let v3 =
+        json!({"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]});
+    let spec = edited("tiny-deepseek-v2", |v| v["quantization_config"] = v3.clone()).unwrap();
+    let q = spec.quantization.expect("declared");
+    assert_eq!((q.format, q.not_converted.len()), (Format::Fp8 { rows: 128, cols: 128 }, 0));
+    let oss = json!({"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn", "lm_head"]});
+    let spec = edited("tiny-qwen3-moe", |v| v["quantization_config"] = oss.clone()).unwrap();
+    assert_eq!(spec.quantization.unwrap().format, Format::Mxfp4);
+    assert!(preset("tiny-llama").quantization.is_none());
+    let refused = |q: Value| config_error(edited("tiny-llama", |v| v["quantization_config"] = q));
+    let (field, message) = refused(json!({"quant_method": "awq"}));
+    assert_eq!(field, "quantization_config.quant_method");
+    assert!(message.contains("`awq` is not read"), "{message}");
+    let (field, message) = refused(json!({"quant_method": "fp8", "fmt": "e5m2", "weight_block_size": [128, 128]}));
+    assert_eq!((field.as_str(), message.contains("e4m3 only")), ("quantization_config.fmt", true), "{message}");
+    let (field, _) = refused(json!({"quant_method": "fp8"}));
+    assert_eq!(field, "quantization_config.weight_block_size");
+    let (field, message) = refused(json!({"quant_method": "fp8", "weight_block_size": [128, 0]}));
+    assert_eq!((field.as_str(), message.contains("positive")), ("quantization_config.weight_block_size", true));
+}
+
+/// The storage a config declares: every layer projection in its format but the router and the
+/// modules it leaves unconverted; never the embedding or the head.
+#[test]
+fn declared_storage_follows_the_config() {
+    use rdu_compiler::model::quantization::declared_storage;
+    use rdu_compiler::model::storage::{Format, Storage};
+    let oss = json!({"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]});
+    let spec = edited("tiny-qwen3-moe", |v| v["quantization_config"] = oss).unwrap();
+    let Some(Storage::Exactly(stored)) = declared_storage(&spec) else { panic!("declared") };
+    let bases: std::collections::BTreeSet<String> =
+        stored.keys().map(|n| n.trim_end_matches(|c: char| c.is_ascii_digit()).to_string()).collect();
+    assert!(stored.values().all(|f| *f == Format::Mxfp4));
+    assert!(
+        !bases.contains("Wr") && !bases.contains("Wq") && !bases.contains("E") && !bases.contains("Wout"),
+        "{bases:?}"
+    );
+    assert!(bases.contains("Weg") && bases.contains("Wed"), "{bases:?}");
+    assert!(declared_storage(&preset("tiny-llama")).is_none());
 }

@@ -29,7 +29,7 @@ fn refusal(name: &str, edit: impl FnOnce(&mut Value)) -> (String, String) {
 
 fn moe(spec: &ModelSpec, layer: usize) -> (usize, usize, usize, Option<SharedExpert>, Router) {
     match &spec.layers[layer].ffn {
-        Ffn::Moe { experts, top_k, expert_hidden, act: Act::Silu, shared, router } => {
+        Ffn::Moe { experts, top_k, expert_hidden, act: Act::Silu, shared, router, bias: false } => {
             (*experts, *top_k, *expert_hidden, shared.clone(), router.clone())
         }
         other => panic!("{}: layer {layer} is {other:?}", spec.name),

@@ -147,6 +147,21 @@ fn minimax_m2_matches_transformers() {
 }
 
 #[test]
+fn gpt_oss_matches_transformers() {
+    check_model("gpt_oss");
+}
+
+#[test]
+fn mistral_matches_transformers() {
+    check_model("mistral");
+}
+
+#[test]
+fn mixtral_matches_transformers() {
+    check_model("mixtral");
+}
+
+#[test]
 fn a_checkpoint_missing_a_tensor_is_a_one_line_error_naming_it() {
     let dir = fixtures::hf("llama");
     let tmp = tempfile::tempdir().expect("temp dir");

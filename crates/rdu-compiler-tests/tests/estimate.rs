@@ -6,8 +6,8 @@
 
 use rdu_compiler::deploy::{
     estimate_streamed, lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed,
-    lower_forward_streamed, lower_prefill_streamed, lower_prefill_tp_streamed, lower_tp_decode_streamed, Estimator,
-    LowerOptions, Storage, StreamedModel, StreamedReject, ESTIMATE_ONLY,
+    lower_forward_streamed, lower_prefill_streamed, lower_prefill_tp_streamed, lower_tp_decode_streamed,
+    lower_verify_streamed, Estimator, LowerOptions, Storage, StreamedModel, StreamedReject, ESTIMATE_ONLY,
 };
 use rdu_compiler::fit::admits_tp;
 use rdu_compiler::model::presets;
@@ -30,6 +30,7 @@ fn certified(spec: &ModelSpec, cut: Cut) -> Result<StreamedModel, StreamedReject
         Cut::BatchedTp { batch, tp, ctx } => lower_batched_tp_decode_streamed(spec, batch, tp, ctx, o),
         Cut::Prefill { chunk, ctx } => lower_prefill_streamed(spec, chunk, ctx, o),
         Cut::PrefillTp { chunk, tp, ctx } => lower_prefill_tp_streamed(spec, chunk, tp, ctx, o),
+        Cut::Verify { draft, batch, tp, ctx } => lower_verify_streamed(spec, draft, batch, tp, ctx, o),
     }
 }
 
@@ -103,6 +104,21 @@ fn prefill_and_forward_estimates_equal_their_lowering() {
     let lowered = certified(&spec, cut).unwrap();
     let estimated = estimate_streamed(&spec, cut, opts(&mut |_| {})).unwrap();
     same("tiny-llama prefill over 2 chips", &estimated, &lowered);
+}
+
+#[test]
+fn verify_estimates_equal_their_lowering() {
+    for (name, cut) in [
+        ("tiny-qwen3-next", Cut::Verify { draft: 3, batch: None, tp: 1, ctx: 32 }),
+        ("tiny-gemma3", Cut::Verify { draft: 2, batch: Some(2), tp: 1, ctx: 32 }),
+        ("tiny-llama", Cut::Verify { draft: 4, batch: None, tp: 2, ctx: 32 }),
+    ] {
+        let spec = presets::get(name).expect("preset");
+        let label = format!("{name} {}", cut.describe());
+        let lowered = certified(&spec, cut).unwrap_or_else(|e| panic!("{label}: {e}"));
+        let estimated = estimate_streamed(&spec, cut, opts(&mut |_| {})).unwrap_or_else(|e| panic!("{label}: {e}"));
+        same(&label, &estimated, &lowered);
+    }
 }
 
 #[test]

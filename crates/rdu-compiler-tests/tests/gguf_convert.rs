@@ -110,9 +110,9 @@ fn check_q8(arch: &str, target: Target, q8_weights: &[&str]) {
     let q8 = GgufWeights::open(&spec, &q8_path).expect("open");
     let Storage::Exactly(set) = q8.storage() else { panic!("storage as stored") };
     for name in q8_weights {
-        assert!(set.contains(*name), "{name} is Q8_0 in the file: {set:?}");
+        assert!(set.contains_key(*name), "{name} is Q8_0 in the file: {set:?}");
     }
-    assert!(!set.iter().any(|n| n.starts_with("an") || n.starts_with("Wr")), "norms and routers stay F32: {set:?}");
+    assert!(!set.keys().any(|n| n.starts_with("an") || n.starts_with("Wr")), "norms and routers stay F32: {set:?}");
     let deq_spec = f32_states(from_gguf_path(&deq_path).expect("import"));
     let deq = GgufWeights::open(&deq_spec, &deq_path).expect("open");
     let tokens = npy::ids(fixtures::hf(arch).join("tokens.npy"));

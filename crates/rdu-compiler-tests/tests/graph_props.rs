@@ -60,7 +60,7 @@ fn op() -> impl Strategy<Value = Op> {
                 group_score: GroupScore::Max,
             }
         }),
-        prop::bool::ANY.prop_map(|g| Op::Experts { act: if g { Act::GeluTanh } else { Act::Silu } }),
+        prop::bool::ANY.prop_map(|g| Op::Experts { act: if g { Act::GeluTanh } else { Act::Silu }, limit: None }),
     ]
 }
 
@@ -202,7 +202,7 @@ fn composite(which: u8, u: [usize; 8], f: [bool; 3]) -> (Op, Vec<Type>) {
                 wg,
                 Type::f32(&[ne, dm, i]),
             ];
-            (Op::Experts { act: if f[2] { Act::Silu } else { Act::GeluTanh } }, ops)
+            (Op::Experts { act: if f[2] { Act::Silu } else { Act::GeluTanh }, limit: None }, ops)
         }
         10 => (Op::Linear, vec![Type::f32(&[a, b]), Type::f32(&[c, b]), Type::f32(&[c])]),
         11 => (Op::LinearHeads, vec![Type::f32(&[a, b, c]), Type::f32(&[b, d, c])]),

@@ -65,8 +65,9 @@ fn real_presets_have_the_documented_kinds() {
 fn tiny_presets_have_two_kinds_where_the_family_allows() {
     for name in presets::names().into_iter().filter(|n| n.starts_with("tiny-")) {
         let n_kinds = layer_kinds(&spec(name), &Storage::AllQ8).len();
-        // Llama's and MiniMax-M2's layers are uniform by construction.
-        let expected_min = if matches!(name, "tiny-llama" | "tiny-minimax-m2") { 1 } else { 2 };
+        // Llama, Mistral, Mixtral and MiniMax-M2 layers are uniform by construction.
+        let uniform = ["tiny-llama", "tiny-mistral", "tiny-mixtral", "tiny-minimax-m2"].contains(&name);
+        let expected_min = if uniform { 1 } else { 2 };
         assert!(n_kinds >= expected_min, "{name}: {n_kinds} kinds");
     }
 }
@@ -111,13 +112,33 @@ fn a_layer_stored_differently_is_its_own_kind() {
     let cut = Cut::Decode { ctx: 64 };
     let mut stored = BTreeSet::new();
     for l in 0..llama.n_layers() {
-        stored.extend(source_of(&llama, l, cut, &Storage::AllQ8).q8);
+        stored.extend(source_of(&llama, l, cut, &Storage::AllQ8).q8());
     }
     stored.remove("Wq5");
-    let kinds = kinds_of(&llama, &Storage::Exactly(stored));
+    let kinds = kinds_of(&llama, &Storage::q8(stored));
     assert_eq!(kinds.len(), 2);
     assert_eq!(kinds[1].1, vec![5]);
     assert_eq!(kinds[0].1, others(32, &[5]));
+}
+
+/// Layers differing only in what is stored FP8 are their own kinds, named as the Q8_0 ones are
+/// (`_fp8_{weights}`); a storage set mixing formats names each (`_q8_..._fp8_...`).
+#[test]
+fn kinds_differing_in_what_is_stored_fp8_are_named_for_it() {
+    use rdu_compiler::model::storage::Format;
+    let llama = spec("tiny-llama");
+    let fp8 = Format::Fp8 { rows: 16, cols: 32 };
+    let mut stored: std::collections::BTreeMap<String, Format> =
+        rdu_compiler::model::quantization::blockable_weights(&llama).into_iter().map(|n| (n, fp8)).collect();
+    stored.retain(|n, _| n != "E" && n != "Wout");
+    stored.insert("Wo1".into(), Format::Q8_0);
+    stored.remove("Wd1");
+    let storage = Storage::Exactly(stored);
+    let names: Vec<String> = layer_kinds(&llama, &storage).into_iter().map(|k| k.name).collect();
+    assert_eq!(names, ["attention_dense_fp8_wd_wo", "attention_dense_q8_wo"]);
+    let source = source_of(&llama, 0, Cut::Decode { ctx: 64 }, &storage);
+    assert_eq!(source.stored["Wq0"], fp8);
+    assert!(source.text().contains("weight Wq0 : q8[64, 64]"), "the text says what may be stored, not how");
 }
 
 /// Every name bound (declared or assigned) in a program, and the shared ones.
@@ -175,7 +196,7 @@ fn authored_programs_round_trip_through_printer_and_parser() {
                 let p = parse(src.text()).unwrap_or_else(|d| panic!("{name}: {}\n{}", d[0], src.text()));
                 let printed = print(&p);
                 assert_eq!(parse(&printed).expect("printed program parses"), p, "{name}");
-                let reprinted = Source::split(printed, src.q8.clone(), src.slices.clone());
+                let reprinted = Source::split(printed, src.stored.clone(), src.slices.clone());
                 assert_eq!(shape_digest(&reprinted), shape_digest(&src), "{name}: printing changed the digest");
             }
         }

@@ -13,11 +13,11 @@ const EXAMPLE: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../t
 const SYNTAX_ERRORS: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/syntax_errors.rdu"));
 
 fn source(text: &str, q8: &[&str]) -> Source {
-    Source::new(text.to_string(), q8.iter().map(|s| s.to_string()).collect())
+    Source::with_q8(text.to_string(), &q8.iter().map(|s| s.to_string()).collect())
 }
 
 fn source_of(p: &Program, q8: &BTreeSet<String>) -> Source {
-    Source::new(print(p), q8.clone())
+    Source::with_q8(print(p), q8)
 }
 
 /// The 1-based line of a byte offset.

@@ -151,6 +151,36 @@ fn qwen3_8b_lowers_and_certifies() {
 }
 
 #[test]
+fn gpt_oss_120b_lowers_and_certifies() {
+    lower_real("gpt-oss-120b");
+}
+
+#[test]
+fn gpt_oss_20b_lowers_and_certifies() {
+    lower_real("gpt-oss-20b");
+}
+
+#[test]
+fn mixtral_8x7b_lowers_and_certifies() {
+    lower_real("mixtral-8x7b");
+}
+
+#[test]
+fn mistral_7b_lowers_and_certifies() {
+    lower_real("mistral-7b");
+}
+
+#[test]
+fn llama_3_2_1b_lowers_and_certifies() {
+    lower_real("llama-3.2-1b");
+}
+
+#[test]
+fn qwen3_0_6b_lowers_and_certifies() {
+    lower_real("qwen3-0.6b");
+}
+
+#[test]
 fn tiny_presets_lower_every_cut() {
     for name in presets::names().into_iter().filter(|n| n.starts_with("tiny-")) {
         let spec = presets::resolve(name).expect("preset");
@@ -186,6 +216,17 @@ fn tiny_qwen3_next_golden_in_every_cut() {
         ("batched-tp", lower_batched_tp_decode_streamed(&spec, 3, 2, 64, opts("sn50", Storage::Dense, &mut |_| {}))),
         ("prefill", lower_prefill_streamed(&spec, 8, 64, opts("sn50", Storage::AllQ8, &mut |_| {}))),
         (
+            "verify",
+            rdu_compiler::deploy::lower_verify_streamed(
+                &spec,
+                3,
+                None,
+                1,
+                64,
+                opts("sn50", Storage::AllQ8, &mut |_| {}),
+            ),
+        ),
+        (
             "prefill-tp",
             rdu_compiler::deploy::lower_prefill_tp_streamed(&spec, 8, 2, 64, opts("sn50", Storage::Dense, &mut |_| {})),
         ),
@@ -202,7 +243,7 @@ fn lowered_kind(name: &str, chip: &Chip) -> (rdu_spatial::program::SpatialProgra
     let src = source_of(&spec, 0, Cut::Decode { ctx: 64 }, &Storage::AllQ8);
     let program = parse(src.text()).expect("parses");
     let graph = lift(&program).expect("lifts");
-    (lower("kind", &program, &graph, &src.q8, chip, &mut |_, _| {}), graph)
+    (lower("kind", &program, &graph, &src.stored, chip, &mut |_, _| {}), graph)
 }
 
 /// SN50 cut down to `units` PCUs and PMUs of `pmu_bytes` each: small enough to tile and
@@ -470,6 +511,26 @@ fn qwen3_8b_prefill_512_certifies() {
     prefill_real("qwen3-8b");
 }
 
+#[test]
+fn gpt_oss_120b_prefill_512_certifies() {
+    prefill_real("gpt-oss-120b");
+}
+
+#[test]
+fn gpt_oss_20b_prefill_512_certifies() {
+    prefill_real("gpt-oss-20b");
+}
+
+#[test]
+fn mixtral_8x7b_prefill_512_certifies() {
+    prefill_real("mixtral-8x7b");
+}
+
+#[test]
+fn mistral_7b_prefill_512_certifies() {
+    prefill_real("mistral-7b");
+}
+
 /// `check_structure` — all that an estimate and the full-size program of a reduced
 /// certification are held to — refuses a structural fault and a program larger than the chip.
 #[test]
@@ -505,7 +566,7 @@ fn seeded_token_ids_spread_over_the_embedding_table() {
     let spec = presets::resolve("tiny-llama").expect("preset");
     let src = embed_source(&spec, Cut::Prefill { chunk: 8, ctx: 64 }, &Storage::AllQ8);
     let graph = lift(src.program().expect("parses")).expect("lifts");
-    let program = lower("embed", src.program().unwrap(), &graph, &src.q8, &chip, &mut |_, _| {});
+    let program = lower("embed", src.program().unwrap(), &graph, &src.stored, &chip, &mut |_, _| {});
     let seed = 11;
     let inputs = seeded_inputs(&program, &graph, seed);
     let tok = Bindings::tensor(&inputs, "tok").expect("a token input");
@@ -524,7 +585,7 @@ fn seeded_positions_of_a_batched_step_are_each_sequences_own_near_the_end_of_the
     let ctx = 64;
     let src = source_of(&spec, 0, Cut::Batched { batch: 3, ctx }, &Storage::AllQ8);
     let graph = lift(src.program().expect("parses")).expect("lifts");
-    let program = lower("kind", src.program().unwrap(), &graph, &src.q8, &chip, &mut |_, _| {});
+    let program = lower("kind", src.program().unwrap(), &graph, &src.stored, &chip, &mut |_, _| {});
     let inputs = seeded_inputs(&program, &graph, 7);
     for b in 0..3 {
         let pos = Bindings::tensor(&inputs, &format!("pos_s{b}")).expect("a position per sequence");
@@ -660,7 +721,7 @@ fn each_weight_read_dense_is_dequantised_once() {
                 z = reshape(a2, [128])\ny = add(a1, b1)\nu = add(y, z)\no = add(u, x)\n";
     let program = parse(text).expect("parses");
     let graph = lift(&program).expect("lifts");
-    let q8 = ["A".to_string(), "B".to_string()].into_iter().collect();
+    let q8 = ["A", "B"].map(|n| (n.to_string(), rdu_spatial::Storage::Q8_0)).into_iter().collect();
     let chip = Chip::builtin("sn50").unwrap();
     let spatial = lower("dq", &program, &graph, &q8, &chip, &mut |_, _| {});
     for w in ["A", "B"] {

@@ -219,6 +219,26 @@ fn minimax_m2_prefill_over_8_chips_certifies() {
     prefill_real_tp8("minimax-m2");
 }
 
+#[test]
+fn gpt_oss_120b_certifies_at_tp_8() {
+    lower_real_tp8("gpt-oss-120b");
+}
+
+#[test]
+fn gpt_oss_20b_certifies_at_tp_8() {
+    lower_real_tp8("gpt-oss-20b");
+}
+
+#[test]
+fn mixtral_8x7b_certifies_at_tp_8() {
+    lower_real_tp8("mixtral-8x7b");
+}
+
+#[test]
+fn mistral_7b_certifies_at_tp_8() {
+    lower_real_tp8("mistral-7b");
+}
+
 /// Layer 0 of `name` at `tp` chips: the lowered per-chip program and graph, and the unsplit
 /// decode program and graph (names as in layer 0).
 fn split_kind(
@@ -232,12 +252,19 @@ fn split_kind(
     let src = source_of(&spec, 0, Cut::Tp { tp, ctx: 64 }, &storage);
     let program = parse(src.text()).unwrap();
     let graph = lift(&program).unwrap();
-    let split =
-        lower_split("kind", &program, &graph, &src.q8, Split { chips: tp, slices: &src.slices }, &chip, &mut |_, _| {});
+    let split = lower_split(
+        "kind",
+        &program,
+        &graph,
+        &src.stored,
+        Split { chips: tp, slices: &src.slices },
+        &chip,
+        &mut |_, _| {},
+    );
     let whole = source_of(&spec, 0, Cut::Decode { ctx: 64 }, &storage);
     let whole_program = parse(whole.text()).unwrap();
     let whole_graph = lift(&whole_program).unwrap();
-    let unsplit = lower("kind", &whole_program, &whole_graph, &whole.q8, &chip, &mut |_, _| {});
+    let unsplit = lower("kind", &whole_program, &whole_graph, &whole.stored, &chip, &mut |_, _| {});
     (split, graph, unsplit, whole_graph)
 }
 

@@ -50,4 +50,5 @@ mod lower_tp;
 mod prefill;
 mod roofline;
 mod schedule;
+mod verify_cut;
 mod verify_mutants;

@@ -32,7 +32,7 @@ fn prefill_layers_declare_the_decode_states_on_every_preset() {
                 assert!(!states.is_empty(), "{name} layer {layer}: no state");
                 let inputs = decls(p.text(), DeclKind::Input);
                 assert!(inputs.iter().all(|(n, s)| n != "pos" || s == &[chunk]), "{name} layer {layer}: {inputs:?}");
-                assert_eq!(p.q8, d.q8, "{name} layer {layer}: the Q8_0 sets differ");
+                assert_eq!(p.stored, d.stored, "{name} layer {layer}: the storage sets differ");
             }
             let kinds = |cut| -> Vec<(String, Vec<usize>)> {
                 layer_kinds_for(&spec, cut, &Storage::AllQ8).into_iter().map(|k| (k.name, k.layers)).collect()

@@ -29,7 +29,8 @@ fn published_hbm(chip: &str) -> f64 {
 }
 
 /// Floor bytes of a written manifest, as `model_roofline.py` computes them from the bundle and
-/// the model's config.json: every tensor once (Q8_0 34/32 bytes an element, else 2), a table
+/// the model's config.json: every tensor once (Q8_0 34/32 bytes an element, FP8 1 + 4/128²
+/// — one f32 scale a 128 × 128 block —, MXFP4 17/32, else 2), a table
 /// only the embedding reads as one row per sequence, a stack of `n_experts` routed experts as
 /// `min(1, batch·top_k/n_experts)` of it, every state once at 2 bytes an element.
 fn floor_of_manifest(m: &Manifest, config: &serde_json::Value) -> f64 {
@@ -43,7 +44,12 @@ fn floor_of_manifest(m: &Manifest, config: &serde_json::Value) -> f64 {
     let mut floor = 0.0;
     for (name, t) in &m.tensors {
         let mut n: f64 = t.shape.iter().map(|&d| d as f64).product();
-        let per = if t.storage == TensorStorage::Q8_0 { 34.0 / 32.0 } else { 2.0 };
+        let per = match t.storage {
+            TensorStorage::Q8_0 => 34.0 / 32.0,
+            TensorStorage::Fp8 => 1.0 + 4.0 / (128.0 * 128.0),
+            TensorStorage::Mxfp4 => 17.0 / 32.0,
+            TensorStorage::Dense => 2.0,
+        };
         if embed_only.contains(name) {
             n = *t.shape.last().unwrap() as f64 * batch;
         } else if n_exp > 0.0 && t.shape.len() == 3 && t.shape[0] as f64 == n_exp {
@@ -54,19 +60,17 @@ fn floor_of_manifest(m: &Manifest, config: &serde_json::Value) -> f64 {
     floor + m.states.iter().map(|s| s.shape.iter().map(|&d| d as f64).product::<f64>() * 2.0).sum::<f64>()
 }
 
-/// `model`'s bundle written and read back, and the preset `name`'s config.json.
-fn written_bundle(name: &str, model: &StreamedModel) -> (Bundle, serde_json::Value) {
+/// `model`'s bundle written and read back.
+fn written_bundle(model: &StreamedModel) -> Bundle {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bundle");
     model.bundle().unwrap().write(&path, false).unwrap();
-    let bundle = Bundle::open(&path).expect("a valid bundle");
-    (bundle, serde_json::from_str(presets::config_text(name).unwrap()).unwrap())
+    Bundle::open(&path).expect("a valid bundle")
 }
 
 /// `model`'s bundle written and its manifest read back, and the preset `name`'s config.json.
 fn written(name: &str, model: &StreamedModel) -> (Manifest, serde_json::Value) {
-    let (bundle, config) = written_bundle(name, model);
-    (bundle.manifest, config)
+    (written_bundle(model).manifest, serde_json::from_str(presets::config_text(name).unwrap()).unwrap())
 }
 
 /// The floor of a written bundle as `rdu report` computes it (`bundle_floor` over the bundle's
@@ -86,10 +90,15 @@ fn floor_of_bundle(bundle: &Bundle, chip: &Chip) -> ModelFloor {
 /// fraction to the ones recomputed from its manifest — and the floor `rdu report` computes from
 /// the bundle to the model's own, bit for bit.
 fn check_against_manifest(name: &str, model: &StreamedModel) {
-    let (bundle, config) = written_bundle(name, model);
+    check_against_config(&serde_json::from_str(presets::config_text(name).unwrap()).unwrap(), name, model);
+}
+
+/// [`check_against_manifest`] with the model's config.json given.
+fn check_against_config(config: &serde_json::Value, name: &str, model: &StreamedModel) {
+    let bundle = written_bundle(model);
     assert_eq!(floor_of_bundle(&bundle, &model.chip), model.model_floor(), "{name} {}", model.cut.describe());
     let m = bundle.manifest;
-    let floor = floor_of_manifest(&m, &config);
+    let floor = floor_of_manifest(&m, config);
     let step = model.step_estimate();
     let at = format!("{name} {}", model.cut.describe());
     assert!((step.floor_bytes as f64 - floor).abs() <= 1.0, "{at}: floor {} vs {floor}", step.floor_bytes);
@@ -123,6 +132,34 @@ fn the_floor_is_the_issue_formula_over_a_written_manifest() {
     // A tied table: the head reads it whole, so it is counted whole, once.
     check_against_manifest("tiny-gemma3", &lower_tp_decode_streamed(&spec("tiny-gemma3"), 2, 64, sn50()).unwrap());
     check_against_manifest("tiny-qwen3", &lower_prefill_streamed(&spec("tiny-qwen3"), 4, 64, sn50()).unwrap());
+}
+
+/// A config declaring FP8 in 128 × 128 blocks (every projection a whole number of them, as
+/// DeepSeek-V3's nearly all are): the floor counts each FP8 weight's bytes as stored, one a
+/// value and an f32 scale a block — what the script counts.
+#[test]
+fn the_floor_counts_fp8_weights_as_stored() {
+    let text = r#"{"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 256,
+        "max_position_embeddings": 128, "tie_word_embeddings": false,
+        "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}}"#;
+    let spec = rdu_compiler::model::config::from_config_json(text, "fp8-llama").unwrap();
+    let storage = rdu_compiler::model::quantization::declared_storage(&spec).expect("declared");
+    let model = lower_decode_streamed(&spec, 64, opts("sn50", storage)).unwrap();
+    let m = written_bundle(&model).manifest;
+    assert!(m
+        .tensors
+        .iter()
+        .filter(|(n, _)| n.starts_with('W') && n != &"Wout")
+        .all(|(_, t)| t.storage == TensorStorage::Fp8));
+    // Wq0 [256, 256]: 65536 values and 4 scales.
+    let wq = rdu_spatial::memory::stored_bytes(
+        &[256, 256],
+        rdu_spatial::Role::Weight,
+        rdu_spatial::Storage::Fp8 { rows: 128, cols: 128 },
+    );
+    assert_eq!(wq.unwrap(), 65536 + 4 * 4);
+    check_against_config(&serde_json::from_str(text).unwrap(), "fp8-llama", &model);
 }
 
 /// Model FLOPs of a step of a written manifest of an attention model without sliding windows,

@@ -5,7 +5,7 @@
 
 use rdu_compiler::deploy::{
     lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed, lower_forward_streamed,
-    lower_prefill_streamed, lower_tp_decode_streamed, LowerOptions, Storage, StreamedModel,
+    lower_prefill_streamed, lower_tp_decode_streamed, lower_verify_streamed, LowerOptions, Storage, StreamedModel,
 };
 use rdu_compiler::fit::admits_tp;
 use rdu_compiler::model::presets;
@@ -29,6 +29,8 @@ fn cuts(name: &str) -> Vec<(String, StreamedModel)> {
     add("decode", lower_decode_streamed(&spec, ctx, opts(&mut |_| {})));
     add("batched", lower_batched_decode_streamed(&spec, 2, ctx, opts(&mut |_| {})));
     add("prefill", lower_prefill_streamed(&spec, 3, ctx, opts(&mut |_| {})));
+    // A context past the tiny presets' 16-slot windows: the rings keep drafted rows pending.
+    add("verify", lower_verify_streamed(&spec, 2, None, 1, 24, opts(&mut |_| {})));
     if admits_tp(&spec, 2, &Storage::AllQ8).is_ok() {
         add("tp", lower_tp_decode_streamed(&spec, 2, ctx, opts(&mut |_| {})));
         add("batched-tp", lower_batched_tp_decode_streamed(&spec, 2, 2, ctx, opts(&mut |_| {})));

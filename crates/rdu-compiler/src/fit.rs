@@ -9,8 +9,8 @@
 //! only when `(in / tp) % 32 == 0`: for a weight stored Q8_0 that is required too.
 //!
 //! The memory tally reads the declarations of every authored program; it lowers nothing.
-//! Counting, stated once: a weight in the program's Q8_0 set is held as Q8_0 blocks, any other
-//! weight as bf16, a state as it is declared (bf16 or f32) — bytes as stored,
+//! Counting, stated once: a weight in the program's storage set is held as stored (Q8_0, FP8
+//! values and f32 block scales, MXFP4 blocks), any other weight as bf16, a state as it is declared (bf16 or f32) — bytes as stored,
 //! `rdu_spatial::memory::stored_bytes` — once per sequence of a batch; a shared table (RoPE)
 //! once, as f32. A tensor named by several programs (the embedding table `E` of a tied head) is
 //! counted once.
@@ -23,9 +23,10 @@ use crate::model::spec::{Cut, Ffn, Mixer, ModelSpec};
 use crate::model::storage::Storage;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::cost::CostError;
+use rdu_spatial::manifest::TensorStorage;
 use rdu_spatial::memory::{place, stored_bytes, tensor_bytes, MemoryDemand, MemoryFit, TensorFormat};
 use rdu_spatial::program::{Role, Storage as Stored};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Why a model does not admit a width: one line naming the dimension and its size.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -115,6 +116,39 @@ pub fn admits_tp(spec: &ModelSpec, tp: usize, storage: &Storage) -> Result<(), T
             }
         }
     }
+    blocks_kept(spec, tp, storage).map_err(|(layer, reason)| TpRefusal { tp, layer: Some(layer), reason })
+}
+
+/// Whether every chip of a `tp`-chip deployment holds whole blocks of each weight stored FP8
+/// or MXFP4 (Q8_0 is checked above): each chip's ranges of a split axis start on a block and
+/// end on one or at the axis' end. `Err` names the layer and the weight.
+fn blocks_kept(spec: &ModelSpec, tp: usize, storage: &Storage) -> Result<(), (usize, String)> {
+    let Storage::Exactly(formats) = storage else { return Ok(()) };
+    if tp == 1 || formats.values().all(|f| *f == Stored::Q8_0) {
+        return Ok(());
+    }
+    for l in 0..spec.n_layers() {
+        let source = source_of(spec, l, Cut::Tp { tp, ctx: 1 }, storage);
+        let Ok(program) = source.program() else { continue };
+        for (name, slices) in &source.slices {
+            let Some(format) = source.stored.get(name).filter(|f| **f != Stored::Q8_0) else { continue };
+            let Some(decl) = program.decls().find(|d| &d.name.text == name) else { continue };
+            let rank = decl.ty.shape.len();
+            let extent = slices.parts.iter().flatten().map(|r| r.1).max().unwrap_or(0);
+            let unit = format.split_unit(rank, slices.axis);
+            let splits = |&(a, b): &(usize, usize)| !a.is_multiple_of(unit) || !(b.is_multiple_of(unit) || b == extent);
+            if let Some(&(a, b)) = slices.parts.iter().flatten().find(|r| splits(r)) {
+                let what = TensorStorage::of(*format).0.word();
+                return Err((
+                    l,
+                    format!(
+                        "splits the {what} blocks of {name}: a chip holds {a}..{b} of axis {}, blocks of {unit}",
+                        slices.axis
+                    ),
+                ));
+            }
+        }
+    }
     Ok(())
 }
 
@@ -139,7 +173,9 @@ pub struct Part {
     pub layers: usize,
     pub params: u64,
     pub weight_bytes: u64,
-    pub q8_bytes: u64,
+    /// Bytes of weights stored in each block format, by the manifest's word (`q8_0`, `fp8`,
+    /// `mxfp4`).
+    pub stored_bytes: BTreeMap<&'static str, u64>,
     pub state_bytes: u64,
     pub shared_bytes: u64,
 }
@@ -167,10 +203,11 @@ impl Tally {
             let stored = |role, storage| stored_bytes(shape, role, storage).map_err(size);
             let params = || shape.iter().map(|&d| d as u64).product::<u64>();
             match decl.kind {
-                DeclKind::Weight if source.q8.contains(&decl.name.text) => {
-                    let b = stored(Role::Weight, Stored::Q8_0)?;
+                DeclKind::Weight if source.stored.contains_key(&decl.name.text) => {
+                    let format = source.stored[&decl.name.text];
+                    let b = stored(Role::Weight, format)?;
                     part.weight_bytes += b;
-                    part.q8_bytes += b;
+                    *part.stored_bytes.entry(TensorStorage::of(format).0.word()).or_default() += b;
                     part.params += params();
                 }
                 DeclKind::Weight => {

@@ -2,7 +2,7 @@
 //! it (`rdu verify`).
 //!
 //! For every program the stored `.rdu` is parsed and lifted, the stored `.spatial` parsed, the
-//! source's `shape_digest` (with the Q8_0 set and slices the manifest gives its names) checked
+//! source's `shape_digest` (with the storage set and slices the manifest gives its names) checked
 //! against the manifest's `digest`, and the certificate's checks run again with its seed:
 //! structure (every kernel the source's statement exactly), resources against the bundle's
 //! chip, and numbers — the simulator on the stored `.spatial` against the reference
@@ -12,7 +12,7 @@
 //! the stored program's structure and resources at full size; a tensor-parallel kind is run on
 //! all its chips against its stored unsplit program (`certify_tp`). The manifest's bindings
 //! and slices are checked as `Bundle::validate` checks them, and each program's declared
-//! names, Q8_0 set and slices against the manifest's. With a model, every layer's authored
+//! names, storage set and slices against the manifest's. With a model, every layer's authored
 //! program must be its kind's under the manifest's binding.
 
 use crate::certify::{certify, certify_tp, check_structure, check_tp_structure, Certificate};
@@ -23,7 +23,7 @@ use crate::lower::{lower, lower_split, Split, PASSES};
 use crate::model::spec::{Cut, ModelSpec};
 use rdu_spatial::bundle::Bundle;
 use rdu_spatial::chip::Chip;
-use rdu_spatial::manifest::{Attached, AttachedRole, CertificateEntry, CutMode, Manifest, TensorStorage};
+use rdu_spatial::manifest::{Attached, AttachedRole, CertificateEntry, CutMode, Manifest};
 use rdu_spatial::program::{Role, SpatialProgram, Storage};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -107,6 +107,7 @@ pub fn manifest_cut(m: &Manifest) -> Option<Cut> {
         CutMode::BatchedTp => Cut::BatchedTp { batch: c.batch?, tp: c.tp?, ctx: c.ctx? },
         CutMode::Prefill => Cut::Prefill { chunk: c.chunk?, ctx: c.ctx? },
         CutMode::PrefillTp => Cut::PrefillTp { chunk: c.chunk?, tp: c.tp?, ctx: c.ctx? },
+        CutMode::Verify => Cut::Verify { draft: c.draft?, batch: c.batch, tp: c.tp.unwrap_or(1), ctx: c.ctx? },
     })
 }
 
@@ -127,7 +128,7 @@ pub fn verify_bundle(
             format!("the bundle is for chip `{}`, not `{}`; pass its chip description", m.chip, chip.name),
         ));
     }
-    let tp = m.cut.mode.is_split();
+    let tp = m.cut.is_split();
     let chips = m.cut.tp.unwrap_or(1);
     let mut out = Vec::new();
     for e in entries(m) {
@@ -142,7 +143,7 @@ pub fn verify_bundle(
 pub fn verify_one(bundle: &Bundle, name: &str, chip: &Chip) -> Result<ProgramReport, VerifyFault> {
     let m = &bundle.manifest;
     bundle.validate().map_err(|e| fault("manifest", "bindings", e.to_string()))?;
-    let tp = m.cut.mode.is_split();
+    let tp = m.cut.is_split();
     let entries = entries(m);
     let e = entries.iter().find(|e| e.name == name).ok_or_else(|| fault(name, "files", "no such program"))?;
     verify_program(bundle, e, chip, tp && split_over_chips(m, e), m.cut.tp.unwrap_or(1))
@@ -164,15 +165,15 @@ fn verify_program(
     let m = &bundle.manifest;
     let name = e.name;
     let bundle_name = |n: &str| e.bind.get(n).cloned().unwrap_or_else(|| n.to_string());
-    // The source, with the Q8_0 set and slices the manifest gives its names.
+    // The source, with the storage set and slices the manifest gives its names.
     let text = stored_file(bundle, name, e.file_source)?;
-    let source = Source::new(text.clone(), BTreeSet::new());
+    let source = Source::new(text.clone(), BTreeMap::new());
     let (program, graph) = front(name, e.file_source, &source)?;
-    let (q8, slices) = storage_of(m, program, &bundle_name);
+    let (stored_set, slices) = storage_of(m, program, &bundle_name).map_err(|p| fault(name, "bindings", p))?;
     // A program on the replicated spine reads every tensor whole (the embedding of a tied
     // table that the vocabulary-parallel head reads sliced).
     let slices = if split { slices } else { BTreeMap::new() };
-    let source = source.with_storage(q8.clone(), slices.clone());
+    let source = source.with_storage(stored_set.clone(), slices.clone());
     let digest = shape_digest(&source).hex();
     if digest != e.digest {
         return Err(fault(
@@ -183,9 +184,9 @@ fn verify_program(
     }
     let spatial = rdu_spatial::text::parse(stored_file(bundle, name, e.file_spatial)?)
         .map_err(|err| fault(name, "parse", format!("{}: {err}", e.file_spatial)))?;
-    check_bindings(m, e, &spatial, &graph, &q8, &slices, &bundle_name, chip)?;
+    check_bindings(m, e, &spatial, &graph, &stored_set, &slices, &bundle_name, chip)?;
     let mut checks = vec!["digest".to_string(), "bindings".to_string()];
-    let stored = Stored { bundle, e, q8: &q8, chip };
+    let stored = Stored { bundle, e, stored: &stored_set, chip };
     let seed = e.certificate.seed;
     let certificate = if split {
         stored.certify_split(&spatial, &graph, &slices, chips)?
@@ -220,11 +221,11 @@ fn certified(name: &str, c: Result<Certificate, crate::certify::CertifyFault>) -
     c.map_err(|f| fault(name, f.check(), f.message()))
 }
 
-/// One stored program being re-certified: its bundle, manifest entry and Q8_0 set, on `chip`.
+/// One stored program being re-certified: its bundle, manifest entry and storage set, on `chip`.
 struct Stored<'a> {
     bundle: &'a Bundle,
     e: &'a Entry<'a>,
-    q8: &'a BTreeSet<String>,
+    stored: &'a BTreeMap<String, Storage>,
     chip: &'a Chip,
 }
 
@@ -233,7 +234,7 @@ impl Stored<'_> {
     fn attached(&self, role: AttachedRole) -> Result<Option<(Source, Graph)>, VerifyFault> {
         let Some(a) = self.e.attached.iter().find(|a| a.role == role) else { return Ok(None) };
         let text = stored_file(self.bundle, self.e.name, &a.file)?;
-        let source = Source::new(text.clone(), self.q8.clone());
+        let source = Source::new(text.clone(), self.stored.clone());
         let (_, graph) = front(self.e.name, &a.file, &source)?;
         Ok(Some((source, graph)))
     }
@@ -296,7 +297,7 @@ impl Stored<'_> {
                 let (small_program, _) = front(name, "attached source", &small)?;
                 let split = Split { chips, slices: &small_slices };
                 let small_spatial =
-                    lower_split(name, small_program, &small_graph, &small.q8, split, chip, &mut |_, _| {});
+                    lower_split(name, small_program, &small_graph, &small.stored, split, chip, &mut |_, _| {});
                 let mut c = certified(
                     name,
                     certify_tp(&small_spatial, &small_graph, &small_unsplit, &small_whole_graph, chip, seed),
@@ -335,7 +336,7 @@ fn front<'s>(
 fn lower_source(name: &str, source: &Source, graph: &Graph, chip: &Chip) -> Result<SpatialProgram, VerifyFault> {
     let (program, _) = front(name, "attached source", source)?;
     debug_assert_eq!(PASSES.len(), 7);
-    Ok(lower(name, program, graph, &source.q8, chip, &mut |_, _| {}))
+    Ok(lower(name, program, graph, &source.stored, chip, &mut |_, _| {}))
 }
 
 /// The slices of the reduced form of a split program whose full slices are `full`: a tensor
@@ -354,20 +355,25 @@ fn reduced_slices(full: &BTreeMap<String, Slices>, small: &SpatialProgram, chips
         .collect()
 }
 
-/// The program's Q8_0 set and slices as the manifest records them under its bundle names.
+/// A program's weights stored in a block format, each with its format (`Source::stored`).
+type StorageSet = BTreeMap<String, Storage>;
+
+/// The program's storage set and slices as the manifest records them under its bundle names
+/// (an `fp8` entry without a usable block is the one-line refusal).
 fn storage_of(
     m: &Manifest,
     program: &crate::lang::ast::Program,
     bundle_name: &dyn Fn(&str) -> String,
-) -> (BTreeSet<String>, BTreeMap<String, Slices>) {
-    let (mut q8, mut slices) = (BTreeSet::new(), BTreeMap::new());
+) -> Result<(StorageSet, BTreeMap<String, Slices>), String> {
+    let (mut stored, mut slices) = (BTreeMap::new(), BTreeMap::new());
     for d in program.decls() {
         let own = d.name.text.clone();
         let theirs = bundle_name(&own);
         let split = match m.tensors.get(&theirs) {
             Some(t) => {
-                if t.storage == TensorStorage::Q8_0 {
-                    q8.insert(own.clone());
+                let storage = t.program_storage().ok_or_else(|| format!("tensor `{theirs}`: fp8 without its block"))?;
+                if storage.is_blocks() {
+                    stored.insert(own.clone(), storage);
                 }
                 &t.slices
             }
@@ -394,10 +400,10 @@ fn storage_of(
             slices.insert(out.text.clone(), Slices { axis, parts });
         }
     }
-    (q8, slices)
+    Ok((stored, slices))
 }
 
-/// The stored program against the manifest: its chip, declared names, Q8_0 set and
+/// The stored program against the manifest: its chip, declared names, storage set and
 /// tensor-parallel slices are the manifest's, and its declarations the source's.
 #[allow(clippy::too_many_arguments)]
 fn check_bindings(
@@ -405,7 +411,7 @@ fn check_bindings(
     e: &Entry<'_>,
     spatial: &SpatialProgram,
     graph: &Graph,
-    q8: &BTreeSet<String>,
+    stored_set: &BTreeMap<String, Storage>,
     slices: &BTreeMap<String, Slices>,
     bundle_name: &dyn Fn(&str) -> String,
     chip: &Chip,
@@ -429,10 +435,19 @@ fn check_bindings(
     if declared != from_source {
         return Err(bad(format!("the program declares {declared:?}, its source {from_source:?}")));
     }
-    let stored: BTreeSet<String> =
-        spatial.tensors.iter().filter(|t| t.storage == Storage::Q8_0).map(|t| t.name.clone()).collect();
-    if &stored != q8 {
-        return Err(bad(format!("the program stores {stored:?} as Q8_0, the manifest {q8:?}")));
+    let q8 = |set: &BTreeMap<String, Storage>| -> BTreeSet<String> {
+        set.iter().filter(|(_, s)| **s == Storage::Q8_0).map(|(n, _)| n.clone()).collect()
+    };
+    let stored: BTreeMap<String, Storage> =
+        spatial.tensors.iter().filter(|t| t.storage.is_blocks()).map(|t| (t.name.clone(), t.storage)).collect();
+    if q8(&stored) != q8(stored_set) {
+        return Err(bad(format!("the program stores {:?} as Q8_0, the manifest {:?}", q8(&stored), q8(stored_set))));
+    }
+    if &stored != stored_set {
+        let words = |set: &BTreeMap<String, Storage>| -> BTreeMap<String, String> {
+            set.iter().map(|(n, s)| (n.clone(), s.word())).collect()
+        };
+        return Err(bad(format!("the program stores {:?}, the manifest {:?}", words(&stored), words(stored_set))));
     }
     let program_slices: BTreeMap<String, Slices> = spatial
         .tp
@@ -497,17 +512,17 @@ pub fn verify_model(bundle: &Bundle, spec: &ModelSpec) -> Result<(), VerifyFault
             format!("the model has {} layers, the bundle {}", spec.n_layers(), m.layers.len()),
         ));
     }
-    let stored: BTreeSet<String> =
-        m.tensors.iter().filter(|(_, t)| t.storage == TensorStorage::Q8_0).map(|(n, _)| n.clone()).collect();
-    let storage = ModelStorage::Exactly(stored);
+    let stored =
+        m.tensors.iter().filter_map(|(n, t)| Some((n.clone(), t.program_storage().filter(|s| s.is_blocks())?)));
+    let storage = ModelStorage::Exactly(stored.collect());
     let entries = entries(m);
     for layer in &m.layers {
         let kind = entries.iter().find(|e| e.is_kind && e.name == layer.kind);
         let kind = kind.ok_or_else(|| fault(&layer.kind, "model", "no such kind"))?;
         let text = bundle.files.get(kind.file_source).cloned().unwrap_or_default();
         let authored = source_of(spec, layer.layer, cut, &storage);
-        let kind_source = Source::new(text, BTreeSet::new());
-        let layer_source = Source::new(authored.text().to_string(), BTreeSet::new());
+        let kind_source = Source::new(text, BTreeMap::new());
+        let layer_source = Source::new(authored.text().to_string(), BTreeMap::new());
         let map = renaming(&kind_source, &layer_source).ok_or_else(|| {
             fault(
                 kind.name,
@@ -541,8 +556,8 @@ pub fn verify_model(bundle: &Bundle, spec: &ModelSpec) -> Result<(), VerifyFault
         let mut program =
             authored.program().map_err(|_| fault(e.name, "model", "the model's program does not parse"))?.clone();
         program.rename(&|n| back.get(n).map_or_else(|| n.to_string(), |s| s.to_string()));
-        let ours = Source::new(crate::lang::print(&program), BTreeSet::new());
-        if shape_digest(&ours) != shape_digest(&Source::new(text, BTreeSet::new())) {
+        let ours = Source::new(crate::lang::print(&program), BTreeMap::new());
+        if shape_digest(&ours) != shape_digest(&Source::new(text, BTreeMap::new())) {
             return Err(fault(e.name, "model", "the stored program is not the model's"));
         }
     }

@@ -246,7 +246,7 @@ fn rdu_words() -> Vec<&'static str> {
 /// and every refusal formatted.
 fn exercise_rdu(input: &[u8]) -> Outcome {
     let text = text(input);
-    let digest = lang::shape_digest(&Source::new(text.to_string(), BTreeSet::from(["x0".to_string()])));
+    let digest = lang::shape_digest(&Source::with_q8(text.to_string(), &BTreeSet::from(["x0".to_string()])));
     let _ = digest.hex();
     let program = match lang::parse(&text) {
         Ok(p) => p,
@@ -621,7 +621,8 @@ fn safetensors_hot(bytes: &[u8]) -> usize {
     usize::try_from(len).unwrap_or(usize::MAX).saturating_add(8).min(bytes.len())
 }
 
-/// safetensors: open from bytes, then every tensor read as f32 (its length checked).
+/// safetensors: open from bytes, then every tensor read as f32 (its length checked), and as
+/// the FP8 (DeepSeek) and MXFP4 (gpt-oss) readers read it: each value dequantised.
 fn exercise_safetensors(input: &[u8]) -> Outcome {
     match SafeTensors::from_bytes("fuzz.safetensors", input.to_vec()) {
         Ok(st) => {
@@ -631,6 +632,14 @@ fn exercise_safetensors(input: &[u8]) -> Outcome {
                 let _ = st.dtype(&name);
                 if let Ok(values) = st.read_f32(&name) {
                     assert_eq!(Some(values.len()), n, "{name}: read_f32 length is not the shape's");
+                }
+                if let Ok(w) = st.read_fp8(&name, [2, 3]) {
+                    assert_eq!(Some(w.dequantize().len()), n, "{name}: fp8 values are not the shape's");
+                }
+                let weight = name.strip_suffix("_blocks").unwrap_or(&name);
+                if let Ok(w) = st.read_mxfp4(weight) {
+                    let shape = st.stored_shape(weight).map(|s| s.iter().product::<usize>());
+                    assert_eq!(Some(w.dequantize().len()), shape, "{weight}: mxfp4 values are not the shape's");
                 }
             }
             Outcome::Accepted

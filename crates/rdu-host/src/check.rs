@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use rdu_spatial::manifest::{chip_shape, Manifest, TensorStorage};
+use rdu_spatial::manifest::{chip_shape, Manifest};
 use rdu_spatial::{Role, SpatialProgram, Storage};
 
 use crate::error::{HostError, Result};
@@ -110,10 +110,8 @@ fn lookup<'m>(m: &'m Manifest, name: &str, split: bool) -> Option<Def<'m>> {
     };
     let dense = |list, shape: Vec<usize>| Def { list, shape, dtype: "f32", storage: Storage::Dense };
     if let Some(t) = m.tensors.get(name) {
-        let storage = match t.storage {
-            TensorStorage::Dense => Storage::Dense,
-            TensorStorage::Q8_0 => Storage::Q8_0,
-        };
+        // An fp8 entry without a usable block matches no program's storage.
+        let storage = t.program_storage().unwrap_or(Storage::Fp8 { rows: 0, cols: 0 });
         return Some(Def { list: "tensors", shape: chip_shape(&t.shape, &t.slices), dtype: &t.dtype, storage });
     }
     if let Some(i) = m.inputs.iter().find(|i| i.name == name) {
@@ -133,10 +131,6 @@ fn lookup<'m>(m: &'m Manifest, name: &str, split: bool) -> Option<Def<'m>> {
     states.or_else(shared).or_else(activations)
 }
 
-fn storage_name(storage: Storage) -> &'static str {
-    match storage {
-        Storage::Dense => "dense",
-        Storage::Q8_0 => "q8_0",
-        Storage::Bf16 => "bf16",
-    }
+fn storage_name(storage: Storage) -> String {
+    storage.word()
 }

@@ -3,6 +3,8 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use rdu_checkpoint::Fp8Weight;
+use rdu_spatial::blocks::BlockWeight;
 use rdu_spatial::sim::PackedWeight;
 use rdu_spatial::{Q8Weight, SimBindings, SimTensor};
 
@@ -22,9 +24,14 @@ pub(crate) struct Env<'a> {
     pub shared: &'a BTreeMap<String, SimTensor>,
 }
 
-impl Env<'_> {
+impl<'a> Env<'a> {
     fn target<'n>(&'n self, name: &'n str) -> &'n str {
         self.bind.get(name).map_or(name, String::as_str)
+    }
+
+    /// The FP8 or MXFP4 weight `name` (a bundle name): the chip's slice, else the whole.
+    fn blocks(&self, name: &str) -> Option<&'a BlockWeight> {
+        self.local.and_then(|w| w.blocks.get(name)).or_else(|| self.weights.blocks.get(name))
     }
 }
 
@@ -43,7 +50,15 @@ impl SimBindings for Env<'_> {
 
     fn packed(&self, name: &str) -> Option<PackedWeight<'_>> {
         let name = self.target(name);
-        self.weights.packed.get(name).map(|p| p.weight())
+        if let Some(p) = self.weights.packed.get(name) {
+            return Some(p.weight());
+        }
+        self.blocks(name)?.packed()
+    }
+
+    fn fp8(&self, name: &str) -> Option<Cow<'_, Fp8Weight>> {
+        let name = self.target(name);
+        self.blocks(name)?.fp8().map(Cow::Borrowed)
     }
 
     fn q8(&self, name: &str) -> Option<Cow<'_, Q8Weight>> {

@@ -21,8 +21,8 @@ pub enum HostError {
     MissingTensor { file: String, tensor: String, checkpoint: String },
     #[error("{file}: tensor `{checkpoint}` gives `{tensor}` the shape {found:?} but the bundle declares {expected:?}; use the checkpoint the bundle was lowered for")]
     TensorShape { file: String, tensor: String, checkpoint: String, expected: Box<[usize]>, found: Box<[usize]> },
-    #[error("{file}: tensor `{checkpoint}` is {ggml_type}, which cannot serve `{tensor}` stored q8_0; lower with --storage dense or use a q8_0 or f32/f16 checkpoint")]
-    StorageType { file: String, tensor: String, checkpoint: String, ggml_type: GgmlType },
+    #[error("{file}: tensor `{checkpoint}` is {ggml_type}, which cannot serve `{tensor}` stored {storage}; lower with --storage dense or use a {storage} or f32/f16 checkpoint")]
+    StorageType { file: String, tensor: String, checkpoint: String, ggml_type: GgmlType, storage: &'static str },
     #[error("{file}: tensor `{checkpoint}` of `{tensor}`: {problem}; re-lower the bundle for this checkpoint")]
     Assemble { file: String, tensor: String, checkpoint: String, problem: String },
     #[error("manifest tensor `{tensor}` has dtype {dtype}; this host loads f32 tensors only, re-lower the bundle")]
@@ -63,6 +63,8 @@ pub enum HostError {
     StatesMoved,
     #[error("the states given hold nothing: they were already handed to another host")]
     StatesEmpty,
+    #[error("verify step: {problem}")]
+    Verify { problem: String },
     #[error("sampling: {problem}")]
     Sampling { problem: String },
     #[error("{file}: tokenizer: {problem}")]

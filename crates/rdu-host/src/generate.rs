@@ -89,7 +89,8 @@ pub struct Generated {
 
 /// What generation reports as it goes (printing, timing); every method does nothing by default.
 pub trait Observer {
-    /// Every row of sequence `seq`'s prompt has been computed.
+    /// Every row of sequence `seq`'s prompt has been computed (a speculative run: and the step
+    /// that computed its last rows, whose tokens were generated beside them, is done).
     fn prompt_done(&mut self, _seq: usize) {}
     /// Sequence `seq` generated `token`.
     fn token(&mut self, _seq: usize, _token: u32) {}

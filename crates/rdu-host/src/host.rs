@@ -16,7 +16,7 @@ use rdu_spatial::{simulate_in_place, text, Role, SimTensor, SpatialProgram};
 use crate::check::{check, Use};
 use crate::env::Env;
 use crate::error::{HostError, Result};
-use crate::plan::Plan;
+use crate::plan::{Continue, Plan};
 use crate::shared;
 use crate::states::States;
 use crate::tensor_parallel::Chips;
@@ -34,6 +34,9 @@ pub struct Host {
     states: States,
     /// A tensor-parallel bundle's chips: their slices and states (layer states live there).
     chips: Option<Chips>,
+    /// How a verify bundle's next step continues each sequence, and where the last one started.
+    continues: Vec<Continue>,
+    last: Vec<Option<usize>>,
 }
 
 /// What one step produced.
@@ -130,7 +133,7 @@ impl Host {
         let Checked { dir, bundle, programs, calls, plan } = Checked::open(bundle_dir)?;
         let m = &bundle.manifest;
         // A tensor-parallel host cuts every chip's slices out of its own weights.
-        let tensor_parallel = m.cut.mode.is_split();
+        let tensor_parallel = m.cut.is_split();
         let (weights, chips) = match share {
             Some(other) if !tensor_parallel && other.manifest.tensors == m.tensors => {
                 (Arc::clone(&other.weights), None)
@@ -149,7 +152,8 @@ impl Host {
         };
         let shared = shared::compute(m, &dir)?;
         let states = if chips.is_some() { States::new(&[]) } else { States::new(&m.states) };
-        Ok(Host { manifest: bundle.manifest, programs, calls, plan, weights, shared, states, chips })
+        let (continues, last) = (vec![Continue::Fresh; plan.sequences], vec![None; plan.sequences]);
+        Ok(Host { manifest: bundle.manifest, programs, calls, plan, weights, shared, states, chips, continues, last })
     }
 
     /// Runs one step: `tokens` (exactly [`Host::rows`] ids) at position `pos`, updating every state.
@@ -168,7 +172,13 @@ impl Host {
         if !self.states.is_held() {
             return Err(HostError::StatesMoved);
         }
-        let mut step = self.plan.inputs(tokens, positions);
+        self.check_continues(positions)?;
+        let mut step = self.plan.inputs(tokens, positions, &self.continues);
+        if self.plan.draft.is_some() {
+            // Unless told otherwise (`Host::keep`), every row of this step stands.
+            self.continues.fill(Continue::After { valid: self.plan.span });
+            self.last = positions.iter().map(|&p| Some(p)).collect();
+        }
         for call in &self.calls {
             let mut states = BTreeMap::new();
             for (kind, layer) in &call.states {
@@ -204,6 +214,48 @@ impl Host {
         Ok(StepOutput { logits })
     }
 
+    /// A verify bundle: of sequence `b`'s last step, only the first `valid` rows stand (its last
+    /// accepted token and the `valid - 1` drafted tokens accepted after it); its next step
+    /// starts at the position after them and continues from the state after row `valid - 1`.
+    /// Refused for any other bundle, before a first step, and outside `1..=draft + 1`.
+    pub fn keep(&mut self, b: usize, valid: usize) -> Result<()> {
+        let fail = |problem: String| Err(HostError::Verify { problem });
+        let Some(draft) = self.plan.draft else {
+            return fail("only a verify bundle keeps some rows of a step; this bundle steps every row".into());
+        };
+        if self.last.get(b).copied().flatten().is_none() {
+            return fail(format!("sequence {b} has no verify step to keep rows of"));
+        }
+        if !(1..=draft + 1).contains(&valid) {
+            return fail(format!("{valid} rows of a step of {} cannot stand; keep 1 to {}", draft + 1, draft + 1));
+        }
+        self.continues[b] = Continue::After { valid };
+        Ok(())
+    }
+
+    /// Refuses a verify step that does not start where the rows its sequences kept end.
+    fn check_continues(&self, positions: &[usize]) -> Result<()> {
+        for (b, (how, last)) in self.continues.iter().zip(&self.last).enumerate() {
+            if let (Continue::After { valid }, Some(last)) = (how, last) {
+                if positions[b] != last + valid {
+                    let problem = format!(
+                        "sequence {b} kept {valid} row(s) of the step at position {last}, so its next step starts at {}, not {}",
+                        last + valid,
+                        positions[b]
+                    );
+                    return Err(HostError::Verify { problem });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every sequence of a verify bundle continues from its states as they are.
+    fn fresh(&mut self) {
+        self.continues.fill(Continue::Fresh);
+        self.last.fill(None);
+    }
+
     /// Moves every carried state out of this host (nothing is copied), e.g. from a prefill
     /// bundle's host to the decode bundle's host of the same sequence. Until states are put
     /// back, [`Host::step`] refuses to run.
@@ -218,7 +270,9 @@ impl Host {
         if !states.is_held() {
             return Err(HostError::StatesEmpty);
         }
-        self.states.put_all(states).map_err(|problem| HostError::StatesMismatch { problem })
+        self.states.put_all(states).map_err(|problem| HostError::StatesMismatch { problem })?;
+        self.fresh();
+        Ok(())
     }
 
     /// Moves every chip's share of the states out of a tensor-parallel host (`None` for any
@@ -239,6 +293,7 @@ impl Host {
                     }
                     mine.put_all(theirs).map_err(|problem| HostError::StatesMismatch { problem })?;
                 }
+                self.fresh();
                 Ok(())
             }
             _ => Err(HostError::StatesMismatch { problem: chips_problem(&self.chips) }),
@@ -270,6 +325,7 @@ impl Host {
 
     /// Zeroes every state: the next step starts a new sequence.
     pub fn reset(&mut self) {
+        self.fresh();
         self.states.reset();
         if let Some(chips) = &mut self.chips {
             chips.reset();
@@ -288,6 +344,9 @@ impl Host {
 
     /// Zeroes sequence `b`'s states in a batched bundle: that slot starts a new sequence.
     pub fn reset_sequence(&mut self, b: usize) {
+        if let (Some(how), Some(last)) = (self.continues.get_mut(b), self.last.get_mut(b)) {
+            (*how, *last) = (Continue::Fresh, None);
+        }
         self.states.reset_sequence(b);
         if let Some(chips) = &mut self.chips {
             chips.states.iter_mut().for_each(|s| s.reset_sequence(b));
@@ -330,6 +389,11 @@ impl Host {
     /// Token ids per step.
     pub fn rows(&self) -> usize {
         self.plan.rows
+    }
+
+    /// A verify bundle's drafted tokens per sequence (it steps one more row of each).
+    pub fn draft(&self) -> Option<usize> {
+        self.plan.draft
     }
 
     /// Sequences per step, each with its own position and states: the batch, or 1.

@@ -23,6 +23,7 @@ pub mod sample;
 pub mod schedule;
 pub mod session;
 pub mod shared;
+pub mod speculate;
 pub mod states;
 mod tensor_parallel;
 pub mod tokenizer;
@@ -33,6 +34,7 @@ pub use generate::{generate, Feed, Generate, Generated, Observer, Stepper, Stepp
 pub use host::{Host, StepOutput};
 pub use sample::{greedy, Sampler, Sampling};
 pub use session::Session;
+pub use speculate::{speculate, Speculation};
 pub use states::States;
 pub use tokenizer::{StreamDecoder, Tokenizer};
 pub use weights::{Packed, Progress, Weights, WeightsSource};

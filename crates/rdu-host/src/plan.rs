@@ -2,8 +2,9 @@
 //!
 //! The manifest's `inputs` are filled by their `role`: `tokens` (i32 `[rows]`) with the step's
 //! token ids; `position` with the position of the step (or of its `sequence` in a batched
-//! step) — a scalar, or `[rows]` holding consecutive positions. Nothing is read from a name.
-//! Any other runtime input is refused at load.
+//! step) — a scalar, or one consecutive position per row of the sequence; a verify step's
+//! `resume` and `pending` inputs from what the host was told the previous verify step accepted
+//! ([`Continue`]). Nothing is read from a name. Any other runtime input is refused at load.
 
 use std::collections::BTreeMap;
 
@@ -23,6 +24,26 @@ enum Feed {
         per_row: bool,
         seq: Option<usize>,
     },
+    /// A verify step's resume row (`i32[1]`) of a sequence.
+    Resume {
+        name: String,
+        seq: Option<usize>,
+    },
+    /// A verify step's positions for the previous step's drafted rows (`i32[draft]`) of a sequence.
+    Pending {
+        name: String,
+        seq: Option<usize>,
+    },
+}
+
+/// How a verify step continues one sequence from the step before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Continue {
+    /// From the states as they are: a new sequence, or states a prefill or decode bundle left.
+    Fresh,
+    /// After row `valid - 1` of the previous verify step: its first `valid` rows stand (the last
+    /// accepted token and `valid - 1` drafted ones), the others are discarded.
+    After { valid: usize },
 }
 
 /// The step's shape and checks, fixed when the bundle is loaded.
@@ -32,8 +53,11 @@ pub(crate) struct Plan {
     pub rows: usize,
     /// Positions the programs (caches, RoPE tables) hold.
     pub ctx: usize,
-    /// Consecutive positions one step covers: `rows`, or 1 when every row is its own sequence.
+    /// Consecutive positions one step covers of each sequence: `rows`, 1 when every row is its
+    /// own sequence, a verify step's `draft + 1`.
     pub span: usize,
+    /// A verify step's drafted tokens per sequence.
+    pub draft: Option<usize>,
     /// Sequences of one step, each with its own position: the batch, or 1.
     pub sequences: usize,
     pub vocab: usize,
@@ -48,24 +72,27 @@ impl Plan {
         let mut feeds = Vec::new();
         let mut rows = None;
         let mut per_row = Vec::new();
+        let draft = manifest.cut.draft.filter(|_| manifest.cut.mode == CutMode::Verify);
         for input in &manifest.inputs {
             if input.dtype != "i32" {
                 return Err(fail(&input.name, format!("has dtype {}; token and position inputs are i32", input.dtype)));
             }
             let (name, seq) = (input.name.clone(), input.sequence);
-            match (input.role, input.shape.as_slice()) {
-                (InputRole::Tokens, &[n]) if seq.is_none() => {
+            match (input.role, input.shape.as_slice(), draft) {
+                (InputRole::Tokens, &[n], _) if seq.is_none() => {
                     rows = Some(n);
                     feeds.push(Feed::Tokens(name));
                 }
-                (InputRole::Position, []) => feeds.push(Feed::Position { name, per_row: false, seq }),
-                (InputRole::Position, &[n]) => {
+                (InputRole::Position, [], _) => feeds.push(Feed::Position { name, per_row: false, seq }),
+                (InputRole::Position, &[n], _) => {
                     per_row.push((name.clone(), n));
                     feeds.push(Feed::Position { name, per_row: true, seq });
                 }
-                (role, shape) => {
+                (InputRole::Resume, [1], Some(_)) => feeds.push(Feed::Resume { name, seq }),
+                (InputRole::Pending, &[n], Some(k)) if n == k => feeds.push(Feed::Pending { name, seq }),
+                (role, shape, _) => {
                     let problem = format!(
-                        "a {} input of shape {shape:?}{} is not one this host fills (tokens [rows] for the whole step, positions [] or [rows])",
+                        "a {} input of shape {shape:?}{} is not one this host fills (tokens [rows] for the whole step, positions [] or [rows], a verify step's resume [1] and pending [draft])",
                         role.word(),
                         seq.map(|b| format!(" for sequence {b}")).unwrap_or_default(),
                     );
@@ -74,14 +101,31 @@ impl Plan {
             }
         }
         let rows = rows.ok_or_else(|| fail("tok", "the manifest declares no token input".into()))?;
-        if let Some((name, n)) = per_row.into_iter().find(|(_, n)| *n != rows) {
-            return Err(fail(&name, format!("holds {n} positions for {rows} rows; give one per row or a scalar")));
-        }
         let batched = matches!(manifest.cut.mode, CutMode::Batched | CutMode::BatchedTp);
-        let span = if batched { 1 } else { rows };
-        let sequences = if batched { rows } else { 1 };
+        let (span, sequences) = match draft {
+            Some(k) => (k + 1, manifest.cut.batch.unwrap_or(1)),
+            None if batched => (1, rows),
+            None => (rows, 1),
+        };
+        if span * sequences != rows {
+            return Err(fail("tok", format!("holds {rows} tokens, not {span} for each of {sequences} sequence(s)")));
+        }
+        // One position per row of the step (of a sequence's rows in a verify step).
+        let per_row_len = if draft.is_some() { span } else { rows };
+        if let Some((name, n)) = per_row.into_iter().find(|(_, n)| *n != per_row_len) {
+            return Err(fail(
+                &name,
+                format!("holds {n} positions for {per_row_len} rows; give one per row or a scalar"),
+            ));
+        }
         if let Some((name, b)) = feeds.iter().find_map(|f| match f {
-            Feed::Position { name, seq: Some(b), .. } if *b >= sequences => Some((name, *b)),
+            Feed::Position { name, seq: Some(b), .. }
+            | Feed::Resume { name, seq: Some(b) }
+            | Feed::Pending { name, seq: Some(b) }
+                if *b >= sequences =>
+            {
+                Some((name, *b))
+            }
             _ => None,
         }) {
             return Err(fail(name, format!("names sequence {b} of a step of {sequences}")));
@@ -94,7 +138,7 @@ impl Plan {
         };
         let vocab = vocab(embed, manifest, &logits)
             .ok_or_else(|| fail("tok", "neither the embedding table nor the logits give the vocabulary".into()))?;
-        Ok(Plan { rows, ctx, span, sequences, vocab, logits, feeds })
+        Ok(Plan { rows, ctx, span, draft, sequences, vocab, logits, feeds })
     }
 
     /// Refuses a step that would run past the context, a wrong number of tokens or positions,
@@ -121,23 +165,46 @@ impl Plan {
         Ok(())
     }
 
-    /// The runtime inputs of a checked step, by name.
-    pub fn inputs(&self, tokens: &[u32], positions: &[usize]) -> BTreeMap<String, SimTensor> {
-        let pos = positions[0];
+    /// The runtime inputs of a checked step, by name; `how` says how a verify step continues
+    /// each sequence (one entry per sequence; ignored by any other bundle).
+    pub fn inputs(&self, tokens: &[u32], positions: &[usize], how: &[Continue]) -> BTreeMap<String, SimTensor> {
         // `check` bounds every token by the vocabulary and every position by an i32 end.
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        let draft = self.draft.unwrap_or(0);
         let mut out = BTreeMap::new();
         for feed in &self.feeds {
             let (name, tensor) = match feed {
                 Feed::Tokens(name) => (name, SimTensor::i32(vec![ids.len()], ids.clone())),
-                Feed::Position { name, per_row: false, seq: Some(b) } => {
-                    (name, SimTensor::scalar_i32(positions[*b] as i32))
+                Feed::Position { name, per_row: false, seq } => {
+                    (name, SimTensor::scalar_i32(positions[seq.unwrap_or(0)] as i32))
                 }
-                Feed::Position { name, per_row: false, seq: None } => (name, SimTensor::scalar_i32(pos as i32)),
+                Feed::Position { name, per_row: true, seq } if self.draft.is_some() => {
+                    // Consecutive positions of the sequence's rows.
+                    let pos = positions[seq.unwrap_or(0)];
+                    (name, SimTensor::i32(vec![self.span], (0..self.span).map(|r| (pos + r) as i32).collect()))
+                }
                 Feed::Position { name, per_row: true, .. } => {
                     // Consecutive positions, or the same one for every row when each row is its own sequence.
+                    let pos = positions[0];
                     let positions = (0..self.rows).map(|r| (pos + r.min(self.span - 1)) as i32).collect();
                     (name, SimTensor::i32(vec![self.rows], positions))
+                }
+                Feed::Resume { name, seq } => {
+                    let row = match how.get(seq.unwrap_or(0)) {
+                        Some(Continue::After { valid }) => valid - 1,
+                        _ => draft,
+                    };
+                    (name, SimTensor::i32(vec![1], vec![row as i32]))
+                }
+                Feed::Pending { name, seq } => {
+                    // The previous step's drafted row `i` stood at `pos - accepted + i`.
+                    let pos = positions[seq.unwrap_or(0)];
+                    let accepted = match how.get(seq.unwrap_or(0)) {
+                        Some(Continue::After { valid }) => valid - 1,
+                        _ => 0,
+                    };
+                    let at = |i: usize| if i < accepted { pos - accepted + i } else { pos };
+                    (name, SimTensor::i32(vec![draft], (0..draft).map(|i| at(i) as i32).collect()))
                 }
             };
             out.insert(name.clone(), tensor);

@@ -63,9 +63,25 @@ impl Sampler {
 
     /// The next token from one row of logits.
     pub fn sample(&mut self, logits: &[f32]) -> Result<u32> {
+        if self.sampling.temperature == 0.0 {
+            return greedy(logits);
+        }
+        let dist = self.distribution(logits)?;
+        Ok(dist.draw(self.uniform()))
+    }
+
+    /// Whether this sampler is greedy (temperature 0).
+    pub fn is_greedy(&self) -> bool {
+        self.sampling.temperature == 0.0
+    }
+
+    /// The distribution [`Sampler::sample`] draws from for one row of logits: the tokens it can
+    /// choose with their probabilities (temperature, top-k and top-p applied; the greedy token
+    /// alone, with probability 1, at temperature 0).
+    pub fn distribution(&self, logits: &[f32]) -> Result<Dist> {
         let s = self.sampling;
         if s.temperature == 0.0 {
-            return greedy(logits);
+            return Ok(Dist { tokens: vec![greedy(logits)?], probs: vec![1.0] });
         }
         check_logits(logits)?;
         let mut order: Vec<usize> = (0..logits.len()).collect();
@@ -76,7 +92,7 @@ impl Sampler {
         let max = f64::from(logits[order[0]]);
         if !max.is_finite() {
             // An infinite top logit takes all the mass (and all -inf leaves nothing to weigh).
-            return Ok(order[0] as u32);
+            return Ok(Dist { tokens: vec![order[0] as u32], probs: vec![1.0] });
         }
         let t = f64::from(s.temperature);
         let mut probs: Vec<f64> = order.iter().map(|&i| ((f64::from(logits[i]) - max) / t).exp()).collect();
@@ -93,15 +109,41 @@ impl Sampler {
             order.truncate(keep);
             probs.truncate(keep);
         }
-        let total: f64 = probs.iter().sum();
-        let mut u = self.rng.next_f64() * total;
-        for (&i, &p) in order.iter().zip(&probs) {
+        Ok(Dist { tokens: order.into_iter().map(|i| i as u32).collect(), probs })
+    }
+
+    /// A uniform draw in `[0, 1)` from this sampler's generator.
+    pub fn uniform(&mut self) -> f64 {
+        self.rng.next_f64()
+    }
+}
+
+/// A distribution over some tokens (the others have probability 0), most likely first, as
+/// weights proportional to the probabilities (top-p keeps its prefix's weights unscaled).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dist {
+    pub tokens: Vec<u32>,
+    pub probs: Vec<f64>,
+}
+
+impl Dist {
+    /// The probability of `token`.
+    pub fn prob(&self, token: u32) -> f64 {
+        let total: f64 = self.probs.iter().sum();
+        self.tokens.iter().position(|&t| t == token).map_or(0.0, |i| self.probs[i] / total)
+    }
+
+    /// The token a uniform draw `u` in `[0, 1)` picks (inverse CDF in order).
+    pub fn draw(&self, u: f64) -> u32 {
+        let total: f64 = self.probs.iter().sum();
+        let mut u = u * total;
+        for (&t, &p) in self.tokens.iter().zip(&self.probs) {
             if u < p {
-                return Ok(i as u32);
+                return t;
             }
             u -= p;
         }
-        Ok(order[order.len() - 1] as u32)
+        *self.tokens.last().expect("a distribution has at least one token")
     }
 }
 

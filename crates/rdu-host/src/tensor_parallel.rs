@@ -1,6 +1,6 @@
 //! Tensor-parallel runs: a bundle whose kind programs run over `cut.tp` chips. Every chip
 //! holds its slices of each split weight (cut once, at load, from the checkpoint tensor — a
-//! Q8_0 tensor keeps whole blocks) and its share of each layer's state; a kind program runs on
+//! Q8_0, FP8 or MXFP4 tensor keeps whole blocks) and its share of each layer's state; a kind program runs on
 //! one thread per chip, `all_reduce` summing over them through a shared buffer and barrier
 //! (`rdu_spatial::sim::AllReduce`). The head runs the same way, vocabulary-parallel: each chip
 //! computes its run of the logits and the host joins them in chip order
@@ -41,7 +41,7 @@ impl Chips {
     /// the replicated spine reads whole (a tied embedding table the head reads split), and
     /// which stay there too.
     pub fn new(m: &Manifest, weights: &mut Weights, spine: &BTreeSet<String>) -> Result<Option<Chips>> {
-        let tensor_parallel = m.cut.mode.is_split();
+        let tensor_parallel = m.cut.is_split();
         let Some(n) = m.cut.tp.filter(|_| tensor_parallel) else { return Ok(None) };
         let mut chips: Vec<Weights> = (0..n).map(|_| Weights::default()).collect();
         for (name, entry) in m.tensors.iter().filter(|(_, e)| !e.slices.is_empty()) {
@@ -59,6 +59,12 @@ impl Chips {
                     let (axis, ranges) =
                         chip_ranges(&entry.slices, c).ok_or_else(|| fail(format!("no slice for chip {c}")))?;
                     chip.q8.insert(name.clone(), take_q8(&full, axis, &ranges).map_err(fail)?);
+                }
+            } else if let Some(full) = whole(&mut weights.blocks, name, spine) {
+                for (c, chip) in chips.iter_mut().enumerate() {
+                    let (axis, ranges) =
+                        chip_ranges(&entry.slices, c).ok_or_else(|| fail(format!("no slice for chip {c}")))?;
+                    chip.blocks.insert(name.clone(), full.take(axis, &ranges).map_err(fail)?);
                 }
             }
         }

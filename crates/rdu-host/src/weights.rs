@@ -1,4 +1,4 @@
-//! Loading every checkpoint tensor a manifest names — read, stacked or sliced, shape-checked, held dense or as Q8_0 blocks.
+//! Loading every checkpoint tensor a manifest names — read, stacked or sliced, shape-checked, held dense, as Q8_0 blocks, or as FP8 / MXFP4 blocks.
 //!
 //! It never transforms values beyond dequantising, quantising to the storage the manifest
 //! declares, stacking and slicing (DESIGN §3: the author writes programs for the weights as
@@ -8,10 +8,12 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rdu_checkpoint::{quantize_q8_0, GgmlType, Gguf, Q8Block, SafeTensors};
-use rdu_spatial::manifest::{CheckpointKind, Manifest, TensorEntry, TensorStorage};
+use rdu_checkpoint::{quantize_q8_0, GgmlType, GgmlWeight, Gguf, HfStored, Q8Block, SafeTensors};
+use rdu_spatial::blocks::BlockWeight;
+use rdu_spatial::manifest::{Checkpoint, CheckpointKind, Manifest, TensorEntry, TensorStorage};
 use rdu_spatial::seeded_weight;
 use rdu_spatial::sim::{can_pack, PackedWeight};
+use rdu_spatial::Storage;
 use rdu_spatial::{Q8Weight, SimTensor};
 
 use crate::assemble::{self, Piece};
@@ -36,9 +38,13 @@ pub struct Weights {
     /// Tensors stored as Q8_0 blocks.
     pub q8: BTreeMap<String, Q8Weight>,
     /// Tensors read in place from a GGUF file in their stored block format (a Q8_0-declared
-    /// tensor stored Q8_0; a dense-declared one stored Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, F16
-    /// or BF16), widened per row by the simulator to exactly the values `read_f32` gives.
+    /// tensor stored Q8_0; an MXFP4-declared one stored MXFP4; a dense-declared one stored
+    /// Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, MXFP4, F16 or BF16), widened per row by the
+    /// simulator to exactly the values `read_f32` gives.
     pub packed: BTreeMap<String, Packed>,
+    /// Tensors stored FP8 or MXFP4 (the manifest's `fp8`, `mxfp4`), as the checkpoint stores
+    /// them or quantised to that storage from a dense checkpoint.
+    pub blocks: BTreeMap<String, BlockWeight>,
 }
 
 /// A checkpoint tensor kept in its file's block format, borrowed from the memory-mapped file.
@@ -101,6 +107,11 @@ impl Weights {
                 progress(done + 1, total, name);
                 continue;
             }
+            if let Some(storage) = entry.program_storage().filter(|s| s.is_blocks() && *s != Storage::Q8_0) {
+                weights.blocks.insert(name.clone(), reader.load_blocks(name, entry, storage)?);
+                progress(done + 1, total, name);
+                continue;
+            }
             match reader.load(name, entry)? {
                 Loaded::Dense(t) => {
                     weights.dense.insert(name.clone(), t);
@@ -116,7 +127,7 @@ impl Weights {
 
     /// Number of tensors held.
     pub fn len(&self) -> usize {
-        self.dense.len() + self.q8.len() + self.packed.len()
+        self.dense.len() + self.q8.len() + self.packed.len() + self.blocks.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -184,13 +195,21 @@ impl Reader {
     fn pack(&self, entry: &TensorEntry) -> Option<Packed> {
         let Reader::Gguf(gguf) = self else { return None };
         let c = &entry.checkpoint;
-        if c.kind != CheckpointKind::Tensor || c.names.len() != 1 || !entry.slices.is_empty() || entry.shape.len() != 2
+        if c.kind != CheckpointKind::Tensor
+            || c.transposed
+            || c.names.len() != 1
+            || !entry.slices.is_empty()
+            || entry.shape.len() != 2
         {
             return None;
         }
         let info = gguf.tensor(&c.names[0])?;
-        let q8 = entry.storage == TensorStorage::Q8_0;
-        let format_fits = if q8 { info.ggml_type == GgmlType::Q8_0 } else { can_pack(info.ggml_type) };
+        let format_fits = match entry.storage {
+            TensorStorage::Q8_0 => info.ggml_type == GgmlType::Q8_0,
+            TensorStorage::Mxfp4 => info.ggml_type == GgmlType::MXFP4,
+            TensorStorage::Fp8 => false,
+            TensorStorage::Dense => can_pack(info.ggml_type),
+        };
         if !format_fits || squeezed(&info.shape) != squeezed(&entry.shape) {
             return None;
         }
@@ -264,11 +283,11 @@ impl Reader {
                 let data = values.into_blocks(&shape)?;
                 pieces.push((part, Piece { shape, data }));
             }
-            let piece = cut(c.kind, pieces, c.axis, c.start, c.len, 32).map_err(|p| fail(&label, p))?;
+            let piece = cut(c, pieces, 32).map_err(|p| fail(&label, p))?;
             (Values::Blocks(piece.data), piece.shape)
         } else {
             let pieces = parts.into_iter().map(|(part, (shape, v))| (part, Piece { shape, data: v.into_dense() }));
-            let piece = cut(c.kind, pieces.collect(), c.axis, c.start, c.len, 1).map_err(|p| fail(&label, p))?;
+            let piece = cut(c, pieces.collect(), 1).map_err(|p| fail(&label, p))?;
             (Values::Dense(piece.data), piece.shape)
         };
         Ok((label, values, shape))
@@ -282,10 +301,27 @@ impl Reader {
             checkpoint: checkpoint.to_string(),
         };
         match self {
-            Reader::Hf { tensors, .. } => {
-                let shape = tensors.shape(checkpoint).ok_or_else(missing)?.to_vec();
-                Ok((shape, Values::Dense(tensors.read_f32(checkpoint)?)))
-            }
+            Reader::Hf { tensors, .. } => match tensors.stored(checkpoint) {
+                // MXFP4 blocks read as their values (the reference's reading of them too).
+                Some(HfStored::Mxfp4) => {
+                    let w = tensors.read_mxfp4(checkpoint)?;
+                    Ok((w.shape.clone(), Values::Dense(w.dequantize())))
+                }
+                // FP8 values need their config's blocks, which only an `fp8` entry carries.
+                Some(HfStored::Fp8) => Err(HostError::Assemble {
+                    file: self.file(),
+                    tensor: tensor.to_string(),
+                    checkpoint: checkpoint.to_string(),
+                    problem: format!(
+                        "stored F8_E4M3 with block scales, which a {} tensor cannot read (lower with --storage auto)",
+                        if q8 { "q8_0" } else { "dense" }
+                    ),
+                }),
+                _ => {
+                    let shape = tensors.shape(checkpoint).ok_or_else(missing)?.to_vec();
+                    Ok((shape, Values::Dense(tensors.read_f32(checkpoint)?)))
+                }
+            },
             Reader::Gguf(gguf) => {
                 let info = gguf.tensor(checkpoint).ok_or_else(missing)?;
                 let shape = info.shape.clone();
@@ -299,6 +335,7 @@ impl Reader {
                         tensor: tensor.to_string(),
                         checkpoint: checkpoint.to_string(),
                         ggml_type,
+                        storage: "q8_0",
                     }),
                     _ => Ok((shape, Values::Dense(gguf.read_f32(checkpoint)?))),
                 }
@@ -309,22 +346,139 @@ impl Reader {
     }
 }
 
-/// Applies the checkpoint's kind: one tensor as it is, several stacked, or a slice of one.
+impl Reader {
+    /// The tensor `name` of the manifest stored FP8 or MXFP4 (`storage`): each checkpoint
+    /// tensor as stored when it is stored so, quantised to `storage` when it is dense (as a
+    /// Q8_0-declared one is), then stacked (experts, along a new first axis) or sliced.
+    fn load_blocks(&self, name: &str, entry: &TensorEntry, storage: Storage) -> Result<BlockWeight> {
+        let c = &entry.checkpoint;
+        let label = c.names.first().cloned().unwrap_or_default();
+        let fail = |problem: String| HostError::Assemble {
+            file: self.file(),
+            tensor: name.to_string(),
+            checkpoint: label.clone(),
+            problem,
+        };
+        let w = match self {
+            Reader::Seeded { seed, unit_offset } => {
+                let values = seeded_weight(*seed, name, &entry.shape, *unit_offset);
+                let quantized = BlockWeight::quantize(&values, &entry.shape, storage);
+                quantized.ok_or_else(|| fail(format!("cannot quantise to {}", storage.word())))?.map_err(fail)?
+            }
+            _ => {
+                let mut parts = Vec::with_capacity(c.names.len());
+                for part in &c.names {
+                    parts.push(self.read_blocks(name, part, storage)?);
+                }
+                match (c.kind, c.axis, c.start, c.len) {
+                    (CheckpointKind::Tensor, ..) if parts.len() == 1 && !c.transposed => parts.remove(0),
+                    (CheckpointKind::Stack, Some(0), ..) if !c.transposed => BlockWeight::stack(parts).map_err(fail)?,
+                    (CheckpointKind::Slice, Some(axis), Some(start), Some(len))
+                        if parts.len() == 1 && !c.transposed && c.step.is_none() =>
+                    {
+                        parts[0].take(axis, &[(start, start + len)]).map_err(fail)?
+                    }
+                    _ => {
+                        let (kind, word) = (c.kind, entry.storage.word());
+                        return Err(fail(format!(
+                            "the manifest's checkpoint entry of kind {kind:?} (transposed or strided included) cannot assemble {word} blocks"
+                        )));
+                    }
+                }
+            }
+        };
+        if w.shape() != entry.shape.as_slice() {
+            return Err(HostError::TensorShape {
+                file: self.file(),
+                tensor: name.to_string(),
+                checkpoint: label,
+                expected: entry.shape.clone().into(),
+                found: w.shape().to_vec().into(),
+            });
+        }
+        Ok(w)
+    }
+
+    /// One checkpoint tensor for a tensor stored as `storage` (FP8 or MXFP4): as stored, or
+    /// quantised from its dense values.
+    fn read_blocks(&self, tensor: &str, checkpoint: &str, storage: Storage) -> Result<BlockWeight> {
+        let missing = || HostError::MissingTensor {
+            file: self.file(),
+            tensor: tensor.to_string(),
+            checkpoint: checkpoint.to_string(),
+        };
+        let fail = |problem: String| HostError::Assemble {
+            file: self.file(),
+            tensor: tensor.to_string(),
+            checkpoint: checkpoint.to_string(),
+            problem,
+        };
+        let quantized = |values: Vec<f32>, shape: &[usize]| match BlockWeight::quantize(&values, shape, storage) {
+            Some(w) => w.map_err(fail),
+            None => Err(fail(format!("cannot quantise to {}", storage.word()))),
+        };
+        match self {
+            Reader::Hf { tensors, .. } => match (tensors.stored(checkpoint), storage) {
+                (Some(HfStored::Fp8), Storage::Fp8 { rows, cols }) => {
+                    Ok(BlockWeight::Fp8(tensors.read_fp8(checkpoint, [rows as usize, cols as usize])?))
+                }
+                (Some(HfStored::Mxfp4), Storage::Mxfp4) => Ok(BlockWeight::Ggml(tensors.read_mxfp4(checkpoint)?)),
+                (Some(HfStored::Dense), _) => {
+                    let shape = tensors.shape(checkpoint).ok_or_else(missing)?.to_vec();
+                    quantized(tensors.read_f32(checkpoint)?, &shape)
+                }
+                (Some(stored), _) => {
+                    let (stored, word) = (format!("{stored:?}").to_lowercase(), storage.word());
+                    Err(fail(format!("stored {stored}, which cannot serve a tensor stored {word}")))
+                }
+                (None, _) => Err(missing()),
+            },
+            Reader::Gguf(gguf) => {
+                let info = gguf.tensor(checkpoint).ok_or_else(missing)?;
+                match info.ggml_type {
+                    GgmlType::MXFP4 if storage == Storage::Mxfp4 => {
+                        let bytes = gguf.tensor_bytes(checkpoint)?.to_vec();
+                        GgmlWeight::new(info.shape.clone(), GgmlType::MXFP4, bytes).map(BlockWeight::Ggml).map_err(fail)
+                    }
+                    GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+                        quantized(gguf.read_f32(checkpoint)?, &info.shape)
+                    }
+                    ggml_type => Err(HostError::StorageType {
+                        file: self.file(),
+                        tensor: tensor.to_string(),
+                        checkpoint: checkpoint.to_string(),
+                        ggml_type,
+                        storage: if storage == Storage::Mxfp4 { "mxfp4" } else { "fp8" },
+                    }),
+                }
+            }
+            Reader::Seeded { .. } => Err(missing()),
+        }
+    }
+}
+
+/// Applies the checkpoint's kind: one tensor as it is (or transposed), several stacked, or a
+/// slice of one (transposed first when the entry says so; every `step`-th entry).
 fn cut<T: Clone>(
-    kind: CheckpointKind,
-    mut pieces: Vec<(String, Piece<T>)>,
-    axis: Option<usize>,
-    start: Option<usize>,
-    len: Option<usize>,
+    c: &Checkpoint,
+    pieces: Vec<(String, Piece<T>)>,
     unit: usize,
 ) -> std::result::Result<Piece<T>, String> {
-    match (kind, axis, start, len) {
-        (CheckpointKind::Tensor, ..) if pieces.len() == 1 => Ok(pieces.remove(0).1),
-        (CheckpointKind::Stack, Some(axis), ..) => assemble::stack(pieces, axis, unit),
-        (CheckpointKind::Slice, Some(axis), Some(start), Some(len)) if pieces.len() == 1 => {
-            assemble::slice(pieces.remove(0).1, axis, start, len, unit)
+    let one = |mut pieces: Vec<(String, Piece<T>)>| {
+        let piece = pieces.remove(0).1;
+        if c.transposed {
+            assemble::transpose(piece, unit)
+        } else {
+            Ok(piece)
         }
-        _ => Err(format!("the manifest's checkpoint entry of kind {kind:?} is incomplete")),
+    };
+    match (c.kind, c.axis, c.start, c.len) {
+        (CheckpointKind::Tensor, ..) if pieces.len() == 1 => one(pieces),
+        (CheckpointKind::Stack, Some(axis), ..) if !c.transposed => assemble::stack(pieces, axis, unit),
+        (CheckpointKind::Slice, Some(axis), Some(start), Some(len)) if pieces.len() == 1 => {
+            assemble::slice(one(pieces)?, axis, start, len, c.step.unwrap_or(1), unit)
+        }
+        (kind, ..) => Err(format!("the manifest's checkpoint entry of kind {kind:?} is incomplete")),
     }
 }
 

@@ -8,6 +8,7 @@ mod prefill;
 mod q8;
 mod sample;
 mod schedule;
+mod speculate;
 mod stack;
 mod step;
 mod tokenizer_bpe;

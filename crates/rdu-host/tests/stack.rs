@@ -14,8 +14,15 @@ fn stacked_bundle(variant: Variant) -> rdu_spatial::bundle::Bundle {
     let mut b = bundle(variant);
     for (name, prefix) in [("E", "embed.row"), ("Wout", "out.row")] {
         let names = (0..VOCAB).map(|r| format!("{prefix}.{r}")).collect();
-        b.manifest.tensors.get_mut(name).unwrap().checkpoint =
-            Checkpoint { kind: CheckpointKind::Stack, names, axis: Some(0), start: None, len: None };
+        b.manifest.tensors.get_mut(name).unwrap().checkpoint = Checkpoint {
+            kind: CheckpointKind::Stack,
+            names,
+            axis: Some(0),
+            start: None,
+            len: None,
+            step: None,
+            transposed: false,
+        };
     }
     b
 }

@@ -285,20 +285,15 @@ fn work_the_chip_cannot_run_is_refused() {
     assert_eq!(err.to_string(), "section 0 uses 2100 PCUs but the chip has 2080; split it into more sections");
 }
 
-/// SplitMix64: the test's own reproducible draws.
-struct Draws(u64);
+/// Reproducible draws: the seeded weights' own counter-based stream (`seeded::uniform_at`).
+struct Draws(usize);
 
 impl Draws {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
+    /// A whole number below `n`.
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.0 += 1;
+        let u = (rdu_spatial::seeded::uniform_at(0x5eed, self.0) + 1.0) / 2.0;
+        ((u * n as f32) as u64).min(n - 1)
     }
 }
 

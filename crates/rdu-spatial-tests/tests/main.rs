@@ -6,6 +6,7 @@ mod common;
 mod cost;
 mod memory;
 mod ops_attention;
+mod ops_blocks;
 mod ops_elementwise;
 mod ops_moe;
 mod ops_products;

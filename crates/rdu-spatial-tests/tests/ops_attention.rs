@@ -239,3 +239,73 @@ fn attend_over_a_chunk_of_rows_is_the_naive_model_row_by_row() {
         }
     }
 }
+
+/// Naive causal attention with a sink: the sink's logit joins the softmax's maximum and total
+/// and weighs no value.
+fn naive_with_sink(q: &[f32], k: &[f32], v: &[f32], len: usize, scale: f32, sink: f32) -> Vec<f32> {
+    let (dk, dv) = (k.len() / len, v.len() / len);
+    let scores: Vec<f64> =
+        (0..len).map(|t| scale as f64 * (0..dk).map(|j| q[j] as f64 * k[t * dk + j] as f64).sum::<f64>()).collect();
+    let m = scores.iter().copied().fold(sink as f64, f64::max);
+    let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+    let tot: f64 = e.iter().sum::<f64>() + (sink as f64 - m).exp();
+    (0..dv).map(|c| (0..len).map(|t| e[t] / tot * v[t * dv + c] as f64).sum::<f64>() as f32).collect()
+}
+
+/// Attention sinks (one logit per query head, last operand) in a decode step's row-by-row
+/// attention and in a chunk's products (10 rows), with and without the chunk's own keys, and
+/// tiled along the heads: each head against the naive model with its sink.
+#[test]
+fn attend_with_sinks_weighs_each_heads_sink_in_its_softmax_only() {
+    let (h, g, dk, dv, s) = (4, 2, 8, 3, 16);
+    let (k, v) = (rt(&[s, g, dk], 31), rt(&[s, g, dv], 32));
+    let sinks = f(&[h], &[0.5, -1.0, 2.0, 0.0]);
+    for (n, first) in [(1usize, 9usize), (10, 3)] {
+        let (q, kn, vn) = (rt(&[n, h, dk], 33), rt(&[n, g, dk], 34), rt(&[n, g, dv], 35));
+        let b = MapBindings::new()
+            .with("q", q.clone())
+            .with("K", k.clone())
+            .with("V", v.clone())
+            .with("k", kn.clone())
+            .with("v", vn.clone())
+            .with("S", sinks.clone())
+            .with("pos", i(&[], &[first as i32]));
+        let ops = "a = attend(q, K, V, pos, S, scale=0.5, window=4)\n\
+                   c = attend(q, K, V, pos, k, v, S, scale=0.5)\n\
+                   t = attend(q, K, V, pos, k, v, S, scale=0.5) tile(axis=1, [0..3, 3..4])";
+        let r = run(&b, ops, &["a", "c", "t"]).unwrap();
+        assert_eq!(out(&r, "t"), out(&r, "c"), "tiles along the heads give every head's output bit for bit");
+        let (qd, kd, vd) = (q.as_f32().unwrap(), k.as_f32().unwrap(), v.as_f32().unwrap());
+        let (knd, vnd) = (kn.as_f32().unwrap(), vn.as_f32().unwrap());
+        for row in 0..n {
+            let p = first + row;
+            for head in 0..h {
+                let (kv, sink) = (head / (h / g), sinks.as_f32().unwrap()[head]);
+                let qv = &qd[(row * h + head) * dk..][..dk];
+                let at = |name: &str| out(&r, name)[(row * h + head) * dv..][..dv].to_vec();
+                for (name, lo, chunk) in [("a", p.saturating_sub(3), false), ("c", 0, true)] {
+                    let (mut keys, mut values) = (Vec::new(), Vec::new());
+                    for t in lo..=p {
+                        let (src_k, src_v, at_k, at_v) = if chunk && t >= first {
+                            (knd, vnd, ((t - first) * g + kv) * dk, ((t - first) * g + kv) * dv)
+                        } else {
+                            (kd, vd, ((t % s) * g + kv) * dk, ((t % s) * g + kv) * dv)
+                        };
+                        keys.extend_from_slice(&src_k[at_k..][..dk]);
+                        values.extend_from_slice(&src_v[at_v..][..dv]);
+                    }
+                    let want = naive_with_sink(qv, &keys, &values, p - lo + 1, 0.5, sink);
+                    close(&at(name), &want, 1e-6, 1e-5);
+                }
+            }
+        }
+    }
+    let bad = MapBindings::new()
+        .with("q", rt(&[1, h, dk], 36))
+        .with("K", k.clone())
+        .with("V", v.clone())
+        .with("S", f(&[3], &[0., 0., 0.]))
+        .with("pos", i(&[], &[2]));
+    let e = run(&bad, "a = attend(q, K, V, pos, S, scale=0.5)", &["a"]).unwrap_err().to_string();
+    assert!(e.contains("sinks [3] must be [4]"), "{e}");
+}

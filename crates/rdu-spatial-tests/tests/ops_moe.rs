@@ -166,3 +166,56 @@ fn experts_rejects_an_index_beyond_the_experts() {
     let e = run(&b, "y = experts(x, w, idx, Wg, Wu, Wd, act=silu)", &["y"]).unwrap_err().to_string();
     assert!(e.contains("expert index 3 is out of range for 3 experts"), "{e}");
 }
+
+/// gpt-oss's experts (`act=swiglu_oai limit=L` with the gate and up biases `bg`, `bu`) against a
+/// naive model: the biased gate capped at L, the biased up clamped to ±L, `(up + 1)·g σ(1.702 g)`;
+/// the limit low enough that both clamps act on these values.
+#[test]
+fn swiglu_oai_experts_clamp_the_biased_gate_and_up_as_gpt_oss_does() {
+    let (e, hid, d, limit) = (4, 8, 16, 0.5f32);
+    let (wg, wu, wd) = (rt(&[e, hid, d], 41), rt(&[e, hid, d], 42), rt(&[e, d, hid], 43));
+    let (bg, bu) = (rt(&[e, hid], 44), rt(&[e, hid], 45));
+    let x = rt(&[2, d], 46);
+    let b = MapBindings::new()
+        .with("x", x.clone())
+        .with("w", f(&[2, 2], &[0.7, 0.3, 0.6, 0.4]))
+        .with("idx", i(&[2, 2], &[3, 0, 0, 2]))
+        .with("Wg", wg.clone())
+        .with("Wu", wu.clone())
+        .with("Wd", wd.clone())
+        .with("bg", bg.clone())
+        .with("bu", bu.clone());
+    let r = run(&b, "y = experts(x, w, idx, Wg, Wu, Wd, bg, bu, act=swiglu_oai, limit=0.5)", &["y"]).unwrap();
+    let (xd, g, u, dn) = (x.as_f32().unwrap(), wg.as_f32().unwrap(), wu.as_f32().unwrap(), wd.as_f32().unwrap());
+    let (bgd, bud) = (bg.as_f32().unwrap(), bu.as_f32().unwrap());
+    let (mut capped, mut clamped) = (0, 0);
+    let mut naive = |row: usize, ex: usize| -> Vec<f64> {
+        let xr = &xd[row * d..(row + 1) * d];
+        let h: Vec<f64> = (0..hid)
+            .map(|i| {
+                let dot = |w: &[f32]| (0..d).map(|c| w[(ex * hid + i) * d + c] as f64 * xr[c] as f64).sum::<f64>();
+                let (gate, up) = (dot(g) + bgd[ex * hid + i] as f64, dot(u) + bud[ex * hid + i] as f64);
+                capped += usize::from(gate > limit as f64);
+                clamped += usize::from(up.abs() > limit as f64);
+                let gate = gate.min(limit as f64);
+                (up.clamp(-(limit as f64), limit as f64) + 1.0) * gate / (1.0 + (-1.702 * gate).exp())
+            })
+            .collect();
+        (0..d).map(|j| (0..hid).map(|i| dn[(ex * d + j) * hid + i] as f64 * h[i]).sum()).collect()
+    };
+    let mut want = Vec::new();
+    for (row, (ea, eb), (wa, wb)) in [(0, (3, 0), (0.7, 0.3)), (1, (0, 2), (0.6, 0.4))] {
+        let (a, b) = (naive(row, ea), naive(row, eb));
+        want.extend(a.iter().zip(&b).map(|(p, q)| (wa * p + wb * q) as f32));
+    }
+    assert!(capped > 0 && clamped > 0, "the clamps act: {capped} gates capped, {clamped} ups clamped");
+    close_scaled(&out(&r, "y"), &want, 1e-5);
+    for (ops, needle) in [
+        ("y = experts(x, w, idx, Wg, Wu, Wd, act=swiglu_oai)", "needs limit"),
+        ("y = experts(x, w, idx, Wg, Wu, Wd, act=silu, limit=1.0)", "swiglu_oai only"),
+        ("y = experts(x, w, idx, Wg, Wu, Wd, bg, act=swiglu_oai, limit=1.0)", "6 or 8 arguments"),
+    ] {
+        let err = run(&b, ops, &["y"]).unwrap_err().to_string();
+        assert!(err.contains(needle), "{ops}: {err}");
+    }
+}

@@ -39,7 +39,7 @@ fn the_golden_layer_folded_and_tiled_equals_its_dense_untiled_self() {
         db = db.with(&d.name, f(&d.shape, &w.dequantize()));
     }
     for op in dense.sections.iter_mut().flat_map(|s| &mut s.stages).flat_map(|s| &mut s.ops) {
-        op.fold_q8 = false;
+        op.fold = None;
         op.tiling = None;
     }
     let want = simulate(&dense, &db).unwrap();

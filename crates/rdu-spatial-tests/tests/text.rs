@@ -4,8 +4,8 @@
 use proptest::prelude::*;
 use rdu_spatial::text::{from_json, parse, print, to_json};
 use rdu_spatial::{
-    Arg, Dtype, Home, KernelOp, Lit, Op, Role, Section, SpatialProgram, Stage, Storage, TensorDecl, TextError, Tiling,
-    TpInfo, TpSplit,
+    Arg, Dtype, Fold, Home, KernelOp, Lit, Op, Role, Section, SpatialProgram, Stage, Storage, TensorDecl, TextError,
+    Tiling, TpInfo, TpSplit,
 };
 
 const GOLDEN: &str = include_str!("data/attention_dense.spatial");
@@ -16,7 +16,7 @@ fn the_golden_program_prints_back_identically() {
     assert_eq!(print(&p), GOLDEN);
     assert_eq!(p.sections.len(), 2);
     let q1 = &p.sections[0].stages[0].ops[1];
-    assert!(q1.fold_q8);
+    assert_eq!(q1.fold, Some(Fold::Q8));
     assert_eq!(q1.tiling, Some(Tiling { axis: 1, tiles: vec![(0, 32), (32, 64)] }));
     assert_eq!(q1.args, [Arg::Tensor("h1".into()), Arg::Tensor("Wq1".into())]);
     assert_eq!(p.sections[0].stages[0].ops[0].attr("eps"), Some(&Lit::Float(1e-6)));
@@ -96,23 +96,25 @@ fn op() -> impl Strategy<Value = KernelOp> {
         prop::sample::select(Op::ALL.to_vec()),
         prop::collection::vec(arg, 0..4),
         prop::collection::vec((ident(), lit()), 0..3),
-        any::<bool>(),
+        prop::option::of(prop::sample::select(Fold::ALL.to_vec())),
         prop::option::of((0usize..8, ranges()).prop_map(|(axis, tiles)| Tiling { axis, tiles })),
     )
-        .prop_map(|(outs, update, op, args, attrs, fold_q8, tiling)| KernelOp {
+        .prop_map(|(outs, update, op, args, attrs, fold, tiling)| KernelOp {
             outs,
             update,
             op,
             args,
             attrs,
-            fold_q8,
+            fold,
             tiling,
         })
 }
 
 fn decl() -> impl Strategy<Value = TensorDecl> {
     let dtype = prop_oneof![Just(Dtype::F32), Just(Dtype::I32)];
-    let storage = prop_oneof![Just(Storage::Dense), Just(Storage::Q8_0)];
+    let fp8 = (1u32..1000, 1u32..1000).prop_map(|(rows, cols)| Storage::Fp8 { rows, cols });
+    let storage =
+        prop_oneof![Just(Storage::Dense), Just(Storage::Q8_0), Just(Storage::Bf16), Just(Storage::Mxfp4), fp8];
     let role =
         prop::sample::select(vec![Role::Input, Role::Weight, Role::Shared, Role::State, Role::Output, Role::Temp]);
     let home = prop::sample::select(vec![Home::Hbm, Home::Ddr, Home::Sram, Home::Host]);

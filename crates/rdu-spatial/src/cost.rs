@@ -143,6 +143,8 @@ pub enum CostError {
     OverChip { section: usize, unit: &'static str, used: u64, available: u64 },
     #[error("tensor of shape {shape:?} is not Q8_0: its last dimension is not a multiple of 32")]
     Q8Misaligned { shape: Vec<u64> },
+    #[error("tensor of shape {shape:?} cannot be held {format}")]
+    Misfit { shape: Vec<u64>, format: &'static str },
     #[error("tensor of shape {shape:?} has more bytes than fit in 64 bits")]
     TooLarge { shape: Vec<u64> },
 }

@@ -5,6 +5,7 @@
 //! data, and this crate only reads, writes, checks, costs and executes it.
 
 pub mod bf16;
+pub mod blocks;
 pub mod bundle;
 pub mod chip;
 pub mod cost;
@@ -24,7 +25,8 @@ pub mod view;
 
 pub use op::{Op, TypedOp};
 pub use program::{
-    Arg, Dtype, Home, KernelOp, Lit, Role, Section, SpatialProgram, Stage, Storage, TensorDecl, Tiling, TpInfo, TpSplit,
+    Arg, Dtype, Fold, Home, KernelOp, Lit, Role, Section, SpatialProgram, Stage, Storage, TensorDecl, Tiling, TpInfo,
+    TpSplit,
 };
 pub use q8::{Q8Block, Q8Weight};
 pub use seeded::{seeded_weight, uniform_at, Seeded};

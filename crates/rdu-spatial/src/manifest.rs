@@ -64,6 +64,9 @@ pub struct Cut {
     pub tp: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chunk: Option<usize>,
+    /// A verify step's drafted tokens per sequence (it steps `draft + 1` rows of each).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,12 +79,22 @@ pub enum CutMode {
     BatchedTp,
     Prefill,
     PrefillTp,
+    Verify,
 }
 
 impl CutMode {
-    /// Whether the kind programs run split over `cut.tp` chips (`tp`, `batched-tp`, `prefill-tp`).
+    /// Whether the kind programs of this mode always run split over `cut.tp` chips (`tp`,
+    /// `batched-tp`, `prefill-tp`); a `verify` bundle is split when its `tp` is above 1
+    /// ([`Cut::is_split`]).
     pub fn is_split(self) -> bool {
         matches!(self, CutMode::Tp | CutMode::BatchedTp | CutMode::PrefillTp)
+    }
+}
+
+impl Cut {
+    /// Whether the kind programs run split over `tp` chips.
+    pub fn is_split(&self) -> bool {
+        self.mode.is_split() || (self.mode == CutMode::Verify && self.tp.is_some_and(|t| t > 1))
     }
 }
 
@@ -287,6 +300,9 @@ pub struct TensorEntry {
     pub shape: Vec<usize>,
     pub dtype: String,
     pub storage: TensorStorage,
+    /// `fp8` only: the `[rows, cols]` of the blocks that share one scale.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block: Option<[usize; 2]>,
     pub checkpoint: Checkpoint,
     /// Per chip under tensor parallelism: the ranges of the (full) `shape` each chip loads,
     /// concatenated in order. Empty when every chip loads it whole.
@@ -301,6 +317,49 @@ pub enum TensorStorage {
     Dense,
     #[serde(rename = "q8_0")]
     Q8_0,
+    /// FP8 e4m3fn values with one scale per block of `TensorEntry::block`.
+    Fp8,
+    /// MXFP4 blocks of 32 along the last axis.
+    Mxfp4,
+}
+
+impl TensorStorage {
+    /// The manifest's storage of a weight a program holds as `storage`, and its FP8 block.
+    pub fn of(storage: crate::program::Storage) -> (TensorStorage, Option<[usize; 2]>) {
+        use crate::program::Storage;
+        match storage {
+            Storage::Q8_0 => (TensorStorage::Q8_0, None),
+            Storage::Fp8 { rows, cols } => (TensorStorage::Fp8, Some([rows as usize, cols as usize])),
+            Storage::Mxfp4 => (TensorStorage::Mxfp4, None),
+            Storage::Dense | Storage::Bf16 => (TensorStorage::Dense, None),
+        }
+    }
+
+    /// The word the manifest writes (`dense`, `q8_0`, `fp8`, `mxfp4`).
+    pub fn word(self) -> &'static str {
+        match self {
+            TensorStorage::Dense => "dense",
+            TensorStorage::Q8_0 => "q8_0",
+            TensorStorage::Fp8 => "fp8",
+            TensorStorage::Mxfp4 => "mxfp4",
+        }
+    }
+}
+
+impl TensorEntry {
+    /// How a program declares the tensor (`None` for an `fp8` entry without a usable block).
+    pub fn program_storage(&self) -> Option<crate::program::Storage> {
+        use crate::program::Storage;
+        Some(match self.storage {
+            TensorStorage::Dense => Storage::Dense,
+            TensorStorage::Q8_0 => Storage::Q8_0,
+            TensorStorage::Mxfp4 => Storage::Mxfp4,
+            TensorStorage::Fp8 => {
+                let [rows, cols] = self.block?;
+                Storage::Fp8 { rows: u32::try_from(rows).ok()?, cols: u32::try_from(cols).ok()? }
+            }
+        })
+    }
 }
 
 /// Where in the checkpoint a tensor comes from.
@@ -319,6 +378,13 @@ pub struct Checkpoint {
     /// `slice` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub len: Option<usize>,
+    /// `slice` only: every `step`-th entry from `start` (absent: 1, a run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<usize>,
+    /// `tensor`, `slice`: the checkpoint tensor's last two axes are swapped first (HF gpt-oss
+    /// stores its experts `[E, in, out]`, for `x·W`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub transposed: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -328,7 +394,7 @@ pub enum CheckpointKind {
     Tensor,
     /// Several (per-expert) tensors stacked along a new axis.
     Stack,
-    /// A range of one checkpoint tensor along an axis.
+    /// A range of one checkpoint tensor along an axis (every `step`-th entry of it).
     Slice,
 }
 
@@ -364,6 +430,14 @@ pub enum InputRole {
     Tokens,
     /// A position: a scalar, or one per row.
     Position,
+    /// A verify step's row to resume a recurrent state from (`i32[1]`): the drafted tokens the
+    /// previous step accepted, its draft count for the state as it is (after the previous
+    /// step's last row, or as a new sequence or a prefill or decode step left it).
+    Resume,
+    /// A verify step's positions for the previous step's drafted rows of a ring cache
+    /// (`i32[draft]`): an accepted row's own position, else the step's first position (a slot
+    /// the step overwrites with its first row's key).
+    Pending,
 }
 
 impl InputRole {
@@ -372,6 +446,8 @@ impl InputRole {
         match self {
             InputRole::Tokens => "tokens",
             InputRole::Position => "position",
+            InputRole::Resume => "resume",
+            InputRole::Pending => "pending",
         }
     }
 }

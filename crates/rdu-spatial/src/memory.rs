@@ -16,6 +16,10 @@ pub const DENSE_BYTES_PER_ELEMENT: u64 = 2;
 pub const Q8_BLOCK_ELEMENTS: u64 = 32;
 /// Bytes per Q8_0 block: 32 int8 values and an f16 scale.
 pub const Q8_BLOCK_BYTES: u64 = 34;
+/// Elements per MXFP4 block.
+pub const MXFP4_BLOCK_ELEMENTS: u64 = 32;
+/// Bytes per MXFP4 block: an e8m0 scale and 32 four-bit values.
+pub const MXFP4_BLOCK_BYTES: u64 = 17;
 
 /// How a tensor is held in memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,6 +28,10 @@ pub enum TensorFormat {
     DenseBf16,
     /// Q8_0 blocks along the last dimension.
     Q8_0,
+    /// FP8 values, one byte each, and one f32 scale per `rows × cols` block of each matrix.
+    Fp8 { rows: u32, cols: u32 },
+    /// MXFP4 blocks of 32 along the last dimension: one scale byte and 16 bytes of nibbles.
+    Mxfp4,
     /// f32: state declared f32 and anything else kept at full precision.
     F32,
 }
@@ -66,15 +74,33 @@ pub fn tensor_bytes(shape: &[u64], format: TensorFormat) -> Result<u64, CostErro
             }
             (elements / Q8_BLOCK_ELEMENTS).checked_mul(Q8_BLOCK_BYTES).ok_or_else(too_large)
         }
+        TensorFormat::Fp8 { rows, cols } => {
+            let n = shape.len();
+            if n < 2 || rows == 0 || cols == 0 {
+                return Err(CostError::Misfit { shape: shape.to_vec(), format: "FP8 block-scaled" });
+            }
+            let matrices = shape[..n - 2].iter().try_fold(1u64, |a, &d| a.checked_mul(d)).ok_or_else(too_large)?;
+            let grid = shape[n - 2].div_ceil(u64::from(rows)) * shape[n - 1].div_ceil(u64::from(cols));
+            let scales = matrices.checked_mul(grid).and_then(|g| g.checked_mul(4)).ok_or_else(too_large)?;
+            elements.checked_add(scales).ok_or_else(too_large)
+        }
+        TensorFormat::Mxfp4 => {
+            if shape.last().is_none_or(|d| d % MXFP4_BLOCK_ELEMENTS != 0) {
+                return Err(CostError::Misfit { shape: shape.to_vec(), format: "MXFP4" });
+            }
+            (elements / MXFP4_BLOCK_ELEMENTS).checked_mul(MXFP4_BLOCK_BYTES).ok_or_else(too_large)
+        }
     }
 }
 
-/// How a declaration of `role` and `storage` is held: Q8_0 blocks as stored; bf16 for a dense
+/// How a declaration of `role` and `storage` is held: Q8_0, FP8 and MXFP4 blocks as stored; bf16 for a dense
 /// weight or shared table (the assumption above) and for a state declared `bf16`; f32 for
 /// everything else (f32 states, f32/i32 activations).
 pub fn stored_format(role: Role, storage: Storage) -> TensorFormat {
     match (storage, role) {
         (Storage::Q8_0, _) => TensorFormat::Q8_0,
+        (Storage::Fp8 { rows, cols }, _) => TensorFormat::Fp8 { rows, cols },
+        (Storage::Mxfp4, _) => TensorFormat::Mxfp4,
         (Storage::Bf16, _) => TensorFormat::DenseBf16,
         (Storage::Dense, Role::Weight | Role::Shared) => TensorFormat::DenseBf16,
         _ => TensorFormat::F32,

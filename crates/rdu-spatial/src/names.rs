@@ -142,14 +142,29 @@ pub fn parse_rope_table(name: &str) -> Option<(RopeTable, usize)> {
     }
 }
 
-/// The role of a runtime input the host fills, by its name: the token ids (`tok`, `toks`) or a
-/// position (`pos`, or `pos_s{b}` with its sequence). `None` for any other name (the hidden
-/// state, which a program reads from the one before it).
+/// A verify step's row to resume a recurrent state from, of sequence `b` (`resume_s{b}`);
+/// `resume` when the step is one sequence.
+pub fn resume_input(b: Option<usize>) -> TensorName {
+    TensorName::shared("resume").in_sequence(b)
+}
+
+/// A verify step's positions for the previous step's drafted rows of a ring cache, of
+/// sequence `b` (`pend_s{b}`); `pend` when the step is one sequence.
+pub fn pending_input(b: Option<usize>) -> TensorName {
+    TensorName::shared("pend").in_sequence(b)
+}
+
+/// The role of a runtime input the host fills, by its name: the token ids (`tok`, `toks`), a
+/// position (`pos`, or `pos_s{b}` with its sequence), a verify step's resume row (`resume`,
+/// `resume_s{b}`) or pending positions (`pend`, `pend_s{b}`). `None` for any other name (the
+/// hidden state, which a program reads from the one before it).
 pub fn runtime_input(name: &str) -> Option<(InputRole, Option<usize>)> {
     let name = TensorName::parse(name);
     match (name.base.as_str(), name.layer, name.seq) {
         ("tok" | "toks", None, None) => Some((InputRole::Tokens, None)),
         ("pos", None, seq) => Some((InputRole::Position, seq)),
+        ("resume", None, seq) => Some((InputRole::Resume, seq)),
+        ("pend", None, seq) => Some((InputRole::Pending, seq)),
         _ => None,
     }
 }
@@ -199,6 +214,8 @@ mod tests {
         assert_eq!(runtime_input("toks"), Some((InputRole::Tokens, None)));
         assert_eq!(runtime_input("pos_s3"), Some((InputRole::Position, Some(3))));
         assert_eq!(runtime_input("pos"), Some((InputRole::Position, None)));
+        assert_eq!(runtime_input("resume_s1"), Some((InputRole::Resume, Some(1))));
+        assert_eq!(runtime_input("pend"), Some((InputRole::Pending, None)));
         for other in ["x", "X", "xo0", "tok_s1", "pos0", "pos_s03"] {
             assert_eq!(runtime_input(other), None, "{other}");
         }

@@ -42,7 +42,8 @@ pub struct TensorDecl {
     pub home: Home,
 }
 
-/// Element type as the program sees it (a Q8_0 weight is `F32` with `Storage::Q8_0`).
+/// Element type as the program sees it (a Q8_0 weight is `F32` with `Storage::Q8_0`, and so
+/// for every block format).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Dtype {
@@ -61,6 +62,113 @@ pub enum Storage {
     /// bfloat16 values of an f32 tensor (a state): the program sees f32, and every value an op
     /// writes into it is rounded to bf16 (`crate::bf16::round_bf16`); reads widen exactly.
     Bf16,
+    /// FP8 e4m3fn values and one f32 scale per `rows × cols` block of each matrix (the last
+    /// two axes; edge blocks ragged), as DeepSeek stores its projections.
+    Fp8 {
+        rows: u32,
+        cols: u32,
+    },
+    /// MXFP4: blocks of 32 e2m1 values and one e8m0 scale along the last axis (ggml's layout).
+    Mxfp4,
+}
+
+/// A weight format a product folds on the chip, block by block (`fold=` on a kernel op).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fold {
+    Q8,
+    Fp8,
+    Mxfp4,
+}
+
+impl Fold {
+    /// Every fold, in order.
+    pub const ALL: [Fold; 3] = [Fold::Q8, Fold::Fp8, Fold::Mxfp4];
+
+    /// The word after `fold=` in the text form (`q8`, `fp8`, `mxfp4`).
+    pub fn word(self) -> &'static str {
+        match self {
+            Fold::Q8 => "q8",
+            Fold::Fp8 => "fp8",
+            Fold::Mxfp4 => "mxfp4",
+        }
+    }
+
+    /// The fold a word names.
+    pub fn from_word(word: &str) -> Option<Fold> {
+        Fold::ALL.into_iter().find(|f| f.word() == word)
+    }
+}
+
+impl Storage {
+    /// The fold of a weight stored in a block format (`None`: read as values).
+    pub fn fold(self) -> Option<Fold> {
+        match self {
+            Storage::Q8_0 => Some(Fold::Q8),
+            Storage::Fp8 { .. } => Some(Fold::Fp8),
+            Storage::Mxfp4 => Some(Fold::Mxfp4),
+            Storage::Dense | Storage::Bf16 => None,
+        }
+    }
+
+    /// Whether it is a block format a product folds.
+    pub fn is_blocks(self) -> bool {
+        self.fold().is_some()
+    }
+
+    /// The word of the text form (`storage=...`): `dense`, `q8_0`, `bf16`, `fp8_128x128`, `mxfp4`.
+    pub fn word(self) -> String {
+        match self {
+            Storage::Dense => "dense".into(),
+            Storage::Q8_0 => "q8_0".into(),
+            Storage::Bf16 => "bf16".into(),
+            Storage::Fp8 { rows, cols } => format!("fp8_{rows}x{cols}"),
+            Storage::Mxfp4 => "mxfp4".into(),
+        }
+    }
+
+    /// The storage a word of the text form names.
+    pub fn from_word(word: &str) -> Option<Storage> {
+        Some(match word {
+            "dense" => Storage::Dense,
+            "q8_0" => Storage::Q8_0,
+            "bf16" => Storage::Bf16,
+            "mxfp4" => Storage::Mxfp4,
+            _ => {
+                let (rows, cols) = word.strip_prefix("fp8_")?.split_once('x')?;
+                let parse = |d: &str| d.parse::<u32>().ok().filter(|&v| v > 0 && d == v.to_string());
+                Storage::Fp8 { rows: parse(rows)?, cols: parse(cols)? }
+            }
+        })
+    }
+
+    /// Why a weight of `shape` cannot be held so, if it cannot: Q8_0 and MXFP4 need whole
+    /// blocks of 32 along the last axis, FP8 at least two axes.
+    pub fn misfit(self, shape: &[usize]) -> Option<String> {
+        let last = shape.last().copied();
+        match self {
+            Storage::Q8_0 | Storage::Mxfp4 if last.is_none_or(|d| d % 32 != 0) => {
+                let name = if self == Storage::Q8_0 { "Q8_0" } else { "MXFP4" };
+                Some(format!("shape {shape:?} cannot be {name}: the last dimension is not a multiple of 32"))
+            }
+            Storage::Fp8 { .. } if shape.len() < 2 => {
+                Some(format!("shape {shape:?} cannot be FP8 block-scaled: it has fewer than two axes"))
+            }
+            _ => None,
+        }
+    }
+
+    /// How finely a split along `axis` of a weight of `rank` axes may cut it and keep whole
+    /// blocks: 32 along the last axis of Q8_0 and MXFP4; a block's rows or columns along
+    /// the last two of FP8; 1 anywhere else.
+    pub fn split_unit(self, rank: usize, axis: usize) -> usize {
+        match self {
+            Storage::Q8_0 | Storage::Mxfp4 if axis + 1 == rank => 32,
+            Storage::Fp8 { cols, .. } if axis + 1 == rank => cols as usize,
+            Storage::Fp8 { rows, .. } if axis + 2 == rank => rows as usize,
+            _ => 1,
+        }
+    }
 }
 
 /// What a tensor is to the program.
@@ -171,8 +279,9 @@ pub struct KernelOp {
     pub op: Op,
     pub args: Vec<Arg>,
     pub attrs: Vec<(String, Lit)>,
-    /// Products over a Q8_0 weight fold its int8 values and block scales on the chip.
-    pub fold_q8: bool,
+    /// Products over a weight stored in a block format fold its values and block scales on
+    /// the chip (`fold=q8`, `fold=fp8`, `fold=mxfp4`).
+    pub fold: Option<Fold>,
     /// Computed slice by slice along one axis of the (first) output.
     pub tiling: Option<Tiling>,
 }

@@ -28,11 +28,23 @@ pub enum RopeScaling {
         beta_slow: f64,
         mscale: f64,
         mscale_all_dim: f64,
+        /// Whether the correction range is rounded outwards to whole dims (transformers'
+        /// `truncate`, default true; llama.cpp always rounds). gpt-oss's config says false.
+        #[serde(default = "truncate_default", skip_serializing_if = "is_truncate_default")]
+        truncate: bool,
     },
     /// llama.cpp's `rope_freqs.weight`: each frequency divided by its factor.
     Factors {
         factors: Vec<f32>,
     },
+}
+
+fn truncate_default() -> bool {
+    true
+}
+
+fn is_truncate_default(truncate: &bool) -> bool {
+    *truncate
 }
 
 /// One rotation: base, rotary dims and scaling.
@@ -79,13 +91,14 @@ pub fn inv_freq(spec: &RopeSpec) -> Vec<f32> {
                 })
                 .collect()
         }
-        RopeScaling::Yarn { factor, original_max, beta_fast, beta_slow, .. } => {
+        RopeScaling::Yarn { factor, original_max, beta_fast, beta_slow, truncate, .. } => {
             let dim = spec.dim as f64;
             let corr = |rot: f64| {
                 dim * (*original_max as f64 / (rot * 2.0 * std::f64::consts::PI)).ln() / (2.0 * spec.base.ln())
             };
-            let low = corr(*beta_fast).floor().max(0.0);
-            let mut high = corr(*beta_slow).ceil().min(dim - 1.0);
+            let (low, high) = (corr(*beta_fast), corr(*beta_slow));
+            let (low, high) = if *truncate { (low.floor(), high.ceil()) } else { (low, high) };
+            let (low, mut high) = (low.max(0.0), high.min(dim - 1.0));
             if low == high {
                 high += 0.001;
             }
@@ -166,6 +179,7 @@ mod tests {
                 beta_slow: 1.0,
                 mscale: 0.707,
                 mscale_all_dim: 0.707,
+                truncate: true,
             },
         };
         let plain = inv_freq(&RopeSpec { scaling: RopeScaling::None, ..spec.clone() });

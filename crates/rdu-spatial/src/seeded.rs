@@ -185,6 +185,51 @@ impl Seeded {
     }
 }
 
+impl Seeded {
+    /// FP8 bytes `start..start + out.len()` of a projection stored FP8 (certification's seeded
+    /// FP8 weights, drawn as stored — never drawn as values and quantised): each byte uniform
+    /// over the 256 patterns, eight a draw, NaN (`S.1111.111`) taken as 0. Byte `i` depends
+    /// only on `(key, i)`, so any part of the weight is drawn alone.
+    pub fn fill_fp8(&self, start: usize, out: &mut [u8]) {
+        for (k, o) in out.iter_mut().enumerate() {
+            let i = start + k;
+            let byte = (mix64(counter(self.key, i / 8)) >> (8 * (i % 8))) as u8;
+            *o = if rdu_checkpoint::fp8_e4m3_is_nan(byte) { 0 } else { byte };
+        }
+    }
+
+    /// Block scales `start..` of a projection stored FP8 (see [`Seeded::fill_fp8`]): each
+    /// between 3/4 and all of `amp / 448`, so every value lies within the projection's `±amp`.
+    pub fn fill_fp8_scales(&self, start: usize, out: &mut [f32]) {
+        let top = self.amp / rdu_checkpoint::FP8_E4M3_MAX;
+        for (k, o) in out.iter_mut().enumerate() {
+            *o = top * (0.875 + 0.125 * uniform_at(self.key ^ SCALE_STREAM, start + k));
+        }
+    }
+
+    /// MXFP4 blocks `first..first + out.len()` of a projection stored MXFP4, as ggml lays
+    /// them out (drawn as stored): three draws a block, two giving its 32 nibbles (uniform)
+    /// and one its scale byte, one of the two largest whose values (at most 6 times the scale)
+    /// stay within the projection's `±amp`. Block `b` depends only on `(key, b)`.
+    pub fn fill_mxfp4(&self, first: usize, out: &mut [[u8; rdu_checkpoint::MXFP4_BLOCK_BYTES]]) {
+        let top = 127 + (self.amp / 6.0).log2().floor() as i32;
+        let top = top.clamp(1, i32::from(rdu_checkpoint::MXFP4_MAX_SCALE)) as u8;
+        for (k, block) in out.iter_mut().enumerate() {
+            let z = counter(self.key, MXFP4_DRAWS * (first + k));
+            let draw = |w: u64| mix64(z.wrapping_add(w.wrapping_mul(GAMMA)));
+            block[0] = top - (draw(2) >> 63) as u8;
+            block[1..9].copy_from_slice(&draw(0).to_le_bytes());
+            block[9..17].copy_from_slice(&draw(1).to_le_bytes());
+        }
+    }
+}
+
+/// The stream of FP8 block scales: the weight's key with these bits flipped.
+const SCALE_STREAM: u64 = 0x5CA1_E5F8_0000_0001;
+
+/// SplitMix64 draws a [`Seeded::fill_mxfp4`] block takes.
+const MXFP4_DRAWS: usize = 3;
+
 /// Blocks whose draws are taken together: a block's five draws are consecutive counters of the
 /// stream, so a group's are one run of them, mixed as one vector loop — block by block, each
 /// block's draws were a chain of dependent multiplies that left the CPU waiting.

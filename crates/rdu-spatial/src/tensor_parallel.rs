@@ -9,6 +9,7 @@
 
 use crate::program::TpSplit;
 use crate::q8::{Q8Weight, QK8_0};
+use rdu_checkpoint::{Fp8Weight, GgmlWeight};
 
 /// Checks that `split` of a tensor of shape `full` over `chips` chips is in bounds, gives
 /// every chip `local` values of the axis, and covers the axis exactly: its distinct ranges
@@ -197,6 +198,54 @@ pub fn take_q8(w: &Q8Weight, axis: usize, ranges: &[(usize, usize)]) -> Result<Q
     Ok(Q8Weight { shape, blocks })
 }
 
+/// A chip's slice of an FP8 weight: its values and the scales of the blocks they hold, cut
+/// along `axis`. Along the last two axes a range starts on a block and ends on one or at the
+/// axis' end (a ragged edge block); the slice's blocks must be the grid of its own shape.
+pub fn take_fp8(w: &Fp8Weight, axis: usize, ranges: &[(usize, usize)]) -> Result<Fp8Weight, String> {
+    let rank = w.shape.len();
+    let (shape, values) = take(&w.shape, &w.values, axis, ranges)?;
+    let grid = rdu_checkpoint::Fp8Grid::of(&w.shape, w.block)?;
+    let mut grid_shape = w.shape[..rank - 2].to_vec();
+    grid_shape.extend([grid.rows, grid.cols]);
+    let grid_ranges: Vec<(usize, usize)> = match rank - axis {
+        1 | 2 => {
+            let (unit, extent) = (w.block[2 - (rank - axis)], w.shape[axis]);
+            if let Some(&(s, e)) =
+                ranges.iter().find(|&&(s, e)| !s.is_multiple_of(unit) || !(e.is_multiple_of(unit) || e == extent))
+            {
+                return Err(format!("range {s}..{e} of axis {axis} splits the FP8 blocks of {unit}"));
+            }
+            ranges.iter().map(|&(s, e)| (s / unit, e.div_ceil(unit))).collect()
+        }
+        _ => ranges.to_vec(),
+    };
+    let (_, scales) = take(&grid_shape, &w.scales, axis, &grid_ranges)?;
+    Fp8Weight::new(shape, w.block, values, scales)
+}
+
+/// A chip's slice of a weight in a ggml block format: its blocks, cut along `axis` (along the
+/// last axis only at whole blocks).
+pub fn take_ggml(w: &GgmlWeight, axis: usize, ranges: &[(usize, usize)]) -> Result<GgmlWeight, String> {
+    let rank = w.shape.len();
+    let (block, size) = (w.format.block_size() as usize, w.format.type_size() as usize);
+    if rank == 0 || axis >= rank {
+        return Err(format!("axis {axis} of a {} weight of shape {:?}", w.format, w.shape));
+    }
+    let mut byte_shape = w.shape.clone();
+    byte_shape[rank - 1] = w.shape[rank - 1] / block * size;
+    let byte_ranges: Vec<(usize, usize)> = if axis == rank - 1 {
+        if let Some(&(s, e)) = ranges.iter().find(|(s, e)| !s.is_multiple_of(block) || !e.is_multiple_of(block)) {
+            return Err(format!("range {s}..{e} splits the {} blocks of {block} values", w.format));
+        }
+        ranges.iter().map(|(s, e)| (s / block * size, e / block * size)).collect()
+    } else {
+        ranges.to_vec()
+    };
+    let (mut shape, bytes) = take(&byte_shape, &w.bytes, axis, &byte_ranges)?;
+    shape[rank - 1] = shape[rank - 1] / size * block;
+    GgmlWeight::new(shape, w.format, bytes)
+}
+
 /// A weight's grid of Q8_0 blocks and ranges on it: see [`q8_block_ranges`].
 pub type BlockGrid = (Vec<usize>, Vec<(usize, usize)>);
 
@@ -267,6 +316,25 @@ mod tests {
         let views: Vec<(&[usize], &[i32])> = pieces.iter().map(|(s, v)| (s.as_slice(), v.as_slice())).collect();
         assert_eq!(join(&views, 1, &cover.parts, 10).unwrap(), (vec![2, 10], whole.clone()));
         assert!(join(&views[..3], 1, &cover.parts[..3], 10).unwrap_err().contains("position 9"));
+    }
+
+    #[test]
+    fn fp8_and_mxfp4_slices_keep_whole_blocks() {
+        // [5, 6] in 2×4 blocks: grid 3×2, ragged last row and column.
+        let values: Vec<f32> = (0..30).map(|i| i as f32 - 15.0).collect();
+        let w = rdu_checkpoint::quantize_fp8(&values, &[5, 6], [2, 4]).unwrap();
+        let rows = take_fp8(&w, 0, &[(2, 5)]).unwrap();
+        assert_eq!((rows.shape.clone(), rows.scales.clone()), (vec![3, 6], w.scales[2..].to_vec()));
+        assert_eq!(rows.dequantize(), w.dequantize()[12..].to_vec());
+        let cols = take_fp8(&w, 1, &[(4, 6)]).unwrap();
+        assert_eq!(cols.scales, vec![w.scales[1], w.scales[3], w.scales[5]]);
+        assert!(take_fp8(&w, 0, &[(1, 3)]).is_err(), "splits a block of rows");
+        assert!(take_fp8(&w, 1, &[(0, 3)]).is_err(), "splits a block of columns");
+        let bytes: Vec<u8> = (0..4 * 17).map(|i| if i % 17 == 0 { 120 } else { i as u8 }).collect();
+        let m = GgmlWeight::new(vec![2, 64], rdu_checkpoint::GgmlType::MXFP4, bytes).unwrap();
+        let right = take_ggml(&m, 1, &[(32, 64)]).unwrap();
+        assert_eq!(right.bytes, [&m.bytes[17..34], &m.bytes[51..68]].concat());
+        assert!(take_ggml(&m, 1, &[(16, 48)]).is_err());
     }
 
     #[test]

@@ -101,8 +101,8 @@ pub fn op_line(op: &KernelOp) -> String {
     let attrs = op.attrs.iter().map(|(k, v)| format!("{k}={}", lit_text(v)));
     line.push_str(&positional.chain(attrs).collect::<Vec<_>>().join(", "));
     line.push(')');
-    if op.fold_q8 {
-        line.push_str(" fold=q8");
+    if let Some(fold) = op.fold {
+        let _ = write!(line, " fold={}", fold.word());
     }
     if let Some(Tiling { axis, tiles }) = &op.tiling {
         let _ = write!(line, " tile(axis={axis}, {})", ranges(tiles));
@@ -124,9 +124,8 @@ pub fn lit_text(lit: &Lit) -> String {
 fn decl_line(decl: &TensorDecl) -> String {
     let dims = decl.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
     let storage = match decl.storage {
-        Storage::Dense => "",
-        Storage::Q8_0 => " storage=q8_0",
-        Storage::Bf16 => " storage=bf16",
+        Storage::Dense => String::new(),
+        other => format!(" storage={}", other.word()),
     };
     format!(
         "tensor {} : {}[{dims}]{storage} role={} home={}",

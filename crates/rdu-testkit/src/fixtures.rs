@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 /// Every tiny transformers model in `tests/data/fixtures/hf` with its reference logits.
-pub const HF: [&str; 11] = [
+pub const HF: [&str; 14] = [
     "llama",
     "qwen3",
     "qwen3_next",
@@ -16,6 +16,9 @@ pub const HF: [&str; 11] = [
     "deepseek_v3",
     "glm4_moe",
     "minimax_m2",
+    "gpt_oss",
+    "mistral",
+    "mixtral",
 ];
 
 /// The repository's root.
@@ -26,6 +29,12 @@ pub fn repo() -> PathBuf {
 /// `tests/data/fixtures/hf/<arch>`: a transformers checkpoint, its config and its logits.
 pub fn hf(arch: &str) -> PathBuf {
     repo().join("tests/data/fixtures/hf").join(arch)
+}
+
+/// `tests/data/fixtures/quantised/<name>`: checkpoints stored FP8 or MXFP4 and their
+/// references (`tools/make_quantised.py`), or one of its decoder tables.
+pub fn quantised(name: &str) -> PathBuf {
+    repo().join("tests/data/fixtures/quantised").join(name)
 }
 
 /// `tests/data/fixtures/gguf/<arch>`: llama.cpp-made GGUF files of a fixture and their references.

@@ -8,6 +8,7 @@ pub mod fixtures;
 pub mod gguf_writer;
 pub mod hf_to_gguf;
 pub mod npy;
+pub mod safetensors_edit;
 mod tolerance;
 
 pub use tolerance::{Tolerance, Worst};

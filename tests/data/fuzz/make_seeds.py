@@ -1,4 +1,5 @@
 """Writes the generated seeds of the fuzz corpus (safetensors files, tokenizer.json files).
+(`blocks.safetensors`: FP8 and MXFP4 weights as DeepSeek and gpt-oss store them.)
 
 Run from the repository root with the shared venv: /work/venv/bin/python tests/data/fuzz/make_seeds.py
 The other targets' seeds are fixtures used in place (each directory's seeds.list) or, for
@@ -41,6 +42,24 @@ text = json.dumps(header, separators=(",", ":")).encode()
 text += b" " * ((8 - len(text) % 8) % 8)
 with open(os.path.join(st, "bf16.safetensors"), "wb") as f:
     f.write(len(text).to_bytes(8, "little") + text + bf.tobytes())
+
+# Block-stored weights by hand (numpy has no float8): an F8_E4M3 weight [4, 6] beside its F32
+# `weight_scale_inv` in 2 x 3 blocks (DeepSeek's layout), and an MXFP4 weight [2, 64] as U8
+# `_blocks` [2, 2, 16] and `_scales` [2, 2] (gpt-oss's).
+blocks = {
+    "w.weight": ("F8_E4M3", [4, 6], bytes(range(0x30, 0x48))),
+    "w.weight_scale_inv": ("F32", [2, 2], np.array([0.5, 1.0, 2.0, 0.25], dtype=np.float32).tobytes()),
+    "e_blocks": ("U8", [2, 2, 16], bytes((7 * i) % 256 for i in range(64))),
+    "e_scales": ("U8", [2, 2], bytes([120, 127, 130, 252])),
+}
+header, data = {}, b""
+for name, (dtype, shape, raw) in blocks.items():
+    header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+    data += raw
+text = json.dumps(header, separators=(",", ":")).encode()
+text += b" " * ((8 - len(text) % 8) % 8)
+with open(os.path.join(st, "blocks.safetensors"), "wb") as f:
+    f.write(len(text).to_bytes(8, "little") + text + data)
 
 # tokenizer.json: byte-level BPE (GPT-2 style), SentencePiece-style BPE with byte fallback,
 # Unigram with Metaspace, WordPiece; small vocabularies trained on a few sentences.

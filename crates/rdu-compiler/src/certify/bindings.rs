@@ -1,6 +1,7 @@
 //! Seeded inputs for numeric validation, served identically to the reference interpreter
-//! (`graph::Bindings`) and to the simulator (`SimBindings`): the same values, Q8_0 weights as
-//! blocks to the simulator and as their exact dequantised values to the reference. Stacked
+//! (`graph::Bindings`) and to the simulator (`SimBindings`): the same values, Q8_0, FP8 and
+//! MXFP4 weights as stored — drawn as their blocks, never drawn as values and quantised — to
+//! the simulator and as their exact dequantised values to the reference. Stacked
 //! expert weights are generated lazily, one expert at a time, so a step materialises only the
 //! experts it routes to. Each value is held once: a dense tensor by the simulator until
 //! certification hands it to the reference ([`Inputs::hand_to_reference`], a move, not a copy),
@@ -9,12 +10,14 @@
 use crate::graph::{Bindings, Data, Graph, Tensor};
 use crate::lang::ast::DeclKind;
 use rayon::prelude::*;
+use rdu_checkpoint::{Fp8Grid, Fp8Weight, GgmlType, GgmlWeight, QK_MXFP4};
+use rdu_spatial::blocks::BlockWeight;
 use rdu_spatial::fill::par_filled;
 use rdu_spatial::manifest::{InputRole, RopeTable};
 use rdu_spatial::names::{parse_rope_table, runtime_input};
 use rdu_spatial::program::{Arg, Op, SpatialProgram, Storage};
 use rdu_spatial::q8::{Q8Block, Q8Weight, QK8_0};
-use rdu_spatial::sim::{SimBindings, SimData, SimTensor, WeightSlab};
+use rdu_spatial::sim::{PackedWeight, SimBindings, SimData, SimTensor, WeightSlab};
 use rdu_spatial::tensor_parallel::{q8_block_ranges, take};
 use rdu_spatial::{seeded_weight, Seeded};
 use std::borrow::Cow;
@@ -29,8 +32,31 @@ pub struct Inputs {
     dense: BTreeMap<String, Dense>,
     /// Q8_0-stored weights: their blocks, and the reference's values once it has read them.
     q8: BTreeMap<String, (OnceLock<Arc<Tensor>>, Q8Weight)>,
-    /// Stacked expert weights: name → (per-expert shape, stored Q8_0).
-    experts: BTreeMap<String, (Vec<usize>, bool)>,
+    /// FP8- and MXFP4-stored weights: as stored, and the reference's values once it has read them.
+    blocks: BTreeMap<String, (OnceLock<Arc<Tensor>>, BlockWeight)>,
+    /// Stacked expert weights: name → (per-expert shape, storage).
+    experts: BTreeMap<String, (Vec<usize>, Storage)>,
+}
+
+/// A weight of `shape` stored as `storage` drawn as stored by `draw`: FP8 bytes and block
+/// scales (`Seeded::fill_fp8`), MXFP4 blocks (`Seeded::fill_mxfp4`); `None` for another storage.
+fn draw_blocks(draw: &Seeded, shape: &[usize], storage: Storage) -> Option<BlockWeight> {
+    let n: usize = shape.iter().product();
+    match storage {
+        Storage::Fp8 { rows, cols } => {
+            let block = [rows as usize, cols as usize];
+            let grid = Fp8Grid::of(shape, block).ok()?.len()?;
+            let values = par_filled(n, DRAW_CHUNK, |i, out| draw.fill_fp8(i, out));
+            let scales = par_filled(grid, DRAW_CHUNK, |i, out| draw.fill_fp8_scales(i, out));
+            Fp8Weight::new(shape.to_vec(), block, values, scales).ok().map(BlockWeight::Fp8)
+        }
+        Storage::Mxfp4 => {
+            let blocks = par_filled(n / QK_MXFP4, DRAW_BLOCKS, |b, out| draw.fill_mxfp4(b, out));
+            let bytes = blocks.into_iter().flatten().collect();
+            GgmlWeight::new(shape.to_vec(), GgmlType::MXFP4, bytes).ok().map(BlockWeight::Ggml)
+        }
+        _ => None,
+    }
 }
 
 impl Inputs {
@@ -40,10 +66,11 @@ impl Inputs {
         let mut experts = BTreeMap::new();
         for op in program.sections.iter().flat_map(|s| &s.stages).flat_map(|st| &st.ops) {
             if op.op == Op::Experts {
-                for arg in op.args.iter().skip(3) {
+                // The stacked weights (a biased step's biases are drawn whole, as any dense weight).
+                for arg in op.args.iter().take(op.op.expert_weights().end).skip(op.op.expert_weights().start) {
                     let Arg::Tensor(name) = arg else { continue };
                     if let Some(t) = decls.get(name.as_str()) {
-                        experts.insert(name.clone(), (t.shape[1..].to_vec(), t.storage == Storage::Q8_0));
+                        experts.insert(name.clone(), (t.shape[1..].to_vec(), t.storage));
                     }
                 }
             }
@@ -52,14 +79,23 @@ impl Inputs {
         let has_state = graph.states.iter().any(|_| true);
         let table_rows =
             graph.declared().find(|(_, _, d)| d.kind == DeclKind::Shared).map(|(_, v, _)| v.ty.shape[0]).unwrap_or(1);
-        let mut inputs = Inputs { seed, vocab, dense: BTreeMap::new(), q8: BTreeMap::new(), experts };
+        let mut inputs =
+            Inputs { seed, vocab, dense: BTreeMap::new(), q8: BTreeMap::new(), blocks: BTreeMap::new(), experts };
         for (_, value, decl) in graph.declared() {
             let name = value.name.clone();
             let shape = value.ty.shape.clone();
             if inputs.experts.contains_key(&name) {
                 continue;
             }
-            let stored_q8 = decls.get(name.as_str()).is_some_and(|t| t.storage == Storage::Q8_0);
+            let storage = decls.get(name.as_str()).map_or(Storage::Dense, |t| t.storage);
+            let stored_q8 = storage == Storage::Q8_0;
+            if decl.kind == DeclKind::Weight {
+                // Drawn as stored (`Seeded::fill_fp8`, `fill_mxfp4`), not as values then quantised.
+                if let Some(w) = draw_blocks(&Seeded::new(seed, &name, &shape, false), &shape, storage) {
+                    inputs.blocks.insert(name, (OnceLock::new(), w));
+                    continue;
+                }
+            }
             let n: usize = shape.iter().product();
             if stored_q8 && decl.kind == DeclKind::Weight && n.is_multiple_of(QK8_0) {
                 // Drawn as Q8_0 blocks (`Seeded::fill_q8`), not as values then quantised.
@@ -68,11 +104,22 @@ impl Inputs {
                 inputs.q8.insert(name, (OnceLock::new(), Q8Weight { shape, blocks }));
                 continue;
             }
+            let role = runtime_input(&name).filter(|_| decl.kind == DeclKind::Input).map(|(role, _)| role);
             let position = match runtime_input(&name) {
                 Some((InputRole::Position, seq)) if decl.kind == DeclKind::Input => Some(seq.unwrap_or(0)),
                 _ => None,
             };
             let values = match (decl.kind, position) {
+                // A verify step's pending positions: the previous step's drafted rows, just before
+                // this step's `draft + 1` (the last the tables allow), the first `seed mod
+                // (draft + 1)` of them accepted, the others sent to this step's first slot.
+                (DeclKind::Input, _) if role == Some(InputRole::Pending) => {
+                    let n: usize = shape.iter().product();
+                    let first = table_rows.saturating_sub(n + 1);
+                    let accepted = (seed % (n as u64 + 1)) as usize;
+                    let at = |i: usize| if i < accepted { (first + i).saturating_sub(accepted) } else { first };
+                    Data::I32((0..n).map(|i| at(i) as i32).collect())
+                }
                 // A decode step at the last position its tables allow: rings wrap, caches are read
                 // whole. Sequence `b` of a batched step one position earlier, so that each
                 // sequence's position is its own.
@@ -86,6 +133,8 @@ impl Inputs {
                     let first = if has_state { table_rows.saturating_sub(n) } else { 0 };
                     Data::I32((0..n).map(|i| (first + i) as i32).collect())
                 }
+                // Token ids, and a verify step's resume row, below the rows of the table the
+                // program looks them up in (`embed`).
                 (DeclKind::Input, _) if value.ty.dtype == crate::graph::DType::I32 => {
                     let n: usize = shape.iter().product();
                     Data::I32((0..n).map(|i| ((i as u64 * 7919 + seed) % vocab.max(1) as u64) as i32).collect())
@@ -121,8 +170,16 @@ impl Inputs {
         for (name, (_, w)) in &self.q8 {
             out += &format!("q8 {name} {}\n", shapes(&w.shape));
         }
-        for (name, (shape, q8)) in &self.experts {
-            out += &format!("experts {name} {} {}\n", shapes(shape), if *q8 { "q8" } else { "dense" });
+        for (name, (_, w)) in &self.blocks {
+            out += &format!("stored {name} {} {}\n", shapes(w.shape()), w.storage().word());
+        }
+        for (name, (shape, storage)) in &self.experts {
+            let word = match storage {
+                Storage::Q8_0 => "q8".to_string(),
+                Storage::Dense => "dense".to_string(),
+                other => other.word(),
+            };
+            out += &format!("experts {name} {} {word}\n", shapes(shape));
         }
         out.into_bytes()
     }
@@ -158,6 +215,11 @@ impl Inputs {
         self.q8.get(name).map(|(_, q)| q)
     }
 
+    /// An FP8- or MXFP4-stored weight as stored (tensor-parallel slicing).
+    pub(super) fn sim_blocks(&self, name: &str) -> Option<&BlockWeight> {
+        self.blocks.get(name).map(|(_, w)| w)
+    }
+
     pub(super) fn is_stacked(&self, name: &str) -> bool {
         self.experts.contains_key(name)
     }
@@ -166,8 +228,12 @@ impl Inputs {
     /// one's blocks (`Seeded::fill_q8`) exactly dequantised, a task's blocks at a time — the
     /// expert's blocks are never held whole.
     pub(super) fn expert_dense(&self, name: &str, e: usize) -> Option<(Vec<usize>, Vec<f32>)> {
-        let (shape, q8) = self.experts.get(name)?;
+        let (shape, storage) = self.experts.get(name)?;
         let draw = self.expert_draw(name, e, shape);
+        if let Some(w) = draw_blocks(&draw, shape, *storage) {
+            return Some((shape.clone(), w.dequantize()));
+        }
+        let q8 = &(*storage == Storage::Q8_0);
         let n: usize = shape.iter().product();
         // Runs start at whole blocks: so do a task's `DRAW_CHUNK` values and `fill::RUN`.
         let out = par_filled(n, DRAW_CHUNK, |i, out| {
@@ -189,8 +255,15 @@ impl Inputs {
         e: usize,
         part: Option<(usize, &[(usize, usize)])>,
     ) -> Option<Result<WeightSlab<'static>, String>> {
-        let (shape, q8) = self.experts.get(name)?;
-        if !*q8 {
+        let (shape, storage) = self.experts.get(name)?;
+        if let Some(w) = draw_blocks(&self.expert_draw(name, e, shape), shape, *storage) {
+            // An FP8 or MXFP4 expert drawn whole, a chip's part then taken from it.
+            return Some(match part {
+                None => Ok(w.into_slab()),
+                Some((axis, ranges)) => w.take(axis, ranges).map(BlockWeight::into_slab),
+            });
+        }
+        if *storage != Storage::Q8_0 {
             let (shape, values) = self.expert_dense(name, e)?;
             return Some(match part {
                 None => Ok(WeightSlab::Dense(Cow::Owned(values))),
@@ -321,6 +394,10 @@ impl Bindings for Inputs {
             .get(name)
             .map(Dense::reference)
             .or_else(|| self.q8.get(name).map(|(values, w)| values.get_or_init(|| dequantised(w)).clone()))
+            .or_else(|| {
+                let (values, w) = self.blocks.get(name)?;
+                Some(values.get_or_init(|| Arc::new(Tensor::f32(w.shape().to_vec(), w.dequantize()))).clone())
+            })
     }
 
     fn slice0(&self, name: &str, index: usize) -> Option<Arc<Tensor>> {
@@ -336,7 +413,7 @@ impl Bindings for Inputs {
     }
 
     fn slice0_q8(&self, name: &str, index: usize) -> Option<Q8Weight> {
-        let (shape, true) = self.experts.get(name)? else { return None };
+        let (shape, Storage::Q8_0) = self.experts.get(name)? else { return None };
         match self.expert_slab(name, index, None)? {
             Ok(WeightSlab::Q8(blocks)) => Some(Q8Weight { shape: shape.clone(), blocks: blocks.into_owned() }),
             _ => None,
@@ -353,6 +430,14 @@ impl SimBindings for Inputs {
         self.q8.get(name).map(|(_, q)| Cow::Borrowed(q))
     }
 
+    fn fp8(&self, name: &str) -> Option<Cow<'_, Fp8Weight>> {
+        self.blocks.get(name)?.1.fp8().map(Cow::Borrowed)
+    }
+
+    fn packed(&self, name: &str) -> Option<PackedWeight<'_>> {
+        self.blocks.get(name)?.1.packed()
+    }
+
     fn expert(&self, name: &str, expert: usize) -> Option<WeightSlab<'_>> {
         self.expert_slab(name, expert, None)?.ok()
     }
@@ -365,18 +450,19 @@ mod tests {
 
     fn inputs() -> Inputs {
         let mut experts = BTreeMap::new();
-        experts.insert("Wg".to_string(), (vec![64, 96], true));
-        experts.insert("Wd".to_string(), (vec![96, 64], false));
+        experts.insert("Wg".to_string(), (vec![64, 96], Storage::Q8_0));
+        experts.insert("Wd".to_string(), (vec![96, 64], Storage::Dense));
         // More values than one task draws, and not a whole number of tasks.
-        experts.insert("Wb".to_string(), (vec![160, 256], true));
-        experts.insert("Wc".to_string(), (vec![256, 160], false));
-        Inputs { seed: 3, vocab: 1, dense: BTreeMap::new(), q8: BTreeMap::new(), experts }
+        experts.insert("Wb".to_string(), (vec![160, 256], Storage::Q8_0));
+        experts.insert("Wc".to_string(), (vec![256, 160], Storage::Dense));
+        let (dense, q8, blocks) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
+        Inputs { seed: 3, vocab: 1, dense, q8, blocks, experts }
     }
 
     fn q8_slab(slab: WeightSlab<'_>) -> Vec<Q8Block> {
         match slab {
             WeightSlab::Q8(b) => b.into_owned(),
-            WeightSlab::Dense(_) => panic!("a Q8_0-stored expert served dense"),
+            _ => panic!("a Q8_0-stored expert served otherwise"),
         }
     }
 

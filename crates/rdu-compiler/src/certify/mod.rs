@@ -260,7 +260,7 @@ mod tests {
         let src = crate::model::author::source_of(&spec, 0, Cut::Decode { ctx: 64 }, &Storage::AllQ8);
         let program = crate::lang::parse(src.text()).expect("parses");
         let graph = crate::front::lift(&program).expect("lifts");
-        (crate::lower::lower("kind", &program, &graph, &src.q8, chip, &mut |_, _| {}), graph)
+        (crate::lower::lower("kind", &program, &graph, &src.stored, chip, &mut |_, _| {}), graph)
     }
 
     /// A kind lowered for SN50 and for SN40L (different programs, one graph) is certified for

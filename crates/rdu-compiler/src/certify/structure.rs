@@ -5,7 +5,7 @@
 
 use crate::graph::Graph;
 use rdu_spatial::chip::Chip;
-use rdu_spatial::program::{Arg, Op, Role, SpatialProgram, Storage};
+use rdu_spatial::program::{Arg, Op, Role, SpatialProgram};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// `Err` of the first of `faults`, if any.
@@ -139,14 +139,14 @@ struct Flow<'p> {
     written_states: BTreeSet<String>,
 }
 
-/// Walks the ops in order: every read has a producer before it, Q8_0 weights are read only by
-/// folding products or `dequant`, a fold reads a Q8_0 weight, and tiles cover each tiled output
-/// exactly once.
+/// Walks the ops in order: every read has a producer before it, weights stored in a block
+/// format are read only by products that fold that format or by `dequant`, a fold reads a
+/// weight of its format, and tiles cover each tiled output exactly once.
 fn dataflow_faults<'p>(program: &'p SpatialProgram, faults: &mut Vec<String>) -> Flow<'p> {
     let decls: HashMap<&str, &rdu_spatial::program::TensorDecl> =
         program.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
     let decl = |n: &str| decls.get(n).copied();
-    let is_q8 = |n: &str| decl(n).is_some_and(|t| t.storage == Storage::Q8_0);
+    let fold_of = |n: &str| decl(n).and_then(|t| t.storage.fold());
     let mut flow = Flow { available: bound(program).collect(), written_states: BTreeSet::new() };
     for (s, section) in program.sections.iter().enumerate() {
         for stage in &section.stages {
@@ -157,12 +157,21 @@ fn dataflow_faults<'p>(program: &'p SpatialProgram, faults: &mut Vec<String>) ->
                     if !flow.available.contains(name.as_str()) {
                         faults.push(format!("{at} reads `{name}`, which nothing before it produces"));
                     }
-                    if is_q8(name) && !op.fold_q8 && op.op != Op::Dequant {
-                        faults.push(format!("{at} reads the Q8_0 weight `{name}` without folding it"));
+                    match (fold_of(name), op.fold) {
+                        (Some(f), None) if op.op != Op::Dequant => {
+                            faults.push(format!("{at} reads the {} weight `{name}` without folding it", fold_name(f)));
+                        }
+                        (Some(f), Some(g)) if f != g => {
+                            faults.push(format!("{at} folds {} but `{name}` is {}", fold_name(g), fold_name(f)));
+                        }
+                        _ => {}
                     }
                 }
-                if op.fold_q8 && !op.args.iter().any(|a| matches!(a, Arg::Tensor(n) if is_q8(n))) {
-                    faults.push(format!("{at} folds Q8_0 but reads no Q8_0 weight"));
+                if let Some(fold) = op.fold {
+                    if !op.args.iter().any(|a| matches!(a, Arg::Tensor(n) if fold_of(n) == Some(fold))) {
+                        let name = fold_name(fold);
+                        faults.push(format!("{at} folds {name} but reads no {name} weight"));
+                    }
                 }
                 if let Some(tiling) = &op.tiling {
                     if let Err(fault) = tiling_covers(op, tiling, &at, &decl) {
@@ -275,4 +284,13 @@ fn placement(s: usize, stages: &[rdu_spatial::program::Stage], chip: &Chip) -> R
         }
     }
     Ok(())
+}
+
+/// A fold's format as faults name it (`Q8_0`, `FP8`, `MXFP4`).
+fn fold_name(fold: rdu_spatial::program::Fold) -> &'static str {
+    match fold {
+        rdu_spatial::program::Fold::Q8 => "Q8_0",
+        rdu_spatial::program::Fold::Fp8 => "FP8",
+        rdu_spatial::program::Fold::Mxfp4 => "MXFP4",
+    }
 }

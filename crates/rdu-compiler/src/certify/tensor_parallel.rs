@@ -12,6 +12,7 @@
 use super::bindings::Inputs;
 use super::{compare, structure, Certificate, CertifyFault, TOLERANCE};
 use crate::graph::Graph;
+use rdu_spatial::blocks::BlockWeight;
 use rdu_spatial::chip::Chip;
 use rdu_spatial::program::{Arg, Op, Role, SpatialProgram, Storage, TpSplit};
 use rdu_spatial::q8::Q8Weight;
@@ -441,6 +442,8 @@ struct ChipInputs<'a> {
     chip: usize,
     dense: BTreeMap<String, SimTensor>,
     q8: BTreeMap<String, Q8Weight>,
+    /// FP8- and MXFP4-stored weights: this chip's blocks.
+    blocks: BTreeMap<String, BlockWeight>,
 }
 
 impl<'a> ChipInputs<'a> {
@@ -450,7 +453,7 @@ impl<'a> ChipInputs<'a> {
         splits: &'a BTreeMap<&'a str, &'a TpSplit>,
         chip: usize,
     ) -> Result<ChipInputs<'a>, String> {
-        let (mut dense, mut q8) = (BTreeMap::new(), BTreeMap::new());
+        let (mut dense, mut q8, mut blocks) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
         for t in program.tensors.iter().filter(|t| t.role.is_bound()) {
             let Some(split) = splits.get(t.name.as_str()) else { continue };
             if full.is_stacked(&t.name) {
@@ -460,6 +463,10 @@ impl<'a> ChipInputs<'a> {
             if t.storage == Storage::Q8_0 {
                 let w = full.sim_q8(&t.name).ok_or_else(|| format!("no seeded Q8_0 `{}`", t.name))?;
                 q8.insert(t.name.clone(), take_q8(w, split.axis, ranges)?);
+            } else if t.storage.is_blocks() {
+                let w =
+                    full.sim_blocks(&t.name).ok_or_else(|| format!("no seeded {} `{}`", t.storage.word(), t.name))?;
+                blocks.insert(t.name.clone(), w.take(split.axis, ranges)?);
             } else if let Some(w) = full.sim_q8(&t.name) {
                 // Stored Q8_0 whole but read dense on a chip: its exact dequantised values.
                 let values = w.dequantize();
@@ -472,7 +479,7 @@ impl<'a> ChipInputs<'a> {
                 dense.insert(t.name.clone(), SimTensor::f32(shape, v));
             }
         }
-        Ok(ChipInputs { full, splits, chip, dense, q8 })
+        Ok(ChipInputs { full, splits, chip, dense, q8, blocks })
     }
 }
 
@@ -490,6 +497,22 @@ impl SimBindings for ChipInputs<'_> {
             Some(w) => Some(Cow::Borrowed(w)),
             None if self.splits.contains_key(name) => None,
             None => SimBindings::q8(self.full, name),
+        }
+    }
+
+    fn fp8(&self, name: &str) -> Option<Cow<'_, rdu_checkpoint::Fp8Weight>> {
+        match self.blocks.get(name) {
+            Some(w) => w.fp8().map(Cow::Borrowed),
+            None if self.splits.contains_key(name) => None,
+            None => SimBindings::fp8(self.full, name),
+        }
+    }
+
+    fn packed(&self, name: &str) -> Option<rdu_spatial::sim::PackedWeight<'_>> {
+        match self.blocks.get(name) {
+            Some(w) => w.packed(),
+            None if self.splits.contains_key(name) => None,
+            None => SimBindings::packed(self.full, name),
         }
     }
 

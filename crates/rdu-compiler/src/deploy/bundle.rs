@@ -134,9 +134,10 @@ fn cut_entry(cut: Cut) -> CutEntry {
         Cut::BatchedTp { .. } => (CutMode::BatchedTp, None),
         Cut::Prefill { .. } => (CutMode::Prefill, None),
         Cut::PrefillTp { .. } => (CutMode::PrefillTp, None),
+        Cut::Verify { .. } => (CutMode::Verify, None),
     };
     let tp = (cut.tp() > 1 || cut.is_split()).then(|| cut.tp());
-    CutEntry { mode, ctx: cut.ctx(), seq, batch: cut.batch(), tp, chunk: cut.chunk() }
+    CutEntry { mode, ctx: cut.ctx(), seq, batch: cut.batch(), tp, chunk: cut.chunk(), draft: cut.draft() }
 }
 
 /// The whole shape of a tensor a chip declares as `local`, and every chip's manifest ranges.
@@ -163,6 +164,35 @@ struct Tables {
     activations: BTreeMap<String, ActivationEntry>,
 }
 
+/// The manifest's entry of a checkpoint source.
+fn checkpoint_entry(source: TensorSource) -> Checkpoint {
+    let one = |kind, name: String| Checkpoint {
+        kind,
+        names: vec![name],
+        axis: None,
+        start: None,
+        len: None,
+        step: None,
+        transposed: false,
+    };
+    match source {
+        TensorSource::Tensor(t) => one(CheckpointKind::Tensor, t),
+        TensorSource::Transposed(t) => Checkpoint { transposed: true, ..one(CheckpointKind::Tensor, t) },
+        TensorSource::Stack(names) => Checkpoint { names, axis: Some(0), ..one(CheckpointKind::Stack, String::new()) },
+        TensorSource::Slice { name, axis, start, len } => {
+            Checkpoint { axis: Some(axis), start: Some(start), len: Some(len), ..one(CheckpointKind::Slice, name) }
+        }
+        TensorSource::Strided { name, transposed, axis, start, step, len } => Checkpoint {
+            axis: Some(axis),
+            start: Some(start),
+            len: Some(len),
+            step: Some(step),
+            transposed,
+            ..one(CheckpointKind::Slice, name)
+        },
+    }
+}
+
 impl Tables {
     /// Records the declarations of `source`, each under the bundle name `bind` gives it.
     fn add(
@@ -182,28 +212,14 @@ impl Tables {
             };
             match d.kind {
                 DeclKind::Weight => {
-                    let checkpoint = match checkpoint_source(spec, &name) {
-                        Some(TensorSource::Tensor(t)) => Checkpoint {
-                            kind: CheckpointKind::Tensor,
-                            names: vec![t],
-                            axis: None,
-                            start: None,
-                            len: None,
-                        },
-                        Some(TensorSource::Stack(names)) => {
-                            Checkpoint { kind: CheckpointKind::Stack, names, axis: Some(0), start: None, len: None }
-                        }
-                        Some(TensorSource::Slice { name: t, axis, start, len }) => Checkpoint {
-                            kind: CheckpointKind::Slice,
-                            names: vec![t],
-                            axis: Some(axis),
-                            start: Some(start),
-                            len: Some(len),
-                        },
-                        None => return Err(format!("no checkpoint tensor is known for `{name}` of {}", spec.name)),
+                    let Some(found) = checkpoint_source(spec, &name) else {
+                        return Err(format!("no checkpoint tensor is known for `{name}` of {}", spec.name));
                     };
-                    let storage = if source.q8.contains(&name) { TensorStorage::Q8_0 } else { TensorStorage::Dense };
-                    self.tensors.insert(name, TensorEntry { shape, dtype: "f32".into(), storage, checkpoint, slices });
+                    let checkpoint = checkpoint_entry(found);
+                    let (storage, block) =
+                        source.stored.get(&name).map_or((TensorStorage::Dense, None), |s| TensorStorage::of(*s));
+                    let entry = TensorEntry { shape, dtype: "f32".into(), storage, block, checkpoint, slices };
+                    self.tensors.insert(name, entry);
                 }
                 DeclKind::Input => match runtime_input(&name) {
                     Some((role, sequence)) => {

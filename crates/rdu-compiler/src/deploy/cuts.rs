@@ -100,3 +100,26 @@ pub fn lower_prefill_tp_streamed(
 ) -> Deployed {
     deploy(spec, &Cut::PrefillTp { chunk, tp, ctx }, opts)
 }
+
+/// Lower `spec`'s VERIFY step, speculative decoding's check: `draft + 1` rows of each of `batch`
+/// sequences (one when `None`) — the last accepted token and `draft` drafted ones, each
+/// sequence its own — over the decode step's own states of `ctx` positions, the head on every
+/// row (the target's token after each), over `tp` chips when `tp > 1` (split as
+/// [`lower_tp_decode_streamed`] splits, over its states, certified over the chips against the
+/// unsplit verify programs).
+///
+/// The host learns after the step how many drafted tokens stand and starts the next step after
+/// them. A cache's rows past them are overwritten then; a ring keeps the drafted rows pending
+/// and a recurrent layer the state after each row, so that the next step's `pend` and `resume`
+/// inputs continue from any row (`model::author::verify`). Every kind is certified at its real
+/// shapes, every row at the last positions of the context.
+pub fn lower_verify_streamed(
+    spec: &ModelSpec,
+    draft: usize,
+    batch: Option<usize>,
+    tp: usize,
+    ctx: usize,
+    opts: LowerOptions<'_>,
+) -> Deployed {
+    deploy(spec, &Cut::Verify { draft, batch, tp, ctx }, opts)
+}

@@ -14,8 +14,9 @@
 //! and the loop over the kinds. `lower_*_streamed` (`cuts.rs`) name the cuts for callers;
 //! [`estimate_streamed`] and [`Estimator`] run the same driver without numbers.
 //!
-//! ★ A weight moves as it is stored: a product over a weight stored Q8_0 folds its blocks on
-//! the chip (`passes::from_q8`) only where `Storage` says so; any other weight is read dense.
+//! ★ A weight moves as it is stored: a product over a weight stored in a block format (Q8_0,
+//! FP8, MXFP4) folds its blocks on the chip (`passes::from_stored`) only where `Storage` says
+//! so; any other weight is read dense.
 
 mod bundle;
 mod cuts;
@@ -26,6 +27,7 @@ mod part;
 mod programs;
 mod roofline;
 pub(crate) mod schedule;
+pub mod speculative;
 
 pub use crate::model::kinds::{
     layer_kinds, layer_kinds_for, rebind, rebind_via, renaming, HiddenNames, KindGroup, Storage, KINDS_CTX, SINGLE,
@@ -33,7 +35,7 @@ pub use crate::model::kinds::{
 };
 pub use cuts::{
     lower_batched_decode_streamed, lower_batched_tp_decode_streamed, lower_decode_streamed, lower_forward_streamed,
-    lower_prefill_streamed, lower_prefill_tp_streamed, lower_tp_decode_streamed,
+    lower_prefill_streamed, lower_prefill_tp_streamed, lower_tp_decode_streamed, lower_verify_streamed,
 };
 pub use estimate::{estimate_streamed, Estimator, Spine};
 pub use memory::free_memory;
@@ -111,7 +113,8 @@ fn admit(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Result<(), StreamedRe
 
 impl Cut {
     /// The one-line refusal of a cut whose sizes cannot make a step: no tokens, sequences,
-    /// chunk rows or context positions, or a prefill chunk longer than its context.
+    /// chunk rows, drafted tokens or context positions, or a prefill chunk or verify step
+    /// longer than its context.
     pub fn validate(self) -> Result<(), StreamedReject> {
         let invalid = |m: &str| Err(StreamedReject::Invalid(m.to_string()));
         if matches!(self, Cut::Forward { seq: 0 }) {
@@ -126,6 +129,18 @@ impl Cut {
         if self.ctx() == Some(0) {
             return invalid("the context must hold at least 1 position");
         }
+        if self.draft() == Some(0) {
+            return invalid("a verify step checks at least 1 drafted token");
+        }
+        if let (Some(draft), Some(ctx)) = (self.draft(), self.ctx()) {
+            if draft >= ctx {
+                return Err(StreamedReject::Invalid(format!(
+                    "a verify step of {} rows does not fit a context of {ctx} positions; use --draft-tokens {} or less",
+                    draft + 1,
+                    ctx - 1
+                )));
+            }
+        }
         if let (Some(chunk), Some(ctx)) = (self.chunk(), self.ctx()) {
             if chunk > ctx {
                 return Err(StreamedReject::Invalid(format!(
@@ -136,14 +151,15 @@ impl Cut {
         Ok(())
     }
 
-    /// The one-chip counterpart of a tensor-parallel cut (`Decode`, `Batched` or `Prefill`): its
-    /// replicated embedding, and the unsplit programs its kinds and head are certified
-    /// against. Any other cut is its own.
+    /// The one-chip counterpart of a tensor-parallel cut (`Decode`, `Batched`, `Prefill` or a
+    /// one-chip `Verify`): its replicated embedding, and the unsplit programs its kinds and
+    /// head are certified against. Any other cut is its own.
     pub fn unsplit(self) -> Cut {
         match self {
             Cut::Tp { ctx, .. } => Cut::Decode { ctx },
             Cut::BatchedTp { batch, ctx, .. } => Cut::Batched { batch, ctx },
             Cut::PrefillTp { chunk, ctx, .. } => Cut::Prefill { chunk, ctx },
+            Cut::Verify { draft, batch, ctx, .. } => Cut::Verify { draft, batch, tp: 1, ctx },
             other => other,
         }
     }

@@ -88,7 +88,7 @@ pub struct StreamedModel {
     pub kinds: Vec<LayerKind>,
     pub head: ProgramPart,
     pub layers: Vec<LayerBinding>,
-    /// Every layer's own source (its weights, states and Q8_0 set feed the manifest).
+    /// Every layer's own source (its weights, states and storage set feed the manifest).
     pub layer_sources: Vec<Source>,
     pub lowering_seconds: f64,
 }

@@ -126,9 +126,9 @@ impl Part<'_> {
         let mut spatial = match self.split {
             Some(chips) => {
                 let split = Split { chips, slices: &src.slices };
-                lower_split(self.name, program, &graph, &src.q8, split, chip, dump)
+                lower_split(self.name, program, &graph, &src.stored, split, chip, dump)
             }
-            None => lower(self.name, program, &graph, &src.q8, chip, dump),
+            None => lower(self.name, program, &graph, &src.stored, chip, dump),
         };
         if self.looped {
             // A kind runs looped: its weight-streaming stages prefetch the next layer's weights.
@@ -140,7 +140,7 @@ impl Part<'_> {
     /// An unsplit program the split part is certified against, lowered on one chip.
     fn unsplit(&self, src: &Source, chip: &Chip) -> Result<(SpatialProgram, Graph), StreamedReject> {
         let (program, graph) = self.front(src)?;
-        Ok((lower(self.name, program, &graph, &src.q8, chip, &mut |_, _| {}), graph))
+        Ok((lower(self.name, program, &graph, &src.stored, chip, &mut |_, _| {}), graph))
     }
 }
 

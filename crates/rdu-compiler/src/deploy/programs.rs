@@ -182,7 +182,7 @@ fn context_too_large(
         let source = source_of(spec, layer, at, storage);
         let Ok(parsed) = source.program() else { return false };
         let Ok(graph) = lift(parsed) else { return false };
-        let spatial = lower(program, parsed, &graph, &source.q8, chip, &mut |_, _| {});
+        let spatial = lower(program, parsed, &graph, &source.stored, chip, &mut |_, _| {});
         crate::certify::check_structure(&spatial, &graph, chip).is_ok()
     };
     let smallest = cut.chunk().unwrap_or(1);
@@ -271,7 +271,11 @@ fn rename_source(source: &Source, from: &str, to: &str) -> Result<Source, Stream
         .clone();
     program.rename(&|n| if n == from { to.to_string() } else { n.to_string() });
     let comment: String = source.text().lines().take_while(|l| l.starts_with('#')).map(|l| format!("{l}\n")).collect();
-    Ok(Source::split(format!("{comment}{}", crate::lang::print(&program)), source.q8.clone(), source.slices.clone()))
+    Ok(Source::split(
+        format!("{comment}{}", crate::lang::print(&program)),
+        source.stored.clone(),
+        source.slices.clone(),
+    ))
 }
 
 /// A kind's program as the bundle carries it: its representative's program with every
@@ -288,8 +292,8 @@ fn canonical(rep: &Source, layer: usize, kind: &str, cut: Cut) -> Result<Source,
     program.rename(&|n| rebind(n));
     let text =
         format!("# layer kind {kind}, {}; names as in layer 0\n{}", cut.describe(), crate::lang::print(&program));
-    let q8 = rep.q8.iter().map(|n| rebind(n)).collect();
-    Ok(Source::split(text, q8, rep.slices.iter().map(|(n, s)| (rebind(n), s.clone())).collect()))
+    let stored = rep.stored.iter().map(|(n, s)| (rebind(n), *s)).collect();
+    Ok(Source::split(text, stored, rep.slices.iter().map(|(n, s)| (rebind(n), s.clone())).collect()))
 }
 
 /// The embedding or head source certification runs in place of the real one for a vocabulary

@@ -3,8 +3,9 @@
 //! model's idea of which bytes it reads.
 //!
 //! Floor bytes of one step are
-//! - every weight once over all chips (its whole, unsplit shape): Q8_0 as 34/32 bytes an
-//!   element, everything else 2 bytes (bf16);
+//! - every weight once over all chips (its whole, unsplit shape): as stored in a block format
+//!   (Q8_0 34/32 bytes an element; FP8 one byte an element and an f32 scale a block; MXFP4
+//!   17/32 bytes an element), everything else 2 bytes (bf16);
 //! - the embedding table (a weight only the embedding reads) as one row per sequence;
 //! - each routed expert stack (a stacked weight an `experts` op reads) as
 //!   `min(1, batch · top_k / n_experts)` of its bytes;
@@ -23,8 +24,8 @@ use crate::lang::ast::{Arg, DeclKind};
 use crate::lang::Source;
 use crate::model::spec::{Cut, Ffn, Mixer};
 use rdu_spatial::chip::Chip;
-use rdu_spatial::manifest::{Manifest, TensorStorage};
-use rdu_spatial::program::{Arg as SpatialArg, SpatialProgram};
+use rdu_spatial::manifest::Manifest;
+use rdu_spatial::program::{Arg as SpatialArg, SpatialProgram, Storage};
 use rdu_spatial::{Op, TypedOp};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -49,7 +50,8 @@ struct Counted {
     row: f64,
     /// Two or more axes: a product's weight (norm scales and biases are vectors).
     matrix: bool,
-    q8: bool,
+    /// Bytes an element as stored: a block format's, or 2 (bf16).
+    per: f64,
     state: bool,
     /// Read by the embedding program (and, if `head` too, by the head: a tied table).
     embed: bool,
@@ -72,7 +74,10 @@ impl StreamedModel {
     }
 
     fn floor_of(&self, tensors: &BTreeMap<String, Counted>) -> ModelFloor {
-        floor(tensors, self.cut.batch().unwrap_or(1), self.cut.tp(), self.chip.hbm_bandwidth)
+        // The embedding reads one row per token of the step, and the routed experts of every
+        // token are read (a verify step's drafted ones too).
+        let looked_up = self.cut.batch().unwrap_or(1) * self.cut.draft().map_or(1, |k| k + 1);
+        floor(tensors, looked_up, self.cut.tp(), self.chip.hbm_bandwidth)
     }
 
     /// The model's FLOPs for one step, at the model's count (independent of how rdu lowers it):
@@ -177,11 +182,12 @@ impl StreamedModel {
             }
             let name = bind.get(&d.name.text).cloned().unwrap_or_else(|| d.name.text.clone());
             let experts = if stacks.contains(d.name.text.as_str()) { routed } else { None };
+            let stored = source.stored.get(&name).or_else(|| source.stored.get(&d.name.text));
             let t = tensors.entry(name.clone()).or_insert(Counted {
                 elements: shape.iter().map(|&n| n as f64).product(),
                 row: shape.last().map_or(1.0, |&n| n as f64),
                 matrix: shape.len() >= 2,
-                q8: source.q8.contains(&name) || source.q8.contains(&d.name.text),
+                per: per_element(&shape, stored.copied()),
                 state,
                 embed: false,
                 head: false,
@@ -198,12 +204,14 @@ impl StreamedModel {
 
 /// The floor of one step of `batch` sequences over `chips` chips of `hbm_bandwidth` bytes/s:
 /// every tensor of `tensors` (whole, by bundle name) as the module's head says.
-fn floor(tensors: &BTreeMap<String, Counted>, batch: usize, chips: usize, hbm_bandwidth: f64) -> ModelFloor {
-    let batch = batch as f64;
+/// The floor of `tensors` over `chips` when the embedding looks up `looked_up` rows and the
+/// routed experts are read for as many tokens.
+fn floor(tensors: &BTreeMap<String, Counted>, looked_up: usize, chips: usize, hbm_bandwidth: f64) -> ModelFloor {
+    let batch = looked_up as f64;
     let bytes = tensors
         .values()
         .map(|t| {
-            let per = if t.q8 && !t.state { Q8_BYTES_PER_ELEMENT } else { DENSE_BYTES_PER_ELEMENT };
+            let per = if t.state { DENSE_BYTES_PER_ELEMENT } else { t.per };
             let elements = match t.experts {
                 _ if t.embed && !t.head => t.row * batch,
                 Some((n, k)) => t.elements * (batch * k as f64 / n.max(1) as f64).min(1.0),
@@ -243,11 +251,11 @@ pub fn bundle_floor<'p>(m: &Manifest, program: &dyn Fn(&str) -> Option<&'p Spati
             }
         }
     }
-    let whole = |shape: &[usize], q8: bool, state: bool| Counted {
+    let whole = |shape: &[usize], storage: Option<Storage>, state: bool| Counted {
         elements: shape.iter().map(|&n| n as f64).product(),
         row: shape.last().map_or(1.0, |&n| n as f64),
         matrix: shape.len() >= 2,
-        q8,
+        per: per_element(shape, storage),
         state,
         embed: false,
         head: false,
@@ -259,14 +267,29 @@ pub fn bundle_floor<'p>(m: &Manifest, program: &dyn Fn(&str) -> Option<&'p Spati
             embed: embed.contains(name),
             head: head.contains(name),
             experts: routed.get(name.as_str()).copied(),
-            ..whole(&t.shape, t.storage == TensorStorage::Q8_0, false)
+            ..whole(&t.shape, t.program_storage(), false)
         };
         tensors.insert(name.clone(), counted);
     }
     for s in &m.states {
-        tensors.insert(s.name.clone(), whole(&s.shape, false, true));
+        tensors.insert(s.name.clone(), whole(&s.shape, None, true));
     }
-    floor(&tensors, m.cut.batch.unwrap_or(1), m.cut.tp.unwrap_or(1), chip.hbm_bandwidth)
+    let looked_up = m.cut.batch.unwrap_or(1) * m.cut.draft.map_or(1, |k| k + 1);
+    floor(&tensors, looked_up, m.cut.tp.unwrap_or(1), chip.hbm_bandwidth)
+}
+
+/// Bytes an element of a weight of `shape` held as `storage`: a block format's as stored
+/// (`rdu_spatial::memory::stored_bytes` over its elements), bf16's otherwise.
+fn per_element(shape: &[usize], storage: Option<Storage>) -> f64 {
+    let elements: f64 = shape.iter().map(|&n| n as f64).product();
+    match storage.filter(|s| s.is_blocks()) {
+        Some(Storage::Q8_0) => Q8_BYTES_PER_ELEMENT,
+        Some(s) => match rdu_spatial::memory::stored_bytes(shape, rdu_spatial::program::Role::Weight, s) {
+            Ok(bytes) if elements > 0.0 => bytes as f64 / elements,
+            _ => DENSE_BYTES_PER_ELEMENT,
+        },
+        None => DENSE_BYTES_PER_ELEMENT,
+    }
 }
 
 /// Which program a declaration comes from.

@@ -38,12 +38,15 @@ pub(crate) fn mark_prefetch(program: &mut SpatialProgram) {
 /// The share of `chip` each of a model's `kinds` layer kinds is placed on, so that all of them
 /// can stay configured on the chip at once (`schedule.resident`) and a step switches between
 /// them without reconfiguring: the chip's PCUs, PMUs and SRAM split evenly among the kinds.
-/// Only for the decode-type cuts (one row per sequence: the programs stream weights and need few
-/// units), and only with several kinds; otherwise the whole chip. The share has the chip's name
+/// Only for the decode-type cuts (one row per sequence, or a verify step's few: the programs
+/// stream weights and need few units), and only with several kinds; otherwise the whole chip. The share has the chip's name
 /// and every other figure unchanged (one program runs at a time, with the chip's HBM, clock and
 /// links). Depends on the number of kinds only, so kind programs do not depend on depth.
 pub(crate) fn kind_chip(chip: &Chip, cut: Cut, kinds: usize) -> Chip {
-    let decode = matches!(cut, Cut::Decode { .. } | Cut::Batched { .. } | Cut::Tp { .. } | Cut::BatchedTp { .. });
+    let decode = matches!(
+        cut,
+        Cut::Decode { .. } | Cut::Batched { .. } | Cut::Tp { .. } | Cut::BatchedTp { .. } | Cut::Verify { .. }
+    );
     if !decode || kinds < 2 {
         return chip.clone();
     }

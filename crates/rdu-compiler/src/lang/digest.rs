@@ -9,7 +9,7 @@
 //! nowhere — is kept exactly. Comments and blanks are not tokens.
 use super::ast::{Arg, DeclKind, Item, Program};
 use super::lexer::{lex, Token, TokenKind};
-use super::Source;
+use super::{Source, Storage};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// A blake3 digest of a program up to the names it binds.
@@ -23,36 +23,56 @@ impl Digest {
 }
 
 /// Hashes the canonical token stream, then the Q8_0 set: the sorted indices of its bound
-/// members, then its other members verbatim. A text that does not parse is hashed raw
-/// (under a different domain tag), so it never shares a digest with one that does.
+/// members, then its other members verbatim; then, for each other block format that stores
+/// a weight (by its word, `fp8_128x128`, `mxfp4`), the word and its set alike — nothing
+/// when there is none, so a program with only Q8_0 weights keeps its digest. A text that does
+/// not parse is hashed raw (under a different domain tag), so it never shares a digest with
+/// one that does.
 pub fn shape_digest(source: &Source) -> Digest {
     let mut h = blake3::Hasher::new();
-    let (indices, verbatim) = match Canon::of(source) {
+    let canon = Canon::of(source);
+    match &canon {
         Some(canon) => {
             h.update(b"rdu-lang-digest-v1/program\0");
             canon.hash_into(&mut h);
-            canon.q8_parts(&source.q8)
         }
         None => {
             h.update(b"rdu-lang-digest-v1/raw\0");
             frame(&mut h, source.text().as_bytes());
-            (Vec::new(), source.q8.iter().map(String::as_str).collect())
         }
-    };
-    h.update(b"q8");
-    h.update(&(indices.len() as u64).to_le_bytes());
-    for i in indices {
-        h.update(&(i as u64).to_le_bytes());
     }
-    h.update(&(verbatim.len() as u64).to_le_bytes());
-    for name in verbatim {
-        frame(&mut h, name.as_bytes());
+    let mut sets: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
+    for (name, storage) in &source.stored {
+        sets.entry(storage.word()).or_default().insert(name.as_str());
+    }
+    let q8 = sets.remove(&Storage::Q8_0.word()).unwrap_or_default();
+    let others = sets.into_iter().map(|(word, set)| (Some(word), set));
+    for (word, set) in std::iter::once((None, q8)).chain(others) {
+        let (indices, verbatim) = match &canon {
+            Some(canon) => canon.set_parts(&set),
+            None => (Vec::new(), set.iter().copied().collect()),
+        };
+        match word {
+            None => h.update(b"q8"),
+            Some(word) => {
+                h.update(b"stored");
+                frame(&mut h, word.as_bytes());
+                &mut h
+            }
+        };
+        h.update(&(indices.len() as u64).to_le_bytes());
+        for i in indices {
+            h.update(&(i as u64).to_le_bytes());
+        }
+        h.update(&(verbatim.len() as u64).to_le_bytes());
+        for name in verbatim {
+            frame(&mut h, name.as_bytes());
+        }
     }
     if !source.slices.is_empty() {
         // Tensor-parallel slices: which chip loads which rows is part of the program.
         h.update(b"slices");
         h.update(&(source.slices.len() as u64).to_le_bytes());
-        let canon = Canon::of(source);
         let mut keyed: Vec<(Option<usize>, &str, &super::Slices)> = source
             .slices
             .iter()
@@ -82,7 +102,7 @@ pub fn shape_digest(source: &Source) -> Digest {
 }
 
 /// The name-by-name bijection that turns `from` into `to`, if the two are one program up to
-/// the names they bind (and their Q8_0 sets correspond); `None` otherwise, or if either does
+/// the names they bind (and their storage sets correspond); `None` otherwise, or if either does
 /// not parse. The map holds every bound name of `from`, identities included.
 pub fn renaming(from: &Source, to: &Source) -> Option<BTreeMap<String, String>> {
     Renamer::new(from)?.to(to)
@@ -127,12 +147,13 @@ impl<'s> Renamer<'s> {
             }
         }
         let map: BTreeMap<String, String> = forth.into_iter().map(|(p, q)| (p.to_string(), q.to_string())).collect();
-        let mapped: BTreeSet<String> = from.q8.iter().map(|n| map.get(n).unwrap_or(n).clone()).collect();
+        let mapped: BTreeMap<String, Storage> =
+            from.stored.iter().map(|(n, s)| (map.get(n).unwrap_or(n).clone(), *s)).collect();
         let unbound_agree =
-            from.q8.iter().all(|n| a.bound.contains_key(n.as_str()) || !b.bound.contains_key(n.as_str()));
+            from.stored.keys().all(|n| a.bound.contains_key(n.as_str()) || !b.bound.contains_key(n.as_str()));
         let slices_agree = from.slices.len() == to.slices.len()
             && from.slices.iter().all(|(n, s)| to.slices.get(map.get(n).unwrap_or(n)) == Some(s));
-        (mapped == to.q8 && unbound_agree && slices_agree).then_some(map)
+        (mapped == to.stored && unbound_agree && slices_agree).then_some(map)
     }
 }
 
@@ -157,6 +178,9 @@ impl<'s> Canon<'s> {
         let program = source.program().ok()?;
         let (tokens, _) = lex(source.text());
         let (names, bound_set) = name_positions(program);
+        // The name positions in text order, walked alongside the tokens (a hashed set of them
+        // was a cache miss a token on a batched program's million tokens).
+        let mut names = names.into_iter().peekable();
         let mut bound = HashMap::new();
         let mut stream = Vec::with_capacity(tokens.len());
         for t in tokens {
@@ -165,7 +189,9 @@ impl<'s> Canon<'s> {
             if t.kind == TokenKind::Newline && after_break {
                 continue;
             }
-            if names.contains(&t.span.start) && bound_set.contains(t.text) {
+            while names.next_if(|&at| at < t.span.start).is_some() {}
+            let named = names.next_if_eq(&t.span.start).is_some();
+            if named && bound_set.contains(t.text) {
                 let next = bound.len();
                 stream.push(Tok::Bound(*bound.entry(t.text).or_insert(next), t.text));
             } else {
@@ -191,42 +217,45 @@ impl<'s> Canon<'s> {
         }
     }
 
-    /// The Q8_0 set split into the sorted indices of its bound members and its other members.
-    fn q8_parts<'q>(&self, q8: &'q BTreeSet<String>) -> (Vec<usize>, Vec<&'q str>) {
-        let mut indices: Vec<usize> = q8.iter().filter_map(|n| self.bound.get(n.as_str()).copied()).collect();
+    /// A storage set split into the sorted indices of its bound members and its other members.
+    fn set_parts<'q>(&self, set: &BTreeSet<&'q str>) -> (Vec<usize>, Vec<&'q str>) {
+        let mut indices: Vec<usize> = set.iter().filter_map(|n| self.bound.get(n).copied()).collect();
         indices.sort_unstable();
-        let verbatim = q8.iter().map(String::as_str).filter(|n| !self.bound.contains_key(n)).collect();
+        let verbatim = set.iter().copied().filter(|n| !self.bound.contains_key(n)).collect();
         (indices, verbatim)
     }
 }
 
-/// The start offsets of the tokens in name positions, and the set of bound names.
-fn name_positions(p: &Program) -> (HashSet<u32>, HashSet<&str>) {
-    let (mut at, mut bound) = (HashSet::new(), HashSet::new());
+/// The start offsets of the tokens in name positions, in text order, and the set of bound names.
+fn name_positions(p: &Program) -> (Vec<u32>, HashSet<&str>) {
+    let (mut at, mut bound) = (Vec::new(), HashSet::new());
     for item in &p.items {
         match item {
             Item::Decl(d) => {
-                at.insert(d.name.span.start);
+                at.push(d.name.span.start);
                 if d.kind != DeclKind::Shared {
                     bound.insert(d.name.text.as_str());
                 }
             }
             Item::Stmt(s) => {
                 for b in &s.binders {
-                    at.insert(b.span.start);
+                    at.push(b.span.start);
                     bound.insert(b.text.as_str());
                 }
                 for a in &s.args {
                     if let Arg::Name(n) = a {
-                        at.insert(n.span.start);
+                        at.push(n.span.start);
                     }
                 }
             }
             Item::Output(n) => {
-                at.insert(n.span.start);
+                at.push(n.span.start);
             }
         }
     }
+    // Items and their names come in text order already; sorting keeps the walk right regardless.
+    at.sort_unstable();
+    at.dedup();
     (at, bound)
 }
 

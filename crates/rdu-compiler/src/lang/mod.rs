@@ -15,18 +15,22 @@ pub use digest::{renaming, shape_digest, Digest};
 pub use parser::parse;
 pub use printer::print;
 
+pub use rdu_spatial::program::Storage;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
 
-/// A program as authored: its text, the weights it reads as stored Q8_0, and — for a
-/// tensor-parallel program — every chip's slices of each split tensor it declares.
+/// A program as authored: its text, the weights it reads as stored in a block format (Q8_0,
+/// FP8, MXFP4) with each one's format, and — for a tensor-parallel program — every chip's
+/// slices of each split tensor it declares.
 ///
 /// The text is parsed once, the first time it is asked for ([`Source::program`]), and the
 /// parsed form travels with the source (clones share it); the text cannot change after.
 #[derive(Clone, Debug, Default)]
 pub struct Source {
     text: String,
-    pub q8: BTreeSet<String>,
+    /// Weight → its block format (`Storage::Q8_0`, `Fp8 { .. }`, `Mxfp4`): the storage set.
+    /// A declared weight absent here is read dense.
+    pub stored: BTreeMap<String, Storage>,
     /// Split tensor (weight or state) → every chip's slices of the full (one-chip) tensor.
     /// Empty for a program that runs on one chip; a declared tensor absent here is replicated.
     pub slices: BTreeMap<String, Slices>,
@@ -35,18 +39,28 @@ pub struct Source {
 
 impl Source {
     /// A one-chip program: no slices.
-    pub fn new(text: String, q8: BTreeSet<String>) -> Source {
-        Source::split(text, q8, BTreeMap::new())
+    pub fn new(text: String, stored: BTreeMap<String, Storage>) -> Source {
+        Source::split(text, stored, BTreeMap::new())
+    }
+
+    /// A one-chip program whose `q8` weights are stored Q8_0 (and no other in a block format).
+    pub fn with_q8(text: String, q8: &BTreeSet<String>) -> Source {
+        Source::new(text, q8.iter().map(|n| (n.clone(), Storage::Q8_0)).collect())
     }
 
     /// A program whose split tensors have `slices` (empty: one chip).
-    pub fn split(text: String, q8: BTreeSet<String>, slices: BTreeMap<String, Slices>) -> Source {
-        Source { text, q8, slices, parsed: Arc::default() }
+    pub fn split(text: String, stored: BTreeMap<String, Storage>, slices: BTreeMap<String, Slices>) -> Source {
+        Source { text, stored, slices, parsed: Arc::default() }
     }
 
-    /// The same text (and parsed form) with another Q8_0 set and slices.
-    pub fn with_storage(self, q8: BTreeSet<String>, slices: BTreeMap<String, Slices>) -> Source {
-        Source { q8, slices, ..self }
+    /// The same text (and parsed form) with another storage set and slices.
+    pub fn with_storage(self, stored: BTreeMap<String, Storage>, slices: BTreeMap<String, Slices>) -> Source {
+        Source { stored, slices, ..self }
+    }
+
+    /// The weights stored Q8_0.
+    pub fn q8(&self) -> BTreeSet<String> {
+        self.stored.iter().filter(|(_, s)| **s == Storage::Q8_0).map(|(n, _)| n.clone()).collect()
     }
 
     /// The program text.
@@ -60,10 +74,10 @@ impl Source {
     }
 }
 
-/// Two sources are equal when their text, Q8_0 set and slices are (parsed or not).
+/// Two sources are equal when their text, storage set and slices are (parsed or not).
 impl PartialEq for Source {
     fn eq(&self, other: &Source) -> bool {
-        (&self.text, &self.q8, &self.slices) == (&other.text, &other.q8, &other.slices)
+        (&self.text, &self.stored, &self.slices) == (&other.text, &other.stored, &other.slices)
     }
 }
 

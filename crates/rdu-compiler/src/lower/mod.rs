@@ -9,11 +9,11 @@ use crate::graph::Graph;
 use crate::lang::ast::Program;
 use crate::lang::Slices;
 use rdu_spatial::chip::Chip;
-use rdu_spatial::program::SpatialProgram;
-use std::collections::{BTreeMap, BTreeSet};
+use rdu_spatial::program::{SpatialProgram, Storage};
+use std::collections::BTreeMap;
 
 /// The passes of `lower`, in order; `--dump-after` takes one of these names.
-pub const PASSES: [&str; 7] = ["select", "from_q8", "fuse", "tile", "section", "place", "tensor_parallel"];
+pub const PASSES: [&str; 7] = ["select", "from_stored", "fuse", "tile", "section", "place", "tensor_parallel"];
 
 /// How a program is split over chips: their number and every chip's slices of each split
 /// tensor (`lang::Source::slices`). One chip, nothing split, for every cut but tensor-parallel.
@@ -23,18 +23,19 @@ pub struct Split<'s> {
     pub slices: &'s BTreeMap<String, Slices>,
 }
 
-/// Lowers one lifted program for `chip`. `stored_q8` is the program's Q8_0 set; `dump` is
+/// Lowers one lifted program for `chip`. `stored` is the program's storage set (each weight
+/// stored in a block format, and its format: `Source::stored`); `dump` is
 /// called after every pass with its name and the program so far (for `--dump-after`).
 pub fn lower(
     name: &str,
     program: &Program,
     graph: &Graph,
-    stored_q8: &BTreeSet<String>,
+    stored: &BTreeMap<String, Storage>,
     chip: &Chip,
     dump: &mut dyn FnMut(&str, &SpatialProgram),
 ) -> SpatialProgram {
     let none = BTreeMap::new();
-    lower_split(name, program, graph, stored_q8, Split { chips: 1, slices: &none }, chip, dump)
+    lower_split(name, program, graph, stored, Split { chips: 1, slices: &none }, chip, dump)
 }
 
 /// `lower` for a program that runs over `split.chips` chips, each on its slices.
@@ -45,7 +46,7 @@ pub fn lower_split(
     name: &str,
     program: &Program,
     graph: &Graph,
-    stored_q8: &BTreeSet<String>,
+    stored: &BTreeMap<String, Storage>,
     split: Split<'_>,
     chip: &Chip,
     dump: &mut dyn FnMut(&str, &SpatialProgram),
@@ -56,8 +57,8 @@ pub fn lower_split(
     };
     let mut p = passes::select::select(name, &chip.name, program, graph);
     dump("select", &p);
-    passes::from_q8(&mut p, stored_q8);
-    dump("from_q8", &p);
+    passes::from_stored(&mut p, stored);
+    dump("from_stored", &p);
     passes::fuse::fuse(&mut p);
     dump("fuse", &p);
     passes::tile::tile(&mut p, chip);

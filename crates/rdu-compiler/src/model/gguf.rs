@@ -18,6 +18,7 @@
 mod deepseek2;
 mod experts;
 mod glm4moe;
+mod gpt_oss;
 mod hybrid;
 mod minimax_m2;
 
@@ -33,7 +34,7 @@ use crate::model::spec::{
 
 /// The `general.architecture` values [`from_gguf`] understands.
 pub const ARCHITECTURES: &[&str] =
-    &["llama", "qwen3", "qwen3moe", "gemma3", "deepseek2", "glm4moe", "minimax-m2", "qwen3next", "qwen35", "qwen35moe"];
+    &["llama", "qwen3", "qwen3moe", "gemma3", "deepseek2", "glm4moe", "minimax-m2", "qwen3next", "qwen35", "qwen35moe", "gpt-oss"];
 
 /// Reads the GGUF file at `path` and builds its spec, named after the file's stem.
 pub fn from_gguf_path(path: impl AsRef<Path>) -> Result<ModelSpec> {
@@ -61,6 +62,7 @@ pub fn from_gguf(gguf: &Gguf, name: &str) -> Result<ModelSpec> {
         "deepseek2" => return deepseek2::build(&m, name),
         "glm4moe" => return glm4moe::build(&m, name),
         "minimax-m2" => return minimax_m2::build(&m, name),
+        "gpt-oss" => return gpt_oss::build(&m, name),
         "qwen3next" | "qwen35" | "qwen35moe" => return hybrid::build(&m, &arch, name),
         other => {
             return Err(m.err("general.architecture", format!("unknown architecture `{other}`; supported: {supported}")))
@@ -88,6 +90,8 @@ pub fn from_gguf(gguf: &Gguf, name: &str) -> Result<ModelSpec> {
         qk_norm_whole: false,
         output_gate: false,
         qkv_bias: false,
+        o_bias: false,
+        sinks: false,
         scale,
         rotary_dim,
     };
@@ -123,20 +127,33 @@ pub fn from_gguf(gguf: &Gguf, name: &str) -> Result<ModelSpec> {
     finish(&m, name, shape, layers, rotations, embed)
 }
 
-/// The feed-forward block of `llama`, `qwen3`, `gemma3` (dense) and `qwen3moe` (top-k MoE).
+/// The feed-forward block of `llama`, `qwen3`, `gemma3` (dense), `qwen3moe` (top-k MoE) and
+/// `llama` with `expert_count` (Mixtral: top-k MoE of `feed_forward_length` columns, as
+/// llama.cpp's llama graph reads it).
 fn ffn(m: &Meta, arch: &str, family: Family, act: Act) -> Result<Ffn> {
     let key = |k: &str| format!("{arch}.{k}");
-    Ok(match family {
-        Family::Qwen3Moe => Ffn::Moe {
-            experts: m.req_usize(&key("expert_count"))?,
-            top_k: m.req_usize(&key("expert_used_count"))?,
-            expert_hidden: m.req_usize(&key("expert_feed_forward_length"))?,
-            act,
-            shared: None,
-            // llama.cpp's qwen3moe renormalises the selected weights.
-            router: Router::softmax(true, 1.0, 1, 1),
-        },
-        _ => Ffn::Dense { hidden: m.req_usize(&key("feed_forward_length"))?, act },
+    let hidden_key = match family {
+        Family::Qwen3Moe => "expert_feed_forward_length",
+        _ => "feed_forward_length",
+    };
+    let moe = family == Family::Qwen3Moe || (family == Family::Llama && m.u64(&key("expert_count"))?.unwrap_or(0) > 0);
+    if !moe {
+        return Ok(Ffn::Dense { hidden: m.req_usize(&key(hidden_key))?, act });
+    }
+    let experts = m.req_usize(&key("expert_count"))?;
+    let top_k = m.req_usize(&key("expert_used_count"))?;
+    if top_k > experts {
+        return Err(m.err(&key("expert_used_count"), format!("{top_k} is more than the {experts} experts")));
+    }
+    Ok(Ffn::Moe {
+        experts,
+        top_k,
+        expert_hidden: m.req_usize(&key(hidden_key))?,
+        act,
+        shared: None,
+        // llama.cpp's qwen3moe and llama (Mixtral) renormalise the selected softmax weights.
+        router: Router::softmax(true, 1.0, 1, 1),
+        bias: false,
     })
 }
 
@@ -217,7 +234,7 @@ fn gemma_rotations(
         return Err(m.err(&key("final_logit_softcapping"), "logit soft-capping is not supported"));
     }
     let window = m.req_usize(&key("attention.sliding_window"))?;
-    let sliding = gemma_pattern(m, &key("attention.sliding_window_pattern"), n_layers)?;
+    let sliding = swa_pattern(m, &key("attention.sliding_window_pattern"), n_layers, 6)?;
     let local_base = m.f32_as_f64(&key("rope.freq_base_swa"))?.unwrap_or(10_000.0);
     let local = Rotation { base: local_base, dim: global.dim, style: global.style, scaling: RopeScaling::None };
     let mut rotations: Vec<Rotation> = Vec::new();
@@ -272,6 +289,7 @@ fn finish(
         eos,
         state: StateDtype::default(),
         mtp_layers: 0,
+        quantization: None,
     })
 }
 
@@ -312,11 +330,11 @@ fn rope_scaling(m: &Meta, arch: &str) -> Result<RopeScaling> {
     }
 }
 
-/// Which layers of a Gemma 3 file slide: one bool per layer (true = sliding), a period `n`
-/// (layer il slides iff il % n < n − 1), or llama.cpp's default period 6.
-fn gemma_pattern(m: &Meta, key: &str, n_layers: usize) -> Result<Vec<bool>> {
+/// Which layers slide: one bool per layer (true = sliding), a period `n` (layer il slides iff
+/// il % n < n − 1), or the architecture's default period in llama.cpp (Gemma 3: 6, gpt-oss: 2).
+fn swa_pattern(m: &Meta, key: &str, n_layers: usize, default_period: usize) -> Result<Vec<bool>> {
     let Some(value) = m.gguf.get(key) else {
-        return Ok((0..n_layers).map(|il| il % 6 < 5).collect());
+        return Ok((0..n_layers).map(|il| il % default_period < default_period - 1).collect());
     };
     if let Some(items) = value.as_array() {
         let flags: Option<Vec<bool>> = items.iter().map(|v| v.as_bool()).collect();

@@ -5,7 +5,7 @@
 use crate::lang::{shape_digest, Digest, Source};
 use crate::model::author::source_of;
 use crate::model::spec::{Cut, ModelSpec};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 pub use crate::lang::renaming;
 pub use crate::model::storage::Storage;
@@ -34,7 +34,7 @@ impl KindGroup {
 pub const KINDS_CTX: usize = 4096;
 
 /// The model's layer kinds, in the order their first layer appears: two layers are of one
-/// kind when their authored decode programs (text and Q8_0 set) share a `shape_digest`.
+/// kind when their authored decode programs (text and storage set) share a `shape_digest`.
 pub fn layer_kinds(spec: &ModelSpec, storage: &Storage) -> Vec<KindGroup> {
     layer_kinds_for(spec, Cut::Decode { ctx: KINDS_CTX.min(spec.max_ctx.max(1)) }, storage)
 }
@@ -48,13 +48,15 @@ pub fn layer_kinds_for(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Vec<Kin
 /// The kinds of a model whose layers' programs are `sources` (one per layer, in order).
 ///
 /// A kind is named `{mixer}[_sliding]_{ffn}`. Kinds that share such a name differ in what
-/// the checkpoint stores Q8_0 (a GGUF's mixed quantisation) or in their shapes: the first
-/// shows in the name, `_q8_{weights}` listing the weights this kind stores Q8_0 beyond those
-/// every kind of the name stores (`attention_sliding_dense_q8_wv_wdown`); any other
-/// difference is numbered (`_v2`).
+/// the checkpoint stores in a block format (a GGUF's mixed quantisation, an FP8 checkpoint's
+/// unquantised layers) or in their shapes: the first shows in the name, `_{format}_{weights}`
+/// listing, for each format (`q8`, `fp8`, `mxfp4`, in that order), the weights this kind
+/// stores so beyond those every kind of the name stores (`attention_sliding_dense_q8_wv_wdown`,
+/// `mla_moe_fp8_wo`); any other difference is numbered (`_v2`).
 pub(crate) fn kinds_of_sources(spec: &ModelSpec, sources: &[Source]) -> Vec<KindGroup> {
     let mut kinds: Vec<KindGroup> = Vec::new();
-    let mut q8_sets: Vec<std::collections::BTreeSet<String>> = Vec::new();
+    // Per kind: the weights stored in each block format, by fold word and base name (`Wv3` → `wv`).
+    let mut stored_sets: Vec<BTreeMap<&'static str, BTreeSet<String>>> = Vec::new();
     let mut by_digest: BTreeMap<Digest, usize> = BTreeMap::new();
     for ((l, layer), source) in spec.layers.iter().enumerate().zip(sources) {
         let digest = shape_digest(source);
@@ -68,8 +70,12 @@ pub(crate) fn kinds_of_sources(spec: &ModelSpec, sources: &[Source]) -> Vec<Kind
                     if layer.window.is_some() { "_sliding" } else { "" },
                     layer.ffn.label()
                 );
-                // The weights stored Q8_0, by base name (`Wv3` → `wv`).
-                q8_sets.push(source.q8.iter().map(|n| TensorName::parse(n).base.to_lowercase()).collect());
+                let mut sets: BTreeMap<&'static str, BTreeSet<String>> = BTreeMap::new();
+                for (n, storage) in &source.stored {
+                    let Some(fold) = storage.fold() else { continue };
+                    sets.entry(fold.word()).or_default().insert(TensorName::parse(n).base.to_lowercase());
+                }
+                stored_sets.push(sets);
                 kinds.push(KindGroup {
                     name,
                     digest,
@@ -86,12 +92,17 @@ pub(crate) fn kinds_of_sources(spec: &ModelSpec, sources: &[Source]) -> Vec<Kind
         if same.len() < 2 {
             continue;
         }
-        let common: std::collections::BTreeSet<&String> =
-            q8_sets[k].iter().filter(|w| same.iter().all(|&j| q8_sets[j].contains(*w))).collect();
-        let extra: Vec<&str> = q8_sets[k].iter().filter(|w| !common.contains(w)).map(String::as_str).collect();
-        if !extra.is_empty() {
-            kinds[k].name = format!("{base}_q8_{}", extra.join("_"));
+        let mut name = base.clone();
+        for fold in rdu_spatial::program::Fold::ALL.map(|f| f.word()) {
+            let empty = BTreeSet::new();
+            let of = |j: usize| stored_sets[j].get(fold).unwrap_or(&empty);
+            let extra: Vec<&str> =
+                of(k).iter().filter(|w| !same.iter().all(|&j| of(j).contains(*w))).map(String::as_str).collect();
+            if !extra.is_empty() {
+                name = format!("{name}_{fold}_{}", extra.join("_"));
+            }
         }
+        kinds[k].name = name;
     }
     // Kinds whose names still agree (same storage, other shapes): numbered in order.
     for k in 0..kinds.len() {

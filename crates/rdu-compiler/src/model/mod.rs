@@ -8,5 +8,6 @@ pub mod gguf;
 pub mod kinds;
 pub mod naming;
 pub mod presets;
+pub mod quantization;
 pub mod spec;
 pub mod storage;

@@ -13,6 +13,13 @@ pub enum TensorSource {
     Stack(Vec<String>),
     /// Elements `start .. start+len` along `axis` of one tensor (fused `gate_up_proj`).
     Slice { name: String, axis: usize, start: usize, len: usize },
+    /// One tensor with its last two axes swapped: HF gpt-oss stores its experts for `x·W`
+    /// (`[E, in, out]`), where a program reads `[E, out, in]`.
+    Transposed(String),
+    /// Every `step`-th element from `start` along `axis`, `len` of them, of one tensor — its last
+    /// two axes swapped first when `transposed` (gpt-oss's gate and up columns interleaved in
+    /// `gate_up_proj`).
+    Strided { name: String, transposed: bool, axis: usize, start: usize, step: usize, len: usize },
 }
 
 /// The checkpoint source of the program weight `name` (`Wq3`, `E`, `nf`, `Wout`), or `None`
@@ -67,6 +74,8 @@ fn hf_mixer(mixer: &Mixer, base: &str) -> Option<&'static str> {
             "bq" => Some("self_attn.q_proj.bias"),
             "bk" => Some("self_attn.k_proj.bias"),
             "bv" => Some("self_attn.v_proj.bias"),
+            "bo" => Some("self_attn.o_proj.bias"),
+            "snk" => Some("self_attn.sinks"),
             "qn" => Some("self_attn.q_norm.weight"),
             "kn" => Some("self_attn.k_norm.weight"),
             _ => None,
@@ -110,13 +119,14 @@ fn hf_ffn(spec: &ModelSpec, ffn: &Ffn, base: &str, at: &dyn Fn(&str) -> String) 
             "Wd" => one(at("mlp.down_proj.weight")),
             _ => None,
         },
+        Ffn::Moe { .. } if spec.family == Family::GptOss => hf_gpt_oss_moe(ffn, base, at),
+        Ffn::Moe { experts, .. } if matches!(spec.family, Family::Mixtral | Family::MinimaxM2) => {
+            block_sparse_moe(*experts, base, at)
+        }
         Ffn::Moe { experts, expert_hidden, .. } => {
             let deepseek_like = matches!(spec.family, Family::DeepseekV2 | Family::DeepseekV3 | Family::Glm4Moe);
             let shared = if deepseek_like { "mlp.shared_experts" } else { "mlp.shared_expert" };
             let fused = spec.family == Family::Qwen35;
-            if spec.family == Family::MinimaxM2 {
-                return minimax_moe(*experts, base, at);
-            }
             let stack = |proj: &str| {
                 Some(TensorSource::Stack(
                     (0..*experts).map(|e| at(&format!("mlp.experts.{e}.{proj}.weight"))).collect(),
@@ -127,7 +137,7 @@ fn hf_ffn(spec: &ModelSpec, ffn: &Ffn, base: &str, at: &dyn Fn(&str) -> String) 
             };
             match base {
                 "Wr" => one(at("mlp.gate.weight")),
-                "br" => one(at("mlp.gate.e_score_correction_bias")),
+                "bsel" => one(at("mlp.gate.e_score_correction_bias")),
                 "Weg" if fused => gate_up(0),
                 "Weu" if fused => gate_up(*expert_hidden),
                 "Wed" if fused => one(at("mlp.experts.down_proj")),
@@ -144,9 +154,10 @@ fn hf_ffn(spec: &ModelSpec, ffn: &Ffn, base: &str, at: &dyn Fn(&str) -> String) 
     }
 }
 
-/// MiniMax-M2's expert block as its checkpoints name it (Mixtral's `block_sparse_moe`, `w1` the
-/// gate, `w3` the up and `w2` the down projection of each expert).
-fn minimax_moe(experts: usize, base: &str, at: &dyn Fn(&str) -> String) -> Option<TensorSource> {
+/// Mixtral's and MiniMax-M2's expert block as their checkpoints name it (`block_sparse_moe`,
+/// `w1` the gate, `w3` the up and `w2` the down projection of each expert; MiniMax-M2's
+/// selection bias beside the router).
+fn block_sparse_moe(experts: usize, base: &str, at: &dyn Fn(&str) -> String) -> Option<TensorSource> {
     let stack = |w: &str| {
         Some(TensorSource::Stack(
             (0..experts).map(|e| at(&format!("block_sparse_moe.experts.{e}.{w}.weight"))).collect(),
@@ -154,10 +165,32 @@ fn minimax_moe(experts: usize, base: &str, at: &dyn Fn(&str) -> String) -> Optio
     };
     match base {
         "Wr" => Some(TensorSource::Tensor(at("block_sparse_moe.gate.weight"))),
-        "br" => Some(TensorSource::Tensor(at("block_sparse_moe.e_score_correction_bias"))),
+        "bsel" => Some(TensorSource::Tensor(at("block_sparse_moe.e_score_correction_bias"))),
         "Weg" => stack("w1"),
         "Weu" => stack("w3"),
         "Wed" => stack("w2"),
+        _ => None,
+    }
+}
+
+/// gpt-oss's MoE weights: `mlp.router` with its bias, and the experts as transformers holds them
+/// for `x·W` — `gate_up_proj` `[E, D, 2I]` (gate and up columns interleaved: gate the even ones),
+/// `down_proj` `[E, I, D]`, their biases `[E, 2I]` (interleaved alike) and `[E, D]`.
+fn hf_gpt_oss_moe(ffn: &Ffn, base: &str, at: &dyn Fn(&str) -> String) -> Option<TensorSource> {
+    let Ffn::Moe { expert_hidden: len, .. } = *ffn else { return None };
+    let interleaved = |name: &str, transposed: bool, start: usize| {
+        let name = at(&format!("mlp.experts.{name}"));
+        Some(TensorSource::Strided { name, transposed, axis: 1, start, step: 2, len })
+    };
+    match base {
+        "Wr" => Some(TensorSource::Tensor(at("mlp.router.weight"))),
+        "br" => Some(TensorSource::Tensor(at("mlp.router.bias"))),
+        "Weg" => interleaved("gate_up_proj", true, 0),
+        "Weu" => interleaved("gate_up_proj", true, 1),
+        "Wed" => Some(TensorSource::Transposed(at("mlp.experts.down_proj"))),
+        "beg" => interleaved("gate_up_proj_bias", false, 0),
+        "beu" => interleaved("gate_up_proj_bias", false, 1),
+        "bed" => Some(TensorSource::Tensor(at("mlp.experts.down_proj_bias"))),
         _ => None,
     }
 }
@@ -175,8 +208,9 @@ fn gguf_source(spec: &ModelSpec, name: &str) -> Option<String> {
     let base = base.as_str();
     let spec_layer = spec.layers.get(layer)?;
     let norms = &spec_layer.norms;
-    // Qwen3-Next/3.5 and GLM-4.5 store the pre-FFN norm (HF post_attention_layernorm) as ATTN_POST_NORM.
-    let hybrid = matches!(spec.family, Family::Qwen3Next | Family::Qwen35 | Family::Glm4Moe);
+    // Qwen3-Next/3.5, GLM-4.5 and gpt-oss store the pre-FFN norm (HF post_attention_layernorm)
+    // as ATTN_POST_NORM.
+    let hybrid = matches!(spec.family, Family::Qwen3Next | Family::Qwen35 | Family::Glm4Moe | Family::GptOss);
     let tensor = match base {
         "an" => "attn_norm.weight",
         "pan" if norms.post_attn => "post_attention_norm.weight",
@@ -193,6 +227,8 @@ fn gguf_source(spec: &ModelSpec, name: &str) -> Option<String> {
                     "bq" => Some("attn_q.bias"),
                     "bk" => Some("attn_k.bias"),
                     "bv" => Some("attn_v.bias"),
+                    "bo" => Some("attn_output.bias"),
+                    "snk" => Some("attn_sinks.weight"),
                     "qn" => Some("attn_q_norm.weight"),
                     "kn" => Some("attn_k_norm.weight"),
                     _ => None,
@@ -235,7 +271,7 @@ fn gguf_source(spec: &ModelSpec, name: &str) -> Option<String> {
                 },
                 (None, Ffn::Moe { .. }) => match base {
                     "Wr" => "ffn_gate_inp.weight",
-                    "br" => "exp_probs_b.bias",
+                    "bsel" => "exp_probs_b.bias",
                     "Weg" => "ffn_gate_exps.weight",
                     "Weu" => "ffn_up_exps.weight",
                     "Wed" => "ffn_down_exps.weight",
@@ -243,6 +279,10 @@ fn gguf_source(spec: &ModelSpec, name: &str) -> Option<String> {
                     "Wsu" => "ffn_up_shexp.weight",
                     "Wsd" => "ffn_down_shexp.weight",
                     "Wsgate" => "ffn_gate_inp_shexp.weight",
+                    "br" => "ffn_gate_inp.bias",
+                    "beg" => "ffn_gate_exps.bias",
+                    "beu" => "ffn_up_exps.bias",
+                    "bed" => "ffn_down_exps.bias",
                     _ => return None,
                 },
             }

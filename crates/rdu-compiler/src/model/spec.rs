@@ -25,6 +25,9 @@ pub enum Family {
     Glm4Moe,
     /// MiniMax-M2 (`minimax_m2`).
     MinimaxM2,
+    Mistral,
+    Mixtral,
+    GptOss,
 }
 
 impl Family {
@@ -41,6 +44,9 @@ impl Family {
             Family::DeepseekV3 => "deepseek_v3",
             Family::Glm4Moe => "glm4_moe",
             Family::MinimaxM2 => "minimax_m2",
+            Family::Mistral => "mistral",
+            Family::Mixtral => "mixtral",
+            Family::GptOss => "gpt_oss",
         }
     }
 }
@@ -84,6 +90,20 @@ pub struct ModelSpec {
     /// (`num_nextn_predict_layers`): not part of the forward, their weights are never read.
     #[serde(default)]
     pub mtp_layers: usize,
+    /// What the checkpoint's `quantization_config` says its layer projections are stored as
+    /// (`None`: as read, dense or a GGUF's own types). `rdu lower --storage auto` follows it
+    /// for a config without weights (`model::quantization::declared_storage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantization: Option<Quantization>,
+}
+
+/// A checkpoint's `quantization_config`: the block format its layer projections are stored
+/// in — FP8 e4m3fn with one scale per `weight_block_size` block (DeepSeek, GLM, MiniMax) or
+/// MXFP4 (gpt-oss) — and the modules it leaves unconverted (`modules_to_not_convert`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quantization {
+    pub format: crate::model::storage::Format,
+    pub not_converted: Vec<String>,
 }
 
 impl ModelSpec {
@@ -120,8 +140,15 @@ pub enum Mixer {
         qk_norm_whole: bool,
         /// q_proj also emits a per-head gate; the attention output is multiplied by its sigmoid.
         output_gate: bool,
-        /// Biases on q, k and v (Qwen2).
+        /// Biases on q, k and v (Qwen2, gpt-oss).
         qkv_bias: bool,
+        /// A bias on o_proj (gpt-oss), added once the heads' partial sums are summed.
+        #[serde(default)]
+        o_bias: bool,
+        /// Attention sinks (gpt-oss): one learned logit per head that joins the softmax's
+        /// denominator and attends to nothing.
+        #[serde(default)]
+        sinks: bool,
         /// Softmax scale (already including any YaRN correction).
         scale: f64,
         /// How many leading dims of each head RoPE rotates (partial rotary when < head_dim).
@@ -170,28 +197,39 @@ pub enum GdnLayout {
     SplitTiled,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// How a gated MLP (or expert) makes its hidden unit of the gate `g` and up `u` projections.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Act {
+    /// `silu(g) · u`.
     Silu,
+    /// `gelu_tanh(g) · u`.
     GeluTanh,
+    /// gpt-oss's clamped SwiGLU: `(clamp(u, −limit, limit) + 1) · g′ σ(1.702 g′)` with
+    /// `g′ = min(g, limit)` (`swiglu_limit`); experts only.
+    SwigluOai { limit: f64 },
 }
 
 impl Act {
-    /// The op applying the activation.
-    pub fn op(self) -> crate::graph::Op {
+    /// The elementwise op applying the activation to a dense MLP's gate; `None` for gpt-oss's,
+    /// which reads the up projection too and exists in experts only.
+    pub fn op(self) -> Option<crate::graph::Op> {
         match self {
-            Act::Silu => crate::graph::Op::Silu,
-            Act::GeluTanh => crate::graph::Op::GeluTanh,
+            Act::Silu => Some(crate::graph::Op::Silu),
+            Act::GeluTanh => Some(crate::graph::Op::GeluTanh),
+            Act::SwigluOai { .. } => None,
         }
     }
 
-    /// The `experts` op's `act` of the activation.
-    pub fn experts(self) -> crate::graph::Act {
-        match self {
-            Act::Silu => crate::graph::Act::Silu,
-            Act::GeluTanh => crate::graph::Act::GeluTanh,
-        }
+    /// The `experts` op of the activation: its `act` (and gpt-oss's `limit`).
+    pub fn experts(self) -> crate::graph::Op {
+        use crate::graph::Act as A;
+        let (act, limit) = match self {
+            Act::Silu => (A::Silu, None),
+            Act::GeluTanh => (A::GeluTanh, None),
+            Act::SwigluOai { limit } => (A::SwigluOai, Some(limit)),
+        };
+        crate::graph::Op::Experts { act, limit }
     }
 }
 
@@ -199,10 +237,7 @@ impl Act {
 #[serde(rename_all = "snake_case")]
 pub enum Ffn {
     /// Gated MLP: `down(act(gate(x)) ⊙ up(x))`.
-    Dense {
-        hidden: usize,
-        act: Act,
-    },
+    Dense { hidden: usize, act: Act },
     Moe {
         experts: usize,
         top_k: usize,
@@ -210,6 +245,9 @@ pub enum Ffn {
         act: Act,
         shared: Option<SharedExpert>,
         router: Router,
+        /// Biases on the router and on every expert's gate, up and down projections (gpt-oss).
+        #[serde(default)]
+        bias: bool,
     },
 }
 
@@ -377,6 +415,15 @@ pub enum Cut {
     /// A prefill chunk over `tp` chips, every chip its share of the heads and FFN columns, over
     /// the tensor-parallel decode step's own state.
     PrefillTp { chunk: usize, tp: usize, ctx: usize },
+    /// Speculative decoding's verify step: `draft + 1` rows of each sequence — the last
+    /// accepted token and `draft` drafted ones — over the decode step's own states, the head on
+    /// every row; `batch` sequences stacked as a batched step stacks them (one, named as a
+    /// single sequence, when `None`), over `tp` chips (split as `Tp` splits when `tp > 1`). A
+    /// step that accepts `j` drafted tokens is continued from the state after its row `j`: the
+    /// next step's positions overwrite the rows of a cache past it, and each sequence's
+    /// `resume` (a recurrent layer: which row's state it resumes from) and `pend` (a ring
+    /// cache: where its drafted rows' keys go) inputs say what the host accepted.
+    Verify { draft: usize, batch: Option<usize>, tp: usize, ctx: usize },
 }
 
 impl Cut {
@@ -391,6 +438,7 @@ impl Cut {
             Cut::BatchedTp { batch, tp, .. } => Some(Cut::BatchedTp { batch, tp, ctx }),
             Cut::Prefill { chunk, .. } => (chunk <= ctx).then_some(Cut::Prefill { chunk, ctx }),
             Cut::PrefillTp { chunk, tp, .. } => (chunk <= ctx).then_some(Cut::PrefillTp { chunk, tp, ctx }),
+            Cut::Verify { draft, batch, tp, .. } => (draft < ctx).then_some(Cut::Verify { draft, batch, tp, ctx }),
         }
     }
 
@@ -401,6 +449,25 @@ impl Cut {
             Cut::Decode { .. } | Cut::Tp { .. } => 1,
             Cut::Batched { batch, .. } | Cut::BatchedTp { batch, .. } => batch,
             Cut::Prefill { chunk, .. } | Cut::PrefillTp { chunk, .. } => chunk,
+            Cut::Verify { draft, batch, .. } => batch.unwrap_or(1) * (draft + 1),
+        }
+    }
+
+    /// Rows of one sequence in a step: 1 for a decode step (batched or not), the chunk of a
+    /// prefill, the last accepted and drafted tokens of a verify step, the forward sequence.
+    pub fn sequence_rows(self) -> usize {
+        match self {
+            Cut::Verify { draft, .. } => draft + 1,
+            Cut::Batched { .. } | Cut::BatchedTp { .. } => 1,
+            cut => cut.rows(),
+        }
+    }
+
+    /// The drafted tokens of a verify step.
+    pub fn draft(self) -> Option<usize> {
+        match self {
+            Cut::Verify { draft, .. } => Some(draft),
+            _ => None,
         }
     }
 
@@ -413,7 +480,8 @@ impl Cut {
             | Cut::Tp { ctx, .. }
             | Cut::BatchedTp { ctx, .. }
             | Cut::Prefill { ctx, .. }
-            | Cut::PrefillTp { ctx, .. } => Some(ctx),
+            | Cut::PrefillTp { ctx, .. }
+            | Cut::Verify { ctx, .. } => Some(ctx),
         }
     }
 
@@ -421,6 +489,7 @@ impl Cut {
     pub fn batch(self) -> Option<usize> {
         match self {
             Cut::Batched { batch, .. } | Cut::BatchedTp { batch, .. } => Some(batch),
+            Cut::Verify { batch, .. } => batch,
             _ => None,
         }
     }
@@ -428,14 +497,18 @@ impl Cut {
     /// Chips a layer program runs over (1 unless tensor-parallel).
     pub fn tp(self) -> usize {
         match self {
-            Cut::Tp { tp, .. } | Cut::BatchedTp { tp, .. } | Cut::PrefillTp { tp, .. } => tp,
+            Cut::Tp { tp, .. } | Cut::BatchedTp { tp, .. } | Cut::PrefillTp { tp, .. } | Cut::Verify { tp, .. } => tp,
             _ => 1,
         }
     }
 
-    /// Whether every layer runs split over several chips (`Tp`, `BatchedTp`, `PrefillTp`).
+    /// Whether every layer runs split over several chips (`Tp`, `BatchedTp`, `PrefillTp`, a
+    /// `Verify` over more than one chip).
     pub fn is_split(self) -> bool {
-        matches!(self, Cut::Tp { .. } | Cut::BatchedTp { .. } | Cut::PrefillTp { .. })
+        match self {
+            Cut::Verify { tp, .. } => tp > 1,
+            cut => matches!(cut, Cut::Tp { .. } | Cut::BatchedTp { .. } | Cut::PrefillTp { .. }),
+        }
     }
 
     /// Rows of one prefill chunk.
@@ -456,6 +529,7 @@ impl Cut {
             Cut::BatchedTp { .. } => "batched tensor-parallel decode",
             Cut::Prefill { .. } => "prefill",
             Cut::PrefillTp { .. } => "tensor-parallel prefill",
+            Cut::Verify { .. } => "verify",
         }
     }
 
@@ -472,6 +546,11 @@ impl Cut {
             Cut::Prefill { chunk, ctx } => format!("prefill of {chunk} rows against {ctx} positions"),
             Cut::PrefillTp { chunk, tp, ctx } => {
                 format!("prefill of {chunk} rows over {tp} chips against {ctx} positions")
+            }
+            Cut::Verify { draft, batch, tp, ctx } => {
+                let seqs = batch.map(|b| format!(" of {b} sequences")).unwrap_or_default();
+                let chips = if tp > 1 { format!(" over {tp} chips") } else { String::new() };
+                format!("verify of {} rows{seqs}{chips} against {ctx} positions", draft + 1)
             }
         }
     }

@@ -15,7 +15,7 @@ use crate::graph::{eval, Bindings, Graph, Tensor};
 use crate::lang::{ast::DeclKind, Source};
 use crate::model::author::{embed_source, head_source, source_of};
 use crate::model::spec::{Cut, ModelSpec};
-use crate::model::storage::Storage;
+use crate::model::storage::{Format, Storage};
 use rdu_spatial::manifest::RopeTable;
 use rdu_spatial::names::parse_rope_table;
 use std::collections::BTreeMap;
@@ -27,15 +27,15 @@ type Map = BTreeMap<String, Arc<Tensor>>;
 struct Lifted {
     graph: Graph,
     decls: Vec<(DeclKind, String, Vec<usize>)>,
-    /// Weights stored Q8_0: the runner reads them as their dequantised blocks.
-    q8: std::collections::BTreeSet<String>,
+    /// Weights stored in a block format: the runner reads them as their dequantised blocks.
+    stored: BTreeMap<String, Format>,
 }
 
 fn lift_source(what: &str, source: &Source) -> Result<Lifted, String> {
     let program = source.program().map_err(|d| format!("{what}: authored program does not parse: {}", d[0]))?;
     let graph = lift(program).map_err(|r| format!("{what}: authored program does not lift: {}", r.diagnostics[0]))?;
     let decls = program.decls().map(|d| (d.kind, d.name.text.clone(), d.ty.shape.clone())).collect();
-    Ok(Lifted { graph, decls, q8: source.q8.clone() })
+    Ok(Lifted { graph, decls, stored: source.stored.clone() })
 }
 
 /// The programs of one cut, lifted.
@@ -131,9 +131,18 @@ impl<'w> Reference<'w> {
         for (kind, name, shape) in &program.decls {
             match kind {
                 DeclKind::Weight if !self.loaded.contains_key(name) => {
+                    let stored = self.weights.stores(name);
+                    let deployed = program.stored.get(name).copied();
+                    if let (Some(Format::Fp8 { .. }), false) = (stored, stored == deployed) {
+                        // As the host refuses it: FP8 values read as another storage.
+                        let as_what = deployed.map_or("dense".to_string(), |f| f.word());
+                        return Err(format!(
+                            "`{name}` is stored F8_E4M3 with block scales, which a {as_what} weight cannot read (lower with --storage auto)"
+                        ));
+                    }
                     let mut t = self.weights.weight(name, shape)?;
-                    if program.q8.contains(name) {
-                        t = stored_q8(t)?;
+                    if let Some(format) = deployed.filter(|&f| stored != Some(f)) {
+                        t = as_stored(t, format)?;
                     }
                     self.loaded.insert(name.clone(), Arc::new(t));
                 }
@@ -184,12 +193,20 @@ impl Bindings for Env<'_> {
     }
 }
 
-/// A weight as a Q8_0 deployment stores it: quantised to blocks, read back dequantised.
-fn stored_q8(t: Tensor) -> Result<Tensor, String> {
+/// A weight as a deployment stores it in `format` when the checkpoint holds it otherwise (as
+/// the host does: `rdu_host::weights`): quantised to its blocks, read back dequantised.
+fn as_stored(t: Tensor, format: Format) -> Result<Tensor, String> {
     let shape = t.shape.clone();
     let values = t.into_f32();
-    let q = rdu_checkpoint::quantize_q8_0(&values, &shape).map_err(|e| e.to_string())?;
-    Ok(Tensor::f32(shape, q.dequantize()))
+    let dequantised = match format {
+        Format::Q8_0 => rdu_checkpoint::quantize_q8_0(&values, &shape).map_err(|e| e.to_string())?.dequantize(),
+        Format::Fp8 { rows, cols } => {
+            rdu_checkpoint::quantize_fp8(&values, &shape, [rows as usize, cols as usize])?.dequantize()
+        }
+        Format::Mxfp4 => rdu_checkpoint::quantize_mxfp4(&values, &shape)?.dequantize(),
+        Format::Dense | Format::Bf16 => values,
+    };
+    Ok(Tensor::f32(shape, dequantised))
 }
 
 /// `cos{r}` / `sin{r}` of `shape` `[rows, dim/2]` for rotation `r` of the spec.

@@ -3,14 +3,22 @@
 
 use crate::graph::Tensor;
 use crate::model::naming::{checkpoint_source, TensorSource};
-use crate::model::spec::{Cut, ModelSpec};
-use crate::model::storage::Storage;
-use rdu_checkpoint::{GgmlType, Gguf, SafeTensors};
+use crate::model::quantization::blockable_weights;
+use crate::model::spec::ModelSpec;
+use crate::model::storage::{Format, Storage};
+use rdu_checkpoint::{GgmlType, Gguf, HfStored, SafeTensors};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Gives the dense f32 values of a program weight, by its program name and declared shape.
 pub trait WeightSource {
     fn weight(&self, name: &str, shape: &[usize]) -> Result<Tensor, String>;
+
+    /// The block format the source stores the weight `name` in beyond Q8_0 (FP8, MXFP4), if
+    /// any: its values (`weight`) are then exactly that format's, dequantised.
+    fn stores(&self, _name: &str) -> Option<Format> {
+        None
+    }
 }
 
 /// A HF checkpoint: `config.json` plus `model.safetensors` (or a sharded index).
@@ -21,18 +29,67 @@ pub struct HfWeights {
 }
 
 impl HfWeights {
+    /// The checkpoint in `dir`; a tensor stored in a block format its config does not declare
+    /// (`F8_E4M3`, MXFP4 `_blocks`, without a matching `quantization_config`) is refused.
     pub fn open(spec: &ModelSpec, dir: &Path) -> Result<HfWeights, String> {
         let tensors = SafeTensors::open(dir).map_err(|e| e.to_string())?;
-        Ok(HfWeights { spec: spec.clone(), tensors, dir: dir.display().to_string() })
+        let dir = dir.display().to_string();
+        let declared = spec.quantization.as_ref().map(|q| q.format);
+        for name in tensors.names() {
+            let (what, method) = match tensors.stored(name) {
+                Some(HfStored::Fp8) if !matches!(declared, Some(Format::Fp8 { .. })) => ("F8_E4M3", "fp8"),
+                Some(HfStored::Dense) if name.ends_with("_blocks") && declared != Some(Format::Mxfp4) => {
+                    ("as MXFP4 blocks", "mxfp4")
+                }
+                _ => continue,
+            };
+            return Err(format!(
+                "{dir}: tensor `{name}` is stored {what}, but config.json declares no {method} quantization_config"
+            ));
+        }
+        Ok(HfWeights { spec: spec.clone(), tensors, dir })
     }
 
+    /// Storage as stored: exactly the weights the author declares `q8` whose checkpoint
+    /// tensors are all FP8 (in the config's blocks) or all MXFP4; others are read dense
+    /// (`Storage::Dense` when none is stored so).
+    pub fn storage(&self) -> Storage {
+        if self.spec.quantization.is_none() {
+            return Storage::Dense;
+        }
+        let stored = blockable_weights(&self.spec).into_iter().filter_map(|n| Some((n.clone(), self.stores(&n)?)));
+        Storage::Exactly(stored.collect())
+    }
+
+    /// The checkpoint tensors of the program weight `name`.
+    fn parts(&self, name: &str) -> Vec<String> {
+        match checkpoint_source(&self.spec, name) {
+            Some(
+                TensorSource::Tensor(t)
+                | TensorSource::Transposed(t)
+                | TensorSource::Slice { name: t, .. }
+                | TensorSource::Strided { name: t, .. },
+            ) => vec![t],
+            Some(TensorSource::Stack(parts)) => parts,
+            None => Vec::new(),
+        }
+    }
+
+    /// One checkpoint tensor's shape and values, dequantised when it is stored FP8 or MXFP4.
     fn read(&self, name: &str) -> Result<(Vec<usize>, Vec<f32>), String> {
-        let shape = self
-            .tensors
-            .shape(name)
-            .ok_or_else(|| format!("{}: checkpoint has no tensor `{name}`, which the model's config needs", self.dir))?
-            .to_vec();
-        let data = self.tensors.read_f32(name).map_err(|e| e.to_string())?;
+        let missing = || format!("{}: checkpoint has no tensor `{name}`, which the model's config needs", self.dir);
+        let shape = self.tensors.stored_shape(name).ok_or_else(missing)?;
+        let data = match self.tensors.stored(name) {
+            Some(HfStored::Fp8) => {
+                let Some(Format::Fp8 { rows, cols }) = self.spec.quantization.as_ref().map(|q| q.format) else {
+                    return Err(format!("{}: tensor `{name}` is FP8 but the config declares no fp8 blocks", self.dir));
+                };
+                let w = self.tensors.read_fp8(name, [rows as usize, cols as usize]).map_err(|e| e.to_string())?;
+                w.dequantize()
+            }
+            Some(HfStored::Mxfp4) => self.tensors.read_mxfp4(name).map_err(|e| e.to_string())?.dequantize(),
+            _ => self.tensors.read_f32(name).map_err(|e| e.to_string())?,
+        };
         Ok((shape, data))
     }
 }
@@ -72,6 +129,25 @@ impl WeightSource for HfWeights {
                 })?;
                 (sliced.shape.clone(), sliced.into_f32(), t.clone())
             }
+            TensorSource::Transposed(t) => {
+                let (s, d) = self.read(t)?;
+                let (s, d) = transposed(&s, &d)
+                    .ok_or_else(|| format!("checkpoint tensor `{t}` {s:?} has no two axes to swap"))?;
+                (s, d, t.clone())
+            }
+            TensorSource::Strided { name: t, transposed: swap, axis, start, step, len } => {
+                let (s, d) = self.read(t)?;
+                let (s, d) = if *swap {
+                    transposed(&s, &d)
+                        .ok_or_else(|| format!("checkpoint tensor `{t}` {s:?} has no two axes to swap"))?
+                } else {
+                    (s, d)
+                };
+                let (s, d) = strided(&s, &d, *axis, *start, *step, *len).ok_or_else(|| {
+                    format!("checkpoint tensor `{t}` with shape {s:?} has no {len} elements from {start} by {step} on axis {axis}")
+                })?;
+                (s, d, t.clone())
+            }
         };
         if got_shape != shape {
             return Err(format!(
@@ -80,6 +156,17 @@ impl WeightSource for HfWeights {
             ));
         }
         Ok(Tensor::f32(got_shape, data))
+    }
+
+    fn stores(&self, name: &str) -> Option<Format> {
+        let parts = self.parts(name);
+        let kinds: Vec<Option<HfStored>> = parts.iter().map(|p| self.tensors.stored(p)).collect();
+        let format = self.spec.quantization.as_ref().map(|q| q.format);
+        match kinds.first()? {
+            Some(HfStored::Fp8) if kinds.iter().all(|k| *k == Some(HfStored::Fp8)) => format,
+            Some(HfStored::Mxfp4) if kinds.iter().all(|k| *k == Some(HfStored::Mxfp4)) => Some(Format::Mxfp4),
+            _ => None,
+        }
     }
 }
 
@@ -106,23 +193,21 @@ impl GgufWeights {
     }
 
     /// Storage as stored: exactly the weights the author declares `q8` whose GGUF tensor is
-    /// Q8_0 (other quantised types are read dequantised to dense).
+    /// Q8_0 or MXFP4 (other quantised types are read dequantised to dense).
     pub fn storage(&self) -> Storage {
-        use crate::model::author::{embed_source, head_source, source_of};
-        let (spec, cut, all) = (&self.spec, Cut::Decode { ctx: 1 }, Storage::AllQ8);
-        let mut declared = embed_source(spec, cut, &all).q8;
-        declared.extend(head_source(spec, cut, &all).q8);
-        for l in 0..spec.n_layers() {
-            declared.extend(source_of(spec, l, cut, &all).q8);
-        }
-        let q8 = declared
+        let stored: BTreeMap<String, Format> = blockable_weights(&self.spec)
             .into_iter()
-            .filter(|n| {
-                matches!(checkpoint_source(spec, n), Some(TensorSource::Tensor(t))
-                    if self.gguf.tensor(&t).is_some_and(|t| t.ggml_type == GgmlType::Q8_0))
+            .filter_map(|n| {
+                let Some(TensorSource::Tensor(t)) = checkpoint_source(&self.spec, &n) else { return None };
+                let format = match self.gguf.tensor(&t)?.ggml_type {
+                    GgmlType::Q8_0 => Format::Q8_0,
+                    GgmlType::MXFP4 => Format::Mxfp4,
+                    _ => return None,
+                };
+                Some((n, format))
             })
             .collect();
-        Storage::Exactly(q8)
+        Storage::Exactly(stored)
     }
 }
 
@@ -146,8 +231,18 @@ impl WeightSource for GgufWeights {
                 info.shape
             ));
         }
+        if info.ggml_type == GgmlType::MXFP4 {
+            let bytes = self.gguf.tensor_bytes(&tensor).map_err(|e| e.to_string())?;
+            rdu_checkpoint::check_mxfp4_scales(bytes)
+                .map_err(|p| format!("{}: tensor `{tensor}`: {p}", self.gguf.file()))?;
+        }
         let data = self.gguf.read_f32(&tensor).map_err(|e| e.to_string())?;
         Ok(Tensor::f32(shape.to_vec(), data))
+    }
+
+    fn stores(&self, name: &str) -> Option<Format> {
+        let Some(TensorSource::Tensor(t)) = checkpoint_source(&self.spec, name) else { return None };
+        (self.gguf.tensor(&t)?.ggml_type == GgmlType::MXFP4).then_some(Format::Mxfp4)
     }
 }
 
@@ -162,4 +257,47 @@ impl WeightSource for SeededWeights {
     fn weight(&self, name: &str, shape: &[usize]) -> Result<Tensor, String> {
         Ok(Tensor::f32(shape.to_vec(), rdu_spatial::seeded_weight(self.seed, name, shape, self.unit_offset)))
     }
+}
+
+/// `data` of `shape` with its last two axes swapped, or `None` when it has fewer than two.
+fn transposed(shape: &[usize], data: &[f32]) -> Option<(Vec<usize>, Vec<f32>)> {
+    let [outer @ .., rows, cols] = shape else { return None };
+    let (rows, cols) = (*rows, *cols);
+    let mut out = Vec::with_capacity(data.len());
+    for m in data.chunks_exact((rows * cols).max(1)) {
+        for c in 0..cols {
+            out.extend((0..rows).map(|r| m[r * cols + c]));
+        }
+    }
+    let mut s = outer.to_vec();
+    s.extend([cols, rows]);
+    Some((s, out))
+}
+
+/// Every `step`-th entry from `start` along `axis` of `data` (of `shape`), `len` of them; `None`
+/// when they do not fit.
+fn strided(
+    shape: &[usize],
+    data: &[f32],
+    axis: usize,
+    start: usize,
+    step: usize,
+    len: usize,
+) -> Option<(Vec<usize>, Vec<f32>)> {
+    let dim = *shape.get(axis)?;
+    let last = start.checked_add(step.checked_mul(len.checked_sub(1)?)?)?;
+    if step == 0 || last >= dim {
+        return None;
+    }
+    let inner: usize = shape[axis + 1..].iter().product();
+    let mut out = Vec::with_capacity(data.len() / dim * len);
+    for block in data.chunks_exact((dim * inner).max(1)) {
+        for i in 0..len {
+            let at = (start + i * step) * inner;
+            out.extend_from_slice(&block[at..at + inner]);
+        }
+    }
+    let mut s = shape.to_vec();
+    s[axis] = len;
+    Some((s, out))
 }

@@ -127,14 +127,28 @@ pub fn bundle_rows(variant: Variant, rows: Rows) -> Bundle {
     let mut tensors = BTreeMap::new();
     for (name, ckpt, _) in TENSORS {
         let q8 = variant == Variant::Q8 && Q8_NAMES.contains(&name);
-        let mut checkpoint =
-            Checkpoint { kind: CheckpointKind::Tensor, names: vec![ckpt.into()], axis: None, start: None, len: None };
+        let mut checkpoint = Checkpoint {
+            kind: CheckpointKind::Tensor,
+            names: vec![ckpt.into()],
+            axis: None,
+            start: None,
+            len: None,
+            step: None,
+            transposed: false,
+        };
         if name == "W1" {
             checkpoint =
                 Checkpoint { kind: CheckpointKind::Slice, axis: Some(0), start: Some(D), len: Some(D), ..checkpoint };
         }
         let storage = if q8 { TensorStorage::Q8_0 } else { TensorStorage::Dense };
-        let entry = TensorEntry { shape: shape_of(name), dtype: "f32".into(), storage, checkpoint, slices: vec![] };
+        let entry = TensorEntry {
+            shape: shape_of(name),
+            dtype: "f32".into(),
+            storage,
+            block: None,
+            checkpoint,
+            slices: vec![],
+        };
         tensors.insert(name.to_string(), entry);
     }
     let rope = RopeSpec { base: 10000.0, dim: D, scaling: RopeScaling::None };
@@ -151,7 +165,7 @@ pub fn bundle_rows(variant: Variant, rows: Rows) -> Bundle {
         format: FORMAT.into(),
         version: VERSION,
         model: "tiny-test".into(),
-        cut: Cut { mode, ctx: Some(CTX), seq: None, batch: None, tp: None, chunk },
+        cut: Cut { mode, ctx: Some(CTX), seq: None, batch: None, tp: None, chunk, draft: None },
         chip: "sn50".into(),
         storage: if variant == Variant::Q8 { "q8".into() } else { "dense".into() },
         programs,

@@ -6,7 +6,8 @@ use std::fmt::Write;
 use rdu_spatial::q8::{quantize_q8_0, Q8Weight};
 use rdu_spatial::{simulate, text, MapBindings, SimError, SimOut, SimTensor, SpatialProgram};
 
-/// A program declaring each binding (`q8` ones as `storage=q8_0` weights) and running `ops`
+/// A program declaring each binding (`q8` ones as `storage=q8_0` weights, `fp8` ones as
+/// `storage=fp8_RxC`, `packed` MXFP4 ones as `storage=mxfp4`) and running `ops`
 /// (indented op lines, one per line) in one stage; its outputs are `outputs`.
 pub fn program(bind: &MapBindings, ops: &str, outputs: &[&str]) -> SpatialProgram {
     let mut t = String::from("program t chip=sn50\n");
@@ -18,6 +19,16 @@ pub fn program(bind: &MapBindings, ops: &str, outputs: &[&str]) -> SpatialProgra
     for (name, w) in &bind.q8 {
         let dims: Vec<String> = w.shape.iter().map(|d| d.to_string()).collect();
         let _ = writeln!(t, "tensor {name} : f32[{}] storage=q8_0 role=weight home=hbm", dims.join(", "));
+    }
+    for (name, w) in &bind.fp8 {
+        let dims: Vec<String> = w.shape.iter().map(|d| d.to_string()).collect();
+        let [r, c] = w.block;
+        let _ = writeln!(t, "tensor {name} : f32[{}] storage=fp8_{r}x{c} role=weight home=hbm", dims.join(", "));
+    }
+    for (name, w) in &bind.packed {
+        let dims: Vec<String> = w.shape.iter().map(|d| d.to_string()).collect();
+        let storage = if w.format == rdu_checkpoint::GgmlType::MXFP4 { " storage=mxfp4" } else { "" };
+        let _ = writeln!(t, "tensor {name} : f32[{}]{storage} role=weight home=hbm", dims.join(", "));
     }
     t.push_str("section 0\nstage s0 pcus=1 pmus=1\n");
     for line in ops.lines().filter(|l| !l.trim().is_empty()) {

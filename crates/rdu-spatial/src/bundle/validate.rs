@@ -70,6 +70,7 @@ impl Ctx<'_> {
             CutMode::BatchedTp => &[("ctx", cut.ctx), ("batch", cut.batch), ("tp", cut.tp)],
             CutMode::Prefill => &[("ctx", cut.ctx), ("chunk", cut.chunk)],
             CutMode::PrefillTp => &[("ctx", cut.ctx), ("chunk", cut.chunk), ("tp", cut.tp)],
+            CutMode::Verify => &[("ctx", cut.ctx), ("draft", cut.draft)],
         };
         let mode = serde_json::to_value(cut.mode).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
         for (key, value) in needs {
@@ -77,7 +78,14 @@ impl Ctx<'_> {
                 self.invalid(format!("cut.{key}"), format!("is required by mode {mode}"));
             }
         }
-        let all = [("ctx", cut.ctx), ("seq", cut.seq), ("batch", cut.batch), ("tp", cut.tp), ("chunk", cut.chunk)];
+        let all = [
+            ("ctx", cut.ctx),
+            ("seq", cut.seq),
+            ("batch", cut.batch),
+            ("tp", cut.tp),
+            ("chunk", cut.chunk),
+            ("draft", cut.draft),
+        ];
         for (key, value) in all {
             if value == Some(0) {
                 self.invalid(format!("cut.{key}"), "must be at least 1");
@@ -352,12 +360,16 @@ fn tensor_problem(entry: &TensorEntry, chips: usize) -> Option<String> {
     let c = &entry.checkpoint;
     let rank = entry.shape.len();
     let shape_ok = match c.kind {
-        CheckpointKind::Tensor => c.names.len() == 1 && c.axis.is_none() && c.start.is_none() && c.len.is_none(),
+        CheckpointKind::Tensor => {
+            c.names.len() == 1 && c.axis.is_none() && c.start.is_none() && c.len.is_none() && c.step.is_none()
+        }
         CheckpointKind::Stack => {
-            !c.names.is_empty() && c.axis.is_some_and(|a| a < rank) && c.start.is_none() && c.len.is_none()
+            let plain = c.start.is_none() && c.len.is_none() && c.step.is_none() && !c.transposed;
+            !c.names.is_empty() && c.axis.is_some_and(|a| a < rank) && plain
         }
         CheckpointKind::Slice => {
-            c.names.len() == 1 && c.axis.is_some_and(|a| a < rank) && c.start.is_some() && c.len.is_some()
+            let located = c.axis.is_some_and(|a| a < rank) && c.start.is_some() && c.len.is_some();
+            c.names.len() == 1 && located && c.step != Some(0)
         }
     };
     if !shape_ok {
@@ -366,22 +378,31 @@ fn tensor_problem(entry: &TensorEntry, chips: usize) -> Option<String> {
     if c.kind == CheckpointKind::Stack && c.axis.is_some_and(|a| entry.shape[a] != c.names.len()) {
         return Some(format!("stacks {} tensors along an axis of length {}", c.names.len(), entry.shape[c.axis?]));
     }
-    if entry.storage == TensorStorage::Q8_0 && entry.shape.last().is_none_or(|d| d % 32 != 0) {
-        return Some(format!("shape {:?} cannot be Q8_0: the last dimension is not a multiple of 32", entry.shape));
+    let storage = match (entry.storage, entry.block) {
+        (TensorStorage::Fp8, Some(b)) if b.contains(&0) => return Some(format!("block {b:?} is empty")),
+        (TensorStorage::Fp8, None) => return Some("storage fp8 needs its `block` [rows, cols]".into()),
+        (TensorStorage::Fp8, _) => entry.program_storage()?,
+        (other, Some(_)) => return Some(format!("storage {} takes no `block` (only fp8 does)", other.word())),
+        (_, None) => entry.program_storage()?,
+    };
+    if let Some(problem) = storage.misfit(&entry.shape) {
+        return Some(problem);
     }
     if let Some(problem) = slices_problem(&entry.slices, &entry.shape, chips, Split::PartitionOrCover) {
         return Some(problem);
     }
-    if entry.storage == TensorStorage::Q8_0 {
-        let last = rank.saturating_sub(1);
-        let split_block = entry
-            .slices
-            .iter()
-            .flatten()
-            .any(|s| s.axis == last && (!s.start.is_multiple_of(32) || !s.len.is_multiple_of(32)));
-        if split_block {
-            return Some("slices split its Q8_0 blocks: ranges of the last axis must be multiples of 32".into());
-        }
+    let splits_blocks = entry.slices.iter().flatten().any(|s| {
+        let unit = storage.split_unit(rank, s.axis);
+        !s.start.is_multiple_of(unit) || !(s.len.is_multiple_of(unit) || s.start + s.len == entry.shape[s.axis])
+    });
+    if splits_blocks && storage == crate::program::Storage::Q8_0 {
+        return Some("slices split its Q8_0 blocks: ranges of the last axis must be multiples of 32".into());
+    }
+    if splits_blocks {
+        return Some(format!(
+            "slices split its {} blocks: a range must start on a block and end on one or at the axis' end",
+            entry.storage.word()
+        ));
     }
     None
 }
@@ -436,8 +457,8 @@ pub(super) fn slices_problem(slices: &[Vec<Slice>], shape: &[usize], chips: usiz
 
 fn checkpoint_needs(kind: CheckpointKind) -> &'static str {
     match kind {
-        CheckpointKind::Tensor => "exactly one name and no axis, start or len",
-        CheckpointKind::Stack => "at least one name and an axis within the shape, no start or len",
-        CheckpointKind::Slice => "exactly one name and an axis within the shape, start and len",
+        CheckpointKind::Tensor => "exactly one name and no axis, start, len or step",
+        CheckpointKind::Stack => "at least one name and an axis within the shape, no start, len, step or transposed",
+        CheckpointKind::Slice => "exactly one name and an axis within the shape, start and len, a step of at least 1",
     }
 }

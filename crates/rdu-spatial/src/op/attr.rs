@@ -60,6 +60,7 @@ keys! {
     Score = score,
     GroupScore = group_score,
     Act = act,
+    Limit = limit,
     Chips = chips,
 }
 
@@ -271,10 +272,12 @@ word_kind!(
     }
 );
 word_kind!(
-    /// The activation of a gated expert MLP: its word is the name of its op.
+    /// The activation of a gated expert MLP: its word is the name of its op, or gpt-oss's
+    /// clamped SwiGLU (`limit=L`): `(clamp(u, −L, L) + 1) · g′ σ(1.702 g′)` with `g′ = min(g, L)`.
     Act {
         Silu = Op::Silu.name(),
         GeluTanh = Op::GeluTanh.name(),
+        SwigluOai = "swiglu_oai",
     }
 );
 

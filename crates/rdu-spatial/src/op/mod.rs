@@ -1,7 +1,7 @@
 //! The op table: every op of the program language (`docs/LANGUAGE.md`) and of spatial programs
 //! (`docs/SPATIAL.md`, which adds the lowering's own `dequant`), declared once, one row per op:
 //! its text form, operand names, outputs, typed attributes and the facts the compiler and the
-//! simulator need (whether it anchors a stage, which operands it folds from Q8_0 blocks,
+//! simulator need (whether it anchors a stage, which operands it folds from stored blocks,
 //! whether it writes a state in place). From these rows (`table.rs` generates them) come
 //! [`Op`], [`Facts`], the struct of each op's attributes ([`attrs`]), [`TypedOp`] and the
 //! dispatch to every kernel ([`Visitor`]); op names and attribute keys are spelled nowhere
@@ -54,8 +54,9 @@ op_table! {
     Transpose = "transpose" [x] (1, 1) { perm: Axes };
     Rope = "rope" [x, cos, sin, pos] (4, 4) { dim: EvenPositive, style: RopeStyle [spatial = RopeStyle::Neox] };
     CachePut = "cache_put" [C, x, pos] (3, 3).in_place();
-    /// A prefill chunk passes its own keys and values after `pos` (see docs/LANGUAGE.md).
-    Attend = "attend" [q, K, V, pos, k, v] (4, 6).heavy() { scale: Float, window: Positive [optional] };
+    /// A prefill chunk passes its own keys and values after `pos`, and attention sinks (one
+    /// logit per head) come last (see docs/LANGUAGE.md): 4 to 7 operands.
+    Attend = "attend" [q, K, V, pos, k, v, sinks] (4, 7).heavy() { scale: Float, window: Positive [optional] };
     AttendMla = "attend_mla" [q, C, pos, c] (3, 4).heavy() {
         scale: Float,
         latent: Positive,
@@ -86,20 +87,27 @@ op_table! {
         score: Score [default = Score::Softmax],
         group_score: GroupScore [default = GroupScore::Max],
     };
-    Experts = "experts" [x, w, idx, Wg, Wu, Wd] (6, 6).heavy().weights(Weights::Experts(3, 6)).activation_addressed() {
+    /// With biases, also `bg, bu` (read one expert at a time, never Q8_0); `limit` goes with
+    /// `act=swiglu_oai`.
+    Experts = "experts" [x, w, idx, Wg, Wu, Wd, bg, bu] (6, 8)
+        .heavy()
+        .weights(Weights::Experts(3, 6))
+        .activation_addressed() {
         act: Act [spatial = Act::Silu],
+        limit: Float [optional],
     };
     /// The sum of the operand over the chips of a tensor-parallel program (identity on one chip).
     AllReduce = "all_reduce" [x] (1, 1);
     /// This chip's part of a value every chip holds whole: the `chips` equal parts of `axis`,
     /// chip c taking the c-th (what a weight split alike along its `in` axis meets).
     Shard = "shard" [x] (1, 1) { axis: Count, chips: Positive };
-    /// A Q8_0 weight as dense f32 (inserted by lowering for weight views; not in the language).
+    /// A weight stored in a block format (Q8_0, FP8, MXFP4) as dense f32 (inserted by lowering
+    /// for weight views; not in the language).
     Dequant = "dequant" [x] (1, 1).lowering_only();
 }
 
-/// Which operands an op reads as weights it can fold from Q8_0 blocks (or read in place in
-/// a packed block format).
+/// Which operands an op reads as weights it can fold from their stored blocks (Q8_0, FP8,
+/// MXFP4), or read in place in a packed block format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Weights {
     None,
@@ -127,7 +135,7 @@ pub struct Facts {
     /// Streams weights, reads a cache or reads and writes a whole state: anchors a fused stage
     /// of its own. (Writing a cache's new rows, `cache_put`, streams nothing.)
     pub heavy: bool,
-    /// The operands that may be stored Q8_0 and are folded block by block.
+    /// The operands that may be stored in a block format and are folded block by block.
     pub weights: Weights,
     /// Which weight rows it reads depends on its activations (table rows, chosen experts),
     /// so its weights cannot be streamed ahead of them.
@@ -207,7 +215,8 @@ impl Op {
         self.facts().heavy
     }
 
-    /// Whether the op consumes a Q8_0 weight block by block.
+    /// Whether the op consumes a weight stored in a block format (Q8_0, FP8, MXFP4) block by
+    /// block (`fold=`).
     pub fn folds_q8(self) -> bool {
         self.facts().weights != Weights::None
     }

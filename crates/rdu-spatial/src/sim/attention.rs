@@ -104,11 +104,9 @@ fn cache_put(call: &mut Call<'_>) -> Outs {
 }
 
 /// Causal softmax attention over a (ring) cache with grouped kv heads and an optional window;
-/// a prefill chunk passes its own keys and values after `pos`.
+/// a prefill chunk passes its own keys and values after `pos`, and attention sinks (one logit
+/// per head, in every softmax's denominator, attending to nothing) come last.
 fn attend(call: &Call<'_>, softmax: Softmax) -> Outs {
-    if call.args.len() == 5 {
-        return invalid("takes the chunk's keys and values together: 4 or 6 arguments, given 5");
-    }
     let (tq, q) = call.f32(0)?;
     let (tk, k) = call.f32(1)?;
     let (tv, v) = call.f32(2)?;
@@ -124,7 +122,12 @@ fn attend(call: &Call<'_>, softmax: Softmax) -> Outs {
     }
     let keys = Kv { data: k, slot: g * dk, group: dk, len: dk };
     let values = Kv { data: v, slot: g * dv, group: dv, len: dv };
-    let chunk = if call.args.len() == 6 {
+    // 4 operands, 5 (sinks), 6 (the chunk's k, v) or 7 (both).
+    if call.args.len() == 5 && call.shape_of(4)?.len() == 3 {
+        return invalid("takes the chunk's keys and values together: given the keys without the values");
+    }
+    let with_chunk = call.args.len() >= 6;
+    let chunk = if with_chunk {
         let (tkn, kn) = call.f32(4)?;
         let (tvn, vn) = call.f32(5)?;
         if tkn.shape != [n, g, dk] || tvn.shape != [n, g, dv] {
@@ -137,7 +140,17 @@ fn attend(call: &Call<'_>, softmax: Softmax) -> Outs {
     } else {
         None
     };
-    run(call, softmax, q, [n, h, dk], 3, s, h / g, keys, values, chunk)
+    let sinks = if call.args.len() % 2 == 1 {
+        let (ts, sinks) = call.f32(if with_chunk { 6 } else { 4 })?;
+        if ts.shape != [h] {
+            return invalid(format!("the sinks {:?} must be [{h}] (one logit per head)", ts.shape));
+        }
+        Some(sinks)
+    } else {
+        None
+    };
+    let at = Attended { s, per_group: h / g, keys, values, chunk, sinks };
+    run(call, softmax, q, [n, h, dk], 3, at)
 }
 
 /// Absorbed multi-head latent attention: key `C[slot]` (all `c` dims), value its first `latent`;
@@ -162,7 +175,8 @@ fn attend_mla(call: &Call<'_>, latent: usize, softmax: Softmax) -> Outs {
     } else {
         None
     };
-    run(call, softmax, q, [n, h, dc], 2, s, h.max(1), keys, values, chunk)
+    let at = Attended { s, per_group: h.max(1), keys, values, chunk, sinks: None };
+    run(call, softmax, q, [n, h, dc], 2, at)
 }
 
 /// Multi-head latent attention through the up-projections (the unabsorbed form, for prefill):
@@ -226,7 +240,7 @@ fn attend_mla_up(call: &Call<'_>, latent: usize, softmax: Softmax) -> Outs {
                 // Each row's scores become its softmax weights in place (`softmax_runs`).
                 let mut scratch = (Vec::new(), Vec::new());
                 for (runs, sc) in runs.iter().zip(scores.chunks_exact_mut(e)) {
-                    softmax_runs(sc, runs, scale, &mut scratch);
+                    softmax_runs(sc, runs, scale, None, &mut scratch);
                 }
                 let weights = scores;
                 let v = View { data: &values, offset: i * dv, rows: e, cols: dv, row_stride: g * dv, col_stride: 1 };
@@ -326,14 +340,21 @@ fn runs_of(reads: impl IntoIterator<Item = (usize, f32)>) -> Vec<Run> {
 /// One row's scores `sc` become its softmax weights in place, in f32, over the entries it reads
 /// (`runs`, in reading order): the scaled scores gathered in reading order, shifted by their
 /// maximum, their exponentials taken together (`map`: vectorised), each times its entry's
-/// multiplicity, divided by their total (summed in reading order); every other entry 0.
+/// multiplicity, divided by their total (summed in reading order, then the sink's exponential
+/// added when the head has a sink, which also joins the maximum); every other entry 0.
 /// Whole runs rather than entry by entry, so that every step but the total is vectorised.
-fn softmax_runs(sc: &mut [f32], runs: &[Run], scale: f32, (shifted, exps): &mut (Vec<f32>, Vec<f32>)) {
+fn softmax_runs(
+    sc: &mut [f32],
+    runs: &[Run],
+    scale: f32,
+    sink: Option<f32>,
+    (shifted, exps): &mut (Vec<f32>, Vec<f32>),
+) {
     shifted.clear();
     for r in runs {
         shifted.extend(sc[r.first..r.first + r.len].iter().map(|&v| scale * v));
     }
-    let max = max_of(shifted);
+    let max = sink.map_or(max_of(shifted), |sk| max_of(shifted).max(sk));
     shifted.iter_mut().for_each(|x| *x -= max);
     exps.resize(shifted.len(), 0.0);
     super::elementwise::map(exps, shifted, &super::mathf::exp);
@@ -342,7 +363,7 @@ fn softmax_runs(sc: &mut [f32], runs: &[Run], scale: f32, (shifted, exps): &mut 
         exps[at..at + r.len].iter_mut().for_each(|x| *x *= r.multiplicity);
         at += r.len;
     }
-    let total: f32 = exps.iter().sum();
+    let total: f32 = exps.iter().sum::<f32>() + sink.map_or(0.0, |sk| super::mathf::exp(sk - max));
     sc.fill(0.0);
     let mut at = 0;
     for r in runs {
@@ -522,31 +543,33 @@ fn weighted_sum<'v>(
     Ok(o)
 }
 
-/// Scores `scale · q·k` over the attended positions (`pos` is argument `pos_arg`), softmax in
-/// f32, weighted sum of values: a chunk of at least `PRODUCT_ROWS` rows as products over blocks
-/// of rows (`Rows::products`), fewer rows (a decode step) row by row, each key and value read
-/// in place once for every head of a run.
-#[allow(clippy::too_many_arguments)]
-fn run(
-    call: &Call<'_>,
-    softmax: Softmax,
-    q: &[f32],
-    [n, h, dk]: [usize; 3],
-    pos_arg: usize,
+/// What an attention reads besides its queries: the cache of `s` slots (keys and values, `per_group`
+/// query heads a kv head), a prefill chunk's own keys and values, and the sinks (one logit per
+/// query head) if any.
+struct Attended<'a> {
     s: usize,
     per_group: usize,
-    keys: Kv,
-    values: Kv,
-    chunk: Option<(Kv, Kv)>,
-) -> Outs {
+    keys: Kv<'a>,
+    values: Kv<'a>,
+    chunk: Option<(Kv<'a>, Kv<'a>)>,
+    sinks: Option<&'a [f32]>,
+}
+
+/// Scores `scale · q·k` over the attended positions (`pos` is argument `pos_arg`), softmax in
+/// f32 (a head's sink, when given, joins the maximum and the total), weighted sum of values: a
+/// chunk of at least `PRODUCT_ROWS` rows as products over blocks of rows (`Rows::products`),
+/// fewer rows (a decode step) row by row, each key and value read in place once for every head
+/// of a run.
+fn run(call: &Call<'_>, softmax: Softmax, q: &[f32], [n, h, dk]: [usize; 3], pos_arg: usize, at: Attended<'_>) -> Outs {
     let scale = softmax.scale;
-    let row_sources = row_sources(call, softmax.window, pos_arg, n, s, chunk.is_some())?;
-    let dv = values.len;
+    let row_sources = row_sources(call, softmax.window, pos_arg, n, at.s, at.chunk.is_some())?;
+    let dv = at.values.len;
     let reg = region(call.tiling(), &[n, h, dv], Axes::Only(1), 1)?;
     if n >= PRODUCT_ROWS {
-        let a = Rows { q, n, h, dk, dv, s, per_group, keys, values, chunk, sources: &row_sources, scale };
+        let a = Rows { q, n, h, dk, dv, at: &at, sources: &row_sources, scale };
         return Ok(vec![SimTensor::f32(vec![n, h, dv], a.products(&reg.tiles)?)]);
     }
+    let Attended { per_group, keys, values, chunk, sinks, .. } = at;
     // Work items: a row and a run of at most HEADS heads of one tile sharing one kv head, so
     // each key and value read serves every head of the run; run-major, so the items a thread
     // takes in turn read the same kv head's keys and values (the whole cache may not fit in
@@ -569,12 +592,14 @@ fn run(
         // Softmax weights in f32, each divided by its head's total (the exponentials of a head's
         // shifted scores taken together, `map`: vectorised).
         let mut shifted = vec![0.0f32; len];
-        for head in scores.chunks_exact_mut(len.max(1)) {
+        for (jj, head) in scores.chunks_exact_mut(len.max(1)).enumerate() {
+            let sink = sinks.map(|sk| sk[j0 + jj]);
             let max = head.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let max = sink.map_or(max, |sk| max.max(sk));
             shifted.iter_mut().zip(&*head).for_each(|(d, s)| *d = s - max);
             super::elementwise::map(head, &shifted, &super::mathf::exp);
             head.iter_mut().zip(srcs).for_each(|(s, (_, m))| *s *= m);
-            let total: f32 = head.iter().sum();
+            let total: f32 = head.iter().sum::<f32>() + sink.map_or(0.0, |sk| super::mathf::exp(sk - max));
             head.iter_mut().for_each(|w| *w /= total);
         }
         weighted_sum(&scores, len, |e| read(&values, row_values, srcs[e].0, kvh), heads, dv)
@@ -600,12 +625,8 @@ struct Rows<'a> {
     h: usize,
     dk: usize,
     dv: usize,
-    /// Cache slots; the chunk's rows are entries `s..s + n`.
-    s: usize,
-    per_group: usize,
-    keys: Kv<'a>,
-    values: Kv<'a>,
-    chunk: Option<(Kv<'a>, Kv<'a>)>,
+    /// The cache (its slots; the chunk's rows are entries `s..s + n`), the chunk and the sinks.
+    at: &'a Attended<'a>,
     sources: &'a [Vec<(Src, f32)>],
     scale: f32,
 }
@@ -619,12 +640,13 @@ impl Rows<'_> {
     /// order, as row by row; an entry the row does not read weighs exactly 0; the weighted sum
     /// of values is a second product.
     fn products(&self, tiles: &[(usize, usize)]) -> Result<Vec<f32>, SimError> {
-        let entries = self.s + if self.chunk.is_some() { self.n } else { 0 };
+        let (s, per_group) = (self.at.s, self.at.per_group);
+        let entries = s + if self.at.chunk.is_some() { self.n } else { 0 };
         let mut items: Vec<(usize, usize, usize, usize)> = Vec::new();
         for &(a, b) in tiles {
             let mut j0 = a;
             while j0 < b {
-                let j1 = b.min((j0 / self.per_group + 1) * self.per_group).min(j0 + HEADS);
+                let j1 = b.min((j0 / per_group + 1) * per_group).min(j0 + HEADS);
                 let block = (BLOCK_SCORES / ((j1 - j0) * entries).max(1)).max(1);
                 items.extend((0..self.n).step_by(block).map(|r0| (r0, self.n.min(r0 + block), j0, j1)));
                 j0 = j1;
@@ -643,23 +665,23 @@ impl Rows<'_> {
 
     /// Rows `r0..r1`, heads `j0..j1` (one kv head's): `[rows, heads, dv]`.
     fn block(&self, (r0, r1, j0, j1): (usize, usize, usize, usize)) -> Result<Vec<f32>, SimError> {
-        let (g, kvh, dk, dv) = (j1 - j0, j0 / self.per_group, self.dk, self.dv);
+        let (at, s) = (self.at, self.at.s);
+        let (g, kvh, dk, dv) = (j1 - j0, j0 / at.per_group, self.dk, self.dv);
         let entry = |src: Src| match src {
             Src::Slot(sl) => sl,
-            Src::Row(r) => self.s + r,
+            Src::Row(r) => s + r,
         };
         // The union of the rows' entries, in entry order, and each entry's place in it.
         let (entries, place) =
-            crate::view::union(self.s + self.n, self.sources[r0..r1].iter().flatten().map(|&(src, _)| entry(src)));
-        let union: Vec<Src> =
-            entries.into_iter().map(|e| if e < self.s { Src::Slot(e) } else { Src::Row(e - self.s) }).collect();
+            crate::view::union(s + self.n, self.sources[r0..r1].iter().flatten().map(|&(src, _)| entry(src)));
+        let union: Vec<Src> = entries.into_iter().map(|e| if e < s { Src::Slot(e) } else { Src::Row(e - s) }).collect();
         let u = union.len();
-        let (row_keys, row_values) = (self.chunk.as_ref().map(|c| &c.0), self.chunk.as_ref().map(|c| &c.1));
+        let (row_keys, row_values) = (at.chunk.as_ref().map(|c| &c.0), at.chunk.as_ref().map(|c| &c.1));
         let mut keys = Vec::with_capacity(u * dk);
         let mut values = Vec::with_capacity(u * dv);
         for &src in &union {
-            keys.extend_from_slice(read(&self.keys, row_keys, src, kvh)?);
-            values.extend_from_slice(read(&self.values, row_values, src, kvh)?);
+            keys.extend_from_slice(read(&at.keys, row_keys, src, kvh)?);
+            values.extend_from_slice(read(&at.values, row_values, src, kvh)?);
         }
         let rows = r1 - r0;
         let q = crate::view::gather(
@@ -676,7 +698,8 @@ impl Rows<'_> {
             .collect();
         let mut scratch = (Vec::new(), Vec::new());
         for (rh, sc) in scores.chunks_exact_mut(u.max(1)).enumerate() {
-            softmax_runs(sc, &runs[rh / g], self.scale, &mut scratch);
+            let sink = at.sinks.map(|sk| sk[j0 + rh % g]);
+            softmax_runs(sc, &runs[rh / g], self.scale, sink, &mut scratch);
         }
         let mut out = vec![0.0f32; rows * g * dv];
         gemm(View::dense(&scores, rows * g, u), View::dense(&values, u, dv), &mut out, dv).ok_or_else(failed)?;
@@ -711,7 +734,7 @@ mod tests {
         let total: f32 = exps.iter().sum();
         reads.iter().zip(&exps).for_each(|(&(x, _), e)| want[x] = e / total);
         let mut got = scores.clone();
-        softmax_runs(&mut got, &runs_of(reads), scale, &mut (Vec::new(), Vec::new()));
+        softmax_runs(&mut got, &runs_of(reads), scale, None, &mut (Vec::new(), Vec::new()));
         assert_eq!(
             got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
             want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()

@@ -7,8 +7,9 @@ use super::packed::PackedWeight;
 use super::tensor::SimTensor;
 use super::{invalid, SimError};
 use crate::op::Visitor;
-use crate::program::{KernelOp, TensorDecl, Tiling};
+use crate::program::{Fold, KernelOp, TensorDecl, Tiling};
 use crate::q8::Q8Weight;
+use rdu_checkpoint::Fp8Weight;
 
 /// A kernel's result: its outputs in order.
 pub(super) type Outs = Result<Vec<SimTensor>, SimError>;
@@ -52,8 +53,10 @@ pub(super) use kernels;
 pub(super) enum ArgVal<'e> {
     Dense(&'e SimTensor),
     Q8(&'e Q8Weight),
-    /// A weight read in place in its block format; `true` when declared `storage=q8_0`.
-    Packed(PackedWeight<'e>, bool),
+    Fp8(&'e Fp8Weight),
+    /// A weight read in place in its ggml block format, with the fold its declared storage
+    /// asks for (`None`: declared dense).
+    Packed(PackedWeight<'e>, Option<Fold>),
     /// A literal argument (`reshape`'s shape: read with the op's attributes).
     Lit,
     /// A bound stacked weight not yet read (`experts` reads it one expert at a time).
@@ -62,11 +65,12 @@ pub(super) enum ArgVal<'e> {
     Taken,
 }
 
-/// A weight argument, dense or as Q8_0 blocks.
+/// A weight argument: dense, Q8_0 blocks, FP8 with its block scales, or a ggml block format.
 #[derive(Clone, Copy)]
 pub(super) enum Weight<'e> {
     Dense(&'e SimTensor, &'e [f32]),
     Q8(&'e Q8Weight),
+    Fp8(&'e Fp8Weight),
     Packed(PackedWeight<'e>),
 }
 
@@ -75,6 +79,7 @@ impl Weight<'_> {
         match self {
             Weight::Dense(t, _) => &t.shape,
             Weight::Q8(w) => &w.shape,
+            Weight::Fp8(w) => &w.shape,
             Weight::Packed(w) => w.shape,
         }
     }
@@ -125,6 +130,7 @@ impl<'e> Call<'e> {
         match self.args.get(i) {
             Some(ArgVal::Dense(t)) => Ok(t),
             Some(ArgVal::Q8(_)) => invalid(format!("argument {i} is a q8_0 weight; this op reads it dense")),
+            Some(ArgVal::Fp8(_)) => invalid(format!("argument {i} is an fp8 weight; this op reads it dense")),
             Some(ArgVal::Packed(..)) => invalid(format!("argument {i} is a packed weight; this op reads it dense")),
             Some(ArgVal::Lit) => invalid(format!("argument {i} must be a tensor, not a literal")),
             Some(ArgVal::Stacked(d)) => invalid(format!("{} cannot be read here", d.name)),
@@ -151,10 +157,11 @@ impl<'e> Call<'e> {
         }
     }
 
-    /// Argument `i` as a weight: dense f32, or Q8_0 when the op folds q8.
+    /// Argument `i` as a weight: dense f32, or as stored when the op folds it.
     pub(super) fn weight(&self, i: usize) -> Result<Weight<'e>, SimError> {
         match self.args.get(i) {
             Some(ArgVal::Q8(w)) => Ok(Weight::Q8(w)),
+            Some(ArgVal::Fp8(w)) => Ok(Weight::Fp8(w)),
             Some(ArgVal::Packed(w, _)) => Ok(Weight::Packed(*w)),
             _ => self.f32(i).map(|(t, d)| Weight::Dense(t, d)),
         }

@@ -9,8 +9,9 @@ use super::collective::Collective;
 use super::packed::PackedWeight;
 use super::tensor::SimTensor;
 use super::SimError;
-use crate::program::{Arg, KernelOp, Op, Role, SpatialProgram, Storage, TensorDecl};
+use crate::program::{Arg, Fold, KernelOp, Op, Role, SpatialProgram, Storage, TensorDecl};
 use crate::q8::{Q8Weight, QK8_0};
+use rdu_checkpoint::{Fp8Weight, GgmlType};
 
 /// Runs `program`; states in `states` (when `in_place`) are read from and written back there.
 /// With `routes`, every `route` op's expert indices are kept there under the name it binds.
@@ -66,12 +67,14 @@ pub(super) fn run(
     Ok(outputs)
 }
 
-/// A value of the environment: dense, a weight as Q8_0 blocks, or a weight read in place in
-/// its checkpoint's block format (`q8`: declared `storage=q8_0`).
+/// A value of the environment: dense, a weight as Q8_0 blocks or as FP8 values and block
+/// scales, or a weight read in place in a ggml block format (`fold`: the fold its declared
+/// storage asks for — Q8_0 or MXFP4 — or `None` for a dense-declared weight kept packed).
 pub(super) enum Val<'b> {
     Dense(Cow<'b, SimTensor>),
     Q8(Cow<'b, Q8Weight>),
-    Packed { w: PackedWeight<'b>, q8: bool },
+    Fp8(Cow<'b, Fp8Weight>),
+    Packed { w: PackedWeight<'b>, fold: Option<Fold> },
 }
 
 struct Exec<'p, 'b, 'r> {
@@ -145,7 +148,8 @@ impl<'p, 'b> Exec<'p, 'b, '_> {
                 (Arg::Tensor(name), _) => match self.env.get(name.as_str()) {
                     Some(Val::Dense(t)) => ArgVal::Dense(t),
                     Some(Val::Q8(w)) => ArgVal::Q8(w),
-                    Some(Val::Packed { w, q8 }) => ArgVal::Packed(*w, *q8),
+                    Some(Val::Fp8(w)) => ArgVal::Fp8(w),
+                    Some(Val::Packed { w, fold }) => ArgVal::Packed(*w, *fold),
                     None if i == 0 && inplace.is_some() => ArgVal::Taken,
                     None => match self.decls.get(name.as_str()) {
                         Some(decl) if decl.role.is_bound() => ArgVal::Stacked(decl),
@@ -207,10 +211,17 @@ impl<'p, 'b> Exec<'p, 'b, '_> {
         let missing = || SimError::Missing { name: name.to_string(), role: decl.role.as_str().to_string() };
         let bad = |message: String| SimError::Binding { name: name.to_string(), message };
         let numel = checked_numel(&decl.shape).ok_or_else(|| bad("declared shape is too large".into()))?;
-        let q8 = decl.storage == Storage::Q8_0;
-        if let Some(w) = self.bindings.packed(name) {
+        let fold = decl.storage.fold();
+        // The ggml format a packed weight must have for its declared storage (any one the
+        // simulator reads in place for a dense-declared weight).
+        let packed_format = match decl.storage {
+            Storage::Q8_0 => Some(GgmlType::Q8_0),
+            Storage::Mxfp4 => Some(GgmlType::MXFP4),
+            _ => None,
+        };
+        if let Some(w) = self.bindings.packed(name).filter(|_| !matches!(decl.storage, Storage::Fp8 { .. })) {
             let fits = w.shape == decl.shape.as_slice()
-                && (!q8 || w.format == rdu_checkpoint::GgmlType::Q8_0)
+                && packed_format.is_none_or(|f| w.format == f)
                 && decl.dtype == crate::program::Dtype::F32;
             if let Err(problem) = w.check() {
                 return Err(bad(problem));
@@ -218,38 +229,60 @@ impl<'p, 'b> Exec<'p, 'b, '_> {
             if !fits {
                 return Err(bad(format!("{} {:?}, declared {:?}", w.format, w.shape, decl.shape)));
             }
-            self.env.insert(name.to_string(), Val::Packed { w, q8 });
+            self.env.insert(name.to_string(), Val::Packed { w, fold });
             return Ok(());
         }
-        let val = if q8 {
-            let w = self.bindings.q8(name).ok_or_else(missing)?;
-            let last = decl.shape.last().copied().unwrap_or(0);
-            if w.shape != decl.shape || last % QK8_0 != 0 || w.blocks.len() * QK8_0 != numel {
-                let (shape, blocks) = (&w.shape, w.blocks.len());
-                return Err(bad(format!("q8_0 {shape:?} with {blocks} blocks, declared {:?}", decl.shape)));
+        let val = match decl.storage {
+            Storage::Q8_0 => {
+                let w = self.bindings.q8(name).ok_or_else(missing)?;
+                let last = decl.shape.last().copied().unwrap_or(0);
+                if w.shape != decl.shape || last % QK8_0 != 0 || w.blocks.len() * QK8_0 != numel {
+                    let (shape, blocks) = (&w.shape, w.blocks.len());
+                    return Err(bad(format!("q8_0 {shape:?} with {blocks} blocks, declared {:?}", decl.shape)));
+                }
+                Val::Q8(w)
             }
-            Val::Q8(w)
-        } else {
-            let t = self.bindings.tensor(name).ok_or_else(missing)?;
-            if t.shape != decl.shape || t.dtype() != decl.dtype || t.len() != numel {
-                let (dtype, shape, len) = (t.dtype().as_str(), &t.shape, t.len());
-                return Err(bad(format!(
-                    "{dtype}{shape:?} with {len} values, declared {}{:?}",
-                    decl.dtype.as_str(),
-                    decl.shape
-                )));
+            Storage::Fp8 { rows, cols } => {
+                let w = self.bindings.fp8(name).ok_or_else(missing)?;
+                let block = [rows as usize, cols as usize];
+                let grid_ok = rdu_checkpoint::Fp8Grid::of(&w.shape, block).ok().and_then(|g| g.len());
+                if w.shape != decl.shape
+                    || w.block != block
+                    || w.values.len() != numel
+                    || grid_ok != Some(w.scales.len())
+                {
+                    let (shape, b, n) = (&w.shape, w.block, w.scales.len());
+                    let what = format!("fp8 {shape:?} in {}×{} blocks with {n} scales", b[0], b[1]);
+                    return Err(bad(format!("{what}, declared {:?} in {rows}×{cols} blocks", decl.shape)));
+                }
+                Val::Fp8(w)
             }
-            Val::Dense(t)
+            Storage::Mxfp4 => return Err(missing()),
+            Storage::Dense | Storage::Bf16 => {
+                let t = self.bindings.tensor(name).ok_or_else(missing)?;
+                if t.shape != decl.shape || t.dtype() != decl.dtype || t.len() != numel {
+                    let (dtype, shape, len) = (t.dtype().as_str(), &t.shape, t.len());
+                    return Err(bad(format!(
+                        "{dtype}{shape:?} with {len} values, declared {}{:?}",
+                        decl.dtype.as_str(),
+                        decl.shape
+                    )));
+                }
+                Val::Dense(t)
+            }
         };
         self.env.insert(name.to_string(), val);
         Ok(())
     }
 
-    /// Replaces a packed weight by its widened values (or, declared Q8_0, its blocks).
+    /// Replaces a packed weight by its widened values — declared Q8_0, by its blocks; declared
+    /// in another block format, it stays as stored (an op that folds it reads it so; `dequant`
+    /// widens it; any other op is refused).
     fn unpack(&mut self, name: &str) {
-        if let Some(Val::Packed { w, q8 }) = self.env.get(name) {
-            let val = match (q8, w.to_q8()) {
-                (true, Some(blocks)) => Val::Q8(Cow::Owned(blocks)),
+        if let Some(Val::Packed { w, fold }) = self.env.get(name) {
+            let val = match (fold, w.to_q8()) {
+                (Some(Fold::Q8), Some(blocks)) => Val::Q8(Cow::Owned(blocks)),
+                (Some(_), _) => return,
                 _ => Val::Dense(Cow::Owned(SimTensor::f32(w.shape.to_vec(), w.widen_all()))),
             };
             self.env.insert(name.to_string(), val);
@@ -296,28 +329,50 @@ fn decl_role(decl: Option<&TensorDecl>) -> &'static str {
     decl.map(|d| d.role.as_str()).unwrap_or("tensor")
 }
 
-/// A Q8_0 weight may only be read by an op that folds it, or by `dequant`.
+/// A weight stored in a block format may only be read by an op that folds that format, or by
+/// `dequant`; an op that folds reads a weight of its format.
 fn check_storage(op: &KernelOp, args: &[ArgVal<'_>]) -> Result<(), SimError> {
-    let is_q8 = |a: &ArgVal<'_>| match a {
-        ArgVal::Q8(_) | ArgVal::Packed(_, true) => true,
-        ArgVal::Stacked(d) => d.storage == Storage::Q8_0,
-        _ => false,
+    let fold_of = |a: &ArgVal<'_>| match a {
+        ArgVal::Q8(_) => Some(Fold::Q8),
+        ArgVal::Fp8(_) => Some(Fold::Fp8),
+        ArgVal::Packed(_, fold) => *fold,
+        ArgVal::Stacked(d) => d.storage.fold(),
+        _ => None,
     };
     if op.op == Op::Dequant {
         return Ok(());
     }
-    let q8_args: Vec<usize> = args.iter().enumerate().filter(|(_, a)| is_q8(a)).map(|(i, _)| i).collect();
-    if op.fold_q8 && q8_args.is_empty() {
-        return super::invalid("fold=q8 but no argument is stored q8_0");
+    let stored: Vec<(usize, Fold)> = args.iter().enumerate().filter_map(|(i, a)| Some((i, fold_of(a)?))).collect();
+    let name = |i: usize| match &op.args[i] {
+        Arg::Tensor(n) => n.as_str(),
+        Arg::Lit(_) => "?",
+    };
+    match (op.fold, stored.first()) {
+        (Some(fold), None) => super::invalid(format!("fold={} but no argument is stored {}", fold.word(), word(fold))),
+        (None, Some(&(i, f))) => super::invalid(format!(
+            "{} is stored {} but the op does not fold {} (use fold={} or dequant)",
+            name(i),
+            word(f),
+            f.word(),
+            f.word()
+        )),
+        (Some(fold), _) => match stored.iter().find(|&&(_, f)| f != fold) {
+            Some(&(i, f)) => {
+                super::invalid(format!("{} is stored {} but the op folds {}", name(i), word(f), fold.word()))
+            }
+            None => Ok(()),
+        },
+        (None, None) => Ok(()),
     }
-    if let (false, Some(&i)) = (op.fold_q8, q8_args.first()) {
-        let name = match &op.args[i] {
-            Arg::Tensor(n) => n.as_str(),
-            Arg::Lit(_) => "?",
-        };
-        return super::invalid(format!("{name} is stored q8_0 but the op does not fold q8 (use fold=q8 or dequant)"));
+}
+
+/// The storage word of a fold, for messages (`q8_0`, `fp8`, `mxfp4`).
+fn word(fold: Fold) -> &'static str {
+    match fold {
+        Fold::Q8 => "q8_0",
+        Fold::Fp8 => "fp8",
+        Fold::Mxfp4 => "mxfp4",
     }
-    Ok(())
 }
 
 /// The element count of `shape`, or `None` on overflow.

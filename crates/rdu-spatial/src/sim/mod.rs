@@ -30,7 +30,8 @@ use std::collections::BTreeMap;
 pub use bind::{MapBindings, SimBindings, WeightSlab};
 pub use collective::{AllReduce, Collective};
 pub use packed::{
-    can_pack, dot_q8_row_plain, dot_q8_row_with, q8_kernel, widen_row, widen_row_plain, PackedWeight, Q8Kernel,
+    can_pack, dot_q8_row_plain, dot_q8_row_with, q8_kernel, widen_fp8_row, widen_row, widen_row_plain, PackedWeight,
+    Q8Kernel,
 };
 pub use tensor::{strides, SimData, SimTensor};
 

@@ -5,7 +5,7 @@
 //! exactly what [`rdu_checkpoint::dequantize_into`] (the reference's reading of the file)
 //! gives; a Q8_0-declared weight kept packed is folded block by block as `Q8Weight` is.
 
-use rdu_checkpoint::{dequantize_into, dequantize_slice, k_scale_min, GgmlType};
+use rdu_checkpoint::{dequantize_into, dequantize_slice, k_scale_min, Fp8View, GgmlType, GgmlWeight};
 
 use crate::q8::{Q8Block, Q8Weight, QK8_0};
 
@@ -20,10 +20,22 @@ pub struct PackedWeight<'a> {
 /// Whether the simulator can read a weight of this format in place.
 pub fn can_pack(format: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(format, F16 | BF16 | Q8_0 | Q4_0 | Q5_0 | Q4_K | Q5_K | Q6_K)
+    matches!(format, F16 | BF16 | Q8_0 | Q4_0 | Q5_0 | Q4_K | Q5_K | Q6_K | MXFP4)
 }
 
 impl<'a> PackedWeight<'a> {
+    /// An owned weight's view.
+    pub fn of(w: &'a GgmlWeight) -> PackedWeight<'a> {
+        PackedWeight { shape: &w.shape, format: w.format, bytes: &w.bytes }
+    }
+
+    /// The bytes of matrix `index` along the first axis (an expert of a stacked weight).
+    pub fn expert_bytes(&self, index: usize) -> Option<&'a [u8]> {
+        let n = *self.shape.first()?;
+        let per = self.bytes.len().checked_div(n)?;
+        self.bytes.get(index.checked_mul(per)?..index.checked_add(1)?.checked_mul(per)?)
+    }
+
     /// Values per row (the last axis).
     pub fn cols(&self) -> usize {
         self.shape.last().copied().unwrap_or(0)
@@ -51,6 +63,9 @@ impl<'a> PackedWeight<'a> {
         let want = self.rows().checked_mul(self.row_bytes());
         if want != Some(self.bytes.len()) {
             return Err(format!("{} bytes do not hold {} {:?}", self.bytes.len(), self.format, self.shape));
+        }
+        if self.format == GgmlType::MXFP4 {
+            rdu_checkpoint::check_mxfp4_scales(self.bytes)?;
         }
         Ok(())
     }
@@ -120,6 +135,54 @@ unsafe fn widen_row_avx2(format: GgmlType, bytes: &[u8], out: &mut [f32]) -> boo
 #[inline(always)]
 fn widen_fast(format: GgmlType, bytes: &[u8], out: &mut [f32]) -> bool {
     dequantize_slice(format, bytes, out)
+}
+
+/// Row `j` of an FP8 weight widened into `out` (`view.cols` values): `fp8 · scale` of its
+/// block, exactly [`Fp8View::widen_row`]'s values (the AVX2 kernel where the CPU has it).
+pub fn widen_fp8_row(view: &Fp8View<'_>, j: usize, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if q8_kernel() != Q8Kernel::Plain {
+        // SAFETY: every kernel but `Plain` is chosen only on a CPU with AVX2, FMA and F16C.
+        unsafe { widen_fp8_row_avx2(view, j, out) };
+        return;
+    }
+    view.widen_row(j, out);
+}
+
+/// [`Fp8View::widen_row`] with AVX2, eight values at a time: an e4m3fn byte's seven low bits
+/// shifted into an f32's exponent and mantissa (`eeee mmm` to bits 20..27) and its sign to bit
+/// 31 are the f32 of its value times 2⁻¹²⁰ — subnormals included, as the f32 has the
+/// exponent range to hold them normal — so one multiply by 2¹²⁰ (exact) gives the value,
+/// and the NaN pattern `S.1111.111` is blended in; each value is then multiplied by its
+/// block's scale, the one rounding the portable kernel does. Bit for bit the table's values.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub unsafe fn widen_fp8_row_avx2(view: &Fp8View<'_>, j: usize, out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let (bytes, scales) = (view.row_bytes(j), view.row_scales(j));
+    let bc = view.block[1];
+    let pow120 = _mm256_set1_ps(f32::from_bits((120 + 127) << 23));
+    let (low7, nan) = (_mm256_set1_epi32(0x7F), _mm256_set1_ps(f32::NAN));
+    for (b, (o, &s)) in bytes.chunks(bc).zip(out.chunks_mut(bc).zip(scales)) {
+        let sv = _mm256_set1_ps(s);
+        let n8 = b.len() / 8 * 8;
+        for k in (0..n8).step_by(8) {
+            // SAFETY: bytes k..k+8 of `b` and floats k..k+8 of `o` are in bounds (k + 8 <= n8).
+            let v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(b.as_ptr().add(k) as *const __m128i));
+            let mag = _mm256_and_si256(v, low7);
+            let bits = _mm256_or_si256(_mm256_slli_epi32(mag, 20), _mm256_slli_epi32(_mm256_andnot_si256(low7, v), 24));
+            let value = _mm256_mul_ps(_mm256_castsi256_ps(bits), pow120);
+            let is_nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, low7));
+            let value = _mm256_blendv_ps(value, nan, is_nan);
+            _mm256_storeu_ps(o.as_mut_ptr().add(k), _mm256_mul_ps(value, sv));
+        }
+        for (o, &b) in o[n8..].iter_mut().zip(&b[n8..]) {
+            *o = rdu_checkpoint::fp8_e4m3_to_f32(b) * s;
+        }
+    }
 }
 
 /// One row of file Q8_0 blocks (34 bytes each) times `x`: the sums of `q8::dot_row`.
@@ -201,6 +264,51 @@ pub unsafe fn dot_q8_row_avx512(row: &[u8], x: &[f32]) -> f32 {
         _mm512_fmadd_ps(d, acc, total)
     }
     four_sums(n, 34, row.as_ptr(), x.as_ptr(), block)
+}
+
+/// A row of file Q8_0 blocks times `R` (up to 8) activation rows at once with AVX-512 (a verify
+/// step's or a small batch's rows): each block's 32 values widened once and multiplied into
+/// every activation row's sums exactly as [`dot_q8_row_avx512`] multiplies them into its one
+/// row's — the same operations in the same order (round-robin over four running sums), so each
+/// result is that kernel's, bit for bit — while the weight row is read and widened once for
+/// all `R` rows instead of `R` times.
+///
+/// # Safety
+/// The CPU must support AVX-512 F and BW, and F16C; every `xs[r]` holds `32 · blocks` floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+pub unsafe fn dot_q8_rows_avx512<const R: usize>(row: &[u8], xs: [&[f32]; R]) -> [f32; R] {
+    use std::arch::x86_64::*;
+    let n = xs.iter().fold(row.len() / 34, |n, x| n.min(x.len() / QK8_0));
+    let scales = f16_values();
+    let mut t = [[_mm512_setzero_ps(); R]; 4];
+    // Block `i` of the row into running sum `s` of every activation row.
+    let mut block = |i: usize, s: usize| {
+        let b = row.as_ptr().add(34 * i);
+        let d = _mm512_set1_ps(scale_of(scales, b));
+        let lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(b.add(2) as *const __m128i)));
+        let hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(b.add(18) as *const __m128i)));
+        for (sum, x) in t[s].iter_mut().zip(&xs) {
+            let xp = x.as_ptr().add(32 * i);
+            let acc = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xp.add(16)), _mm512_mul_ps(lo, _mm512_loadu_ps(xp)));
+            *sum = _mm512_fmadd_ps(d, acc, *sum);
+        }
+    };
+    let mut i = 0;
+    while i + 4 <= n {
+        prefetch_ahead(row.as_ptr().wrapping_add(34 * i), 4 * 34);
+        for s in 0..4 {
+            block(i + s, s);
+        }
+        i += 4;
+    }
+    while i < n {
+        block(i, 0);
+        i += 1;
+    }
+    std::array::from_fn(|r| {
+        _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(t[0][r], t[1][r]), _mm512_add_ps(t[2][r], t[3][r])))
+    })
 }
 
 /// The four running sums of the AVX2 Q8_0 and the AVX-512 Q8_0 and Q5_0 row kernels: `block`
@@ -286,7 +394,7 @@ unsafe fn four_sums(
 /// the reference's widened values are exactly `d · q` and `Σ x·(d·q) = d · Σ x·q` is a
 /// reassociation of the same sum — the Q8_0 kernel's order: each block's 32 `q·x` in 16
 /// lanes, times `d`, blocks round-robin into four running sums added at the end, within
-/// `q5_0_row_kernels_agree_on_the_same_tiles`'s bound of the widened row's `dot`. Each `q` is
+/// `q5_0_and_mxfp4_row_kernels_agree_on_the_same_tiles`'s bound of the widened row's `dot`. Each `q` is
 /// looked up, not converted: a block's 16 bytes zero-extended to 32-bit lanes index a table of
 /// `k − 16` by their low nibble (values 0..16) and, shifted, by their high one (16..32), and
 /// 16 is added where the value's fifth bit (bit `j` of `qh`) is set. Measured on a Zen 4 core,
@@ -324,6 +432,37 @@ pub unsafe fn dot_q5_0_row_avx512(row: &[u8], x: &[f32]) -> f32 {
         _mm512_fmadd_ps(_mm512_set1_ps(scale_of(scales, b)), acc, total)
     }
     four_sums(n, 22, row.as_ptr(), x.as_ptr(), block)
+}
+
+/// An MXFP4 row times `x` with AVX-512. A value is `k · 2^(e − 128)` with `k` one of ggml's
+/// doubled e2m1 values (at most 12 in magnitude): exact in f32, so `Σ x·(k·d) = d · Σ x·k`
+/// is a reassociation of the widened row's sum — Q5_0's order: each block's 32 `k·x` in 16
+/// lanes, times `d`, blocks round-robin into four running sums added at the end, within
+/// `q5_0_and_mxfp4_row_kernels_agree_on_the_same_tiles`'s bound. Each `k` is looked up by its nibble
+/// from a table of the 16 (`vpermps` reads an index's low four bits: a byte's low nibble is
+/// value `j`, its high one value `16 + j`).
+///
+/// # Safety
+/// The CPU must support AVX-512 F and BW, AVX2, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+pub unsafe fn dot_mxfp4_row_avx512(row: &[u8], x: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = (row.len() / 17).min(x.len() / 32);
+    // One block's 32 products, times its scale, added into `total`.
+    // SAFETY: inlined into this function (its target features); `b` holds a block's 17 bytes
+    // and `xp` its 32 values.
+    #[inline(always)]
+    unsafe fn block(b: *const u8, xp: *const f32, _: &F16Values, total: __m512) -> __m512 {
+        let table =
+            _mm512_setr_ps(0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);
+        let bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(b.add(1) as *const __m128i));
+        let lo = _mm512_permutexvar_ps(bytes, table);
+        let hi = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table);
+        let acc = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xp.add(16)), _mm512_mul_ps(lo, _mm512_loadu_ps(xp)));
+        _mm512_fmadd_ps(_mm512_set1_ps(rdu_checkpoint::e8m0_half(*b)), acc, total)
+    }
+    four_sums(n, 17, row.as_ptr(), x.as_ptr(), block)
 }
 
 /// A dense-declared Q4_K row times `x` with AVX-512: every value widened exactly as the
@@ -433,6 +572,7 @@ pub unsafe fn dot_q6_k_row_avx512(row: &[u8], x: &[f32]) -> f32 {
 pub unsafe fn dot_packed_row_avx512(format: GgmlType, row: &[u8], x: &[f32]) -> Option<f32> {
     match format {
         GgmlType::Q5_0 => Some(dot_q5_0_row_avx512(row, x)),
+        GgmlType::MXFP4 => Some(dot_mxfp4_row_avx512(row, x)),
         GgmlType::Q4_K => Some(dot_q4_k_row_avx512(row, x)),
         GgmlType::Q6_K => Some(dot_q6_k_row_avx512(row, x)),
         _ => None,
@@ -524,8 +664,8 @@ unsafe fn f16_scale(b: *const u8) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
 }
 
-/// A dense-declared row kept in `format` times `x`, fused (the row is never written out) for
-/// Q5_0, Q4_K, Q6_K and Q8_0: each value is widened exactly as the reference widens it and
+/// A row kept in `format` times `x`, fused (the row is never written out) for Q5_0, Q4_K,
+/// Q6_K, Q8_0 and MXFP4: each value is widened exactly as the reference widens it and
 /// multiply-added into the four running sums of eight lanes in the order `q8::dot_dense_avx2`
 /// uses (the `k`-th run of eight values into sum `k mod 4`), so the result is bit-identical to
 /// widening the row and taking `q8::dot` of it. `None` for other formats.
@@ -550,21 +690,9 @@ pub unsafe fn dot_widened_avx2(format: GgmlType, row: &[u8], x: &[f32]) -> Optio
     };
     match format {
         GgmlType::Q5_0 => {
-            let n = (row.len() / 22).min(x.len() / 32);
-            let shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
-            let bit = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
-            let (low4, sixteen) = (_mm_set1_epi8(0x0F), _mm256_set1_epi8(16));
-            for i in 0..n {
-                let (b, xp) = (row.as_ptr().add(22 * i), x.as_ptr().add(32 * i));
-                let d = _mm256_set1_ps(f16_scale(b));
-                let qh = u32::from_le_bytes([*b.add(2), *b.add(3), *b.add(4), *b.add(5)]);
-                // 0xFF in byte j where bit j of qh is set.
-                let bits = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), shuf);
-                let high =
-                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_or_si256(bits, bit), _mm256_set1_epi64x(-1)), sixteen);
-                let qs = _mm_loadu_si128(b.add(6) as *const __m128i);
-                let nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), low4), _mm_and_si128(qs, low4));
-                add32(&mut acc, _mm256_sub_epi8(_mm256_or_si256(nib, high), sixteen), d, d, xp);
+            for i in 0..(row.len() / 22).min(x.len() / 32) {
+                let (d, q) = q5_0_block_avx2(row.as_ptr().add(22 * i));
+                add32(&mut acc, q, d, d, x.as_ptr().add(32 * i));
             }
         }
         GgmlType::Q8_0 => {
@@ -573,6 +701,12 @@ pub unsafe fn dot_widened_avx2(format: GgmlType, row: &[u8], x: &[f32]) -> Optio
                 let (b, xp) = (row.as_ptr().add(34 * i), x.as_ptr().add(32 * i));
                 let d = _mm256_set1_ps(f16_scale(b));
                 add32(&mut acc, _mm256_loadu_si256(b.add(2) as *const __m256i), d, d, xp);
+            }
+        }
+        GgmlType::MXFP4 => {
+            for i in 0..(row.len() / 17).min(x.len() / 32) {
+                let (d, q) = mxfp4_block_avx2(row.as_ptr().add(17 * i));
+                add32(&mut acc, q, d, d, x.as_ptr().add(32 * i));
             }
         }
         GgmlType::Q4_K => {
@@ -631,6 +765,48 @@ pub unsafe fn dot_widened_avx2(format: GgmlType, row: &[u8], x: &[f32]) -> Optio
         _ => return None,
     }
     Some(crate::q8::fold4(acc))
+}
+
+/// The Q5_0 block at `b` (22 bytes) for [`dot_widened_avx2`]: its scale in every lane, and its
+/// 32 values `q − 16` as signed bytes (value `j` in byte `j`): the low nibbles are values
+/// 0..16, the high ones 16..32, each with its fifth bit from `qh`.
+///
+/// # Safety
+/// AVX2 and F16C (the caller's target features); `b` points at a whole block.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn q5_0_block_avx2(b: *const u8) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256i) {
+    use std::arch::x86_64::*;
+    let shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    let bit = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
+    let (low4, sixteen) = (_mm_set1_epi8(0x0F), _mm256_set1_epi8(16));
+    let d = _mm256_set1_ps(f16_scale(b));
+    let qh = u32::from_le_bytes([*b.add(2), *b.add(3), *b.add(4), *b.add(5)]);
+    // 0xFF in byte j where bit j of qh is set.
+    let bits = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), shuf);
+    let high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_or_si256(bits, bit), _mm256_set1_epi64x(-1)), sixteen);
+    let qs = _mm_loadu_si128(b.add(6) as *const __m128i);
+    let nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), low4), _mm_and_si128(qs, low4));
+    (d, _mm256_sub_epi8(_mm256_or_si256(nib, high), sixteen))
+}
+
+/// The MXFP4 block at `b` (17 bytes) for [`dot_widened_avx2`]: half its scale (`e8m0_half`)
+/// in every lane, and its 32 doubled e2m1 values as signed bytes (value `j` in byte `j`: the
+/// low nibbles are values 0..16, the high ones 16..32), each looked up by its nibble.
+///
+/// # Safety
+/// AVX2 (the caller's target features); `b` points at a whole block.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn mxfp4_block_avx2(b: *const u8) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256i) {
+    use std::arch::x86_64::*;
+    let table = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    let low4 = _mm_set1_epi8(0x0F);
+    let d = _mm256_set1_ps(rdu_checkpoint::e8m0_half(*b));
+    let qs = _mm_loadu_si128(b.add(1) as *const __m128i);
+    let lo = _mm_shuffle_epi8(table, _mm_and_si128(qs, low4));
+    let hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(qs, 4), low4));
+    (d, _mm256_set_m128i(hi, lo))
 }
 
 /// Which Q8_0 row kernel this CPU runs (chosen once, at first use).
@@ -707,6 +883,11 @@ mod tests {
             for &at in scales {
                 b[at..at + 2].copy_from_slice(&scale(next()));
             }
+            if format == GgmlType::MXFP4 {
+                // Scale bytes from the subnormal 0 and 1 up to 2^72, where products with the
+                // tests' activations stay finite.
+                b[0] = (next() % 200) as u8;
+            }
         }
         if matches!(format, GgmlType::F16 | GgmlType::BF16) {
             for b in out.chunks_exact_mut(2) {
@@ -727,7 +908,7 @@ mod tests {
     #[test]
     fn widening_is_exactly_the_reference_dequantisation() {
         use GgmlType::*;
-        for format in [Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, F16, BF16] {
+        for format in [Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, F16, BF16, MXFP4] {
             let cols = 512;
             let n_blocks = cols / format.block_size() as usize;
             let bytes = blocks(format, n_blocks, 7 + format as u32);
@@ -750,7 +931,7 @@ mod tests {
             && std::arch::is_x86_feature_detected!("fma")
             && std::arch::is_x86_feature_detected!("f16c")
         {
-            for format in [GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K] {
+            for format in [GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::MXFP4] {
                 let cols = 512;
                 let bytes = blocks(format, cols / format.block_size() as usize, 9 + format as u32);
                 let x: Vec<f32> = (0..cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
@@ -763,28 +944,76 @@ mod tests {
         }
     }
 
-    /// The AVX-512 Q5_0 row kernel agrees with `q8::dot` of the widened row within f32
-    /// reassociation (the bound of `q8_row_kernels_agree_on_the_same_tiles`), on rows of
-    /// seeded blocks with every fifth-bit pattern the generator gives.
+    /// `kernel` on rows of 12 × `cols` seeded `format` blocks (`seed`) agrees with `q8::dot`
+    /// of each widened row within f32 reassociation (the bound of
+    /// `q8_row_kernels_agree_on_the_same_tiles`).
+    #[cfg(target_arch = "x86_64")]
+    fn agrees_with_the_widened_dot(format: GgmlType, cols: usize, seed: u32, kernel: unsafe fn(&[u8], &[f32]) -> f32) {
+        let bytes = blocks(format, 12 * cols / 32, seed);
+        let w = PackedWeight { shape: &[12, cols], format, bytes: &bytes };
+        w.check().expect("12 rows");
+        let wv = w.widen_all();
+        let x: Vec<f32> = (0..cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+        for j in 0..12 {
+            let wj = &wv[j * cols..(j + 1) * cols];
+            let want = crate::q8::dot(wj, &x);
+            let bound = wj.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum::<f32>() * 2f32.powi(-19);
+            // SAFETY: the callers run this only where `q8_kernel` chose AVX-512 (F, BW, VL,
+            // FMA and F16C), every kernel passed here needs no more.
+            let got = unsafe { kernel(w.row(j), &x) };
+            assert!((got - want).abs() <= bound, "{format} cols {cols} row {j}: {got} vs {want} (bound {bound})");
+        }
+    }
+
+    /// The AVX-512 Q5_0 and MXFP4 row kernels agree with `q8::dot` of the widened row within
+    /// f32 reassociation: Q5_0 on rows of seeded blocks with every fifth-bit pattern the
+    /// generator gives, MXFP4 on blocks with scale bytes from 0 to 199; 20 blocks a row
+    /// (divisible by four) and 23 (a tail of three past the round-robin).
     #[test]
-    fn q5_0_row_kernels_agree_on_the_same_tiles() {
+    fn q5_0_and_mxfp4_row_kernels_agree_on_the_same_tiles() {
         #[cfg(target_arch = "x86_64")]
         if q8_kernel() == Q8Kernel::Avx512 {
-            // 20 blocks a row (divisible by four) and 23 (a tail of three past the round-robin).
             for cols in [640, 736] {
-                let bytes = blocks(GgmlType::Q5_0, 12 * cols / 32, 5 + cols as u32);
-                let w = PackedWeight { shape: &[12, cols], format: GgmlType::Q5_0, bytes: &bytes };
-                w.check().expect("12 rows");
-                let wv = w.widen_all();
-                let x: Vec<f32> = (0..cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
-                for j in 0..12 {
-                    let wj = &wv[j * cols..(j + 1) * cols];
-                    let want = crate::q8::dot(wj, &x);
-                    let bound = wj.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum::<f32>() * 2f32.powi(-19);
-                    // SAFETY: the AVX-512 kernel is chosen only where F, BW, VL, FMA and F16C are.
-                    let got = unsafe { dot_q5_0_row_avx512(w.row(j), &x) };
-                    assert!((got - want).abs() <= bound, "cols {cols} row {j}: {got} vs {want} (bound {bound})");
-                }
+                agrees_with_the_widened_dot(GgmlType::Q5_0, cols, 5 + cols as u32, dot_q5_0_row_avx512);
+                agrees_with_the_widened_dot(GgmlType::MXFP4, cols, 11 + cols as u32, dot_mxfp4_row_avx512);
+            }
+        }
+    }
+
+    /// FP8 rows widen to exactly the table's values times their block's scale, through the
+    /// AVX2 kernel as through the portable one: every byte pattern (NaN included), blocks
+    /// whose width is not a multiple of eight, ragged edge blocks, two stacked matrices.
+    #[test]
+    fn fp8_widening_is_exactly_the_tables_values() {
+        let (rows, cols, block) = (7, 300, [3, 37]);
+        let values: Vec<u8> = (0..2 * rows * cols).map(|i| (i * 101 % 256) as u8).collect();
+        let grid = rdu_checkpoint::Fp8Grid::of(&[2, rows, cols], block).unwrap();
+        let scales: Vec<f32> = (0..grid.len().unwrap()).map(|g| 0.5 + g as f32 / 64.0).collect();
+        let w = rdu_checkpoint::Fp8Weight { shape: vec![2, rows, cols], block, values, scales };
+        assert!((0..=255u8).all(|b| w.values.contains(&b)), "every byte pattern");
+        let view = w.view();
+        let same = |a: &[f32], b: &[f32]| {
+            a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+        };
+        for j in 0..2 * rows {
+            let (m, r) = (j / rows, j % rows);
+            let want: Vec<f32> = (0..cols)
+                .map(|c| {
+                    let s = w.scales[(m * grid.rows + r / block[0]) * grid.cols + c / block[1]];
+                    rdu_checkpoint::fp8_e4m3_to_f32(w.values[j * cols + c]) * s
+                })
+                .collect();
+            let (mut plain, mut fast) = (vec![0.0f32; cols], vec![0.0f32; cols]);
+            view.widen_row(j, &mut plain);
+            widen_fp8_row(&view, j, &mut fast);
+            assert!(same(&plain, &want), "row {j}: the portable kernel");
+            assert!(same(&fast, &want), "row {j}: the dispatched kernel");
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                let mut avx2 = vec![0.0f32; cols];
+                // SAFETY: the CPU supports AVX2, checked above.
+                unsafe { widen_fp8_row_avx2(&view, j, &mut avx2) };
+                assert!(same(&avx2, &want), "row {j}: the AVX2 kernel");
             }
         }
     }
@@ -814,6 +1043,37 @@ mod tests {
                         "{format} cols {cols} row {j}: {got} vs {want} (bound {bound})"
                     );
                 }
+            }
+        }
+    }
+
+    /// The multi-row AVX-512 Q8_0 kernel gives each activation row exactly the one-row
+    /// kernel's result, bit for bit, for 1 to 8 rows, on rows of 23 blocks (a tail of three
+    /// past the round-robin).
+    #[test]
+    fn q8_multi_row_kernel_is_the_one_row_kernel_row_by_row() {
+        #[cfg(target_arch = "x86_64")]
+        if q8_kernel() == Q8Kernel::Avx512 {
+            let cols = 736;
+            let bytes = blocks(GgmlType::Q8_0, 4 * cols / 32, 11);
+            let w = PackedWeight { shape: &[4, cols], format: GgmlType::Q8_0, bytes: &bytes };
+            w.check().expect("4 rows");
+            let xs: Vec<Vec<f32>> =
+                (0..8).map(|r| (0..cols).map(|i| (((i + 13 * r) * 37 % 101) as f32 - 50.0) / 7.0).collect()).collect();
+            let x = |r: usize| xs[r].as_slice();
+            let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            for j in 0..4 {
+                // SAFETY: the AVX-512 kernels are chosen only where F, BW, VL, FMA and F16C are.
+                let one: Vec<f32> = (0..8).map(|r| unsafe { dot_q8_row_avx512(w.row(j), x(r)) }).collect();
+                // SAFETY: as above; every activation row holds the weight row's 736 values.
+                let eight = unsafe { dot_q8_rows_avx512::<8>(w.row(j), std::array::from_fn(x)) };
+                // SAFETY: as above.
+                let five = unsafe { dot_q8_rows_avx512::<5>(w.row(j), std::array::from_fn(x)) };
+                // SAFETY: as above.
+                let two = unsafe { dot_q8_rows_avx512::<2>(w.row(j), [x(0), x(1)]) };
+                assert_eq!(bits(&eight), bits(&one), "weight row {j}");
+                assert_eq!(bits(&five), bits(&one[..5]), "weight row {j}");
+                assert_eq!(bits(&two), bits(&one[..2]), "weight row {j}");
             }
         }
     }

@@ -5,7 +5,7 @@ use rayon::prelude::*;
 
 use super::call::{kernels, Call, Outs, Weight};
 use super::matmul::products;
-use super::packed::widen_row;
+use super::packed::{widen_fp8_row, widen_row};
 use super::region::{region, untiled, Axes};
 use super::rows::Rows;
 use super::tensor::SimTensor;
@@ -140,6 +140,11 @@ fn embed(call: &Call<'_>) -> Outs {
                     widen_row(p.format, p.row(row), &mut full);
                     dst.copy_from_slice(&full[s..t]);
                 }
+                Weight::Fp8(w) => {
+                    let mut full = vec![0.0f32; d];
+                    widen_fp8_row(&w.view(), row, &mut full);
+                    dst.copy_from_slice(&full[s..t]);
+                }
             }
         }
     }
@@ -188,6 +193,13 @@ pub(super) fn rows_of(w: Weight<'_>, first: usize, count: usize) -> Result<Rows<
                 .get(first * nb..(first + count) * nb)
                 .map(|blocks| Rows::Q8 { blocks, cols })
                 .map_or_else(|| invalid("weight rows out of range"), Ok)
+        }
+        Weight::Fp8(w) => {
+            let view = w.view();
+            match first.checked_add(count).and_then(|e| e.checked_mul(cols)) {
+                Some(end) if end <= view.values.len() => Ok(Rows::Fp8 { view, first }),
+                _ => invalid("weight rows out of range"),
+            }
         }
     }
 }

@@ -1,24 +1,28 @@
-//! A weight matrix seen as rows — dense, Q8_0 blocks, or a checkpoint block format read in
-//! place — which every product of the simulator reads (`matmul`, `tiled`, `products`, `moe`).
+//! A weight matrix seen as rows — dense, Q8_0 blocks, a checkpoint block format read in
+//! place, or FP8 with its block scales — which every product of the simulator reads
+//! (`matmul`, `tiled`, `products`, `moe`).
 
-use rdu_checkpoint::GgmlType;
+use rdu_checkpoint::{Fp8View, GgmlType};
 
-use super::packed::widen_row;
+use super::packed::{widen_fp8_row, widen_row};
 use crate::q8::{dequant_blocks, Q8Block, QK8_0};
 
-/// A weight matrix seen as rows of `cols` values: dense, Q8_0 blocks, or a block format read
-/// in place.
+/// A weight matrix seen as rows of `cols` values: dense, Q8_0 blocks, a ggml block format read
+/// in place, or FP8 with its block scales (row `j` is row `first + j` of `view`, whose scale
+/// grid starts at its first row).
 #[derive(Clone, Copy)]
 pub(super) enum Rows<'a> {
     Dense { data: &'a [f32], cols: usize },
     Q8 { blocks: &'a [Q8Block], cols: usize },
     Packed { format: GgmlType, bytes: &'a [u8], cols: usize },
+    Fp8 { view: Fp8View<'a>, first: usize },
 }
 
 impl Rows<'_> {
     pub(super) fn cols(&self) -> usize {
         match self {
             Rows::Dense { cols, .. } | Rows::Q8 { cols, .. } | Rows::Packed { cols, .. } => *cols,
+            Rows::Fp8 { view, .. } => view.cols,
         }
     }
 
@@ -38,6 +42,7 @@ impl Rows<'_> {
                 let rb = Rows::packed_row_bytes(format, cols);
                 widen_row(format, &bytes[j * rb..(j + 1) * rb], out);
             }
+            Rows::Fp8 { view, first } => widen_fp8_row(&view, first + j, out),
         }
     }
 }

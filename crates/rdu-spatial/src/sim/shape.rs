@@ -158,7 +158,9 @@ fn dequant(call: &Call<'_>) -> Outs {
     untiled(call.tiling())?;
     match call.args.first() {
         Some(ArgVal::Q8(w)) => Ok(vec![SimTensor::f32(w.shape.clone(), w.dequantize())]),
-        _ => Err(SimError::Invalid { message: "dequant reads a weight stored q8_0".into() }),
+        Some(ArgVal::Fp8(w)) => Ok(vec![SimTensor::f32(w.shape.clone(), w.dequantize())]),
+        Some(ArgVal::Packed(w, Some(_))) => Ok(vec![SimTensor::f32(w.shape.to_vec(), w.widen_all())]),
+        _ => Err(SimError::Invalid { message: "dequant reads a weight stored q8_0, fp8 or mxfp4".into() }),
     }
 }
 

@@ -4,8 +4,8 @@ use super::cursor::{show, Cursor, Res};
 use super::lex::{tokens, Tok};
 use super::TextError;
 use crate::program::{
-    Arg, Dtype, Home, KernelOp, Lit, Region, Role, Section, SpatialProgram, Stage, Storage, TensorDecl, Tiling, TpInfo,
-    TpSplit,
+    Arg, Dtype, Fold, Home, KernelOp, Lit, Region, Role, Section, SpatialProgram, Stage, Storage, TensorDecl, Tiling,
+    TpInfo, TpSplit,
 };
 
 /// Parses a whole program.
@@ -123,12 +123,9 @@ fn decl(cur: &mut Cursor<'_>) -> Res<TensorDecl> {
     let mut storage = Storage::Dense;
     if cur.peek() == Some(&Tok::Ident("storage".into())) {
         cur.key("storage")?;
-        storage = match cur.ident("a storage")?.as_str() {
-            "q8_0" => Storage::Q8_0,
-            "bf16" => Storage::Bf16,
-            "dense" => Storage::Dense,
-            other => return Err(format!("unknown storage `{other}` (dense, q8_0 or bf16)")),
-        };
+        let word = cur.ident("a storage")?;
+        storage = Storage::from_word(&word)
+            .ok_or_else(|| format!("unknown storage `{word}` (dense, q8_0, bf16, fp8_ROWSxCOLS or mxfp4)"))?;
     }
     cur.key("role")?;
     let role = match cur.ident("a role")?.as_str() {
@@ -186,13 +183,11 @@ fn op(cur: &mut Cursor<'_>) -> Res<KernelOp> {
             cur.punct(',')?;
         }
     }
-    let mut fold_q8 = false;
+    let mut fold = None;
     if cur.peek() == Some(&Tok::Ident("fold".into())) {
         cur.key("fold")?;
-        match cur.ident("`q8`")?.as_str() {
-            "q8" => fold_q8 = true,
-            other => return Err(format!("unknown fold `{other}` (q8)")),
-        }
+        let word = cur.ident("`q8`, `fp8` or `mxfp4`")?;
+        fold = Some(Fold::from_word(&word).ok_or_else(|| format!("unknown fold `{word}` (q8, fp8 or mxfp4)"))?);
     }
     let mut tiling = None;
     if cur.peek() == Some(&Tok::Ident("tile".into())) {
@@ -205,7 +200,7 @@ fn op(cur: &mut Cursor<'_>) -> Res<KernelOp> {
         cur.punct(')')?;
         tiling = Some(Tiling { axis, tiles });
     }
-    Ok(KernelOp { outs, update, op: name, args, attrs, fold_q8, tiling })
+    Ok(KernelOp { outs, update, op: name, args, attrs, fold, tiling })
 }
 
 /// `[s..e, ...]`.

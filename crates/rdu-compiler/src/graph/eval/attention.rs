@@ -121,6 +121,8 @@ struct Attention<'a> {
     kv_heads: usize,
     dv: usize,
     store: Store,
+    /// One logit per query head joining every softmax's denominator (attention sinks).
+    sinks: Option<&'a [f32]>,
 }
 
 /// f64 values of scores (and of their weights) one task holds at a time (32 MiB each: enough
@@ -287,7 +289,9 @@ fn attend_block(a: &Attention<'_>, q64: &[f64], b: &Block, scale: f64) -> Vec<f3
                 for &(first, len) in runs {
                     exps.extend(w[first..first + len].iter().map(|&x| scale * x));
                 }
+                let sink = a.sinks.map(|sk| f64::from(sk[kv * group + h]));
                 let max = exps.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let max = sink.map_or(max, |sk| max.max(sk));
                 exps.iter_mut().for_each(|x| *x -= max);
                 super::mathf64::exp_all(&mut exps);
                 w.fill(0.0);
@@ -296,7 +300,8 @@ fn attend_block(a: &Attention<'_>, q64: &[f64], b: &Block, scale: f64) -> Vec<f3
                     w[first..first + len].copy_from_slice(&exps[at..at + len]);
                     at += len;
                 }
-                totals[r * group + h] = exps.iter().sum();
+                // A sink weighs in the denominator only: it attends to nothing.
+                totals[r * group + h] = exps.iter().sum::<f64>() + sink.map_or(0.0, |sk| (sk - max).exp());
             }
         }
         let weights = scores;
@@ -316,12 +321,14 @@ fn attend_block(a: &Attention<'_>, q64: &[f64], b: &Block, scale: f64) -> Vec<f3
     out
 }
 
-/// `attend(q [N, h, dk], K [S, g, dk], V [S, g, dv], pos (, k [N, g, dk], v [N, g, dv]))`.
+/// `attend(q [N, h, dk], K [S, g, dk], V [S, g, dv], pos (, k [N, g, dk], v [N, g, dv]) (, sinks [h]))`.
 fn attend(ins: &[&Tensor], scale: f64, window: Option<usize>) -> Kernel {
-    let (q, k, v, pos, chunk) = match ins {
-        [q, k, v, pos] => (q, k, v, pos, None),
-        [q, k, v, pos, kn, vn] => (q, k, v, pos, Some((f32s(kn)?, f32s(vn)?))),
-        _ => return Err("attend takes q, K, V, pos (and the chunk's k, v)".into()),
+    let (q, k, v, pos, chunk, sinks) = match ins {
+        [q, k, v, pos] => (q, k, v, pos, None, None),
+        [q, k, v, pos, sk] => (q, k, v, pos, None, Some(f32s(sk)?)),
+        [q, k, v, pos, kn, vn] => (q, k, v, pos, Some((f32s(kn)?, f32s(vn)?)), None),
+        [q, k, v, pos, kn, vn, sk] => (q, k, v, pos, Some((f32s(kn)?, f32s(vn)?)), Some(f32s(sk)?)),
+        _ => return Err("attend takes q, K, V, pos (and the chunk's k, v) (and the sinks)".into()),
     };
     let (slots, kv_heads, dk) = (k.shape()[0], k.shape()[1], k.shape()[2]);
     let dv = v.shape()[2];
@@ -333,7 +340,11 @@ fn attend(ins: &[&Tensor], scale: f64, window: Option<usize>) -> Kernel {
     };
     let n = q.shape()[0];
     let entries = slots + if chunk.is_some() { n } else { 0 };
-    let a = Attention { q: f32s(q)?, n, heads: q.shape()[1], dk, entries, kv_heads, dv, store };
+    let heads = q.shape()[1];
+    if sinks.is_some_and(|sk| sk.len() != heads) {
+        return Err(format!("the sinks hold {} logits for {heads} heads", sinks.map_or(0, <[f32]>::len)));
+    }
+    let a = Attention { q: f32s(q)?, n, heads, dk, entries, kv_heads, dv, store, sinks };
     attend_core(&a, slots, pos, scale, window)
 }
 
@@ -349,7 +360,17 @@ fn attend_mla(ins: &[&Tensor], scale: f64, latent: usize, window: Option<usize>)
     let store = Store { keys: Store::widen(f32s(c)?, chunk), key_stride: width, values: None, value_stride: width };
     let n = q.shape()[0];
     let entries = slots + if chunk.is_some() { n } else { 0 };
-    let a = Attention { q: f32s(q)?, n, heads: q.shape()[1], dk: width, entries, kv_heads: 1, dv: latent, store };
+    let a = Attention {
+        q: f32s(q)?,
+        n,
+        heads: q.shape()[1],
+        dk: width,
+        entries,
+        kv_heads: 1,
+        dv: latent,
+        store,
+        sinks: None,
+    };
     attend_core(&a, slots, pos, scale, window)
 }
 
@@ -408,7 +429,7 @@ fn attend_mla_up(ins: &[&Tensor], scale: f64, latent: usize, window: Option<usiz
             let values = gather(e * dv, (0..e).map(|x| &values[(x * g + i) * dv..][..dv]));
             let qj = gather(n * dq, (0..n).map(|r| &qv[(r * heads + j0 + i) * dq..][..dq]));
             let store = Store { keys, key_stride: dq, values: Some(values), value_stride: dv };
-            let a = Attention { q: &qj, n, heads: 1, dk: dq, entries: e, kv_heads: 1, dv, store };
+            let a = Attention { q: &qj, n, heads: 1, dk: dq, entries: e, kv_heads: 1, dv, store, sinks: None };
             Ok(f32s(&attend_planned(&a, &plan, scale)?[0])?.to_vec())
         };
         outs.extend((0..g).into_par_iter().map(head).collect::<Result<Vec<_>, _>>()?);

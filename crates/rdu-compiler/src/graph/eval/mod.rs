@@ -258,10 +258,12 @@ impl<'g> Run<'g> {
         let ins: Vec<&Tensor> = args.iter().map(|a| a.as_ref()).collect();
         let result = match &node.op {
             Op::Linear if q8.is_some() => products::linear_q8(ins[0], q8.expect("checked"), ins.get(1).copied()),
-            Op::Experts { act } => {
-                let weights = [node.inputs[3], node.inputs[4], node.inputs[5]];
+            Op::Experts { act, limit } => {
+                // Wg, Wu, Wd (and bg, bu), each read one expert's row at a time.
+                let weights = node.inputs[3..].to_vec();
                 let n_experts = self.graph.ty(weights[0]).shape[0];
-                moe::experts(&ins, *act, n_experts, &mut |which, e| self.row(weights[which], e))
+                let gated = moe::Gated { act: *act, limit: *limit, biased: weights.len() == 5 };
+                moe::experts(&ins, gated, n_experts, &mut |which, e| self.row(weights[which], e))
             }
             Op::Route { k, norm, scale, groups, topk_groups, score, group_score } => {
                 let other = node.outputs.get(1).and_then(|&v| routes(&self.graph.value(v).name));

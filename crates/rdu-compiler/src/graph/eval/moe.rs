@@ -1,7 +1,7 @@
 //! Mixture of experts: `route` (softmax or sigmoid in f64, a selection bias, group-limited
 //! top-k) and `experts` (each row's chosen experts, fetched one stacked-weight row at a time).
 
-use super::elementwise::{gelu_tanh, silu};
+use super::elementwise::{gelu_tanh, sigmoid, silu};
 use super::gemm::{linear_f32, Weights};
 use super::{evals, f32s, i32s, out, Kernel};
 use crate::graph::{Act, Tensor};
@@ -106,7 +106,7 @@ pub(super) fn route(logits: &Tensor, bias: Option<&Tensor>, rule: &Rule, tie: Op
     Ok(vec![out(&[n, k], weights)?, idx])
 }
 
-/// Fetches row `e` of stacked weight `which` (0 = Wg, 1 = Wu, 2 = Wd).
+/// Fetches row `e` of stacked weight `which` (0 = Wg, 1 = Wu, 2 = Wd, 3 = bg, 4 = bu).
 pub(super) type Rows<'a> = dyn FnMut(usize, usize) -> Result<Expert, String> + 'a;
 
 /// One expert's weight as `experts` reads it: values, or Q8_0 blocks (rows of whole blocks)
@@ -117,6 +117,14 @@ pub(super) enum Expert {
 }
 
 impl Expert {
+    /// A bias row's values.
+    fn values(&self) -> Result<Vec<f32>, String> {
+        match self {
+            Expert::Dense(t) => Ok(f32s(t)?.to_vec()),
+            Expert::Q8(_) => Err("an expert's bias is read dense, not as Q8_0 blocks".into()),
+        }
+    }
+
     /// The weight's rows and `[rows, width]`.
     fn weights(&self) -> Result<(Weights<'_>, usize, usize), String> {
         match self {
@@ -126,12 +134,41 @@ impl Expert {
     }
 }
 
-/// `Σₖ w[n,k] · Wd[e] (act(Wg[e] x) ⊙ Wu[e] x)` with `e = idx[n,k]`, over `ins = [x, w, idx]`.
+/// gpt-oss's `alpha`: the gate's sigmoid reads `alpha · gate`.
+const SWIGLU_OAI_ALPHA: f64 = 1.702;
+
+/// How an expert's hidden unit is made of its gate and up projections.
+#[derive(Clone, Copy)]
+pub(super) struct Gated {
+    pub act: Act,
+    /// `act=swiglu_oai`'s clamp.
+    pub limit: Option<f64>,
+    /// The gate and up projections carry biases (`bg`, `bu`).
+    pub biased: bool,
+}
+
+impl Gated {
+    /// The hidden unit of gate `g` and up `u` (biases added), in f64.
+    fn apply(self, g: f64, u: f64) -> f64 {
+        match (self.act, self.limit) {
+            (Act::Silu, _) => silu(g) * u,
+            (Act::GeluTanh, _) => gelu_tanh(g) * u,
+            (Act::SwigluOai, limit) => {
+                let limit = limit.unwrap_or(f64::INFINITY);
+                let g = g.min(limit);
+                (u.clamp(-limit, limit) + 1.0) * g * sigmoid(SWIGLU_OAI_ALPHA * g)
+            }
+        }
+    }
+}
+
+/// `Σₖ w[n,k] · Wd[e] h` with `e = idx[n,k]` and `h = gated(Wg[e] x (+ bg[e]), Wu[e] x (+ bu[e]))`,
+/// over `ins = [x, w, idx]`.
 /// Experts are visited in index order, each fetched once through `rows` (`[I, D]`, `[I, D]`,
-/// `[D, I]`), applied to every row that chose it and dropped before the next: a long chunk
-/// holds one expert's weights at a time, not every expert its rows chose. Each row's choices
-/// are then summed in their order, as a row-by-row evaluation would.
-pub(super) fn experts(ins: &[&Tensor], act: Act, n_experts: usize, rows: &mut Rows<'_>) -> Kernel {
+/// `[D, I]`, and the biases `[I]`), applied to every row that chose it and dropped before the
+/// next: a long chunk holds one expert's weights at a time, not every expert its rows chose.
+/// Each row's choices are then summed in their order, as a row-by-row evaluation would.
+pub(super) fn experts(ins: &[&Tensor], gated: Gated, n_experts: usize, rows: &mut Rows<'_>) -> Kernel {
     let [x, w, idx] = ins else { return Err("experts takes x, w, idx and three stacked weights".into()) };
     let (n, d) = (x.shape()[0], x.shape()[1]);
     let k = w.shape()[1];
@@ -152,23 +189,15 @@ pub(super) fn experts(ins: &[&Tensor], act: Act, n_experts: usize, rows: &mut Ro
         let experts = [rows(0, e)?, rows(1, e)?, rows(2, e)?];
         let [(wg, hidden, _), (wu, _, _), (wd, _, _)] =
             [experts[0].weights()?, experts[1].weights()?, experts[2].weights()?];
+        let biases = if gated.biased { Some((rows(3, e)?.values()?, rows(4, e)?.values()?)) } else { None };
         // The rows that chose expert e, stacked.
         let xe = rdu_spatial::view::gather(who.len() * d, who.iter().map(|&(r, _)| &xs[r * d..(r + 1) * d]));
         let m = who.len();
-        // h = act(Wg x) ⊙ (Wu x), each product rounded to f32 as a `linear` would be.
-        let gate = linear_f32(&xe, m, wg, hidden, d, None);
-        let up = linear_f32(&xe, m, wu, hidden, d, None);
-        let h: Vec<f32> = gate
-            .iter()
-            .zip(&up)
-            .map(|(&g, &u)| {
-                let a = match act {
-                    Act::Silu => silu(f64::from(g)),
-                    Act::GeluTanh => gelu_tanh(f64::from(g)),
-                } as f32;
-                a * u
-            })
-            .collect();
+        // Each product rounded to f32 as a `linear` would be (its bias added in f64 first).
+        let (bg, bu) = biases.as_ref().map_or((None, None), |(bg, bu)| (Some(&bg[..]), Some(&bu[..])));
+        let gate = linear_f32(&xe, m, wg, hidden, d, bg);
+        let up = linear_f32(&xe, m, wu, hidden, d, bu);
+        let h: Vec<f32> = gate.iter().zip(&up).map(|(&g, &u)| gated.apply(f64::from(g), f64::from(u)) as f32).collect();
         let ye = linear_f32(&h, m, wd, d, hidden, None);
         for (u, &(r, c)) in who.iter().enumerate() {
             down[(r * k + c) * d..][..d].copy_from_slice(&ye[u * d..(u + 1) * d]);

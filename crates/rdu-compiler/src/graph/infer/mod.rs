@@ -92,7 +92,11 @@ impl<'a> Operands<'a> {
     }
 
     fn role(&self, i: usize) -> String {
-        self.op.kind().facts().roles.get(i).map_or_else(|| format!("operand {i}"), |r| format!("`{r}`"))
+        let roles = self.op.kind().facts().roles;
+        // `attend`'s sinks come last, after the chunk's k, v when they are given.
+        let sinks = self.op.kind() == rdu_spatial::Op::Attend && self.len() % 2 == 1 && i + 1 == self.len();
+        let role = if sinks { roles.last() } else { roles.get(i) };
+        role.map_or_else(|| format!("operand {i}"), |r| format!("`{r}`"))
     }
 
     fn error(&self, fault: Fault, site: Site, message: String) -> TypeError {

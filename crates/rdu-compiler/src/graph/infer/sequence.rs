@@ -2,7 +2,7 @@
 
 use super::{shapes, Fault, Operands, Site, TypeError};
 use crate::graph::{DType, Type};
-use rdu_spatial::op::{GroupScore, Key};
+use rdu_spatial::op::{Act, GroupScore, Key};
 
 shapes! {
     Rope(a, r) => rope(a, r.dim),
@@ -15,7 +15,7 @@ shapes! {
     DeltaScan(a, _) => delta(a, false),
     DeltaStep(a, _) => delta(a, true),
     Route(a, r) => route(a, r.k, (r.groups, r.topk_groups), r.group_score),
-    Experts(a, _) => experts(a),
+    Experts(a, t) => experts(a, t.act, t.limit),
 }
 
 /// `rope(x [N, h, d], cos [P, R/2], sin [P, R/2], pos, dim=R) -> ≡ x`.
@@ -56,13 +56,15 @@ fn window_ok(a: &Operands<'_>, window: Option<usize>) -> Result<(), TypeError> {
     Ok(())
 }
 
-/// `attend(q [N, h, dk], K [S, g, dk], V [S, g, dv], pos (, k [N, g, dk], v [N, g, dv])) -> [N, h, dv]`.
+/// `attend(q [N, h, dk], K [S, g, dk], V [S, g, dv], pos (, k [N, g, dk], v [N, g, dv]) (, sinks [h]))
+/// -> [N, h, dv]`: 4 operands, 5 (sinks), 6 (the chunk's k, v) or 7 (both).
 fn attend(a: &Operands<'_>, window: Option<usize>) -> Result<Vec<Type>, TypeError> {
-    if a.len() == 5 {
+    if a.len() == 5 && a.ty(4).rank() == 3 {
+        // A fifth operand shaped like the chunk's keys: its values are missing (sinks are [h]).
         return Err(TypeError {
             fault: Fault::Arity,
             site: Site::Op,
-            message: "`attend` takes the chunk's keys and values together: 4 or 6 operands, found 5".into(),
+            message: "`attend` takes the chunk's keys and values together: found the keys without the values".into(),
         });
     }
     let q = a.f32_rank(0, 3, "[N, h, dk]")?;
@@ -75,10 +77,14 @@ fn attend(a: &Operands<'_>, window: Option<usize>) -> Result<Vec<Type>, TypeErro
         return Err(a.shape_error(2, format!("f32[{}, {}, dv] (the slots and kv heads of K)", k[0], k[1])));
     }
     a.positions(3, q[0])?;
-    if a.len() == 6 {
+    if a.len() >= 6 {
         // The chunk's own keys and values: one row per query row, laid out as a slot of K / V.
         a.f32_exact(4, &[q[0], k[1], k[2]])?;
         a.f32_exact(5, &[q[0], k[1], v[2]])?;
+    }
+    if a.len() % 2 == 1 {
+        // The sinks: one logit per query head.
+        a.f32_exact(a.len() - 1, &[q[1]])?;
     }
     window_ok(a, window)?;
     Ok(vec![Type::f32(&[q[0], q[1], v[2]])])
@@ -215,8 +221,29 @@ fn route(
     Ok(vec![Type::f32(&[n, k]), Type::i32(&[n, k])])
 }
 
-/// `experts(x [N, D], w [N, K], idx i32[N, K], Wg [E, I, D], Wu [E, I, D], Wd [E, D, I]) -> [N, D]`.
-fn experts(a: &Operands<'_>) -> Result<Vec<Type>, TypeError> {
+/// `experts(x [N, D], w [N, K], idx i32[N, K], Wg [E, I, D], Wu [E, I, D], Wd [E, D, I]
+/// (, bg [E, I], bu [E, I])) -> [N, D]`.
+fn experts(a: &Operands<'_>, act: Act, limit: Option<f64>) -> Result<Vec<Type>, TypeError> {
+    match (act, limit) {
+        (Act::SwigluOai, None) => {
+            return Err(a.attr_error(Key::Limit, "`act=swiglu_oai` needs the attribute `limit=...`".into()))
+        }
+        (Act::SwigluOai, Some(l)) if l <= 0.0 => {
+            return Err(a.attr_error(Key::Limit, format!("limit={l:?} must be above 0")))
+        }
+        (Act::Silu | Act::GeluTanh, Some(_)) => {
+            let message = format!("`limit` goes with `act=swiglu_oai`, not `act={}`", act.word());
+            return Err(a.attr_error(Key::Limit, message));
+        }
+        _ => {}
+    }
+    if a.len() == 7 {
+        return Err(TypeError {
+            fault: Fault::Arity,
+            site: Site::Op,
+            message: "`experts` takes the gate and up biases together: 6 or 8 operands, found 7".into(),
+        });
+    }
     let x = a.f32_rank(0, 2, "[N, D]")?;
     let (n, d) = (x[0], x[1]);
     let w = a.f32_rank(1, 2, &format!("[{n}, K]"))?;
@@ -233,5 +260,9 @@ fn experts(a: &Operands<'_>) -> Result<Vec<Type>, TypeError> {
     }
     a.f32_exact(4, wg)?;
     a.f32_exact(5, &[wg[0], d, wg[1]])?;
+    if a.len() == 8 {
+        a.f32_exact(6, &wg[..2])?;
+        a.f32_exact(7, &wg[..2])?;
+    }
     Ok(vec![a.ty(0).clone()])
 }

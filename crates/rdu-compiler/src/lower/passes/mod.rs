@@ -7,5 +7,5 @@ pub mod select;
 pub mod tensor_parallel;
 pub mod tile;
 
-mod q8;
-pub use q8::from_q8;
+mod stored;
+pub use stored::from_stored;

@@ -86,7 +86,7 @@ fn kernel_op(s: &ast::Stmt, op: Op) -> KernelOp {
             })
             .collect(),
         attrs: s.attrs.iter().map(|a| (a.key.text.clone(), lit(&a.value))).collect(),
-        fold_q8: false,
+        fold: None,
         tiling: None,
     }
 }

@@ -4,8 +4,9 @@
 use super::attention::slice;
 use super::deltanet_gguf::{grouped_ba, kmap_of, split_grouped_ba, Dims};
 use super::split::Run;
+use super::verify::{self, row_base};
 use super::writer::Writer;
-use super::LayerCtx;
+use super::{LayerCtx, Sequence};
 use crate::graph::Op;
 use crate::model::spec::{Dialect, GdnLayout, Mixer};
 
@@ -40,7 +41,7 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
     // Gates: β = sigmoid(b), g = −exp(A_log)·softplus(a + dt_bias).
     let beta = w.op("bt", Op::Sigmoid, &[&b]);
     let neg_a = if gguf {
-        decl.alog
+        decl.alog.clone()
     } else {
         let ea = w.op("ea", Op::Exp, &[&decl.alog]);
         w.op("na", Op::Neg, &[&ea])
@@ -51,8 +52,9 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hn: &str) -> String 
 
     let inputs = [("qs", qs.as_str()), ("kl", &kl), ("vh", &vh), ("g", &g), ("bt", &beta)];
     let kmap = kmap_of(layout);
-    let o = ctx.per_sequence(w, "o", &inputs, |w, _, x| {
+    let o = ctx.per_sequence(w, "o", &inputs, |w, seq, x| {
         match ctx.decode().then(|| w.state_split("Sd", &[decl.full_nv, dk, dv], 0, &decl.state_heads)) {
+            Some(sd) if ctx.verify().is_some() => delta_verify(w, ctx, &decl, seq, &sd, x),
             Some(sd) => w.update_with("o", &sd, Op::DeltaStep { kmap }, &[&sd, &x[0], &x[1], &x[2], &x[3], &x[4]]),
             None => w.op("o", Op::DeltaScan { kmap }, &[&x[0], &x[1], &x[2], &x[3], &x[4]]),
         }
@@ -181,9 +183,10 @@ fn conv_qkv(
     let gguf = matches!(ctx.spec.dialect, Dialect::Gguf);
     let cwk = if gguf { decl.cw.clone() } else { w.op("cwk", Op::Reshape { shape: vec![conv, kernel] }, &[&decl.cw]) };
     // The conv and recurrent states are each sequence's own.
-    let cv = ctx.per_sequence(w, "cv", &[("mix", mixed)], |w, _, x| {
+    let cv = ctx.per_sequence(w, "cv", &[("mix", mixed)], |w, seq, x| {
         let mixed = &x[0];
         match ctx.decode().then(|| w.state_split("Cv", &[kernel - 1, decl.full_conv], 1, &decl.conv_runs)) {
+            Some(cstate) if ctx.verify().is_some() => conv_verify(w, ctx, decl, seq, [mixed, &cwk, &cstate], conv),
             Some(cstate) => {
                 let cv = w.op("cv", Op::ConvStep, &[mixed, &cwk, &cstate]);
                 w.update(&cstate, Op::ConvShift, &[&cstate, mixed]);
@@ -213,4 +216,86 @@ enum Projections {
     SplitGroupedBa(String, String, String),
     /// `Wqkv`, `Wz`, `Wb`, `Wa` (Qwen3.5/3.6, HF and llama.cpp).
     Split(String, String, String, String),
+}
+
+/// A verify step's conv over one sequence's rows, from the state its `resume` input names: the
+/// windows after rows `0..draft` kept in `Ch` (written once, so stored as a decode step stores
+/// its state), each row convolved over the window the row before left, as stored, and the last
+/// window left in `Cv` (`author::verify`). `conv` is this chip's channels.
+fn conv_verify(
+    w: &mut Writer<'_>,
+    ctx: &LayerCtx<'_>,
+    decl: &Decl,
+    seq: &Sequence,
+    [mixed, cwk, cstate]: [&str; 3],
+    conv: usize,
+) -> String {
+    let Mixer::GatedDeltaNet { conv_kernel: kernel, .. } = ctx.layer.mixer else {
+        unreachable!("deltanet::conv_verify on a non-DeltaNet layer")
+    };
+    let draft = ctx.verify().expect("a verify step");
+    let (shape, flat) = ([kernel - 1, conv], (kernel - 1) * conv);
+    let history = w.state_split("Ch", &[draft, kernel - 1, decl.full_conv], 2, &decl.conv_runs);
+    let hf = w.op("cvhf", Op::Reshape { shape: vec![draft, flat] }, &[&history]);
+    let start = verify::resume(w, seq, "cvh", cstate, &[hf], &shape);
+    // The window after row `i`: rows `i + 1 ..= i + K − 1` of the state followed by the rows.
+    let all = w.op("vcu", Op::Concat { axis: 0 }, &[&start, mixed]);
+    let windows: Vec<String> = (0..draft)
+        .map(|i| {
+            let window = w.op(&row_base("vcw", i), slice(0, i + 1, kernel - 1), &[&all]);
+            verify::snapshot(w, "vcs", i, &window, &shape)
+        })
+        .collect();
+    verify::keep(w, "vch", &history, &windows, &shape);
+    let mut outs = Vec::new();
+    for i in 0..=draft {
+        let state = match i {
+            0 => start.clone(),
+            _ => {
+                let kept = w.op(&row_base("vck", i), slice(0, i - 1, 1), &[&history]);
+                w.op(&row_base("vcp", i), Op::Reshape { shape: shape.to_vec() }, &[&kept])
+            }
+        };
+        let row = w.op(&row_base("vm", i), slice(0, i, 1), &[mixed]);
+        outs.push(w.op(&row_base("vc", i), Op::ConvStep, &[&row, cwk, &state]));
+    }
+    w.update(cstate, slice(0, draft + 1, kernel - 1), &[&all]);
+    let refs: Vec<&str> = outs.iter().map(String::as_str).collect();
+    w.op("cv", Op::Concat { axis: 0 }, &refs)
+}
+
+/// A verify step's delta rule over one sequence's rows (`x`: q, k, v, g, beta), from the state
+/// its `resume` input names: the rows stepped one at a time, each from the state the row before
+/// stored (`Sh{i}r` after row `i < draft`, each written once, so rounded as a decode step
+/// stores its state), the last into `Sd` (`author::verify`).
+fn delta_verify(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, decl: &Decl, seq: &Sequence, sd: &str, x: &[String]) -> String {
+    let Mixer::GatedDeltaNet { v_heads, k_dim: dk, v_dim: dv, layout, .. } = ctx.layer.mixer else {
+        unreachable!("deltanet::delta_verify on a non-DeltaNet layer")
+    };
+    let draft = ctx.verify().expect("a verify step");
+    let shape = [ctx.local(v_heads), dk, dv];
+    let flat: usize = shape.iter().product();
+    let kept: Vec<String> =
+        (0..draft).map(|i| w.state_split(&row_base("Sh", i), &[decl.full_nv, dk, dv], 0, &decl.state_heads)).collect();
+    let flats: Vec<String> = kept
+        .iter()
+        .enumerate()
+        .map(|(i, s)| w.op(&row_base("vdf", i), Op::Reshape { shape: vec![1, flat] }, &[s]))
+        .collect();
+    let mut state = verify::resume(w, seq, "sdh", sd, &flats, &shape);
+    let kmap = kmap_of(layout);
+    let mut outs = Vec::new();
+    for i in 0..=draft {
+        let row: Vec<String> = ["vq", "vk", "vv", "vg", "vb"]
+            .iter()
+            .zip(x)
+            .map(|(base, t)| w.op(&row_base(base, i), slice(0, i, 1), &[t]))
+            .collect();
+        let args = [state.as_str(), &row[0], &row[1], &row[2], &row[3], &row[4]];
+        let target = kept.get(i).map_or(sd, String::as_str);
+        outs.push(w.update_with(&row_base("vo", i), target, Op::DeltaStep { kmap }, &args));
+        state = target.to_string();
+    }
+    let refs: Vec<&str> = outs.iter().map(String::as_str).collect();
+    w.op("o", Op::Concat { axis: 0 }, &refs)
 }

@@ -9,21 +9,28 @@ use crate::graph::Op;
 use crate::model::spec::{Act, Ffn, GroupScore, Scoring};
 use rdu_spatial::op::{GroupScore as GroupWord, Score};
 
-/// Writes the layer's feed-forward block over `hf`; returns its `[N, D]` output.
+/// Writes the layer's feed-forward block over `hf`; returns its `[N, D]` output (on a chip of a
+/// tensor-parallel layer, its partial sum: [`after_reduce`] adds what must be added once).
 pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hf: &str) -> String {
     let d = ctx.spec.d_model;
     match &ctx.layer.ffn {
         Ffn::Dense { hidden, act } => mlp(w, ["Wg", "Wu", "Wd"], ["fg", "fu", "fa", "fm", "fo"], hf, d, *hidden, *act),
-        Ffn::Moe { experts, top_k, expert_hidden, act, shared, router } => {
+        Ffn::Moe { experts, top_k, expert_hidden, act, shared, router, bias } => {
             // The router is replicated; each chip holds its columns of every expert.
             let wr = w.projection("Wr", &[*experts, d]);
+            let br = bias.then(|| w.weight("br", &[*experts]));
             let cols = [Run::columns(*expert_hidden)];
             let weg = w.projection_split("Weg", &[*experts, *expert_hidden, d], 1, &cols);
             let weu = w.projection_split("Weu", &[*experts, *expert_hidden, d], 1, &cols);
             let wed = w.projection_split("Wed", &[*experts, d, *expert_hidden], 2, &cols);
+            let mut args = vec![hf.to_string(), String::new(), String::new(), weg, weu, wed];
+            if *bias {
+                args.push(w.weight_split("beg", &[*experts, *expert_hidden], 1, &cols));
+                args.push(w.weight_split("beu", &[*experts, *expert_hidden], 1, &cols));
+            }
             // The selection bias only chooses: `route` adds it to the scores it ranks.
-            let bias = router.bias.then(|| w.weight("br", &[*experts]));
-            let rl = w.op("rl", Op::Linear, &[hf, &wr]);
+            let bsel = router.bias.then(|| w.weight("bsel", &[*experts]));
+            let rl = super::attention::linear(w, "rl", hf, &wr, br.as_deref());
             let route = Op::Route {
                 k: *top_k,
                 norm: router.norm_topk,
@@ -38,9 +45,11 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hf: &str) -> String 
                     GroupWord::Max
                 },
             };
-            let ins: Vec<&str> = [Some(rl.as_str()), bias.as_deref()].into_iter().flatten().collect();
+            let ins: Vec<&str> = [Some(rl.as_str()), bsel.as_deref()].into_iter().flatten().collect();
             let (rw, ri) = w.op2(["rw", "ri"], route, &ins);
-            let eo = w.op("eo", Op::Experts { act: act.experts() }, &[hf, &rw, &ri, &weg, &weu, &wed]);
+            (args[1], args[2]) = (rw, ri);
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            let eo = w.op("eo", act.experts(), &refs);
             let Some(shared) = shared else { return eo };
             let so = mlp(w, ["Wsg", "Wsu", "Wsd"], ["sg", "su", "sa", "sm", "so"], hf, d, shared.hidden, *act);
             let so = if shared.gated {
@@ -54,6 +63,25 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hf: &str) -> String 
             w.op("fo", Op::Add, &[&eo, &so])
         }
     }
+}
+
+/// What the feed-forward block adds once its chips' partial sums are summed (`out`): the
+/// experts' down-projection biases (gpt-oss), `Σₖ w[n,k] · bd[idx[n,k]]`, from the route every
+/// chip holds whole — their rows gathered by `embed` and weighted by one `linear_heads` over
+/// the rows (each row a "head" of `K` inputs). Nothing for other blocks.
+pub(super) fn after_reduce(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, out: &str) -> String {
+    let Ffn::Moe { experts, top_k, bias: true, .. } = &ctx.layer.ffn else { return out.to_string() };
+    let (n, d, k) = (ctx.rows, ctx.spec.d_model, *top_k);
+    let bed = w.weight("bed", &[*experts, d]);
+    let (rw, ri) = (w.name("rw"), w.name("ri"));
+    let ids = w.op("bdi", Op::Reshape { shape: vec![n * k] }, &[&ri]);
+    let rows = w.op("bdr", Op::Embed, &[&ids, &bed]);
+    let rows = w.op("bdk", Op::Reshape { shape: vec![n, k, d] }, &[&rows]);
+    let rows = w.op("bdt", Op::Transpose { perm: vec![0, 2, 1] }, &[&rows]);
+    let weights = w.op("bdw", Op::Reshape { shape: vec![1, n, k] }, &[&rw]);
+    let sum = w.op("bdh", Op::LinearHeads, &[&weights, &rows]);
+    let sum = w.op("bds", Op::Reshape { shape: vec![n, d] }, &[&sum]);
+    w.op("fb", Op::Add, &[out, &sum])
 }
 
 /// `down(act(gate(x)) ⊙ up(x))` with the given weight and value base names; on a chip of a
@@ -73,7 +101,8 @@ fn mlp(
     let wd = w.projection_split(weights[2], &[d, hidden], 1, &cols);
     let g = w.op(values[0], Op::Linear, &[x, &wg]);
     let u = w.op(values[1], Op::Linear, &[x, &wu]);
-    let a = w.op(values[2], act.op(), &[&g]);
+    let act = act.op().expect("dense MLPs and shared experts are imported silu or gelu_tanh only");
+    let a = w.op(values[2], act, &[&g]);
     let m = w.op(values[3], Op::Mul, &[&a, &u]);
     w.op(values[4], Op::Linear, &[&m, &wd])
 }

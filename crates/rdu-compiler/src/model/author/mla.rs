@@ -5,7 +5,8 @@
 
 use super::attention::slice;
 use super::split::Run;
-use super::writer::{Writer, Q8_BLOCK};
+use super::verify::{self, Ring};
+use super::writer::Writer;
 use super::LayerCtx;
 use crate::graph::Op;
 use crate::model::spec::{Dialect, Mixer};
@@ -66,14 +67,16 @@ struct Weights {
 
 /// Declares the mixer's weights. Each chip its heads; the latent cache is replicated on every
 /// chip. The latent's down-projections (q_a, kv_a), whose results every head reads, are split
-/// along their `in` axis when each chip's columns hold whole Q8_0 blocks: each chip multiplies
+/// along their `in` axis when each chip's columns hold whole blocks (Q8_0's, and FP8's when
+/// they are stored so: `Writer::in_block`): each chip multiplies
 /// its shard of `hn` by its columns and one all-reduce sums both ([`down_over_chips`]);
 /// otherwise every chip reads them whole.
 fn declare_weights(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, dims: &Dims, q_lora_rank: Option<usize>) -> Weights {
     let Dims { d, heads, kvr, nope, rope, v_dim, .. } = *dims;
     let qk = nope + rope;
     let by_heads = |unit: usize| [Run::heads(heads, unit)];
-    let row_split = ctx.tensor_parallel() && d.is_multiple_of(ctx.tp * Q8_BLOCK);
+    let unit = w.in_block("Wqa").max(w.in_block("Wkva"));
+    let row_split = ctx.tensor_parallel() && d.is_multiple_of(ctx.tp * unit);
     let down = |w: &mut Writer<'_>, base: &str, rows: usize| {
         if row_split {
             w.projection_split(base, &[rows, d], 1, &[Run::columns(d)])
@@ -247,6 +250,15 @@ fn attend_absorbed(
     let u = ctx.per_sequence(w, "u", &[("qc", &qc), ("lat", lat)], |w, seq, x| {
         let (qc, lat, pos) = (&x[0], &x[1], seq.pos.as_str());
         match ctx.decode().then(|| w.state("Lc", &[ctx.cache_slots(), kvr + rope])) {
+            Some(lc) if ctx.ring() && ctx.verify().is_some() => {
+                // A verify step's drafted latents stay pending on a ring (`author::verify`).
+                let lp = w.state("Lp", &[ctx.verify().unwrap_or(1), kvr + rope]);
+                let rings = [Ring { cache: &lc, pending: &lp, rows: lat, first: "lf" }];
+                verify::flush(w, seq, &rings);
+                let u = w.op("u", attend.absorbed(), &[qc, &lc, pos, lat]);
+                verify::hold(w, ctx, pos, &rings);
+                u
+            }
             Some(lc) => {
                 w.update(&lc, Op::CachePut, &[&lc, lat, pos]);
                 w.op("u", attend.absorbed(), &[qc, &lc, pos])

@@ -13,6 +13,7 @@ mod deltanet_gguf;
 mod ffn;
 mod mla;
 mod split;
+mod verify;
 mod writer;
 
 pub use split::{cover, covers};
@@ -49,6 +50,7 @@ pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) ->
             w.input(&seq.pos, "i32", &ctx.pos_shape(), ctx.pos_seed());
         }
     }
+    verify::declare_inputs(&mut w, &ctx);
 
     // Mixer block.
     let hn = norm(&mut w, "hn", &ctx.hidden_in, "an", d, &lspec.norms, lspec.norms.pre_attn);
@@ -58,6 +60,7 @@ pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) ->
         Mixer::GatedDeltaNet { .. } => deltanet::write(&mut w, &ctx, &hn),
     };
     let mixed = ctx.all_reduce(&mut w, "mar", &mixed);
+    let mixed = attention::after_reduce(&mut w, &ctx, &mixed);
     let mixed = norm(&mut w, "pa", &mixed, "pan", d, &lspec.norms, lspec.norms.post_attn);
     let resid = w.op("ra", Op::Add, &[&ctx.hidden_in, &mixed]);
 
@@ -65,6 +68,7 @@ pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) ->
     let hf = norm(&mut w, "hf", &resid, "fn", d, &lspec.norms, lspec.norms.pre_ffn);
     let ffn_out = ffn::write(&mut w, &ctx, &hf);
     let ffn_out = ctx.all_reduce(&mut w, "far", &ffn_out);
+    let ffn_out = ffn::after_reduce(&mut w, &ctx, &ffn_out);
     let ffn_out = norm(&mut w, "pf", &ffn_out, "pfn", d, &lspec.norms, lspec.norms.post_ffn);
     let out = hidden_name_for(cut, layer + 1);
     w.bind_exact(&out, Op::Add, &[&resid, &ffn_out]);
@@ -79,8 +83,8 @@ pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) ->
 pub fn embed_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
     let mut w = Writer::new(None, storage);
     let n = rows(cut);
-    // A prefill chunk's tokens are all given at run time (no seed).
-    let seed = (cut.ctx().is_some() && cut.chunk().is_none()).then(|| list(&vec![1; n]));
+    // A prefill chunk's and a verify step's tokens are all given at run time (no seed).
+    let seed = (cut.ctx().is_some() && cut.chunk().is_none() && cut.draft().is_none()).then(|| list(&vec![1; n]));
     let (tok, x) = (token_input(cut), hidden_name_for(cut, 0));
     w.input(&tok, "i32", &[n], seed.as_deref());
     let table = w.projection("E", &[spec.vocab, spec.d_model]);
@@ -96,7 +100,8 @@ pub fn embed_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
 }
 
 /// The head program of `cut`: the last layer's output in, logits `[rows, vocab]` out (a
-/// prefill chunk's head reads its last row only: logits `[1, vocab]`).
+/// prefill chunk's head reads its last row only: logits `[1, vocab]`; a verify step's head
+/// every row: the target's next token after each of them).
 ///
 /// For a tensor-parallel cut the head is VOCABULARY-PARALLEL: each chip holds its run of the
 /// output projection's rows (`split::cover` of the vocabulary; `Source::slices`) and computes
@@ -162,10 +167,23 @@ fn cut_word(cut: Cut) -> &'static str {
 }
 
 /// One sequence of a step: its index in a batched step (`None` for the only one) and its
-/// position input.
+/// runtime inputs: its position, and a verify step's resume row and pending positions.
 pub(crate) struct Sequence {
     pub index: Option<usize>,
     pub pos: String,
+    pub resume: String,
+    pub pend: String,
+}
+
+impl Sequence {
+    fn new(index: Option<usize>) -> Sequence {
+        Sequence {
+            index,
+            pos: position_input(index),
+            resume: names::resume_input(index).to_string(),
+            pend: names::pending_input(index).to_string(),
+        }
+    }
 }
 
 /// What every mixer and FFN writer needs to know about the layer it writes.
@@ -189,16 +207,17 @@ impl<'s> LayerCtx<'s> {
     /// The sequences of one step: the whole step, or each row of a batched step.
     pub fn sequences(&self) -> Vec<Sequence> {
         match self.cut.batch() {
-            None => vec![Sequence { index: None, pos: position_input(None) }],
-            Some(batch) => (0..batch).map(|b| Sequence { index: Some(b), pos: position_input(Some(b)) }).collect(),
+            None => vec![Sequence::new(None)],
+            Some(batch) => (0..batch).map(|b| Sequence::new(Some(b))).collect(),
         }
     }
 
     /// Writes the part of a step that reads or carries one sequence's state (positions,
     /// caches, recurrences) once per sequence. `inputs` are (base, name) of `[N, ...]` tensors;
-    /// for a batched step each sequence gets its row of every input (`{base}s{l}_s{b}`) and
-    /// names its tensors with its suffix, and the results are stacked back as `out{l}`. A
-    /// step of one sequence writes the part once, over the inputs as they are.
+    /// for a batched step each sequence gets its rows of every input (`{base}s{l}_s{b}`: one
+    /// row, or a verify step's `draft + 1`) and names its tensors with its suffix, and the
+    /// results are stacked back as `out{l}`. A step of one sequence writes the part once, over
+    /// the inputs as they are.
     pub fn per_sequence(
         &self,
         w: &mut Writer<'_>,
@@ -215,9 +234,10 @@ impl<'s> LayerCtx<'s> {
         for seq in &seqs {
             w.sequence(seq.index);
             let b = seq.index.expect("a batched sequence has an index");
+            let span = self.cut.sequence_rows();
             let rows: Vec<String> = inputs
                 .iter()
-                .map(|(base, name)| w.op(&format!("{base}s"), attention::slice(0, b, 1), &[name]))
+                .map(|(base, name)| w.op(&format!("{base}s"), attention::slice(0, b * span, span), &[name]))
                 .collect();
             results.push(part(w, seq, &rows));
             w.sequence(None);
@@ -258,16 +278,19 @@ impl<'s> LayerCtx<'s> {
     fn pos_seed(&self) -> Option<&'static str> {
         match self.cut {
             Cut::Forward { .. } => Some("0"),
-            // A prefill chunk's positions are one per row, all given at run time.
-            Cut::Prefill { .. } | Cut::PrefillTp { .. } => None,
+            // A prefill chunk's and a verify step's positions are one per row, all given at
+            // run time.
+            Cut::Prefill { .. } | Cut::PrefillTp { .. } | Cut::Verify { .. } => None,
             _ => Some("1"),
         }
     }
 
-    /// `pos`: a scalar (row `i` at `pos + i`), or one position per row of a prefill chunk.
+    /// `pos`: a scalar (row `i` at `pos + i`), or one position per row of a prefill chunk or of
+    /// a sequence's rows in a verify step.
     fn pos_shape(&self) -> Vec<usize> {
         match self.cut {
             Cut::Prefill { chunk, .. } | Cut::PrefillTp { chunk, .. } => vec![chunk],
+            Cut::Verify { draft, .. } => vec![draft + 1],
             _ => Vec::new(),
         }
     }
@@ -282,6 +305,18 @@ impl<'s> LayerCtx<'s> {
     /// chunk still attends to, and the state stays the decode step's.
     pub fn prefill(&self) -> bool {
         self.cut.chunk().is_some()
+    }
+
+    /// A verify step's drafted tokens per sequence (`None` for any other cut): its rows are
+    /// written as decode steps write them, one state after another (`author::verify`).
+    pub fn verify(&self) -> Option<usize> {
+        self.cut.draft()
+    }
+
+    /// Whether the layer's cache is a ring of `window` slots shorter than the context (its
+    /// slots are reused, so a verify step must not write drafted rows it may reject).
+    pub fn ring(&self) -> bool {
+        self.layer.window.is_some_and(|w| w < self.table_rows())
     }
 
     /// Rows of the RoPE tables: every position a step can see.

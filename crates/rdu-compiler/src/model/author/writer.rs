@@ -1,13 +1,13 @@
 //! `Writer`: accumulates one program's declarations and statements in canonical text form,
-//! suffixing every per-layer name with the layer index and collecting the Q8_0 set.
+//! suffixing every per-layer name with the layer index and collecting the storage set.
 
 use super::split::{local_extent, parts, Run};
 use crate::graph::Op;
 use crate::lang::{Slices, Source};
 use crate::model::spec::StateDtype;
-use crate::model::storage::Storage;
+use crate::model::storage::{Format, Storage};
 use rdu_spatial::names::TensorName;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// Weights whose last (`in`) axis is a multiple of this may be stored as Q8_0 blocks.
@@ -21,13 +21,23 @@ pub(crate) struct Writer<'a> {
     decls: Vec<String>,
     stmts: Vec<String>,
     outputs: Vec<String>,
-    q8: BTreeSet<String>,
+    /// Weights stored in a block format, and each one's format.
+    stored: BTreeMap<String, Format>,
     storage: &'a Storage,
     /// Chips of a tensor-parallel program (`None`: one chip, nothing is split).
     tp: Option<usize>,
     slices: BTreeMap<String, Slices>,
     /// The element type states are declared with (`bf16` or `f32`).
     state: StateDtype,
+}
+
+/// The least common multiple of two block sizes.
+fn lcm(a: usize, b: usize) -> usize {
+    let (mut x, mut y) = (a, b);
+    while y != 0 {
+        (x, y) = (y, x % y);
+    }
+    a / x.max(1) * b
 }
 
 /// Formats a shape or index list: `[1, 4, 16]`.
@@ -52,7 +62,7 @@ impl<'a> Writer<'a> {
             decls: Vec::new(),
             stmts: Vec::new(),
             outputs: Vec::new(),
-            q8: BTreeSet::new(),
+            stored: BTreeMap::new(),
             storage,
             tp: None,
             slices: BTreeMap::new(),
@@ -120,12 +130,22 @@ impl<'a> Writer<'a> {
         name
     }
 
-    /// A projection: declared `q8` (the deployment may store it Q8_0) when its `in` axis holds
-    /// whole Q8_0 blocks, and in the Q8_0 set when the storage says it is stored so.
+    /// A projection: declared `q8` (the deployment may store it in a block format) when its
+    /// `in` axis holds whole blocks of 32, and in the storage set, with its format, when the
+    /// storage says it is stored so.
     pub fn projection(&mut self, base: &str, shape: &[usize]) -> String {
         let name = self.name(base);
         self.declare_projection(&name, shape);
         name
+    }
+
+    /// The columns a split of the projection `base` along its `in` axis must keep whole on
+    /// each chip: a Q8_0 block's, and an FP8 block's too when the storage holds it FP8.
+    pub fn in_block(&self, base: &str) -> usize {
+        match self.storage.format_of(&self.name(base)) {
+            Some(Format::Fp8 { cols, .. }) => lcm(Q8_BLOCK, cols as usize),
+            _ => Q8_BLOCK,
+        }
     }
 
     fn declare_projection(&mut self, name: &str, shape: &[usize]) {
@@ -133,8 +153,8 @@ impl<'a> Writer<'a> {
         let blockable = shape.last().is_some_and(|d| d % Q8_BLOCK == 0);
         if blockable {
             self.decl("weight", &name, "q8", shape, None);
-            if self.storage.stores_q8(&name) {
-                self.q8.insert(name.clone());
+            if let Some(format) = self.storage.format_of(&name).filter(|f| f.misfit(shape).is_none()) {
+                self.stored.insert(name.clone(), format);
             }
         } else {
             self.decl("weight", &name, "f32", shape, None);
@@ -253,6 +273,6 @@ impl<'a> Writer<'a> {
             text.push_str(line);
             text.push('\n');
         }
-        Source::split(text, self.q8, self.slices)
+        Source::split(text, self.stored, self.slices)
     }
 }

@@ -83,6 +83,7 @@ impl Draft {
             eos: self.eos,
             state: StateDtype::default(),
             mtp_layers: self.mtp_layers,
+            quantization: None,
         }
     }
 }

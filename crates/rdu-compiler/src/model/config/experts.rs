@@ -191,7 +191,7 @@ impl ExpertFields {
         let routed_scaling = self.routed_scaling_factor.unwrap_or(d.scaling);
         let routed_scaling = ctx.positive_f64(routed_scaling, "routed_scaling_factor")?;
         let router = Router::softmax(norm_topk, if norm_topk { 1.0 } else { routed_scaling }, groups, topk_groups);
-        Ok(Ffn::Moe { experts, top_k, expert_hidden, act: Act::Silu, shared, router })
+        Ok(Ffn::Moe { experts, top_k, expert_hidden, act: Act::Silu, shared, router, bias: false })
     }
 
     /// DeepSeek-V3's (and GLM-4.5's) block, as `DeepseekV3TopkRouter` routes: `s = sigmoid(x
@@ -222,6 +222,6 @@ impl ExpertFields {
         let norm_topk = self.norm_topk_prob.unwrap_or(d.norm_topk);
         let scaling = ctx.positive_f64(self.routed_scaling_factor.unwrap_or(d.scaling), "routed_scaling_factor")?;
         let router = Router::noaux_tc(norm_topk, scaling, groups, topk_groups);
-        Ok(Ffn::Moe { experts, top_k, expert_hidden, act: Act::Silu, shared, router })
+        Ok(Ffn::Moe { experts, top_k, expert_hidden, act: Act::Silu, shared, router, bias: false })
     }
 }

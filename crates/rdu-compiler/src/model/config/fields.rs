@@ -113,6 +113,8 @@ impl Core {
             qk_norm_whole: false,
             output_gate,
             qkv_bias,
+            o_bias: false,
+            sinks: false,
             scale: 1.0 / (self.head_dim as f64).sqrt(),
             rotary_dim,
         }

@@ -94,6 +94,8 @@ pub(super) fn build(ctx: &Ctx, text: &Value, outer: Option<&Outer>) -> Result<Dr
         qk_norm_whole: false,
         output_gate: false,
         qkv_bias: false,
+        o_bias: false,
+        sinks: false,
         scale: 1.0 / scalar.sqrt(),
         rotary_dim: core.head_dim,
     };

@@ -138,6 +138,7 @@ fn moe(ctx: &Ctx, text: &Value, core: &Core, kind: Kind) -> Result<Option<MoeRul
                 norm_topk: true,
                 shared: Some(512),
                 every_layer: true,
+                expert_hidden_field: "moe_intermediate_size",
             };
             Some(ctx.parse::<QwenMoe>(text)?.rule(ctx, core, &d)?)
         }

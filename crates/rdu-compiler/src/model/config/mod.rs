@@ -25,8 +25,10 @@ mod fields;
 pub(crate) use fields::MAX_LAYERS;
 mod gemma;
 mod glm;
+mod gpt_oss;
 mod hybrid;
 mod minimax;
+mod quant;
 mod qwen_moe;
 mod rope;
 mod standard;
@@ -58,6 +60,9 @@ pub const MODEL_TYPES: &[&str] = &[
     "kimi_k2",
     "glm4_moe",
     "minimax_m2",
+    "mistral",
+    "mixtral",
+    "gpt_oss",
 ];
 
 /// Builds the spec of the model a config.json describes; `name` becomes [`ModelSpec::name`]
@@ -125,9 +130,14 @@ fn import(text: &str, name: &str, origin: &str) -> Result<ModelSpec> {
         "deepseek_v3" | "kimi_k2" => deepseek::build(&top, &root, deepseek::Version::V3)?,
         "glm4_moe" => glm::build(&top, &root)?,
         "minimax_m2" => minimax::build(&top, &root)?,
+        "mistral" => standard::build(&top, &root, Family::Mistral)?,
+        "mixtral" => standard::build(&top, &root, Family::Mixtral)?,
+        "gpt_oss" => gpt_oss::build(&top, &root)?,
         other => return Err(top.err("model_type", format!("unknown model_type `{other}`; supported: {supported}"))),
     };
-    Ok(draft.assemble(name))
+    let mut spec = draft.assemble(name);
+    spec.quantization = quant::quantization(&top, &root)?;
+    Ok(spec)
 }
 
 /// The `text_config` object of a multimodal wrapper, and the context naming its fields.

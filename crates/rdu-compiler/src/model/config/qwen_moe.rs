@@ -36,6 +36,8 @@ pub(super) struct QwenMoe {
     num_local_experts: Option<usize>,
     num_experts_per_tok: Option<usize>,
     moe_intermediate_size: Option<usize>,
+    /// Mixtral's expert width.
+    intermediate_size: Option<usize>,
     /// Default 1.
     decoder_sparse_step: Option<usize>,
     /// Default empty.
@@ -54,6 +56,8 @@ pub(super) struct MoeDefaults {
     pub shared: Option<usize>,
     /// Every layer is MoE (Qwen3.5-MoE reads neither `mlp_only_layers` nor the step).
     pub every_layer: bool,
+    /// The field holding each expert's width.
+    pub expert_hidden_field: &'static str,
 }
 
 impl MoeDefaults {
@@ -64,6 +68,19 @@ impl MoeDefaults {
         norm_topk: false,
         shared: None,
         every_layer: false,
+        expert_hidden_field: "moe_intermediate_size",
+    };
+
+    /// Mixtral: every layer MoE, the top-k of the softmax renormalised, each expert
+    /// `intermediate_size` wide (`MixtralSparseMoeBlock`).
+    pub const MIXTRAL: MoeDefaults = MoeDefaults {
+        experts: None,
+        top_k: None,
+        expert_hidden: None,
+        norm_topk: true,
+        shared: None,
+        every_layer: true,
+        expert_hidden_field: "intermediate_size",
     };
 }
 
@@ -100,8 +117,10 @@ impl QwenMoe {
                     format!("must be between 1 and num_experts ({experts}), found {top_k}"),
                 ));
             }
-            let hidden = ctx.require(self.moe_intermediate_size.or(d.expert_hidden), "moe_intermediate_size")?;
-            (top_k, ctx.positive(hidden, "moe_intermediate_size")?)
+            let field = d.expert_hidden_field;
+            let given = if field == "intermediate_size" { self.intermediate_size } else { self.moe_intermediate_size };
+            let hidden = ctx.require(given.or(d.expert_hidden), field)?;
+            (top_k, ctx.positive(hidden, field)?)
         };
         let shared = match d.shared.map(|default| self.shared_expert_intermediate_size.unwrap_or(default)) {
             Some(0) | None => None,
@@ -138,6 +157,7 @@ impl MoeRule {
             act: Act::Silu,
             shared: self.shared.clone(),
             router: Router::softmax(self.norm_topk, 1.0, 1, 1),
+            bias: false,
         }
     }
 }

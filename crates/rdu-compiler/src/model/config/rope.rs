@@ -56,6 +56,8 @@ struct RopeParams {
     mscale: Option<f64>,
     mscale_all_dim: Option<f64>,
     attention_factor: Option<f64>,
+    /// YaRN: round the correction range to whole dims (transformers' default true).
+    truncate: Option<bool>,
 }
 
 /// The single rope of a family with one rotary embedding. `rope_scaling` wins over
@@ -68,10 +70,23 @@ pub(super) fn flat(
     default_theta: f64,
     default_partial: f64,
 ) -> Result<Rope> {
+    flat_or(ctx, common, max_ctx, default_theta, default_partial, None)
+}
+
+/// [`flat`] with the family's default parameter object (gpt-oss's YaRN) for a config that has
+/// neither `rope_scaling` nor `rope_parameters`.
+pub(super) fn flat_or(
+    ctx: &Ctx,
+    common: &Common,
+    max_ctx: usize,
+    default_theta: f64,
+    default_partial: f64,
+    default: Option<&Value>,
+) -> Result<Rope> {
     let source = match (&common.rope_scaling, &common.rope_parameters) {
         (Some(value), _) => Some((value, "rope_scaling")),
         (None, Some(value)) => Some((value, "rope_parameters")),
-        (None, None) => None,
+        (None, None) => default.map(|value| (value, "rope_parameters")),
     };
     let theta = common.rope_theta.unwrap_or(default_theta);
     let partial = common.partial_rotary_factor.unwrap_or(default_partial);
@@ -166,6 +181,7 @@ fn scaling(ctx: &Ctx, p: &RopeParams, at: &str, max_ctx: usize) -> Result<RopeSc
                 beta_slow: need(p.beta_slow.or(Some(1.0)), "beta_slow")?,
                 mscale: need(p.mscale.or(Some(1.0)), "mscale")?,
                 mscale_all_dim,
+                truncate: p.truncate.unwrap_or(true),
             })
         }
         other => {

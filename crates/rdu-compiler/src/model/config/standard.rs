@@ -1,4 +1,6 @@
-//! The plain attention decoders: `llama`, `qwen2`, `qwen3`, `qwen3_moe`.
+//! The plain attention decoders: `llama`, `qwen2`, `qwen3`, `qwen3_moe`, `mistral` (Llama
+//! with a sliding window on every layer) and `mixtral` (Mistral with a softmax top-k MoE on
+//! every layer).
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -9,9 +11,9 @@ use super::{rope, Ctx, Draft, LayerDraft};
 use crate::error::Result;
 use crate::model::spec::{Family, RopeStyle};
 
-/// Builds a llama / qwen2 / qwen3 / qwen3_moe model. Llama layers are uniform by
-/// construction (the config has no per-layer knob); Qwen2/3 layers differ only in their
-/// sliding window, Qwen3-MoE layers also in dense vs MoE.
+/// Builds a llama / qwen2 / qwen3 / qwen3_moe / mistral / mixtral model. Llama, Mistral and
+/// Mixtral layers are uniform by construction (their configs have no per-layer knob); Qwen2/3
+/// layers differ only in their sliding window, Qwen3-MoE layers also in dense vs MoE.
 pub(super) fn build(ctx: &Ctx, root: &Value, family: Family) -> Result<Draft> {
     let common: Common = ctx.parse(root)?;
     let sliding: Sliding = ctx.parse(root)?;
@@ -22,15 +24,15 @@ pub(super) fn build(ctx: &Ctx, root: &Value, family: Family) -> Result<Draft> {
     if family != Family::Qwen2 {
         common.check_no_bias(ctx)?;
     }
-    let rotation = rope::flat(ctx, &common, core.max_ctx, 1e4, 1.0)?.rotation(ctx, core.head_dim, RopeStyle::Neox)?;
+    let theta = if family == Family::Mixtral { 1e6 } else { 1e4 };
+    let rotation = rope::flat(ctx, &common, core.max_ctx, theta, 1.0)?.rotation(ctx, core.head_dim, RopeStyle::Neox)?;
     let qk_norm = matches!(family, Family::Qwen3 | Family::Qwen3Moe);
     let mixer = core.attention(qk_norm, false, family == Family::Qwen2, rotation.dim);
     let kinds = sliding.kinds(ctx, &common, &core, family)?;
-    let window =
-        if sliding.use_sliding_window == Some(true) { sliding.sliding_window.unwrap_or(Some(4096)) } else { None };
-    let window = window.map(|w| ctx.positive(w, "sliding_window")).transpose()?;
+    let window = sliding.window(family).map(|w| ctx.positive(w, "sliding_window")).transpose()?;
     let moe = match family {
         Family::Qwen3Moe => Some(ctx.parse::<QwenMoe>(root)?.rule(ctx, &core, &MoeDefaults::QWEN3_MOE)?),
+        Family::Mixtral => Some(ctx.parse::<QwenMoe>(root)?.rule(ctx, &core, &MoeDefaults::MIXTRAL)?),
         _ => None,
     };
     let dense_hidden = dense_hidden(ctx, &common, moe.as_ref(), core.n_layers)?;
@@ -49,22 +51,25 @@ pub(super) fn build(ctx: &Ctx, root: &Value, family: Family) -> Result<Draft> {
 }
 
 fn defaults(family: Family) -> Defaults {
-    // LlamaConfig / Qwen2Config / Qwen3Config / Qwen3MoeConfig.
+    // LlamaConfig / Qwen2Config / Qwen3Config / Qwen3MoeConfig / MistralConfig / MixtralConfig.
     let (head_dim, kv_heads, max_ctx, bos, eos) = match family {
         Family::Llama => (None, None, 2048, Some(1), Some(2)),
         Family::Qwen2 => (None, Some(32), 32768, None, None),
         Family::Qwen3 => (Some(128), Some(32), 32768, None, None),
+        Family::Mistral | Family::Mixtral => (None, Some(8), 4096 * 32, Some(1), Some(2)),
         _ => (None, Some(4), 32768, None, None),
     };
-    Defaults { vocab: None, head_dim, kv_heads, max_ctx, eps: 1e-6, tied: false, bos, eos }
+    let eps = if family == Family::Mixtral { 1e-5 } else { 1e-6 };
+    Defaults { vocab: None, head_dim, kv_heads, max_ctx, eps, tied: false, bos, eos }
 }
 
-/// Qwen2/3 sliding-window fields.
+/// Qwen2/3 (and Mistral/Mixtral) sliding-window fields.
 #[derive(Deserialize)]
 struct Sliding {
-    /// Default false; the window applies only when true.
+    /// Default false; the window applies only when true (Qwen2/3; Mistral and Mixtral read
+    /// no such flag: their window applies whenever it is set).
     use_sliding_window: Option<bool>,
-    /// Default 4096; `null` means no window.
+    /// Default 4096 (Qwen2/3, Mistral) or none (Mixtral); `null` means no window.
     #[serde(default, deserialize_with = "super::fields::explicit")]
     sliding_window: Option<Option<usize>>,
     /// Default 28: layers at and after this index slide (Qwen2/3; Qwen3-MoE slides everywhere).
@@ -72,10 +77,25 @@ struct Sliding {
 }
 
 impl Sliding {
+    /// The window of the sliding layers, as the family's transformers config reads it.
+    fn window(&self, family: Family) -> Option<usize> {
+        match family {
+            Family::Mistral => self.sliding_window.unwrap_or(Some(4096)),
+            Family::Mixtral => self.sliding_window.flatten(),
+            _ if self.use_sliding_window == Some(true) => self.sliding_window.unwrap_or(Some(4096)),
+            _ => None,
+        }
+    }
+
     fn kinds(&self, ctx: &Ctx, common: &Common, core: &Core, family: Family) -> Result<Vec<LayerKind>> {
         let explicit = common.layer_types.as_deref();
         if family == Family::Llama {
             return layer_kinds(ctx, explicit, core.n_layers, &[LayerKind::Full], |_| LayerKind::Full);
+        }
+        if matches!(family, Family::Mistral | Family::Mixtral) {
+            // Every layer slides when a window is set (transformers' `sliding_window` mask).
+            let kind = if self.window(family).is_some() { LayerKind::Sliding } else { LayerKind::Full };
+            return layer_kinds(ctx, explicit, core.n_layers, &[kind], |_| kind);
         }
         let slides = self.use_sliding_window == Some(true) && self.sliding_window != Some(None);
         let first = match family {

@@ -68,7 +68,7 @@ pub(super) fn build(m: &Meta, name: &str) -> Result<ModelSpec> {
 
     // RoPE: interleaved pairs, optionally YaRN.
     let base = m.f32_as_f64(&key("rope.freq_base"))?.unwrap_or(10_000.0);
-    let scaling = rope_scaling(m)?;
+    let scaling = rope_scaling(m, ARCH)?;
     let scale = yarn_softmax_factor(&scaling) / (qk as f64).sqrt();
     let rotation = Rotation { base, dim: qk_rope, style: RopeStyle::Interleaved, scaling };
     let mixer = Mixer::Mla { heads, q_lora_rank, kv_lora_rank, qk_nope, qk_rope, v_dim, scale };
@@ -87,9 +87,11 @@ pub(super) fn build(m: &Meta, name: &str) -> Result<ModelSpec> {
 /// renormalised only when `expert_weights_norm`.
 const RULES: ExpertRules = ExpertRules { scoring: Scoring::Softmax, always_norm: false, reads_scale: true };
 
-/// `rope.scaling.*`: none, linear, or YaRN with llama.cpp's deepseek2 reading of the
-/// log multiplier.
-fn rope_scaling(m: &Meta) -> Result<RopeScaling> {
+/// `{arch}.rope.scaling.*`: none, linear, or YaRN as llama.cpp reads it — its correction range
+/// rounded to whole dims (`ggml_rope_yarn_corr_dims`), whatever the HF config's `truncate` was,
+/// and with deepseek2's reading of the log multiplier (`gpt-oss` files carry none).
+pub(super) fn rope_scaling(m: &Meta, arch: &str) -> Result<RopeScaling> {
+    let key = |k: &str| format!("{arch}.{k}");
     let type_key = key("rope.scaling.type");
     let positive = |k: &str, default: Option<f64>| -> Result<f64> {
         let v = match (m.f32_as_f64(k)?, default) {
@@ -132,11 +134,13 @@ fn rope_scaling(m: &Meta) -> Result<RopeScaling> {
                 // llama.cpp assumes mscale = mscale_all_dim for deepseek2 (RoPE magnitude 1).
                 mscale: if mscale_all_dim == 0.0 { 1.0 } else { mscale_all_dim },
                 mscale_all_dim,
+                // llama.cpp rounds the correction range (`ggml_rope_yarn_corr_dims`).
+                truncate: true,
             })
         }
         Some(other) => Err(m.err(
             &type_key,
-            format!("rope scaling `{other}` is not supported for {ARCH}; supported: none, linear, yarn"),
+            format!("rope scaling `{other}` is not supported for {arch}; supported: none, linear, yarn"),
         )),
     }
 }

@@ -108,7 +108,7 @@ pub(super) fn routed(m: &Meta, arch: &str, rules: &ExpertRules, il: usize) -> Re
     if scoring == Scoring::Sigmoid && groups > 1 && experts / groups < 2 {
         return Err(m.err(&key("expert_group_count"), "groups of one expert have no two best to score by"));
     }
-    Ok(Ffn::Moe { experts, top_k, expert_hidden, act: Act::Silu, shared, router })
+    Ok(Ffn::Moe { experts, top_k, expert_hidden, act: Act::Silu, shared, router, bias: false })
 }
 
 /// `{arch}.nextn_predict_layers`: the multi-token-prediction blocks a file keeps after the

@@ -33,6 +33,8 @@ pub(super) fn build(m: &Meta, name: &str) -> Result<ModelSpec> {
         qk_norm_whole: false,
         output_gate: false,
         qkv_bias: m.has_tensor("blk.0.attn_q.bias"),
+        o_bias: false,
+        sinks: false,
         scale,
         rotary_dim,
     };

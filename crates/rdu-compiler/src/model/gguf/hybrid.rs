@@ -50,6 +50,8 @@ pub(super) fn build(m: &Meta, arch: &str, name: &str) -> Result<ModelSpec> {
         qk_norm_whole: false,
         output_gate: true,
         qkv_bias: false,
+        o_bias: false,
+        sinks: false,
         scale,
         rotary_dim,
     };
@@ -116,8 +118,8 @@ fn layer_ffn(m: &Meta, arch: &str, moe: Option<&Ffn>, il: usize) -> Result<Ffn> 
         _ => Ffn::Dense { hidden: m.req_usize(&format!("{arch}.feed_forward_length"))?, act: Act::Silu },
     };
     Ok(match ffn {
-        Ffn::Moe { experts, top_k, expert_hidden, act, shared: Some(_), router } if !has("ffn_up_shexp") => {
-            Ffn::Moe { experts, top_k, expert_hidden, act, shared: None, router }
+        Ffn::Moe { experts, top_k, expert_hidden, act, shared: Some(_), router, bias } if !has("ffn_up_shexp") => {
+            Ffn::Moe { experts, top_k, expert_hidden, act, shared: None, router, bias }
         }
         ffn => ffn,
     })
@@ -159,5 +161,6 @@ fn moe(m: &Meta, arch: &str) -> Result<Ffn> {
         act: Act::Silu,
         shared: Some(SharedExpert { hidden: shared_hidden, gated: true }),
         router: Router::softmax(true, scaling, 1, 1),
+        bias: false,
     })
 }

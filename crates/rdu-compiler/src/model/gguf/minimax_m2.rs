@@ -40,6 +40,8 @@ pub(super) fn build(m: &Meta, name: &str) -> Result<ModelSpec> {
         qk_norm_whole: true,
         output_gate: false,
         qkv_bias: false,
+        o_bias: false,
+        sinks: false,
         scale,
         rotary_dim,
     };

@@ -43,7 +43,7 @@ pub fn sample() -> Bundle {
     for l in [0, 2] {
         let mut we = tensor(&[4, 64, 64], TensorStorage::Q8_0, "", vec![]);
         let names = (0..4).map(|e| format!("blk.{l}.ffn_gate.{e}.weight")).collect();
-        we.checkpoint = Checkpoint { kind: CheckpointKind::Stack, names, axis: Some(0), start: None, len: None };
+        we.checkpoint = Checkpoint { kind: CheckpointKind::Stack, names, axis: Some(0), ..we.checkpoint };
         tensors.insert(format!("We{l}"), we);
     }
     let rope = RopeSpec { base: 10000.0, dim: 16, scaling: RopeScaling::Linear { factor: 2.0 } };
@@ -51,7 +51,7 @@ pub fn sample() -> Bundle {
         format: FORMAT.into(),
         version: VERSION,
         model: "tiny-llama".into(),
-        cut: Cut { mode: CutMode::Tp, ctx: Some(16), seq: None, batch: None, tp: Some(2), chunk: None },
+        cut: Cut { mode: CutMode::Tp, ctx: Some(16), seq: None, batch: None, tp: Some(2), chunk: None, draft: None },
         chip: "sn50".into(),
         storage: "q8".into(),
         schedule: Schedule::by_runs("embed", "head", &layers),
@@ -159,12 +159,15 @@ fn tensor(shape: &[usize], storage: TensorStorage, name: &str, slices: Vec<Vec<S
         shape: shape.to_vec(),
         dtype: "f32".into(),
         storage,
+        block: None,
         checkpoint: Checkpoint {
             kind: CheckpointKind::Tensor,
             names: vec![name.into()],
             axis: None,
             start: None,
             len: None,
+            step: None,
+            transposed: false,
         },
         slices,
     }

@@ -78,6 +78,25 @@ fn attend_softmax_weights_the_scores() {
 }
 
 #[test]
+fn a_sink_joins_the_denominator_and_attends_to_nothing() {
+    // One position, score 0 (zero queries), value [4, 8]: head 0's sink ln 3 weighs the value
+    // 1/(1 + 3); head 1's sink −∞-like leaves plain attention (the value itself). Sinks are not
+    // scaled. Over a chunk (7 operands) and a decode step (5) alike.
+    let q = Tensor::zeros([1, 2, 1]);
+    let k = Tensor::zeros([1, 1, 1]);
+    let v = f(&[1, 1, 2], &[4., 8.]);
+    let sinks = f(&[2], &[3f32.ln(), -100.]);
+    let op = Op::Attend { scale: 5.0, window: None };
+    let want = [1., 2., 4., 8.];
+    assert_close(&run1(op.clone(), &[&q, &k, &v, &Tensor::scalar_i32(0), &sinks]), &[1, 2, 2], &want);
+    let (kn, vn) = (Tensor::zeros([1, 1, 1]), f(&[1, 1, 2], &[4., 8.]));
+    // The cache's one slot holds position 0 too: the chunk's own row wins.
+    let (kc, vc) = (Tensor::zeros([1, 1, 1]), Tensor::zeros([1, 1, 2]));
+    let chunk = run1(op, &[&q, &kc, &vc, &Tensor::scalar_i32(0), &kn, &vn, &sinks]);
+    assert_close(&chunk, &[1, 2, 2], &want);
+}
+
+#[test]
 fn attend_is_causal_per_row() {
     // A forward step: S = N = 3, pos 0; row i sees positions 0..=i.
     let q = Tensor::zeros([3, 1, 1]);

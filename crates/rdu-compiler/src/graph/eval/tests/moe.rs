@@ -210,7 +210,7 @@ fn experts_case(act: Act) -> (Graph, Counting) {
         let kind = if name.starts_with('W') { DeclKind::Weight } else { DeclKind::Input };
         ids.push(g.declare(name, Type::new(t.dtype(), t.shape()), Declaration::of(kind)));
     }
-    let y = g.push(Op::Experts { act }, &ids, &["y"], 0, Span::default()).unwrap()[0];
+    let y = g.push(Op::Experts { act, limit: None }, &ids, &["y"], 0, Span::default()).unwrap()[0];
     g.output("y", y);
     let inner = tensors.into_iter().map(|(n, t)| (n.to_string(), t)).collect();
     (g, Counting { inner, whole: RefCell::new(Vec::new()), rows: RefCell::new(Vec::new()) })
@@ -308,7 +308,7 @@ fn experts_over_q8_blocks_are_experts_over_their_values() {
     for name in ["Wg", "Wu", "Wd"] {
         ids.push(g.declare(name, Type::f32(&q8[name].shape), Declaration::of(DeclKind::Weight)));
     }
-    let y = g.push(Op::Experts { act: Act::Silu }, &ids, &["y"], 0, Span::default()).unwrap()[0];
+    let y = g.push(Op::Experts { act: Act::Silu, limit: None }, &ids, &["y"], 0, Span::default()).unwrap()[0];
     g.output("y", y);
     let inner: BTreeMap<String, Tensor> = inputs.into_iter().map(|(n, t)| (n.to_string(), t)).collect();
     let mut whole = inner.clone();
@@ -319,4 +319,41 @@ fn experts_over_q8_blocks_are_experts_over_their_values() {
     let want = eval(&g, &whole).unwrap().outputs["y"].clone();
     let got = eval(&g, &ExpertBlocks { inner, stacked: q8 }).unwrap().outputs["y"].clone();
     assert_eq!(got, want);
+}
+
+/// gpt-oss's experts: biased gate and up, the gate capped at the limit, the up clamped to ±limit,
+/// `(up + 1) · gate σ(1.702 gate)` (E = 2, D = 1, I = 2: expert e's gate is `x·gw[e] + bg[e]`).
+#[test]
+fn swiglu_oai_experts_clamp_the_biased_gate_and_up() {
+    let limit = 1.0f64;
+    let tensors = [
+        ("x", f(&[1, 1], &[2.])),
+        ("w", f(&[1, 2], &[0.75, 0.25])),
+        ("idx", i(&[1, 2], &[1, 0])),
+        ("Wg", f(&[2, 2, 1], &[0.1, 0.3, 1.0, -0.5])),
+        ("Wu", f(&[2, 2, 1], &[0.2, -2.0, 0.25, 0.4])),
+        ("Wd", f(&[2, 1, 2], &[1., 2., -1., 0.5])),
+        ("bg", f(&[2, 2], &[0.1, 0., 0.5, 0.2])),
+        ("bu", f(&[2, 2], &[0., 0.1, -0.3, 0.])),
+    ];
+    let mut g = Graph::new();
+    let mut ids = Vec::new();
+    for (name, t) in &tensors {
+        ids.push(g.declare(name, Type::new(t.dtype(), t.shape()), Declaration::of(DeclKind::Input)));
+    }
+    let op = Op::Experts { act: Act::SwigluOai, limit: Some(limit) };
+    let y = g.push(op, &ids, &["y"], 0, Span::default()).unwrap()[0];
+    g.output("y", y);
+    let env: BTreeMap<String, Tensor> = tensors.into_iter().map(|(n, t)| (n.to_string(), t)).collect();
+    let unit = |g: f64, u: f64| {
+        let g = g.min(limit);
+        (u.clamp(-limit, limit) + 1.0) * g / (1.0 + (-1.702 * g).exp())
+    };
+    // Expert 0: gates [0.3, 0.6], ups [0.4, -3.9 → −1]; expert 1: gates [2.5 → 1, −0.8], ups [0.2, 0.8].
+    let h0 = [unit(0.3, 0.4), unit(0.6, -3.9)];
+    let h1 = [unit(2.5, 0.2), unit(-0.8, 0.8)];
+    let y0 = h0[0] + 2. * h0[1];
+    let y1 = -h1[0] + 0.5 * h1[1];
+    let got = &eval(&g, &env).unwrap().outputs["y"];
+    assert_close(got, &[1, 1], &[(0.75 * y1 + 0.25 * y0) as f32]);
 }

@@ -1,31 +1,36 @@
-//! `from_q8`: a product over a weight stored Q8_0 folds its int8 values and block scales on
-//! the chip; any other read of such a weight (a view: reshape, slice, transpose) goes through
-//! an explicit `dequant`. Weights not stored Q8_0 are read dense and left alone.
+//! `from_stored`: a product over a weight stored in a block format (Q8_0, FP8, MXFP4) folds
+//! its values and block scales on the chip (`fold=q8`, `fold=fp8`, `fold=mxfp4`); any other
+//! read of such a weight (a view: reshape, slice, transpose) goes through an explicit
+//! `dequant`. Weights not in the storage set are read dense and left alone.
 
 use rdu_spatial::program::{Arg, KernelOp, Op, Role, SpatialProgram, Storage, TensorDecl};
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
-/// Marks every weight in `stored_q8` as Q8_0 and every product over one as folding.
-pub fn from_q8(program: &mut SpatialProgram, stored_q8: &BTreeSet<String>) {
+/// Gives every weight of `stored` its block format and marks every product over one as
+/// folding it.
+pub fn from_stored(program: &mut SpatialProgram, stored: &BTreeMap<String, Storage>) {
     for t in &mut program.tensors {
-        if t.role == Role::Weight && stored_q8.contains(&t.name) {
-            t.storage = Storage::Q8_0;
+        if let (Role::Weight, Some(&storage)) = (t.role, stored.get(&t.name)) {
+            t.storage = storage;
         }
     }
-    let q8: BTreeSet<String> =
-        program.tensors.iter().filter(|t| t.storage == Storage::Q8_0).map(|t| t.name.clone()).collect();
+    let folds: BTreeMap<String, Storage> =
+        program.tensors.iter().filter(|t| t.storage.is_blocks()).map(|t| (t.name.clone(), t.storage)).collect();
     let mut dequantised: Vec<TensorDecl> = Vec::new();
     for section in &mut program.sections {
         for stage in &mut section.stages {
             let mut ops = Vec::with_capacity(stage.ops.len());
             for mut op in std::mem::take(&mut stage.ops) {
-                let reads_q8 = op.args.iter().any(|a| matches!(a, Arg::Tensor(n) if q8.contains(n)));
-                if reads_q8 && op.op.folds_q8() {
-                    op.fold_q8 = true;
-                } else if reads_q8 {
+                let read = op.args.iter().find_map(|a| match a {
+                    Arg::Tensor(n) => folds.get(n),
+                    Arg::Lit(_) => None,
+                });
+                if let (Some(storage), true) = (read, op.op.folds_q8()) {
+                    op.fold = storage.fold();
+                } else if read.is_some() {
                     for arg in &mut op.args {
                         let Arg::Tensor(name) = arg else { continue };
-                        if !q8.contains(name) {
+                        if !folds.contains_key(name) {
                             continue;
                         }
                         let dense = format!("{name}_dq");
@@ -44,7 +49,7 @@ pub fn from_q8(program: &mut SpatialProgram, stored_q8: &BTreeSet<String>) {
                                 op: Op::Dequant,
                                 args: vec![Arg::Tensor(name.clone())],
                                 attrs: Vec::new(),
-                                fold_q8: false,
+                                fold: None,
                                 tiling: None,
                             });
                         }

@@ -1,0 +1,213 @@
+//! Weights deployed as the checkpoint stores them — FP8 block-scaled (DeepSeek's layout) and
+//! MXFP4 (gpt-oss's HF layout; llama.cpp's GGUF type) — through `rdu run` (both engines),
+//! `rdu lower` and `rdu verify`, against the references `tests/data/fixtures/tools/
+//! make_quantised.py` recorded from transformers and llama.cpp on the dequantised weights;
+//! and every bad input refused in one line naming what is wrong.
+
+use crate::common;
+
+use common::{ok, user_error};
+use rdu_testkit::safetensors_edit::copy_edited;
+use rdu_testkit::{fixtures, npy, Tolerance};
+use std::path::Path;
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8")
+}
+
+/// `rdu run MODEL --tokens … --engine ENGINE --logits` (token by token, f32 states): every row.
+fn run(model: &Path, tokens: &[u32], engine: &str, extra: &[&str], tmp: &Path) -> Vec<f32> {
+    let prompt: Vec<String> = tokens.iter().map(u32::to_string).collect();
+    let logits = tmp.join(format!("{engine}.npy"));
+    let args = ["run", s(model), "--tokens", &prompt.join(","), "--engine", engine, "--json", "--logits", s(&logits)];
+    ok(&[&args[..], extra].concat());
+    npy::f32(&logits)
+}
+
+/// `rdu lower MODEL … -o DIR` then `rdu verify DIR`: the manifest's tensors, by name, as
+/// (storage, block).
+fn lower_and_verify(model: &Path, args: &[&str], tmp: &Path) -> std::collections::BTreeMap<String, (String, String)> {
+    let bundle = tmp.join("bundle");
+    ok(&[&["lower", s(model), "-o", s(&bundle)][..], args].concat());
+    let out = ok(&["verify", s(&bundle)]);
+    assert!(out.contains("programs re-certified from the bundle's files"), "{out}");
+    let text = std::fs::read_to_string(bundle.join("manifest.json")).expect("manifest");
+    let m: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let tensors = m["tensors"].as_object().expect("tensors");
+    tensors.iter().map(|(n, t)| (n.clone(), (t["storage"].to_string(), t["block"].to_string()))).collect()
+}
+
+/// Both engines on the fixture `name`'s checkpoint `model` (its directory, or a file in it),
+/// the fixture's tokens token by token, within 1e-4 of each of `references` (files in it).
+fn both_engines(name: &str, model: &Path, references: &[&str], tmp: &Path) {
+    let dir = fixtures::quantised(name);
+    let tokens = npy::ids(dir.join("tokens.npy"));
+    for engine in ["spatial", "reference"] {
+        let got = run(model, &tokens, engine, &[], tmp);
+        for r in references {
+            Tolerance::F32.assert(&format!("{name} {engine} engine vs {r}"), &got, &npy::f32(dir.join(r)));
+        }
+    }
+}
+
+#[test]
+fn fp8_in_deepseeks_layout_runs_as_stored_within_1e_4_of_transformers() {
+    let dir = fixtures::quantised("llama_fp8");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    both_engines("llama_fp8", &dir, &["logits_step.npy"], tmp.path());
+    let tensors = lower_and_verify(&dir, &["--ctx", "16"], tmp.path());
+    for l in 0..2 {
+        for w in ["Wq", "Wk", "Wv", "Wo", "Wg", "Wu", "Wd"] {
+            assert_eq!(tensors[&format!("{w}{l}")], ("\"fp8\"".into(), "[24,40]".into()), "{w}{l}");
+        }
+    }
+    for dense in ["E", "Wout", "an0", "nf"] {
+        assert_eq!(tensors[dense].0, "\"dense\"", "{dense}: stored F32 in the checkpoint");
+    }
+}
+
+#[test]
+fn mxfp4_in_the_hf_layout_runs_as_stored_within_1e_4_of_transformers() {
+    let dir = fixtures::quantised("qwen3_moe_mxfp4");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    both_engines("qwen3_moe_mxfp4", &dir, &["logits_step.npy"], tmp.path());
+    let tensors = lower_and_verify(&dir, &["--ctx", "16"], tmp.path());
+    for (name, (storage, _)) in &tensors {
+        let expert = name.starts_with("We");
+        assert_eq!(storage, if expert { "\"mxfp4\"" } else { "\"dense\"" }, "{name}");
+    }
+}
+
+#[test]
+fn mxfp4_from_llama_cpps_quantiser_runs_within_1e_4_of_transformers_and_llama_cpp() {
+    let file = fixtures::quantised("qwen3_moe_mxfp4_gguf").join("tiny-mxfp4.gguf");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let references = ["logits_deq_transformers.npy", "logits_deq_llamacpp.npy"];
+    both_engines("qwen3_moe_mxfp4_gguf", &file, &references, tmp.path());
+    // llama.cpp's MXFP4_MOE: experts MXFP4, the other matrices Q8_0, norms and router F32.
+    let tensors = lower_and_verify(&file, &["--ctx", "16"], tmp.path());
+    for (name, (storage, _)) in &tensors {
+        let want = match name.trim_end_matches(|c: char| c.is_ascii_digit()) {
+            "Weg" | "Weu" | "Wed" => "\"mxfp4\"",
+            "Wq" | "Wk" | "Wv" | "Wo" | "E" | "Wout" => "\"q8_0\"",
+            _ => "\"dense\"",
+        };
+        assert_eq!(storage, want, "{name}");
+    }
+}
+
+/// A bare config declaring FP8 (blocks 16 × 32, whole on each of two chips): `--storage auto`
+/// follows it, the tensor-parallel bundle stores every layer projection `fp8` and verifies, and
+/// both engines run it over two chips on the same seeded weights.
+#[test]
+fn a_config_declaring_fp8_lowers_over_two_chips_and_verifies() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let config = fp8_config(tmp.path(), "[16, 32]");
+    let tensors = lower_and_verify(&config, &["--cut", "tp", "--tp", "2", "--ctx", "16"], tmp.path());
+    assert_eq!(tensors["Wq0"], ("\"fp8\"".into(), "[16,32]".into()));
+    assert_eq!(tensors["Wd1"], ("\"fp8\"".into(), "[16,32]".into()));
+    assert_eq!(tensors["Wout"].0, "\"dense\"", "the head is not a layer projection");
+    let tokens = [1, 17, 42, 99, 3];
+    let spatial = run(&config, &tokens, "spatial", &["--tp", "2"], tmp.path());
+    let reference = run(&config, &tokens, "reference", &[], tmp.path());
+    Tolerance::F32.assert("fp8 config over two chips vs the reference engine", &spatial, &reference);
+}
+
+/// The tiny llama's config with an FP8 `quantization_config` of `block`, alone in a directory.
+fn fp8_config(tmp: &Path, block: &str) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(fixtures::hf("llama").join("config.json")).expect("config");
+    let quant = format!(
+        "\"quantization_config\": {{\"quant_method\": \"fp8\", \"fmt\": \"e4m3\", \"weight_block_size\": {block}}},\n  \"vocab_size\""
+    );
+    let dir = tmp.join("fp8-config");
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("config.json"), text.replace("\"vocab_size\"", &quant)).expect("written");
+    dir
+}
+
+#[test]
+fn bad_fp8_checkpoints_are_refused_in_one_line() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let src = fixtures::quantised("llama_fp8");
+    let wq = "model.layers.0.self_attn.q_proj.weight";
+    let run = |dir: &Path, engine: &str| user_error(&["run", s(dir), "--tokens", "1,2", "--engine", engine]);
+    // FP8 tensors where the config declares none.
+    let plain = tmp.path().join("plain");
+    copy_edited(&src, &plain, |_| {});
+    std::fs::copy(fixtures::hf("llama").join("config.json"), plain.join("config.json")).expect("config");
+    for engine in ["spatial", "reference"] {
+        let e = run(&plain, engine);
+        assert!(e.contains("is stored F8_E4M3, but config.json declares no fp8 quantization_config"), "{e}");
+    }
+    // A missing scale.
+    let missing = tmp.path().join("missing");
+    copy_edited(&src, &missing, |t| {
+        t.remove(&format!("{wq}_scale_inv"));
+    });
+    for engine in ["spatial", "reference"] {
+        let e = run(&missing, engine);
+        assert!(
+            e.ends_with(&format!("stored F8_E4M3, but the checkpoint has no block scales `{wq}_scale_inv`")),
+            "{e}"
+        );
+    }
+    // The config's blocks are not the checkpoint's grid.
+    let grid = tmp.path().join("grid");
+    copy_edited(&src, &grid, |_| {});
+    let config =
+        std::fs::read_to_string(src.join("config.json")).expect("config").replace("24,\n      40", "32,\n      32");
+    assert!(config.contains("32,\n      32"), "the block is rewritten");
+    std::fs::write(grid.join("config.json"), config).expect("written");
+    // (the host reads the manifest's tensors in order: `Wd0`, layer 0's down projection, first)
+    let wd = "model.layers.0.mlp.down_proj.weight";
+    let e = run(&grid, "spatial");
+    assert!(
+        e.ends_with(&format!("block scales `{wd}_scale_inv` are [3, 4], but 32×32 blocks of [64, 128] need [2, 4]")),
+        "{e}"
+    );
+    // Blocks a split over two chips would cut.
+    let e = user_error(&["lower", s(&src), "--cut", "tp", "--tp", "2", "--ctx", "16"]);
+    assert!(e.contains("--tp 2 splits the fp8 blocks of Wd0: a chip holds 0..64 of axis 1, blocks of 40"), "{e}");
+    // FP8 values read as another storage (their blocks are the config's, which only an fp8
+    // tensor of the bundle carries): refused by both engines alike.
+    for engine in ["spatial", "reference"] {
+        let e = user_error(&["run", s(&src), "--tokens", "1,2", "--engine", engine, "--storage", "q8"]);
+        assert!(e.contains("stored F8_E4M3 with block scales, which a q8_0") && e.contains("--storage auto"), "{e}");
+    }
+    // A quantization method rdu does not read.
+    let gptq = tmp.path().join("gptq");
+    std::fs::create_dir_all(&gptq).expect("dir");
+    let text = std::fs::read_to_string(fixtures::hf("llama").join("config.json")).expect("config");
+    let text =
+        text.replace("\"vocab_size\"", "\"quantization_config\": {\"quant_method\": \"gptq\"},\n  \"vocab_size\"");
+    std::fs::write(gptq.join("config.json"), text).expect("written");
+    let e = user_error(&["lower", s(&gptq), "--ctx", "16"]);
+    assert!(e.contains("quantization_config.quant_method") && e.contains("`gptq` is not read"), "{e}");
+}
+
+#[test]
+fn bad_mxfp4_checkpoints_are_refused_in_one_line() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let src = fixtures::quantised("qwen3_moe_mxfp4");
+    let down = "model.layers.0.mlp.experts.3.down_proj.weight";
+    let up = "model.layers.1.mlp.experts.0.up_proj.weight";
+    // A block count that does not match the shape.
+    let count = tmp.path().join("count");
+    copy_edited(&src, &count, |t| {
+        let blocks = t.get_mut(&format!("{down}_blocks")).expect("blocks");
+        blocks.shape = vec![63, 1, 16];
+        blocks.bytes.truncate(63 * 16);
+    });
+    // A scale out of range.
+    let range = tmp.path().join("range");
+    copy_edited(&src, &range, |t| t.get_mut(&format!("{up}_scales")).expect("scales").bytes[5] = 253);
+    for engine in ["spatial", "reference"] {
+        let e = user_error(&["run", s(&count), "--tokens", "1,2", "--engine", engine]);
+        assert!(e.contains(down) && e.contains("do not match blocks of shape [63, 1, 16]"), "{e}");
+        let e = user_error(&["run", s(&range), "--tokens", "1,2", "--engine", engine]);
+        assert!(
+            e.contains(up) && e.contains("MXFP4 block 5 has scale byte 253 (2^126); scales are at most 252"),
+            "{e}"
+        );
+    }
+}
