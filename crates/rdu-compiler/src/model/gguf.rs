@@ -33,8 +33,19 @@ use crate::model::spec::{
 };
 
 /// The `general.architecture` values [`from_gguf`] understands.
-pub const ARCHITECTURES: &[&str] =
-    &["llama", "qwen3", "qwen3moe", "gemma3", "deepseek2", "glm4moe", "minimax-m2", "qwen3next", "qwen35", "qwen35moe", "gpt-oss"];
+pub const ARCHITECTURES: &[&str] = &[
+    "llama",
+    "qwen3",
+    "qwen3moe",
+    "gemma3",
+    "deepseek2",
+    "glm4moe",
+    "minimax-m2",
+    "qwen3next",
+    "qwen35",
+    "qwen35moe",
+    "gpt-oss",
+];
 
 /// Reads the GGUF file at `path` and builds its spec, named after the file's stem.
 pub fn from_gguf_path(path: impl AsRef<Path>) -> Result<ModelSpec> {

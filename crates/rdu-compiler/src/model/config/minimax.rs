@@ -127,6 +127,14 @@ impl MiniMax {
             }
         }
         let router = Router { bias: self.use_routing_bias.unwrap_or(true), ..Router::noaux_tc(true, 1.0, 1, 1) };
-        Ok(Ffn::Moe { experts, top_k, expert_hidden: common.dense_hidden(ctx)?, act: Act::Silu, shared: None, router, bias: false })
+        Ok(Ffn::Moe {
+            experts,
+            top_k,
+            expert_hidden: common.dense_hidden(ctx)?,
+            act: Act::Silu,
+            shared: None,
+            router,
+            bias: false,
+        })
     }
 }
