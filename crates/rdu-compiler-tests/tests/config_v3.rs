@@ -176,3 +176,30 @@ fn the_tiny_fixtures_import_their_families() {
         );
     }
 }
+
+/// `--storage auto` on the DeepSeek-V3 and Kimi K2 presets follows their `quantization_config`
+/// (fp8, e4m3, 128 × 128 blocks): every matrix of every layer — MLA's q_a, q_b, kv_a, kv_b and
+/// output, the dense MLP, the routed and the shared experts — and nothing else: not the router
+/// (DeepSeek-V3 keeps `mlp.gate` in bf16), its selection bias, the norms, the embedding or the
+/// head. GLM-4.5's published config declares no quantization.
+#[test]
+fn deepseek_v3_and_kimi_k2_declare_every_layer_matrix_fp8_but_the_router() {
+    use rdu_compiler::model::quantization::declared_storage;
+    use rdu_compiler::model::storage::Format;
+    const FP8: [&str; 14] =
+        ["Wqa", "Wqb", "Wkva", "Wkvb", "Wo", "Wg", "Wu", "Wd", "Weg", "Weu", "Wed", "Wsg", "Wsu", "Wsd"];
+    for name in ["deepseek-v3", "kimi-k2"] {
+        let spec = preset(name);
+        let Some(Storage::Exactly(stored)) = declared_storage(&spec) else { panic!("{name}: no declared storage") };
+        let dense_layers = spec.layers.iter().filter(|l| matches!(l.ffn, Ffn::Dense { .. })).count();
+        let moe_layers = spec.n_layers() - dense_layers;
+        assert_eq!(stored.len(), 8 * dense_layers + 11 * moe_layers, "{name}");
+        for (weight, format) in &stored {
+            let base = weight.trim_end_matches(|c: char| c.is_ascii_digit());
+            assert!(FP8.contains(&base), "{name}: {weight} is declared fp8");
+            assert_eq!(*format, Format::Fp8 { rows: 128, cols: 128 }, "{name}: {weight}");
+        }
+        assert!(!stored.keys().any(|w| w.starts_with("Wr") || w.starts_with("bsel") || w == "E" || w == "Wout"));
+    }
+    assert!(declared_storage(&preset("glm-4.5")).is_none());
+}
