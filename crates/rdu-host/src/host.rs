@@ -415,6 +415,20 @@ impl Host {
         &self.weights
     }
 
+    /// A copy of the carried states `names` of a one-chip host (`None` for a tensor-parallel
+    /// one), for [`Host::restore_states`] to put back: a draft keeps what its rings and
+    /// recurrent states held before the steps that may be rejected.
+    pub fn copy_states(&self, names: &[String]) -> Option<BTreeMap<String, SimTensor>> {
+        self.chips.is_none().then(|| self.states.copy_of(names))
+    }
+
+    /// Puts back states [`Host::copy_states`] copied; the next step continues from them.
+    pub fn restore_states(&mut self, copy: BTreeMap<String, SimTensor>) -> Result<()> {
+        self.states.restore(copy).map_err(|problem| HostError::StatesMismatch { problem })?;
+        self.fresh();
+        Ok(())
+    }
+
     /// The carried state `name` (a layer tensor name, e.g. `Kc3`).
     pub fn state(&self, name: &str) -> Option<&SimTensor> {
         self.states.get(name)

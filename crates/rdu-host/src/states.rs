@@ -136,6 +136,23 @@ impl States {
         States { tensors, shapes: self.shapes.clone(), dtypes: self.dtypes.clone() }
     }
 
+    /// A copy of the states `pick` names, to hand back to [`States::restore`].
+    pub(crate) fn copy_of(&self, pick: &[String]) -> BTreeMap<String, SimTensor> {
+        pick.iter().filter_map(|n| self.tensors.get(n).map(|t| (n.clone(), t.clone()))).collect()
+    }
+
+    /// Puts back states [`States::copy_of`] copied (names this store declares, shapes as
+    /// declared); refuses anything else, changing nothing.
+    pub(crate) fn restore(&mut self, copy: BTreeMap<String, SimTensor>) -> Result<(), String> {
+        for (name, t) in &copy {
+            if self.shapes.get(name) != Some(&t.shape) {
+                return Err(format!("state `{name}` is not declared with shape {:?}", t.shape));
+            }
+        }
+        self.tensors.extend(copy);
+        Ok(())
+    }
+
     /// The state `name` (a layer tensor name).
     pub fn get(&self, name: &str) -> Option<&SimTensor> {
         self.tensors.get(name)

@@ -4,8 +4,9 @@
 //!
 //! The rules: no function over 100 lines ([`functions`]), no import loop between modules
 //! ([`modules`]), every `unsafe` with its SAFETY comment ([`unsafety`]), the README and the
-//! codemap within their budgets ([`docs`]), the model's roofline floor computed in one place
-//! and op names spelled only in the op table ([`places`]).
+//! codemap within their budgets ([`docs`]), the model's roofline floor computed in one place,
+//! op names spelled only in the op table and every op costed by its row's cost class
+//! ([`places`]).
 
 pub mod docs;
 pub mod functions;

@@ -122,3 +122,14 @@ fn op_names_are_spelled_only_in_the_op_table() {
         library_sources().iter().flat_map(|(file, src)| places::op_names_elsewhere(file, src, &names)).collect();
     fail_on("op names spelled outside the op table", found);
 }
+
+/// An op's cost is its row's cost class: the cost code names no op, and no match over a cost
+/// class falls back on a default arm.
+#[test]
+fn every_op_is_costed_by_its_rows_class() {
+    for file in places::COST_CODE {
+        assert!(repository().join(file).is_file(), "{file} is cost code");
+    }
+    let found = library_sources().iter().flat_map(|(file, src)| places::costs_by_default(file, src)).collect();
+    fail_on("ops costed by name or by a default arm (name the class in the op's row, `.cost(…)`)", found);
+}

@@ -2,7 +2,8 @@
 //! caches and states), and the SRAM it needs for its results and one tile of its weights.
 //! Shared by placement, sectioning and the cost model.
 
-use rdu_spatial::program::{Arg, KernelOp, Op, Role, SpatialProgram, TensorDecl};
+use rdu_spatial::op::Cost;
+use rdu_spatial::program::{Arg, KernelOp, Role, SpatialProgram, TensorDecl};
 use std::collections::HashMap;
 
 /// Per-step work of one op.
@@ -58,7 +59,8 @@ impl<'p> WorkModel<'p> {
     }
 }
 
-/// The per-step work of `op` in the program `model` indexes.
+/// The per-step work of `op` in the program `model` indexes, by its cost class (the op
+/// table's `.cost(…)`: every class is counted here, no op by name).
 pub fn op_work(model: &WorkModel<'_>, op: &KernelOp) -> Work {
     let decl = |name: &str| model.decl(name);
     let tensor_args: Vec<&TensorDecl> =
@@ -68,15 +70,20 @@ pub fn op_work(model: &WorkModel<'_>, op: &KernelOp) -> Work {
     let sram_bytes = op.outs.iter().filter_map(|o| decl(o)).map(|t| numel(&t.shape) * 4).sum::<u64>();
     let hbm_of =
         |t: &TensorDecl| if matches!(t.role, Role::Weight | Role::State | Role::Shared) { stored_bytes(t) } else { 0 };
+    // The rows of the tensor operand at `i` (a prefill chunk's own, after `pos`), 0 if absent.
+    let rows_at = |i: usize| match op.args.get(i) {
+        Some(Arg::Tensor(n)) => decl(n).map_or(0, |t| t.shape[0] as u64),
+        _ => 0,
+    };
     let mut work = Work { flops: out_elems, hbm_bytes: 0, sram_bytes, link_bytes: 0 };
-    match op.op {
-        Op::Linear | Op::LinearHeads => {
+    match op.op.cost() {
+        Cost::Product | Cost::HeadProduct => {
             let w = tensor_args.get(1);
             let inner = w.and_then(|w| w.shape.last()).copied().unwrap_or(1) as u64;
             work.flops = 2 * out_elems * inner;
             work.hbm_bytes = tensor_args.iter().map(|t| hbm_of(t)).sum();
         }
-        Op::Embed => {
+        Cost::Lookup => {
             // One row per id.
             let rows = tensor_args.first().map(|t| numel(&t.shape)).unwrap_or(1);
             let table = tensor_args.get(1);
@@ -84,7 +91,7 @@ pub fn op_work(model: &WorkModel<'_>, op: &KernelOp) -> Work {
                 .map(|t| stored_bytes(t) / t.shape.first().copied().unwrap_or(1).max(1) as u64 * rows)
                 .unwrap_or(0);
         }
-        Op::Experts => {
+        Cost::Experts => {
             // Only the top-k experts of each row are read.
             let w = tensor_args.get(1).map(|t| *t.shape.last().unwrap_or(&1) as u64).unwrap_or(1);
             let stacked: Vec<&&TensorDecl> = tensor_args.iter().skip(3).collect();
@@ -96,24 +103,20 @@ pub fn op_work(model: &WorkModel<'_>, op: &KernelOp) -> Work {
             work.hbm_bytes = per_expert * touched;
             work.flops = 2 * expert_elems * w * rows;
         }
-        Op::Attend | Op::AttendMla => {
+        Cost::Attention(pos_arg) => {
             // Every cached position of every kv head is read once per step; a prefill chunk's
             // own keys and values (the arguments after `pos`) are attended to as well.
             let q = tensor_args.first();
             let cache: Vec<&&TensorDecl> = tensor_args.iter().skip(1).filter(|t| t.role == Role::State).collect();
             work.hbm_bytes = cache.iter().map(|t| stored_bytes(t)).sum();
-            let pos_arg = if op.op == Op::Attend { 3 } else { 2 };
-            let chunk_rows = match op.args.get(pos_arg + 1) {
-                Some(Arg::Tensor(n)) => decl(n).map_or(0, |t| t.shape[0] as u64),
-                _ => 0,
-            };
+            let chunk_rows = rows_at(pos_arg + 1);
             let slots = tensor_args.get(1).map(|t| t.shape[0] as u64).unwrap_or(1) + chunk_rows;
             let (rows, heads, dk) =
                 q.map(|q| (q.shape[0] as u64, q.shape[1] as u64, q.shape[2] as u64)).unwrap_or((1, 1, 1));
             let dv = out.map(|o| *o.shape.last().unwrap_or(&1) as u64).unwrap_or(1);
             work.flops = 2 * rows * heads * slots * (dk + dv);
         }
-        Op::AttendMlaUp => {
+        Cost::AttentionUp(pos_arg) => {
             // Every cached latent is read once per step (the chunk's own after `pos`), with the
             // up-projections `Wk`, `Wv` (weights as stored, or values the stage already holds);
             // each head widens every entry's latent into its key and value, then attends.
@@ -121,23 +124,20 @@ pub fn op_work(model: &WorkModel<'_>, op: &KernelOp) -> Work {
                 .filter(|t| matches!(t.role, Role::State | Role::Weight))
                 .map(|t| stored_bytes(t))
                 .sum();
-            let chunk_rows = match op.args.get(5) {
-                Some(Arg::Tensor(n)) => decl(n).map_or(0, |t| t.shape[0] as u64),
-                _ => 0,
-            };
+            let chunk_rows = rows_at(pos_arg + 1);
             let dim = |i: usize, axis: usize| tensor_args.get(i).map_or(1, |t| t.shape[axis] as u64);
             let entries = dim(1, 0) + chunk_rows;
             let (rows, heads, dq) = (dim(0, 0), dim(0, 1), dim(0, 2));
             let (dk, dv, latent) = (dim(2, 1), dim(3, 1), dim(2, 2));
             work.flops = 2 * heads * entries * latent * (dk + dv) + 2 * rows * heads * entries * (dq + dv);
         }
-        Op::AllReduce => {
+        Cost::Collective => {
             // A ring all-reduce sends 2(tp − 1)/tp of the tensor from every chip (reduce-scatter,
             // then all-gather), as f32; one chip sends nothing.
             let chips = model.chips;
             work.link_bytes = out_elems * 4 * 2 * (chips - 1) / chips;
         }
-        Op::CachePut => {
+        Cost::CacheWrite => {
             // The new rows are written at their slots, in place (`sim::attention::cache_put`);
             // the rest of the cache is neither read nor written. Stored at the cache's own
             // width (bf16 or f32), and staged in SRAM as f32 on the way.
@@ -148,12 +148,12 @@ pub fn op_work(model: &WorkModel<'_>, op: &KernelOp) -> Work {
             work.sram_bytes = rows * 4;
             work.flops = rows;
         }
-        Op::DeltaStep | Op::DeltaScan | Op::ConvStep | Op::ConvShift => {
+        Cost::Recurrent => {
             // States are read and written back.
             work.hbm_bytes = tensor_args.iter().filter(|t| t.role == Role::State).map(|t| 2 * stored_bytes(t)).sum();
             work.flops = 6 * out_elems.max(tensor_args.iter().map(|t| numel(&t.shape)).max().unwrap_or(0));
         }
-        _ => {
+        Cost::Elementwise => {
             work.hbm_bytes = tensor_args.iter().map(|t| hbm_of(t)).sum();
         }
     }

@@ -1,6 +1,10 @@
 //! Drafts: what proposes the tokens a verify step checks. Prompt lookup (n-gram matches in the
 //! sequence so far, no model) and another model's decode bundle.
 
+use std::collections::BTreeMap;
+
+use rdu_spatial::SimTensor;
+
 use crate::error::{HostError, Result};
 use crate::host::Host;
 use crate::sample::{Dist, Sampler, Sampling};
@@ -64,35 +68,44 @@ pub fn lookup(seq: &[u32], k: usize, max_ngram: usize) -> Vec<u32> {
 }
 
 /// Another model, drafting through its own decode bundle: it feeds the sequence as far as it
-/// has not (its cache rows of rejected tokens are overwritten at their positions), then
-/// proposes one token a step — greedily, or drawn with the run's sampling.
+/// has not, then proposes one token a step — greedily, or drawn with the run's sampling.
+///
+/// A full cache drops a rejected token's row when the next token is written at its position.
+/// A sliding-window ring or a recurrent state does not (a ring's rejected rows overwrite rows
+/// its window still needs; a recurrent state has taken them in), so before the drafted tokens
+/// are fed the draft copies those states, and when any drafted token is rejected it puts the
+/// copy back and feeds the accepted ones again.
 pub struct ModelDraft {
     host: Host,
-    /// The tokens whose cache rows the draft holds, position by position.
+    /// The tokens whose rows the draft's states hold, position by position.
     fed: Vec<u32>,
     sampler: Sampler,
+    /// The states that do not hold one row per position (rings, recurrent and conv states).
+    partial: Vec<String>,
+    /// Those states as they were after `fed[..n]`, with `n`: before the last drafted tokens.
+    saved: Option<(usize, BTreeMap<String, SimTensor>)>,
 }
 
 impl ModelDraft {
-    /// A draft over a decode bundle of one sequence whose every state holds one row per position
-    /// of its context (full KV or latent caches): only those drop a rejected token's row by
-    /// writing the next token at its position. A sliding-window ring or a recurrent state would
-    /// keep what the rejected tokens wrote, so such a bundle is refused, naming the state.
+    /// A draft over a one-sequence decode bundle. Its states that do not hold one row per
+    /// position of its context are copied before each draft and put back after a rejection;
+    /// a tensor-parallel draft with such states is refused, naming one.
     pub fn new(host: Host, sampling: Sampling) -> Result<ModelDraft> {
         let fail = |problem: String| Err(HostError::Verify { problem });
         if host.rows() != 1 || host.draft().is_some() {
             return fail(format!("a draft model runs a decode bundle of one token a step, not one of {}", host.rows()));
         }
         let ctx = host.ctx();
-        if let Some((name, shape)) = host.states().shapes().iter().find(|(_, s)| s.first() != Some(&ctx)) {
+        let partial: Vec<String> =
+            host.states().shapes().iter().filter(|(_, s)| s.first() != Some(&ctx)).map(|(n, _)| n.clone()).collect();
+        if let (Some(name), true) = (partial.first(), host.chips() > 1) {
             return fail(format!(
-                "the draft's state `{name}` holds {} rows, not one per position of its {ctx}-position context (a sliding-window ring or a recurrent state), so it cannot drop a rejected token; draft with a model whose caches are full, or at a --ctx within its window",
-                shape.first().copied().unwrap_or(0)
+                "the draft's state `{name}` is a sliding-window ring or a recurrent state, which a tensor-parallel draft cannot put back after a rejected token; draft on one chip"
             ));
         }
         // The draft draws with its own generator, so the target's draws do not depend on it.
         let sampler = Sampler::new(Sampling { seed: sampling.seed ^ 0x5EED_D4AF, ..sampling })?;
-        Ok(ModelDraft { host, fed: Vec::new(), sampler })
+        Ok(ModelDraft { host, fed: Vec::new(), sampler, partial, saved: None })
     }
 
     /// The draft's host, handed back (its states as the draft left them).
@@ -112,6 +125,31 @@ impl ModelDraft {
         self.fed.push(token);
         Ok(out.logits.as_f32().unwrap_or_default().to_vec())
     }
+
+    /// Drops the fed tokens past `keep`: a full cache's rows are overwritten when the next
+    /// tokens are fed; the other states go back to their copy (or to zero, with nothing fed,
+    /// when no copy is old enough) and the tokens after the copy are fed again by the caller.
+    fn rewind(&mut self, keep: usize) -> Result<()> {
+        if keep >= self.fed.len() {
+            return Ok(());
+        }
+        if !self.partial.is_empty() {
+            match self.saved.take() {
+                Some((at, copy)) if at <= keep => {
+                    self.host.restore_states(copy)?;
+                    self.fed.truncate(at);
+                    return Ok(());
+                }
+                _ => {
+                    self.host.reset();
+                    self.fed.clear();
+                    return Ok(());
+                }
+            }
+        }
+        self.fed.truncate(keep);
+        Ok(())
+    }
 }
 
 impl Drafter for ModelDraft {
@@ -119,10 +157,14 @@ impl Drafter for ModelDraft {
         // Keep the rows of the tokens the sequence still holds; the last token is fed again if
         // it was fed, since its logits were not kept.
         let same = self.fed.iter().zip(seq).take_while(|(a, b)| a == b).count();
-        self.fed.truncate(same.min(seq.len().saturating_sub(1)));
+        self.rewind(same.min(seq.len().saturating_sub(1)))?;
         let mut logits = Vec::new();
         for &t in &seq[self.fed.len()..] {
             logits = self.feed(t)?;
+        }
+        if !self.partial.is_empty() && k > 1 {
+            let copy = self.host.copy_states(&self.partial).unwrap_or_default();
+            self.saved = Some((self.fed.len(), copy));
         }
         let (mut tokens, mut dists) = (Vec::with_capacity(k), Vec::with_capacity(k));
         for i in 0..k {

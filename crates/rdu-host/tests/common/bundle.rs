@@ -106,24 +106,9 @@ pub fn bundle(variant: Variant) -> Bundle {
     bundle_rows(variant, DECODE)
 }
 
-/// The bundle stepping `rows.n` tokens at a time: decode for one, prefill of a chunk for more.
-pub fn bundle_rows(variant: Variant, rows: Rows) -> Bundle {
-    let strings = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let kind_declared = ["x", "pos", "an0", "W0", "cos0", "sin0", "K0", "xo0"];
-    let programs = Programs {
-        embed: program("embed", strings(&["tok", "E", "x"])),
-        head: program("head", strings(&["xo1", "nf", "Wout", "logits"])),
-        kinds: vec![kind("blk", vec![0, 1], strings(&kind_declared))],
-    };
-    let layer = |l: usize| {
-        let mut bind: BTreeMap<String, String> = kind_declared.iter().map(|n| (n.to_string(), n.to_string())).collect();
-        if l == 1 {
-            for (from, to) in [("x", "xo0"), ("an0", "an1"), ("W0", "W1"), ("K0", "K1"), ("xo0", "xo1")] {
-                bind.insert(from.into(), to.into());
-            }
-        }
-        LayerEntry { layer: l, kind: "blk".into(), bind }
-    };
+/// The manifest's tensor entries: `W1` a slice of the checkpoint's stacked weight, Q8_0 where
+/// the variant stores it so.
+fn tensor_entries(variant: Variant) -> BTreeMap<String, TensorEntry> {
     let mut tensors = BTreeMap::new();
     for (name, ckpt, _) in TENSORS {
         let q8 = variant == Variant::Q8 && Q8_NAMES.contains(&name);
@@ -151,6 +136,28 @@ pub fn bundle_rows(variant: Variant, rows: Rows) -> Bundle {
         };
         tensors.insert(name.to_string(), entry);
     }
+    tensors
+}
+
+/// The bundle stepping `rows.n` tokens at a time: decode for one, prefill of a chunk for more.
+pub fn bundle_rows(variant: Variant, rows: Rows) -> Bundle {
+    let strings = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let kind_declared = ["x", "pos", "an0", "W0", "cos0", "sin0", "K0", "xo0"];
+    let programs = Programs {
+        embed: program("embed", strings(&["tok", "E", "x"])),
+        head: program("head", strings(&["xo1", "nf", "Wout", "logits"])),
+        kinds: vec![kind("blk", vec![0, 1], strings(&kind_declared))],
+    };
+    let layer = |l: usize| {
+        let mut bind: BTreeMap<String, String> = kind_declared.iter().map(|n| (n.to_string(), n.to_string())).collect();
+        if l == 1 {
+            for (from, to) in [("x", "xo0"), ("an0", "an1"), ("W0", "W1"), ("K0", "K1"), ("xo0", "xo1")] {
+                bind.insert(from.into(), to.into());
+            }
+        }
+        LayerEntry { layer: l, kind: "blk".into(), bind }
+    };
+    let tensors = tensor_entries(variant);
     let rope = RopeSpec { base: 10000.0, dim: D, scaling: RopeScaling::None };
     let shared = |name: &str, table| SharedEntry {
         name: name.into(),

@@ -1,8 +1,8 @@
 //! The op table: every op of the program language (`docs/LANGUAGE.md`) and of spatial programs
 //! (`docs/SPATIAL.md`, which adds the lowering's own `dequant`), declared once, one row per op:
 //! its text form, operand names, outputs, typed attributes and the facts the compiler and the
-//! simulator need (whether it anchors a stage, which operands it folds from stored blocks,
-//! whether it writes a state in place). From these rows (`table.rs` generates them) come
+//! simulator need (its cost class, whether it anchors a stage, which operands it folds from
+//! stored blocks, whether it writes a state in place). From these rows (`table.rs` generates them) come
 //! [`Op`], [`Facts`], the struct of each op's attributes ([`attrs`]), [`TypedOp`] and the
 //! dispatch to every kernel ([`Visitor`]); op names and attribute keys are spelled nowhere
 //! else. ARCHITECTURE.md says how to add an op.
@@ -27,58 +27,64 @@ const MANY: usize = usize::MAX;
 const ROW: Weights = Weights::At(1);
 
 op_table! {
-    Add = "add" [a, b] (2, 2);
-    Sub = "sub" [a, b] (2, 2);
-    Mul = "mul" [a, b] (2, 2);
-    Scale = "scale" [x] (1, 1) { by: Float };
-    Neg = "neg" [x] (1, 1);
-    Exp = "exp" [x] (1, 1);
-    Sigmoid = "sigmoid" [x] (1, 1);
-    Silu = "silu" [x] (1, 1);
-    Softplus = "softplus" [x] (1, 1);
-    GeluTanh = "gelu_tanh" [x] (1, 1);
+    Add = "add" [a, b] (2, 2).cost(Elementwise);
+    Sub = "sub" [a, b] (2, 2).cost(Elementwise);
+    Mul = "mul" [a, b] (2, 2).cost(Elementwise);
+    Scale = "scale" [x] (1, 1).cost(Elementwise) { by: Float };
+    Neg = "neg" [x] (1, 1).cost(Elementwise);
+    Exp = "exp" [x] (1, 1).cost(Elementwise);
+    Sigmoid = "sigmoid" [x] (1, 1).cost(Elementwise);
+    Silu = "silu" [x] (1, 1).cost(Elementwise);
+    Softplus = "softplus" [x] (1, 1).cost(Elementwise);
+    GeluTanh = "gelu_tanh" [x] (1, 1).cost(Elementwise);
     /// `x / √(mean(x²) + eps) · (w + offset)` over the last axis.
-    RmsNorm = "rms_norm" [x, w] (2, 2) { eps: NonNegative, offset: UnitOffset [spatial = 0.0] };
+    RmsNorm = "rms_norm" [x, w] (2, 2).cost(Elementwise) { eps: NonNegative, offset: UnitOffset [spatial = 0.0] };
     /// `x / √(Σx² + eps)` over the last axis.
-    L2Norm = "l2_norm" [x] (1, 1) { eps: NonNegative };
+    L2Norm = "l2_norm" [x] (1, 1).cost(Elementwise) { eps: NonNegative };
     /// `x Wᵀ (+ b)`: inputs `x, W` or `x, W, b`.
-    Linear = "linear" [x, W, b] (2, 3).heavy().weights(ROW);
-    LinearHeads = "linear_heads" [x, W] (2, 2).heavy().weights(ROW);
-    Embed = "embed" [ids, E] (2, 2).heavy().weights(ROW).activation_addressed();
+    Linear = "linear" [x, W, b] (2, 3).cost(Product).heavy().weights(ROW);
+    LinearHeads = "linear_heads" [x, W] (2, 2).cost(HeadProduct).heavy().weights(ROW);
+    Embed = "embed" [ids, E] (2, 2).cost(Lookup).heavy().weights(ROW).activation_addressed();
     /// Argmax, cache_put and route stream nothing (a row of logits, the new cache rows
     /// written in place, a router's scores): each is the epilogue of the stage before it.
-    Argmax = "argmax" [x] (1, 1);
-    Reshape = "reshape" [x] (1, 1) { shape: Dims [literal] };
-    Slice = "slice" [x] (1, 1) { axis: Count, start: Count, len: Count };
-    Concat = "concat" [] (2, MANY) { axis: Count };
-    Transpose = "transpose" [x] (1, 1) { perm: Axes };
-    Rope = "rope" [x, cos, sin, pos] (4, 4) { dim: EvenPositive, style: RopeStyle [spatial = RopeStyle::Neox] };
-    CachePut = "cache_put" [C, x, pos] (3, 3).in_place();
+    Argmax = "argmax" [x] (1, 1).cost(Elementwise);
+    Reshape = "reshape" [x] (1, 1).cost(Elementwise) { shape: Dims [literal] };
+    Slice = "slice" [x] (1, 1).cost(Elementwise) { axis: Count, start: Count, len: Count };
+    Concat = "concat" [] (2, MANY).cost(Elementwise) { axis: Count };
+    Transpose = "transpose" [x] (1, 1).cost(Elementwise) { perm: Axes };
+    Rope = "rope" [x, cos, sin, pos] (4, 4).cost(Elementwise) {
+        dim: EvenPositive,
+        style: RopeStyle [spatial = RopeStyle::Neox],
+    };
+    CachePut = "cache_put" [C, x, pos] (3, 3).cost(CacheWrite).in_place();
     /// A prefill chunk passes its own keys and values after `pos`, and attention sinks (one
     /// logit per head) come last (see docs/LANGUAGE.md): 4 to 7 operands.
-    Attend = "attend" [q, K, V, pos, k, v, sinks] (4, 7).heavy() { scale: Float, window: Positive [optional] };
-    AttendMla = "attend_mla" [q, C, pos, c] (3, 4).heavy() {
+    Attend = "attend" [q, K, V, pos, k, v, sinks] (4, 7).cost(Attention(3)).heavy() {
+        scale: Float,
+        window: Positive [optional],
+    };
+    AttendMla = "attend_mla" [q, C, pos, c] (3, 4).cost(Attention(2)).heavy() {
         scale: Float,
         latent: Positive,
         window: Positive [optional],
     };
     /// Latent attention through the up-projections (the unabsorbed form): inputs
     /// `q, C, Wk, Wv, pos` and, for a prefill chunk, its own latents `c`.
-    AttendMlaUp = "attend_mla_up" [q, C, Wk, Wv, pos, c] (5, 6).heavy() {
+    AttendMlaUp = "attend_mla_up" [q, C, Wk, Wv, pos, c] (5, 6).cost(AttentionUp(4)).heavy() {
         scale: Float,
         latent: Positive,
         window: Positive [optional],
     };
     /// Inputs `x, w` or `x, w, state`.
-    ConvStep = "conv_step" [x, w, state] (2, 3).heavy();
-    ConvShift = "conv_shift" [state, x] (2, 2);
-    DeltaScan = "delta_scan" [q, k, v, g, beta] (5, 5).heavy() { kmap: KMap [default = KMap::Grouped] };
+    ConvStep = "conv_step" [x, w, state] (2, 3).cost(Recurrent).heavy();
+    ConvShift = "conv_shift" [state, x] (2, 2).cost(Recurrent);
+    DeltaScan = "delta_scan" [q, k, v, g, beta] (5, 5).cost(Recurrent).heavy() { kmap: KMap [default = KMap::Grouped] };
     /// Inputs `S, q, k, v, g, beta`; outputs `o, S'`.
-    DeltaStep = "delta_step" [S, q, k, v, g, beta] (6, 6).outputs(2).heavy().in_place() {
+    DeltaStep = "delta_step" [S, q, k, v, g, beta] (6, 6).cost(Recurrent).outputs(2).heavy().in_place() {
         kmap: KMap [default = KMap::Grouped],
     };
     /// Inputs `logits` or `logits, bias` (a per-expert bias that only chooses); outputs `w, idx`.
-    Route = "route" [logits, bias] (1, 2).outputs(2) {
+    Route = "route" [logits, bias] (1, 2).cost(Elementwise).outputs(2) {
         k: Positive,
         norm: Flag [spatial = false],
         scale: Float [spatial = 1.0],
@@ -90,6 +96,7 @@ op_table! {
     /// With biases, also `bg, bu` (read one expert at a time, never Q8_0); `limit` goes with
     /// `act=swiglu_oai`.
     Experts = "experts" [x, w, idx, Wg, Wu, Wd, bg, bu] (6, 8)
+        .cost(Experts)
         .heavy()
         .weights(Weights::Experts(3, 6))
         .activation_addressed() {
@@ -97,13 +104,13 @@ op_table! {
         limit: Float [optional],
     };
     /// The sum of the operand over the chips of a tensor-parallel program (identity on one chip).
-    AllReduce = "all_reduce" [x] (1, 1);
+    AllReduce = "all_reduce" [x] (1, 1).cost(Collective);
     /// This chip's part of a value every chip holds whole: the `chips` equal parts of `axis`,
     /// chip c taking the c-th (what a weight split alike along its `in` axis meets).
-    Shard = "shard" [x] (1, 1) { axis: Count, chips: Positive };
+    Shard = "shard" [x] (1, 1).cost(Elementwise) { axis: Count, chips: Positive };
     /// A weight stored in a block format (Q8_0, FP8, MXFP4) as dense f32 (inserted by lowering
     /// for weight views; not in the language).
-    Dequant = "dequant" [x] (1, 1).lowering_only();
+    Dequant = "dequant" [x] (1, 1).cost(Elementwise).lowering_only();
 }
 
 /// Which operands an op reads as weights it can fold from their stored blocks (Q8_0, FP8,
@@ -115,6 +122,48 @@ pub enum Weights {
     At(usize),
     /// Stacked expert weights at operands `start..end`, read one expert at a time.
     Experts(usize, usize),
+}
+
+/// How an op's work is counted: its FLOPs, the bytes it reads from HBM and sends over the
+/// chips' link, and whether and how it is tiled. Every row names one (`.cost(…)`, required by
+/// the row's grammar); the formulas are `rdu-compiler`'s, by class and never by op
+/// (`lower/work.rs`'s `op_work`, `lower/passes/tile.rs`), each a `match` over every class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cost {
+    /// One FLOP per element of its first output; every weight, state or shared operand read
+    /// whole from HBM. Not tiled.
+    Elementwise,
+    /// `x Wᵀ`, the weight at operand 1: two FLOPs per output element per element of the
+    /// weight's last axis, its operands read as `Elementwise`'s. Tiled along the output's
+    /// features, a weight row each.
+    Product,
+    /// A product per head (`W` is `[heads, out, in]`): counted as [`Cost::Product`]; tiled along
+    /// the heads, a head's matrix each.
+    HeadProduct,
+    /// A table lookup: one row of the table (operand 1, as stored) per id of operand 0; one FLOP
+    /// per output element. Not tiled.
+    Lookup,
+    /// The top-k experts of each row (operands `x, w, idx`, then the stacked expert matrices):
+    /// only the experts the rows choose are read, at most every expert once. Tiled along the
+    /// output's features.
+    Experts,
+    /// Attention over a cache, with `pos` at this operand: every cached position of every kv
+    /// head read once per step, a prefill chunk's own keys and values (the operands after `pos`)
+    /// attended to as well. Tiled along the heads.
+    Attention(usize),
+    /// Latent attention through the up-projections, with `pos` at this operand: every cached
+    /// latent and both up-projections read once, each head widening every entry's latent into
+    /// its key and value, then attending. Tiled along the heads.
+    AttentionUp(usize),
+    /// An all-reduce over the chips' link (a ring: `2(tp − 1)/tp` of the tensor sent, as f32);
+    /// one FLOP per output element, nothing read from HBM. Not tiled.
+    Collective,
+    /// New cache rows written in place, at the cache's stored width; the rest of the cache
+    /// neither read nor written. Not tiled.
+    CacheWrite,
+    /// A recurrent update: its states read and written back whole, six FLOPs per element of its
+    /// largest operand or output. Not tiled.
+    Recurrent,
 }
 
 /// What the table says about one op.
@@ -144,6 +193,8 @@ pub struct Facts {
     pub in_place: bool,
     /// Inserted by lowering; not an op of the program language.
     pub lowering_only: bool,
+    /// How its work is counted and tiled.
+    pub cost: Cost,
 }
 
 impl Facts {
@@ -154,6 +205,7 @@ impl Facts {
         roles: &'static [&'static str],
         fields: &'static [Key],
         literal: bool,
+        cost: Cost,
     ) -> Facts {
         Facts {
             name,
@@ -167,6 +219,7 @@ impl Facts {
             activation_addressed: false,
             in_place: false,
             lowering_only: false,
+            cost,
         }
     }
     const fn outputs(self, outputs: usize) -> Facts {
@@ -250,6 +303,11 @@ impl Op {
     /// Whether a positional literal follows the first operand (`reshape`'s shape).
     pub const fn takes_shape_literal(self) -> bool {
         self.facts().shape_literal
+    }
+
+    /// How the op's work is counted and tiled (its row's `.cost(…)`).
+    pub const fn cost(self) -> Cost {
+        self.facts().cost
     }
 
     /// Whether the op is one of the program language's (not inserted by lowering).
@@ -386,6 +444,16 @@ mod tests {
         }
         assert_eq!(Op::language().count(), Op::ALL.len() - 1);
         assert!(!Op::Dequant.in_language());
+    }
+
+    #[test]
+    fn attention_costs_name_the_pos_operand() {
+        use super::Cost;
+        for op in Op::ALL {
+            if let Cost::Attention(pos) | Cost::AttentionUp(pos) = op.cost() {
+                assert_eq!(op.facts().roles.get(pos), Some(&"pos"), "{op}");
+            }
+        }
     }
 
     #[test]

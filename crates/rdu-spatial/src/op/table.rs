@@ -3,7 +3,9 @@
 //! written by [`OpAttrs`]), [`TypedOp`] (an op with its attributes) and the dispatch to a
 //! [`Visitor`]'s `Visit` impl of every op. Nothing here names an op.
 //!
-//! A row: `Variant = "name" [operand, …] (least, most) .flag()… { field: Kind [mode], … };`.
+//! A row: `Variant = "name" [operand, …] (least, most) .cost(Class) .flag()… { field: Kind
+//! [mode], … };`. Its cost class ([`Cost`]) is required: a row without one matches no rule here.
+//! The flags are `Facts`' builder methods (`.heavy()`, `.weights(…)`, …).
 //! An attribute's `Kind` is an [`AttrValue`]; its mode, if any:
 //! - `[optional]`: may be left out (the field is an `Option`);
 //! - `[default = v]`: may be left out, then `v` (and it is not written when it is `v`);
@@ -14,6 +16,7 @@
 //!
 //! [`Op`]: super::Op
 //! [`Facts`]: super::Facts
+//! [`Cost`]: super::Cost
 //! [`TypedOp`]: super::TypedOp
 //! [`AttrValue`]: super::AttrValue
 //! [`OpAttrs`]: super::OpAttrs
@@ -64,6 +67,7 @@ macro_rules! op_table {
     ($(
         $(#[doc = $doc:literal])*
         $v:ident = $name:literal [$($role:ident),*] ($least:expr, $most:expr)
+            .cost($cost:ident $(($($carg:expr),*))?)
             $(. $flag:ident ($($farg:expr),*))*
             $({ $($f:ident : $t:ty $([$($mode:tt)*])?),* $(,)? })?;
     )*) => {
@@ -87,6 +91,7 @@ macro_rules! op_table {
                         &[$(stringify!($role)),*],
                         &[$($(key::$f),*)?],
                         false $($(|| op_table!(@is_literal $($($mode)*)?))*)?,
+                        Cost::$cost $(($($carg),*))?,
                     )$(.$flag($($farg),*))*,)*
                 }
             }

@@ -174,6 +174,9 @@ struct Tables<'t> {
     sinks: Option<&'t str>,
 }
 
+/// A sequence's `(K, V)` names: its cache, or a verify step's pending rows.
+type KvNames = Option<(String, String)>;
+
 /// One sequence's RoPE, cache writes and attention over `[qh, kh, vh]` at its position (the
 /// caches `Kc`, `Vc` of a step with a cache; a verify step's pending rows `Kp`, `Vp`); the
 /// sinks, when the layer has them, are `attend`'s last operand.
@@ -183,7 +186,7 @@ fn attend_sequence(
     t: &Tables<'_>,
     [qh, kh, vh]: [&str; 3],
     seq: &Sequence,
-    (caches, pending): (Option<(String, String)>, Option<(String, String)>),
+    (caches, pending): (KvNames, KvNames),
 ) -> String {
     let pos = seq.pos.as_str();
     let qr = w.op("qr", t.rope.clone(), &[qh, t.cos, t.sin, pos]);
