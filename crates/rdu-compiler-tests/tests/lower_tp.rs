@@ -472,3 +472,29 @@ fn tiny_presets_prefill_over_two_chips() {
         }
     }
 }
+
+/// DeepSeek-V3 as its checkpoint stores it (what `rdu lower deepseek-v3 --cut tp --tp 16` deploys:
+/// `--storage auto` follows its fp8 `quantization_config`) over 16 chips: every kind certifies
+/// over 16 chips, the bundle stores every layer matrix `fp8` in 128 × 128 blocks and nothing
+/// else, and it re-certifies from its files (`rdu verify`).
+#[test]
+fn deepseek_v3_fp8_as_declared_certifies_at_tp_16() {
+    use rdu_spatial::manifest::TensorStorage;
+    let spec = presets::resolve("deepseek-v3").expect("preset");
+    let storage = rdu_compiler::model::quantization::declared_storage(&spec).expect("fp8 declared");
+    let model = lower_tp_decode_streamed(&spec, 16, 4096, opts(storage, &mut |_| {})).expect("deepseek-v3 fp8 tp 16");
+    for k in &model.kinds {
+        let c = &k.program.certificate;
+        assert!(c.checks.iter().any(|x| x.starts_with("numbers over 16 chips")), "{}: {:?}", k.program.name, c.checks);
+    }
+    let bundle = model.bundle().expect("bundle");
+    let fp8: Vec<&String> = (bundle.manifest.tensors.iter())
+        .filter(|(_, t)| t.storage == TensorStorage::Fp8)
+        .inspect(|(name, t)| assert_eq!(t.block, Some([128, 128]), "{name}"))
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(fp8.len(), 8 * 3 + 11 * 58, "q_a, q_b, kv_a, kv_b, o and the MLP or the experts of each layer");
+    assert!(fp8.iter().all(|n| !n.starts_with("Wr") && !n.starts_with("bsel") && *n != "E" && *n != "Wout"));
+    let chip = Chip::builtin("sn50").expect("chip");
+    rdu_compiler::verify::verify_bundle(&bundle, &chip, &mut |_| {}).expect("the bundle re-certifies");
+}
