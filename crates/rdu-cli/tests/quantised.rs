@@ -152,12 +152,7 @@ fn bad_fp8_checkpoints_are_refused_in_one_line() {
         );
     }
     // The config's blocks are not the checkpoint's grid.
-    let grid = tmp.path().join("grid");
-    copy_edited(&src, &grid, |_| {});
-    let config =
-        std::fs::read_to_string(src.join("config.json")).expect("config").replace("24,\n      40", "32,\n      32");
-    assert!(config.contains("32,\n      32"), "the block is rewritten");
-    std::fs::write(grid.join("config.json"), config).expect("written");
+    let grid = reblocked(&src, &tmp.path().join("grid"), "24,\n      40", "32,\n      32");
     // (the host reads the manifest's tensors in order: `Wd0`, layer 0's down projection, first)
     let wd = "model.layers.0.mlp.down_proj.weight";
     let e = run(&grid, "spatial");
@@ -254,12 +249,7 @@ fn bad_fp8_deepseek_v3_checkpoints_are_refused_in_one_line() {
     let plain = tmp.path().join("plain");
     copy_edited(&src, &plain, |_| {});
     std::fs::copy(fixtures::hf("deepseek_v3").join("config.json"), plain.join("config.json")).expect("config");
-    let grid = tmp.path().join("grid");
-    copy_edited(&src, &grid, |_| {});
-    let config =
-        std::fs::read_to_string(src.join("config.json")).expect("config").replace("8,\n      16", "16,\n      16");
-    assert!(config.contains("16,\n      16"), "the block is rewritten");
-    std::fs::write(grid.join("config.json"), config).expect("written");
+    let grid = reblocked(&src, &tmp.path().join("grid"), "8,\n      16", "16,\n      16");
     for engine in ["spatial", "reference"] {
         let e = run(&missing, engine);
         let want = format!("stored F8_E4M3, but the checkpoint has no block scales `{expert}_scale_inv`");
@@ -272,4 +262,14 @@ fn bad_fp8_deepseek_v3_checkpoints_are_refused_in_one_line() {
         let e = run(&grid, engine);
         assert!(!e.contains('\n') && e.contains("_scale_inv` are [") && e.contains("but 16×16 blocks of ["), "{e}");
     }
+}
+
+/// A copy of the checkpoint `src` in `dst` whose config's `weight_block_size` `from` (as the
+/// config's text spells it) says `to`: blocks unlike the checkpoint's grid.
+fn reblocked(src: &Path, dst: &Path, from: &str, to: &str) -> std::path::PathBuf {
+    copy_edited(src, dst, |_| {});
+    let config = std::fs::read_to_string(src.join("config.json")).expect("config");
+    assert!(config.contains(from), "the config spells its blocks {from:?}");
+    std::fs::write(dst.join("config.json"), config.replace(from, to)).expect("written");
+    dst.to_path_buf()
 }
