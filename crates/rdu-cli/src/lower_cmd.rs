@@ -76,6 +76,14 @@ pub fn run(args: &LowerArgs) -> Result<()> {
     if let Some(a) = args.acceptance {
         check_acceptance(a).map_err(|e| anyhow::anyhow!("{e}"))?;
     }
+    // A target drafted by its own MTP block exports the hidden rows the block reads.
+    let spec = match args.draft.as_deref() {
+        Some(rdu_compiler::model::mtp::MTP_DRAFT) => {
+            spec_lower::mtp_of(&spec, &weights, &args.model)?;
+            rdu_compiler::model::mtp::exporting_hidden(&spec)
+        }
+        _ => spec,
+    };
     let opts = LowerOptions { chip, storage, seed: args.seed, progress: &mut progress };
     let model = deploy(&spec, &cut, opts);
     let model = model.map_err(|e| anyhow::anyhow!("{e}"))?;

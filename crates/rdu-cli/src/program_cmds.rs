@@ -65,18 +65,21 @@ pub fn kinds(args: &KindsArgs) -> Result<()> {
     let (spec, weights) = resolve_with_weights(&args.model)?;
     let storage = storage_of(args.storage, &spec, &weights);
     let kinds = layer_kinds(&spec, &storage);
+    // The model's own multi-token-prediction block: a kind of its own, drafting (`--draft mtp`).
+    let mtp = rdu_compiler::model::mtp::mtp_draft(&spec).ok().map(|m| layer_kinds(&m, &storage).remove(0));
     if args.json {
-        let kinds_json: Vec<_> = kinds
-            .iter()
-            .map(|k| json!({"name": k.name, "digest": k.digest.hex(), "layers": k.layers, "mixer": k.mixer, "ffn": k.ffn}))
-            .collect();
-        let out = json!({
+        let kind = |k: &rdu_compiler::deploy::KindGroup| json!({"name": k.name, "digest": k.digest.hex(), "layers": k.layers, "mixer": k.mixer, "ffn": k.ffn});
+        let kinds_json: Vec<_> = kinds.iter().map(kind).collect();
+        let mut out = json!({
             "model": spec.name,
             "n_layers": spec.n_layers(),
             "storage": storage.label(),
             "kinds": kinds_json,
             "unused_mtp_layers": spec.mtp_layers,
         });
+        if let Some(k) = &mtp {
+            out["mtp"] = json!({"drafts_with": "--draft mtp", "kind": kind(k)});
+        }
         println!("{out}");
         return Ok(());
     }
@@ -107,6 +110,13 @@ pub fn kinds(args: &KindsArgs) -> Result<()> {
             if n == 1 { "" } else { "s" },
             if n == 1 { "" } else { "s" },
             ranges(&(first..first + n).collect::<Vec<_>>())
+        );
+    }
+    if let Some(k) = mtp {
+        println!(
+            "  + its multi-token-prediction block, a kind of its own drafting with --draft mtp: {} (1 layer)  digest {}",
+            k.name,
+            &k.digest.hex()[..12]
         );
     }
     Ok(())

@@ -4,12 +4,15 @@
 //! which drafts on the host) and `speculative.json` (what runs, in what order, and the
 //! estimate at `A`: `rdu_compiler::deploy::speculative`).
 
-use crate::model_arg::{resolve_with_weights, storage_of, StorageArg};
+use crate::model_arg::{resolve_with_weights, storage_of, StorageArg, Weights};
 use anyhow::{anyhow, bail, Result};
 use rdu_compiler::deploy::deploy;
 use rdu_compiler::deploy::speculative::{check_draft, draft_cut, SpeculativeEstimate};
+use rdu_compiler::deploy::Storage;
 use rdu_compiler::deploy::{LowerOptions, Progress, StreamedModel};
-use rdu_compiler::model::spec::ModelSpec;
+use rdu_compiler::model::mtp::{mtp_draft, MTP_DRAFT};
+use rdu_compiler::model::naming::{checkpoint_source, TensorSource};
+use rdu_compiler::model::spec::{Cut, ModelSpec};
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -50,7 +53,7 @@ pub fn lower_draft(
 ) -> Result<Draft> {
     match word {
         "lookup" => return Ok(Draft::Lookup),
-        "mtp" => bail!("--draft mtp: rdu does not lower {}'s multi-token-prediction layer", target.spec.name),
+        MTP_DRAFT => return lower_mtp(target, seed, progress),
         _ => {}
     }
     let (spec, weights) = resolve_with_weights(word)?;
@@ -61,6 +64,50 @@ pub fn lower_draft(
         LowerOptions { chip: target.chip.clone(), storage: storage_of(storage, &spec, &weights), seed, progress };
     let model = deploy(&spec, &cut, opts).map_err(|e| anyhow!("the draft {word}: {e}"))?;
     Ok(Draft::Model(Box::new(model)))
+}
+
+/// The target's own multi-token-prediction block, lowered at the decode cut of the verify step
+/// with the target's storage (its tensors are the target checkpoint's), its head exporting its
+/// hidden rows to draft again from.
+fn lower_mtp(target: &StreamedModel, seed: u64, progress: &mut dyn FnMut(Progress<'_>)) -> Result<Draft> {
+    let spec = mtp_draft(&target.spec).map_err(anyhow::Error::msg)?;
+    let cut = mtp_cut(target.cut)?;
+    let storage = mtp_storage(&target.storage)?;
+    let opts = LowerOptions { chip: target.chip.clone(), storage, seed, progress };
+    let model = deploy(&spec, &cut, opts).map_err(|e| anyhow!("the MTP block of {}: {e}", target.spec.name))?;
+    Ok(Draft::Model(Box::new(model)))
+}
+
+/// The MTP block of `target` (refused in one line when there is none, or when the checkpoint
+/// `weights` of `model` lacks the block's tensors).
+pub fn mtp_of(target: &ModelSpec, weights: &Weights, model: &str) -> Result<ModelSpec> {
+    let mtp = mtp_draft(target).map_err(anyhow::Error::msg)?;
+    if let (Weights::Hf(w), Some(TensorSource::Tensor(fc))) = (weights, checkpoint_source(&mtp, "Wfc0")) {
+        if !w.contains(&fc) {
+            bail!("--draft mtp: {model} has no multi-token-prediction block (its checkpoint has no `{fc}`)");
+        }
+    }
+    Ok(mtp)
+}
+
+/// The decode cut an MTP block drafts at beside the verify cut `verify`: one sequence on one chip.
+pub fn mtp_cut(verify: Cut) -> Result<Cut> {
+    match verify {
+        Cut::Verify { batch: None, tp: 1, ctx, .. } => Ok(Cut::Decode { ctx }),
+        Cut::Verify { .. } => bail!("--draft mtp drafts for one sequence on one chip: drop --batch and --tp"),
+        _ => bail!("--draft needs --cut verify"),
+    }
+}
+
+/// The storage of an MTP block: the target's policy (a checkpoint stored weight by weight in
+/// block formats names the target's layers, not the block's, so it is refused).
+pub fn mtp_storage(target: &Storage) -> Result<Storage> {
+    match target {
+        Storage::Exactly(map) if !map.is_empty() => {
+            bail!("--draft mtp: a checkpoint stored in block formats (FP8, MXFP4) is not read for its MTP block; use --storage q8 or dense")
+        }
+        other => Ok(other.clone()),
+    }
 }
 
 /// `speculation` of `rdu lower --json`: the draft, its tokens, and with an acceptance rate the

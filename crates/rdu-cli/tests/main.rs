@@ -11,6 +11,7 @@ mod gemma270m;
 mod gguf_convert_spatial;
 mod gguf_real;
 mod gguf_spatial;
+mod mtp;
 mod plan;
 mod prefill_conformance;
 mod quantised;

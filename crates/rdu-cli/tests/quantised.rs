@@ -27,14 +27,19 @@ fn run(model: &Path, tokens: &[u32], engine: &str, extra: &[&str], tmp: &Path) -
 /// `rdu lower MODEL … -o DIR` then `rdu verify DIR`: the manifest's tensors, by name, as
 /// (storage, block).
 fn lower_and_verify(model: &Path, args: &[&str], tmp: &Path) -> std::collections::BTreeMap<String, (String, String)> {
+    let tensors = lowered_tensors(model, args, tmp);
+    tensors.iter().map(|(n, t)| (n.clone(), (t["storage"].to_string(), t["block"].to_string()))).collect()
+}
+
+/// `rdu lower MODEL … -o DIR` then `rdu verify DIR`: the manifest's tensor entries, by name.
+fn lowered_tensors(model: &Path, args: &[&str], tmp: &Path) -> serde_json::Map<String, serde_json::Value> {
     let bundle = tmp.join("bundle");
     ok(&[&["lower", s(model), "-o", s(&bundle)][..], args].concat());
     let out = ok(&["verify", s(&bundle)]);
     assert!(out.contains("programs re-certified from the bundle's files"), "{out}");
     let text = std::fs::read_to_string(bundle.join("manifest.json")).expect("manifest");
     let m: serde_json::Value = serde_json::from_str(&text).expect("json");
-    let tensors = m["tensors"].as_object().expect("tensors");
-    tensors.iter().map(|(n, t)| (n.clone(), (t["storage"].to_string(), t["block"].to_string()))).collect()
+    m["tensors"].as_object().expect("tensors").clone()
 }
 
 /// Both engines on the fixture `name`'s checkpoint `model` (its directory, or a file in it),
@@ -93,6 +98,54 @@ fn mxfp4_from_llama_cpps_quantiser_runs_within_1e_4_of_transformers_and_llama_cp
             _ => "\"dense\"",
         };
         assert_eq!(storage, want, "{name}");
+    }
+}
+
+/// gpt-oss's experts as the hub's checkpoints store them: MXFP4 blocks out-major (`[E, 2I, D/32,
+/// 16]`, gate and up every 2nd row of `gate_up_proj_blocks`; `[E, D, I/32, 16]`), which
+/// transformers transposes as it dequantises. Both engines within 1e-4 of transformers loading
+/// the checkpoint itself; `--storage auto` keeps the experts MXFP4 and the bundle reads them
+/// as stored: rows taken, nothing transposed.
+#[test]
+fn gpt_oss_experts_in_the_hubs_mxfp4_layout_run_as_stored_within_1e_4_of_transformers() {
+    let dir = fixtures::quantised("gpt_oss_mxfp4");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    both_engines("gpt_oss_mxfp4", &dir, &["logits_step.npy"], tmp.path());
+    let tensors = lowered_tensors(&dir, &["--ctx", "16", "--storage", "auto"], tmp.path());
+    for (name, t) in &tensors {
+        let expert = ["Weg", "Weu", "Wed"].contains(&name.trim_end_matches(|c: char| c.is_ascii_digit()));
+        assert_eq!(t["storage"], if expert { "mxfp4" } else { "dense" }, "{name}");
+    }
+    for l in 0..2 {
+        let experts = format!("model.layers.{l}.mlp.experts");
+        for (w, start) in [("Weg", 0), ("Weu", 1)] {
+            let want = serde_json::json!({"kind": "slice", "names": [format!("{experts}.gate_up_proj")],
+                "axis": 1, "start": start, "len": 96, "step": 2});
+            assert_eq!(tensors[&format!("{w}{l}")]["checkpoint"], want, "{w}{l}: every 2nd row of the blocks");
+        }
+        let want = serde_json::json!({"kind": "tensor", "names": [format!("{experts}.down_proj")]});
+        assert_eq!(tensors[&format!("Wed{l}")]["checkpoint"], want, "Wed{l}: the blocks as they are");
+    }
+    let programs = std::fs::read_dir(tmp.path().join("bundle/programs")).expect("programs");
+    let folded = programs.flatten().filter(|p| {
+        std::fs::read_to_string(p.path()).is_ok_and(|t| t.contains("experts(") && t.contains("fold=mxfp4"))
+    });
+    assert_eq!(folded.count(), 2, "both layer kinds fold the experts' MXFP4 blocks");
+}
+
+/// The same checkpoint through llama.cpp's own converter (ggml MXFP4 experts, the rest F32):
+/// both engines within 1e-4 of llama.cpp on the file's dequantised weights, and of
+/// transformers run as llama.cpp runs the file (SwiGLU limit 7, YaRN's range rounded).
+#[test]
+fn gpt_oss_mxfp4_from_llama_cpps_converter_runs_within_1e_4_of_llama_cpp_and_transformers() {
+    let file = fixtures::quantised("gpt_oss_mxfp4_gguf").join("tiny-mxfp4.gguf");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let references = ["logits_deq_llamacpp.npy", "logits_deq_transformers.npy"];
+    both_engines("gpt_oss_mxfp4_gguf", &file, &references, tmp.path());
+    let tensors = lower_and_verify(&file, &["--ctx", "16", "--storage", "auto"], tmp.path());
+    for (name, (storage, _)) in &tensors {
+        let expert = ["Weg", "Weu", "Wed"].contains(&name.trim_end_matches(|c: char| c.is_ascii_digit()));
+        assert_eq!(storage, if expert { "\"mxfp4\"" } else { "\"dense\"" }, "{name}");
     }
 }
 
@@ -180,30 +233,56 @@ fn bad_fp8_checkpoints_are_refused_in_one_line() {
     assert!(e.contains("quantization_config.quant_method") && e.contains("`gptq` is not read"), "{e}");
 }
 
+/// gpt-oss's experts stored dense (in-major, as transformers holds them dequantised) beside a
+/// config declaring them MXFP4 (out-major blocks): read either way, values would land in the
+/// wrong places; refused naming the tensor. And MXFP4 experts split over chips where a chip's
+/// columns are not whole blocks: refused naming the weight.
 #[test]
-fn bad_mxfp4_checkpoints_are_refused_in_one_line() {
+fn gpt_oss_experts_not_stored_as_declared_are_refused_in_one_line() {
     let tmp = tempfile::tempdir().expect("temp dir");
-    let src = fixtures::quantised("qwen3_moe_mxfp4");
-    let down = "model.layers.0.mlp.experts.3.down_proj.weight";
-    let up = "model.layers.1.mlp.experts.0.up_proj.weight";
-    // A block count that does not match the shape.
-    let count = tmp.path().join("count");
-    copy_edited(&src, &count, |t| {
-        let blocks = t.get_mut(&format!("{down}_blocks")).expect("blocks");
-        blocks.shape = vec![63, 1, 16];
-        blocks.bytes.truncate(63 * 16);
-    });
-    // A scale out of range.
-    let range = tmp.path().join("range");
-    copy_edited(&src, &range, |t| t.get_mut(&format!("{up}_scales")).expect("scales").bytes[5] = 253);
+    let dense = tmp.path().join("dense");
+    copy_edited(&fixtures::hf("gpt_oss"), &dense, |_| {});
+    let config = fixtures::quantised("gpt_oss_mxfp4").join("config.json");
+    std::fs::copy(config, dense.join("config.json")).expect("config");
+    let t = "model.layers.0.mlp.experts.down_proj";
     for engine in ["spatial", "reference"] {
-        let e = user_error(&["run", s(&count), "--tokens", "1,2", "--engine", engine]);
-        assert!(e.contains(down) && e.contains("do not match blocks of shape [63, 1, 16]"), "{e}");
-        let e = user_error(&["run", s(&range), "--tokens", "1,2", "--engine", engine]);
-        assert!(
-            e.contains(up) && e.contains("MXFP4 block 5 has scale byte 253 (2^126); scales are at most 252"),
-            "{e}"
-        );
+        let e = user_error(&["run", s(&dense), "--tokens", "1,2", "--engine", engine]);
+        assert!(e.contains(&format!("tensor `{t}` is stored dense, but config.json's quantization_config (mxfp4) stores it as `{t}_blocks` and `{t}_scales`")), "{e}");
+    }
+    let src = fixtures::quantised("gpt_oss_mxfp4");
+    let e = user_error(&["lower", s(&src), "--cut", "tp", "--tp", "2", "--ctx", "16"]);
+    assert!(e.contains("--tp 2 splits the MXFP4 blocks of Wed0: its 96 input columns over 2 chips are 48 each"), "{e}");
+    let e = user_error(&["run", s(&src), "--tokens", "1,2", "--tp", "2"]);
+    assert!(e.contains("--tp 2 splits the MXFP4 blocks of Wed0"), "{e}");
+}
+
+/// The fixture `fixture` (an HF MXFP4 checkpoint) twice edited: `{blocks}_blocks` cut to the
+/// shape `short` (its block count no longer its scales'), and byte `at` of `{scales}_scales`
+/// set to `byte` (out of e8m0's range): both engines refuse each in one line naming the tensor
+/// and what is wrong (`count`, `range`).
+fn bad_mxfp4_refused(
+    fixture: &str,
+    blocks: &str,
+    short: &[usize],
+    scales: (&str, usize, u8),
+    [count, range]: [&str; 2],
+) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let src = fixtures::quantised(fixture);
+    let short_dir = tmp.path().join("count");
+    copy_edited(&src, &short_dir, |t| {
+        let b = t.get_mut(&format!("{blocks}_blocks")).expect("blocks");
+        b.shape = short.to_vec();
+        b.bytes.truncate(short.iter().product());
+    });
+    let (name, at, byte) = scales;
+    let range_dir = tmp.path().join("range");
+    copy_edited(&src, &range_dir, |t| t.get_mut(&format!("{name}_scales")).expect("scales").bytes[at] = byte);
+    for engine in ["spatial", "reference"] {
+        let e = user_error(&["run", s(&short_dir), "--tokens", "1,2", "--engine", engine]);
+        assert!(e.contains(blocks) && e.contains(count), "{fixture} {engine}: {e}");
+        let e = user_error(&["run", s(&range_dir), "--tokens", "1,2", "--engine", engine]);
+        assert!(e.contains(name) && e.contains(range), "{fixture} {engine}: {e}");
     }
 }
 
@@ -272,4 +351,26 @@ fn reblocked(src: &Path, dst: &Path, from: &str, to: &str) -> std::path::PathBuf
     assert!(config.contains(from), "the config spells its blocks {from:?}");
     std::fs::write(dst.join("config.json"), config.replace(from, to)).expect("written");
     dst.to_path_buf()
+}
+
+#[test]
+fn bad_mxfp4_checkpoints_are_refused_in_one_line() {
+    let down = "model.layers.0.mlp.experts.3.down_proj.weight";
+    let up = "model.layers.1.mlp.experts.0.up_proj.weight";
+    let why = [
+        "do not match blocks of shape [63, 1, 16]",
+        "MXFP4 block 5 has scale byte 253 (2^126); scales are at most 252",
+    ];
+    bad_mxfp4_refused("qwen3_moe_mxfp4", down, &[63, 1, 16], (up, 5, 253), why);
+}
+
+/// The same bad blocks in gpt-oss's hub layout, where gate and up are every 2nd row of one
+/// tensor (`[8, 192, 2, 16]`): a `gate_up_proj_blocks` one row short of its scales, and a
+/// `down_proj` scale out of range.
+#[test]
+fn bad_gpt_oss_mxfp4_experts_are_refused_in_one_line() {
+    let gate_up = "model.layers.0.mlp.experts.gate_up_proj";
+    let down = "model.layers.1.mlp.experts.down_proj";
+    let why = ["do not match blocks of shape [8, 191, 2, 16]", "MXFP4 block 7 has scale byte 255"];
+    bad_mxfp4_refused("gpt_oss_mxfp4", gate_up, &[8, 191, 2, 16], (down, 7, 255), why);
 }

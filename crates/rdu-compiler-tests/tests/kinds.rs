@@ -6,6 +6,7 @@ use rdu_compiler::lang::{parse, print, renaming, shape_digest, Source};
 use rdu_compiler::model::author::{embed_source, head_source, source_of};
 use rdu_compiler::model::config::from_config_json;
 use rdu_compiler::model::presets;
+use rdu_compiler::model::quantization::declared_storage;
 use rdu_compiler::model::spec::{Cut, ModelSpec};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -59,6 +60,28 @@ fn real_presets_have_the_documented_kinds() {
     }
     let k = kinds_of(&spec("qwen3.6-35b-a3b"), &q8);
     assert_eq!((k.len(), k[1].1.clone()), (2, every(3, 4, 40)));
+}
+
+/// gpt-oss (its experts MXFP4 as its config declares, or everything Q8_0): the sliding layers
+/// (even) and the full ones (odd), 2 kinds; Mixtral one kind of MoE layers, Mistral one of
+/// sliding dense layers (its config's window of 4096), on the presets' real configs.
+#[test]
+fn gpt_oss_mixtral_and_mistral_have_their_documented_kinds() {
+    let q8 = Storage::AllQ8;
+    for (name, layers) in [("gpt-oss-120b", 36), ("gpt-oss-20b", 24)] {
+        let spec = spec(name);
+        let stored = declared_storage(&spec).expect("gpt-oss declares MXFP4");
+        assert!(matches!(&stored, Storage::Exactly(w) if w.keys().any(|k| k.starts_with("Weg"))), "{name}");
+        for storage in [&q8, &stored] {
+            let want = vec![
+                ("attention_sliding_moe".into(), every(0, 2, layers)),
+                ("attention_moe".into(), every(1, 2, layers)),
+            ];
+            assert_eq!(kinds_of(&spec, storage), want, "{name}");
+        }
+    }
+    assert_eq!(kinds_of(&spec("mixtral-8x7b"), &q8), vec![("attention_moe".into(), (0..32).collect())]);
+    assert_eq!(kinds_of(&spec("mistral-7b"), &q8), vec![("attention_sliding_dense".into(), (0..32).collect())]);
 }
 
 #[test]

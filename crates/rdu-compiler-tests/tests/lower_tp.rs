@@ -47,6 +47,15 @@ fn a_refused_width_names_the_dimension() {
     let err = admits_tp(&lite, 8, &Storage::AllQ8).unwrap_err().to_string();
     assert!(err.contains("Q8_0 blocks of Wd0") && err.contains("10944"), "{err}");
     admits_tp(&lite, 8, &Storage::Dense).expect("dense weights have no blocks to split");
+    // gpt-oss-120b as stored: its experts' 2880 hidden columns are 90 MXFP4 blocks and its
+    // heads 64, so whole blocks in equal shares allow gcd(90, 64) = 2 chips at most; bf16
+    // experts allow every width dividing the heads (docs/PERFORMANCE.md's bound).
+    let oss = presets::resolve("gpt-oss-120b").unwrap();
+    let stored = rdu_compiler::model::quantization::declared_storage(&oss).expect("MXFP4 declared");
+    assert_eq!(admitted_widths(&oss, 64, &stored), vec![1, 2]);
+    let err = admits_tp(&oss, 8, &stored).unwrap_err().to_string();
+    assert!(err.contains("MXFP4 blocks of Wed0: its 2880 input columns over 8 chips are 360 each"), "{err}");
+    assert_eq!(admitted_widths(&oss, 64, &Storage::Dense), vec![1, 2, 4, 8, 16, 32, 64]);
     let err = lower_tp_decode_streamed(&llama, 3, 64, opts(Storage::AllQ8, &mut |_| {})).unwrap_err();
     assert!(matches!(&err, StreamedReject::Invalid(m) if m.contains("32 attention heads")), "{err}");
 }

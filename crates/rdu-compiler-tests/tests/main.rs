@@ -47,6 +47,7 @@ mod lift_errors;
 mod lift_props;
 mod lower;
 mod lower_tp;
+mod mtp;
 mod prefill;
 mod roofline;
 mod schedule;

@@ -5,8 +5,8 @@
 //! attention / MLA heads, its DeltaNet key heads with their value heads, its columns of the
 //! dense FFN, of every expert and of the shared expert. So `tp` must divide each of those
 //! counts — except kv heads, which are replicated when `tp` is a multiple of them. A product
-//! whose `in` axis is split (o, down, out projections) keeps whole Q8_0 blocks on each chip
-//! only when `(in / tp) % 32 == 0`: for a weight stored Q8_0 that is required too.
+//! whose `in` axis is split (o, down, out projections) keeps whole Q8_0 or MXFP4 blocks on each
+//! chip only when `(in / tp) % 32 == 0`: for a weight stored so that is required too.
 //!
 //! The memory tally reads the declarations of every authored program; it lowers nothing.
 //! Counting, stated once: a weight in the program's storage set is held as stored (Q8_0, FP8
@@ -102,13 +102,18 @@ pub fn admits_tp(spec: &ModelSpec, tp: usize, storage: &Storage) -> Result<(), T
         }
         for (base, extent) in row_split {
             let weight = format!("{base}{l}");
-            // A projection is declared `q8` (may be stored Q8_0) when its `in` axis holds whole blocks.
-            let stored_q8 = extent.is_multiple_of(Q8_BLOCK) && storage.stores_q8(&weight);
-            if stored_q8 && !(extent / tp).is_multiple_of(Q8_BLOCK) {
+            // A projection is declared `q8` (may be stored Q8_0 or MXFP4, blocks of 32 along its
+            // `in` axis) when its `in` axis holds whole blocks; a chip's columns must too.
+            let what = match storage.format_of(&weight) {
+                Some(Stored::Q8_0) => "Q8_0",
+                Some(Stored::Mxfp4) => "MXFP4",
+                _ => continue,
+            };
+            if extent.is_multiple_of(Q8_BLOCK) && !(extent / tp).is_multiple_of(Q8_BLOCK) {
                 return refuse(
                     Some(l),
                     format!(
-                        "splits the Q8_0 blocks of {weight}: its {extent} input columns over {tp} chips are {} each, \
+                        "splits the {what} blocks of {weight}: its {extent} input columns over {tp} chips are {} each, \
                          not a multiple of {Q8_BLOCK}",
                         extent / tp
                     ),

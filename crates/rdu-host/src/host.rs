@@ -44,6 +44,9 @@ pub struct Host {
 pub struct StepOutput {
     /// `[rows, vocab]` as the head computes it (a prefill head computes only the chunk's last row).
     pub logits: SimTensor,
+    /// `[rows, d_model]`: the head's normed rows, when it exports them for a
+    /// multi-token-prediction draft (`names::HIDDEN_OUTPUT`).
+    pub hidden: Option<SimTensor>,
 }
 
 /// One program invocation of a step.
@@ -168,12 +171,53 @@ impl Host {
     /// `positions[b]`; each sequence reads and updates only its own states (`_s{b}`).
     /// A bundle of one sequence takes one position.
     pub fn step_at(&mut self, tokens: &[u32], positions: &[usize]) -> Result<StepOutput> {
+        self.run(tokens, positions, None)
+    }
+
+    /// The width of the hidden rows a multi-token-prediction block's bundle reads with each
+    /// step (`None` for any other bundle).
+    pub fn hidden_width(&self) -> Option<usize> {
+        self.plan.hidden.as_ref().map(|(_, width)| *width)
+    }
+
+    /// Runs one step of a multi-token-prediction block's bundle: `tokens` at `pos`, each row
+    /// reading the hidden state of the row before it from `hidden` (`[rows, d_model]`, the
+    /// target's exported rows or the block's own).
+    pub fn step_hidden(&mut self, tokens: &[u32], pos: usize, hidden: &[f32]) -> Result<StepOutput> {
+        let positions = vec![pos; self.plan.sequences];
+        self.run(tokens, &positions, Some(hidden))
+    }
+
+    /// The hidden-state input of a step, checked against the bundle's.
+    fn hidden_input(&self, given: Option<&[f32]>) -> Result<Option<(String, SimTensor)>> {
+        let fail = |problem: String| Err(HostError::Verify { problem });
+        match (&self.plan.hidden, given) {
+            (None, None) => Ok(None),
+            (Some((name, width)), Some(rows)) if rows.len() == self.plan.rows * width => {
+                Ok(Some((name.clone(), SimTensor::f32(vec![self.plan.rows, *width], rows.to_vec()))))
+            }
+            (Some((name, width)), Some(rows)) => fail(format!(
+                "`{name}` takes {} values ({} rows of {width}), not {}",
+                self.plan.rows * width,
+                self.plan.rows,
+                rows.len()
+            )),
+            (Some((name, _)), None) => {
+                fail(format!("this bundle reads the previous rows' hidden state `{name}` (a multi-token-prediction block): step it with its hidden rows"))
+            }
+            (None, Some(_)) => fail("this bundle reads no hidden state; step it with its tokens alone".into()),
+        }
+    }
+
+    fn run(&mut self, tokens: &[u32], positions: &[usize], hidden: Option<&[f32]>) -> Result<StepOutput> {
         self.plan.check(tokens, positions)?;
+        let hidden = self.hidden_input(hidden)?;
         if !self.states.is_held() {
             return Err(HostError::StatesMoved);
         }
         self.check_continues(positions)?;
         let mut step = self.plan.inputs(tokens, positions, &self.continues);
+        step.extend(hidden);
         if self.plan.draft.is_some() {
             // Unless told otherwise (`Host::keep`), every row of this step stands.
             self.continues.fill(Continue::After { valid: self.plan.span });
@@ -211,7 +255,7 @@ impl Host {
             program: "the head program".into(),
             name: self.plan.logits.clone(),
         })?;
-        Ok(StepOutput { logits })
+        Ok(StepOutput { logits, hidden: step.remove(rdu_spatial::names::HIDDEN_OUTPUT) })
     }
 
     /// A verify bundle: of sequence `b`'s last step, only the first `valid` rows stand (its last

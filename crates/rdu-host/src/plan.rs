@@ -63,6 +63,9 @@ pub(crate) struct Plan {
     pub vocab: usize,
     /// The head's output that holds the logits.
     pub logits: String,
+    /// A multi-token-prediction block's input of the previous rows' hidden state: its name and
+    /// width (`f32[rows, width]`, given with each step: `Host::step_hidden`).
+    pub hidden: Option<(String, usize)>,
     feeds: Vec<Feed>,
 }
 
@@ -73,7 +76,19 @@ impl Plan {
         let mut rows = None;
         let mut per_row = Vec::new();
         let draft = manifest.cut.draft.filter(|_| manifest.cut.mode == CutMode::Verify);
+        let mut hidden = None;
         for input in &manifest.inputs {
+            if input.role == InputRole::Hidden {
+                match (input.dtype.as_str(), input.shape.as_slice(), input.sequence) {
+                    ("f32", &[_, width], None) => hidden = Some((input.name.clone(), width)),
+                    _ => {
+                        let problem =
+                            "is a hidden input, which this host fills as f32 [rows, d_model] for the whole step";
+                        return Err(fail(&input.name, problem.into()));
+                    }
+                }
+                continue;
+            }
             if input.dtype != "i32" {
                 return Err(fail(&input.name, format!("has dtype {}; token and position inputs are i32", input.dtype)));
             }
@@ -138,7 +153,13 @@ impl Plan {
         };
         let vocab = vocab(embed, manifest, &logits)
             .ok_or_else(|| fail("tok", "neither the embedding table nor the logits give the vocabulary".into()))?;
-        Ok(Plan { rows, ctx, span, draft, sequences, vocab, logits, feeds })
+        if let Some((name, _)) = hidden
+            .as_ref()
+            .filter(|_| manifest.inputs.iter().any(|i| i.role == InputRole::Hidden && i.shape.first() != Some(&rows)))
+        {
+            return Err(fail(name, format!("holds a number of rows other than the step's {rows}")));
+        }
+        Ok(Plan { rows, ctx, span, draft, sequences, vocab, logits, hidden, feeds })
     }
 
     /// Refuses a step that would run past the context, a wrong number of tokens or positions,

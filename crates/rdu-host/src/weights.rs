@@ -374,14 +374,19 @@ impl Reader {
                     (CheckpointKind::Tensor, ..) if parts.len() == 1 && !c.transposed => parts.remove(0),
                     (CheckpointKind::Stack, Some(0), ..) if !c.transposed => BlockWeight::stack(parts).map_err(fail)?,
                     (CheckpointKind::Slice, Some(axis), Some(start), Some(len))
-                        if parts.len() == 1 && !c.transposed && c.step.is_none() =>
+                        if parts.len() == 1 && !c.transposed =>
                     {
-                        parts[0].take(axis, &[(start, start + len)]).map_err(fail)?
+                        let (shape, step) = (parts[0].shape().to_vec(), c.step.unwrap_or(1));
+                        if shape.get(axis).is_none_or(|&extent| len > extent) {
+                            return Err(fail(format!("{len} entries of axis {axis} from a tensor of shape {shape:?}")));
+                        }
+                        parts[0].take(axis, &taken(start, step, len)).map_err(fail)?
                     }
                     _ => {
                         let (kind, word) = (c.kind, entry.storage.word());
+                        let transposed = if c.transposed { " transposed" } else { "" };
                         return Err(fail(format!(
-                            "the manifest's checkpoint entry of kind {kind:?} (transposed or strided included) cannot assemble {word} blocks"
+                            "the manifest's checkpoint entry of kind {kind:?}{transposed} cannot assemble {word} blocks (blocks are read as stored, never transposed)"
                         )));
                     }
                 }
@@ -479,6 +484,18 @@ fn cut<T: Clone>(
             assemble::slice(one(pieces)?, axis, start, len, c.step.unwrap_or(1), unit)
         }
         (kind, ..) => Err(format!("the manifest's checkpoint entry of kind {kind:?} is incomplete")),
+    }
+}
+
+/// The ranges of a slice of `len` entries from `start`, every `step`-th: one run, or one
+/// entry a range (gpt-oss's gate and up rows, interleaved in its MXFP4 `gate_up_proj`).
+fn taken(start: usize, step: usize, len: usize) -> Vec<(usize, usize)> {
+    match step {
+        1 => vec![(start, start.saturating_add(len))],
+        _ => (0..len)
+            .map(|i| start.saturating_add(i.saturating_mul(step)))
+            .map(|at| (at, at.saturating_add(1)))
+            .collect(),
     }
 }
 

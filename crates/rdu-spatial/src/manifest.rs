@@ -438,6 +438,9 @@ pub enum InputRole {
     /// (`i32[draft]`): an accepted row's own position, else the step's first position (a slot
     /// the step overwrites with its first row's key).
     Pending,
+    /// A multi-token-prediction block's hidden state of the row before each of its rows
+    /// (`f32[rows, d_model]`): what the target's head exported, or the block's own head.
+    Hidden,
 }
 
 impl InputRole {
@@ -448,6 +451,7 @@ impl InputRole {
             InputRole::Position => "position",
             InputRole::Resume => "resume",
             InputRole::Pending => "pending",
+            InputRole::Hidden => "hidden",
         }
     }
 }

@@ -154,6 +154,14 @@ pub fn pending_input(b: Option<usize>) -> TensorName {
     TensorName::shared("pend").in_sequence(b)
 }
 
+/// A multi-token-prediction block's input of the hidden state of the row before each of its
+/// rows (`f32[rows, d_model]`): the target's exported rows, or the block's own.
+pub const HIDDEN_INPUT: &str = "hprev";
+
+/// The head's output of its normed rows (the output projection's input) when it exports them
+/// for a multi-token-prediction draft.
+pub const HIDDEN_OUTPUT: &str = "hn";
+
 /// The role of a runtime input the host fills, by its name: the token ids (`tok`, `toks`), a
 /// position (`pos`, or `pos_s{b}` with its sequence), a verify step's resume row (`resume`,
 /// `resume_s{b}`) or pending positions (`pend`, `pend_s{b}`). `None` for any other name (the
@@ -165,6 +173,7 @@ pub fn runtime_input(name: &str) -> Option<(InputRole, Option<usize>)> {
         ("pos", None, seq) => Some((InputRole::Position, seq)),
         ("resume", None, seq) => Some((InputRole::Resume, seq)),
         ("pend", None, seq) => Some((InputRole::Pending, seq)),
+        (HIDDEN_INPUT, None, None) => Some((InputRole::Hidden, None)),
         _ => None,
     }
 }

@@ -9,8 +9,9 @@ use crate::run_args::{host_weights, lower_into, write_npy, Engine, RunArgs, RunC
 use crate::run_engine::Clocks;
 use anyhow::{anyhow, bail, Context, Result};
 use rdu_compiler::deploy::Storage;
+use rdu_compiler::model::mtp::{exporting_hidden, mtp_draft, MTP_DRAFT};
 use rdu_compiler::model::spec::{Cut, ModelSpec};
-use rdu_host::speculate::{Drafter, Lookup, ModelDraft};
+use rdu_host::speculate::{Drafter, Lookup, ModelDraft, MtpDraft};
 use rdu_host::{speculate, Generate, Host, Sampler, WeightsSource};
 use rdu_spatial::chip::Chip;
 use rdu_spatial::manifest::CutMode;
@@ -32,7 +33,7 @@ impl<'a> DraftArg<'a> {
     fn parse(word: &'a str) -> DraftArg<'a> {
         match word {
             "lookup" => DraftArg::Lookup,
-            "mtp" => DraftArg::Mtp,
+            MTP_DRAFT => DraftArg::Mtp,
             model => DraftArg::Model(model),
         }
     }
@@ -46,12 +47,16 @@ pub fn run(args: &RunArgs, spec: &ModelSpec, weights: &Weights, draft: &str) -> 
         bail!("--draft decodes against the carried state; drop --cut forward");
     }
     let draft = DraftArg::parse(draft);
-    if let DraftArg::Mtp = draft {
-        bail!(
-            "--draft mtp: rdu does not lower {}'s multi-token-prediction layer; draft with `lookup` or a model",
-            spec.name
-        );
-    }
+    // A target drafted by its own MTP block exports the hidden rows the block reads.
+    let target_spec;
+    let spec = match draft {
+        DraftArg::Mtp => {
+            crate::spec_lower::mtp_of(spec, weights, &args.model)?;
+            target_spec = exporting_hidden(spec);
+            &target_spec
+        }
+        _ => spec,
+    };
     let given = args.bundle.as_deref().map(crate::bundle_arg::manifest).transpose()?;
     if let (Some(dir), Some(m)) = (&args.bundle, &given) {
         crate::bundle_arg::check(args, spec, dir, m, false)?;
@@ -85,7 +90,10 @@ pub fn run(args: &RunArgs, spec: &ModelSpec, weights: &Weights, draft: &str) -> 
             let drafter = draft_model(args, spec, model, (&chip, ctx), &clocks, tmp.path())?;
             (Box::new(drafter), model.to_string())
         }
-        DraftArg::Mtp => unreachable!("refused above"),
+        DraftArg::Mtp => {
+            let drafter = draft_mtp(args, spec, weights, (&chip, ctx), &clocks, tmp.path())?;
+            (Box::new(drafter), MTP_DRAFT.to_string())
+        }
     };
     let streaming = args.prompt.is_some() && !args.json;
     let mut watch = Watch::new(&clocks, if streaming { tokenizer.as_ref() } else { None });
@@ -170,6 +178,28 @@ fn draft_model(
     };
     let host = Clocks::time(&clocks.load, || load(&dir, &source, false))?;
     ModelDraft::new(host, sampling(args)).map_err(|e| anyhow!("--draft {model}: {e}"))
+}
+
+/// The target's own MTP block: its decode bundle over the run's ctx lowered into `dir` with the
+/// target's storage, loaded with the target's weights (the block's tensors are the target's).
+fn draft_mtp(
+    args: &RunArgs,
+    target: &ModelSpec,
+    weights: &Weights,
+    (chip, ctx): (&Chip, usize),
+    clocks: &Clocks,
+    dir: &Path,
+) -> Result<MtpDraft> {
+    if args.tp.is_some_and(|tp| tp > 1) {
+        bail!("--draft mtp drafts on one chip: drop --tp");
+    }
+    let spec = mtp_draft(target).map_err(anyhow::Error::msg)?;
+    let storage = crate::spec_lower::mtp_storage(&storage_of(args.storage, target, weights))?;
+    let dir = dir.join("draft");
+    Clocks::time(&clocks.lower, || lower_into(args.json, &spec, chip, &storage, Cut::Decode { ctx }, &dir))?;
+    let source = host_weights(args, target, weights);
+    let host = Clocks::time(&clocks.load, || load(&dir, &source, false))?;
+    MtpDraft::new(host, sampling(args)).map_err(|e| anyhow!("--draft mtp: {e}"))
 }
 
 /// Loads the bundle in `dir` with `weights` (errors in a user's words).

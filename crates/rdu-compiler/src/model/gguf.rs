@@ -293,7 +293,7 @@ fn finish(
         layers,
         rotations,
         embed,
-        head: Head { tied, norm_eps: shape.eps, norm_unit_offset: false },
+        head: Head { tied, norm_eps: shape.eps, norm_unit_offset: false, hidden: false },
         max_ctx: shape.max_ctx,
         dialect: Dialect::Gguf,
         bos: m.u32("tokenizer.ggml.bos_token_id")?,
@@ -301,6 +301,7 @@ fn finish(
         state: StateDtype::default(),
         mtp_layers: 0,
         quantization: None,
+        mtp: None,
     })
 }
 

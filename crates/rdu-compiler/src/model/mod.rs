@@ -6,6 +6,7 @@ pub mod author;
 pub mod config;
 pub mod gguf;
 pub mod kinds;
+pub mod mtp;
 pub mod naming;
 pub mod presets;
 pub mod quantization;

@@ -17,9 +17,16 @@ pub enum TensorSource {
     /// (`[E, in, out]`), where a program reads `[E, out, in]`.
     Transposed(String),
     /// Every `step`-th element from `start` along `axis`, `len` of them, of one tensor — its last
-    /// two axes swapped first when `transposed` (gpt-oss's gate and up columns interleaved in
-    /// `gate_up_proj`).
+    /// two axes swapped first when `transposed` (gpt-oss's gate and up interleaved in
+    /// `gate_up_proj`: columns of the dequantised tensor, rows of the MXFP4 one).
     Strided { name: String, transposed: bool, axis: usize, start: usize, step: usize, len: usize },
+}
+
+/// Whether where a weight's values lie in the checkpoint depends on how it is stored: HF
+/// gpt-oss's experts lie out-major as MXFP4 blocks and in-major dequantised, so a checkpoint
+/// whose config declares them MXFP4 must store them so.
+pub fn layout_follows_storage(spec: &ModelSpec) -> bool {
+    spec.family == Family::GptOss && matches!(spec.dialect, Dialect::Hf { .. })
 }
 
 /// The checkpoint source of the program weight `name` (`Wq3`, `E`, `nf`, `Wout`), or `None`
@@ -30,6 +37,9 @@ pub fn checkpoint_source(spec: &ModelSpec, name: &str) -> Option<TensorSource> {
         Dialect::Gguf => return gguf_source(spec, name).map(TensorSource::Tensor),
     };
     let one = |s: String| Some(TensorSource::Tensor(s));
+    if let Some(found) = spec.mtp.as_ref().and_then(|block| crate::model::mtp::checkpoint_name(block, name)) {
+        return one(found);
+    }
     match name {
         "E" => return one(format!("{prefix}embed_tokens.weight")),
         "nf" => return one(format!("{prefix}norm.weight")),
@@ -119,7 +129,7 @@ fn hf_ffn(spec: &ModelSpec, ffn: &Ffn, base: &str, at: &dyn Fn(&str) -> String) 
             "Wd" => one(at("mlp.down_proj.weight")),
             _ => None,
         },
-        Ffn::Moe { .. } if spec.family == Family::GptOss => hf_gpt_oss_moe(ffn, base, at),
+        Ffn::Moe { .. } if spec.family == Family::GptOss => hf_gpt_oss_moe(spec, ffn, base, at),
         Ffn::Moe { experts, .. } if matches!(spec.family, Family::Mixtral | Family::MinimaxM2) => {
             block_sparse_moe(*experts, base, at)
         }
@@ -173,11 +183,17 @@ fn block_sparse_moe(experts: usize, base: &str, at: &dyn Fn(&str) -> String) -> 
     }
 }
 
-/// gpt-oss's MoE weights: `mlp.router` with its bias, and the experts as transformers holds them
-/// for `x·W` — `gate_up_proj` `[E, D, 2I]` (gate and up columns interleaved: gate the even ones),
-/// `down_proj` `[E, I, D]`, their biases `[E, 2I]` (interleaved alike) and `[E, D]`.
-fn hf_gpt_oss_moe(ffn: &Ffn, base: &str, at: &dyn Fn(&str) -> String) -> Option<TensorSource> {
+/// gpt-oss's MoE weights: `mlp.router` with its bias, the experts' biases `[E, 2I]` (gate and
+/// up interleaved: gate the even entries) and `[E, D]`, and the experts as the checkpoint
+/// stores them. Dequantised, transformers holds them for `x·W`: `gate_up_proj` `[E, D, 2I]`
+/// (gate the even columns) and `down_proj` `[E, I, D]`, which a program reads transposed.
+/// Stored MXFP4 (the config's `quantization_config` converts `mlp.experts`), `*_blocks` and
+/// `*_scales` hold them out-major, with blocks of 32 along the input axis — `gate_up_proj`
+/// `[E, 2I, D]` (gate the even rows), `down_proj` `[E, D, I]` (transformers' `mxfp4.py`
+/// transposes them as it dequantises) — which a program reads as they are.
+fn hf_gpt_oss_moe(spec: &ModelSpec, ffn: &Ffn, base: &str, at: &dyn Fn(&str) -> String) -> Option<TensorSource> {
     let Ffn::Moe { expert_hidden: len, .. } = *ffn else { return None };
+    let mxfp4 = spec.quantization.as_ref().is_some_and(|q| q.mxfp4(&at("mlp.experts")));
     let interleaved = |name: &str, transposed: bool, start: usize| {
         let name = at(&format!("mlp.experts.{name}"));
         Some(TensorSource::Strided { name, transposed, axis: 1, start, step: 2, len })
@@ -185,8 +201,9 @@ fn hf_gpt_oss_moe(ffn: &Ffn, base: &str, at: &dyn Fn(&str) -> String) -> Option<
     match base {
         "Wr" => Some(TensorSource::Tensor(at("mlp.router.weight"))),
         "br" => Some(TensorSource::Tensor(at("mlp.router.bias"))),
-        "Weg" => interleaved("gate_up_proj", true, 0),
-        "Weu" => interleaved("gate_up_proj", true, 1),
+        "Weg" => interleaved("gate_up_proj", !mxfp4, 0),
+        "Weu" => interleaved("gate_up_proj", !mxfp4, 1),
+        "Wed" if mxfp4 => Some(TensorSource::Tensor(at("mlp.experts.down_proj"))),
         "Wed" => Some(TensorSource::Transposed(at("mlp.experts.down_proj"))),
         "beg" => interleaved("gate_up_proj_bias", false, 0),
         "beu" => interleaved("gate_up_proj_bias", false, 1),

@@ -4,10 +4,8 @@
 //! As the checkpoints that declare one store them: every layer projection the author
 //! declares `q8` (its `in` axis holds whole blocks of 32) except the MoE router (`Wr`, kept
 //! in high precision: DeepSeek-V3's and gpt-oss's routers are not quantised) and the modules
-//! `modules_to_not_convert` names; never the embedding or the head. A pattern names a module
-//! (a checkpoint tensor's name without its last component) that contains it, or that it
-//! matches from the start up to a `.` or the end with `*` standing for any run of characters
-//! (`model.layers.*.self_attn`).
+//! `modules_to_not_convert` names (`Quantization::leaves`: a module is a checkpoint tensor's
+//! name without its last component); never the embedding or the head.
 
 use crate::model::author::{embed_source, head_source, source_of};
 use crate::model::naming::{checkpoint_source, TensorSource};
@@ -38,7 +36,7 @@ pub fn declared_storage(spec: &ModelSpec) -> Option<Storage> {
         .into_iter()
         .filter(|name| {
             let parsed = TensorName::parse(name);
-            parsed.layer.is_some() && parsed.base != ROUTER && !modules(spec, name).iter().any(|m| excluded(m, q))
+            parsed.layer.is_some() && parsed.base != ROUTER && !modules(spec, name).iter().any(|m| q.leaves(m))
         })
         .map(|name| (name, q.format))
         .collect();
@@ -61,34 +59,22 @@ fn modules(spec: &ModelSpec, name: &str) -> Vec<String> {
     names.into_iter().map(|t| t.rsplit_once('.').map_or(t.clone(), |(m, _)| m.to_string())).collect()
 }
 
-/// Whether `module` is one `q`'s `modules_to_not_convert` names.
-fn excluded(module: &str, q: &crate::model::spec::Quantization) -> bool {
-    q.not_converted.iter().any(|p| module.contains(p.as_str()) || glob_prefix(p, module))
-}
-
-/// Whether `pattern` (`*` any run of characters) matches `text` from its start up to a `.` or
-/// its end.
-fn glob_prefix(pattern: &str, text: &str) -> bool {
-    fn go(p: &[u8], t: &[u8]) -> bool {
-        match p.split_first() {
-            None => t.is_empty() || t[0] == b'.',
-            Some((b'*', rest)) => (0..=t.len()).any(|k| go(rest, &t[k..])),
-            Some((c, rest)) => t.first() == Some(c) && go(rest, &t[1..]),
-        }
-    }
-    go(pattern.as_bytes(), text.as_bytes())
-}
-
 #[cfg(test)]
 mod tests {
-    use super::glob_prefix;
+    use crate::model::spec::Quantization;
+    use crate::model::storage::Format;
 
     #[test]
     fn patterns_match_whole_module_paths_from_the_start() {
-        assert!(glob_prefix("model.layers.*.self_attn", "model.layers.12.self_attn.q_proj"));
-        assert!(glob_prefix("model.layers.*.self_attn", "model.layers.12.self_attn"));
-        assert!(!glob_prefix("model.layers.*.self_attn", "model.layers.12.mlp.experts"));
-        assert!(!glob_prefix("model.layers.1", "model.layers.12.mlp"), "a prefix ends at a dot");
-        assert!(glob_prefix("lm_head", "lm_head"));
+        let q = |p: &str| Quantization { format: Format::Mxfp4, not_converted: vec![p.to_string()] };
+        assert!(q("model.layers.*.self_attn").leaves("model.layers.12.self_attn.q_proj"));
+        assert!(q("model.layers.*.self_attn").leaves("model.layers.12.self_attn"));
+        assert!(!q("model.layers.*.self_attn").leaves("model.layers.12.mlp.experts"));
+        assert!(!q("model.layers.1").leaves("model.layers.12.mlp"), "a prefix ends at a dot");
+        assert!(q("lm_head").leaves("lm_head"));
+        assert!(q("fc1").leaves("model.decoder.layers.23.fc1"), "a suffix");
+        assert!(!q("mlp").leaves("model.layers.3.mlp.experts"), "neither a prefix nor a suffix");
+        assert!(q("model.layers.*.mlp.router").mxfp4("model.layers.3.mlp.experts"));
+        assert!(!q("model.layers.*.mlp").mxfp4("model.layers.3.mlp.experts"));
     }
 }

@@ -95,6 +95,30 @@ pub struct ModelSpec {
     /// for a config without weights (`model::quantization::declared_storage`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quantization: Option<Quantization>,
+    /// Set when this spec is a target's multi-token-prediction block, lowered as a draft of its
+    /// own (`model::mtp::mtp_draft`): its one layer first fuses the token's embedding with the
+    /// previous row's hidden state (`author::mtp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtp: Option<MtpBlock>,
+}
+
+/// A multi-token-prediction block drafting for the model it belongs to. Each family's block is
+/// one author (`MtpAuthor`): how it fuses the embedded token with the hidden row and where its
+/// tensors are in the target's checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MtpBlock {
+    pub author: MtpAuthor,
+    /// The target's tensor prefix (`model.`): the block shares its embedding table.
+    pub target_prefix: String,
+}
+
+/// Which family's multi-token-prediction block (DeepSeek-V3's and GLM-4.5's would be others).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MtpAuthor {
+    /// Qwen3-Next (vLLM's `qwen3_next_mtp`): `fc(concat(norm_e(embed(t)), norm_h(h)))`, one
+    /// full-attention MoE decoder layer, its own final norm, the target's output head.
+    Qwen3Next,
 }
 
 /// A checkpoint's `quantization_config`: the block format its layer projections are stored
@@ -104,6 +128,34 @@ pub struct ModelSpec {
 pub struct Quantization {
     pub format: crate::model::storage::Format,
     pub not_converted: Vec<String>,
+}
+
+impl Quantization {
+    /// Whether `modules_to_not_convert` leaves the checkpoint module `module`
+    /// (`model.layers.3.mlp.experts`) unconverted, as transformers' `should_convert_module`
+    /// decides: a pattern that matches it from the start up to a `.` or its end, `*` standing
+    /// for any run of characters (`model.layers.*.self_attn`), or that it ends with (`fc1`).
+    pub fn leaves(&self, module: &str) -> bool {
+        self.not_converted.iter().any(|p| module.ends_with(p.as_str()) || glob_prefix(p, module))
+    }
+
+    /// Whether the checkpoint stores the module `module` in MXFP4 (`*_blocks`, `*_scales`).
+    pub fn mxfp4(&self, module: &str) -> bool {
+        self.format == crate::model::storage::Format::Mxfp4 && !self.leaves(module)
+    }
+}
+
+/// Whether `pattern` (`*` any run of characters) matches `text` from its start up to a `.` or
+/// its end.
+fn glob_prefix(pattern: &str, text: &str) -> bool {
+    fn go(p: &[u8], t: &[u8]) -> bool {
+        match p.split_first() {
+            None => t.is_empty() || t[0] == b'.',
+            Some((b'*', rest)) => (0..=t.len()).any(|k| go(rest, &t[k..])),
+            Some((c, rest)) => t.first() == Some(c) && go(rest, &t[1..]),
+        }
+    }
+    go(pattern.as_bytes(), text.as_bytes())
 }
 
 impl ModelSpec {
@@ -393,6 +445,10 @@ pub struct Head {
     pub tied: bool,
     pub norm_eps: f64,
     pub norm_unit_offset: bool,
+    /// The head also outputs its normed rows `hn` (the output projection's input): the hidden
+    /// state a multi-token-prediction draft reads after each row.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hidden: bool,
 }
 
 /// What one step of a program processes.

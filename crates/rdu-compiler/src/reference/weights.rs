@@ -2,8 +2,8 @@
 //! family's checkpoint naming), or seeded random weights for a preset.
 
 use crate::graph::Tensor;
-use crate::model::naming::{checkpoint_source, TensorSource};
-use crate::model::quantization::blockable_weights;
+use crate::model::naming::{checkpoint_source, layout_follows_storage, TensorSource};
+use crate::model::quantization::{blockable_weights, declared_storage};
 use crate::model::spec::ModelSpec;
 use crate::model::storage::{Format, Storage};
 use rdu_checkpoint::{GgmlType, Gguf, HfStored, SafeTensors};
@@ -47,7 +47,35 @@ impl HfWeights {
                 "{dir}: tensor `{name}` is stored {what}, but config.json declares no {method} quantization_config"
             ));
         }
-        Ok(HfWeights { spec: spec.clone(), tensors, dir })
+        let weights = HfWeights { spec: spec.clone(), tensors, dir };
+        weights.stored_as_declared()?;
+        Ok(weights)
+    }
+
+    /// Refuses a dense tensor where the config declares MXFP4 and the checkpoint's layout
+    /// follows its storage (`naming::layout_follows_storage`): read as the blocks' layout,
+    /// its values would land in the wrong places.
+    fn stored_as_declared(&self) -> Result<(), String> {
+        if !layout_follows_storage(&self.spec) {
+            return Ok(());
+        }
+        let Some(Storage::Exactly(declared)) = declared_storage(&self.spec) else { return Ok(()) };
+        let mxfp4 = declared.into_iter().filter(|(_, f)| *f == Format::Mxfp4);
+        for part in mxfp4.flat_map(|(name, _)| self.parts(&name)) {
+            if self.tensors.stored(&part) == Some(HfStored::Dense) {
+                let [blocks, scales] = rdu_checkpoint::mxfp4_names(&part);
+                return Err(format!(
+                    "{}: tensor `{part}` is stored dense, but config.json's quantization_config (mxfp4) stores it as `{blocks}` and `{scales}` (a dequantised checkpoint has no quantization_config)",
+                    self.dir
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the checkpoint holds the tensor `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.tensors.contains(name)
     }
 
     /// Storage as stored: exactly the weights the author declares `q8` whose checkpoint

@@ -19,8 +19,16 @@ pub struct Draft {
 
 /// Whatever proposes tokens.
 pub trait Drafter {
-    /// `k` tokens to follow `seq` (the prompt and every token generated so far).
+    /// Up to `k` tokens to follow `seq` (the prompt and every token generated so far); fewer
+    /// when the draft cannot propose yet (the step's other rows are checked as padding).
     fn draft(&mut self, seq: &[u32], k: usize) -> Result<Draft>;
+
+    /// The target's verify step at `pos`: its exported hidden rows (`[rows, d_model]`, when
+    /// the bundle exports them), of which the first `kept` stand. Only a draft that reads the
+    /// target's hidden state (a multi-token-prediction block) keeps them.
+    fn observe(&mut self, _pos: usize, _hidden: Option<&SimTensor>, _kept: usize) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Prompt lookup: the tokens that followed the latest earlier occurrence of the sequence's last

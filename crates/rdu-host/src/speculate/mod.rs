@@ -14,8 +14,10 @@
 
 pub mod accept;
 pub mod draft;
+pub mod mtp;
 
 pub use draft::{Draft, Drafter, Lookup, ModelDraft};
+pub use mtp::MtpDraft;
 
 use crate::error::{HostError, Result};
 use crate::generate::{Generate, Generated, Observer};
@@ -63,7 +65,10 @@ pub fn speculate(
             true => drafter.draft(&run.seq, rows - take)?,
             false => Draft { tokens: Vec::new(), dists: None },
         };
-        let tokens: Vec<u32> = run.seq[fed..fed + take].iter().chain(&draft.tokens).copied().collect();
+        let mut tokens: Vec<u32> = run.seq[fed..fed + take].iter().chain(&draft.tokens).copied().collect();
+        // A draft that proposed fewer tokens leaves rows of padding, which never stand.
+        let pad = tokens.last().copied().unwrap_or(0);
+        tokens.resize(rows, pad);
         let out = target.step(&tokens, fed)?;
         let logits: Vec<Vec<f32>> =
             out.logits.as_f32().unwrap_or_default().chunks(target.vocab()).map(<[f32]>::to_vec).collect();
@@ -71,6 +76,7 @@ pub fn speculate(
         if fed + take < run.seq.len() {
             // The prompt's rows alone: every one stands.
             run.rows(fed, &logits, rows, how.keep_all);
+            drafter.observe(fed, out.hidden.as_ref(), rows)?;
             fed += rows;
             continue;
         }
@@ -82,6 +88,7 @@ pub fn speculate(
             observer.prompt_done(0);
         }
         target.keep(0, valid)?;
+        drafter.observe(fed, out.hidden.as_ref(), valid)?;
         fed += valid;
     }
     Ok((run.out, run.stats))

@@ -388,6 +388,9 @@ fn tensor_problem(entry: &TensorEntry, chips: usize) -> Option<String> {
     if let Some(problem) = storage.misfit(&entry.shape) {
         return Some(problem);
     }
+    if let Some(problem) = blocks_read_as_stored(entry, storage) {
+        return Some(problem);
+    }
     if let Some(problem) = slices_problem(&entry.slices, &entry.shape, chips, Split::PartitionOrCover) {
         return Some(problem);
     }
@@ -402,6 +405,30 @@ fn tensor_problem(entry: &TensorEntry, chips: usize) -> Option<String> {
         return Some(format!(
             "slices split its {} blocks: a range must start on a block and end on one or at the axis' end",
             entry.storage.word()
+        ));
+    }
+    None
+}
+
+/// Why a tensor stored FP8 or MXFP4 cannot be read from its checkpoint entry as stored, if it
+/// cannot: its blocks lie along the checkpoint tensor's last axis, so the entry neither swaps
+/// the last two axes nor takes every `step`-th entry of the last one.
+fn blocks_read_as_stored(entry: &TensorEntry, storage: crate::program::Storage) -> Option<String> {
+    let c = &entry.checkpoint;
+    if !storage.is_blocks() || storage == crate::program::Storage::Q8_0 {
+        return None;
+    }
+    let word = entry.storage.word();
+    if c.transposed {
+        return Some(format!(
+            "is stored {word}, read as the checkpoint stores it: its checkpoint cannot be transposed"
+        ));
+    }
+    let last = entry.shape.len().checked_sub(1);
+    if c.step.is_some_and(|s| s > 1) && c.axis == last {
+        return Some(format!(
+            "is stored {word}: a slice of step {} along its blocked last axis splits blocks",
+            c.step?
         ));
     }
     None

@@ -12,6 +12,7 @@ mod deltanet;
 mod deltanet_gguf;
 mod ffn;
 mod mla;
+mod mtp;
 mod split;
 mod verify;
 mod writer;
@@ -51,9 +52,14 @@ pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) ->
         }
     }
     verify::declare_inputs(&mut w, &ctx);
+    // A multi-token-prediction block's layer reads the fusion of its token and hidden inputs.
+    let hidden = match &spec.mtp {
+        Some(block) => mtp::fuse(&mut w, &ctx, block),
+        None => ctx.hidden_in.clone(),
+    };
 
     // Mixer block.
-    let hn = norm(&mut w, "hn", &ctx.hidden_in, "an", d, &lspec.norms, lspec.norms.pre_attn);
+    let hn = norm(&mut w, "hn", &hidden, "an", d, &lspec.norms, lspec.norms.pre_attn);
     let mixed = match &lspec.mixer {
         Mixer::Attention { .. } => attention::write(&mut w, &ctx, &hn),
         Mixer::Mla { .. } => mla::write(&mut w, &ctx, &hn),
@@ -62,7 +68,7 @@ pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) ->
     let mixed = ctx.all_reduce(&mut w, "mar", &mixed);
     let mixed = attention::after_reduce(&mut w, &ctx, &mixed);
     let mixed = norm(&mut w, "pa", &mixed, "pan", d, &lspec.norms, lspec.norms.post_attn);
-    let resid = w.op("ra", Op::Add, &[&ctx.hidden_in, &mixed]);
+    let resid = w.op("ra", Op::Add, &[&hidden, &mixed]);
 
     // Feed-forward block.
     let hf = norm(&mut w, "hf", &resid, "fn", d, &lspec.norms, lspec.norms.pre_ffn);
@@ -128,11 +134,16 @@ pub fn head_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
         }
         _ => input,
     };
-    w.bind_exact("hn", final_norm, &[&last, &nf]);
+    let hn = names::HIDDEN_OUTPUT;
+    w.bind_exact(hn, final_norm, &[&last, &nf]);
     let out = w.projection_parts(if spec.head.tied { "E" } else { "Wout" }, &[spec.vocab, d], 0, &vocab);
-    w.bind_exact("logits", Op::Linear, &["hn", &out]);
+    w.bind_exact("logits", Op::Linear, &[hn, &out]);
     w.gathered("logits", 1, &vocab);
     w.output("logits");
+    if spec.head.hidden && cut.chunk().is_none() {
+        // The rows a multi-token-prediction draft reads (`model::mtp`).
+        w.output(names::HIDDEN_OUTPUT);
+    }
     w.finish(&format!("{} head of {}", cut_word(cut), spec.name))
 }
 

@@ -30,7 +30,7 @@ impl Draft {
             d_model: core.d_model,
             layers,
             embed: Embed { scale: None },
-            head: Head { tied: core.tied, norm_eps: core.eps, norm_unit_offset: unit_offset },
+            head: Head { tied: core.tied, norm_eps: core.eps, norm_unit_offset: unit_offset, hidden: false },
             max_ctx: core.max_ctx,
             prefix: "model.",
             bos: core.bos,
@@ -84,6 +84,7 @@ impl Draft {
             state: StateDtype::default(),
             mtp_layers: self.mtp_layers,
             quantization: None,
+            mtp: None,
         }
     }
 }

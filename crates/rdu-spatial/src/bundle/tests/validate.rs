@@ -157,6 +157,38 @@ fn tensors_are_checked_against_their_shapes_and_the_chips() {
     assert!(err.to_string().contains("shared.cos0: shape [16, 16] is not [rows, 8]"), "{err}");
 }
 
+/// An MXFP4 or FP8 tensor is read as its checkpoint stores it, blocks along the last axis:
+/// never transposed, never every `step`-th entry of that axis (rows are fine).
+#[test]
+fn block_tensors_are_read_as_stored() {
+    // Wq0 is split over two chips by rows, which keeps whole blocks.
+    let mxfp4 = |t: &mut crate::manifest::TensorEntry| t.storage = TensorStorage::Mxfp4;
+    let err = problem(|b| {
+        let t = b.manifest.tensors.get_mut("Wq0").unwrap();
+        mxfp4(t);
+        t.checkpoint.transposed = true;
+    });
+    assert!(
+        err.to_string().contains(
+            "tensors.Wq0: is stored mxfp4, read as the checkpoint stores it: its checkpoint cannot be transposed"
+        ),
+        "{err}"
+    );
+    let strided = |axis: usize| {
+        move |b: &mut Bundle| {
+            let t = b.manifest.tensors.get_mut("Wq0").unwrap();
+            mxfp4(t);
+            let c = &mut t.checkpoint;
+            (c.kind, c.axis, c.start, c.len, c.step) = (CheckpointKind::Slice, Some(axis), Some(1), Some(64), Some(2));
+        }
+    };
+    let err = problem(strided(1));
+    assert!(err.to_string().contains("a slice of step 2 along its blocked last axis splits blocks"), "{err}");
+    let mut rows = sample();
+    strided(0)(&mut rows);
+    assert!(rows.problems().is_empty(), "every 2nd row keeps whole blocks: {:#?}", rows.problems());
+}
+
 #[test]
 fn the_cut_needs_the_fields_of_its_mode() {
     let err = problem(|b| b.manifest.cut.mode = CutMode::BatchedTp);

@@ -1,0 +1,275 @@
+//! `--draft mtp` (issue 48): Qwen3-Next's own multi-token-prediction block drafting. Its logits
+//! are transformers' (the tiny fixture's seeded `mtp.*` block composed from transformers 5.24's
+//! Qwen3Next decoder layer and RMSNorm, `tests/data/fixtures/tools/make_mtp.py`), fed the
+//! target's hidden rows as the target's verify bundle exports them — which are transformers'
+//! too —, and a run drafted by it gives the plain run's tokens, token for token.
+
+use crate::common::{f32_states, ok, user_error};
+use rdu_compiler::deploy::{deploy, lower_verify_streamed, LowerOptions, Storage, StreamedModel};
+use rdu_compiler::model::config::from_config_path;
+use rdu_compiler::model::mtp::{exporting_hidden, mtp_draft};
+use rdu_compiler::model::spec::Cut;
+use rdu_host::speculate::{Draft, Drafter, MtpDraft};
+use rdu_host::{speculate, Generate, Host, Sampling, WeightsSource};
+use rdu_spatial::chip::Chip;
+use rdu_spatial::SimTensor;
+use rdu_testkit::{fixtures, npy, Tolerance};
+use std::path::Path;
+
+const CTX: usize = 24;
+/// Drafted tokens a verify step checks.
+const K: usize = 3;
+
+fn opts(progress: &mut dyn FnMut(rdu_compiler::deploy::Progress<'_>)) -> LowerOptions<'_> {
+    LowerOptions { chip: Chip::builtin("sn50").expect("chip"), storage: Storage::Dense, seed: 0, progress }
+}
+
+fn load(model: &StreamedModel, dir: &Path) -> Host {
+    model.bundle().expect("bundle").write(dir, false).expect("write");
+    let weights = WeightsSource::Hf(fixtures::hf("qwen3_next_mtp"));
+    Host::load(dir, &weights, &mut |_, _, _| {}).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+}
+
+/// Row `q` of the block reads the fixture's token and hidden row `q` at position `q`: its
+/// logits are transformers', and the hidden state it exports after row `n - 2` is the one the
+/// fixture's chained row reads (transformers' `mtp.norm` output).
+#[test]
+fn the_mtp_blocks_logits_are_transformers() {
+    let dir = fixtures::hf("qwen3_next_mtp");
+    let target = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
+    let spec = mtp_draft(&target).expect("MTP block");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let model = deploy(&spec, &Cut::Decode { ctx: CTX }, opts(&mut |_| {})).expect("lower the MTP block");
+    let mut host = load(&model, &tmp.path().join("mtp"));
+    let tokens = npy::ids(dir.join("mtp_tokens.npy"));
+    let hidden = npy::f32(dir.join("mtp_hidden.npy"));
+    let want = npy::f32(dir.join("mtp_logits.npy"));
+    let (d, vocab, n) = (target.d_model, target.vocab, tokens.len());
+    for (q, &t) in tokens.iter().enumerate() {
+        let out = host.step_hidden(&[t], q, &hidden[q * d..(q + 1) * d]).expect("MTP step");
+        let logits = out.logits.as_f32().expect("f32 logits");
+        Tolerance::F32.assert(&format!("MTP row {q}"), logits, &want[q * vocab..(q + 1) * vocab]);
+        if q + 2 == n {
+            let own = out.hidden.expect("the block exports its hidden state");
+            Tolerance::F32.assert("the block's own hidden row", own.as_f32().unwrap(), &hidden[(n - 1) * d..n * d]);
+        }
+    }
+}
+
+/// The host's MTP draft, given the target's hidden rows after the prompt (transformers'), drafts
+/// what transformers' block ranks first: after the prompt's rows, then chained on its own output
+/// at the next position (the fixture's last row).
+#[test]
+fn the_mtp_draft_drafts_transformers_tokens() {
+    let dir = fixtures::hf("qwen3_next_mtp");
+    let target = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let model = deploy(&mtp_draft(&target).unwrap(), &Cut::Decode { ctx: CTX }, opts(&mut |_| {})).expect("lower");
+    let mut draft = MtpDraft::new(load(&model, &tmp.path().join("mtp")), Sampling::default()).expect("draft");
+    let prompt = npy::ids(dir.join("tokens.npy"));
+    let hidden = npy::f32(dir.join("target_hidden.npy"));
+    let rows = SimTensor::f32(vec![prompt.len(), target.d_model], hidden);
+    draft.observe(0, Some(&rows), prompt.len()).expect("observe");
+    let (tokens, want) = (npy::ids(dir.join("mtp_tokens.npy")), npy::f32(dir.join("mtp_logits.npy")));
+    let last = &want[(tokens.len() - 1) * target.vocab..];
+    let second = rdu_testkit::argmax(last);
+    assert_eq!(draft.draft(&prompt, 2).expect("draft").tokens, [tokens[tokens.len() - 1], second]);
+}
+
+/// The target's verify bundle, drafted by its MTP block, exports after every row the hidden
+/// state transformers' model gives (its final norm's output, what vLLM hands the block).
+#[test]
+fn the_verify_bundle_exports_the_targets_hidden_rows() {
+    let dir = fixtures::hf("qwen3_next_mtp");
+    let target = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
+    let k = K;
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let model = lower_verify_streamed(&exporting_hidden(&target), k, None, 1, CTX, opts(&mut |_| {}))
+        .expect("lower the verify bundle");
+    let mut host = load(&model, &tmp.path().join("verify"));
+    let tokens = npy::ids(dir.join("tokens.npy"));
+    let want = npy::f32(dir.join("target_hidden.npy"));
+    let d = target.d_model;
+    for (s, rows) in tokens.chunks(k + 1).enumerate() {
+        let out = host.step(rows, s * (k + 1)).expect("verify step");
+        let got = out.hidden.expect("the verify head exports its rows");
+        let at = s * (k + 1) * d;
+        Tolerance::F32.assert(
+            &format!("hidden rows of step {s}"),
+            got.as_f32().unwrap(),
+            &want[at..at + rows.len() * d],
+        );
+    }
+}
+
+/// `rdu run --draft mtp`: the plain run's tokens (transformers' greedy run on the fixture) for
+/// every K, drafted by the checkpoint's own MTP block, and on the seeded tiny preset; `--json`
+/// reports the speculation.
+#[test]
+fn rdu_run_draft_mtp_gives_the_plain_tokens() {
+    let dir = fixtures::hf("qwen3_next_mtp");
+    let fixture = dir.to_str().expect("utf-8 path");
+    let prompt = npy::ids(dir.join("tokens.npy"));
+    let tokens = prompt.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let run = |model: &str, extra: &[&str]| -> (Vec<u64>, serde_json::Value) {
+        let args =
+            [&["run", model, "--tokens", &tokens, "-n", "16", "--json", "--storage", "dense"][..], extra].concat();
+        let v: serde_json::Value = serde_json::from_str(&ok(&args)).expect("json");
+        let ids = v["generated"].as_array().expect("generated").iter().map(|t| t.as_u64().unwrap()).collect();
+        (ids, v["speculation"].clone())
+    };
+    let gen_ids: Vec<u64> = npy::ids(dir.join("gen_ids.npy")).into_iter().map(u64::from).collect();
+    for model in [fixture, "tiny-qwen3-next"] {
+        let (want, _) = run(model, &[]);
+        if model == fixture {
+            assert_eq!(want[..gen_ids.len()], gen_ids[..], "the plain run is transformers' greedy run");
+        }
+        for k in ["1", "2", "4"] {
+            let (got, s) = run(model, &["--draft", "mtp", "--draft-tokens", k]);
+            assert_eq!(got, want, "{model} --draft mtp --draft-tokens {k}");
+            assert_eq!(s["draft"].as_str(), Some("mtp"), "{s}");
+            let (drafted, accepted) = (s["drafted"].as_u64().unwrap(), s["accepted"].as_u64().unwrap());
+            assert!(drafted > 0 && accepted <= drafted, "{model} K={k}: {s}");
+        }
+    }
+}
+
+/// Wraps the MTP draft: proposes the plain continuation (wrong where `wrong` says, so that a step
+/// accepts anywhere from none to all of its drafted tokens), and checks at every step that the
+/// block — caught up incrementally over accepted and rejected rows — drafts what a fresh block
+/// fed the whole history drafts.
+struct Forced {
+    mtp: Option<MtpDraft>,
+    fresh: Option<MtpDraft>,
+    rows: Vec<Vec<f32>>,
+    plain: Vec<u32>,
+    checked: usize,
+}
+
+impl Drafter for Forced {
+    fn observe(&mut self, pos: usize, hidden: Option<&SimTensor>, kept: usize) -> rdu_host::Result<()> {
+        let rows = hidden.and_then(SimTensor::as_f32).expect("hidden rows");
+        let d = rows.len() / (K + 1);
+        self.rows.truncate(pos);
+        self.rows.extend(rows[..kept * d].chunks(d).map(<[f32]>::to_vec));
+        self.mtp.as_mut().unwrap().observe(pos, hidden, kept)
+    }
+
+    fn draft(&mut self, seq: &[u32], k: usize) -> rdu_host::Result<Draft> {
+        let got = self.mtp.as_mut().unwrap().draft(seq, k)?;
+        let mut host = self.fresh.take().unwrap().into_host();
+        host.reset();
+        let mut fresh = MtpDraft::new(host, Sampling::default())?;
+        let all: Vec<f32> = self.rows.concat();
+        fresh.observe(
+            0,
+            Some(&SimTensor::f32(vec![self.rows.len(), all.len() / self.rows.len().max(1)], all)),
+            self.rows.len(),
+        )?;
+        assert_eq!(
+            got,
+            fresh.draft(seq, k)?,
+            "the incremental block drafts what a fresh one does after {} tokens",
+            seq.len()
+        );
+        self.fresh = Some(fresh);
+        self.checked += usize::from(!got.tokens.is_empty());
+        let tokens = (seq.len()..seq.len() + got.tokens.len())
+            .map(|p| match self.plain.get(p) {
+                Some(&t) if p % 5 != 3 => t,
+                Some(&t) => (t + 1) % 256,
+                None => 0,
+            })
+            .collect();
+        Ok(Draft { tokens, dists: None })
+    }
+}
+
+/// The block catches up over every number of accepted rows: at every step it drafts what a
+/// block fed the whole history afresh drafts, and the run gives the plain tokens.
+#[test]
+fn the_mtp_block_catches_up_over_accepted_and_rejected_rows() {
+    let dir = fixtures::hf("qwen3_next_mtp");
+    let target = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
+    let spec = mtp_draft(&target).expect("MTP block");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let n = 16;
+    let prompt = npy::ids(dir.join("tokens.npy"));
+    let ctx = prompt.len() + n + K;
+    let verify = lower_verify_streamed(&exporting_hidden(&target), K, None, 1, ctx, opts(&mut |_| {})).expect("verify");
+    let mut target_host = load(&verify, &tmp.path().join("verify"));
+    let block = deploy(&spec, &Cut::Decode { ctx }, opts(&mut |_| {})).expect("MTP");
+    let mtp = |name: &str| MtpDraft::new(load(&block, &tmp.path().join(name)), Sampling::default()).expect("MTP draft");
+    let how = Generate { n, stop: Vec::new(), sampling: Sampling::default(), keep_all: false };
+    let (plain, _) = speculate(&mut target_host, &mut mtp("a"), prompt.clone(), &how, &mut ()).expect("run");
+    let full: Vec<u32> = prompt.iter().chain(&plain.generated).copied().collect();
+    let mut forced = Forced { mtp: Some(mtp("b")), fresh: Some(mtp("c")), rows: Vec::new(), plain: full, checked: 0 };
+    target_host.reset();
+    let (out, stats) = speculate(&mut target_host, &mut forced, prompt, &how, &mut ()).expect("forced run");
+    assert_eq!(out.generated, plain.generated);
+    assert!(stats.accepted > 0 && stats.accepted < stats.drafted && forced.checked > 3, "{stats:?}");
+}
+
+/// `--draft mtp` where it cannot draft: one line each.
+#[test]
+fn draft_mtp_is_refused_in_one_line_where_it_cannot_draft() {
+    let no_block = fixtures::hf("qwen3_next");
+    let no_block = no_block.to_str().unwrap();
+    let e = user_error(&["run", no_block, "--tokens", "1,2,3", "-n", "2", "--draft", "mtp"]);
+    assert!(e.contains("has no multi-token-prediction block") && e.contains("mtp.fc.weight"), "{e}");
+    let e = user_error(&["lower", no_block, "--cut", "verify", "--draft", "mtp", "--ctx", "16"]);
+    assert!(e.contains("has no multi-token-prediction block"), "{e}");
+    let e =
+        user_error(&["lower", "tiny-qwen3-next", "--cut", "verify", "--draft", "mtp", "--batch", "2", "--ctx", "64"]);
+    assert!(e.contains("one sequence on one chip"), "{e}");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let plain = tmp.path().join("plain");
+    ok(&[
+        "lower",
+        "tiny-qwen3-next",
+        "--cut",
+        "verify",
+        "--draft-tokens",
+        "3",
+        "--ctx",
+        "64",
+        "-o",
+        plain.to_str().unwrap(),
+    ]);
+    let args = ["run", "tiny-qwen3-next", "--bundle", plain.to_str().unwrap(), "--tokens", "1,2,3", "-n", "4"];
+    let e = user_error(&[&args[..], &["--draft", "mtp"]].concat());
+    assert!(e.contains("exports no hidden state for an MTP draft"), "{e}");
+}
+
+/// `rdu kinds` names the MTP block as a kind of its own that drafts, and only where there is one.
+#[test]
+fn rdu_kinds_names_the_mtp_block_as_a_draft() {
+    let text = ok(&["kinds", "tiny-qwen3-next"]);
+    assert!(text.contains("multi-token-prediction block, a kind of its own drafting with --draft mtp"), "{text}");
+    let v: serde_json::Value = serde_json::from_str(&ok(&["kinds", "tiny-qwen3-next", "--json"])).expect("json");
+    let kinds: Vec<&str> = v["kinds"].as_array().unwrap().iter().map(|k| k["digest"].as_str().unwrap()).collect();
+    let mtp = v["mtp"]["kind"]["digest"].as_str().expect("the block's kind");
+    assert!(!kinds.contains(&mtp), "its own kind: {v}");
+    assert!(ok(&["kinds", "tiny-llama", "--json"]).find("\"mtp\"").is_none());
+}
+
+/// `rdu lower --cut verify --draft mtp` writes a bundle of bundles: the verify bundle exporting
+/// its hidden rows and the MTP block's decode bundle, both re-certified by `rdu verify`.
+#[test]
+fn rdu_lower_draft_mtp_writes_a_bundle_of_bundles() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let out = tmp.path().join("spec");
+    let out_s = out.to_str().unwrap();
+    let args = ["lower", "tiny-qwen3-next", "--cut", "verify", "--draft", "mtp", "--draft-tokens", "3", "--ctx", "64"];
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&[&args[..], &["--acceptance", "0.7", "--json", "-o", out_s]].concat()))
+            .expect("json");
+    let s = &json["speculation"];
+    assert_eq!((s["draft"].as_str(), s["draft_bundle"].as_str()), (Some("tiny-qwen3-next-mtp"), Some("draft")), "{s}");
+    assert!(s["expected_tokens_per_step"].as_f64().unwrap() > 1.0, "{s}");
+    for part in ["verify", "draft"] {
+        ok(&["verify", out.join(part).to_str().unwrap()]);
+    }
+    let manifest = std::fs::read_to_string(out.join("draft/manifest.json")).expect("manifest");
+    assert!(manifest.contains("\"role\": \"hidden\"") && manifest.contains("mtp.fc.weight"), "{manifest}");
+}
