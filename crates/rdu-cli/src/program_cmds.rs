@@ -15,7 +15,8 @@ pub struct KindsArgs {
     /// Which weights are stored Q8_0 (a layer stored differently is its own kind)
     #[arg(long, value_enum, default_value = "auto")]
     storage: StorageArg,
-    /// Print one JSON object: {"model", "n_layers", "kinds": [{"name", "digest", "layers", "mixer", "ffn"}]}
+    /// Print one JSON object: {"model", "n_layers", "kinds": [{"name", "digest", "layers", "mixer", "ffn"}],
+    /// "unused_mtp_layers"}
     #[arg(long)]
     json: bool,
 }
@@ -69,8 +70,13 @@ pub fn kinds(args: &KindsArgs) -> Result<()> {
     if args.json {
         let kind = |k: &rdu_compiler::deploy::KindGroup| json!({"name": k.name, "digest": k.digest.hex(), "layers": k.layers, "mixer": k.mixer, "ffn": k.ffn});
         let kinds_json: Vec<_> = kinds.iter().map(kind).collect();
-        let mut out =
-            json!({"model": spec.name, "n_layers": spec.n_layers(), "storage": storage.label(), "kinds": kinds_json});
+        let mut out = json!({
+            "model": spec.name,
+            "n_layers": spec.n_layers(),
+            "storage": storage.label(),
+            "kinds": kinds_json,
+            "unused_mtp_layers": spec.mtp_layers,
+        });
         if let Some(k) = &mtp {
             out["mtp"] = json!({"drafts_with": "--draft mtp", "kind": kind(k)});
         }
@@ -94,6 +100,16 @@ pub fn kinds(args: &KindsArgs) -> Result<()> {
             if k.layers.len() == 1 { " " } else { "s" },
             ranges(&k.layers),
             &k.digest.hex()[..12]
+        );
+    }
+    if spec.mtp_layers > 0 {
+        // Present in the checkpoint, read by no program: what speculative decoding would use.
+        let (n, first) = (spec.mtp_layers, spec.n_layers());
+        println!(
+            "  multi-token prediction: {n} layer{} after the decoder (checkpoint layer{} {}), present but unused",
+            if n == 1 { "" } else { "s" },
+            if n == 1 { "" } else { "s" },
+            ranges(&(first..first + n).collect::<Vec<_>>())
         );
     }
     if let Some(k) = mtp {

@@ -205,12 +205,7 @@ fn bad_fp8_checkpoints_are_refused_in_one_line() {
         );
     }
     // The config's blocks are not the checkpoint's grid.
-    let grid = tmp.path().join("grid");
-    copy_edited(&src, &grid, |_| {});
-    let config =
-        std::fs::read_to_string(src.join("config.json")).expect("config").replace("24,\n      40", "32,\n      32");
-    assert!(config.contains("32,\n      32"), "the block is rewritten");
-    std::fs::write(grid.join("config.json"), config).expect("written");
+    let grid = reblocked(&src, &tmp.path().join("grid"), "24,\n      40", "32,\n      32");
     // (the host reads the manifest's tensors in order: `Wd0`, layer 0's down projection, first)
     let wd = "model.layers.0.mlp.down_proj.weight";
     let e = run(&grid, "spatial");
@@ -289,6 +284,73 @@ fn bad_mxfp4_refused(
         let e = user_error(&["run", s(&range_dir), "--tokens", "1,2", "--engine", engine]);
         assert!(e.contains(name) && e.contains(range), "{fixture} {engine}: {e}");
     }
+}
+
+/// DeepSeek-V3 in its own FP8 layout (`make_fp8_v3.py`): every matrix of a layer — MLA's q_a,
+/// q_b, kv_a (with the rope key) and kv_b, the output, the dense MLP, each routed expert and the
+/// shared expert — `F8_E4M3` beside 8 × 16 block scales; the router, its selection bias, the
+/// norms, the embedding and the head F32. Both engines are within 1e-4 of transformers loading
+/// that checkpoint itself, and the bundle stores exactly those matrices `fp8`.
+#[test]
+fn deepseek_v3_fp8_runs_as_stored_within_1e_4_of_transformers() {
+    let dir = fixtures::quantised("deepseek_v3_fp8");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    both_engines("deepseek_v3_fp8", &dir, &["logits_step.npy"], tmp.path());
+    let tensors = lower_and_verify(&dir, &["--ctx", "16"], tmp.path());
+    const FP8: [&str; 14] =
+        ["Wqa", "Wqb", "Wkva", "Wkvb", "Wo", "Wg", "Wu", "Wd", "Weg", "Weu", "Wed", "Wsg", "Wsu", "Wsd"];
+    for (name, (storage, block)) in &tensors {
+        if FP8.contains(&name.trim_end_matches(|c: char| c.is_ascii_digit())) {
+            assert_eq!((storage.as_str(), block.as_str()), ("\"fp8\"", "[8,16]"), "{name}");
+        } else {
+            assert_eq!(storage, "\"dense\"", "{name}: stored F32 in the checkpoint");
+        }
+    }
+    // Layer 0 dense (q_a, q_b, kv_a, kv_b, o, gate, up, down), layers 1 and 2 MoE (5 + 6 each).
+    assert_eq!(tensors.values().filter(|(s, _)| s == "\"fp8\"").count(), 8 + 2 * 11);
+    for dense in ["Wr1", "bsel1", "qan0", "kvn0", "E", "Wout"] {
+        assert!(tensors.contains_key(dense), "{dense}");
+    }
+}
+
+/// The FP8 DeepSeek-V3 checkpoint with a stacked expert's scales missing, blocks unlike the
+/// config's, or a config declaring no FP8: one line naming the tensor, from both engines.
+#[test]
+fn bad_fp8_deepseek_v3_checkpoints_are_refused_in_one_line() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let src = fixtures::quantised("deepseek_v3_fp8");
+    let run = |dir: &Path, engine: &str| user_error(&["run", s(dir), "--tokens", "1,2", "--engine", engine]);
+    let expert = "model.layers.2.mlp.experts.5.up_proj.weight";
+    let missing = tmp.path().join("missing");
+    copy_edited(&src, &missing, |t| {
+        t.remove(&format!("{expert}_scale_inv"));
+    });
+    let plain = tmp.path().join("plain");
+    copy_edited(&src, &plain, |_| {});
+    std::fs::copy(fixtures::hf("deepseek_v3").join("config.json"), plain.join("config.json")).expect("config");
+    let grid = reblocked(&src, &tmp.path().join("grid"), "8,\n      16", "16,\n      16");
+    for engine in ["spatial", "reference"] {
+        let e = run(&missing, engine);
+        let want = format!("stored F8_E4M3, but the checkpoint has no block scales `{expert}_scale_inv`");
+        assert!(!e.contains('\n') && e.ends_with(&want), "{e}");
+        let e = run(&plain, engine);
+        assert!(
+            !e.contains('\n') && e.contains("is stored F8_E4M3, but config.json declares no fp8 quantization_config"),
+            "{e}"
+        );
+        let e = run(&grid, engine);
+        assert!(!e.contains('\n') && e.contains("_scale_inv` are [") && e.contains("but 16×16 blocks of ["), "{e}");
+    }
+}
+
+/// A copy of the checkpoint `src` in `dst` whose config's `weight_block_size` `from` (as the
+/// config's text spells it) says `to`: blocks unlike the checkpoint's grid.
+fn reblocked(src: &Path, dst: &Path, from: &str, to: &str) -> std::path::PathBuf {
+    copy_edited(src, dst, |_| {});
+    let config = std::fs::read_to_string(src.join("config.json")).expect("config");
+    assert!(config.contains(from), "the config spells its blocks {from:?}");
+    std::fs::write(dst.join("config.json"), config.replace(from, to)).expect("written");
+    dst.to_path_buf()
 }
 
 #[test]

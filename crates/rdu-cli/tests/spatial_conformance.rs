@@ -101,6 +101,21 @@ fn deepseek_v2_noqlora() {
 }
 
 #[test]
+fn deepseek_v3() {
+    check("deepseek_v3");
+}
+
+#[test]
+fn glm4_moe() {
+    check("glm4_moe");
+}
+
+#[test]
+fn minimax_m2() {
+    check("minimax_m2");
+}
+
+#[test]
 fn gpt_oss() {
     check("gpt_oss");
 }

@@ -79,6 +79,31 @@ fn deepseek_v2_batched() {
 }
 
 #[test]
+fn deepseek_v3_batched() {
+    lower_batched("deepseek-v3");
+}
+
+#[test]
+fn kimi_k2_batched() {
+    lower_batched("kimi-k2");
+}
+
+#[test]
+fn glm_4_5_batched() {
+    lower_batched("glm-4.5");
+}
+
+#[test]
+fn glm_4_5_air_batched() {
+    lower_batched("glm-4.5-air");
+}
+
+#[test]
+fn minimax_m2_batched() {
+    lower_batched("minimax-m2");
+}
+
+#[test]
 fn deepseek_v2_lite_batched() {
     lower_batched("deepseek-v2-lite");
 }
@@ -212,6 +237,31 @@ fn gemma_3_270m_batched_tp() {
 #[test]
 fn deepseek_v2_batched_tp() {
     lower_batched_tp8("deepseek-v2");
+}
+
+#[test]
+fn deepseek_v3_batched_tp() {
+    lower_batched_tp8("deepseek-v3");
+}
+
+#[test]
+fn kimi_k2_batched_tp() {
+    lower_batched_tp8("kimi-k2");
+}
+
+#[test]
+fn glm_4_5_batched_tp() {
+    lower_batched_tp8("glm-4.5");
+}
+
+#[test]
+fn glm_4_5_air_batched_tp() {
+    lower_batched_tp8("glm-4.5-air");
+}
+
+#[test]
+fn minimax_m2_batched_tp() {
+    lower_batched_tp8("minimax-m2");
 }
 
 #[test]

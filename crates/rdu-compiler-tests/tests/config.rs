@@ -109,7 +109,7 @@ fn preset_names_are_the_files_in_presets() {
 #[test]
 fn tiny_presets_are_small_and_quantisable() {
     let tiny: Vec<_> = presets::names().into_iter().filter(|n| n.starts_with("tiny-")).collect();
-    assert_eq!(tiny.len(), 13);
+    assert_eq!(tiny.len(), 16);
     for name in tiny {
         let spec = preset(name);
         assert_eq!((spec.d_model, spec.vocab, spec.max_ctx), (64, 256, 4096), "{name}");
@@ -133,8 +133,10 @@ fn tiny_presets_are_small_and_quantisable() {
             }
         }
         assert!(inputs.iter().all(|dim| dim % 32 == 0), "{name}: projection inputs {inputs:?}");
-        // Llama, Mistral and Mixtral configs have no per-layer setting.
-        let expected = if ["tiny-llama", "tiny-mistral", "tiny-mixtral"].contains(&name) { 1 } else { 2 };
+        // Llama, Mistral, Mixtral and MiniMax-M2 layers are uniform by construction (no
+        // per-layer setting; MiniMax-M2 MoE attention in every layer).
+        let uniform = ["tiny-llama", "tiny-mistral", "tiny-mixtral", "tiny-minimax-m2"].contains(&name);
+        let expected = if uniform { 1 } else { 2 };
         assert!(distinct_layers(&spec) >= expected, "{name}: {} distinct layers", distinct_layers(&spec));
     }
 }
@@ -204,7 +206,7 @@ fn qwen3_next_80b_matches_the_reference() {
         expert_hidden: 512,
         act: Act::Silu,
         shared: Some(SharedExpert { hidden: 512, gated: true }),
-        router: Router { norm_topk: true, scaling: 1.0, groups: 1, topk_groups: 1 },
+        router: Router::softmax(true, 1.0, 1, 1),
         bias: false,
     };
     assert!(spec.layers.iter().all(|l| l.ffn == moe && l.norms.unit_offset && !l.norms.post_attn));
@@ -265,7 +267,7 @@ fn deepseek_v2_matches_the_reference() {
         expert_hidden: 1536,
         act: Act::Silu,
         shared: Some(SharedExpert { hidden: 3072, gated: false }),
-        router: Router { norm_topk: false, scaling: 16.0, groups: 8, topk_groups: 3 },
+        router: Router::softmax(false, 16.0, 8, 3),
         bias: false,
     };
     assert!(spec.layers[1..].iter().all(|l| l.ffn == moe));
@@ -293,7 +295,7 @@ fn deepseek_v2_lite_has_no_q_lora() {
     assert!(matches!(spec.layers[0].mixer, Mixer::Mla { q_lora_rank: None, heads: 16, .. }));
     let Ffn::Moe { router, shared, experts, .. } = &spec.layers[1].ffn else { panic!("layer 1 is MoE") };
     assert_eq!((*experts, shared.as_ref().map(|s| s.hidden)), (64, Some(2816)));
-    assert_eq!(router, &Router { norm_topk: false, scaling: 1.0, groups: 1, topk_groups: 1 });
+    assert_eq!(router, &Router::softmax(false, 1.0, 1, 1));
 }
 
 #[test]
@@ -337,7 +339,7 @@ fn qwen3_6_35b_is_moe_in_every_layer() {
         expert_hidden: 512,
         act: Act::Silu,
         shared: Some(SharedExpert { hidden: 512, gated: true }),
-        router: Router { norm_topk: true, scaling: 1.0, groups: 1, topk_groups: 1 },
+        router: Router::softmax(true, 1.0, 1, 1),
         bias: false,
     };
     assert!(spec.layers.iter().all(|l| l.ffn == moe));
@@ -374,7 +376,7 @@ fn gpt_oss_120b_matches_its_config() {
             expert_hidden: 2880,
             act: Act::SwigluOai { limit: 7.0 },
             shared: None,
-            router: Router { norm_topk: true, scaling: 1.0, groups: 1, topk_groups: 1 },
+            router: Router::softmax(true, 1.0, 1, 1),
             bias: true,
         };
         assert_eq!(layer.ffn, moe, "layer {i}");
@@ -454,7 +456,7 @@ fn mistral_slides_and_mixtral_routes_as_configured() {
         expert_hidden: 14336,
         act: Act::Silu,
         shared: None,
-        router: Router { norm_topk: true, scaling: 1.0, groups: 1, topk_groups: 1 },
+        router: Router::softmax(true, 1.0, 1, 1),
         bias: false,
     };
     assert!(spec.layers.iter().all(|l| l.ffn == moe && l.window.is_none()));

@@ -132,6 +132,21 @@ fn deepseek_v2_without_q_lora_matches_transformers() {
 }
 
 #[test]
+fn deepseek_v3_matches_transformers() {
+    check_model("deepseek_v3");
+}
+
+#[test]
+fn glm4_moe_matches_transformers() {
+    check_model("glm4_moe");
+}
+
+#[test]
+fn minimax_m2_matches_transformers() {
+    check_model("minimax_m2");
+}
+
+#[test]
 fn gpt_oss_matches_transformers() {
     check_model("gpt_oss");
 }

@@ -199,11 +199,13 @@ fn a_pre_absorption_deepseek2_file_is_refused_by_key() {
 }
 
 #[test]
-fn sigmoid_gating_is_refused_by_key() {
-    let edit = |kvs: &mut Kvs| kvs.push(("deepseek2.expert_gating_func".into(), GgufValue::U32(2)));
+fn an_unknown_gating_function_is_refused_by_key() {
+    // 1 softmax and 2 sigmoid are read; llama.cpp's 3 (softmax of the weights) and 4
+    // (sqrt-softplus) are not implemented.
+    let edit = |kvs: &mut Kvs| kvs.push(("deepseek2.expert_gating_func".into(), GgufValue::U32(4)));
     let (field, message) = import_error("deepseek_v2", Target::Deepseek2, &edit);
     assert_eq!(field, "deepseek2.expert_gating_func");
-    assert!(message.contains("sigmoid"), "{message}");
+    assert!(message.contains("gating function 4 is not supported"), "{message}");
 }
 
 #[test]

@@ -4,7 +4,9 @@
 //! the only errors are runtime data errors (positions, ids, expert indices).
 
 use proptest::prelude::*;
-use rdu_compiler::graph::{eval, Act, DType, Declaration, Graph, KMap, Op, RopeStyle, Tensor, Type, ValueId};
+use rdu_compiler::graph::{
+    eval, Act, DType, Declaration, Graph, GroupScore, KMap, Op, RopeStyle, Score, Tensor, Type, ValueId,
+};
 use rdu_compiler::lang::ast::{DeclKind, Span};
 use std::collections::BTreeMap;
 
@@ -47,8 +49,17 @@ fn op() -> impl Strategy<Value = Op> {
         Just(Op::ConvShift),
         prop::bool::ANY.prop_map(|t| Op::DeltaScan { kmap: if t { KMap::Tiled } else { KMap::Grouped } }),
         prop::bool::ANY.prop_map(|t| Op::DeltaStep { kmap: if t { KMap::Tiled } else { KMap::Grouped } }),
-        (positive.clone(), prop::bool::ANY, positive.clone(), positive.clone())
-            .prop_map(|(k, norm, groups, tg)| { Op::Route { k, norm, scale: 1.5, groups, topk_groups: tg } }),
+        (positive.clone(), prop::bool::ANY, positive.clone(), positive.clone()).prop_map(|(k, norm, groups, tg)| {
+            Op::Route {
+                k,
+                norm,
+                scale: 1.5,
+                groups,
+                topk_groups: tg,
+                score: Score::Softmax,
+                group_score: GroupScore::Max,
+            }
+        }),
         prop::bool::ANY.prop_map(|g| Op::Experts { act: if g { Act::GeluTanh } else { Act::Silu }, limit: None }),
     ]
 }
@@ -169,7 +180,15 @@ fn composite(which: u8, u: [usize; 8], f: [bool; 3]) -> (Op, Vec<Type>) {
             let (groups, per) = (b, c);
             let topk_groups = d.min(groups);
             let k = e.min(topk_groups * per);
-            let op = Op::Route { k, norm: f[2], scale: 2.5, groups, topk_groups };
+            let op = Op::Route {
+                k,
+                norm: f[2],
+                scale: 2.5,
+                groups,
+                topk_groups,
+                score: Score::Softmax,
+                group_score: GroupScore::Max,
+            };
             (op, vec![Type::f32(&[a, groups * per])])
         }
         9 => {

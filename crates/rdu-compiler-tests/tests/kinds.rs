@@ -88,8 +88,8 @@ fn gpt_oss_mixtral_and_mistral_have_their_documented_kinds() {
 fn tiny_presets_have_two_kinds_where_the_family_allows() {
     for name in presets::names().into_iter().filter(|n| n.starts_with("tiny-")) {
         let n_kinds = layer_kinds(&spec(name), &Storage::AllQ8).len();
-        // Llama, Mistral and Mixtral configs have no per-layer setting: their layers are uniform.
-        let uniform = ["tiny-llama", "tiny-mistral", "tiny-mixtral"].contains(&name);
+        // Llama, Mistral, Mixtral and MiniMax-M2 layers are uniform by construction.
+        let uniform = ["tiny-llama", "tiny-mistral", "tiny-mixtral", "tiny-minimax-m2"].contains(&name);
         let expected_min = if uniform { 1 } else { 2 };
         assert!(n_kinds >= expected_min, "{name}: {n_kinds} kinds");
     }

@@ -33,13 +33,24 @@ fn opts<'a>(
 /// same as `layer_kinds`. Q8_0 with bf16 states (what `rdu lower` deploys by default), dense
 /// with f32 states, so that both state storages are certified at real shapes.
 fn lower_real(name: &str) {
+    lower_real_but(name, None)
+}
+
+/// `lower_real`, where the one (chip, storage) pair `too_large` must be refused for memory: the
+/// weights alone outgrow that chip's HBM and DDR (Kimi K2's trillion dense parameters on the SN40L).
+fn lower_real_but(name: &str, too_large: Option<(&str, Storage)>) {
     let mut spec = presets::resolve(name).expect("preset");
     for storage in [Storage::AllQ8, Storage::Dense] {
         spec.state = if storage == Storage::AllQ8 { StateDtype::Bf16 } else { StateDtype::F32 };
         let expected: Vec<Vec<usize>> = layer_kinds(&spec, &storage).into_iter().map(|k| k.layers).collect();
         for chip in ["sn50", "sn40l"] {
-            let model = lower_decode_streamed(&spec, 4096, opts(chip, storage.clone(), &mut |_| {}))
-                .unwrap_or_else(|e| panic!("{name} {chip} {}: {e}", storage.label()));
+            let lowered = lower_decode_streamed(&spec, 4096, opts(chip, storage.clone(), &mut |_| {}));
+            if too_large.as_ref().is_some_and(|(c, s)| *c == chip && *s == storage) {
+                let err = lowered.err().map(|e| e.to_string()).unwrap_or_default();
+                assert!(err.contains("its weights alone are too large"), "{name} {chip}: {err}");
+                continue;
+            }
+            let model = lowered.unwrap_or_else(|e| panic!("{name} {chip} {}: {e}", storage.label()));
             let layers: Vec<Vec<usize>> = model.kinds.iter().map(|k| k.layers.clone()).collect();
             assert_eq!(layers, expected, "{name}: lowered kinds differ from layer_kinds");
             for k in &model.kinds {
@@ -102,6 +113,31 @@ fn deepseek_v2_lowers_and_certifies() {
 #[test]
 fn deepseek_v2_lite_lowers_and_certifies() {
     lower_real("deepseek-v2-lite");
+}
+
+#[test]
+fn deepseek_v3_lowers_and_certifies() {
+    lower_real("deepseek-v3");
+}
+
+#[test]
+fn kimi_k2_lowers_and_certifies() {
+    lower_real_but("kimi-k2", Some(("sn40l", Storage::Dense)));
+}
+
+#[test]
+fn glm_4_5_lowers_and_certifies() {
+    lower_real("glm-4.5");
+}
+
+#[test]
+fn glm_4_5_air_lowers_and_certifies() {
+    lower_real("glm-4.5-air");
+}
+
+#[test]
+fn minimax_m2_lowers_and_certifies() {
+    lower_real("minimax-m2");
 }
 
 #[test]
@@ -438,6 +474,31 @@ fn deepseek_v2_prefill_512_certifies() {
 #[test]
 fn deepseek_v2_lite_prefill_512_certifies() {
     prefill_real_seeded("deepseek-v2-lite", 0);
+}
+
+#[test]
+fn deepseek_v3_prefill_512_certifies() {
+    prefill_real("deepseek-v3");
+}
+
+#[test]
+fn kimi_k2_prefill_512_certifies() {
+    prefill_real("kimi-k2");
+}
+
+#[test]
+fn glm_4_5_prefill_512_certifies() {
+    prefill_real("glm-4.5");
+}
+
+#[test]
+fn glm_4_5_air_prefill_512_certifies() {
+    prefill_real("glm-4.5-air");
+}
+
+#[test]
+fn minimax_m2_prefill_512_certifies() {
+    prefill_real("minimax-m2");
 }
 
 #[test]

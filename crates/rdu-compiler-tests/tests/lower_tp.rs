@@ -179,6 +179,56 @@ fn deepseek_v2_lite_certifies_at_tp_8() {
 }
 
 #[test]
+fn deepseek_v3_certifies_at_tp_8() {
+    lower_real_tp8("deepseek-v3");
+}
+
+#[test]
+fn deepseek_v3_prefill_over_8_chips_certifies() {
+    prefill_real_tp8("deepseek-v3");
+}
+
+#[test]
+fn kimi_k2_certifies_at_tp_8() {
+    lower_real_tp8("kimi-k2");
+}
+
+#[test]
+fn kimi_k2_prefill_over_8_chips_certifies() {
+    prefill_real_tp8("kimi-k2");
+}
+
+#[test]
+fn glm_4_5_certifies_at_tp_8() {
+    lower_real_tp8("glm-4.5");
+}
+
+#[test]
+fn glm_4_5_prefill_over_8_chips_certifies() {
+    prefill_real_tp8("glm-4.5");
+}
+
+#[test]
+fn glm_4_5_air_certifies_at_tp_8() {
+    lower_real_tp8("glm-4.5-air");
+}
+
+#[test]
+fn glm_4_5_air_prefill_over_8_chips_certifies() {
+    prefill_real_tp8("glm-4.5-air");
+}
+
+#[test]
+fn minimax_m2_certifies_at_tp_8() {
+    lower_real_tp8("minimax-m2");
+}
+
+#[test]
+fn minimax_m2_prefill_over_8_chips_certifies() {
+    prefill_real_tp8("minimax-m2");
+}
+
+#[test]
 fn gpt_oss_120b_certifies_at_tp_8() {
     lower_real_tp8("gpt-oss-120b");
 }
@@ -378,6 +428,42 @@ fn llama_3_1_8b_prefill_over_8_chips_certifies_at_the_real_chunk() {
     assert!(step.model_flop_utilisation > 0.0 && step.model_flop_utilisation < 1.0, "{step:?}");
 }
 
+/// Prefill of 512 rows over 8 chips at real shapes (ctx 4096, SN50; Q8_0 where 8 chips keep
+/// whole blocks, else dense): every kind and the head certified over the chips against the
+/// unsplit prefill programs, the kinds the decode cut's.
+fn prefill_real_tp8(name: &str) {
+    use rdu_compiler::deploy::lower_prefill_tp_streamed;
+    let _heavy = crate::one_heavy_at_a_time();
+    let spec = presets::resolve(name).expect("preset");
+    let storage = if admits_tp(&spec, 8, &Storage::AllQ8).is_ok() { Storage::AllQ8 } else { Storage::Dense };
+    admits_tp(&spec, 8, &storage).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let model = lower_prefill_tp_streamed(&spec, 512, 8, 4096, opts(storage.clone(), &mut |_| {}))
+        .unwrap_or_else(|e| panic!("{name} prefill over 8 chips: {e}"));
+    let decode: Vec<Vec<usize>> =
+        layer_kinds_for(&spec, Cut::Decode { ctx: 4096 }, &storage).into_iter().map(|k| k.layers).collect();
+    assert_eq!(model.kinds.iter().map(|k| k.layers.clone()).collect::<Vec<_>>(), decode, "{name}");
+    for k in &model.kinds {
+        let checks = k.program.certificate.checks.join(", ");
+        assert!(checks.contains("numbers over 8 chips"), "{name} {}: {checks}", k.program.name);
+    }
+    assert!(model.head.certificate.checks.iter().any(|c| c.starts_with("numbers over 8 chips")), "{name}");
+}
+
+/// The DeepSeek-V3, Kimi K2, GLM-4.5 and MiniMax-M2 presets admit 8 chips (GLM-4.5-Air's
+/// 10944 dense and 1408 expert columns keep whole Q8_0 blocks over 8 chips only dense), so
+/// their tp-8 tests certify rather than accept a refusal.
+#[test]
+fn the_deepseek_v3_router_presets_admit_8_chips() {
+    for name in ["deepseek-v3", "kimi-k2", "glm-4.5", "minimax-m2"] {
+        let spec = presets::resolve(name).unwrap();
+        admits_tp(&spec, 8, &Storage::AllQ8).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let air = presets::resolve("glm-4.5-air").unwrap();
+    let err = admits_tp(&air, 8, &Storage::AllQ8).unwrap_err().to_string();
+    assert!(err.contains("Q8_0 blocks") && err.contains("10944"), "{err}");
+    admits_tp(&air, 8, &Storage::Dense).expect("dense weights have no blocks to split");
+}
+
 /// Every tiny preset that admits two chips lowers its prefill over them, certified.
 #[test]
 fn tiny_presets_prefill_over_two_chips() {
@@ -394,4 +480,30 @@ fn tiny_presets_prefill_over_two_chips() {
             assert!(checks.contains("numbers over 2 chips"), "{name} {}: {checks}", k.program.name);
         }
     }
+}
+
+/// DeepSeek-V3 as its checkpoint stores it (what `rdu lower deepseek-v3 --cut tp --tp 16` deploys:
+/// `--storage auto` follows its fp8 `quantization_config`) over 16 chips: every kind certifies
+/// over 16 chips, the bundle stores every layer matrix `fp8` in 128 × 128 blocks and nothing
+/// else, and it re-certifies from its files (`rdu verify`).
+#[test]
+fn deepseek_v3_fp8_as_declared_certifies_at_tp_16() {
+    use rdu_spatial::manifest::TensorStorage;
+    let spec = presets::resolve("deepseek-v3").expect("preset");
+    let storage = rdu_compiler::model::quantization::declared_storage(&spec).expect("fp8 declared");
+    let model = lower_tp_decode_streamed(&spec, 16, 4096, opts(storage, &mut |_| {})).expect("deepseek-v3 fp8 tp 16");
+    for k in &model.kinds {
+        let c = &k.program.certificate;
+        assert!(c.checks.iter().any(|x| x.starts_with("numbers over 16 chips")), "{}: {:?}", k.program.name, c.checks);
+    }
+    let bundle = model.bundle().expect("bundle");
+    let fp8: Vec<&String> = (bundle.manifest.tensors.iter())
+        .filter(|(_, t)| t.storage == TensorStorage::Fp8)
+        .inspect(|(name, t)| assert_eq!(t.block, Some([128, 128]), "{name}"))
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(fp8.len(), 8 * 3 + 11 * 58, "q_a, q_b, kv_a, kv_b, o and the MLP or the experts of each layer");
+    assert!(fp8.iter().all(|n| !n.starts_with("Wr") && !n.starts_with("bsel") && *n != "E" && *n != "Wout"));
+    let chip = Chip::builtin("sn50").expect("chip");
+    rdu_compiler::verify::verify_bundle(&bundle, &chip, &mut |_| {}).expect("the bundle re-certifies");
 }

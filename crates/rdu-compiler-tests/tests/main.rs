@@ -35,6 +35,7 @@ mod batched;
 mod beyond_hbm;
 mod bf16_states;
 mod config;
+mod config_v3;
 mod conformance;
 mod estimate;
 mod gguf;

@@ -36,6 +36,47 @@ fn route_keeps_the_best_groups_before_the_top_k() {
     assert_eq!(r.outputs["x"].as_i32().unwrap(), [4, 0, 1]);
 }
 
+#[test]
+fn route_chooses_by_the_biased_sigmoid_scores_and_weighs_by_the_unbiased_ones() {
+    let l = f(&[1, 4], &[0.0, 1.0, 2.0, 3.0]);
+    let bias = f(&[4], &[2.0, 0.0, 0.0, 0.0]);
+    let b = MapBindings::new().with("l", l).with("br", bias);
+    let text = "w, x = route(l, br, k=2, norm=1, scale=2.5, groups=1, topk_groups=1, score=sigmoid)";
+    let r = run(&b, text, &["w", "x"]).unwrap();
+    assert_eq!(r.outputs["x"].as_i32().unwrap(), [0, 3]);
+    let s = |v: f32| 1.0 / (1.0 + (-v).exp());
+    let (s0, s3) = (s(0.0), s(3.0));
+    close(&out(&r, "w"), &[2.5 * s0 / (s0 + s3), 2.5 * s3 / (s0 + s3)], 1e-7, 1e-6);
+}
+
+#[test]
+fn route_scores_a_group_by_its_two_best_and_never_takes_an_unkept_group() {
+    // Groups {0, 1} and {2, 3}: group 0 holds the best expert, group 1 the best pair.
+    let l = f(&[1, 4], &[3.0, -3.0, 1.5, 1.5]);
+    let zero = f(&[4], &[0.0; 4]);
+    let b = MapBindings::new().with("l", l).with("z", zero);
+    let top2 = "w, x = route(l, z, k=1, norm=0, scale=1.0, groups=2, topk_groups=1, score=sigmoid, group_score=top2)";
+    assert_eq!(run(&b, top2, &["w", "x"]).unwrap().outputs["x"].as_i32().unwrap(), [2]);
+    let max = "w, x = route(l, z, k=1, norm=0, scale=1.0, groups=2, topk_groups=1, score=sigmoid)";
+    assert_eq!(run(&b, max, &["w", "x"]).unwrap().outputs["x"].as_i32().unwrap(), [0]);
+    // Biased scores [-0.4, -0.4 | -0.1, -0.2]: the kept group's experts, all below 0.
+    let l = f(&[1, 4], &[0.0; 4]);
+    let bias = f(&[4], &[-0.9, -0.9, -0.6, -0.7]);
+    let b = MapBindings::new().with("l", l).with("br", bias);
+    let text = "w, x = route(l, br, k=2, norm=0, scale=1.0, groups=2, topk_groups=1, score=sigmoid, group_score=top2)";
+    assert_eq!(run(&b, text, &["w", "x"]).unwrap().outputs["x"].as_i32().unwrap(), [2, 3]);
+}
+
+#[test]
+fn route_refuses_a_bias_of_another_width_and_unknown_words() {
+    let l = f(&[1, 4], &[0.0; 4]);
+    let b = MapBindings::new().with("l", l).with("br", f(&[3], &[0.0; 3]));
+    let err = run(&b, "w, x = route(l, br, k=2, norm=0, scale=1.0, score=sigmoid)", &["w", "x"]).unwrap_err();
+    assert!(err.to_string().contains("bias [4]"), "{err}");
+    let err = run(&b, "w, x = route(l, k=2, norm=0, scale=1.0, score=tanh)", &["w", "x"]).unwrap_err();
+    assert!(err.to_string().contains("`score` must be softmax or sigmoid"), "{err}");
+}
+
 /// Bindings that count how often each expert of each stacked weight is read.
 struct Counting {
     inner: MapBindings,

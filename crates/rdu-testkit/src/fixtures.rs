@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 /// Every tiny transformers model in `tests/data/fixtures/hf` with its reference logits.
-pub const HF: [&str; 11] = [
+pub const HF: [&str; 14] = [
     "llama",
     "qwen3",
     "qwen3_next",
@@ -13,6 +13,9 @@ pub const HF: [&str; 11] = [
     "gemma3_text_T80",
     "deepseek_v2",
     "deepseek_v2_noqlora",
+    "deepseek_v3",
+    "glm4_moe",
+    "minimax_m2",
     "gpt_oss",
     "mistral",
     "mixtral",

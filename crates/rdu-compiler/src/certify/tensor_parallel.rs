@@ -246,9 +246,11 @@ fn check_slices(program: &SpatialProgram, full: &SpatialProgram, chips: usize) -
     Ok(())
 }
 
-/// Every `shard` cuts its value into as many parts as the program has chips, and a product
-/// reading a shard contracts it with a weight split along its `in` axis into the same equal
-/// parts in chip order — so each chip multiplies the columns it holds by its own slice.
+/// Every `shard` cuts the last axis of its value into as many parts as the program has chips,
+/// and a product reading a shard contracts it with a weight split along its `in` axis into the
+/// same equal parts in chip order — so each chip multiplies the columns it holds by its own
+/// slice. Any other op reads a shard as a local value (each chip its own heads: MiniMax-M2's
+/// q and k, normed whole before each chip takes its heads), as the partial-sum check classes it.
 fn check_shards(program: &SpatialProgram) -> Result<(), String> {
     let tp = program.tp.as_ref().ok_or("no tensor-parallel layout")?;
     let chips = tp.chips as usize;
@@ -266,12 +268,15 @@ fn check_shards(program: &SpatialProgram) -> Result<(), String> {
             let Some(out) = op.outs.first() else { return Err(format!("{at} has no result")) };
             let rank = program.decl(out).map_or(0, |d| d.shape.len());
             if axis != Some(rank.saturating_sub(1)) {
-                return Err(format!("{at} cuts axis {axis:?}; a shard feeds a product, which contracts the last"));
+                return Err(format!("{at} cuts axis {axis:?}; a shard cuts the last"));
             }
             shards.insert(out);
             continue;
         }
         let Some(x) = op.reads().find(|x| shards.contains(x)) else { continue };
+        if !matches!(op.op, Op::Linear | Op::LinearHeads) {
+            continue;
+        }
         let (first, w) = (op.reads().next(), op.reads().nth(1).unwrap_or_default());
         let (rank, local) = program.decl(w).map_or((0, 0), |d| (d.shape.len(), d.shape.last().copied().unwrap_or(0)));
         let equal: Vec<Vec<(usize, usize)>> = (0..chips).map(|c| vec![(c * local, (c + 1) * local)]).collect();

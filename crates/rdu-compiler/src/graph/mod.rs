@@ -14,7 +14,7 @@ mod tensor;
 
 pub use eval::{eval, eval_breaking_all_ties, eval_breaking_ties, Bindings, EvalError, Evaluated};
 pub use infer::{infer, Fault, Site, TypeError};
-pub use op::{Act, KMap, Op, RopeStyle};
+pub use op::{Act, GroupScore, KMap, Op, RopeStyle, Score};
 pub use tensor::{numel, Data, Tensor};
 
 use crate::lang::ast::{DeclKind, Span};

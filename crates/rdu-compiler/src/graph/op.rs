@@ -4,5 +4,5 @@
 //! them; the facts shared with lowering and the simulator (name, operands, outputs, …) are the
 //! table's, reached through [`Op::kind`].
 
-pub use rdu_spatial::op::{Act, KMap, RopeStyle};
+pub use rdu_spatial::op::{Act, GroupScore, KMap, RopeStyle, Score};
 pub use rdu_spatial::TypedOp as Op;

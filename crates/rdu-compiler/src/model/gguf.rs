@@ -4,9 +4,10 @@
 //!
 //! Handled `general.architecture` values: `llama`, `qwen3`, `qwen3moe`, `gemma3` here, and
 //! `deepseek2` (absorbed MLA: `attn_k_b`/`attn_v_b`, YaRN, leading dense blocks, stacked
-//! experts) and the Gated DeltaNet hybrids `qwen3next`, `qwen35`, `qwen35moe` in the
-//! submodules. Every failure is an [`Error::Config`] whose field is the metadata key (or
-//! tensor) at fault, except a file that cannot be read as GGUF at all ([`Error::Checkpoint`]).
+//! experts, V3's sigmoid routing with its selection bias), `glm4moe`, `minimax-m2` and the
+//! Gated DeltaNet hybrids `qwen3next`, `qwen35`, `qwen35moe` in the submodules. Every failure
+//! is an [`Error::Config`] whose field is the metadata key (or tensor) at fault, except a file
+//! that cannot be read as GGUF at all ([`Error::Checkpoint`]).
 //!
 //! Defaults follow llama.cpp's loader: `head_count_kv` = `head_count`, `key_length` =
 //! `embedding_length / head_count`, `rope.dimension_count` = `key_length`, `rope.freq_base`
@@ -15,8 +16,11 @@
 //! layers use `rope.freq_base_swa` (default 10000) without scaling.
 
 mod deepseek2;
+mod experts;
+mod glm4moe;
 mod gpt_oss;
 mod hybrid;
+mod minimax_m2;
 
 use std::path::Path;
 
@@ -29,8 +33,19 @@ use crate::model::spec::{
 };
 
 /// The `general.architecture` values [`from_gguf`] understands.
-pub const ARCHITECTURES: &[&str] =
-    &["llama", "qwen3", "qwen3moe", "gemma3", "deepseek2", "qwen3next", "qwen35", "qwen35moe", "gpt-oss"];
+pub const ARCHITECTURES: &[&str] = &[
+    "llama",
+    "qwen3",
+    "qwen3moe",
+    "gemma3",
+    "deepseek2",
+    "glm4moe",
+    "minimax-m2",
+    "qwen3next",
+    "qwen35",
+    "qwen35moe",
+    "gpt-oss",
+];
 
 /// Reads the GGUF file at `path` and builds its spec, named after the file's stem.
 pub fn from_gguf_path(path: impl AsRef<Path>) -> Result<ModelSpec> {
@@ -56,6 +71,8 @@ pub fn from_gguf(gguf: &Gguf, name: &str) -> Result<ModelSpec> {
         "qwen3moe" => Family::Qwen3Moe,
         "gemma3" => Family::Gemma3,
         "deepseek2" => return deepseek2::build(&m, name),
+        "glm4moe" => return glm4moe::build(&m, name),
+        "minimax-m2" => return minimax_m2::build(&m, name),
         "gpt-oss" => return gpt_oss::build(&m, name),
         "qwen3next" | "qwen35" | "qwen35moe" => return hybrid::build(&m, &arch, name),
         other => {
@@ -81,6 +98,7 @@ pub fn from_gguf(gguf: &Gguf, name: &str) -> Result<ModelSpec> {
         kv_heads,
         head_dim,
         qk_norm: family != Family::Llama,
+        qk_norm_whole: false,
         output_gate: false,
         qkv_bias: false,
         o_bias: false,
@@ -145,7 +163,7 @@ fn ffn(m: &Meta, arch: &str, family: Family, act: Act) -> Result<Ffn> {
         act,
         shared: None,
         // llama.cpp's qwen3moe and llama (Mixtral) renormalise the selected softmax weights.
-        router: Router { norm_topk: true, scaling: 1.0, groups: 1, topk_groups: 1 },
+        router: Router::softmax(true, 1.0, 1, 1),
         bias: false,
     })
 }
@@ -281,6 +299,7 @@ fn finish(
         bos: m.u32("tokenizer.ggml.bos_token_id")?,
         eos,
         state: StateDtype::default(),
+        mtp_layers: 0,
         quantization: None,
         mtp: None,
     })

@@ -130,21 +130,12 @@ fn hf_ffn(spec: &ModelSpec, ffn: &Ffn, base: &str, at: &dyn Fn(&str) -> String) 
             _ => None,
         },
         Ffn::Moe { .. } if spec.family == Family::GptOss => hf_gpt_oss_moe(spec, ffn, base, at),
-        Ffn::Moe { experts, .. } if spec.family == Family::Mixtral => {
-            let stack = |w: &str| {
-                let names = (0..*experts).map(|e| at(&format!("block_sparse_moe.experts.{e}.{w}.weight")));
-                Some(TensorSource::Stack(names.collect()))
-            };
-            match base {
-                "Wr" => one(at("block_sparse_moe.gate.weight")),
-                "Weg" => stack("w1"),
-                "Weu" => stack("w3"),
-                "Wed" => stack("w2"),
-                _ => None,
-            }
+        Ffn::Moe { experts, .. } if matches!(spec.family, Family::Mixtral | Family::MinimaxM2) => {
+            block_sparse_moe(*experts, base, at)
         }
         Ffn::Moe { experts, expert_hidden, .. } => {
-            let shared = if spec.family == Family::DeepseekV2 { "mlp.shared_experts" } else { "mlp.shared_expert" };
+            let deepseek_like = matches!(spec.family, Family::DeepseekV2 | Family::DeepseekV3 | Family::Glm4Moe);
+            let shared = if deepseek_like { "mlp.shared_experts" } else { "mlp.shared_expert" };
             let fused = spec.family == Family::Qwen35;
             let stack = |proj: &str| {
                 Some(TensorSource::Stack(
@@ -156,6 +147,7 @@ fn hf_ffn(spec: &ModelSpec, ffn: &Ffn, base: &str, at: &dyn Fn(&str) -> String) 
             };
             match base {
                 "Wr" => one(at("mlp.gate.weight")),
+                "bsel" => one(at("mlp.gate.e_score_correction_bias")),
                 "Weg" if fused => gate_up(0),
                 "Weu" if fused => gate_up(*expert_hidden),
                 "Wed" if fused => one(at("mlp.experts.down_proj")),
@@ -169,6 +161,25 @@ fn hf_ffn(spec: &ModelSpec, ffn: &Ffn, base: &str, at: &dyn Fn(&str) -> String) 
                 _ => None,
             }
         }
+    }
+}
+
+/// Mixtral's and MiniMax-M2's expert block as their checkpoints name it (`block_sparse_moe`,
+/// `w1` the gate, `w3` the up and `w2` the down projection of each expert; MiniMax-M2's
+/// selection bias beside the router).
+fn block_sparse_moe(experts: usize, base: &str, at: &dyn Fn(&str) -> String) -> Option<TensorSource> {
+    let stack = |w: &str| {
+        Some(TensorSource::Stack(
+            (0..experts).map(|e| at(&format!("block_sparse_moe.experts.{e}.{w}.weight"))).collect(),
+        ))
+    };
+    match base {
+        "Wr" => Some(TensorSource::Tensor(at("block_sparse_moe.gate.weight"))),
+        "bsel" => Some(TensorSource::Tensor(at("block_sparse_moe.e_score_correction_bias"))),
+        "Weg" => stack("w1"),
+        "Weu" => stack("w3"),
+        "Wed" => stack("w2"),
+        _ => None,
     }
 }
 
@@ -214,9 +225,9 @@ fn gguf_source(spec: &ModelSpec, name: &str) -> Option<String> {
     let base = base.as_str();
     let spec_layer = spec.layers.get(layer)?;
     let norms = &spec_layer.norms;
-    // Qwen3-Next/3.5 and gpt-oss store the pre-FFN norm (HF post_attention_layernorm) as
-    // ATTN_POST_NORM.
-    let hybrid = matches!(spec.family, Family::Qwen3Next | Family::Qwen35 | Family::GptOss);
+    // Qwen3-Next/3.5, GLM-4.5 and gpt-oss store the pre-FFN norm (HF post_attention_layernorm)
+    // as ATTN_POST_NORM.
+    let hybrid = matches!(spec.family, Family::Qwen3Next | Family::Qwen35 | Family::Glm4Moe | Family::GptOss);
     let tensor = match base {
         "an" => "attn_norm.weight",
         "pan" if norms.post_attn => "post_attention_norm.weight",
@@ -277,6 +288,7 @@ fn gguf_source(spec: &ModelSpec, name: &str) -> Option<String> {
                 },
                 (None, Ffn::Moe { .. }) => match base {
                     "Wr" => "ffn_gate_inp.weight",
+                    "bsel" => "exp_probs_b.bias",
                     "Weg" => "ffn_gate_exps.weight",
                     "Weu" => "ffn_up_exps.weight",
                     "Wed" => "ffn_down_exps.weight",

@@ -13,21 +13,27 @@ use crate::model::spec::ModelSpec;
 /// The tiny presets have d_model 64, vocab 256, 4096 positions and 4–6 layers, and every
 /// projection's input dim is a multiple of 32 (one Q8_0 block). Each holds at least two
 /// distinct layers where its family allows: Gemma sliding/full; Qwen3-Next/3.5 deltanet/full
-/// attention; DeepSeek a dense first layer then MoE; Qwen3-MoE a dense `mlp_only_layers`
-/// entry; Qwen2/3 sliding layers from `max_window_layers` on; gpt-oss sliding and full layers
-/// as `layer_types` says. Llama, Mistral and Mixtral layers are uniform by construction: their
-/// configs have no per-layer setting.
+/// attention; DeepSeek-V2/V3 and GLM-4.5 a dense first layer then MoE; MiniMax-M2 is MoE in
+/// every layer; Qwen3-MoE a dense `mlp_only_layers` entry; Qwen2/3 sliding layers from
+/// `max_window_layers` on; gpt-oss sliding and full layers as `layer_types` says. Llama,
+/// Mistral and Mixtral layers are uniform by construction: their configs have no per-layer
+/// setting.
 const PRESETS: &[(&str, &str)] = &[
     ("deepseek-v2", include_str!("../../presets/deepseek-v2.json")),
     ("deepseek-v2-lite", include_str!("../../presets/deepseek-v2-lite.json")),
+    ("deepseek-v3", include_str!("../../presets/deepseek-v3.json")),
     ("gemma-3-270m", include_str!("../../presets/gemma-3-270m.json")),
     ("gemma-3-27b-it", include_str!("../../presets/gemma-3-27b-it.json")),
+    ("glm-4.5", include_str!("../../presets/glm-4.5.json")),
+    ("glm-4.5-air", include_str!("../../presets/glm-4.5-air.json")),
     ("gpt-oss-120b", include_str!("../../presets/gpt-oss-120b.json")),
     ("gpt-oss-20b", include_str!("../../presets/gpt-oss-20b.json")),
+    ("kimi-k2", include_str!("../../presets/kimi-k2.json")),
     ("llama-3.1-405b", include_str!("../../presets/llama-3.1-405b.json")),
     ("llama-3.1-70b", include_str!("../../presets/llama-3.1-70b.json")),
     ("llama-3.1-8b", include_str!("../../presets/llama-3.1-8b.json")),
     ("llama-3.2-1b", include_str!("../../presets/llama-3.2-1b.json")),
+    ("minimax-m2", include_str!("../../presets/minimax-m2.json")),
     ("mistral-7b", include_str!("../../presets/mistral-7b.json")),
     ("mixtral-8x7b", include_str!("../../presets/mixtral-8x7b.json")),
     ("qwen3-0.6b", include_str!("../../presets/qwen3-0.6b.json")),
@@ -38,9 +44,12 @@ const PRESETS: &[(&str, &str)] = &[
     ("qwen3.6-35b-a3b", include_str!("../../presets/qwen3.6-35b-a3b.json")),
     ("tiny-deepseek-v2", include_str!("../../presets/tiny/tiny-deepseek-v2.json")),
     ("tiny-deepseek-v2-lite", include_str!("../../presets/tiny/tiny-deepseek-v2-lite.json")),
+    ("tiny-deepseek-v3", include_str!("../../presets/tiny/tiny-deepseek-v3.json")),
     ("tiny-gemma3", include_str!("../../presets/tiny/tiny-gemma3.json")),
+    ("tiny-glm4-moe", include_str!("../../presets/tiny/tiny-glm4-moe.json")),
     ("tiny-gpt-oss", include_str!("../../presets/tiny/tiny-gpt-oss.json")),
     ("tiny-llama", include_str!("../../presets/tiny/tiny-llama.json")),
+    ("tiny-minimax-m2", include_str!("../../presets/tiny/tiny-minimax-m2.json")),
     ("tiny-mistral", include_str!("../../presets/tiny/tiny-mistral.json")),
     ("tiny-mixtral", include_str!("../../presets/tiny/tiny-mixtral.json")),
     ("tiny-qwen2", include_str!("../../presets/tiny/tiny-qwen2.json")),

@@ -19,6 +19,12 @@ pub enum Family {
     Qwen35,
     Gemma3,
     DeepseekV2,
+    /// DeepSeek-V3 / R1 / V3.1 and Kimi K2 (`kimi_k2`): DeepSeek-V2's MLA with `noaux_tc` routing.
+    DeepseekV3,
+    /// GLM-4.5 / 4.5-Air / 4.6 (`glm4_moe`).
+    Glm4Moe,
+    /// MiniMax-M2 (`minimax_m2`).
+    MinimaxM2,
     Mistral,
     Mixtral,
     GptOss,
@@ -35,6 +41,9 @@ impl Family {
             Family::Qwen35 => "qwen3_5",
             Family::Gemma3 => "gemma3",
             Family::DeepseekV2 => "deepseek_v2",
+            Family::DeepseekV3 => "deepseek_v3",
+            Family::Glm4Moe => "glm4_moe",
+            Family::MinimaxM2 => "minimax_m2",
             Family::Mistral => "mistral",
             Family::Mixtral => "mixtral",
             Family::GptOss => "gpt_oss",
@@ -77,6 +86,10 @@ pub struct ModelSpec {
     /// Q8_0 weights are; the author declares every state with it (`state Kc0 : bf16[...]`).
     #[serde(default)]
     pub state: StateDtype,
+    /// Multi-token-prediction layers the checkpoint holds after the decoder layers
+    /// (`num_nextn_predict_layers`): not part of the forward, their weights are never read.
+    #[serde(default)]
+    pub mtp_layers: usize,
     /// What the checkpoint's `quantization_config` says its layer projections are stored as
     /// (`None`: as read, dense or a GGUF's own types). `rdu lower --storage auto` follows it
     /// for a config without weights (`model::quantization::declared_storage`).
@@ -171,8 +184,12 @@ pub enum Mixer {
         heads: usize,
         kv_heads: usize,
         head_dim: usize,
-        /// Per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3, Qwen3-Next).
+        /// RMSNorm of q and k before RoPE: per head (Qwen3, Gemma 3, Qwen3-Next, GLM-4.5), or
+        /// over the whole projection when `qk_norm_whole` (MiniMax-M2).
         qk_norm: bool,
+        /// The q/k norms span every head's values at once (weights `[heads·head_dim]`).
+        #[serde(default)]
+        qk_norm_whole: bool,
         /// q_proj also emits a per-head gate; the attention output is multiplied by its sigmoid.
         output_gate: bool,
         /// Biases on q, k and v (Qwen2, gpt-oss).
@@ -314,14 +331,73 @@ impl SharedExpert {
     }
 }
 
-/// Softmax routing: `p = softmax(x W_gᵀ)`, then top-k (group-limited when `groups > 1`),
-/// then renormalisation (`norm_topk`) and the scaling factor.
+/// Routing: scores `s = softmax(x W_gᵀ)` or `sigmoid(x W_gᵀ)`, experts chosen by `s` (plus the
+/// selection bias, when there is one) top-k, group-limited when `groups > 1`; their weights
+/// `s`, renormalised (`norm_topk`), times the scaling factor.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Router {
     pub norm_topk: bool,
     pub scaling: f64,
     pub groups: usize,
     pub topk_groups: usize,
+    #[serde(default)]
+    pub scoring: Scoring,
+    /// A per-expert bias added to the scores to choose, never to weigh
+    /// (`e_score_correction_bias`: DeepSeek-V3, GLM-4.5, MiniMax-M2).
+    #[serde(default)]
+    pub bias: bool,
+    /// How a group is scored for group-limited routing.
+    #[serde(default)]
+    pub group_score: GroupScore,
+}
+
+impl Router {
+    /// Softmax routing without a bias (DeepSeek-V2, Qwen): a group scored by its best expert.
+    pub fn softmax(norm_topk: bool, scaling: f64, groups: usize, topk_groups: usize) -> Router {
+        Router {
+            norm_topk,
+            scaling,
+            groups,
+            topk_groups,
+            scoring: Scoring::Softmax,
+            bias: false,
+            group_score: GroupScore::Max,
+        }
+    }
+
+    /// DeepSeek-V3's `noaux_tc` routing: sigmoid scores, the selection bias, a group scored by
+    /// the sum of its two best biased scores.
+    pub fn noaux_tc(norm_topk: bool, scaling: f64, groups: usize, topk_groups: usize) -> Router {
+        Router {
+            norm_topk,
+            scaling,
+            groups,
+            topk_groups,
+            scoring: Scoring::Sigmoid,
+            bias: true,
+            group_score: GroupScore::Top2,
+        }
+    }
+}
+
+/// How the router scores each expert.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scoring {
+    #[default]
+    Softmax,
+    Sigmoid,
+}
+
+/// How group-limited routing scores a group from its experts' (biased) scores.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupScore {
+    /// Its best expert's.
+    #[default]
+    Max,
+    /// The sum of its two best experts'.
+    Top2,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -57,6 +57,8 @@ keys! {
     Norm = norm,
     Groups = groups,
     TopkGroups = topk_groups,
+    Score = score,
+    GroupScore = group_score,
     Act = act,
     Limit = limit,
     Chips = chips,
@@ -249,6 +251,24 @@ word_kind!(
         Grouped = "grouped",
         /// Value head `h` uses key head `h mod hk` (`repeat`).
         Tiled = "tiled",
+    }
+);
+word_kind!(
+    /// How `route` scores each expert.
+    Score {
+        /// `softmax` over the row's experts (DeepSeek-V2, Qwen).
+        Softmax = "softmax",
+        /// `sigmoid` of each expert's logit (DeepSeek-V3, GLM-4.5, MiniMax-M2).
+        Sigmoid = "sigmoid",
+    }
+);
+word_kind!(
+    /// How `route` scores a group of experts from its experts' (biased) scores.
+    GroupScore {
+        /// The largest (DeepSeek-V2's `group_limited_greedy`).
+        Max = "max",
+        /// The sum of the two largest (DeepSeek-V3's `noaux_tc`).
+        Top2 = "top2",
     }
 );
 word_kind!(

@@ -13,8 +13,8 @@ mod attr;
 
 use attr::key;
 pub use attr::{
-    Act, AttrFault, AttrLit, AttrValue, Axes, Count, Dims, EvenPositive, Flag, Float, Given, KMap, Key, NonNegative,
-    OpAttrs, Positive, RopeStyle, UnitOffset, Visit, Visitor,
+    Act, AttrFault, AttrLit, AttrValue, Axes, Count, Dims, EvenPositive, Flag, Float, Given, GroupScore, KMap, Key,
+    NonNegative, OpAttrs, Positive, RopeStyle, Score, UnitOffset, Visit, Visitor,
 };
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
@@ -83,13 +83,15 @@ op_table! {
     DeltaStep = "delta_step" [S, q, k, v, g, beta] (6, 6).cost(Recurrent).outputs(2).heavy().in_place() {
         kmap: KMap [default = KMap::Grouped],
     };
-    /// Outputs `w, idx`.
-    Route = "route" [logits] (1, 1).cost(Elementwise).outputs(2) {
+    /// Inputs `logits` or `logits, bias` (a per-expert bias that only chooses); outputs `w, idx`.
+    Route = "route" [logits, bias] (1, 2).cost(Elementwise).outputs(2) {
         k: Positive,
         norm: Flag [spatial = false],
         scale: Float [spatial = 1.0],
         groups: Positive [spatial = 1],
         topk_groups: Positive [spatial = groups],
+        score: Score [default = Score::Softmax],
+        group_score: GroupScore [default = GroupScore::Max],
     };
     /// With biases, also `bg, bu` (read one expert at a time, never Q8_0); `limit` goes with
     /// `act=swiglu_oai`.
@@ -472,8 +474,15 @@ mod tests {
         };
         let route = ints(&[("k", 2), ("norm", 1), ("scale", 3), ("groups", 4), ("topk_groups", 2)]);
         let typed = read(Op::Route, &route).unwrap();
-        assert_eq!(typed, TypedOp::Route { k: 2, norm: true, scale: 3.0, groups: 4, topk_groups: 2 });
-        assert_eq!(typed.to_string(), "route k=2 norm=1 scale=3.0 groups=4 topk_groups=2");
+        let (score, group_score) = (super::Score::Softmax, super::GroupScore::Max);
+        assert_eq!(
+            typed,
+            TypedOp::Route { k: 2, norm: true, scale: 3.0, groups: 4, topk_groups: 2, score, group_score }
+        );
+        assert_eq!(
+            typed.to_string(),
+            "route k=2 norm=1 scale=3.0 groups=4 topk_groups=2 score=softmax group_score=max"
+        );
         // A default is neither required nor written.
         let grouped = read(Op::DeltaScan, &[]).unwrap();
         assert_eq!(grouped, TypedOp::DeltaScan { kmap: KMap::Grouped });

@@ -1,6 +1,7 @@
-//! Mixture of experts: `route` (softmax, group-limited top-k, ties to the lower index,
-//! renormalisation, scaling) and `experts`, which reads only the experts a step selects,
-//! one expert at a time, folding Q8_0, FP8 and MXFP4 slabs block by block; tileable along the model dim.
+//! Mixture of experts: `route` (softmax or sigmoid scores, an optional selection bias,
+//! group-limited top-k, ties to the lower index, renormalisation, scaling) and `experts`, which
+//! reads only the experts a step selects, one expert at a time, folding Q8_0, FP8 and MXFP4
+//! slabs block by block; tileable along the model dim.
 
 use std::collections::BTreeMap;
 
@@ -11,7 +12,7 @@ use super::region::{region, untiled, Axes};
 use super::rows::Rows;
 use super::tensor::SimTensor;
 use super::{invalid, SimBindings, SimError, WeightSlab};
-use crate::op::{attrs, Act};
+use crate::op::{attrs, Act, GroupScore, Score};
 use crate::program::Storage;
 use crate::q8::QK8_0;
 use rdu_checkpoint::{Fp8View, GgmlType};
@@ -21,45 +22,78 @@ kernels! {
     Experts(call, a) => experts(call, a),
 }
 
-/// `w [N, K]`, `idx i32[N, K]`: the `K` most probable experts of each row.
+/// `w [N, K]`, `idx i32[N, K]`: each row's `K` chosen experts and their weights. Scores are
+/// `softmax(logits)` or `sigmoid(logits)` (`score`); the experts are chosen by the scores plus
+/// the optional `bias` operand, within the `topk_groups` groups whose `group_score` (the max,
+/// or the sum of the two largest, of their biased scores) is largest; the weights are the
+/// unbiased scores, renormalised when `norm`, times `scale`.
 fn route(call: &Call<'_>, a: &attrs::Route) -> Outs {
     untiled(call.tiling())?;
     let (t, logits) = call.f32(0)?;
     let &[n, e] = t.shape.as_slice() else { return invalid(format!("expects logits [N, E], given {:?}", t.shape)) };
-    let (k, norm, scale, groups, keep) = (a.k, a.norm, a.scale as f32, a.groups, a.topk_groups);
+    let (k, groups, keep) = (a.k, a.groups, a.topk_groups);
     if k == 0 || k > e || e > i32::MAX as usize {
         return invalid(format!("k={k} must satisfy 1 <= k <= {e}"));
     }
-    if groups == 0 || e % groups != 0 || keep == 0 || keep > groups {
+    if groups == 0 || !e.is_multiple_of(groups) || keep == 0 || keep > groups {
         return invalid(format!("{e} experts cannot be split into {groups} groups keeping {keep}"));
     }
+    if a.group_score == GroupScore::Top2 && groups > 1 && e / groups < 2 {
+        return invalid(format!("group_score=top2 needs groups of 2 experts or more, not {}", e / groups));
+    }
+    let bias = match call.args.len() {
+        2 => match call.f32(1)? {
+            (b, data) if b.shape == [e] => Some(data),
+            (b, _) => return invalid(format!("expects a bias [{e}], given {:?}", b.shape)),
+        },
+        _ => None,
+    };
     let (mut w, mut idx) = (Vec::with_capacity(n * k), Vec::with_capacity(n * k));
     for row in logits.chunks_exact(e) {
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let exps: Vec<f32> = row.iter().map(|v| super::mathf::exp(v - max)).collect();
-        let total: f32 = exps.iter().sum();
-        let mut p: Vec<f32> = exps.iter().map(|v| v / total).collect();
+        let scores = scores(a.score, row);
+        let mut choice: Vec<f32> = match bias {
+            Some(b) => scores.iter().zip(b).map(|(s, b)| s + b).collect(),
+            None => scores.clone(),
+        };
         if groups > 1 {
             let size = e / groups;
-            let best: Vec<f32> =
-                p.chunks_exact(size).map(|g| g.iter().copied().fold(f32::NEG_INFINITY, f32::max)).collect();
+            let best: Vec<f32> = choice.chunks_exact(size).map(|g| group_score(a.group_score, g)).collect();
             let kept = descending(&best, keep);
-            for (gi, group) in p.chunks_exact_mut(size).enumerate() {
+            for (gi, group) in choice.chunks_exact_mut(size).enumerate() {
                 if !kept.contains(&gi) {
-                    group.fill(0.0);
+                    group.fill(f32::NEG_INFINITY);
                 }
             }
         }
-        let top = descending(&p, k);
-        let mut chosen: Vec<f32> = top.iter().map(|&i| p[i]).collect();
-        if norm {
+        let top = descending(&choice, k);
+        let mut chosen: Vec<f32> = top.iter().map(|&i| scores[i]).collect();
+        if a.norm {
             let sum: f32 = chosen.iter().sum();
             chosen.iter_mut().for_each(|v| *v /= sum);
         }
-        w.extend(chosen.iter().map(|v| v * scale));
+        w.extend(chosen.iter().map(|v| v * a.scale as f32));
         idx.extend(top.iter().map(|&i| i as i32));
     }
     Ok(vec![SimTensor::f32(vec![n, k], w), SimTensor::i32(vec![n, k], idx)])
+}
+
+/// A row's scores: its softmax, or each logit's sigmoid.
+fn scores(score: Score, row: &[f32]) -> Vec<f32> {
+    if score == Score::Sigmoid {
+        return row.iter().map(|&v| sigmoid(v)).collect();
+    }
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let exps: Vec<f32> = row.iter().map(|v| super::mathf::exp(v - max)).collect();
+    let total: f32 = exps.iter().sum();
+    exps.iter().map(|v| v / total).collect()
+}
+
+/// A group's score: its largest choice score, or the sum of its two largest.
+fn group_score(how: GroupScore, group: &[f32]) -> f32 {
+    match how {
+        GroupScore::Max => group.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+        GroupScore::Top2 => descending(group, 2).iter().map(|&i| group[i]).sum(),
+    }
 }
 
 /// gpt-oss's `alpha`: the gate's sigmoid reads `alpha · gate`.

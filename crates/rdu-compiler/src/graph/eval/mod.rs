@@ -265,10 +265,12 @@ impl<'g> Run<'g> {
                 let gated = moe::Gated { act: *act, limit: *limit, biased: weights.len() == 5 };
                 moe::experts(&ins, gated, n_experts, &mut |which, e| self.row(weights[which], e))
             }
-            Op::Route { k, norm, scale, groups, topk_groups } => {
+            Op::Route { k, norm, scale, groups, topk_groups, score, group_score } => {
                 let other = node.outputs.get(1).and_then(|&v| routes(&self.graph.value(v).name));
                 let tie = other.map(|idx| (idx, f64::from(band)));
-                moe::route(ins[0], *k, *norm, *scale, *groups, *topk_groups, tie)
+                let (k, norm, scale, groups, topk_groups) = (*k, *norm, *scale, *groups, *topk_groups);
+                let rule = moe::Rule { k, norm, scale, groups, topk_groups, score: *score, group_score: *group_score };
+                moe::route(ins[0], ins.get(1).copied(), &rule, tie)
             }
             op => kernel(op, &ins),
         };

@@ -1,16 +1,18 @@
-//! Mixture of experts: `route` (softmax in f64, group-limited top-k) and `experts` (each
-//! row's chosen experts, fetched one stacked-weight row at a time).
+//! Mixture of experts: `route` (softmax or sigmoid in f64, a selection bias, group-limited
+//! top-k) and `experts` (each row's chosen experts, fetched one stacked-weight row at a time).
 
 use super::elementwise::{gelu_tanh, sigmoid, silu};
 use super::gemm::{linear_f32, Weights};
 use super::{evals, f32s, i32s, out, Kernel};
 use crate::graph::{Act, Tensor};
+pub(super) use rdu_spatial::op::attrs::Route as Rule;
+use rdu_spatial::op::{GroupScore, Score};
 use rdu_spatial::q8::Q8Weight;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 evals! {
-    Route(ins, a) => route(ins[0], a.k, a.norm, a.scale, a.groups, a.topk_groups, None),
+    Route(ins, a) => route(ins[0], ins.get(1).copied(), a, None),
     // `Run::node` reads the chosen experts' rows as it goes.
     Experts(_ins, _) => Err("experts is evaluated row by row".into()),
 }
@@ -23,70 +25,79 @@ fn top_k(values: &[f64], k: usize) -> Vec<usize> {
     order
 }
 
-/// `p = softmax(logits)`; with `groups > 1` keep the `topk_groups` groups with the largest
-/// max `p` (others zeroed); the `k` largest; `w / Σw` when `norm`; then `· scale`.
+/// A row's scores: its softmax, or each logit's sigmoid.
+fn scores(rule: &Rule, row: &[f32]) -> Vec<f64> {
+    let row = row.iter().map(|&v| f64::from(v));
+    match rule.score {
+        Score::Sigmoid => row.map(|v| 1.0 / (1.0 + (-v).exp())).collect(),
+        Score::Softmax => {
+            let max = row.clone().fold(f64::NEG_INFINITY, f64::max);
+            let exps: Vec<f64> = row.map(|v| (v - max).exp()).collect();
+            let total: f64 = exps.iter().sum();
+            exps.iter().map(|x| x / total).collect()
+        }
+    }
+}
+
+/// A group's score from its experts' choice scores: the largest, or the sum of the two largest.
+fn group_score(rule: &Rule, group: &[f64]) -> f64 {
+    match rule.group_score {
+        GroupScore::Max => group.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        GroupScore::Top2 => top_k(group, 2).iter().map(|&i| group[i]).sum(),
+    }
+}
+
+/// Scores `s` (`softmax` or `sigmoid` of the logits); choice scores `c = s + bias` (`s` without
+/// a bias); with `groups > 1` only the `topk_groups` groups with the largest group score (the
+/// max, or the sum of the two largest, of their `c`) are eligible; the `k` eligible experts of
+/// largest `c`; their weights `s`, `/ Σ` when `norm`, then `· scale`.
 ///
 /// `tie`: another engine's choices (`[n, k]` expert indices) and a band. A row whose choice
-/// differs takes the other one when it is a near-tie — each expert it chooses has `p` within
-/// the band of the `k`-th largest, and with groups its group's max within the band of the last
-/// group kept — its weights then computed from the same `p` (`eval_breaking_all_ties`).
-pub(super) fn route(
-    logits: &Tensor,
-    k: usize,
-    norm: bool,
-    scale: f64,
-    groups: usize,
-    topk_groups: usize,
-    tie: Option<(&[i32], f64)>,
-) -> Kernel {
-    let (n, e) = (logits.shape()[0], logits.shape()[1]);
+/// differs takes the other one when it is a near-tie — each expert it chooses has `c` within
+/// the band of the `k`-th largest eligible `c`, and with groups its group's score within the
+/// band of the last group kept (`eval_breaking_all_ties`).
+pub(super) fn route(logits: &Tensor, bias: Option<&Tensor>, rule: &Rule, tie: Option<(&[i32], f64)>) -> Kernel {
+    let (n, e, k) = (logits.shape()[0], logits.shape()[1], rule.k);
     let ls = f32s(logits)?;
+    let bias = bias.map(f32s).transpose()?;
     let (mut weights, mut indices) = (Vec::with_capacity(n * k), Vec::with_capacity(n * k));
+    let size = e / rule.groups.max(1);
     for r in 0..n {
-        let row = &ls[r * e..(r + 1) * e];
-        let max = row.iter().map(|&v| f64::from(v)).fold(f64::NEG_INFINITY, f64::max);
-        let exps: Vec<f64> = row.iter().map(|&v| (f64::from(v) - max).exp()).collect();
-        let total: f64 = exps.iter().sum();
-        let all: Vec<f64> = exps.iter().map(|x| x / total).collect();
-        let mut p = all.clone();
-        let size = e / groups.max(1);
-        let mut group_bar = f64::NEG_INFINITY;
-        if groups > 1 {
-            let best: Vec<f64> = (0..groups)
-                .map(|g| p[g * size..(g + 1) * size].iter().copied().fold(f64::NEG_INFINITY, f64::max))
-                .collect();
-            let kept = top_k(&best, topk_groups);
-            group_bar = kept.iter().map(|&g| best[g]).fold(f64::INFINITY, f64::min);
-            for (i, v) in p.iter_mut().enumerate() {
-                if !kept.contains(&(i / size)) {
-                    *v = 0.0;
-                }
-            }
-        }
-        let mut chosen = top_k(&p, k);
+        let s = scores(rule, &ls[r * e..(r + 1) * e]);
+        let c: Vec<f64> = match bias {
+            Some(b) => s.iter().zip(b).map(|(v, &b)| v + f64::from(b)).collect(),
+            None => s.clone(),
+        };
+        let group: Vec<f64> =
+            if rule.groups > 1 { c.chunks(size).map(|g| group_score(rule, g)).collect() } else { vec![] };
+        let kept = top_k(&group, rule.topk_groups);
+        let group_bar = kept.iter().map(|&g| group[g]).fold(f64::INFINITY, f64::min);
+        let eligible: Vec<f64> = c
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| if rule.groups <= 1 || kept.contains(&(i / size)) { v } else { f64::NEG_INFINITY })
+            .collect();
+        let mut chosen = top_k(&eligible, k);
         if let Some((other, band)) = tie {
             let theirs: Option<Vec<usize>> =
                 other.get(r * k..(r + 1) * k).map(|o| o.iter().filter_map(|&i| usize::try_from(i).ok()).collect());
             if let Some(theirs) = theirs.filter(|t| t.len() == k && *t != chosen) {
-                let bar = chosen.iter().map(|&i| p[i]).fold(f64::INFINITY, f64::min);
-                let group_max =
-                    |g: usize| all[g * size..(g + 1) * size].iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let near = theirs.iter().all(|&i| {
-                    i < e && all[i] >= bar - band && (groups <= 1 || group_max(i / size) >= group_bar - band)
-                });
+                let bar = chosen.iter().map(|&i| eligible[i]).fold(f64::INFINITY, f64::min);
+                let near = theirs
+                    .iter()
+                    .all(|&i| i < e && c[i] >= bar - band && (rule.groups <= 1 || group[i / size] >= group_bar - band));
                 let distinct = theirs.iter().enumerate().all(|(a, x)| !theirs[..a].contains(x));
                 if near && distinct {
                     chosen = theirs;
-                    p = all;
                 }
             }
         }
-        let mut w: Vec<f64> = chosen.iter().map(|&i| p[i]).collect();
-        if norm {
+        let mut w: Vec<f64> = chosen.iter().map(|&i| s[i]).collect();
+        if rule.norm {
             let sum: f64 = w.iter().sum();
             w.iter_mut().for_each(|v| *v /= sum);
         }
-        weights.extend(w.iter().map(|v| (v * scale) as f32));
+        weights.extend(w.iter().map(|v| (v * rule.scale) as f32));
         for i in chosen {
             indices.push(i32::try_from(i).map_err(|_| format!("expert {i} does not fit i32"))?);
         }

@@ -2,7 +2,7 @@
 
 use super::{shapes, Fault, Operands, Site, TypeError};
 use crate::graph::{DType, Type};
-use rdu_spatial::op::{Act, Key};
+use rdu_spatial::op::{Act, GroupScore, Key};
 
 shapes! {
     Rope(a, r) => rope(a, r.dim),
@@ -14,7 +14,7 @@ shapes! {
     ConvShift(a, _) => conv_shift(a),
     DeltaScan(a, _) => delta(a, false),
     DeltaStep(a, _) => delta(a, true),
-    Route(a, r) => route(a, r.k, r.groups, r.topk_groups),
+    Route(a, r) => route(a, r.k, (r.groups, r.topk_groups), r.group_score),
     Experts(a, t) => experts(a, t.act, t.limit),
 }
 
@@ -192,12 +192,24 @@ fn delta(a: &Operands<'_>, with_state: bool) -> Result<Vec<Type>, TypeError> {
     Ok(vec![out, a.ty(0).clone()])
 }
 
-/// `route(logits [N, E], k, groups, topk_groups) -> w [N, k], idx i32[N, k]`.
-fn route(a: &Operands<'_>, k: usize, groups: usize, topk_groups: usize) -> Result<Vec<Type>, TypeError> {
+/// `route(logits [N, E] (, bias [E]), k, groups, topk_groups, group_score) -> w [N, k], idx i32[N, k]`.
+fn route(
+    a: &Operands<'_>,
+    k: usize,
+    (groups, topk_groups): (usize, usize),
+    group_score: GroupScore,
+) -> Result<Vec<Type>, TypeError> {
     let l = a.f32_rank(0, 2, "[N, E]")?;
     let (n, e) = (l[0], l[1]);
+    if a.len() == 2 {
+        a.f32_exact(1, &[e])?;
+    }
     if groups == 0 || e % groups != 0 {
         return Err(a.attr_error(Key::Groups, format!("groups={groups} must divide the {e} experts")));
+    }
+    if group_score == GroupScore::Top2 && groups > 1 && e / groups < 2 {
+        let message = format!("top2 needs groups of 2 experts or more, not {}", e / groups);
+        return Err(a.attr_error(Key::GroupScore, message));
     }
     if topk_groups == 0 || topk_groups > groups {
         return Err(a.attr_error(Key::TopkGroups, format!("topk_groups={topk_groups} must be in 1..={groups}")));

@@ -1,12 +1,13 @@
-//! Feed-forward blocks: the gated dense MLP and the mixture of experts (softmax routing,
-//! top-k, optional renormalisation and scaling, group-limited greedy, shared expert with or
-//! without its sigmoid gate).
+//! Feed-forward blocks: the gated dense MLP and the mixture of experts (softmax or sigmoid
+//! routing, an optional selection bias, top-k, optional renormalisation and scaling,
+//! group-limited selection, shared expert with or without its sigmoid gate).
 
 use super::split::Run;
 use super::writer::Writer;
 use super::LayerCtx;
 use crate::graph::Op;
-use crate::model::spec::{Act, Ffn};
+use crate::model::spec::{Act, Ffn, GroupScore, Scoring};
+use rdu_spatial::op::{GroupScore as GroupWord, Score};
 
 /// Writes the layer's feed-forward block over `hf`; returns its `[N, D]` output (on a chip of a
 /// tensor-parallel layer, its partial sum: [`after_reduce`] adds what must be added once).
@@ -27,6 +28,8 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hf: &str) -> String 
                 args.push(w.weight_split("beg", &[*experts, *expert_hidden], 1, &cols));
                 args.push(w.weight_split("beu", &[*experts, *expert_hidden], 1, &cols));
             }
+            // The selection bias only chooses: `route` adds it to the scores it ranks.
+            let bsel = router.bias.then(|| w.weight("bsel", &[*experts]));
             let rl = super::attention::linear(w, "rl", hf, &wr, br.as_deref());
             let route = Op::Route {
                 k: *top_k,
@@ -34,8 +37,16 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hf: &str) -> String 
                 scale: router.scaling,
                 groups: router.groups,
                 topk_groups: router.topk_groups,
+                score: if router.scoring == Scoring::Sigmoid { Score::Sigmoid } else { Score::Softmax },
+                // One group has no rival: its score is never read.
+                group_score: if router.group_score == GroupScore::Top2 && router.groups > 1 {
+                    GroupWord::Top2
+                } else {
+                    GroupWord::Max
+                },
             };
-            let (rw, ri) = w.op2(["rw", "ri"], route, &[&rl]);
+            let ins: Vec<&str> = [Some(rl.as_str()), bsel.as_deref()].into_iter().flatten().collect();
+            let (rw, ri) = w.op2(["rw", "ri"], route, &ins);
             (args[1], args[2]) = (rw, ri);
             let refs: Vec<&str> = args.iter().map(String::as_str).collect();
             let eo = w.op("eo", act.experts(), &refs);

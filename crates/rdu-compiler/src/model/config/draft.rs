@@ -16,6 +16,8 @@ pub(super) struct Draft {
     pub prefix: &'static str,
     pub bos: Option<u32>,
     pub eos: Vec<u32>,
+    /// Multi-token-prediction layers the checkpoint holds beyond the decoder's (never read).
+    pub mtp_layers: usize,
 }
 
 impl Draft {
@@ -33,6 +35,7 @@ impl Draft {
             prefix: "model.",
             bos: core.bos,
             eos: core.eos.clone(),
+            mtp_layers: 0,
         }
     }
 }
@@ -79,6 +82,7 @@ impl Draft {
             bos: self.bos,
             eos: self.eos,
             state: StateDtype::default(),
+            mtp_layers: self.mtp_layers,
             quantization: None,
             mtp: None,
         }

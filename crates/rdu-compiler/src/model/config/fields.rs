@@ -110,6 +110,7 @@ impl Core {
             kv_heads: self.kv_heads,
             head_dim: self.head_dim,
             qk_norm,
+            qk_norm_whole: false,
             output_gate,
             qkv_bias,
             o_bias: false,

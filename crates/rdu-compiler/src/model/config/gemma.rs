@@ -91,6 +91,7 @@ pub(super) fn build(ctx: &Ctx, text: &Value, outer: Option<&Outer>) -> Result<Dr
         kv_heads: core.kv_heads,
         head_dim: core.head_dim,
         qk_norm: true,
+        qk_norm_whole: false,
         output_gate: false,
         qkv_bias: false,
         o_bias: false,

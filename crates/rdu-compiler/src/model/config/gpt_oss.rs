@@ -67,6 +67,7 @@ pub(super) fn build(ctx: &Ctx, root: &Value) -> Result<Draft> {
         kv_heads: core.kv_heads,
         head_dim: core.head_dim,
         qk_norm: false,
+        qk_norm_whole: false,
         output_gate: false,
         qkv_bias: biased,
         o_bias: biased,
@@ -129,7 +130,7 @@ impl GptOss {
             act: Act::SwigluOai { limit },
             shared: None,
             // softmax over the top-k logits = the top-k of the softmax, renormalised.
-            router: Router { norm_topk: true, scaling: 1.0, groups: 1, topk_groups: 1 },
+            router: Router::softmax(true, 1.0, 1, 1),
             bias: true,
         })
     }

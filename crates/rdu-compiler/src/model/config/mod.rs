@@ -20,11 +20,14 @@
 
 mod deepseek;
 mod draft;
+mod experts;
 mod fields;
 pub(crate) use fields::MAX_LAYERS;
 mod gemma;
+mod glm;
 mod gpt_oss;
 mod hybrid;
+mod minimax;
 mod quant;
 mod qwen_moe;
 mod rope;
@@ -53,6 +56,10 @@ pub const MODEL_TYPES: &[&str] = &[
     "gemma3",
     "gemma3_text",
     "deepseek_v2",
+    "deepseek_v3",
+    "kimi_k2",
+    "glm4_moe",
+    "minimax_m2",
     "mistral",
     "mixtral",
     "gpt_oss",
@@ -118,7 +125,11 @@ fn import(text: &str, name: &str, origin: &str) -> Result<ModelSpec> {
             let (ctx, text) = text_config(&top, &root)?;
             gemma::build(&ctx, text, Some(&top.parse(&root)?))?
         }
-        "deepseek_v2" => deepseek::build(&top, &root)?,
+        "deepseek_v2" => deepseek::build(&top, &root, deepseek::Version::V2)?,
+        // Kimi K2 is DeepSeek-V3's architecture under its own name.
+        "deepseek_v3" | "kimi_k2" => deepseek::build(&top, &root, deepseek::Version::V3)?,
+        "glm4_moe" => glm::build(&top, &root)?,
+        "minimax_m2" => minimax::build(&top, &root)?,
         "mistral" => standard::build(&top, &root, Family::Mistral)?,
         "mixtral" => standard::build(&top, &root, Family::Mixtral)?,
         "gpt_oss" => gpt_oss::build(&top, &root)?,

@@ -156,7 +156,7 @@ impl MoeRule {
             expert_hidden: self.expert_hidden,
             act: Act::Silu,
             shared: self.shared.clone(),
-            router: Router { norm_topk: self.norm_topk, scaling: 1.0, groups: 1, topk_groups: 1 },
+            router: Router::softmax(self.norm_topk, 1.0, 1, 1),
             bias: false,
         }
     }

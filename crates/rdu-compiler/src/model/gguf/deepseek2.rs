@@ -9,16 +9,17 @@
 //! 576-wide MQA view and are only checked); `rope.scaling.yarn_log_multiplier` holds
 //! `0.1·mscale_all_dim` (the converter's legacy pre-scaling for this architecture) and llama.cpp
 //! takes `mscale = mscale_all_dim`, so RoPE magnitudes stay 1 and the softmax scale is
-//! `(0.1·mscale_all_dim·ln factor + 1)² / √(qk_nope + qk_rope)`. Routing: softmax
-//! (`expert_gating_func` 1 or absent), top-k, renormalised iff `expert_weights_norm`, then
-//! multiplied by `expert_weights_scale` (absent or 0: 1); `expert_group_count` /
-//! `expert_group_used_count` give group-limited greedy selection.
+//! `(0.1·mscale_all_dim·ln factor + 1)² / √(qk_nope + qk_rope)`. Routing (`experts.rs`):
+//! softmax (`expert_gating_func` 1 or absent, V2) or sigmoid (2, V3 and Kimi K2, with the
+//! layer's `exp_probs_b.bias`), top-k, renormalised iff `expert_weights_norm`, then multiplied
+//! by `expert_weights_scale`; `expert_group_count` / `expert_group_used_count` give
+//! group-limited selection. A file that kept the multi-token-prediction blocks counts them in
+//! `block_count` and says how many in `nextn_predict_layers`: they are not decoder layers.
 
+use super::experts::{leading_dense_then_routed, split_nextn, ExpertRules};
 use super::{finish, vocab, Meta, Shape};
 use crate::error::Result;
-use crate::model::spec::{
-    Act, Embed, Family, Ffn, Layer, Mixer, ModelSpec, Norms, RopeScaling, RopeStyle, Rotation, Router, SharedExpert,
-};
+use crate::model::spec::{Embed, Family, Ffn, Mixer, ModelSpec, RopeScaling, RopeStyle, Rotation, Scoring};
 
 const ARCH: &str = "deepseek2";
 
@@ -28,7 +29,7 @@ fn key(k: &str) -> String {
 
 pub(super) fn build(m: &Meta, name: &str) -> Result<ModelSpec> {
     let d_model = m.req_usize(&key("embedding_length"))?;
-    let n_layers = m.block_count(&key("block_count"))?;
+    let (n_layers, nextn) = split_nextn(m, ARCH, m.block_count(&key("block_count"))?)?;
     let heads = m.req_usize(&key("attention.head_count"))?;
     let eps = m.req_f32_as_f64(&key("attention.layer_norm_rms_epsilon"))?;
     let max_ctx = m.req_usize(&key("context_length"))?;
@@ -63,10 +64,6 @@ pub(super) fn build(m: &Meta, name: &str) -> Result<ModelSpec> {
         if m.has_tensor(&kv_b) && !m.has_tensor(&format!("blk.{il}.attn_k_b.weight")) {
             return Err(m.err(&kv_b, "an unsplit kv_b is not supported; convert the model again for attn_k_b/attn_v_b"));
         }
-        let bias = format!("blk.{il}.exp_probs_b.bias");
-        if m.has_tensor(&bias) {
-            return Err(m.err(&bias, "expert selection bias (DeepSeek-V3 style routing) is not supported"));
-        }
     }
 
     // RoPE: interleaved pairs, optionally YaRN.
@@ -77,24 +74,18 @@ pub(super) fn build(m: &Meta, name: &str) -> Result<ModelSpec> {
     let mixer = Mixer::Mla { heads, q_lora_rank, kv_lora_rank, qk_nope, qk_rope, v_dim, scale };
 
     // Feed-forward: leading dense blocks, then routed + shared experts.
-    let leading = m.u64(&key("leading_dense_block_count"))?.unwrap_or(0);
-    let leading = usize::try_from(leading).unwrap_or(usize::MAX).min(n_layers);
-    let dense = match leading {
-        0 => None,
-        _ => Some(Ffn::Dense { hidden: m.req_usize(&key("feed_forward_length"))?, act: Act::Silu }),
-    };
-    let moe = if leading < n_layers { Some(moe(m)?) } else { None };
-    let norms = Norms { eps, unit_offset: false, pre_attn: true, post_attn: false, pre_ffn: true, post_ffn: false };
-    let mut layers = Vec::with_capacity(n_layers);
-    for il in 0..n_layers {
-        // `dense` is set when some layer is below `leading`, `moe` when some is not.
-        let ffn = if il < leading { dense.clone() } else { moe.clone() };
-        let ffn = ffn.ok_or_else(|| m.missing(&key("leading_dense_block_count")))?;
-        layers.push(Layer { mixer: mixer.clone(), rotation: Some(0), window: None, ffn, norms: norms.clone() });
-    }
-    let shape = Shape { family: Family::DeepseekV2, vocab, d_model, eps, max_ctx };
-    finish(m, name, shape, layers, vec![rotation], Embed { scale: None })
+    let layers = leading_dense_then_routed(m, ARCH, &RULES, &mixer, n_layers, eps)?;
+    // A sigmoid router is DeepSeek-V3's (and Kimi K2's).
+    let v3 = layers.iter().any(|l| matches!(&l.ffn, Ffn::Moe { router, .. } if router.scoring == Scoring::Sigmoid));
+    let family = if v3 { Family::DeepseekV3 } else { Family::DeepseekV2 };
+    let shape = Shape { family, vocab, d_model, eps, max_ctx };
+    let spec = finish(m, name, shape, layers, vec![rotation], Embed { scale: None })?;
+    Ok(ModelSpec { mtp_layers: nextn, ..spec })
 }
+
+/// llama.cpp's `deepseek2`: softmax without `expert_gating_func` (V2 files), the weights
+/// renormalised only when `expert_weights_norm`.
+const RULES: ExpertRules = ExpertRules { scoring: Scoring::Softmax, always_norm: false, reads_scale: true };
 
 /// `{arch}.rope.scaling.*`: none, linear, or YaRN as llama.cpp reads it — its correction range
 /// rounded to whole dims (`ggml_rope_yarn_corr_dims`), whatever the HF config's `truncate` was,
@@ -164,42 +155,4 @@ fn yarn_softmax_factor(scaling: &RopeScaling) -> f64 {
         }
         _ => 1.0,
     }
-}
-
-/// The routed + shared expert block of the MoE layers.
-fn moe(m: &Meta) -> Result<Ffn> {
-    let experts = m.req_usize(&key("expert_count"))?;
-    let top_k = m.req_usize(&key("expert_used_count"))?;
-    if top_k > experts {
-        return Err(m.err(&key("expert_used_count"), format!("{top_k} exceeds expert_count {experts}")));
-    }
-    let expert_hidden = m.req_usize(&key("expert_feed_forward_length"))?;
-    match m.u32(&key("expert_gating_func"))? {
-        None | Some(1) => {}
-        Some(2) => return Err(m.err(&key("expert_gating_func"), "sigmoid expert gating is not supported")),
-        Some(other) => return Err(m.err(&key("expert_gating_func"), format!("unknown gating function {other}"))),
-    }
-    let (groups, topk_groups) = match m.usize(&key("expert_group_count"))? {
-        None | Some(1) => (1, 1),
-        Some(groups) => (groups, m.req_usize(&key("expert_group_used_count"))?),
-    };
-    if !experts.is_multiple_of(groups) {
-        return Err(m.err(&key("expert_group_count"), format!("{groups} groups do not divide {experts} experts")));
-    }
-    if topk_groups > groups || top_k > topk_groups * (experts / groups) {
-        return Err(
-            m.err(&key("expert_group_used_count"), "the selected groups hold fewer experts than expert_used_count")
-        );
-    }
-    let norm_topk = m.bool(&key("expert_weights_norm"))?.unwrap_or(false);
-    let scaling = match m.f32_as_f64(&key("expert_weights_scale"))? {
-        None => 1.0,
-        Some(0.0) => 1.0,
-        Some(s) if s > 0.0 => s,
-        Some(s) => return Err(m.err(&key("expert_weights_scale"), format!("{s} must be greater than 0"))),
-    };
-    let n_shared = usize::try_from(m.u64(&key("expert_shared_count"))?.unwrap_or(0)).unwrap_or(usize::MAX);
-    let shared = SharedExpert::ungated(n_shared, expert_hidden).map_err(|e| m.err(&key("expert_shared_count"), e))?;
-    let router = Router { norm_topk, scaling, groups, topk_groups };
-    Ok(Ffn::Moe { experts, top_k, expert_hidden, act: Act::Silu, shared, router, bias: false })
 }

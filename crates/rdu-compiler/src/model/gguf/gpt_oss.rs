@@ -43,6 +43,7 @@ pub(super) fn build(m: &Meta, name: &str) -> Result<ModelSpec> {
         kv_heads,
         head_dim,
         qk_norm: false,
+        qk_norm_whole: false,
         output_gate: false,
         qkv_bias: biased,
         o_bias: biased,
@@ -62,7 +63,7 @@ pub(super) fn build(m: &Meta, name: &str) -> Result<ModelSpec> {
         act: Act::SwigluOai { limit: LLAMA_CPP_SWIGLU_LIMIT },
         shared: None,
         // llama.cpp's SOFTMAX_WEIGHT gating: the softmax of the top-k logits.
-        router: Router { norm_topk: true, scaling: 1.0, groups: 1, topk_groups: 1 },
+        router: Router::softmax(true, 1.0, 1, 1),
         bias: true,
     };
     let window = m.req_usize(&key("attention.sliding_window"))?;

@@ -47,6 +47,7 @@ pub(super) fn build(m: &Meta, arch: &str, name: &str) -> Result<ModelSpec> {
         kv_heads,
         head_dim,
         qk_norm: true,
+        qk_norm_whole: false,
         output_gate: true,
         qkv_bias: false,
         o_bias: false,
@@ -147,28 +148,19 @@ fn schedule(m: &Meta, arch: &str, blocks: usize) -> Result<Vec<bool>> {
 /// The routed + shared expert block of qwen3next / qwen35moe.
 fn moe(m: &Meta, arch: &str) -> Result<Ffn> {
     let key = |k: &str| format!("{arch}.{k}");
-    let experts = m.req_usize(&key("expert_count"))?;
-    let top_k = m.req_usize(&key("expert_used_count"))?;
-    if top_k > experts {
-        return Err(m.err(&key("expert_used_count"), format!("{top_k} exceeds expert_count {experts}")));
-    }
-    let expert_hidden = m.req_usize(&key("expert_feed_forward_length"))?;
+    let (experts, top_k, expert_hidden) = super::experts::sizes(m, arch)?;
     let shared_hidden = match m.usize(&key("expert_shared_feed_forward_length"))? {
         Some(h) => h,
         None => m.req_usize(&key("feed_forward_length"))?,
     };
-    let scaling = match m.f32_as_f64(&key("expert_weights_scale"))? {
-        None | Some(0.0) => 1.0,
-        Some(s) if s > 0.0 => s,
-        Some(s) => return Err(m.err(&key("expert_weights_scale"), format!("{s} must be greater than 0"))),
-    };
+    let scaling = super::experts::weights_scale(m, arch)?;
     Ok(Ffn::Moe {
         experts,
         top_k,
         expert_hidden,
         act: Act::Silu,
         shared: Some(SharedExpert { hidden: shared_hidden, gated: true }),
-        router: Router { norm_topk: true, scaling, groups: 1, topk_groups: 1 },
+        router: Router::softmax(true, scaling, 1, 1),
         bias: false,
     })
 }

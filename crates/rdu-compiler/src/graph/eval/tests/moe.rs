@@ -1,7 +1,8 @@
 //! Routing and experts, including that `experts` fetches only the experts it uses.
 
 use super::{assert_close, f, i, run};
-use crate::graph::{eval, Act, Bindings, Declaration, Graph, Op, Tensor, Type};
+use crate::graph::eval::moe::Rule;
+use crate::graph::{eval, Act, Bindings, Declaration, Graph, GroupScore, Op, Score, Tensor, Type};
 use crate::lang::ast::{DeclKind, Span};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -12,7 +13,99 @@ fn logits(p: &[f32]) -> Tensor {
 }
 
 fn route(k: usize, norm: bool, scale: f64, groups: usize, topk_groups: usize) -> Op {
-    Op::Route { k, norm, scale, groups, topk_groups }
+    Op::Route { k, norm, scale, groups, topk_groups, score: Score::Softmax, group_score: GroupScore::Max }
+}
+
+/// DeepSeek-V3's routing: sigmoid scores, a selection bias, groups scored by their two best.
+fn noaux(k: usize, norm: bool, scale: f64, groups: usize, topk_groups: usize) -> Op {
+    Op::Route { k, norm, scale, groups, topk_groups, score: Score::Sigmoid, group_score: GroupScore::Top2 }
+}
+
+/// The attributes of a `route` op.
+fn rule(op: &Op) -> Rule {
+    let Op::Route { k, norm, scale, groups, topk_groups, score, group_score } = *op else { panic!("not a route") };
+    Rule { k, norm, scale, groups, topk_groups, score, group_score }
+}
+
+/// The reference's softmax route of `l` with another engine's choice `tie`.
+fn reference_route(
+    l: &Tensor,
+    k: usize,
+    norm: bool,
+    scale: f64,
+    groups: usize,
+    topk_groups: usize,
+    tie: Option<(&[i32], f64)>,
+) -> Result<Vec<Tensor>, String> {
+    let rule = rule(&route(k, norm, scale, groups, topk_groups));
+    crate::graph::eval::moe::route(l, None, &rule, tie)
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+#[test]
+fn a_selection_bias_chooses_the_experts_but_the_unbiased_scores_weigh_them() {
+    // s = sigmoid([0, 1, 2, 3]); the bias lifts expert 0 above the rest: chosen [0, 3].
+    let l = f(&[1, 4], &[0., 1., 2., 3.]);
+    let bias = f(&[4], &[2., 0., 0., 0.]);
+    let outs = run(noaux(2, true, 2.5, 1, 1), &[&l, &bias]);
+    assert_eq!(outs[1], i(&[1, 2], &[0, 3]));
+    let (s0, s3) = (sigmoid(0.), sigmoid(3.));
+    assert_close(&outs[0], &[1, 2], &[(2.5 * s0 / (s0 + s3)) as f32, (2.5 * s3 / (s0 + s3)) as f32]);
+    // Without the bias, the two largest scores; unnormalised, only scaled.
+    let plain = run(noaux(2, false, 2.5, 1, 1), &[&l]);
+    assert_eq!(plain[1], i(&[1, 2], &[3, 2]));
+    assert_close(&plain[0], &[1, 2], &[(2.5 * s3) as f32, (2.5 * sigmoid(2.)) as f32]);
+}
+
+#[test]
+fn a_group_is_scored_by_the_sum_of_its_two_best_biased_scores() {
+    // Groups {0, 1} and {2, 3}: group 0 holds the single best expert (max wins it), group 1
+    // the better pair (top-2 sum wins it).
+    let l = f(&[1, 4], &[3., -3., 1.5, 1.5]);
+    let zero = f(&[4], &[0.; 4]);
+    assert_eq!(run(noaux(1, false, 1.0, 2, 1), &[&l, &zero])[1], i(&[1, 1], &[2]));
+    let max = Op::Route {
+        k: 1,
+        norm: false,
+        scale: 1.0,
+        groups: 2,
+        topk_groups: 1,
+        score: Score::Sigmoid,
+        group_score: GroupScore::Max,
+    };
+    assert_eq!(run(max, &[&l, &zero])[1], i(&[1, 1], &[0]));
+    // The bias counts in the group's score: lifting expert 1 by 0.7 gives group 0 the better
+    // pair (0.95 + 0.75 against 0.82 + 0.82), whose best is still expert 0.
+    let lift = f(&[4], &[0., 0.7, 0., 0.]);
+    assert_eq!(run(noaux(1, false, 1.0, 2, 1), &[&l, &lift])[1], i(&[1, 1], &[0]));
+}
+
+#[test]
+fn an_unkept_group_never_supplies_an_expert_even_when_every_kept_score_is_negative() {
+    // Biased scores [-0.4, -0.4 | -0.1, -0.2]: group 1 is kept, every score in it below 0;
+    // group 0's experts must not be taken as if masked to 0 (transformers 5 and llama.cpp mask
+    // them to -inf).
+    let l = f(&[1, 4], &[0., 0., 0., 0.]);
+    let bias = f(&[4], &[-0.9, -0.9, -0.6, -0.7]);
+    assert_eq!(run(noaux(2, false, 1.0, 2, 1), &[&l, &bias])[1], i(&[1, 2], &[2, 3]));
+}
+
+/// A near-tie in the biased scores: the other engine's choice is taken within the band, its
+/// weights the unbiased scores of what it chose.
+#[test]
+fn a_near_tie_of_biased_scores_takes_the_other_engines_choice() {
+    let l = f(&[1, 3], &[0., 0., 1.]);
+    let bias = f(&[3], &[0.5, 0.5 - 1e-7, 0.]);
+    let rule = rule(&noaux(1, true, 1.0, 1, 1));
+    let own = crate::graph::eval::moe::route(&l, Some(&bias), &rule, None).expect("routes");
+    assert_eq!(own[1], i(&[1, 1], &[0]));
+    let near = crate::graph::eval::moe::route(&l, Some(&bias), &rule, Some((&[1], 1e-4))).expect("routes");
+    assert_eq!(near[1], i(&[1, 1], &[1]));
+    let far = crate::graph::eval::moe::route(&l, Some(&bias), &rule, Some((&[2], 1e-4))).expect("routes");
+    assert_eq!(far[1], own[1], "expert 2's biased score is 0.23 below");
 }
 
 #[test]
@@ -56,7 +149,6 @@ fn route_with_groups_keeps_the_best_groups_only() {
 /// own choice stands.
 #[test]
 fn route_takes_another_engines_choice_only_at_a_near_tie() {
-    use crate::graph::eval::moe::route as reference_route;
     // p ∝ [0.25, 0.25 + 1e-6, 0.3, 0.2 − 1e-6]: the top 2 are [2, 1]; [2, 0] is a near-tie.
     let l = logits(&[0.25, 0.25 + 1e-6, 0.3, 0.2 - 1e-6]);
     let own = reference_route(&l, 2, true, 1.0, 1, 1, None).expect("routes");
