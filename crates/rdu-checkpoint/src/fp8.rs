@@ -141,6 +141,30 @@ impl Fp8Weight {
         Fp8View { rows: at(2), cols: at(1), block, values: &self.values, scales: &self.scales }
     }
 
+    /// The same weight in blocks of `block`, each dividing this weight's block: the FP8 values
+    /// untouched, each finer block's scale that of the block it lies in (read, never
+    /// recomputed), so every dequantised value is the same. What a tensor-parallel chip holds
+    /// when its share cuts a block: whole finer blocks that share their block's scale.
+    pub fn refined(&self, block: [usize; 2]) -> Result<Fp8Weight, String> {
+        if block == self.block {
+            return Ok(self.clone());
+        }
+        let [r0, c0] = self.block;
+        if block.contains(&0) || !r0.is_multiple_of(block[0]) || !c0.is_multiple_of(block[1]) {
+            return Err(format!("fp8 blocks of {}×{} cannot be cut into {}×{} blocks", r0, c0, block[0], block[1]));
+        }
+        let (coarse, fine) = (Fp8Grid::of(&self.shape, self.block)?, Fp8Grid::of(&self.shape, block)?);
+        let (fr, fc) = (r0 / block[0], c0 / block[1]);
+        let mut scales = Vec::with_capacity(fine.len().unwrap_or(0));
+        for m in 0..fine.matrices {
+            for r in 0..fine.rows {
+                let row = (m * coarse.rows + r / fr) * coarse.cols;
+                scales.extend((0..fine.cols).map(|c| self.scales[row + c / fc]));
+            }
+        }
+        Fp8Weight::new(self.shape.clone(), block, self.values.clone(), scales)
+    }
+
     /// Every value as f32, row-major: `fp8 · scale` of its block.
     pub fn dequantize(&self) -> Vec<f32> {
         let view = self.view();

@@ -513,7 +513,7 @@ pub fn verify_model(bundle: &Bundle, spec: &ModelSpec) -> Result<(), VerifyFault
         ));
     }
     let stored =
-        m.tensors.iter().filter_map(|(n, t)| Some((n.clone(), t.program_storage().filter(|s| s.is_blocks())?)));
+        m.tensors.iter().filter_map(|(n, t)| Some((n.clone(), t.checkpoint_storage().filter(|s| s.is_blocks())?)));
     let storage = ModelStorage::Exactly(stored.collect());
     let entries = entries(m);
     for layer in &m.layers {

@@ -359,6 +359,9 @@ impl Reader {
             checkpoint: label.clone(),
             problem,
         };
+        // Read in the checkpoint's blocks; a chip's finer ones (`stored_block`) are cut after.
+        let stored = entry.checkpoint_storage().ok_or_else(|| fail("its stored_block overflows".into()))?;
+        let (chip, storage) = if stored == storage { (None, storage) } else { (Some(storage), stored) };
         let w = match self {
             Reader::Seeded { seed, unit_offset } => {
                 let values = seeded_weight(*seed, name, &entry.shape, *unit_offset);
@@ -391,6 +394,12 @@ impl Reader {
                     }
                 }
             }
+        };
+        let w = match (chip, w) {
+            (Some(Storage::Fp8 { rows, cols }), BlockWeight::Fp8(f)) => {
+                BlockWeight::Fp8(f.refined([rows as usize, cols as usize]).map_err(fail)?)
+            }
+            (_, w) => w,
         };
         if w.shape() != entry.shape.as_slice() {
             return Err(HostError::TensorShape {

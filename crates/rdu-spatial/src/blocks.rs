@@ -65,6 +65,18 @@ impl BlockWeight {
         })
     }
 
+    /// A chip's slice held as `storage` declares: an FP8 weight first cut into the chip's
+    /// finer blocks (`Fp8Weight::refined`, the same values and scales) when its share cuts a
+    /// block, then [`BlockWeight::take`].
+    pub fn take_as(&self, axis: usize, ranges: &[(usize, usize)], storage: Storage) -> Result<BlockWeight, String> {
+        match (self, storage) {
+            (BlockWeight::Fp8(w), Storage::Fp8 { rows, cols }) if w.block != [rows as usize, cols as usize] => {
+                BlockWeight::Fp8(w.refined([rows as usize, cols as usize])?).take(axis, ranges)
+            }
+            _ => self.take(axis, ranges),
+        }
+    }
+
     /// The weights `parts` (equal shapes, equal formats) stacked along a new first axis: a
     /// stack of experts, each keeping its blocks (and an FP8 expert its grid of scales).
     pub fn stack(parts: Vec<BlockWeight>) -> Result<BlockWeight, String> {

@@ -303,6 +303,12 @@ pub struct TensorEntry {
     /// `fp8` only: the `[rows, cols]` of the blocks that share one scale.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block: Option<[usize; 2]>,
+    /// `fp8` only, when `block` cuts the checkpoint's blocks finer (a tensor-parallel chip's
+    /// share holds part of a block): the checkpoint's `[rows, cols]` block, each dividing by
+    /// `block`'s. The values are read as stored; each finer block's scale is the scale of the
+    /// checkpoint block it lies in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored_block: Option<[usize; 2]>,
     pub checkpoint: Checkpoint,
     /// Per chip under tensor parallelism: the ranges of the (full) `shape` each chip loads,
     /// concatenated in order. Empty when every chip loads it whole.
@@ -359,6 +365,17 @@ impl TensorEntry {
                 Storage::Fp8 { rows: u32::try_from(rows).ok()?, cols: u32::try_from(cols).ok()? }
             }
         })
+    }
+
+    /// The storage the checkpoint holds the tensor in: [`TensorEntry::program_storage`], an
+    /// FP8 tensor in its `stored_block` when a chip's blocks are finer.
+    pub fn checkpoint_storage(&self) -> Option<crate::program::Storage> {
+        match (self.program_storage()?, self.stored_block) {
+            (crate::program::Storage::Fp8 { .. }, Some([rows, cols])) => {
+                Some(crate::program::Storage::Fp8 { rows: u32::try_from(rows).ok()?, cols: u32::try_from(cols).ok()? })
+            }
+            (storage, _) => Some(storage),
+        }
     }
 }
 

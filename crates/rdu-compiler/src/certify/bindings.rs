@@ -299,6 +299,21 @@ impl Inputs {
         Some(Ok(WeightSlab::Q8(Cow::Owned(q))))
     }
 
+    /// The `part` (axis of one expert, ranges) a chip holds of expert `e` of an FP8 stack, in
+    /// the chip's blocks `chip` (finer than the stack's when its share cuts a block): drawn
+    /// whole as stored, cut into those blocks, then taken.
+    pub(super) fn expert_fp8_part(
+        &self,
+        name: &str,
+        e: usize,
+        (axis, ranges): (usize, &[(usize, usize)]),
+        chip: Storage,
+    ) -> Option<Result<WeightSlab<'static>, String>> {
+        let (shape, storage) = self.experts.get(name)?;
+        let w = draw_blocks(&self.expert_draw(name, e, shape), shape, *storage)?;
+        Some(w.take_as(axis, ranges, chip).map(BlockWeight::into_slab))
+    }
+
     /// How expert `e` of stacked weight `name` (each expert `shape`) is drawn.
     fn expert_draw(&self, name: &str, e: usize, shape: &[usize]) -> Seeded {
         Seeded::new(self.seed, &format!("{name}/{e}"), shape, false)

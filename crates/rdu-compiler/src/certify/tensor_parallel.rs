@@ -444,6 +444,9 @@ struct ChipInputs<'a> {
     q8: BTreeMap<String, Q8Weight>,
     /// FP8- and MXFP4-stored weights: this chip's blocks.
     blocks: BTreeMap<String, BlockWeight>,
+    /// How this chip's program holds each split stack of experts (an FP8 one in the finer
+    /// blocks its share may need).
+    stacked: BTreeMap<String, Storage>,
 }
 
 impl<'a> ChipInputs<'a> {
@@ -454,9 +457,11 @@ impl<'a> ChipInputs<'a> {
         chip: usize,
     ) -> Result<ChipInputs<'a>, String> {
         let (mut dense, mut q8, mut blocks) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
+        let mut stacked = BTreeMap::new();
         for t in program.tensors.iter().filter(|t| t.role.is_bound()) {
             let Some(split) = splits.get(t.name.as_str()) else { continue };
             if full.is_stacked(&t.name) {
+                stacked.insert(t.name.clone(), t.storage);
                 continue;
             }
             let ranges = &split.parts[chip];
@@ -466,7 +471,7 @@ impl<'a> ChipInputs<'a> {
             } else if t.storage.is_blocks() {
                 let w =
                     full.sim_blocks(&t.name).ok_or_else(|| format!("no seeded {} `{}`", t.storage.word(), t.name))?;
-                blocks.insert(t.name.clone(), w.take(split.axis, ranges)?);
+                blocks.insert(t.name.clone(), w.take_as(split.axis, ranges, t.storage)?);
             } else if let Some(w) = full.sim_q8(&t.name) {
                 // Stored Q8_0 whole but read dense on a chip: its exact dequantised values.
                 let values = w.dequantize();
@@ -479,7 +484,7 @@ impl<'a> ChipInputs<'a> {
                 dense.insert(t.name.clone(), SimTensor::f32(shape, v));
             }
         }
-        Ok(ChipInputs { full, splits, chip, dense, q8, blocks })
+        Ok(ChipInputs { full, splits, chip, dense, q8, blocks, stacked })
     }
 }
 
@@ -520,7 +525,11 @@ impl SimBindings for ChipInputs<'_> {
         let Some(split) = self.splits.get(name) else { return self.full.expert(name, expert) };
         // The stacked axis 0 is the expert; the split axis of one expert is one less.
         let axis = split.axis.checked_sub(1)?;
-        self.full.expert_slab(name, expert, Some((axis, &split.parts[self.chip])))?.ok()
+        let part = (axis, split.parts[self.chip].as_slice());
+        match self.stacked.get(name) {
+            Some(&chip @ Storage::Fp8 { .. }) => self.full.expert_fp8_part(name, expert, part, chip)?.ok(),
+            _ => self.full.expert_slab(name, expert, Some(part))?.ok(),
+        }
     }
 }
 

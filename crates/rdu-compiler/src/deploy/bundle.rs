@@ -218,7 +218,11 @@ impl Tables {
                     let checkpoint = checkpoint_entry(found);
                     let (storage, block) =
                         source.stored.get(&name).map_or((TensorStorage::Dense, None), |s| TensorStorage::of(*s));
-                    let entry = TensorEntry { shape, dtype: "f32".into(), storage, block, checkpoint, slices };
+                    // A chip's share that cuts the checkpoint's FP8 blocks holds finer ones.
+                    let stored_block = model.storage.format_of(&name).and_then(|f| TensorStorage::of(f).1);
+                    let stored_block = stored_block.filter(|b| block.is_some_and(|chip| chip != *b));
+                    let entry =
+                        TensorEntry { shape, dtype: "f32".into(), storage, block, stored_block, checkpoint, slices };
                     self.tensors.insert(name, entry);
                 }
                 DeclKind::Input => match runtime_input(&name) {

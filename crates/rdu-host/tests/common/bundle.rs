@@ -131,6 +131,7 @@ fn tensor_entries(variant: Variant) -> BTreeMap<String, TensorEntry> {
             dtype: "f32".into(),
             storage,
             block: None,
+            stored_block: None,
             checkpoint,
             slices: vec![],
         };

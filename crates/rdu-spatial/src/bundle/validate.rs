@@ -385,6 +385,9 @@ fn tensor_problem(entry: &TensorEntry, chips: usize) -> Option<String> {
         (other, Some(_)) => return Some(format!("storage {} takes no `block` (only fp8 does)", other.word())),
         (_, None) => entry.program_storage()?,
     };
+    if let Some(problem) = stored_block_problem(entry) {
+        return Some(problem);
+    }
     if let Some(problem) = storage.misfit(&entry.shape) {
         return Some(problem);
     }
@@ -487,5 +490,17 @@ fn checkpoint_needs(kind: CheckpointKind) -> &'static str {
         CheckpointKind::Tensor => "exactly one name and no axis, start, len or step",
         CheckpointKind::Stack => "at least one name and an axis within the shape, no start, len, step or transposed",
         CheckpointKind::Slice => "exactly one name and an axis within the shape, start and len, a step of at least 1",
+    }
+}
+
+/// A `stored_block` is an fp8 tensor's, and cuts into whole `block`s.
+fn stored_block_problem(entry: &TensorEntry) -> Option<String> {
+    let stored = entry.stored_block?;
+    match entry.block {
+        Some(block) if entry.storage == TensorStorage::Fp8 => {
+            let divides = block.iter().zip(stored).all(|(&b, s)| b > 0 && s.is_multiple_of(b));
+            (!divides).then(|| format!("stored_block {stored:?} is not cut into whole blocks of {block:?}"))
+        }
+        _ => Some("only an fp8 tensor with a `block` takes a `stored_block`".into()),
     }
 }

@@ -6,7 +6,7 @@
 use super::attention::slice;
 use super::split::Run;
 use super::verify::{self, Ring};
-use super::writer::Writer;
+use super::writer::{Writer, Q8_BLOCK};
 use super::LayerCtx;
 use crate::graph::Op;
 use crate::model::spec::{Dialect, Mixer};
@@ -67,16 +67,15 @@ struct Weights {
 
 /// Declares the mixer's weights. Each chip its heads; the latent cache is replicated on every
 /// chip. The latent's down-projections (q_a, kv_a), whose results every head reads, are split
-/// along their `in` axis when each chip's columns hold whole blocks (Q8_0's, and FP8's when
-/// they are stored so: `Writer::in_block`): each chip multiplies
+/// along their `in` axis when each chip's columns hold whole Q8_0 blocks (an FP8 block a
+/// chip's share cuts is held as finer blocks sharing its scale): each chip multiplies
 /// its shard of `hn` by its columns and one all-reduce sums both ([`down_over_chips`]);
 /// otherwise every chip reads them whole.
 fn declare_weights(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, dims: &Dims, q_lora_rank: Option<usize>) -> Weights {
     let Dims { d, heads, kvr, nope, rope, v_dim, .. } = *dims;
     let qk = nope + rope;
     let by_heads = |unit: usize| [Run::heads(heads, unit)];
-    let unit = w.in_block("Wqa").max(w.in_block("Wkva"));
-    let row_split = ctx.tensor_parallel() && d.is_multiple_of(ctx.tp * unit);
+    let row_split = ctx.tensor_parallel() && d.is_multiple_of(ctx.tp * Q8_BLOCK);
     let down = |w: &mut Writer<'_>, base: &str, rows: usize| {
         if row_split {
             w.projection_split(base, &[rows, d], 1, &[Run::columns(d)])

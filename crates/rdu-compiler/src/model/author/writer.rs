@@ -31,13 +31,30 @@ pub(crate) struct Writer<'a> {
     state: StateDtype,
 }
 
-/// The least common multiple of two block sizes.
-fn lcm(a: usize, b: usize) -> usize {
-    let (mut x, mut y) = (a, b);
-    while y != 0 {
-        (x, y) = (y, x % y);
+/// The greatest common divisor (`gcd(a, 0) = a`).
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
-    a / x.max(1) * b
+}
+
+/// The FP8 block a chip holds of a weight split by `slices` (of a `rank`-axis weight): the
+/// checkpoint's `format` cut, along the split axis, to the largest size that divides it and
+/// every range's bounds, so each chip's share is whole finer blocks, each sharing the scale
+/// of the checkpoint block it lies in (the manifest's `block`, beside its `stored_block`).
+/// Another format, or a split that keeps whole blocks, is `format` itself.
+fn chip_block(format: Format, rank: usize, slices: &Slices) -> Format {
+    let Format::Fp8 { rows, cols } = format else { return format };
+    let extent = slices.parts.iter().flatten().map(|r| r.1).max().unwrap_or(0);
+    let bounds = slices.parts.iter().flatten().flat_map(|&(a, b)| [a, if b == extent { 0 } else { b }]);
+    let cut = |unit: u32| bounds.clone().fold(unit as usize, gcd) as u32;
+    match rank.checked_sub(slices.axis) {
+        Some(1) => Format::Fp8 { rows, cols: cut(cols) },
+        Some(2) => Format::Fp8 { rows: cut(rows), cols },
+        _ => format,
+    }
 }
 
 /// Formats a shape or index list: `[1, 4, 16]`.
@@ -139,25 +156,18 @@ impl<'a> Writer<'a> {
         name
     }
 
-    /// The columns a split of the projection `base` along its `in` axis must keep whole on
-    /// each chip: a Q8_0 block's, and an FP8 block's too when the storage holds it FP8.
-    pub fn in_block(&self, base: &str) -> usize {
-        match self.storage.format_of(&self.name(base)) {
-            Some(Format::Fp8 { cols, .. }) => lcm(Q8_BLOCK, cols as usize),
-            _ => Q8_BLOCK,
-        }
-    }
-
+    /// Declares a projection of (this chip's) `shape`. A split one stored FP8 stays FP8 even
+    /// when a chip's `in` axis holds no whole Q8_0 blocks (its blocks are the checkpoint's,
+    /// cut by `chip_block`): a weight moves as it is stored, never widened.
     fn declare_projection(&mut self, name: &str, shape: &[usize]) {
         let name = name.to_string();
         let blockable = shape.last().is_some_and(|d| d % Q8_BLOCK == 0);
-        if blockable {
-            self.decl("weight", &name, "q8", shape, None);
-            if let Some(format) = self.storage.format_of(&name).filter(|f| f.misfit(shape).is_none()) {
-                self.stored.insert(name.clone(), format);
-            }
-        } else {
-            self.decl("weight", &name, "f32", shape, None);
+        self.decl("weight", &name, if blockable { "q8" } else { "f32" }, shape, None);
+        let format = self.storage.format_of(&name).filter(|f| f.misfit(shape).is_none());
+        let split_fp8 = self.slices.contains_key(&name) && matches!(format, Some(Format::Fp8 { .. }));
+        if let Some(format) = format.filter(|_| blockable || split_fp8) {
+            let format = self.slices.get(&name).map_or(format, |s| chip_block(format, shape.len(), s));
+            self.stored.insert(name, format);
         }
     }
 

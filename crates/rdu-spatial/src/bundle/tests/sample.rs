@@ -160,6 +160,7 @@ fn tensor(shape: &[usize], storage: TensorStorage, name: &str, slices: Vec<Vec<S
         dtype: "f32".into(),
         storage,
         block: None,
+        stored_block: None,
         checkpoint: Checkpoint {
             kind: CheckpointKind::Tensor,
             names: vec![name.into()],
