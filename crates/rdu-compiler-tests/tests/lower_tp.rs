@@ -497,13 +497,44 @@ fn deepseek_v3_fp8_as_declared_certifies_at_tp_16() {
         assert!(c.checks.iter().any(|x| x.starts_with("numbers over 16 chips")), "{}: {:?}", k.program.name, c.checks);
     }
     let bundle = model.bundle().expect("bundle");
+    // q_a and kv_a split along their 7168 input columns: 448 a chip, 3.5 blocks, so a chip
+    // holds 128 × 64 blocks, each with the scale of the 128 × 128 block it lies in.
+    let cut = |name: &str| ["Wqa", "Wkva"].contains(&name.trim_end_matches(|c: char| c.is_ascii_digit()));
     let fp8: Vec<&String> = (bundle.manifest.tensors.iter())
         .filter(|(_, t)| t.storage == TensorStorage::Fp8)
-        .inspect(|(name, t)| assert_eq!(t.block, Some([128, 128]), "{name}"))
+        .inspect(|(name, t)| match cut(name) {
+            true => assert_eq!((t.block, t.stored_block, t.slices.len()), (Some([128, 64]), Some([128, 128]), 16)),
+            false => assert_eq!((t.block, t.stored_block), (Some([128, 128]), None), "{name}"),
+        })
         .map(|(name, _)| name)
         .collect();
     assert_eq!(fp8.len(), 8 * 3 + 11 * 58, "q_a, q_b, kv_a, kv_b, o and the MLP or the experts of each layer");
     assert!(fp8.iter().all(|n| !n.starts_with("Wr") && !n.starts_with("bsel") && *n != "E" && *n != "Wout"));
     let chip = Chip::builtin("sn50").expect("chip");
     rdu_compiler::verify::verify_bundle(&bundle, &chip, &mut |_| {}).expect("the bundle re-certifies");
+}
+
+/// An FP8 split whose chip shares cut the checkpoint's 128 × 128 blocks is admitted, each
+/// chip holding finer blocks: Kimi K2 over 32 chips (its 2048 expert and shared-expert
+/// columns are 64 a chip: 128 × 64 blocks of the down projections, 64 × 128 of gate and up)
+/// and GLM-4.5 stored FP8 over 16 (1536 expert columns, 96 a chip: 128 × 32 blocks).
+#[test]
+fn fp8_shares_that_cut_blocks_are_admitted_in_finer_blocks() {
+    use rdu_compiler::model::spec::Quantization;
+    use rdu_compiler::model::storage::Format;
+    let kimi = presets::resolve("kimi-k2").expect("preset");
+    let mut glm = presets::resolve("glm-4.5").expect("preset");
+    glm.quantization = Some(Quantization { format: Format::Fp8 { rows: 128, cols: 128 }, not_converted: Vec::new() });
+    for (spec, tp, want) in [
+        (&kimi, 32, [("Wed3", [128, 64]), ("Weg3", [64, 128]), ("Wsd3", [128, 64])]),
+        (&glm, 16, [("Wed3", [128, 32]), ("Weg3", [32, 128]), ("Wsd3", [128, 32])]),
+    ] {
+        let storage = rdu_compiler::model::quantization::declared_storage(spec).expect("fp8 declared");
+        admits_tp(spec, tp, &storage).unwrap_or_else(|e| panic!("{} at tp {tp}: {e}", spec.name));
+        let source = source_of(spec, 3, Cut::Tp { tp, ctx: 4096 }, &storage);
+        for (name, [rows, cols]) in want {
+            let got = source.stored.get(name).copied();
+            assert_eq!(got, Some(Format::Fp8 { rows, cols }), "{} at tp {tp}: {name}", spec.name);
+        }
+    }
 }
