@@ -332,4 +332,20 @@ mod tests {
         let err = Fp8Weight::new(vec![3, 5], [2, 3], w.values.clone(), w.scales[..3].to_vec()).unwrap_err();
         assert_eq!(err, "3 scales do not cover shape [3, 5] in 2×3 blocks: the grid is 2×2 (4 scales)");
     }
+
+    /// Finer blocks keep every value and byte: a stack of two ragged [5, 12] matrices in 4×8
+    /// blocks cut into 2×4 (and 4×2) ones dequantises exactly as before, each finer scale
+    /// read from its block; a size that does not divide the block is refused.
+    #[test]
+    fn refined_blocks_share_their_blocks_scales() {
+        let values: Vec<f32> = (0..120).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.03).collect();
+        let w = quantize_fp8(&values, &[2, 5, 12], [4, 8]).unwrap();
+        for block in [[2, 4], [4, 2], [1, 1], [4, 8]] {
+            let fine = w.refined(block).unwrap();
+            assert_eq!((fine.block, &fine.values), (block, &w.values), "{block:?}");
+            assert_eq!(fine.dequantize(), w.dequantize(), "{block:?}");
+        }
+        assert_eq!(w.refined([2, 4]).unwrap().scales.len(), 2 * 3 * 3);
+        assert_eq!(w.refined([3, 8]).unwrap_err(), "fp8 blocks of 4×8 cannot be cut into 3×8 blocks");
+    }
 }

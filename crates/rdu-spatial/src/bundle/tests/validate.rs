@@ -189,6 +189,28 @@ fn block_tensors_are_read_as_stored() {
     assert!(rows.problems().is_empty(), "every 2nd row keeps whole blocks: {:#?}", rows.problems());
 }
 
+/// An FP8 tensor whose chip view cuts the checkpoint's blocks names both: `block` the chip's,
+/// `stored_block` the checkpoint's, each of whose sizes the chip's divides.
+#[test]
+fn a_stored_block_is_cut_into_whole_blocks() {
+    let fp8 = |block: [usize; 2], stored: Option<[usize; 2]>| {
+        move |b: &mut Bundle| {
+            let t = b.manifest.tensors.get_mut("Wq0").unwrap();
+            (t.storage, t.block, t.stored_block) = (TensorStorage::Fp8, Some(block), stored);
+        }
+    };
+    let mut cut = sample();
+    fp8([16, 8], Some([16, 32]))(&mut cut);
+    assert!(cut.problems().is_empty(), "16×8 pieces of 16×32 blocks: {:#?}", cut.problems());
+    let err = problem(fp8([16, 12], Some([16, 32])));
+    assert!(
+        err.to_string().contains("tensors.Wq0: stored_block [16, 32] is not cut into whole blocks of [16, 12]"),
+        "{err}"
+    );
+    let err = problem(|b| b.manifest.tensors.get_mut("Wq0").unwrap().stored_block = Some([16, 32]));
+    assert!(err.to_string().contains("only an fp8 tensor with a `block` takes a `stored_block`"), "{err}");
+}
+
 #[test]
 fn the_cut_needs_the_fields_of_its_mode() {
     let err = problem(|b| b.manifest.cut.mode = CutMode::BatchedTp);
