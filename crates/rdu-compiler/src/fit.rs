@@ -126,7 +126,9 @@ pub fn admits_tp(spec: &ModelSpec, tp: usize, storage: &Storage) -> Result<(), T
 
 /// Whether every chip of a `tp`-chip deployment holds whole blocks of each weight stored FP8
 /// or MXFP4 (Q8_0 is checked above): each chip's ranges of a split axis start on a block and
-/// end on one or at the axis' end. `Err` names the layer and the weight.
+/// end on one or at the axis' end. An FP8 block a share cuts is held as the chip's finer blocks
+/// (the program's storage, `Writer`'s `chip_block`), which every range keeps whole. `Err`
+/// names the layer and the weight.
 fn blocks_kept(spec: &ModelSpec, tp: usize, storage: &Storage) -> Result<(), (usize, String)> {
     let Storage::Exactly(formats) = storage else { return Ok(()) };
     if tp == 1 || formats.values().all(|f| *f == Stored::Q8_0) {
