@@ -144,10 +144,11 @@ impl Fp8Weight {
     /// The same weight in blocks of `block`, each dividing this weight's block: the FP8 values
     /// untouched, each finer block's scale that of the block it lies in (read, never
     /// recomputed), so every dequantised value is the same. What a tensor-parallel chip holds
-    /// when its share cuts a block: whole finer blocks that share their block's scale.
-    pub fn refined(&self, block: [usize; 2]) -> Result<Fp8Weight, String> {
+    /// when its share cuts a block: whole finer blocks that share their block's scale. The
+    /// values move, never copied.
+    pub fn refined(self, block: [usize; 2]) -> Result<Fp8Weight, String> {
         if block == self.block {
-            return Ok(self.clone());
+            return Ok(self);
         }
         let [r0, c0] = self.block;
         if block.contains(&0) || !r0.is_multiple_of(block[0]) || !c0.is_multiple_of(block[1]) {
@@ -162,7 +163,7 @@ impl Fp8Weight {
                 scales.extend((0..fine.cols).map(|c| self.scales[row + c / fc]));
             }
         }
-        Fp8Weight::new(self.shape.clone(), block, self.values.clone(), scales)
+        Fp8Weight::new(self.shape, block, self.values, scales)
     }
 
     /// Every value as f32, row-major: `fp8 · scale` of its block.
@@ -341,11 +342,11 @@ mod tests {
         let values: Vec<f32> = (0..120).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.03).collect();
         let w = quantize_fp8(&values, &[2, 5, 12], [4, 8]).unwrap();
         for block in [[2, 4], [4, 2], [1, 1], [4, 8]] {
-            let fine = w.refined(block).unwrap();
+            let fine = w.clone().refined(block).unwrap();
             assert_eq!((fine.block, &fine.values), (block, &w.values), "{block:?}");
             assert_eq!(fine.dequantize(), w.dequantize(), "{block:?}");
         }
-        assert_eq!(w.refined([2, 4]).unwrap().scales.len(), 2 * 3 * 3);
+        assert_eq!(w.clone().refined([2, 4]).unwrap().scales.len(), 2 * 3 * 3);
         assert_eq!(w.refined([3, 8]).unwrap_err(), "fp8 blocks of 4×8 cannot be cut into 3×8 blocks");
     }
 }

@@ -112,20 +112,11 @@ fn check(arch: &str) {
     assert!(widths > 0, "{arch}: no width of 2 and 4 is admitted, nothing was compared");
 }
 
-#[test]
-fn llama() {
-    check("llama");
-}
-
-#[test]
-fn qwen3() {
-    check("qwen3");
-}
-
-#[test]
-fn qwen3_next() {
-    check("qwen3_next");
-}
+rdu_testkit::per_fixture!(
+    check:
+    llama, qwen3, qwen3_next, gemma3_text, deepseek_v2, deepseek_v2_noqlora, deepseek_v3, glm4_moe,
+    minimax_m2, gpt_oss, mistral, mixtral,
+);
 
 #[test]
 fn qwen3_next_t80() {
@@ -133,51 +124,6 @@ fn qwen3_next_t80() {
 }
 
 #[test]
-fn gemma3_text() {
-    check("gemma3_text");
-}
-
-#[test]
 fn gemma3_text_t80() {
     check("gemma3_text_T80");
-}
-
-#[test]
-fn deepseek_v2() {
-    check("deepseek_v2");
-}
-
-#[test]
-fn deepseek_v2_noqlora() {
-    check("deepseek_v2_noqlora");
-}
-
-#[test]
-fn deepseek_v3() {
-    check("deepseek_v3");
-}
-
-#[test]
-fn glm4_moe() {
-    check("glm4_moe");
-}
-
-#[test]
-fn minimax_m2() {
-    check("minimax_m2");
-}
-
-#[test]
-fn gpt_oss() {
-    check("gpt_oss");
-}
-
-#[test]
-fn mistral() {
-    check("mistral");
-}
-
-#[test]
-fn mixtral() {
-    check("mixtral");
 }

@@ -54,55 +54,11 @@ fn check(arch: &str) {
     println!("{arch}: reference, bf16 states: worst |diff| {worst:.2e} from transformers' bf16 cache, {worst_f32:.2e} from its f32 cache");
 }
 
-#[test]
-fn llama() {
-    check("llama");
-}
-
-#[test]
-fn qwen3() {
-    check("qwen3");
-}
-
-#[test]
-fn gemma3_text() {
-    check("gemma3_text");
-}
-
-#[test]
-fn deepseek_v2() {
-    check("deepseek_v2");
-}
-
-#[test]
-fn deepseek_v2_noqlora() {
-    check("deepseek_v2_noqlora");
-}
-
-#[test]
-fn deepseek_v3() {
-    check("deepseek_v3");
-}
-
-#[test]
-fn glm4_moe() {
-    check("glm4_moe");
-}
-
-#[test]
-fn minimax_m2() {
-    check("minimax_m2");
-}
-
-#[test]
-fn gpt_oss() {
-    check("gpt_oss");
-}
-
-#[test]
-fn mistral() {
-    check("mistral");
-}
+rdu_testkit::per_fixture!(
+    check:
+    llama, qwen3, gemma3_text, deepseek_v2, deepseek_v2_noqlora, deepseek_v3, glm4_moe, minimax_m2,
+    gpt_oss, mistral,
+);
 
 // Not held here: qwen3_next, qwen3_next_T80 and gemma3_text_T80. Their runs write values that
 // lie within ~3e-5 of a bf16 ulp of a rounding tie (qwen3_next: the DeltaNet recurrent state at

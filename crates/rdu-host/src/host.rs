@@ -459,15 +459,20 @@ impl Host {
         &self.weights
     }
 
-    /// A copy of the carried states `names` of a one-chip host (`None` for a tensor-parallel
-    /// one), for [`Host::restore_states`] to put back: a draft keeps what its rings and
-    /// recurrent states held before the steps that may be rejected.
-    pub fn copy_states(&self, names: &[String]) -> Option<BTreeMap<String, SimTensor>> {
-        self.chips.is_none().then(|| self.states.copy_of(names))
+    /// Copies the carried states `names` of a one-chip host into `into` (reusing its buffers),
+    /// for [`Host::restore_states`] to copy back: a draft keeps what its rings and recurrent
+    /// states held before the steps that may be rejected. False, copying nothing, for a
+    /// tensor-parallel host.
+    pub fn copy_states(&self, names: &[String], into: &mut BTreeMap<String, SimTensor>) -> bool {
+        if self.chips.is_some() {
+            return false;
+        }
+        self.states.copy_into(names, into);
+        true
     }
 
-    /// Puts back states [`Host::copy_states`] copied; the next step continues from them.
-    pub fn restore_states(&mut self, copy: BTreeMap<String, SimTensor>) -> Result<()> {
+    /// Copies back states [`Host::copy_states`] copied; the next step continues from them.
+    pub fn restore_states(&mut self, copy: &BTreeMap<String, SimTensor>) -> Result<()> {
         self.states.restore(copy).map_err(|problem| HostError::StatesMismatch { problem })?;
         self.fresh();
         Ok(())

@@ -80,7 +80,7 @@ impl Plan {
         for input in &manifest.inputs {
             if input.role == InputRole::Hidden {
                 match (input.dtype.as_str(), input.shape.as_slice(), input.sequence) {
-                    ("f32", &[_, width], None) => hidden = Some((input.name.clone(), width)),
+                    ("f32", &[hidden_rows, width], None) => hidden = Some((input.name.clone(), width, hidden_rows)),
                     _ => {
                         let problem =
                             "is a hidden input, which this host fills as f32 [rows, d_model] for the whole step";
@@ -153,12 +153,10 @@ impl Plan {
         };
         let vocab = vocab(embed, manifest, &logits)
             .ok_or_else(|| fail("tok", "neither the embedding table nor the logits give the vocabulary".into()))?;
-        if let Some((name, _)) = hidden
-            .as_ref()
-            .filter(|_| manifest.inputs.iter().any(|i| i.role == InputRole::Hidden && i.shape.first() != Some(&rows)))
-        {
+        if let Some((name, _, _)) = hidden.as_ref().filter(|(_, _, hidden_rows)| *hidden_rows != rows) {
             return Err(fail(name, format!("holds a number of rows other than the step's {rows}")));
         }
+        let hidden = hidden.map(|(name, width, _)| (name, width));
         Ok(Plan { rows, ctx, span, draft, sequences, vocab, logits, hidden, feeds })
     }
 

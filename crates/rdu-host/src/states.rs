@@ -136,20 +136,33 @@ impl States {
         States { tensors, shapes: self.shapes.clone(), dtypes: self.dtypes.clone() }
     }
 
-    /// A copy of the states `pick` names, to hand back to [`States::restore`].
-    pub(crate) fn copy_of(&self, pick: &[String]) -> BTreeMap<String, SimTensor> {
-        pick.iter().filter_map(|n| self.tensors.get(n).map(|t| (n.clone(), t.clone()))).collect()
-    }
-
-    /// Puts back states [`States::copy_of`] copied (names this store declares, shapes as
-    /// declared); refuses anything else, changing nothing.
-    pub(crate) fn restore(&mut self, copy: BTreeMap<String, SimTensor>) -> Result<(), String> {
-        for (name, t) in &copy {
-            if self.shapes.get(name) != Some(&t.shape) {
-                return Err(format!("state `{name}` is not declared with shape {:?}", t.shape));
+    /// Copies the states `pick` names into `into` (for [`States::restore`]), reusing the
+    /// buffers `into` already holds.
+    pub(crate) fn copy_into(&self, pick: &[String], into: &mut BTreeMap<String, SimTensor>) {
+        for (name, t) in pick.iter().filter_map(|n| self.tensors.get(n).map(|t| (n, t))) {
+            match into.get_mut(name) {
+                Some(held) => held.clone_from(t),
+                None => {
+                    into.insert(name.clone(), t.clone());
+                }
             }
         }
-        self.tensors.extend(copy);
+    }
+
+    /// Copies back states [`States::copy_into`] copied (names this store declares, shapes as
+    /// declared); refuses anything else, changing nothing.
+    pub(crate) fn restore(&mut self, copy: &BTreeMap<String, SimTensor>) -> Result<(), String> {
+        if let Some((name, t)) = copy.iter().find(|(n, t)| self.shapes.get(*n) != Some(&t.shape)) {
+            return Err(format!("state `{name}` is not declared with shape {:?}", t.shape));
+        }
+        for (name, t) in copy {
+            match self.tensors.get_mut(name) {
+                Some(held) => held.clone_from(t),
+                None => {
+                    self.tensors.insert(name.clone(), t.clone());
+                }
+            }
+        }
         Ok(())
     }
 

@@ -71,7 +71,7 @@ impl BlockWeight {
     pub fn take_as(&self, axis: usize, ranges: &[(usize, usize)], storage: Storage) -> Result<BlockWeight, String> {
         match (self, storage) {
             (BlockWeight::Fp8(w), Storage::Fp8 { rows, cols }) if w.block != [rows as usize, cols as usize] => {
-                BlockWeight::Fp8(w.refined([rows as usize, cols as usize])?).take(axis, ranges)
+                BlockWeight::Fp8(w.clone().refined([rows as usize, cols as usize])?).take(axis, ranges)
             }
             _ => self.take(axis, ranges),
         }

@@ -53,3 +53,17 @@ pub extern "C" fn keep_freed_memory() {
         libc::mallopt(libc::M_TRIM_THRESHOLD, -1);
     }
 }
+
+/// One `#[test]` per fixture: `per_fixture!(check: llama, qwen3)` writes `fn llama()` calling
+/// `check("llama")`, and so on, each test named after its fixture.
+#[macro_export]
+macro_rules! per_fixture {
+    ($check:ident: $($arch:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $arch() {
+                $check(stringify!($arch));
+            }
+        )+
+    };
+}

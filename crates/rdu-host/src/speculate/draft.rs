@@ -90,8 +90,34 @@ pub struct ModelDraft {
     sampler: Sampler,
     /// The states that do not hold one row per position (rings, recurrent and conv states).
     partial: Vec<String>,
-    /// Those states as they were after `fed[..n]`, with `n`: before the last drafted tokens.
-    saved: Option<(usize, BTreeMap<String, SimTensor>)>,
+    /// Those states as they were after `fed[..n]` (`saved_at`: `Some(n)`), before the last
+    /// drafted tokens; the buffers are kept from one draft to the next.
+    saved: BTreeMap<String, SimTensor>,
+    saved_at: Option<usize>,
+}
+
+/// Refuses a draft bundle (`what`: "a draft model", "an MTP draft") that is not a decode
+/// bundle of one token a step.
+pub(super) fn one_token_a_step(host: &Host, what: &str) -> Result<()> {
+    if host.rows() != 1 || host.draft().is_some() {
+        let problem = format!("{what} runs a decode bundle of one token a step, not one of {}", host.rows());
+        return Err(HostError::Verify { problem });
+    }
+    Ok(())
+}
+
+/// A draft's sampler: the run's settings with a generator of its own, so the target's draws
+/// do not depend on the draft's.
+pub(super) fn draft_sampler(sampling: Sampling) -> Result<Sampler> {
+    Sampler::new(Sampling { seed: sampling.seed ^ 0x5EED_D4AF, ..sampling })
+}
+
+/// The token a draft proposes after `logits` (its argmax at greedy decoding, else drawn) and
+/// the distribution it came from.
+pub(super) fn propose(sampler: &mut Sampler, logits: &[f32]) -> Result<(u32, Dist)> {
+    let dist = sampler.distribution(logits)?;
+    let t = if sampler.is_greedy() { dist.tokens[0] } else { dist.draw(sampler.uniform()) };
+    Ok((t, dist))
 }
 
 impl ModelDraft {
@@ -99,21 +125,18 @@ impl ModelDraft {
     /// position of its context are copied before each draft and put back after a rejection;
     /// a tensor-parallel draft with such states is refused, naming one.
     pub fn new(host: Host, sampling: Sampling) -> Result<ModelDraft> {
-        let fail = |problem: String| Err(HostError::Verify { problem });
-        if host.rows() != 1 || host.draft().is_some() {
-            return fail(format!("a draft model runs a decode bundle of one token a step, not one of {}", host.rows()));
-        }
+        one_token_a_step(&host, "a draft model")?;
         let ctx = host.ctx();
         let partial: Vec<String> =
             host.states().shapes().iter().filter(|(_, s)| s.first() != Some(&ctx)).map(|(n, _)| n.clone()).collect();
         if let (Some(name), true) = (partial.first(), host.chips() > 1) {
-            return fail(format!(
+            let problem = format!(
                 "the draft's state `{name}` is a sliding-window ring or a recurrent state, which a tensor-parallel draft cannot put back after a rejected token; draft on one chip"
-            ));
+            );
+            return Err(HostError::Verify { problem });
         }
-        // The draft draws with its own generator, so the target's draws do not depend on it.
-        let sampler = Sampler::new(Sampling { seed: sampling.seed ^ 0x5EED_D4AF, ..sampling })?;
-        Ok(ModelDraft { host, fed: Vec::new(), sampler, partial, saved: None })
+        let sampler = draft_sampler(sampling)?;
+        Ok(ModelDraft { host, fed: Vec::new(), sampler, partial, saved: BTreeMap::new(), saved_at: None })
     }
 
     /// The draft's host, handed back (its states as the draft left them).
@@ -141,21 +164,20 @@ impl ModelDraft {
         if keep >= self.fed.len() {
             return Ok(());
         }
-        if !self.partial.is_empty() {
-            match self.saved.take() {
-                Some((at, copy)) if at <= keep => {
-                    self.host.restore_states(copy)?;
-                    self.fed.truncate(at);
-                    return Ok(());
-                }
-                _ => {
-                    self.host.reset();
-                    self.fed.clear();
-                    return Ok(());
-                }
+        if self.partial.is_empty() {
+            self.fed.truncate(keep);
+            return Ok(());
+        }
+        match self.saved_at.filter(|&at| at <= keep) {
+            Some(at) => {
+                self.host.restore_states(&self.saved)?;
+                self.fed.truncate(at);
+            }
+            None => {
+                self.host.reset();
+                self.fed.clear();
             }
         }
-        self.fed.truncate(keep);
         Ok(())
     }
 }
@@ -170,14 +192,12 @@ impl Drafter for ModelDraft {
         for &t in &seq[self.fed.len()..] {
             logits = self.feed(t)?;
         }
-        if !self.partial.is_empty() && k > 1 {
-            let copy = self.host.copy_states(&self.partial).unwrap_or_default();
-            self.saved = Some((self.fed.len(), copy));
+        if !self.partial.is_empty() && k > 1 && self.host.copy_states(&self.partial, &mut self.saved) {
+            self.saved_at = Some(self.fed.len());
         }
         let (mut tokens, mut dists) = (Vec::with_capacity(k), Vec::with_capacity(k));
         for i in 0..k {
-            let dist = self.sampler.distribution(&logits)?;
-            let t = if self.sampler.is_greedy() { dist.tokens[0] } else { dist.draw(self.sampler.uniform()) };
+            let (t, dist) = propose(&mut self.sampler, &logits)?;
             tokens.push(t);
             dists.push(dist);
             if i + 1 < k {

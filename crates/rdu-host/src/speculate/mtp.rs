@@ -10,7 +10,7 @@
 //! by running itself on its own outputs: its next row reads the token it drafted and its own
 //! exported hidden state, at the next position.
 
-use super::draft::{Draft, Drafter};
+use super::draft::{draft_sampler, one_token_a_step, propose, Draft, Drafter};
 use crate::error::{HostError, Result};
 use crate::host::{Host, StepOutput};
 use crate::sample::{Dist, Sampler, Sampling};
@@ -31,15 +31,12 @@ pub struct MtpDraft {
 impl MtpDraft {
     /// A draft over an MTP block's bundle of one row a step (`hprev` input, `hn` output).
     pub fn new(host: Host, sampling: Sampling) -> Result<MtpDraft> {
-        let fail = |problem: String| Err(HostError::Verify { problem });
-        if host.rows() != 1 || host.draft().is_some() {
-            return fail(format!("an MTP draft runs a decode bundle of one token a step, not one of {}", host.rows()));
-        }
+        one_token_a_step(&host, "an MTP draft")?;
         let Some(width) = host.hidden_width() else {
-            return fail("the draft bundle reads no hidden state: it is not a multi-token-prediction block's".into());
+            let problem = "the draft bundle reads no hidden state: it is not a multi-token-prediction block's".into();
+            return Err(HostError::Verify { problem });
         };
-        // The draft draws with its own generator, so the target's draws do not depend on it.
-        let sampler = Sampler::new(Sampling { seed: sampling.seed ^ 0x5EED_D4AF, ..sampling })?;
+        let sampler = draft_sampler(sampling)?;
         Ok(MtpDraft { host, hidden: Vec::new(), fed: Vec::new(), width, sampler })
     }
 
@@ -91,8 +88,7 @@ impl Drafter for MtpDraft {
         }
         let (mut tokens, mut dists): (Vec<u32>, Vec<Dist>) = (Vec::with_capacity(k), Vec::with_capacity(k));
         for i in 0..k {
-            let dist = self.sampler.distribution(&last.0)?;
-            let t = if self.sampler.is_greedy() { dist.tokens[0] } else { dist.draw(self.sampler.uniform()) };
+            let (t, dist) = propose(&mut self.sampler, &last.0)?;
             tokens.push(t);
             dists.push(dist);
             if i + 1 < k {

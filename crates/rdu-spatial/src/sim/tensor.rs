@@ -5,18 +5,48 @@ use serde::{Deserialize, Serialize};
 use crate::program::Dtype;
 
 /// A dense row-major tensor.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 pub struct SimTensor {
     pub shape: Vec<usize>,
     pub data: SimData,
 }
 
 /// A tensor's elements.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SimData {
     F32(Vec<f32>),
     I32(Vec<i32>),
+}
+
+// `clone_from` reuses the destination's buffers (a draft copies its states into the same
+// tensors every step), which the derived `Clone` would not.
+impl Clone for SimTensor {
+    fn clone(&self) -> SimTensor {
+        SimTensor { shape: self.shape.clone(), data: self.data.clone() }
+    }
+
+    fn clone_from(&mut self, source: &SimTensor) {
+        self.shape.clone_from(&source.shape);
+        self.data.clone_from(&source.data);
+    }
+}
+
+impl Clone for SimData {
+    fn clone(&self) -> SimData {
+        match self {
+            SimData::F32(v) => SimData::F32(v.clone()),
+            SimData::I32(v) => SimData::I32(v.clone()),
+        }
+    }
+
+    fn clone_from(&mut self, source: &SimData) {
+        match (self, source) {
+            (SimData::F32(a), SimData::F32(b)) => a.clone_from(b),
+            (SimData::I32(a), SimData::I32(b)) => a.clone_from(b),
+            (this, _) => *this = source.clone(),
+        }
+    }
 }
 
 impl SimTensor {
