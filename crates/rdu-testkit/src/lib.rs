@@ -2,7 +2,8 @@
 //! ([`fixtures`]), how their `.npy` files are read ([`npy`]), the tolerance that holds rdu to a
 //! third-party reference and reports the worst element ([`Tolerance`]), and two GGUF writers —
 //! [`gguf_writer`], bytes of any shape (for the readers' tests and bad-input files), and
-//! [`hf_to_gguf`], the tiny HF fixtures converted the way llama.cpp's converter writes them.
+//! [`hf_to_gguf`], the tiny HF fixtures converted the way llama.cpp's converter writes them;
+//! [`per_fixture!`] writes one test per fixture.
 
 pub mod fixtures;
 pub mod gguf_writer;
