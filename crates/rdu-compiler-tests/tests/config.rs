@@ -960,15 +960,15 @@ fn configs_saved_by_transformers_5_import_as_their_presets() {
 /// (with `modules_to_not_convert`) read; anything rdu does not read refused naming the field.
 #[test]
 fn quantization_configs_are_read_or_refused_naming_the_field() {
-    use rdu_compiler::model::storage::Format;
+    use rdu_compiler::model::spec::Declared;
     let v3 =
         json!({"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]});
     let spec = edited("tiny-deepseek-v2", |v| v["quantization_config"] = v3.clone()).unwrap();
     let q = spec.quantization.expect("declared");
-    assert_eq!((q.format, q.not_converted.len()), (Format::Fp8 { rows: 128, cols: 128 }, 0));
+    assert_eq!((q.format, q.not_converted.len()), (Declared::Fp8Block { rows: 128, cols: 128 }, 0));
     let oss = json!({"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn", "lm_head"]});
     let spec = edited("tiny-qwen3-moe", |v| v["quantization_config"] = oss.clone()).unwrap();
-    assert_eq!(spec.quantization.unwrap().format, Format::Mxfp4);
+    assert_eq!(spec.quantization.unwrap().format, Declared::Mxfp4);
     assert!(preset("tiny-llama").quantization.is_none());
     let refused = |q: Value| config_error(edited("tiny-llama", |v| v["quantization_config"] = q));
     let (field, message) = refused(json!({"quant_method": "awq"}));

@@ -520,11 +520,11 @@ fn deepseek_v3_fp8_as_declared_certifies_at_tp_16() {
 /// and GLM-4.5 stored FP8 over 16 (1536 expert columns, 96 a chip: 128 × 32 blocks).
 #[test]
 fn fp8_shares_that_cut_blocks_are_admitted_in_finer_blocks() {
-    use rdu_compiler::model::spec::Quantization;
+    use rdu_compiler::model::spec::{Declared, Quantization};
     use rdu_compiler::model::storage::Format;
     let kimi = presets::resolve("kimi-k2").expect("preset");
     let mut glm = presets::resolve("glm-4.5").expect("preset");
-    glm.quantization = Some(Quantization { format: Format::Fp8 { rows: 128, cols: 128 }, not_converted: Vec::new() });
+    glm.quantization = Some(Quantization::all(Declared::Fp8Block { rows: 128, cols: 128 }));
     for (spec, tp, want) in [
         (&kimi, 32, [("Wed3", [128, 64]), ("Weg3", [64, 128]), ("Wsd3", [128, 64])]),
         (&glm, 16, [("Wed3", [128, 32]), ("Weg3", [32, 128]), ("Wsd3", [128, 32])]),
