@@ -11,12 +11,12 @@ use rdu_testkit::safetensors_edit::copy_edited;
 use rdu_testkit::{fixtures, npy, Tolerance};
 use std::path::Path;
 
-fn s(p: &Path) -> &str {
+pub(crate) fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8")
 }
 
 /// `rdu run MODEL --tokens … --engine ENGINE --logits` (token by token, f32 states): every row.
-fn run(model: &Path, tokens: &[u32], engine: &str, extra: &[&str], tmp: &Path) -> Vec<f32> {
+pub(crate) fn run(model: &Path, tokens: &[u32], engine: &str, extra: &[&str], tmp: &Path) -> Vec<f32> {
     let prompt: Vec<String> = tokens.iter().map(u32::to_string).collect();
     let logits = tmp.join(format!("{engine}.npy"));
     let args = ["run", s(model), "--tokens", &prompt.join(","), "--engine", engine, "--json", "--logits", s(&logits)];
@@ -32,7 +32,7 @@ fn lower_and_verify(model: &Path, args: &[&str], tmp: &Path) -> std::collections
 }
 
 /// `rdu lower MODEL … -o DIR` then `rdu verify DIR`: the manifest's tensor entries, by name.
-fn lowered_tensors(model: &Path, args: &[&str], tmp: &Path) -> serde_json::Map<String, serde_json::Value> {
+pub(crate) fn lowered_tensors(model: &Path, args: &[&str], tmp: &Path) -> serde_json::Map<String, serde_json::Value> {
     let bundle = tmp.join("bundle");
     ok(&[&["lower", s(model), "-o", s(&bundle)][..], args].concat());
     let out = ok(&["verify", s(&bundle)]);
@@ -44,7 +44,7 @@ fn lowered_tensors(model: &Path, args: &[&str], tmp: &Path) -> serde_json::Map<S
 
 /// Both engines on the fixture `name`'s checkpoint `model` (its directory, or a file in it),
 /// the fixture's tokens token by token, within 1e-4 of each of `references` (files in it).
-fn both_engines(name: &str, model: &Path, references: &[&str], tmp: &Path) {
+pub(crate) fn both_engines(name: &str, model: &Path, references: &[&str], tmp: &Path) {
     let dir = fixtures::quantised(name);
     let tokens = npy::ids(dir.join("tokens.npy"));
     for engine in ["spatial", "reference"] {
