@@ -52,7 +52,11 @@ fn glm_fp8_in_compressed_tensors_layout_runs_as_stored_within_1e_4_of_transforme
             let base = tensor.trim_end_matches(|c: char| c.is_ascii_digit());
             match stored_block(strategy, base).filter(|_| tensor != "Wo0") {
                 Some(block) => {
-                    assert_eq!((t["storage"].as_str(), t["block"].to_string()), (Some("fp8"), block), "{name}: {tensor}");
+                    assert_eq!(
+                        (t["storage"].as_str(), t["block"].to_string()),
+                        (Some("fp8"), block),
+                        "{name}: {tensor}"
+                    );
                     fp8 += 1;
                 }
                 None => assert_eq!(t["storage"], "dense", "{name}: {tensor}"),
@@ -72,7 +76,10 @@ fn glm_fp8_in_compressed_tensors_layout_runs_over_two_chips_within_1e_4_of_trans
     let blocks = |t: &serde_json::Value| (t["block"].to_string(), t["stored_block"].to_string());
     let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
     for (strategy, expect) in [
-        ("channel", [("Wo1", pair("[1,32]", "[1,64]")), ("Wed1", pair("[1,16]", "[1,32]")), ("Wq1", pair("[1,64]", "null"))]),
+        (
+            "channel",
+            [("Wo1", pair("[1,32]", "[1,64]")), ("Wed1", pair("[1,16]", "[1,32]")), ("Wq1", pair("[1,64]", "null"))],
+        ),
         ("block", [("Wo1", pair("[8,16]", "null")), ("Wed1", pair("[8,16]", "null")), ("Wq1", pair("[8,16]", "null"))]),
     ] {
         let name = format!("glm4_moe_fp8_{strategy}");
@@ -85,7 +92,11 @@ fn glm_fp8_in_compressed_tensors_layout_runs_over_two_chips_within_1e_4_of_trans
         }
         let tokens = npy::ids(dir.join("tokens.npy"));
         let got = run(&dir, &tokens, "spatial", &["--tp", "2"], tmp.path());
-        Tolerance::F32.assert(&format!("{name} over 2 chips vs transformers"), &got, &npy::f32(dir.join("logits_step.npy")));
+        Tolerance::F32.assert(
+            &format!("{name} over 2 chips vs transformers"),
+            &got,
+            &npy::f32(dir.join("logits_step.npy")),
+        );
     }
 }
 
@@ -142,7 +153,10 @@ fn bad_compressed_tensors_checkpoints_are_refused_in_one_line() {
         let e = run(&missing, engine);
         assert!(e.ends_with(&format!("stored F8_E4M3, but the checkpoint has no scales `{expert}_scale`")), "{e}");
         let e = run(&shape, engine);
-        assert!(e.ends_with(&format!("scales `{wq}_scale` are [32, 2], but 1×64 blocks of [64, 64] need [64, 1]")), "{e}");
+        assert!(
+            e.ends_with(&format!("scales `{wq}_scale` are [32, 2], but 1×64 blocks of [64, 64] need [64, 1]")),
+            "{e}"
+        );
         let e = run(&input, engine);
         let want = "tensor `model.layers.0.self_attn.q_proj.input_scale` is a static activation scale, which changes the numerics";
         assert!(e.contains(want), "{e}");

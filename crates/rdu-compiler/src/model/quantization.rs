@@ -8,10 +8,10 @@
 //! name without its last component; compressed-tensors' `ignore` and `targets`, exact names or
 //! `re:` expressions); never the embedding or the head.
 
+use crate::lang::Source;
 use crate::model::author::{embed_source, head_source, source_of};
 use crate::model::naming::{checkpoint_source, TensorSource};
 use crate::model::spec::{Cut, ModelSpec};
-use crate::lang::Source;
 use crate::model::storage::Storage;
 use rdu_spatial::names::TensorName;
 use std::collections::{BTreeMap, BTreeSet};

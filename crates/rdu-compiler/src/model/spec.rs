@@ -146,7 +146,10 @@ pub struct Quantization {
 pub enum Declared {
     /// One scale per `rows × cols` block (DeepSeek's `weight_block_size`; compressed-tensors'
     /// `block` strategy and its `block_structure`).
-    Fp8Block { rows: u32, cols: u32 },
+    Fp8Block {
+        rows: u32,
+        cols: u32,
+    },
     /// One scale per output row (compressed-tensors' `channel`): blocks of `1 × in`.
     Fp8Channel,
     /// One scale per matrix (compressed-tensors' `tensor`): one block of `out × in`.
@@ -160,7 +163,9 @@ impl Declared {
     pub fn format(self, shape: &[usize]) -> crate::model::storage::Format {
         use crate::model::storage::Format;
         let n = shape.len();
-        let dim = |k: usize| n.checked_sub(k).and_then(|i| shape.get(i)).map_or(1, |&d| u32::try_from(d.max(1)).unwrap_or(u32::MAX));
+        let dim = |k: usize| {
+            n.checked_sub(k).and_then(|i| shape.get(i)).map_or(1, |&d| u32::try_from(d.max(1)).unwrap_or(u32::MAX))
+        };
         match self {
             Declared::Fp8Block { rows, cols } => Format::Fp8 { rows, cols },
             Declared::Fp8Channel => Format::Fp8 { rows: 1, cols: dim(1) },

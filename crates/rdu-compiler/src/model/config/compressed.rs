@@ -82,7 +82,8 @@ pub(super) fn quantization(top: &Ctx<'_>, value: &Value, at: &str) -> Result<Qua
         let this = group(top, g, &at)?;
         match &declared {
             Some((first, d)) if *d != this => {
-                let message = format!("{this:?} differs from group `{first}`'s {d:?}: rdu reads one FP8 scheme a model");
+                let message =
+                    format!("{this:?} differs from group `{first}`'s {d:?}: rdu reads one FP8 scheme a model");
                 return Err(top.err(&format!("{at}.weights"), message));
             }
             _ => declared = Some((name.clone(), this)),
@@ -92,7 +93,8 @@ pub(super) fn quantization(top: &Ctx<'_>, value: &Value, at: &str) -> Result<Qua
                 "Linear" => linear = true,
                 t if t.starts_with("re:") || t.contains('.') => targets.push(t.to_string()),
                 other => {
-                    let message = format!("`{other}`: rdu reads the class `Linear`, module names and `re:` expressions");
+                    let message =
+                        format!("`{other}`: rdu reads the class `Linear`, module names and `re:` expressions");
                     return Err(top.err(&format!("{at}.targets"), message));
                 }
             }
@@ -111,7 +113,10 @@ fn group(top: &Ctx<'_>, g: &Group, at: &str) -> Result<Declared> {
         return Err(top.err(&format!("{at}.format"), not_read(f)));
     }
     if g.output_activations.as_ref().is_some_and(|v| !v.is_null()) {
-        return Err(top.err(&format!("{at}.output_activations"), "quantised outputs change the numerics; rdu does not read them"));
+        return Err(top.err(
+            &format!("{at}.output_activations"),
+            "quantised outputs change the numerics; rdu does not read them",
+        ));
     }
     let w = top.require(g.weights.as_ref(), &format!("{at}.weights"))?;
     let field = |f: &str| format!("{at}.weights.{f}");
@@ -133,7 +138,11 @@ fn group(top: &Ctx<'_>, g: &Group, at: &str) -> Result<Declared> {
             });
             match dims.as_deref() {
                 Some(&[rows, cols]) => Declared::Fp8Block { rows, cols },
-                _ => return Err(top.err(&field("block_structure"), format!("{block}: expected [rows, cols], each at least 1"))),
+                _ => {
+                    return Err(
+                        top.err(&field("block_structure"), format!("{block}: expected [rows, cols], each at least 1"))
+                    )
+                }
             }
         }
         other => {
