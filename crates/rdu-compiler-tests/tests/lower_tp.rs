@@ -514,10 +514,47 @@ fn deepseek_v3_fp8_as_declared_certifies_at_tp_16() {
     rdu_compiler::verify::verify_bundle(&bundle, &chip, &mut |_| {}).expect("the bundle re-certifies");
 }
 
+/// GLM-4.5-FP8 as its checkpoint stores it (`rdu lower glm-4.5-fp8 --cut tp --tp 16`: the preset's
+/// compressed-tensors `quantization_config`, one scale per output row) over 16 chips: every kind
+/// certifies over 16 chips at its real shapes, the bundle stores every layer matrix `fp8` in
+/// `[1, in]` blocks — a row-parallel chip's share `[1, in/16]` pieces of its rows — and neither
+/// the routers, the embedding nor the head, and it re-certifies from its files.
+#[test]
+fn glm_4_5_fp8_in_compressed_tensors_layout_certifies_at_tp_16() {
+    use rdu_spatial::manifest::TensorStorage;
+    let spec = presets::resolve("glm-4.5-fp8").expect("preset");
+    let storage = rdu_compiler::model::quantization::declared_storage(&spec).expect("fp8 declared");
+    let model = lower_tp_decode_streamed(&spec, 16, 4096, opts(storage, &mut |_| {})).expect("glm-4.5-fp8 tp 16");
+    for k in &model.kinds {
+        let c = &k.program.certificate;
+        assert!(c.checks.iter().any(|x| x.starts_with("numbers over 16 chips")), "{}: {:?}", k.program.name, c.checks);
+    }
+    let bundle = model.bundle().expect("bundle");
+    let fp8: Vec<&String> = (bundle.manifest.tensors.iter())
+        .filter(|(_, t)| t.storage == TensorStorage::Fp8)
+        .inspect(|(name, t)| {
+            let cols = *t.shape.last().expect("a matrix");
+            let base = name.trim_end_matches(|c: char| c.is_ascii_digit());
+            let want = match base {
+                "Wo" | "Wd" | "Wed" | "Wsd" => (Some([1, cols / 16]), Some([1, cols])),
+                _ => (Some([1, cols]), None),
+            };
+            assert_eq!((t.block, t.stored_block), want, "{name}");
+        })
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(fp8.len(), 7 * 3 + 10 * 89, "q, k, v, o and the MLP or the experts of each layer");
+    assert!(fp8.iter().all(|n| !n.starts_with("Wr") && *n != "E" && *n != "Wout"));
+    let chip = Chip::builtin("sn50").expect("chip");
+    rdu_compiler::verify::verify_bundle(&bundle, &chip, &mut |_| {}).expect("the bundle re-certifies");
+}
+
 /// An FP8 split whose chip shares cut the checkpoint's 128 × 128 blocks is admitted, each
 /// chip holding finer blocks: Kimi K2 over 32 chips (its 2048 expert and shared-expert
 /// columns are 64 a chip: 128 × 64 blocks of the down projections, 64 × 128 of gate and up)
-/// and GLM-4.5 stored FP8 over 16 (1536 expert columns, 96 a chip: 128 × 32 blocks).
+/// and GLM-4.5 stored FP8 over 16 (1536 expert columns, 96 a chip: 128 × 32 blocks); and
+/// GLM-4.5-FP8's one scale a row (compressed-tensors' `channel`: `[1, in]` blocks) over 16, a
+/// row-parallel share holding `[1, in/16]` pieces of its rows, a column-parallel one whole rows.
 #[test]
 fn fp8_shares_that_cut_blocks_are_admitted_in_finer_blocks() {
     use rdu_compiler::model::spec::{Declared, Quantization};
@@ -525,9 +562,11 @@ fn fp8_shares_that_cut_blocks_are_admitted_in_finer_blocks() {
     let kimi = presets::resolve("kimi-k2").expect("preset");
     let mut glm = presets::resolve("glm-4.5").expect("preset");
     glm.quantization = Some(Quantization::all(Declared::Fp8Block { rows: 128, cols: 128 }));
+    let glm_fp8 = presets::resolve("glm-4.5-fp8").expect("preset");
     for (spec, tp, want) in [
         (&kimi, 32, [("Wed3", [128, 64]), ("Weg3", [64, 128]), ("Wsd3", [128, 64])]),
         (&glm, 16, [("Wed3", [128, 32]), ("Weg3", [32, 128]), ("Wsd3", [128, 32])]),
+        (&glm_fp8, 16, [("Wed3", [1, 96]), ("Weg3", [1, 5120]), ("Wo3", [1, 768])]),
     ] {
         let storage = rdu_compiler::model::quantization::declared_storage(spec).expect("fp8 declared");
         admits_tp(spec, tp, &storage).unwrap_or_else(|e| panic!("{} at tp {tp}: {e}", spec.name));
