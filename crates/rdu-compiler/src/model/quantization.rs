@@ -100,4 +100,20 @@ mod tests {
         assert!(q("model.layers.*.mlp.router").mxfp4("model.layers.3.mlp.experts"));
         assert!(!q("model.layers.*.mlp").mxfp4("model.layers.3.mlp.experts"));
     }
+
+    /// compressed-tensors' `ignore`: a name exactly, or an `re:` expression matched from the
+    /// name's start (Python's `re.match`: anchored at the start, not at the end).
+    #[test]
+    fn ignore_matches_names_exactly_and_expressions_from_the_start() {
+        let ct = |ignore: &[&str]| Quantization {
+            ignore: ignore.iter().map(|s| s.to_string()).collect(),
+            ..Quantization::all(Declared::Fp8Channel)
+        };
+        let q = ct(&["lm_head", "model.layers.0.self_attn.o_proj", "re:.*mlp\\.gate$", "re:model\\.layers\\.1\\."]);
+        assert!(q.leaves("lm_head") && q.leaves("model.layers.0.self_attn.o_proj"));
+        assert!(!q.leaves("model.layers.10.self_attn.o_proj"), "an exact name is not a prefix");
+        assert!(q.leaves("model.layers.7.mlp.gate") && !q.leaves("model.layers.7.mlp.gate_proj"));
+        assert!(q.leaves("model.layers.1.mlp.experts.3.up_proj"), "`re:` without `$` matches a prefix");
+        assert!(!q.leaves("model.layers.11.mlp.experts.3.up_proj") && !q.leaves("xmodel.layers.1.mlp"));
+    }
 }
