@@ -489,14 +489,7 @@ fn tiny_presets_prefill_over_two_chips() {
 #[test]
 fn deepseek_v3_fp8_as_declared_certifies_at_tp_16() {
     use rdu_spatial::manifest::TensorStorage;
-    let spec = presets::resolve("deepseek-v3").expect("preset");
-    let storage = rdu_compiler::model::quantization::declared_storage(&spec).expect("fp8 declared");
-    let model = lower_tp_decode_streamed(&spec, 16, 4096, opts(storage, &mut |_| {})).expect("deepseek-v3 fp8 tp 16");
-    for k in &model.kinds {
-        let c = &k.program.certificate;
-        assert!(c.checks.iter().any(|x| x.starts_with("numbers over 16 chips")), "{}: {:?}", k.program.name, c.checks);
-    }
-    let bundle = model.bundle().expect("bundle");
+    let bundle = certified_as_declared_at_tp_16("deepseek-v3");
     // q_a and kv_a split along their 7168 input columns: 448 a chip, 3.5 blocks, so a chip
     // holds 128 × 64 blocks, each with the scale of the 128 × 128 block it lies in.
     let cut = |name: &str| ["Wqa", "Wkva"].contains(&name.trim_end_matches(|c: char| c.is_ascii_digit()));
@@ -510,8 +503,22 @@ fn deepseek_v3_fp8_as_declared_certifies_at_tp_16() {
         .collect();
     assert_eq!(fp8.len(), 8 * 3 + 11 * 58, "q_a, q_b, kv_a, kv_b, o and the MLP or the experts of each layer");
     assert!(fp8.iter().all(|n| !n.starts_with("Wr") && !n.starts_with("bsel") && *n != "E" && *n != "Wout"));
+}
+
+/// The preset `name` lowered over 16 chips with the storage its `quantization_config` declares:
+/// every kind certified over the 16 chips, and its bundle re-certified from its files.
+fn certified_as_declared_at_tp_16(name: &str) -> rdu_spatial::bundle::Bundle {
+    let spec = presets::resolve(name).expect("preset");
+    let storage = rdu_compiler::model::quantization::declared_storage(&spec).expect("declared");
+    let model = lower_tp_decode_streamed(&spec, 16, 4096, opts(storage, &mut |_| {})).expect("tp 16");
+    for k in &model.kinds {
+        let c = &k.program.certificate;
+        assert!(c.checks.iter().any(|x| x.starts_with("numbers over 16 chips")), "{}: {:?}", k.program.name, c.checks);
+    }
+    let bundle = model.bundle().expect("bundle");
     let chip = Chip::builtin("sn50").expect("chip");
     rdu_compiler::verify::verify_bundle(&bundle, &chip, &mut |_| {}).expect("the bundle re-certifies");
+    bundle
 }
 
 /// GLM-4.5-FP8 as its checkpoint stores it (`rdu lower glm-4.5-fp8 --cut tp --tp 16`: the preset's
@@ -522,14 +529,7 @@ fn deepseek_v3_fp8_as_declared_certifies_at_tp_16() {
 #[test]
 fn glm_4_5_fp8_in_compressed_tensors_layout_certifies_at_tp_16() {
     use rdu_spatial::manifest::TensorStorage;
-    let spec = presets::resolve("glm-4.5-fp8").expect("preset");
-    let storage = rdu_compiler::model::quantization::declared_storage(&spec).expect("fp8 declared");
-    let model = lower_tp_decode_streamed(&spec, 16, 4096, opts(storage, &mut |_| {})).expect("glm-4.5-fp8 tp 16");
-    for k in &model.kinds {
-        let c = &k.program.certificate;
-        assert!(c.checks.iter().any(|x| x.starts_with("numbers over 16 chips")), "{}: {:?}", k.program.name, c.checks);
-    }
-    let bundle = model.bundle().expect("bundle");
+    let bundle = certified_as_declared_at_tp_16("glm-4.5-fp8");
     let fp8: Vec<&String> = (bundle.manifest.tensors.iter())
         .filter(|(_, t)| t.storage == TensorStorage::Fp8)
         .inspect(|(name, t)| {
@@ -545,8 +545,6 @@ fn glm_4_5_fp8_in_compressed_tensors_layout_certifies_at_tp_16() {
         .collect();
     assert_eq!(fp8.len(), 7 * 3 + 10 * 89, "q, k, v, o and the MLP or the experts of each layer");
     assert!(fp8.iter().all(|n| !n.starts_with("Wr") && *n != "E" && *n != "Wout"));
-    let chip = Chip::builtin("sn50").expect("chip");
-    rdu_compiler::verify::verify_bundle(&bundle, &chip, &mut |_| {}).expect("the bundle re-certifies");
 }
 
 /// An FP8 split whose chip shares cut the checkpoint's 128 × 128 blocks is admitted, each
