@@ -8,9 +8,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use rdu_spatial::blocks::BlockWeight;
 use rdu_spatial::manifest::{chip_ranges, chip_shape, Manifest, StateEntry};
 use rdu_spatial::sim::{simulate_chip, AllReduce, SimError};
-use rdu_spatial::blocks::BlockWeight;
 use rdu_spatial::tensor_parallel::{join, pad, take, take_q8};
 use rdu_spatial::{SimTensor, SpatialProgram};
 

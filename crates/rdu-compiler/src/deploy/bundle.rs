@@ -212,7 +212,11 @@ impl Tables {
                 None => (d.ty.shape.clone(), Vec::new()),
             };
             // Zero-padded by the host as it binds the tensor (`Slices::stored`).
-            let pad = source.slices.get(&d.name.text).filter(|s| s.stored.is_some()).map(|s| Pad { axis: s.axis, to: s.end() });
+            let pad = source
+                .slices
+                .get(&d.name.text)
+                .filter(|s| s.stored.is_some())
+                .map(|s| Pad { axis: s.axis, to: s.end() });
             match d.kind {
                 DeclKind::Weight => {
                     let Some(found) = checkpoint_source(spec, &name) else {
