@@ -231,13 +231,7 @@ pub fn pad<T: Copy + Default>(
 /// MXFP4 block is 0 at scale 2^-127), along another axis zero rows. The stored blocks are kept
 /// as they are: nothing is widened.
 pub fn pad_ggml(w: &GgmlWeight, axis: usize, to: usize) -> Result<GgmlWeight, String> {
-    let rank = w.shape.len();
-    let (block, size) = (w.format.block_size() as usize, w.format.type_size() as usize);
-    if rank == 0 || axis >= rank {
-        return Err(format!("axis {axis} of a {} weight of shape {:?}", w.format, w.shape));
-    }
-    let mut byte_shape = w.shape.clone();
-    byte_shape[rank - 1] = w.shape[rank - 1] / block * size;
+    let (rank, block, size, byte_shape) = byte_grid(w, axis)?;
     let byte_to = if axis == rank - 1 {
         if !to.is_multiple_of(block) {
             return Err(format!("padding to {to} splits the {} blocks of {block} values", w.format));
@@ -285,9 +279,9 @@ pub fn take_fp8(w: &Fp8Weight, axis: usize, ranges: &[(usize, usize)]) -> Result
     Fp8Weight::new(shape, w.block, values, scales)
 }
 
-/// A chip's slice of a weight in a ggml block format: its blocks, cut along `axis` (along the
-/// last axis only at whole blocks).
-pub fn take_ggml(w: &GgmlWeight, axis: usize, ranges: &[(usize, usize)]) -> Result<GgmlWeight, String> {
+/// A ggml-format weight as a grid of bytes (its last axis `size` bytes a block of `block`
+/// values), for cutting or padding along `axis`: its rank, block, block bytes and byte shape.
+fn byte_grid(w: &GgmlWeight, axis: usize) -> Result<(usize, usize, usize, Vec<usize>), String> {
     let rank = w.shape.len();
     let (block, size) = (w.format.block_size() as usize, w.format.type_size() as usize);
     if rank == 0 || axis >= rank {
@@ -295,6 +289,13 @@ pub fn take_ggml(w: &GgmlWeight, axis: usize, ranges: &[(usize, usize)]) -> Resu
     }
     let mut byte_shape = w.shape.clone();
     byte_shape[rank - 1] = w.shape[rank - 1] / block * size;
+    Ok((rank, block, size, byte_shape))
+}
+
+/// A chip's slice of a weight in a ggml block format: its blocks, cut along `axis` (along the
+/// last axis only at whole blocks).
+pub fn take_ggml(w: &GgmlWeight, axis: usize, ranges: &[(usize, usize)]) -> Result<GgmlWeight, String> {
+    let (rank, block, size, byte_shape) = byte_grid(w, axis)?;
     let byte_ranges: Vec<(usize, usize)> = if axis == rank - 1 {
         if let Some(&(s, e)) = ranges.iter().find(|(s, e)| !s.is_multiple_of(block) || !e.is_multiple_of(block)) {
             return Err(format!("range {s}..{e} splits the {} blocks of {block} values", w.format));
