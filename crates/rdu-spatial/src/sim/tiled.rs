@@ -29,6 +29,10 @@ pub(super) fn products(rows: Rows<'_>, xs: &[f32], n: usize, piece: &[(usize, us
         for (i, &j) in group.iter().enumerate() {
             rows.widen(j, &mut buf[i * cols..(i + 1) * cols]);
         }
+        // The next group's rows are asked for now, to arrive while this group is multiplied.
+        if let Some(next) = js.get((g + 1) * GROUP..((g + 2) * GROUP).min(js.len())) {
+            next.iter().for_each(|&j| rows.prefetch(j, j + 1));
+        }
         let m = group.len();
         sums[..m * n].fill([0.0; LANES]);
         for k0 in (0..cols).step_by(STEP) {
