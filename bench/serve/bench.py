@@ -109,11 +109,13 @@ def level(url, model, streams, per_stream, tokens):
     }
 
 
-def start_rdu(rdu, model, threads, batch, ctx, chunk):
+def start_rdu(rdu, model, threads, batch, ctx, chunk, step_tokens=None):
     port = free_port()
     env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
     cmd = [rdu, "serve", model, "--port", str(port), "--batch", str(batch), "--ctx", str(ctx),
            "--chunk", str(chunk), "--name", "gemma"]
+    if step_tokens:
+        cmd += ["--step-tokens", str(step_tokens)]
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL)
     return proc, f"http://127.0.0.1:{port}/v1", "gemma"
 
@@ -158,6 +160,7 @@ def main():
     ap.add_argument("--per-stream", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--chunk", type=int, default=64)
+    ap.add_argument("--step-tokens", type=int, help="rdu serve --step-tokens (default: its own, --batch + --chunk)")
     ap.add_argument("--levels", default="1,4,16")
     ap.add_argument("--json", help="write every figure to this file")
     ap.add_argument("--servers", default="rdu,rdu1,llama",
@@ -169,10 +172,10 @@ def main():
     servers = a.servers.split(",")
     figures = {}
     if "rdu" in servers:
-        figures["rdu"] = run_server("rdu serve", lambda: start_rdu(a.rdu, a.model, a.threads, batch, a.ctx, a.chunk),
+        figures["rdu"] = run_server("rdu serve", lambda: start_rdu(a.rdu, a.model, a.threads, batch, a.ctx, a.chunk, a.step_tokens),
                                     levels, a.per_stream, a.tokens)
     if "rdu1" in servers:
-        figures["rdu_batch1"] = run_server("rdu serve -b 1", lambda: start_rdu(a.rdu, a.model, a.threads, 1, a.ctx, a.chunk),
+        figures["rdu_batch1"] = run_server("rdu serve -b 1", lambda: start_rdu(a.rdu, a.model, a.threads, 1, a.ctx, a.chunk, a.step_tokens),
                                            [1], a.per_stream, a.tokens)
     if "llama" in servers:
         figures["llama_cpp_python"] = run_server(

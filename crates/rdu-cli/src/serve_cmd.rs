@@ -43,7 +43,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "C", default_value_t = 64)]
     pub(crate) chunk: usize,
     /// Tokens one step may process: one per decoding sequence, C per prefill chunk (default:
-    /// --batch + --chunk, a chunk beside every decoding row)
+    /// --batch + --chunk, a chunk beside every decoding row; a budget of k chunks beside the rows
+    /// lets k + 1 prompts be in their chunks at once)
     #[arg(long, value_name = "T")]
     pub(crate) step_tokens: Option<usize>,
     /// Requests that may wait for a slot; beyond them a request gets 429 with Retry-After

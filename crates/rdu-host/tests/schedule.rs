@@ -2,7 +2,9 @@
 //! chunks under the token budget, the rows each slot feeds, stopping, cancellation, and the
 //! times it reports.
 
-use rdu_host::schedule::{percentile, Config, Event, Finish, Next, Refusal, Request, Scheduler, Step};
+use rdu_host::schedule::{
+    percentile, prefilling, Config, Event, Finish, Next, Refusal, Request, Scheduler, Step, PREFILLING,
+};
 
 fn cfg(slots: usize, chunk: Option<usize>, budget: usize, queue: usize) -> Config {
     Config { slots, ctx: 64, chunk, budget, queue, prefilling: 2 }
@@ -173,6 +175,37 @@ fn at_most_prefilling_sequences_are_in_their_chunk_phase() {
     assert_eq!(step.parks.len(), 1, "the third long prompt is parked when it is admitted");
     assert_eq!(step.resets.len(), 2, "and the short one right behind it");
     assert_eq!(s.waiting(), 0);
+}
+
+#[test]
+fn a_budget_of_several_chunks_prefills_as_many_sequences_at_once() {
+    // The default budget (a chunk beside every row) keeps `PREFILLING`; each further chunk the
+    // budget holds lets one more sequence into its chunk phase; without chunks, the floor.
+    assert_eq!(prefilling(16, Some(32), 16 + 32), PREFILLING);
+    assert_eq!(prefilling(16, Some(32), 16 + 64), 3);
+    assert_eq!(prefilling(16, Some(32), 16 + 95), 3);
+    assert_eq!(prefilling(16, Some(32), 16 + 96), 4);
+    assert_eq!(prefilling(16, None, 64), PREFILLING);
+    // Four one-chunk prompts at a 4-slot scheduler whose budget holds two chunks beside the
+    // rows: three sequences enter their chunk phase, and with nothing decoding yet the budget
+    // holds all three chunks in the first step (the default budget's `PREFILLING` would run two).
+    let budget = 4 + 2 * 4;
+    let mut s = Scheduler::new(Config {
+        slots: 4,
+        ctx: 64,
+        chunk: Some(4),
+        budget,
+        queue: 8,
+        prefilling: prefilling(4, Some(4), budget),
+    })
+    .expect("config");
+    for id in 1..=4 {
+        s.submit(req(id, 5, 1), 0.0).expect("prompt");
+    }
+    let step = s.plan(0.0).expect("a step");
+    assert_eq!(step.parks, vec![0, 1, 2], "three start with chunks");
+    assert_eq!(step.chunks.len(), 3, "each prefilling sequence's chunk fits the budget");
+    assert_eq!(s.waiting(), 1);
 }
 
 #[test]
