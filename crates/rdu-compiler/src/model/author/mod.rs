@@ -54,7 +54,7 @@ pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) ->
     verify::declare_inputs(&mut w, &ctx);
     // A multi-token-prediction block's layer reads the fusion of its token and hidden inputs.
     let hidden = match &spec.mtp {
-        Some(block) => mtp::fuse(&mut w, &ctx, block),
+        Some(_) => mtp::fuse(&mut w, &ctx),
         None => ctx.hidden_in.clone(),
     };
 
