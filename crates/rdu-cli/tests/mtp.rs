@@ -1,14 +1,16 @@
-//! `--draft mtp` (issue 48): Qwen3-Next's own multi-token-prediction block drafting. Its logits
-//! are transformers' (the tiny fixture's seeded `mtp.*` block composed from transformers 5.24's
-//! Qwen3Next decoder layer and RMSNorm, `tests/data/fixtures/tools/make_mtp.py`), fed the
-//! target's hidden rows as the target's verify bundle exports them — which are transformers'
-//! too —, and a run drafted by it gives the plain run's tokens, token for token.
+//! `--draft mtp` (issue 48): a model's own multi-token-prediction block drafting — Qwen3-Next's
+//! (`qwen3_next_mtp`), DeepSeek-V3's (`deepseek_v3_mtp`) and GLM-4.5's (`glm4_moe_mtp`, stored
+//! without the block's own embedding and head, as GLM-4.6 is). Their logits are transformers'
+//! (each tiny fixture's seeded block composed from transformers 5.24's decoder layer and
+//! RMSNorm, `tests/data/fixtures/tools/make_mtp.py`, `make_mtp_nextn.py`), fed the target's hidden
+//! rows as the target's verify bundle exports them — which are transformers' too —, and a run
+//! drafted by it gives the plain run's tokens, token for token.
 
 use crate::common::{f32_states, ok, user_error};
 use rdu_compiler::deploy::{deploy, lower_verify_streamed, LowerOptions, Storage, StreamedModel};
 use rdu_compiler::model::config::from_config_path;
-use rdu_compiler::model::mtp::{exporting_hidden, mtp_draft};
-use rdu_compiler::model::spec::Cut;
+use rdu_compiler::model::mtp::{exporting_hidden, falling_back, mtp_draft};
+use rdu_compiler::model::spec::{Cut, ModelSpec};
 use rdu_host::speculate::{Draft, Drafter, MtpDraft};
 use rdu_host::{speculate, Generate, Host, Sampling, WeightsSource};
 use rdu_spatial::chip::Chip;
@@ -25,22 +27,35 @@ fn opts(progress: &mut dyn FnMut(rdu_compiler::deploy::Progress<'_>)) -> LowerOp
 }
 
 fn load(model: &StreamedModel, dir: &Path) -> Host {
+    load_from("qwen3_next_mtp", model, dir)
+}
+
+/// `model`'s bundle written to `dir` and loaded with the weights of `fixture`.
+fn load_from(fixture: &str, model: &StreamedModel, dir: &Path) -> Host {
     model.bundle().expect("bundle").write(dir, false).expect("write");
-    let weights = WeightsSource::Hf(fixtures::hf("qwen3_next_mtp"));
+    let weights = WeightsSource::Hf(fixtures::hf(fixture));
     Host::load(dir, &weights, &mut |_, _, _| {}).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+}
+
+/// The target of `fixture` (f32 states) and its MTP block as the checkpoint holds it.
+fn block_of(fixture: &str) -> (ModelSpec, ModelSpec) {
+    let dir = fixtures::hf(fixture);
+    let target = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
+    let st = rdu_checkpoint::SafeTensors::open(&dir.join("model.safetensors")).expect("checkpoint");
+    let block = falling_back(mtp_draft(&target).expect("MTP block"), &|name| st.names().any(|n| n == name));
+    (target, block)
 }
 
 /// Row `q` of the block reads the fixture's token and hidden row `q` at position `q`: its
 /// logits are transformers', and the hidden state it exports after row `n - 2` is the one the
-/// fixture's chained row reads (transformers' `mtp.norm` output).
-#[test]
-fn the_mtp_blocks_logits_are_transformers() {
-    let dir = fixtures::hf("qwen3_next_mtp");
-    let target = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
-    let spec = mtp_draft(&target).expect("MTP block");
+/// fixture's chained row reads (Qwen3-Next's: its `mtp.norm` output; DeepSeek-V3's and GLM's: its
+/// rows before `shared_head.norm`, as vLLM chains them).
+fn logits_are_transformers(fixture: &str) {
+    let dir = fixtures::hf(fixture);
+    let (target, spec) = block_of(fixture);
     let tmp = tempfile::tempdir().expect("temp dir");
     let model = deploy(&spec, &Cut::Decode { ctx: CTX }, opts(&mut |_| {})).expect("lower the MTP block");
-    let mut host = load(&model, &tmp.path().join("mtp"));
+    let mut host = load_from(fixture, &model, &tmp.path().join("mtp"));
     let tokens = npy::ids(dir.join("mtp_tokens.npy"));
     let hidden = npy::f32(dir.join("mtp_hidden.npy"));
     let want = npy::f32(dir.join("mtp_logits.npy"));
@@ -48,7 +63,7 @@ fn the_mtp_blocks_logits_are_transformers() {
     for (q, &t) in tokens.iter().enumerate() {
         let out = host.step_hidden(&[t], q, &hidden[q * d..(q + 1) * d]).expect("MTP step");
         let logits = out.logits.as_f32().expect("f32 logits");
-        Tolerance::F32.assert(&format!("MTP row {q}"), logits, &want[q * vocab..(q + 1) * vocab]);
+        Tolerance::F32.assert(&format!("{fixture} MTP row {q}"), logits, &want[q * vocab..(q + 1) * vocab]);
         if q + 2 == n {
             let own = out.hidden.expect("the block exports its hidden state");
             Tolerance::F32.assert("the block's own hidden row", own.as_f32().unwrap(), &hidden[(n - 1) * d..n * d]);
@@ -56,16 +71,51 @@ fn the_mtp_blocks_logits_are_transformers() {
     }
 }
 
+mod the_mtp_blocks_logits_are_transformers {
+    use super::logits_are_transformers;
+    rdu_testkit::per_fixture!(logits_are_transformers: qwen3_next_mtp, deepseek_v3_mtp, glm4_moe_mtp);
+}
+
+/// The block's fusion concatenates the embedding first: with `eh_proj`'s two halves swapped
+/// in the checkpoint (what reading the hidden state first amounts to) its logits are not
+/// transformers'.
+#[test]
+fn the_fusion_reads_the_embedding_first() {
+    let fixture = "deepseek_v3_mtp";
+    let dir = fixtures::hf(fixture);
+    let (target, spec) = block_of(fixture);
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let swapped = tmp.path().join("swapped");
+    rdu_testkit::safetensors_edit::copy_edited(&dir, &swapped, |t| {
+        let w = t.get_mut("model.layers.3.eh_proj.weight").expect("eh_proj");
+        let half = 4 * target.d_model;
+        for row in w.bytes.chunks_mut(2 * half) {
+            let (e, h) = row.split_at_mut(half);
+            e.swap_with_slice(h);
+        }
+    });
+    let model = deploy(&spec, &Cut::Decode { ctx: CTX }, opts(&mut |_| {})).expect("lower the MTP block");
+    let bundle = tmp.path().join("mtp");
+    model.bundle().expect("bundle").write(&bundle, false).expect("write");
+    let mut host = Host::load(&bundle, &WeightsSource::Hf(swapped), &mut |_, _, _| {}).expect("load");
+    let (tokens, hidden) = (npy::ids(dir.join("mtp_tokens.npy")), npy::f32(dir.join("mtp_hidden.npy")));
+    let want = npy::f32(dir.join("mtp_logits.npy"));
+    let (d, vocab) = (target.d_model, target.vocab);
+    let out = host.step_hidden(&[tokens[0]], 0, &hidden[..d]).expect("MTP step");
+    let worst = out.logits.as_f32().unwrap().iter().zip(&want[..vocab]).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+    assert!(worst > 1e-2, "the swapped fusion is {worst} from transformers: the fixture cannot tell the order");
+}
+
 /// The host's MTP draft, given the target's hidden rows after the prompt (transformers'), drafts
 /// what transformers' block ranks first: after the prompt's rows, then chained on its own output
 /// at the next position (the fixture's last row).
-#[test]
-fn the_mtp_draft_drafts_transformers_tokens() {
-    let dir = fixtures::hf("qwen3_next_mtp");
-    let target = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
+fn drafts_transformers_tokens(fixture: &str) {
+    let dir = fixtures::hf(fixture);
+    let (target, spec) = block_of(fixture);
     let tmp = tempfile::tempdir().expect("temp dir");
-    let model = deploy(&mtp_draft(&target).unwrap(), &Cut::Decode { ctx: CTX }, opts(&mut |_| {})).expect("lower");
-    let mut draft = MtpDraft::new(load(&model, &tmp.path().join("mtp")), Sampling::default()).expect("draft");
+    let model = deploy(&spec, &Cut::Decode { ctx: CTX }, opts(&mut |_| {})).expect("lower");
+    let mut draft =
+        MtpDraft::new(load_from(fixture, &model, &tmp.path().join("mtp")), Sampling::default()).expect("draft");
     let prompt = npy::ids(dir.join("tokens.npy"));
     let hidden = npy::f32(dir.join("target_hidden.npy"));
     let rows = SimTensor::f32(vec![prompt.len(), target.d_model], hidden);
@@ -76,17 +126,21 @@ fn the_mtp_draft_drafts_transformers_tokens() {
     assert_eq!(draft.draft(&prompt, 2).expect("draft").tokens, [tokens[tokens.len() - 1], second]);
 }
 
+mod the_mtp_draft_drafts_transformers_tokens {
+    use super::drafts_transformers_tokens;
+    rdu_testkit::per_fixture!(drafts_transformers_tokens: qwen3_next_mtp, deepseek_v3_mtp, glm4_moe_mtp);
+}
+
 /// The target's verify bundle, drafted by its MTP block, exports after every row the hidden
 /// state transformers' model gives (its final norm's output, what vLLM hands the block).
-#[test]
-fn the_verify_bundle_exports_the_targets_hidden_rows() {
-    let dir = fixtures::hf("qwen3_next_mtp");
-    let target = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
+fn verify_exports_hidden_rows(fixture: &str) {
+    let dir = fixtures::hf(fixture);
+    let (target, _) = block_of(fixture);
     let k = K;
     let tmp = tempfile::tempdir().expect("temp dir");
     let model = lower_verify_streamed(&exporting_hidden(&target), k, None, 1, CTX, opts(&mut |_| {}))
         .expect("lower the verify bundle");
-    let mut host = load(&model, &tmp.path().join("verify"));
+    let mut host = load_from(fixture, &model, &tmp.path().join("verify"));
     let tokens = npy::ids(dir.join("tokens.npy"));
     let want = npy::f32(dir.join("target_hidden.npy"));
     let d = target.d_model;
@@ -102,13 +156,22 @@ fn the_verify_bundle_exports_the_targets_hidden_rows() {
     }
 }
 
+mod the_verify_bundle_exports_the_targets_hidden_rows {
+    use super::verify_exports_hidden_rows;
+    rdu_testkit::per_fixture!(verify_exports_hidden_rows: qwen3_next_mtp, deepseek_v3_mtp, glm4_moe_mtp);
+}
+
 /// `rdu run --draft mtp`: the plain run's tokens (transformers' greedy run on the fixture) for
-/// every K, drafted by the checkpoint's own MTP block, and on the seeded tiny preset; `--json`
-/// reports the speculation.
-#[test]
-fn rdu_run_draft_mtp_gives_the_plain_tokens() {
-    let dir = fixtures::hf("qwen3_next_mtp");
-    let fixture = dir.to_str().expect("utf-8 path");
+/// every K, drafted by the checkpoint's own MTP block, and on the seeded tiny preset of its
+/// family; `--json` reports the speculation.
+fn run_gives_the_plain_tokens(fixture: &str) {
+    let dir = fixtures::hf(fixture);
+    let path = dir.to_str().expect("utf-8 path");
+    let preset = match fixture {
+        "qwen3_next_mtp" => "tiny-qwen3-next",
+        "deepseek_v3_mtp" => "tiny-deepseek-v3",
+        _ => "tiny-glm4-moe",
+    };
     let prompt = npy::ids(dir.join("tokens.npy"));
     let tokens = prompt.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
     let run = |model: &str, extra: &[&str]| -> (Vec<u64>, serde_json::Value) {
@@ -119,9 +182,9 @@ fn rdu_run_draft_mtp_gives_the_plain_tokens() {
         (ids, v["speculation"].clone())
     };
     let gen_ids: Vec<u64> = npy::ids(dir.join("gen_ids.npy")).into_iter().map(u64::from).collect();
-    for model in [fixture, "tiny-qwen3-next"] {
+    for model in [path, preset] {
         let (want, _) = run(model, &[]);
-        if model == fixture {
+        if model == path {
             assert_eq!(want[..gen_ids.len()], gen_ids[..], "the plain run is transformers' greedy run");
         }
         for k in ["1", "2", "4"] {
@@ -132,6 +195,11 @@ fn rdu_run_draft_mtp_gives_the_plain_tokens() {
             assert!(drafted > 0 && accepted <= drafted, "{model} K={k}: {s}");
         }
     }
+}
+
+mod rdu_run_draft_mtp_gives_the_plain_tokens {
+    use super::run_gives_the_plain_tokens;
+    rdu_testkit::per_fixture!(run_gives_the_plain_tokens: qwen3_next_mtp, deepseek_v3_mtp, glm4_moe_mtp);
 }
 
 /// Wraps the MTP draft: proposes the plain continuation (wrong where `wrong` says, so that a step

@@ -92,7 +92,11 @@ pub fn mtp_draft(target: &ModelSpec) -> Result<ModelSpec, String> {
 pub fn falling_back(block: ModelSpec, has: &dyn Fn(&str) -> bool) -> ModelSpec {
     let Some(mtp) = &block.mtp else { return block };
     let own = |name: &str| has(&own_tensor(mtp, name));
-    let mtp = MtpBlock { own_embed: mtp.own_embed && own("embed_tokens.weight"), own_head: mtp.own_head && own("shared_head.head.weight"), ..mtp.clone() };
+    let mtp = MtpBlock {
+        own_embed: mtp.own_embed && own("embed_tokens.weight"),
+        own_head: mtp.own_head && own("shared_head.head.weight"),
+        ..mtp.clone()
+    };
     ModelSpec { mtp: Some(mtp), ..block }
 }
 
