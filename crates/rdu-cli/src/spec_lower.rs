@@ -99,11 +99,12 @@ pub fn mtp_of(target: &ModelSpec, weights: &Weights, model: &str) -> Result<Mode
     Ok(falling_back(mtp, &|name| w.contains(name)))
 }
 
-/// The decode cut an MTP block drafts at beside the verify cut `verify`: one sequence on one chip.
+/// The decode cut an MTP block drafts at beside the verify cut `verify`: one sequence, on the
+/// verify step's chips (its layer split as the target's are; the fusion whole on every chip).
 pub fn mtp_cut(verify: Cut) -> Result<Cut> {
     match verify {
-        Cut::Verify { batch: None, tp: 1, ctx, .. } => Ok(Cut::Decode { ctx }),
-        Cut::Verify { .. } => bail!("--draft mtp drafts for one sequence on one chip: drop --batch and --tp"),
+        Cut::Verify { batch: None, ctx, .. } => Ok(draft_cut(verify).unwrap_or(Cut::Decode { ctx })),
+        Cut::Verify { .. } => bail!("--draft mtp drafts for one sequence: drop --batch"),
         _ => bail!("--draft needs --cut verify"),
     }
 }

@@ -192,13 +192,12 @@ fn draft_mtp(
     clocks: &Clocks,
     dir: &Path,
 ) -> Result<MtpDraft> {
-    if args.tp.is_some_and(|tp| tp > 1) {
-        bail!("--draft mtp drafts on one chip: drop --tp");
-    }
     let spec = ModelSpec { state: target.state, ..block.clone() };
     let storage = crate::spec_lower::mtp_storage(&storage_of(args.storage, target, weights))?;
     let dir = dir.join("draft");
-    Clocks::time(&clocks.lower, || lower_into(args.json, &spec, chip, &storage, Cut::Decode { ctx }, &dir))?;
+    // On the verify step's chips.
+    let cut = crate::spec_lower::mtp_cut(Cut::Verify { draft: 1, batch: None, tp: args.tp.unwrap_or(1), ctx })?;
+    Clocks::time(&clocks.lower, || lower_into(args.json, &spec, chip, &storage, cut, &dir))?;
     let source = host_weights(args, target, weights);
     let host = Clocks::time(&clocks.load, || load(&dir, &source, false))?;
     MtpDraft::new(host, sampling(args)).map_err(|e| anyhow!("--draft mtp: {e}"))
