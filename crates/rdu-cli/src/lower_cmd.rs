@@ -80,6 +80,7 @@ pub fn run(args: &LowerArgs) -> Result<()> {
     let (spec, mtp) = match args.draft.as_deref() {
         Some(rdu_compiler::model::mtp::MTP_DRAFT) => {
             let mtp = spec_lower::mtp_of(&spec, &weights, &args.model)?;
+            spec_lower::mtp_storage(&storage, &mtp)?;
             (rdu_compiler::model::mtp::exporting_hidden(&spec), Some(mtp))
         }
         _ => (spec, None),

@@ -12,6 +12,7 @@ use rdu_compiler::deploy::Storage;
 use rdu_compiler::deploy::{LowerOptions, Progress, StreamedModel};
 use rdu_compiler::model::mtp::{falling_back, mtp_draft, MTP_DRAFT};
 use rdu_compiler::model::naming::{checkpoint_source, TensorSource};
+use rdu_compiler::model::quantization::declared_storage;
 use rdu_compiler::model::spec::{Cut, ModelSpec};
 use serde_json::{json, Value};
 use std::path::Path;
@@ -78,7 +79,7 @@ fn lower_mtp(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Draft> {
     let cut = mtp_cut(target.cut)?;
-    let storage = mtp_storage(&target.storage)?;
+    let storage = mtp_storage(&target.storage, block)?;
     let spec = ModelSpec { state: target.spec.state, ..block.clone() };
     let opts = LowerOptions { chip: target.chip.clone(), storage, seed, progress };
     let model = deploy(&spec, &cut, opts).map_err(|e| anyhow!("the MTP block of {}: {e}", target.spec.name))?;
@@ -109,13 +110,14 @@ pub fn mtp_cut(verify: Cut) -> Result<Cut> {
     }
 }
 
-/// The storage of an MTP block: the target's policy (a checkpoint stored weight by weight in
-/// block formats names the target's layers, not the block's, so it is refused).
-pub fn mtp_storage(target: &Storage) -> Result<Storage> {
+/// The storage of an MTP block: the target's policy, or — a checkpoint stored weight by weight
+/// in block formats, whose map names the target's layers — what its `quantization_config`
+/// declares for the block's own weights (DeepSeek-V3 stores its block FP8 as its layers).
+pub fn mtp_storage(target: &Storage, block: &ModelSpec) -> Result<Storage> {
     match target {
-        Storage::Exactly(map) if !map.is_empty() => {
-            bail!("--draft mtp: a checkpoint stored in block formats (FP8, MXFP4) is not read for its MTP block; use --storage q8 or dense")
-        }
+        Storage::Exactly(map) if !map.is_empty() => declared_storage(block).ok_or_else(|| {
+            anyhow!("--draft mtp: {} stores its weights in block formats its config does not declare, so its MTP block's are unknown; use --storage q8 or dense", block.name)
+        }),
         other => Ok(other.clone()),
     }
 }

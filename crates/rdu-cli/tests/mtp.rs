@@ -371,3 +371,21 @@ fn rdu_lower_draft_mtp_writes_a_bundle_of_bundles() {
         assert!(manifest.contains("\"role\": \"hidden\"") && manifest.contains(fc), "{preset}: {manifest}");
     }
 }
+
+/// `rdu plan TARGET --draft mtp` estimates the target's verify step exporting its rows beside its
+/// MTP block's decode step, at every width both admit.
+#[test]
+fn rdu_plan_draft_mtp_estimates_the_block() {
+    let args = ["plan", "tiny-deepseek-v3", "--draft", "mtp", "--draft-tokens", "1,2", "--acceptance", "0.8"];
+    let args = [&args[..], &["--storage", "dense", "--json"]].concat();
+    let v: serde_json::Value = serde_json::from_str(&ok(&args)).expect("json");
+    assert_eq!(v["draft"].as_str(), Some("tiny-deepseek-v3-mtp"), "{v}");
+    let rows = v["rows"].as_array().expect("rows");
+    assert!(rows.iter().any(|r| r["tp"] == 1) && rows.iter().any(|r| r["tp"] == 2), "{v}");
+    for r in rows {
+        let (verify, draft) = (r["verify_step_seconds"].as_f64().unwrap(), r["draft_step_seconds"].as_f64().unwrap());
+        assert!(draft > 0.0 && draft < verify, "{r}");
+    }
+    let e = user_error(&["plan", "kimi-k2", "--draft", "mtp"]);
+    assert!(e.contains("has no multi-token-prediction block"), "{e}");
+}

@@ -213,8 +213,9 @@ fn deepseek_v3s_mtp_block_certifies_at_real_shapes() {
     let block = lower("deepseek-v3", Cut::Decode { ctx: 4096 }, Storage::AllQ8);
     certified(&block, true);
     eprintln!(
-        "deepseek-v3 MTP block: {:.1} µs a step, lowered and certified in {:.1}s",
+        "deepseek-v3 MTP block: {:.1} µs a step, lowered and certified in {:.1}s ({:?})",
         block.step_estimate().seconds * 1e6,
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        block.kinds[0].program.certificate.checks
     );
 }

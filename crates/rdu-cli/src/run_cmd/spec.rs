@@ -193,7 +193,7 @@ fn draft_mtp(
     dir: &Path,
 ) -> Result<MtpDraft> {
     let spec = ModelSpec { state: target.state, ..block.clone() };
-    let storage = crate::spec_lower::mtp_storage(&storage_of(args.storage, target, weights))?;
+    let storage = crate::spec_lower::mtp_storage(&storage_of(args.storage, target, weights), &spec)?;
     let dir = dir.join("draft");
     // On the verify step's chips.
     let cut = crate::spec_lower::mtp_cut(Cut::Verify { draft: 1, batch: None, tp: args.tp.unwrap_or(1), ctx })?;
