@@ -41,7 +41,7 @@ fn load_from(fixture: &str, model: &StreamedModel, dir: &Path) -> Host {
 fn block_of(fixture: &str) -> (ModelSpec, ModelSpec) {
     let dir = fixtures::hf(fixture);
     let target = f32_states(from_config_path(&dir.join("config.json")).expect("config"));
-    let st = rdu_checkpoint::SafeTensors::open(&dir.join("model.safetensors")).expect("checkpoint");
+    let st = rdu_checkpoint::SafeTensors::open(dir.join("model.safetensors")).expect("checkpoint");
     let block = falling_back(mtp_draft(&target).expect("MTP block"), &|name| st.names().any(|n| n == name));
     (target, block)
 }

@@ -134,7 +134,8 @@ pub enum MtpAuthor {
     Qwen3Next,
     /// DeepSeek-V3 (vLLM's `deepseek_mtp`), GLM-4.5 alike (`glm4_moe_mtp`): the checkpoint's
     /// layer `num_hidden_layers`, `eh_proj(concat(enorm(embed(t)), hnorm(h)))`, one MoE decoder
-    /// layer of the model's, `shared_head.norm` and `shared_head.head`.
+    /// layer of the model's, `shared_head.norm` and `shared_head.head`; it drafts again from its
+    /// rows before `shared_head.norm` (vLLM's forward returns those).
     NextN,
 }
 
