@@ -91,25 +91,32 @@ fn glm_4_5s_mtp_block_is_a_kind_of_its_own_certified_at_tiny_shapes() {
     kind_of_its_own("tiny-glm4-moe", &["Wq0", "bq0", "qn0", "Wr0", "bsel0"]);
 }
 
+/// Each program weight `name` of `spec` is read from the checkpoint tensor `tensor`.
+fn reads(spec: &rdu_compiler::model::spec::ModelSpec, names: &[(&str, &str)]) {
+    for (name, tensor) in names {
+        assert_eq!(checkpoint_source(spec, name), Some(TensorSource::Tensor(tensor.to_string())), "{name}");
+    }
+}
+
 #[test]
 fn the_mtp_block_reads_the_targets_checkpoint_names() {
     let target = presets::resolve("qwen3-next-80b-a3b").expect("preset");
     let spec = mtp_draft(&target).expect("MTP");
-    let one = |s: &str| Some(TensorSource::Tensor(s.to_string()));
-    for (name, tensor) in [
-        ("E", "model.embed_tokens.weight"),
-        ("Wout", "lm_head.weight"),
-        ("nf", "mtp.norm.weight"),
-        ("ne0", "mtp.pre_fc_norm_embedding.weight"),
-        ("nh0", "mtp.pre_fc_norm_hidden.weight"),
-        ("Wfc0", "mtp.fc.weight"),
-        ("an0", "mtp.layers.0.input_layernorm.weight"),
-        ("fn0", "mtp.layers.0.post_attention_layernorm.weight"),
-        ("Wq0", "mtp.layers.0.self_attn.q_proj.weight"),
-        ("qn0", "mtp.layers.0.self_attn.q_norm.weight"),
-    ] {
-        assert_eq!(checkpoint_source(&spec, name), one(tensor), "{name}");
-    }
+    reads(
+        &spec,
+        &[
+            ("E", "model.embed_tokens.weight"),
+            ("Wout", "lm_head.weight"),
+            ("nf", "mtp.norm.weight"),
+            ("ne0", "mtp.pre_fc_norm_embedding.weight"),
+            ("nh0", "mtp.pre_fc_norm_hidden.weight"),
+            ("Wfc0", "mtp.fc.weight"),
+            ("an0", "mtp.layers.0.input_layernorm.weight"),
+            ("fn0", "mtp.layers.0.post_attention_layernorm.weight"),
+            ("Wq0", "mtp.layers.0.self_attn.q_proj.weight"),
+            ("qn0", "mtp.layers.0.self_attn.q_norm.weight"),
+        ],
+    );
     let Some(TensorSource::Stack(experts)) = checkpoint_source(&spec, "Weg0") else { panic!("experts are stacked") };
     assert_eq!((experts.len(), experts[511].as_str()), (512, "mtp.layers.0.mlp.experts.511.gate_proj.weight"));
 }
@@ -120,37 +127,38 @@ fn the_mtp_block_reads_the_targets_checkpoint_names() {
 /// target's embedding table and `lm_head`.
 #[test]
 fn deepseek_v3s_and_glm_4_5s_blocks_read_their_checkpoint_names() {
-    let one = |s: &str| Some(TensorSource::Tensor(s.to_string()));
     let v3 = mtp_draft(&presets::resolve("deepseek-v3").expect("preset")).expect("MTP");
-    for (name, tensor) in [
-        ("E", "model.layers.61.embed_tokens.weight"),
-        ("Wout", "model.layers.61.shared_head.head.weight"),
-        ("nf", "model.layers.61.shared_head.norm.weight"),
-        ("ne0", "model.layers.61.enorm.weight"),
-        ("nh0", "model.layers.61.hnorm.weight"),
-        ("Wfc0", "model.layers.61.eh_proj.weight"),
-        ("an0", "model.layers.61.input_layernorm.weight"),
-        ("Wqa0", "model.layers.61.self_attn.q_a_proj.weight"),
-        ("Wkvb0", "model.layers.61.self_attn.kv_b_proj.weight"),
-        ("bsel0", "model.layers.61.mlp.gate.e_score_correction_bias"),
-        ("Wsd0", "model.layers.61.mlp.shared_experts.down_proj.weight"),
-    ] {
-        assert_eq!(checkpoint_source(&v3, name), one(tensor), "{name}");
-    }
+    reads(
+        &v3,
+        &[
+            ("E", "model.layers.61.embed_tokens.weight"),
+            ("Wout", "model.layers.61.shared_head.head.weight"),
+            ("nf", "model.layers.61.shared_head.norm.weight"),
+            ("ne0", "model.layers.61.enorm.weight"),
+            ("nh0", "model.layers.61.hnorm.weight"),
+            ("Wfc0", "model.layers.61.eh_proj.weight"),
+            ("an0", "model.layers.61.input_layernorm.weight"),
+            ("Wqa0", "model.layers.61.self_attn.q_a_proj.weight"),
+            ("Wkvb0", "model.layers.61.self_attn.kv_b_proj.weight"),
+            ("bsel0", "model.layers.61.mlp.gate.e_score_correction_bias"),
+            ("Wsd0", "model.layers.61.mlp.shared_experts.down_proj.weight"),
+        ],
+    );
     let Some(TensorSource::Stack(experts)) = checkpoint_source(&v3, "Wed0") else { panic!("experts are stacked") };
     assert_eq!((experts.len(), experts[255].as_str()), (256, "model.layers.61.mlp.experts.255.down_proj.weight"));
     let glm = mtp_draft(&presets::resolve("glm-4.5").expect("preset")).expect("MTP");
-    assert_eq!(checkpoint_source(&glm, "Wout"), one("model.layers.92.shared_head.head.weight"));
+    reads(&glm, &[("Wout", "model.layers.92.shared_head.head.weight")]);
     let glm46 = falling_back(glm, &|name| !name.ends_with("embed_tokens.weight") && !name.contains("shared_head.head"));
-    for (name, tensor) in [
-        ("E", "model.embed_tokens.weight"),
-        ("Wout", "lm_head.weight"),
-        ("nf", "model.layers.92.shared_head.norm.weight"),
-        ("Wfc0", "model.layers.92.eh_proj.weight"),
-        ("bq0", "model.layers.92.self_attn.q_proj.bias"),
-    ] {
-        assert_eq!(checkpoint_source(&glm46, name), one(tensor), "{name}");
-    }
+    reads(
+        &glm46,
+        &[
+            ("E", "model.embed_tokens.weight"),
+            ("Wout", "lm_head.weight"),
+            ("nf", "model.layers.92.shared_head.norm.weight"),
+            ("Wfc0", "model.layers.92.eh_proj.weight"),
+            ("bq0", "model.layers.92.self_attn.q_proj.bias"),
+        ],
+    );
 }
 
 #[test]
