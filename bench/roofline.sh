@@ -21,10 +21,12 @@ trap 'rm -rf "$plans"' EXIT
 "$RDU" plan qwen3-next-80b-a3b --json >"$plans/qwen3-next.json"
 "$RDU" plan gemma-3-27b-it --json >"$plans/gemma.json"
 "$RDU" plan deepseek-v2 --json >"$plans/deepseek.json"
-# gpt-oss as its checkpoints store it (MXFP4 experts, `--storage auto`), and gpt-oss-120b's
-# experts widened to bf16 (`--storage dense`), the only storage its tp 8 admits.
+# gpt-oss as its checkpoints store it (MXFP4 experts, `--storage auto`; over 4 and 8 chips
+# gpt-oss-120b's experts zero-padded to whole blocks a chip), and gpt-oss-120b's experts
+# widened to bf16 (`--storage dense`).
 "$RDU" plan gpt-oss-20b --storage auto --json >"$plans/gpt-oss-20b.json"
 "$RDU" plan gpt-oss-120b --storage auto --json >"$plans/gpt-oss-120b.json"
+"$RDU" plan gpt-oss-120b --chip sn40l --storage auto --json >"$plans/gpt-oss-120b-sn40l.json"
 "$RDU" plan gpt-oss-120b --storage dense --json >"$plans/gpt-oss-120b-dense.json"
 # Prefill is lowered and certified (plan does not cover it): chunk 512, ctx 4096, and
 # deepseek-v2-lite also at chunk 2048 (an MoE chunk streams every expert it selects once, so
@@ -56,16 +58,20 @@ for label, name, tp, batch, goal, toks in goals:
     met = f >= goal and (toks is None or t > toks)
     want = f"≥ {goal:.2f}" + (f" and > {toks:,} tok/s" if toks else "")
     print(f"| {label} | {f:.2f} | {t:,.0f} | {want} | {'yes' if met else 'no'} |")
-# gpt-oss-120b over 8 chips: MXFP4 as stored is refused (why, below); bf16 experts measured
-# against their own roofline and against the MXFP4 model's over the same 8 chips (the floor
-# bytes of the tp 2 MXFP4 cell, whose chips are 2: the model roofline time scales as 2/8).
-refused = json.load(open(os.path.join(d, "gpt-oss-120b.json")))["refused"]
-why = next(r["reason"] for r in refused if r["tp"] == 8)
-print(f"| gpt-oss-120b, tp 8, MXFP4 experts | refused: {why} | - | ≥ 0.50 | no |")
-dense, mx2 = cell("gpt-oss-120b-dense", 8, 1), cell("gpt-oss-120b", 2, 1)
+# gpt-oss-120b as stored over 8 and 4 chips (SN50, and SN40L in parentheses), bf16 experts
+# against their own roofline and against the MXFP4 model's over the same 8 chips, and 2 chips.
+for tp, width, goal in [(8, 3072, 0.50), (4, 2944, None)]:
+    mx, sn40l = cell("gpt-oss-120b", tp, 1), cell("gpt-oss-120b-sn40l", tp, 1)
+    f, t = mx["model_roofline_fraction"], mx["tokens_per_second_per_sequence"]
+    f40, t40 = sn40l["model_roofline_fraction"], sn40l["tokens_per_second_per_sequence"]
+    met = "-" if goal is None else ("yes" if f >= goal else "no")
+    print(f"| gpt-oss-120b, tp {tp}, MXFP4 experts (zero-padded to {width} columns) | {f:.2f} (SN40L: {f40:.2f}) "
+          f"| {t:,.0f} (SN40L: {t40:,.0f}) | {'-' if goal is None else f'≥ {goal:.2f}'} | {met} |")
+dense, mx8 = cell("gpt-oss-120b-dense", 8, 1), cell("gpt-oss-120b", 8, 1)
 f, t = dense["model_roofline_fraction"], dense["tokens_per_second_per_sequence"]
-mx8 = mx2["model_roofline_fraction"] / mx2["tokens_per_second_per_sequence"] * 2 / 8 * t
-print(f"| gpt-oss-120b, tp 8, bf16 experts | {f:.2f} (of the MXFP4 model's: {mx8:.2f}) | {t:,.0f} | ≥ 0.50 | bf16 only |")
+of_mx = mx8["model_roofline_fraction"] / mx8["tokens_per_second_per_sequence"] * t
+print(f"| gpt-oss-120b, tp 8, bf16 experts | {f:.2f} (of the MXFP4 model's: {of_mx:.2f}) | {t:,.0f} | - | - |")
+mx2 = cell("gpt-oss-120b", 2, 1)
 f, t = mx2["model_roofline_fraction"], mx2["tokens_per_second_per_sequence"]
 print(f"| gpt-oss-120b, tp 2, MXFP4 experts | {f:.2f} | {t:,.0f} | - | - |")
 q8 = cell("llama", 1, 1)["tokens_per_second_per_sequence"]

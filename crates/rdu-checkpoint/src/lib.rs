@@ -35,4 +35,4 @@ pub use crate::mxfp4::{
 };
 pub use crate::q8::{quantize_q8_0, Q8Block, Q8Weight, QK8_0};
 pub use crate::safetensors::{Dtype, SafeTensors};
-pub use crate::stored::{fp8_scale_name, mxfp4_names, HfStored};
+pub use crate::stored::{fp8_ct_scale_name, fp8_scale_name, mxfp4_names, HfStored};

@@ -1,6 +1,8 @@
-//! Weights a Hugging Face checkpoint stores block-quantised, read as stored: FP8 (DeepSeek's
-//! layout: the weight `F8_E4M3` beside its `{name}_scale_inv` block scales) and MXFP4
-//! (gpt-oss's layout: `{name}_blocks` and `{name}_scales`, `U8`, in place of the weight).
+//! Weights a Hugging Face checkpoint stores block-quantised, read as stored: FP8 (the weight
+//! `F8_E4M3` beside its scales: DeepSeek's `{name}_scale_inv`, one per block, or
+//! compressed-tensors' `{name}_scale`, one per block, output row or matrix — both multiply)
+//! and MXFP4 (gpt-oss's layout: `{name}_blocks` and `{name}_scales`, `U8`, in place of the
+//! weight).
 
 use crate::error::{CheckpointError, Result};
 use crate::fp8::{Fp8Grid, Fp8Weight};
@@ -10,6 +12,12 @@ use crate::safetensors::{Dtype, SafeTensors};
 /// The block scales of the FP8 weight `weight` (DeepSeek's name).
 pub fn fp8_scale_name(weight: &str) -> String {
     format!("{weight}_scale_inv")
+}
+
+/// The scales of the FP8 weight `weight` as compressed-tensors names them (`float-quantized`:
+/// `weight_scale`, a multiplier like DeepSeek's `weight_scale_inv`).
+pub fn fp8_ct_scale_name(weight: &str) -> String {
+    format!("{weight}_scale")
 }
 
 /// The nibbles and scales of the MXFP4 weight `weight` (gpt-oss's names).
@@ -52,29 +60,43 @@ impl SafeTensors {
         Some(shape)
     }
 
-    /// The FP8 weight `name` (`F8_E4M3`) with its scales `{name}_scale_inv`, one per `block`
-    /// (`[rows, cols]`, `quantization_config.weight_block_size`) of each matrix.
+    /// The FP8 weight `name` (`F8_E4M3`) with its scales, one per `block` (`[rows, cols]`) of
+    /// each matrix: `{name}_scale_inv` (DeepSeek: `weight_block_size`) or, without it,
+    /// `{name}_scale` (compressed-tensors: `[1, in]` blocks for its `channel` strategy, the
+    /// matrix for `tensor`, whose one scale may be stored as `[]` or `[1]`).
     pub fn read_fp8(&self, name: &str, block: [usize; 2]) -> Result<Fp8Weight> {
         let (values, dtype, shape) = self.raw(name)?;
         let fail = |problem: String| self.quantised(name, problem);
         if dtype != Dtype::F8_E4M3 {
             return Err(fail(format!("stored {dtype}, where fp8 storage reads F8_E4M3")));
         }
-        let scale = fp8_scale_name(name);
-        let Some(scale_shape) = self.shape(&scale) else {
-            return Err(fail(format!("stored F8_E4M3, but the checkpoint has no block scales `{scale}`")));
+        let scale = [fp8_scale_name(name), fp8_ct_scale_name(name)].into_iter().find(|s| self.contains(s));
+        let Some((scale, scale_shape)) = scale.and_then(|s| Some((s.clone(), self.shape(&s)?))) else {
+            let scale = if self.names_ct_scales() { fp8_ct_scale_name(name) } else { fp8_scale_name(name) };
+            let what = if scale.ends_with("_inv") { "block scales" } else { "scales" };
+            return Err(fail(format!("stored F8_E4M3, but the checkpoint has no {what} `{scale}`")));
         };
         let grid = Fp8Grid::of(shape, block).map_err(&fail)?;
         let mut want = shape[..shape.len() - 2].to_vec();
         want.extend([grid.rows, grid.cols]);
-        if scale_shape != want.as_slice() {
+        // One scale for a whole matrix: compressed-tensors writes it `[]` or `[1]`.
+        let single = shape.len() == 2 && grid.len() == Some(1) && scale_shape.iter().all(|&d| d == 1);
+        if scale_shape != want.as_slice() && !single {
             return Err(fail(format!(
-                "block scales `{scale}` are {scale_shape:?}, but {}×{} blocks of {shape:?} need {want:?}",
-                block[0], block[1]
+                "{} `{scale}` are {scale_shape:?}, but {}×{} blocks of {shape:?} need {want:?}",
+                if scale.ends_with("_inv") { "block scales" } else { "scales" },
+                block[0],
+                block[1]
             )));
         }
         let scales = self.read_f32(&scale)?;
         Fp8Weight::new(shape.to_vec(), block, values.to_vec(), scales).map_err(fail)
+    }
+
+    /// Whether the checkpoint names its FP8 scales as compressed-tensors does (`*.weight_scale`)
+    /// and not as DeepSeek does (`*_scale_inv`): the name a missing scale is reported by.
+    fn names_ct_scales(&self) -> bool {
+        !self.names().any(|n| n.ends_with("_scale_inv")) && self.names().any(|n| n.ends_with(".weight_scale"))
     }
 
     /// The MXFP4 weight `name` from `{name}_blocks` and `{name}_scales` (`U8`), in ggml's

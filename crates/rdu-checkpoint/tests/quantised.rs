@@ -123,6 +123,36 @@ fn fp8_refusals_are_one_line_naming_the_tensor() {
     assert!(e.contains("stored F32, where fp8 storage reads F8_E4M3"), "{e}");
 }
 
+/// compressed-tensors' layout (`make_fp8_glm_ct.py`): `weight_scale` beside the weight, BF16
+/// `[out, 1]` for one scale per row (blocks of `1 × in`); one scale per matrix stored `[]` or
+/// `[1]` (the `tensor` strategy) reads as the single block of the matrix.
+#[test]
+fn compressed_tensors_fp8_scales_read_by_row_and_by_matrix() {
+    let wo = "model.layers.1.self_attn.o_proj.weight";
+    let dir = fixtures::quantised("glm4_moe_fp8_channel");
+    let st = SafeTensors::open(&dir).unwrap();
+    let w = st.read_fp8(wo, [1, 64]).unwrap();
+    assert_eq!((w.shape.clone(), w.scales.len()), (vec![64, 64], 64), "one scale a row");
+    let bf16 = st.read_f32(&format!("{wo}_scale")).unwrap();
+    let values = w.dequantize();
+    for (r, &scale) in bf16.iter().enumerate() {
+        assert_eq!(values[r * 64 + 17], fp8_e4m3_to_f32(w.values[r * 64 + 17]) * scale, "row {r}");
+    }
+    let e = st.read_fp8(wo, [8, 16]).unwrap_err().to_string();
+    assert!(e.ends_with(&format!("scales `{wo}_scale` are [64, 1], but 8×16 blocks of [64, 64] need [8, 4]")), "{e}");
+    let tmp = tempfile::tempdir().unwrap();
+    for shape in [vec![], vec![1]] {
+        let mut tensors = read(&dir.join("model.safetensors"));
+        let one = Stored { dtype: "F32".into(), shape: shape.clone(), bytes: 0.5f32.to_le_bytes().to_vec() };
+        tensors.insert(format!("{wo}_scale"), one);
+        let path = tmp.path().join("model.safetensors");
+        write(&path, &tensors);
+        let w = SafeTensors::open(&path).unwrap().read_fp8(wo, [64, 64]).unwrap();
+        assert_eq!(w.scales, vec![0.5], "{shape:?}");
+        assert_eq!(w.dequantize()[5], fp8_e4m3_to_f32(w.values[5]) * 0.5, "{shape:?}");
+    }
+}
+
 #[test]
 fn gpt_oss_mxfp4_layout_refusals_are_one_line() {
     let dir = fixtures::quantised("qwen3_moe_mxfp4");

@@ -15,6 +15,7 @@ mod mtp;
 mod plan;
 mod prefill_conformance;
 mod quantised;
+mod quantised_ct;
 mod report;
 mod serve;
 mod spatial_conformance;

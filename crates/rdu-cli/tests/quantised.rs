@@ -11,12 +11,12 @@ use rdu_testkit::safetensors_edit::copy_edited;
 use rdu_testkit::{fixtures, npy, Tolerance};
 use std::path::Path;
 
-fn s(p: &Path) -> &str {
+pub(crate) fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8")
 }
 
 /// `rdu run MODEL --tokens … --engine ENGINE --logits` (token by token, f32 states): every row.
-fn run(model: &Path, tokens: &[u32], engine: &str, extra: &[&str], tmp: &Path) -> Vec<f32> {
+pub(crate) fn run(model: &Path, tokens: &[u32], engine: &str, extra: &[&str], tmp: &Path) -> Vec<f32> {
     let prompt: Vec<String> = tokens.iter().map(u32::to_string).collect();
     let logits = tmp.join(format!("{engine}.npy"));
     let args = ["run", s(model), "--tokens", &prompt.join(","), "--engine", engine, "--json", "--logits", s(&logits)];
@@ -32,7 +32,7 @@ fn lower_and_verify(model: &Path, args: &[&str], tmp: &Path) -> std::collections
 }
 
 /// `rdu lower MODEL … -o DIR` then `rdu verify DIR`: the manifest's tensor entries, by name.
-fn lowered_tensors(model: &Path, args: &[&str], tmp: &Path) -> serde_json::Map<String, serde_json::Value> {
+pub(crate) fn lowered_tensors(model: &Path, args: &[&str], tmp: &Path) -> serde_json::Map<String, serde_json::Value> {
     let bundle = tmp.join("bundle");
     ok(&[&["lower", s(model), "-o", s(&bundle)][..], args].concat());
     let out = ok(&["verify", s(&bundle)]);
@@ -44,7 +44,7 @@ fn lowered_tensors(model: &Path, args: &[&str], tmp: &Path) -> serde_json::Map<S
 
 /// Both engines on the fixture `name`'s checkpoint `model` (its directory, or a file in it),
 /// the fixture's tokens token by token, within 1e-4 of each of `references` (files in it).
-fn both_engines(name: &str, model: &Path, references: &[&str], tmp: &Path) {
+pub(crate) fn both_engines(name: &str, model: &Path, references: &[&str], tmp: &Path) {
     let dir = fixtures::quantised(name);
     let tokens = npy::ids(dir.join("tokens.npy"));
     for engine in ["spatial", "reference"] {
@@ -230,10 +230,57 @@ fn bad_fp8_checkpoints_are_refused_in_one_line() {
     assert!(e.contains("quantization_config.quant_method") && e.contains("`gptq` is not read"), "{e}");
 }
 
+/// MXFP4 experts over chips that would split their blocks, zero-padded (a chip's share of the
+/// intermediate columns rounded up to whole blocks, as vLLM pads gpt-oss's MXFP4 experts): the
+/// bundle stores the experts as the checkpoint does with a `pad`, verifies, and runs within
+/// 1e-4 of transformers — gpt-oss's 96 columns (3 blocks) over 2 chips (48 each: padded to
+/// 128, 64 a chip) and over 4 (24 each: padded to 128, 32 a chip), Qwen3-MoE's 32 (one block)
+/// over 2, and llama.cpp's conversion of gpt-oss (ggml MXFP4 experts) over 2, against llama.cpp.
+#[test]
+fn mxfp4_experts_split_mid_block_are_zero_padded_and_run_within_1e_4_of_transformers() {
+    for (fixture, file, tp, reference) in [
+        ("gpt_oss_mxfp4", "", "2", "logits_step.npy"),
+        ("gpt_oss_mxfp4", "", "4", "logits_step.npy"),
+        ("qwen3_moe_mxfp4", "", "2", "logits_step.npy"),
+        ("gpt_oss_mxfp4_gguf", "tiny-mxfp4.gguf", "2", "logits_deq_llamacpp.npy"),
+    ] {
+        let dir = fixtures::quantised(fixture);
+        let model = dir.join(file);
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let tensors = lowered_tensors(&model, &["--cut", "tp", "--tp", tp, "--ctx", "16"], tmp.path());
+        let hidden: usize = if fixture.starts_with("qwen3") { 32 } else { 96 };
+        for (w, axis) in [("Weg0", 1), ("Weu0", 1), ("Wed0", 2)] {
+            let t = &tensors[w];
+            let what = format!("{fixture} tp {tp}: {w}");
+            assert_eq!((&t["storage"], &t["shape"][axis]), (&"mxfp4".into(), &hidden.into()), "{what}: as stored");
+            let to = hidden.next_multiple_of(32 * tp.parse::<usize>().unwrap());
+            assert_eq!(t["pad"], serde_json::json!({"axis": axis, "to": to}), "{what}");
+        }
+        assert!(tensors["Wq0"].get("pad").is_none(), "{fixture}: only the experts are padded");
+        let tokens = npy::ids(dir.join("tokens.npy"));
+        let got = run(&model, &tokens, "spatial", &["--tp", tp], tmp.path());
+        let what = format!("{fixture} over {tp} chips, experts zero-padded, vs {reference}");
+        Tolerance::F32.assert(&what, &got, &npy::f32(dir.join(reference)));
+    }
+}
+
+/// Where padding cannot help, one line naming why: a width that does not divide the heads, and
+/// experts stored Q8_0 (rdu's `--storage q8`), which are never padded.
+#[test]
+fn widths_padding_cannot_help_are_refused_in_one_line() {
+    let src = fixtures::quantised("gpt_oss_mxfp4");
+    let e = user_error(&["lower", s(&src), "--cut", "tp", "--tp", "8", "--ctx", "16"]);
+    assert!(e.contains("--tp 8 does not divide the 4 attention heads of"), "{e}");
+    let e = user_error(&["run", s(&src), "--tokens", "1,2", "--tp", "3"]);
+    assert!(e.contains("--tp 3 does not divide the 4 attention heads of"), "{e}");
+    let dense = fixtures::hf("gpt_oss");
+    let e = user_error(&["lower", s(&dense), "--cut", "tp", "--tp", "2", "--ctx", "16", "--storage", "q8"]);
+    assert!(e.contains("--tp 2 splits the Q8_0 blocks of Wed0: its 96 input columns over 2 chips are 48 each"), "{e}");
+}
+
 /// gpt-oss's experts stored dense (in-major, as transformers holds them dequantised) beside a
 /// config declaring them MXFP4 (out-major blocks): read either way, values would land in the
-/// wrong places; refused naming the tensor. And MXFP4 experts split over chips where a chip's
-/// columns are not whole blocks: refused naming the weight.
+/// wrong places; refused naming the tensor.
 #[test]
 fn gpt_oss_experts_not_stored_as_declared_are_refused_in_one_line() {
     let tmp = tempfile::tempdir().expect("temp dir");
@@ -246,11 +293,6 @@ fn gpt_oss_experts_not_stored_as_declared_are_refused_in_one_line() {
         let e = user_error(&["run", s(&dense), "--tokens", "1,2", "--engine", engine]);
         assert!(e.contains(&format!("tensor `{t}` is stored dense, but config.json's quantization_config (mxfp4) stores it as `{t}_blocks` and `{t}_scales`")), "{e}");
     }
-    let src = fixtures::quantised("gpt_oss_mxfp4");
-    let e = user_error(&["lower", s(&src), "--cut", "tp", "--tp", "2", "--ctx", "16"]);
-    assert!(e.contains("--tp 2 splits the MXFP4 blocks of Wed0: its 96 input columns over 2 chips are 48 each"), "{e}");
-    let e = user_error(&["run", s(&src), "--tokens", "1,2", "--tp", "2"]);
-    assert!(e.contains("--tp 2 splits the MXFP4 blocks of Wed0"), "{e}");
 }
 
 /// The fixture `fixture` (an HF MXFP4 checkpoint) twice edited: `{blocks}_blocks` cut to the

@@ -960,15 +960,15 @@ fn configs_saved_by_transformers_5_import_as_their_presets() {
 /// (with `modules_to_not_convert`) read; anything rdu does not read refused naming the field.
 #[test]
 fn quantization_configs_are_read_or_refused_naming_the_field() {
-    use rdu_compiler::model::storage::Format;
+    use rdu_compiler::model::spec::Declared;
     let v3 =
         json!({"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]});
     let spec = edited("tiny-deepseek-v2", |v| v["quantization_config"] = v3.clone()).unwrap();
     let q = spec.quantization.expect("declared");
-    assert_eq!((q.format, q.not_converted.len()), (Format::Fp8 { rows: 128, cols: 128 }, 0));
+    assert_eq!((q.format, q.not_converted.len()), (Declared::Fp8Block { rows: 128, cols: 128 }, 0));
     let oss = json!({"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn", "lm_head"]});
     let spec = edited("tiny-qwen3-moe", |v| v["quantization_config"] = oss.clone()).unwrap();
-    assert_eq!(spec.quantization.unwrap().format, Format::Mxfp4);
+    assert_eq!(spec.quantization.unwrap().format, Declared::Mxfp4);
     assert!(preset("tiny-llama").quantization.is_none());
     let refused = |q: Value| config_error(edited("tiny-llama", |v| v["quantization_config"] = q));
     let (field, message) = refused(json!({"quant_method": "awq"}));
@@ -980,6 +980,90 @@ fn quantization_configs_are_read_or_refused_naming_the_field() {
     assert_eq!(field, "quantization_config.weight_block_size");
     let (field, message) = refused(json!({"quant_method": "fp8", "weight_block_size": [128, 0]}));
     assert_eq!((field.as_str(), message.contains("positive")), ("quantization_config.weight_block_size", true));
+}
+
+/// compressed-tensors' `float-quantized` FP8 (GLM-4.5-FP8's layout): the `channel`, `block` and
+/// `tensor` strategies read with `ignore` and `targets`; every other shape of config — integer
+/// or 4-bit weights, group strategies, packed formats, static activation scales, a quantised KV
+/// cache, an `re:` expression rdu cannot compile — refused in one line naming the field.
+#[test]
+fn compressed_tensors_configs_are_read_or_refused_naming_the_field() {
+    use rdu_compiler::model::spec::Declared;
+    let glm = preset("glm-4.5-fp8").quantization.expect("declared");
+    assert_eq!((glm.format, glm.ignore.len(), glm.targets.len()), (Declared::Fp8Channel, 2, 0));
+    assert!(glm.leaves("model.layers.7.mlp.gate") && glm.leaves("lm_head"));
+    assert!(!glm.leaves("model.layers.7.mlp.gate_proj") && !glm.leaves("model.layers.7.mlp.experts.3.gate_proj"));
+    let ct = |weights: Value, inputs: Value| {
+        json!({"quant_method": "compressed-tensors", "format": "float-quantized", "ignore": ["lm_head"],
+               "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights, "input_activations": inputs}}})
+    };
+    let w = |strategy: &str| json!({"num_bits": 8, "type": "float", "symmetric": true, "dynamic": false, "strategy": strategy});
+    let dynamic = json!({"num_bits": 8, "type": "float", "dynamic": true, "strategy": "token"});
+    let read =
+        |q: Value| edited("tiny-glm4-moe", |v| v["quantization_config"] = q).expect("read").quantization.expect("q");
+    assert_eq!(read(ct(w("tensor"), Value::Null)).format, Declared::Fp8Tensor, "weights only (W8A16)");
+    let mut block = w("block");
+    block["block_structure"] = json!([128, 64]);
+    assert_eq!(read(ct(block, dynamic.clone())).format, Declared::Fp8Block { rows: 128, cols: 64 });
+    let mut only = ct(w("channel"), dynamic.clone());
+    only["config_groups"]["group_0"]["targets"] = json!(["re:.*experts.*"]);
+    let q = read(only);
+    assert!(q.leaves("model.layers.1.self_attn.q_proj") && !q.leaves("model.layers.1.mlp.experts.0.up_proj"));
+    let refused = |q: Value| config_error(edited("tiny-glm4-moe", |v| v["quantization_config"] = q));
+    let at = "quantization_config.config_groups.group_0";
+    let mut int = w("channel");
+    int["type"] = json!("int");
+    let mut four = w("channel");
+    four["num_bits"] = json!(4);
+    let mut statik = dynamic.clone();
+    statik["dynamic"] = json!(false);
+    let mut packed = ct(w("channel"), dynamic.clone());
+    packed["format"] = json!("pack-quantized");
+    let mut nvfp4 = ct(w("tensor_group"), dynamic.clone());
+    nvfp4["format"] = json!("nvfp4-pack-quantized");
+    let mut kv = ct(w("channel"), dynamic.clone());
+    kv["kv_cache_scheme"] = json!({"num_bits": 8, "type": "float"});
+    let mut regex = ct(w("channel"), dynamic.clone());
+    regex["ignore"] = json!(["re:.*(?=gate)"]);
+    for (config, field, words) in [
+        (ct(int, dynamic.clone()), format!("{at}.weights.type"), "`int`: rdu reads `float`"),
+        (ct(four, dynamic.clone()), format!("{at}.weights.num_bits"), "4: rdu reads 8-bit floats"),
+        (ct(w("group"), dynamic.clone()), format!("{at}.weights.strategy"), "`group` is not read"),
+        (ct(w("block"), dynamic.clone()), format!("{at}.weights.block_structure"), "required field is missing"),
+        (ct(w("channel"), statik), format!("{at}.input_activations.dynamic"), "static activation scales"),
+        (packed, "quantization_config.format".into(), "`pack-quantized` is not read"),
+        (nvfp4, "quantization_config.format".into(), "`nvfp4-pack-quantized` is not read"),
+        (kv, "quantization_config.kv_cache_scheme".into(), "a quantised KV cache"),
+        (regex, "quantization_config.ignore".into(), "`re:.*(?=gate)` is not a regular expression rdu reads"),
+    ] {
+        let (got, message) = refused(config);
+        assert_eq!(got, field, "{message}");
+        assert!(message.contains(words) && !message.contains('\n'), "{field}: {message}");
+    }
+}
+
+/// compressed-tensors' FP8 storage follows each weight's shape: one scale per output row is a
+/// `[1, in]` block of every matrix (the experts' stacks too), one per tensor the matrix; the
+/// routers and what `ignore` names stay dense.
+#[test]
+fn compressed_tensors_storage_follows_each_weights_shape() {
+    use rdu_compiler::model::quantization::declared_storage;
+    use rdu_compiler::model::storage::{Format, Storage};
+    let Some(Storage::Exactly(stored)) = declared_storage(&preset("glm-4.5-fp8")) else { panic!("declared") };
+    for (name, rows, cols) in
+        [("Wq0", 1, 5120), ("Wo0", 1, 12288), ("Wd0", 1, 12288), ("Wed3", 1, 1536), ("Weg3", 1, 5120)]
+    {
+        assert_eq!(stored.get(name), Some(&Format::Fp8 { rows, cols }), "{name}");
+    }
+    assert!(!stored.contains_key("Wr3") && !stored.contains_key("Wout") && !stored.contains_key("E"));
+    let spec = edited("glm-4.5-fp8", |v| {
+        v["quantization_config"]["config_groups"]["group_0"]["weights"]["strategy"] = json!("tensor")
+    });
+    let Some(Storage::Exactly(stored)) = declared_storage(&spec.expect("tensor")) else { panic!("declared") };
+    assert_eq!(
+        (stored["Wq0"], stored["Wed3"]),
+        (Format::Fp8 { rows: 12288, cols: 5120 }, Format::Fp8 { rows: 5120, cols: 1536 })
+    );
 }
 
 /// The storage a config declares: every layer projection in its format but the router and the

@@ -48,13 +48,17 @@ fn a_refused_width_names_the_dimension() {
     assert!(err.contains("Q8_0 blocks of Wd0") && err.contains("10944"), "{err}");
     admits_tp(&lite, 8, &Storage::Dense).expect("dense weights have no blocks to split");
     // gpt-oss-120b as stored: its experts' 2880 hidden columns are 90 MXFP4 blocks and its
-    // heads 64, so whole blocks in equal shares allow gcd(90, 64) = 2 chips at most; bf16
-    // experts allow every width dividing the heads (docs/PERFORMANCE.md's bound).
+    // heads 64; whole blocks in equal shares would allow gcd(90, 64) = 2 chips at most, but the
+    // experts are zero-padded where a chip would split blocks (`expert_width`), so every width
+    // dividing the heads is admitted, as with bf16 experts. Padding cannot help a width that
+    // does not divide the heads, nor experts stored Q8_0 (never padded).
     let oss = presets::resolve("gpt-oss-120b").unwrap();
     let stored = rdu_compiler::model::quantization::declared_storage(&oss).expect("MXFP4 declared");
-    assert_eq!(admitted_widths(&oss, 64, &stored), vec![1, 2]);
-    let err = admits_tp(&oss, 8, &stored).unwrap_err().to_string();
-    assert!(err.contains("MXFP4 blocks of Wed0: its 2880 input columns over 8 chips are 360 each"), "{err}");
+    assert_eq!(admitted_widths(&oss, 64, &stored), vec![1, 2, 4, 8, 16, 32, 64]);
+    let err = admits_tp(&oss, 3, &stored).unwrap_err().to_string();
+    assert_eq!(err, "--tp 3 does not divide the 64 attention heads of gpt-oss-120b (layer 0)");
+    let err = admits_tp(&oss, 8, &Storage::AllQ8).unwrap_err().to_string();
+    assert!(err.contains("Q8_0 blocks of Wed0: its 2880 input columns over 8 chips are 360 each"), "{err}");
     assert_eq!(admitted_widths(&oss, 64, &Storage::Dense), vec![1, 2, 4, 8, 16, 32, 64]);
     let err = lower_tp_decode_streamed(&llama, 3, 64, opts(Storage::AllQ8, &mut |_| {})).unwrap_err();
     assert!(matches!(&err, StreamedReject::Invalid(m) if m.contains("32 attention heads")), "{err}");
@@ -255,8 +259,19 @@ fn split_kind(
     tp: usize,
 ) -> (SpatialProgram, rdu_compiler::graph::Graph, SpatialProgram, rdu_compiler::graph::Graph) {
     let spec = presets::resolve(name).expect("preset");
-    let chip = Chip::builtin("sn50").unwrap();
     let storage = if admits_tp(&spec, tp, &Storage::AllQ8).is_ok() { Storage::AllQ8 } else { Storage::Dense };
+    split_kind_stored(name, tp, &storage)
+}
+
+/// [`split_kind`] with the weights stored as `storage`.
+fn split_kind_stored(
+    name: &str,
+    tp: usize,
+    storage: &Storage,
+) -> (SpatialProgram, rdu_compiler::graph::Graph, SpatialProgram, rdu_compiler::graph::Graph) {
+    let spec = presets::resolve(name).expect("preset");
+    let chip = Chip::builtin("sn50").unwrap();
+    let storage = storage.clone();
     admits_tp(&spec, tp, &storage).expect("an admitted width");
     let src = source_of(&spec, 0, Cut::Tp { tp, ctx: 64 }, &storage);
     let program = parse(src.text()).unwrap();
@@ -330,6 +345,75 @@ fn a_miscompiled_split_is_caught() {
         let caught = |m: &str| m.contains("partial sum") || m.contains("is `all_reduce`");
         assert!(matches!(&fault, CertifyFault::Structure(m) if caught(m)), "{name}: {fault}");
     }
+}
+
+/// The routed experts of every layer of `spec` stored MXFP4 (as gpt-oss's checkpoints store them).
+fn mxfp4_experts(spec: &rdu_compiler::model::spec::ModelSpec) -> Storage {
+    let names = (0..spec.n_layers()).flat_map(|l| ["Weg", "Weu", "Wed"].map(|w| format!("{w}{l}")));
+    Storage::Exactly(names.map(|n| (n, rdu_spatial::program::Storage::Mxfp4)).collect())
+}
+
+/// tiny-gpt-oss's 64 expert columns stored MXFP4 (2 blocks) over 4 chips: 16 each would split
+/// blocks, so they are zero-padded to 128 (one block a chip; the last two chips hold only
+/// zeros). The padded split certifies against the unpadded program; a split whose padding is
+/// not declared, declared for other values, or moved to other chips is caught.
+#[test]
+fn padded_mxfp4_experts_certify_and_a_miscompiled_pad_is_caught() {
+    let chip = Chip::builtin("sn50").unwrap();
+    let spec = presets::resolve("tiny-gpt-oss").unwrap();
+    let storage = mxfp4_experts(&spec);
+    assert_eq!(admitted_widths(&spec, 4, &storage), vec![1, 2, 4]);
+    let (program, graph, unsplit, whole) = split_kind_stored("tiny-gpt-oss", 4, &storage);
+    let wed = program.decl("Wed0").expect("Wed0");
+    assert_eq!((wed.shape.clone(), wed.storage), (vec![8, 64, 32], rdu_spatial::program::Storage::Mxfp4));
+    assert_eq!(unsplit.decl("Wed0").expect("Wed0").shape, vec![8, 64, 64], "the unsplit program as stored");
+    let c = certify_tp(&program, &graph, &unsplit, &whole, &chip, 3).expect("the padded split certifies");
+    let padded = c.checks.iter().find(|x| x.starts_with("zero-padded")).expect("a zero-padded check");
+    assert!(padded.contains("`Wed0` 64 to 128") && padded.contains("`beg0` 64 to 128"), "{padded}");
+    assert!(c.checks.iter().any(|x| x.starts_with("numbers over 4 chips")), "{:?}", c.checks);
+    let split = |p: &SpatialProgram, name: &str| p.tp.as_ref().unwrap().splits.iter().position(|s| s.tensor == name);
+    let edited = |edit: &dyn Fn(&mut rdu_spatial::program::TpSplit)| {
+        let mut p = program.clone();
+        let i = split(&p, "Wed0").expect("Wed0 is split");
+        edit(&mut p.tp.as_mut().unwrap().splits[i]);
+        certify_tp(&p, &graph, &unsplit, &whole, &chip, 3).expect_err("a miscompiled pad")
+    };
+    let fault = edited(&|s| s.stored = None);
+    assert!(matches!(&fault, CertifyFault::Structure(m) if m.contains("outside 0..64")), "{fault}");
+    let fault = edited(&|s| s.stored = Some(32));
+    assert!(matches!(&fault, CertifyFault::Structure(m) if m.contains("padded from 32 to 128")), "{fault}");
+    // The down projection's real columns on the last chips, its zeros on the first: each chip
+    // multiplies its gated unit by another chip's columns, which only the numbers show.
+    let fault = edited(&|s| s.parts.reverse());
+    assert!(matches!(fault, CertifyFault::Numbers { .. }), "{fault}");
+}
+
+/// gpt-oss-120b with its experts as the checkpoint stores them (MXFP4) over 8 chips at its real
+/// shapes: 2880 columns zero-padded to 3072 (12 blocks a chip), every kind certified against
+/// the unpadded program, and the chips charged the padded bytes they read.
+#[test]
+fn gpt_oss_120b_certifies_at_tp_8_with_its_mxfp4_experts_as_stored() {
+    let spec = presets::resolve("gpt-oss-120b").unwrap();
+    let stored = rdu_compiler::model::quantization::declared_storage(&spec).expect("MXFP4 declared");
+    let model = lower_tp_decode_streamed(&spec, 8, 4096, opts(stored, &mut |_| {})).expect("tp 8 lowers");
+    assert_eq!(model.kinds.len(), 2, "sliding and full attention");
+    for k in &model.kinds {
+        let c = &k.program.certificate;
+        for check in ["slices", "zero-padded: `Weg0` 2880 to 3072", "partial sums", "numbers over 8 chips"] {
+            assert!(
+                c.checks.iter().any(|x| x.starts_with(check)),
+                "{}: no `{check}` check in {:?}",
+                k.program.name,
+                c.checks
+            );
+        }
+        let wed = k.program.spatial.decl("Wed0").expect("Wed0");
+        assert_eq!((wed.shape.clone(), wed.storage), (vec![128, 2880, 384], rdu_spatial::program::Storage::Mxfp4));
+        let split = k.program.spatial.tp.as_ref().unwrap().splits.iter().find(|s| s.tensor == "Wed0").unwrap();
+        assert_eq!((split.stored, split.parts[7].clone()), (Some(2880), vec![(2688, 3072)]));
+    }
+    let step = model.step_estimate();
+    assert!(step.roofline_fraction > 0.0 && step.roofline_fraction <= 1.0, "{step:?}");
 }
 
 #[test]
@@ -489,14 +573,7 @@ fn tiny_presets_prefill_over_two_chips() {
 #[test]
 fn deepseek_v3_fp8_as_declared_certifies_at_tp_16() {
     use rdu_spatial::manifest::TensorStorage;
-    let spec = presets::resolve("deepseek-v3").expect("preset");
-    let storage = rdu_compiler::model::quantization::declared_storage(&spec).expect("fp8 declared");
-    let model = lower_tp_decode_streamed(&spec, 16, 4096, opts(storage, &mut |_| {})).expect("deepseek-v3 fp8 tp 16");
-    for k in &model.kinds {
-        let c = &k.program.certificate;
-        assert!(c.checks.iter().any(|x| x.starts_with("numbers over 16 chips")), "{}: {:?}", k.program.name, c.checks);
-    }
-    let bundle = model.bundle().expect("bundle");
+    let bundle = certified_as_declared_at_tp_16("deepseek-v3");
     // q_a and kv_a split along their 7168 input columns: 448 a chip, 3.5 blocks, so a chip
     // holds 128 × 64 blocks, each with the scale of the 128 × 128 block it lies in.
     let cut = |name: &str| ["Wqa", "Wkva"].contains(&name.trim_end_matches(|c: char| c.is_ascii_digit()));
@@ -510,24 +587,68 @@ fn deepseek_v3_fp8_as_declared_certifies_at_tp_16() {
         .collect();
     assert_eq!(fp8.len(), 8 * 3 + 11 * 58, "q_a, q_b, kv_a, kv_b, o and the MLP or the experts of each layer");
     assert!(fp8.iter().all(|n| !n.starts_with("Wr") && !n.starts_with("bsel") && *n != "E" && *n != "Wout"));
+}
+
+/// The preset `name` lowered over 16 chips with the storage its `quantization_config` declares:
+/// every kind certified over the 16 chips, and its bundle re-certified from its files.
+fn certified_as_declared_at_tp_16(name: &str) -> rdu_spatial::bundle::Bundle {
+    let spec = presets::resolve(name).expect("preset");
+    let storage = rdu_compiler::model::quantization::declared_storage(&spec).expect("declared");
+    let model = lower_tp_decode_streamed(&spec, 16, 4096, opts(storage, &mut |_| {})).expect("tp 16");
+    for k in &model.kinds {
+        let c = &k.program.certificate;
+        assert!(c.checks.iter().any(|x| x.starts_with("numbers over 16 chips")), "{}: {:?}", k.program.name, c.checks);
+    }
+    let bundle = model.bundle().expect("bundle");
     let chip = Chip::builtin("sn50").expect("chip");
     rdu_compiler::verify::verify_bundle(&bundle, &chip, &mut |_| {}).expect("the bundle re-certifies");
+    bundle
+}
+
+/// GLM-4.5-FP8 as its checkpoint stores it (`rdu lower glm-4.5-fp8 --cut tp --tp 16`: the preset's
+/// compressed-tensors `quantization_config`, one scale per output row) over 16 chips: every kind
+/// certifies over 16 chips at its real shapes, the bundle stores every layer matrix `fp8` in
+/// `[1, in]` blocks — a row-parallel chip's share `[1, in/16]` pieces of its rows — and neither
+/// the routers, the embedding nor the head, and it re-certifies from its files.
+#[test]
+fn glm_4_5_fp8_in_compressed_tensors_layout_certifies_at_tp_16() {
+    use rdu_spatial::manifest::TensorStorage;
+    let bundle = certified_as_declared_at_tp_16("glm-4.5-fp8");
+    let fp8: Vec<&String> = (bundle.manifest.tensors.iter())
+        .filter(|(_, t)| t.storage == TensorStorage::Fp8)
+        .inspect(|(name, t)| {
+            let cols = *t.shape.last().expect("a matrix");
+            let base = name.trim_end_matches(|c: char| c.is_ascii_digit());
+            let want = match base {
+                "Wo" | "Wd" | "Wed" | "Wsd" => (Some([1, cols / 16]), Some([1, cols])),
+                _ => (Some([1, cols]), None),
+            };
+            assert_eq!((t.block, t.stored_block), want, "{name}");
+        })
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(fp8.len(), 7 * 3 + 10 * 89, "q, k, v, o and the MLP or the experts of each layer");
+    assert!(fp8.iter().all(|n| !n.starts_with("Wr") && *n != "E" && *n != "Wout"));
 }
 
 /// An FP8 split whose chip shares cut the checkpoint's 128 × 128 blocks is admitted, each
 /// chip holding finer blocks: Kimi K2 over 32 chips (its 2048 expert and shared-expert
 /// columns are 64 a chip: 128 × 64 blocks of the down projections, 64 × 128 of gate and up)
-/// and GLM-4.5 stored FP8 over 16 (1536 expert columns, 96 a chip: 128 × 32 blocks).
+/// and GLM-4.5 stored FP8 over 16 (1536 expert columns, 96 a chip: 128 × 32 blocks); and
+/// GLM-4.5-FP8's one scale a row (compressed-tensors' `channel`: `[1, in]` blocks) over 16, a
+/// row-parallel share holding `[1, in/16]` pieces of its rows, a column-parallel one whole rows.
 #[test]
 fn fp8_shares_that_cut_blocks_are_admitted_in_finer_blocks() {
-    use rdu_compiler::model::spec::Quantization;
+    use rdu_compiler::model::spec::{Declared, Quantization};
     use rdu_compiler::model::storage::Format;
     let kimi = presets::resolve("kimi-k2").expect("preset");
     let mut glm = presets::resolve("glm-4.5").expect("preset");
-    glm.quantization = Some(Quantization { format: Format::Fp8 { rows: 128, cols: 128 }, not_converted: Vec::new() });
+    glm.quantization = Some(Quantization::all(Declared::Fp8Block { rows: 128, cols: 128 }));
+    let glm_fp8 = presets::resolve("glm-4.5-fp8").expect("preset");
     for (spec, tp, want) in [
         (&kimi, 32, [("Wed3", [128, 64]), ("Weg3", [64, 128]), ("Wsd3", [128, 64])]),
         (&glm, 16, [("Wed3", [128, 32]), ("Weg3", [32, 128]), ("Wsd3", [128, 32])]),
+        (&glm_fp8, 16, [("Wed3", [1, 96]), ("Weg3", [1, 5120]), ("Wo3", [1, 768])]),
     ] {
         let storage = rdu_compiler::model::quantization::declared_storage(spec).expect("fp8 declared");
         admits_tp(spec, tp, &storage).unwrap_or_else(|e| panic!("{} at tp {tp}: {e}", spec.name));

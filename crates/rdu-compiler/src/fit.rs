@@ -6,7 +6,9 @@
 //! dense FFN, of every expert and of the shared expert. So `tp` must divide each of those
 //! counts — except kv heads, which are replicated when `tp` is a multiple of them. A product
 //! whose `in` axis is split (o, down, out projections) keeps whole Q8_0 or MXFP4 blocks on each
-//! chip only when `(in / tp) % 32 == 0`: for a weight stored so that is required too.
+//! chip only when `(in / tp) % 32 == 0`: for a weight stored so that is required too — but
+//! for routed experts stored MXFP4, whose intermediate columns are zero-padded to a width
+//! that splits into whole blocks (`model::author::expert_width`; the padded bytes counted).
 //!
 //! The memory tally reads the declarations of every authored program; it lowers nothing.
 //! Counting, stated once: a weight in the program's storage set is held as stored (Q8_0, FP8
@@ -17,7 +19,7 @@
 
 use crate::lang::ast::{DType, DeclKind};
 use crate::lang::Source;
-use crate::model::author::{embed_source, head_source, source_of, Q8_BLOCK};
+use crate::model::author::{embed_source, expert_width, head_source, source_of, Q8_BLOCK};
 use crate::model::kinds::layer_kinds_for;
 use crate::model::spec::{Cut, Ffn, Mixer, ModelSpec};
 use crate::model::storage::Storage;
@@ -88,10 +90,12 @@ pub fn admits_tp(spec: &ModelSpec, tp: usize, storage: &Storage) -> Result<(), T
                 row_split.push(("Wd", *hidden));
             }
             Ffn::Moe { expert_hidden, shared, .. } => {
-                if !divides(*expert_hidden) {
+                // MXFP4 experts whose blocks a chip would split are zero-padded (`expert_width`).
+                let width = expert_width(storage, l, *expert_hidden, tp);
+                if !divides(width) {
                     return refuse(Some(l), at("expert intermediate columns", *expert_hidden));
                 }
-                row_split.push(("Wed", *expert_hidden));
+                row_split.push(("Wed", width));
                 if let Some(s) = shared {
                     if !divides(s.hidden) {
                         return refuse(Some(l), at("shared-expert intermediate columns", s.hidden));

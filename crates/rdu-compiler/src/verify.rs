@@ -346,11 +346,13 @@ fn lower_source(name: &str, source: &Source, graph: &Graph, chip: &Chip) -> Resu
 fn reduced_slices(full: &BTreeMap<String, Slices>, small: &SpatialProgram, chips: usize) -> BTreeMap<String, Slices> {
     full.iter()
         .map(|(name, s)| {
-            let whole_extent = s.parts.iter().flatten().map(|r| r.1).max().unwrap_or(0);
+            // A zero-padded tensor's whole is its stored extent; its ranges run past it.
+            let whole_extent = s.stored.unwrap_or_else(|| s.end());
             let extent = small.decl(name).and_then(|d| d.shape.get(s.axis).copied()).unwrap_or(whole_extent);
-            let parts =
-                if extent == whole_extent { s.parts.clone() } else { crate::model::author::cover(extent, chips) };
-            (name.clone(), Slices { axis: s.axis, parts })
+            if extent == whole_extent {
+                return (name.clone(), s.clone());
+            }
+            (name.clone(), Slices::new(s.axis, crate::model::author::cover(extent, chips)))
         })
         .collect()
 }
@@ -369,26 +371,27 @@ fn storage_of(
     for d in program.decls() {
         let own = d.name.text.clone();
         let theirs = bundle_name(&own);
-        let split = match m.tensors.get(&theirs) {
+        let (split, pad) = match m.tensors.get(&theirs) {
             Some(t) => {
                 let storage = t.program_storage().ok_or_else(|| format!("tensor `{theirs}`: fp8 without its block"))?;
                 if storage.is_blocks() {
                     stored.insert(own.clone(), storage);
                 }
-                &t.slices
+                // A zero-padded tensor: the checkpoint's extent of the padded axis.
+                (&t.slices, t.pad.and_then(|p| t.shape.get(p.axis).copied()))
             }
             None => match m.states.iter().find(|s| s.name == theirs) {
-                Some(s) => &s.slices,
+                Some(s) => (&s.slices, None),
                 // A gathered result (a vocabulary-parallel head's logits).
                 None => match m.activations.iter().find(|a| a.name == theirs) {
-                    Some(a) => &a.slices,
+                    Some(a) => (&a.slices, None),
                     None => continue,
                 },
             },
         };
         if let Some(axis) = split.first().and_then(|c| c.first()).map(|s| s.axis) {
             let parts = split.iter().map(|c| c.iter().map(|s| (s.start, s.start + s.len)).collect()).collect();
-            slices.insert(own, Slices { axis, parts });
+            slices.insert(own, Slices { axis, parts, stored: pad });
         }
     }
     // A gathered result (a vocabulary-parallel head's logits) is an output, not a declaration.
@@ -397,7 +400,7 @@ fn storage_of(
         let Some(a) = m.activations.iter().find(|a| a.name == theirs) else { continue };
         if let Some(axis) = a.slices.first().and_then(|c| c.first()).map(|s| s.axis) {
             let parts = a.slices.iter().map(|c| c.iter().map(|s| (s.start, s.start + s.len)).collect()).collect();
-            slices.insert(out.text.clone(), Slices { axis, parts });
+            slices.insert(out.text.clone(), Slices::new(axis, parts));
         }
     }
     Ok((stored, slices))
@@ -453,7 +456,7 @@ fn check_bindings(
         .tp
         .iter()
         .flat_map(|t| &t.splits)
-        .map(|s| (s.tensor.clone(), Slices { axis: s.axis, parts: s.parts.clone() }))
+        .map(|s| (s.tensor.clone(), Slices { axis: s.axis, parts: s.parts.clone(), stored: s.stored }))
         .collect();
     if &program_slices != slices {
         let differs = program_slices

@@ -8,9 +8,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use rdu_spatial::blocks::BlockWeight;
 use rdu_spatial::manifest::{chip_ranges, chip_shape, Manifest, StateEntry};
 use rdu_spatial::sim::{simulate_chip, AllReduce, SimError};
-use rdu_spatial::tensor_parallel::{join, take, take_q8};
+use rdu_spatial::tensor_parallel::{join, pad, take, take_q8};
 use rdu_spatial::{SimTensor, SpatialProgram};
 
 use crate::env::Env;
@@ -46,7 +47,21 @@ impl Chips {
         let mut chips: Vec<Weights> = (0..n).map(|_| Weights::default()).collect();
         for (name, entry) in m.tensors.iter().filter(|(_, e)| !e.slices.is_empty()) {
             let fail = |problem: String| HostError::Slice { tensor: name.clone(), problem };
-            if let Some(full) = whole(&mut weights.dense, name, spine) {
+            // A zero-padded tensor: zeros (whole zero blocks) appended to the stored values.
+            let pad_dense = |t: SimTensor| -> Result<SimTensor> {
+                let Some(p) = entry.pad else { return Ok(t) };
+                let values = t.as_f32().ok_or_else(|| fail("is not f32".into()))?;
+                let (shape, v) = pad(&t.shape, values, p.axis, p.to).map_err(fail)?;
+                Ok(SimTensor::f32(shape, v))
+            };
+            let pad_blocks = |w: BlockWeight| match entry.pad {
+                Some(p) => w.pad(p.axis, p.to).map_err(fail),
+                None => Ok(w),
+            };
+            if entry.pad.is_some() && weights.q8.contains_key(name) {
+                return Err(fail("is held Q8_0, which is never zero-padded".into()));
+            }
+            if let Some(full) = whole(&mut weights.dense, name, spine).map(pad_dense).transpose()? {
                 let values = full.as_f32().ok_or_else(|| fail("is not f32".into()))?;
                 for (c, chip) in chips.iter_mut().enumerate() {
                     let (axis, ranges) =
@@ -60,7 +75,7 @@ impl Chips {
                         chip_ranges(&entry.slices, c).ok_or_else(|| fail(format!("no slice for chip {c}")))?;
                     chip.q8.insert(name.clone(), take_q8(&full, axis, &ranges).map_err(fail)?);
                 }
-            } else if let Some(full) = whole(&mut weights.blocks, name, spine) {
+            } else if let Some(full) = whole(&mut weights.blocks, name, spine).map(pad_blocks).transpose()? {
                 for (c, chip) in chips.iter_mut().enumerate() {
                     let (axis, ranges) =
                         chip_ranges(&entry.slices, c).ok_or_else(|| fail(format!("no slice for chip {c}")))?;

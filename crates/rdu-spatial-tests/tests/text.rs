@@ -126,11 +126,9 @@ fn program() -> impl Strategy<Value = SpatialProgram> {
     let stage = (ident(), prop::collection::vec(op(), 0..4), any::<u32>(), any::<u32>(), any::<bool>())
         .prop_map(|(name, ops, pcus, pmus, prefetch)| Stage { name, ops, pcus, pmus, prefetch, region: None });
     let section = prop::collection::vec(stage, 0..3).prop_map(|stages| Section { stages });
-    let split = (ident(), 0usize..4, prop::collection::vec(ranges(), 0..4)).prop_map(|(tensor, axis, parts)| TpSplit {
-        tensor,
-        axis,
-        parts,
-    });
+    let stored = prop::option::of(1usize..100_000);
+    let split = (ident(), 0usize..4, prop::collection::vec(ranges(), 0..4), stored)
+        .prop_map(|(tensor, axis, parts, stored)| TpSplit { tensor, axis, parts, stored });
     let tp = (any::<u32>(), prop::collection::vec(split, 0..3), prop::collection::vec(ident(), 0..3))
         .prop_map(|(chips, splits, all_reduce)| TpInfo { chips, splits, all_reduce });
     (

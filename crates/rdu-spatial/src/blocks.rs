@@ -10,7 +10,7 @@ use rdu_checkpoint::{quantize_fp8, quantize_mxfp4, Fp8Weight, GgmlType, GgmlWeig
 
 use crate::program::Storage;
 use crate::sim::{PackedWeight, WeightSlab};
-use crate::tensor_parallel::{take_fp8, take_ggml};
+use crate::tensor_parallel::{pad_ggml, take_fp8, take_ggml};
 
 /// A weight stored FP8 or in a ggml block format.
 #[derive(Clone, Debug, PartialEq)]
@@ -74,6 +74,15 @@ impl BlockWeight {
                 BlockWeight::Fp8(w.clone().refined([rows as usize, cols as usize])?).take(axis, ranges)
             }
             _ => self.take(axis, ranges),
+        }
+    }
+
+    /// Zero-padded along `axis` to `to` values (`tensor_parallel::pad_ggml`: zero blocks
+    /// appended, the stored ones kept). Only a ggml block format is padded; FP8 is refused.
+    pub fn pad(&self, axis: usize, to: usize) -> Result<BlockWeight, String> {
+        match self {
+            BlockWeight::Ggml(w) => Ok(BlockWeight::Ggml(pad_ggml(w, axis, to)?)),
+            BlockWeight::Fp8(_) => Err("an FP8 weight is never zero-padded".into()),
         }
     }
 

@@ -311,9 +311,24 @@ pub struct TensorEntry {
     pub stored_block: Option<[usize; 2]>,
     pub checkpoint: Checkpoint,
     /// Per chip under tensor parallelism: the ranges of the (full) `shape` each chip loads,
-    /// concatenated in order. Empty when every chip loads it whole.
+    /// concatenated in order — of the padded shape when `pad` is given. Empty when every chip
+    /// loads it whole.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub slices: Vec<Vec<Slice>>,
+    /// Under tensor parallelism, when the chips' shares would split the tensor's blocks: the
+    /// deployment holds `shape` (as the checkpoint stores it) zero-padded along the slices' axis.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pad: Option<Pad>,
+}
+
+/// A tensor zero-padded as the host binds it: `axis` of the stored shape grown to `to` values,
+/// zeros (an MXFP4 tensor: whole zero blocks, its stored blocks kept as they are) after the
+/// stored ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pad {
+    pub axis: usize,
+    pub to: usize,
 }
 
 /// How the tensor is held on the chip.
@@ -353,6 +368,15 @@ impl TensorStorage {
 }
 
 impl TensorEntry {
+    /// The shape the chips' `slices` are ranges of: `shape`, grown along `pad`'s axis.
+    pub fn padded_shape(&self) -> Vec<usize> {
+        let mut shape = self.shape.clone();
+        if let Some(extent) = self.pad.and_then(|p| shape.get_mut(p.axis)) {
+            *extent = self.pad.map_or(*extent, |p| p.to);
+        }
+        shape
+    }
+
     /// How a program declares the tensor (`None` for an `fp8` entry without a usable block).
     pub fn program_storage(&self) -> Option<crate::program::Storage> {
         use crate::program::Storage;

@@ -325,11 +325,30 @@ pub struct TpInfo {
 /// One split tensor: chip `c` holds the half-open ranges `parts[c]` of `axis` of the full
 /// (one-chip) tensor, concatenated in order (a fused projection's q, k and v heads are
 /// several ranges; replicated kv heads give several chips the same range).
+///
+/// `stored`: the full tensor holds only `stored` values of `axis` (as the checkpoint stores
+/// them) and is zero-padded beyond, up to the end of the last range: the chips' ranges
+/// partition the padded axis, and a position at or past `stored` is a zero every chip that
+/// holds it reads (gpt-oss's MXFP4 experts, whose intermediate width would otherwise split
+/// blocks: a padded gate or up row gives 0, a padded down column adds 0).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TpSplit {
     pub tensor: String,
     pub axis: usize,
     pub parts: Vec<Vec<(usize, usize)>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored: Option<usize>,
+}
+
+impl TpSplit {
+    /// The extent of the axis the chips' ranges lie in: the end of the last range when the
+    /// tensor is zero-padded (`stored`), `full` (the full tensor's extent) otherwise.
+    pub fn extent(&self, full: usize) -> usize {
+        match self.stored {
+            Some(_) => self.parts.iter().flatten().map(|r| r.1).max().unwrap_or(full),
+            None => full,
+        }
+    }
 }
 
 impl SpatialProgram {

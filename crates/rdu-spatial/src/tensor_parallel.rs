@@ -14,12 +14,22 @@ use rdu_checkpoint::{Fp8Weight, GgmlWeight};
 /// Checks that `split` of a tensor of shape `full` over `chips` chips is in bounds, gives
 /// every chip `local` values of the axis, and covers the axis exactly: its distinct ranges
 /// partition it, each held by the same number of chips (one for a partition, several for
-/// replicated kv heads).
+/// replicated kv heads). A zero-padded split (`stored`) partitions the padded axis, which
+/// must be longer than the `stored` values, `full`'s extent.
 pub fn check_split(split: &TpSplit, full: &[usize], local: Option<usize>, chips: usize) -> Result<(), String> {
     let name = &split.tensor;
-    let Some(&extent) = full.get(split.axis) else {
+    let Some(&whole) = full.get(split.axis) else {
         return Err(format!("split of `{name}` along axis {} of a tensor of rank {}", split.axis, full.len()));
     };
+    let extent = split.extent(whole);
+    if let Some(stored) = split.stored {
+        if stored != whole || extent <= stored {
+            return Err(format!(
+                "`{name}` is padded from {stored} to {extent} values of axis {}, but holds {whole}",
+                split.axis
+            ));
+        }
+    }
     if split.parts.len() != chips {
         return Err(format!("`{name}` is split over {} chips, the program runs on {chips}", split.parts.len()));
     }
@@ -189,6 +199,52 @@ pub fn take<T: Copy>(
     Ok((sliced, out))
 }
 
+/// A row-major tensor of `shape` zero-padded along `axis` to `to` values (at least its
+/// extent): the padded shape and values. What a chip of a zero-padded split (`TpSplit::stored`)
+/// takes its ranges from.
+pub fn pad<T: Copy + Default>(
+    shape: &[usize],
+    data: &[T],
+    axis: usize,
+    to: usize,
+) -> Result<(Vec<usize>, Vec<T>), String> {
+    let Some(&extent) = shape.get(axis) else {
+        return Err(format!("axis {axis} of a tensor of rank {}", shape.len()));
+    };
+    if to < extent || shape.iter().product::<usize>() != data.len() {
+        return Err(format!("cannot pad {} values of shape {shape:?} to {to} along axis {axis}", data.len()));
+    }
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let mut out = Vec::with_capacity(outer * to * inner);
+    for o in 0..outer {
+        out.extend_from_slice(&data[o * extent * inner..(o + 1) * extent * inner]);
+        out.resize(out.len() + (to - extent) * inner, T::default());
+    }
+    let mut padded = shape.to_vec();
+    padded[axis] = to;
+    Ok((padded, out))
+}
+
+/// A weight in a ggml block format zero-padded along `axis` to `to` values: along the last
+/// axis whole zero blocks appended to every row (`to` a multiple of the block; an all-zero
+/// MXFP4 block is 0 at scale 2^-127), along another axis zero rows. The stored blocks are kept
+/// as they are: nothing is widened.
+pub fn pad_ggml(w: &GgmlWeight, axis: usize, to: usize) -> Result<GgmlWeight, String> {
+    let (rank, block, size, byte_shape) = byte_grid(w, axis)?;
+    let byte_to = if axis == rank - 1 {
+        if !to.is_multiple_of(block) {
+            return Err(format!("padding to {to} splits the {} blocks of {block} values", w.format));
+        }
+        to / block * size
+    } else {
+        to
+    };
+    let (mut shape, bytes) = pad(&byte_shape, &w.bytes, axis, byte_to)?;
+    shape[rank - 1] = shape[rank - 1] / size * block;
+    GgmlWeight::new(shape, w.format, bytes)
+}
+
 /// A chip's slice of a Q8_0 weight: its blocks, cut along `axis` (along the last axis only at
 /// whole blocks — a range that would split a block is an error).
 pub fn take_q8(w: &Q8Weight, axis: usize, ranges: &[(usize, usize)]) -> Result<Q8Weight, String> {
@@ -223,9 +279,9 @@ pub fn take_fp8(w: &Fp8Weight, axis: usize, ranges: &[(usize, usize)]) -> Result
     Fp8Weight::new(shape, w.block, values, scales)
 }
 
-/// A chip's slice of a weight in a ggml block format: its blocks, cut along `axis` (along the
-/// last axis only at whole blocks).
-pub fn take_ggml(w: &GgmlWeight, axis: usize, ranges: &[(usize, usize)]) -> Result<GgmlWeight, String> {
+/// A ggml-format weight as a grid of bytes (its last axis `size` bytes a block of `block`
+/// values), for cutting or padding along `axis`: its rank, block, block bytes and byte shape.
+fn byte_grid(w: &GgmlWeight, axis: usize) -> Result<(usize, usize, usize, Vec<usize>), String> {
     let rank = w.shape.len();
     let (block, size) = (w.format.block_size() as usize, w.format.type_size() as usize);
     if rank == 0 || axis >= rank {
@@ -233,6 +289,13 @@ pub fn take_ggml(w: &GgmlWeight, axis: usize, ranges: &[(usize, usize)]) -> Resu
     }
     let mut byte_shape = w.shape.clone();
     byte_shape[rank - 1] = w.shape[rank - 1] / block * size;
+    Ok((rank, block, size, byte_shape))
+}
+
+/// A chip's slice of a weight in a ggml block format: its blocks, cut along `axis` (along the
+/// last axis only at whole blocks).
+pub fn take_ggml(w: &GgmlWeight, axis: usize, ranges: &[(usize, usize)]) -> Result<GgmlWeight, String> {
+    let (rank, block, size, byte_shape) = byte_grid(w, axis)?;
     let byte_ranges: Vec<(usize, usize)> = if axis == rank - 1 {
         if let Some(&(s, e)) = ranges.iter().find(|(s, e)| !s.is_multiple_of(block) || !e.is_multiple_of(block)) {
             return Err(format!("range {s}..{e} splits the {} blocks of {block} values", w.format));
@@ -275,7 +338,7 @@ mod tests {
     use super::*;
 
     fn split(parts: Vec<Vec<(usize, usize)>>) -> TpSplit {
-        TpSplit { tensor: "W".into(), axis: 0, parts }
+        TpSplit { tensor: "W".into(), axis: 0, parts, stored: None }
     }
 
     #[test]
@@ -299,6 +362,37 @@ mod tests {
         assert!(check_split(&split(vec![vec![(0, 2)], vec![(3, 4)]]), &[4], None, 2).unwrap_err().contains("gap"));
         assert!(check_split(&split(vec![vec![(0, 2)], vec![(2, 5)]]), &[4], None, 2).is_err());
         assert!(check_split(&split(vec![vec![(0, 2)], vec![(0, 2)], vec![(2, 4)]]), &[4], None, 3).is_err());
+    }
+
+    /// A zero-padded split partitions the padded axis, which must outgrow the stored values.
+    #[test]
+    fn a_padded_split_partitions_the_padded_axis() {
+        let padded = |parts, stored| TpSplit { stored: Some(stored), ..split(parts) };
+        assert!(check_split(&padded(vec![vec![(0, 4)], vec![(4, 8)]], 6), &[6, 2], Some(4), 2).is_ok());
+        let e = check_split(&padded(vec![vec![(0, 4)], vec![(4, 8)]], 5), &[6, 2], Some(4), 2).unwrap_err();
+        assert!(e.contains("padded from 5 to 8 values of axis 0, but holds 6"), "{e}");
+        let e = check_split(&padded(vec![vec![(0, 3)], vec![(3, 6)]], 6), &[6, 2], Some(3), 2).unwrap_err();
+        assert!(e.contains("padded from 6 to 6"), "{e}");
+        assert!(check_split(&padded(vec![vec![(0, 4)], vec![(5, 8)]], 6), &[6], None, 2).unwrap_err().contains("gap"));
+    }
+
+    #[test]
+    fn pad_appends_zeros_along_an_axis_and_zero_blocks_along_the_blocked_one() {
+        let data: Vec<i32> = (1..=6).collect();
+        assert_eq!(pad(&[2, 3], &data, 1, 5).unwrap(), (vec![2, 5], vec![1, 2, 3, 0, 0, 4, 5, 6, 0, 0]));
+        assert_eq!(pad(&[2, 3], &data, 0, 3).unwrap(), (vec![3, 3], vec![1, 2, 3, 4, 5, 6, 0, 0, 0]));
+        assert!(pad(&[2, 3], &data, 1, 2).is_err());
+        let bytes: Vec<u8> = (0..2 * 17).map(|i| if i % 17 == 0 { 120 } else { i as u8 }).collect();
+        let m = GgmlWeight::new(vec![2, 32], rdu_checkpoint::GgmlType::MXFP4, bytes).unwrap();
+        let wide = pad_ggml(&m, 1, 96).unwrap();
+        assert_eq!(wide.shape, vec![2, 96]);
+        let zeros = [0u8; 34];
+        assert_eq!(wide.bytes, [&m.bytes[..17], &zeros, &m.bytes[17..], &zeros].concat());
+        let values = wide.dequantize();
+        assert_eq!((&values[..32], &values[96..128]), (&m.dequantize()[..32], &m.dequantize()[32..]));
+        assert!(values[32..96].iter().chain(&values[128..]).all(|v| *v == 0.0));
+        assert!(pad_ggml(&m, 1, 48).unwrap_err().contains("splits the MXFP4 blocks"));
+        assert_eq!(pad_ggml(&m, 0, 3).unwrap().bytes, [&m.bytes[..], &[0u8; 17]].concat());
     }
 
     #[test]

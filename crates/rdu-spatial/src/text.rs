@@ -11,7 +11,7 @@
 //! output xo1
 //! ```
 //!
-//! Lines in order: `program`, then optionally `tp chips=N`, `split T axis=A [s..e, ...]` and
+//! Lines in order: `program`, then optionally `tp chips=N`, `split T axis=A [stored=N] [s..e, ...]` and
 //! `all_reduce STAGE`, the `tensor` declarations, the `section`s with their `stage`s and
 //! indented op lines, and the `output`s. Floats print shortest-round-trip (`{:?}`); an
 //! integer never has a `.` or an exponent. Words print bare where they are identifiers and
@@ -43,7 +43,8 @@ pub fn print(program: &SpatialProgram) -> String {
     if let Some(tp) = &program.tp {
         let _ = writeln!(out, "tp chips={}", tp.chips);
         for split in &tp.splits {
-            let _ = writeln!(out, "split {} axis={} {}", split.tensor, split.axis, chip_ranges(&split.parts));
+            let stored = split.stored.map_or(String::new(), |n| format!(" stored={n}"));
+            let _ = writeln!(out, "split {} axis={}{stored} {}", split.tensor, split.axis, chip_ranges(&split.parts));
         }
         for stage in &tp.all_reduce {
             let _ = writeln!(out, "all_reduce {stage}");

@@ -18,7 +18,7 @@ use rdu_spatial::names::{parse_rope_table, runtime_input};
 use rdu_spatial::program::{Arg, Op, SpatialProgram, Storage};
 use rdu_spatial::q8::{Q8Block, Q8Weight, QK8_0};
 use rdu_spatial::sim::{PackedWeight, SimBindings, SimData, SimTensor, WeightSlab};
-use rdu_spatial::tensor_parallel::{q8_block_ranges, take};
+use rdu_spatial::tensor_parallel::{pad, q8_block_ranges, take};
 use rdu_spatial::{seeded_weight, Seeded};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -312,6 +312,29 @@ impl Inputs {
         let (shape, storage) = self.experts.get(name)?;
         let w = draw_blocks(&self.expert_draw(name, e, shape), shape, *storage)?;
         Some(w.take_as(axis, ranges, chip).map(BlockWeight::into_slab))
+    }
+
+    /// Expert `e` of a stacked weight zero-padded along `axis` (of one expert) to `to` values —
+    /// MXFP4 blocks with whole zero blocks, the drawn ones kept; values with zeros — and then
+    /// the `ranges` a chip of a zero-padded split holds (`TpSplit::stored`): the padding the
+    /// deployment binds, never random values. A Q8_0 or FP8 expert is never padded.
+    pub(super) fn expert_padded_part(
+        &self,
+        name: &str,
+        e: usize,
+        (axis, ranges): (usize, &[(usize, usize)]),
+        to: usize,
+    ) -> Option<Result<WeightSlab<'static>, String>> {
+        let (shape, storage) = self.experts.get(name)?;
+        if let Some(w) = draw_blocks(&self.expert_draw(name, e, shape), shape, *storage) {
+            return Some(w.pad(axis, to).and_then(|w| w.take(axis, ranges)).map(BlockWeight::into_slab));
+        }
+        if *storage != Storage::Dense {
+            return Some(Err(format!("`{name}` is stored {}: never zero-padded", storage.word())));
+        }
+        let (shape, values) = self.expert_dense(name, e)?;
+        let padded = pad(&shape, &values, axis, to).and_then(|(shape, v)| take(&shape, &v, axis, ranges));
+        Some(padded.map(|(_, v)| WeightSlab::Dense(Cow::Owned(v))))
     }
 
     /// How expert `e` of stacked weight `name` (each expert `shape`) is drawn.

@@ -17,7 +17,7 @@ use rdu_spatial::chip::Chip;
 use rdu_spatial::program::{Arg, Op, Role, SpatialProgram, Storage, TpSplit};
 use rdu_spatial::q8::Q8Weight;
 use rdu_spatial::sim::{simulate_chip, AllReduce, Collective, SimBindings, SimTensor, WeightSlab};
-use rdu_spatial::tensor_parallel::{check_cover, check_split, join, take, take_q8};
+use rdu_spatial::tensor_parallel::{check_cover, check_split, join, pad, take, take_q8};
 use rdu_spatial::TypedOp;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
@@ -165,6 +165,16 @@ pub fn check_tp_structure(
         "slices: the {} split tensors are partitioned (or exactly replicated, or a gathered result covered in chip order) over {chips} chips, in bounds",
         tp.splits.len()
     ));
+    let padded: Vec<String> = (tp.splits.iter().filter_map(|s| s.stored.map(|n| (s, n))))
+        .map(|(s, n)| format!("`{}` {n} to {}", s.tensor, s.extent(n)))
+        .collect();
+    if !padded.is_empty() {
+        checks.push(format!(
+            "zero-padded: {} along their split axis, each chip's positions past the stored values bound to zeros, \
+             the unsplit program reading the tensors as stored",
+            padded.join(", ")
+        ));
+    }
     check_shards(program).map_err(CertifyFault::Structure)?;
     check_partials(program).map_err(CertifyFault::Structure)?;
     checks.push(format!(
@@ -198,6 +208,9 @@ fn check_slices(program: &SpatialProgram, full: &SpatialProgram, chips: usize) -
             Some(split) => {
                 if !matches!(t.role, Role::Weight | Role::State) {
                     return Err(format!("the {} `{}` is split; only weights and states are", t.role.as_str(), t.name));
+                }
+                if split.stored.is_some() && t.role != Role::Weight {
+                    return Err(format!("the {} `{}` is zero-padded; only weights are", t.role.as_str(), t.name));
                 }
                 let local = t.shape.get(split.axis).copied();
                 // A weight may cover its axis in overlapping runs when its split axis is never
@@ -465,13 +478,21 @@ impl<'a> ChipInputs<'a> {
                 continue;
             }
             let ranges = &split.parts[chip];
+            // A zero-padded split: the chip's ranges of the whole padded with zeros.
+            let to = split.stored.map(|_| split.extent(0));
             if t.storage == Storage::Q8_0 {
                 let w = full.sim_q8(&t.name).ok_or_else(|| format!("no seeded Q8_0 `{}`", t.name))?;
+                if to.is_some() {
+                    return Err(format!("`{}` is stored Q8_0: never zero-padded", t.name));
+                }
                 q8.insert(t.name.clone(), take_q8(w, split.axis, ranges)?);
             } else if t.storage.is_blocks() {
                 let w =
                     full.sim_blocks(&t.name).ok_or_else(|| format!("no seeded {} `{}`", t.storage.word(), t.name))?;
-                blocks.insert(t.name.clone(), w.take_as(split.axis, ranges, t.storage)?);
+                let padded = to.map(|to| w.pad(split.axis, to)).transpose()?;
+                blocks.insert(t.name.clone(), padded.as_ref().unwrap_or(w).take_as(split.axis, ranges, t.storage)?);
+            } else if let (Some(_), Some(to)) = (full.sim_q8(&t.name), to) {
+                return Err(format!("`{}` is stored Q8_0: never zero-padded to {to}", t.name));
             } else if let Some(w) = full.sim_q8(&t.name) {
                 // Stored Q8_0 whole but read dense on a chip: its exact dequantised values.
                 let values = w.dequantize();
@@ -480,7 +501,11 @@ impl<'a> ChipInputs<'a> {
             } else {
                 let w = full.sim_dense(&t.name).ok_or_else(|| format!("no seeded `{}`", t.name))?;
                 let values = w.as_f32().ok_or_else(|| format!("`{}` is split but not f32", t.name))?;
-                let (shape, v) = take(&w.shape, values, split.axis, ranges)?;
+                let (shape, v) = match to {
+                    Some(to) => pad(&w.shape, values, split.axis, to)
+                        .and_then(|(shape, v)| take(&shape, &v, split.axis, ranges))?,
+                    None => take(&w.shape, values, split.axis, ranges)?,
+                };
                 dense.insert(t.name.clone(), SimTensor::f32(shape, v));
             }
         }
@@ -526,6 +551,9 @@ impl SimBindings for ChipInputs<'_> {
         // The stacked axis 0 is the expert; the split axis of one expert is one less.
         let axis = split.axis.checked_sub(1)?;
         let part = (axis, split.parts[self.chip].as_slice());
+        if split.stored.is_some() {
+            return self.full.expert_padded_part(name, expert, part, split.extent(0))?.ok();
+        }
         match self.stacked.get(name) {
             Some(&chip @ Storage::Fp8 { .. }) => self.full.expert_fp8_part(name, expert, part, chip)?.ok(),
             _ => self.full.expert_slab(name, expert, Some(part))?.ok(),

@@ -9,7 +9,7 @@ use crate::model::spec::Cut;
 use rdu_spatial::bundle::Bundle;
 use rdu_spatial::manifest::{
     file_blake3, ActivationEntry, Attached, AttachedRole, CertificateEntry, Checkpoint, CheckpointKind, CostEntry,
-    Cut as CutEntry, CutMode, InputEntry, KindEntry, LayerEntry, Manifest, ProgramEntry, Programs, SharedEntry,
+    Cut as CutEntry, CutMode, InputEntry, KindEntry, LayerEntry, Manifest, Pad, ProgramEntry, Programs, SharedEntry,
     SharedRope, Slice, StateDtype, StateEntry, TensorEntry, TensorStorage, FORMAT, VERSION,
 };
 use rdu_spatial::names::{parse_rope_table, runtime_input};
@@ -140,11 +140,12 @@ fn cut_entry(cut: Cut) -> CutEntry {
     CutEntry { mode, ctx: cut.ctx(), seq, batch: cut.batch(), tp, chunk: cut.chunk(), draft: cut.draft() }
 }
 
-/// The whole shape of a tensor a chip declares as `local`, and every chip's manifest ranges.
+/// The whole shape of a tensor a chip declares as `local` (as the checkpoint stores it: a
+/// zero-padded one's `stored` extent), and every chip's manifest ranges (of the padded axis).
 fn whole(local: &[usize], s: &crate::lang::Slices) -> (Vec<usize>, Vec<Vec<Slice>>) {
     let mut shape = local.to_vec();
     if let Some(extent) = shape.get_mut(s.axis) {
-        *extent = s.parts.iter().flatten().map(|&(_, end)| end).max().unwrap_or(*extent);
+        *extent = s.stored.unwrap_or_else(|| s.parts.iter().flatten().map(|&(_, end)| end).max().unwrap_or(*extent));
     }
     let slices = s
         .parts
@@ -210,6 +211,12 @@ impl Tables {
                 Some(s) => whole(&d.ty.shape, s),
                 None => (d.ty.shape.clone(), Vec::new()),
             };
+            // Zero-padded by the host as it binds the tensor (`Slices::stored`).
+            let pad = source
+                .slices
+                .get(&d.name.text)
+                .filter(|s| s.stored.is_some())
+                .map(|s| Pad { axis: s.axis, to: s.end() });
             match d.kind {
                 DeclKind::Weight => {
                     let Some(found) = checkpoint_source(spec, &name) else {
@@ -221,8 +228,8 @@ impl Tables {
                     // A chip's share that cuts the checkpoint's FP8 blocks holds finer ones.
                     let stored_block = model.storage.format_of(&name).and_then(|f| TensorStorage::of(f).1);
                     let stored_block = stored_block.filter(|b| block.is_some_and(|chip| chip != *b));
-                    let entry =
-                        TensorEntry { shape, dtype: "f32".into(), storage, block, stored_block, checkpoint, slices };
+                    let dtype = "f32".into();
+                    let entry = TensorEntry { shape, dtype, storage, block, stored_block, checkpoint, slices, pad };
                     self.tensors.insert(name, entry);
                 }
                 DeclKind::Input => match runtime_input(&name) {

@@ -88,6 +88,11 @@ pub fn shape_digest(source: &Source) -> Digest {
                 None => frame(&mut h, name.as_bytes()),
             }
             h.update(&(s.axis as u64).to_le_bytes());
+            if let Some(stored) = s.stored {
+                // Zero-padded beyond the stored values (absent otherwise: older digests hold).
+                h.update(b"stored");
+                h.update(&(stored as u64).to_le_bytes());
+            }
             h.update(&(s.parts.len() as u64).to_le_bytes());
             for chip in &s.parts {
                 h.update(&(chip.len() as u64).to_le_bytes());

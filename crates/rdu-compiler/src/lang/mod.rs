@@ -84,16 +84,29 @@ impl PartialEq for Source {
 impl Eq for Source {}
 
 /// Which part of a full tensor every chip holds: chip `c` holds the half-open ranges
-/// `parts[c]` of axis `axis`, concatenated in order; every other axis whole.
+/// `parts[c]` of axis `axis`, concatenated in order; every other axis whole. `stored`: the
+/// full tensor holds only that many values of the axis (as the checkpoint stores them), the
+/// deployment zero-pads it to the end of the last range (`rdu_spatial::program::TpSplit::stored`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Slices {
     pub axis: usize,
     pub parts: Vec<Vec<(usize, usize)>>,
+    pub stored: Option<usize>,
 }
 
 impl Slices {
     /// The extent of `axis` one chip holds (chip 0's; every chip holds the same).
     pub fn local_extent(&self) -> usize {
         self.parts.first().map_or(0, |p| p.iter().map(|(a, b)| b - a).sum())
+    }
+
+    /// Unpadded slices: chip `c` the ranges `parts[c]` of `axis`.
+    pub fn new(axis: usize, parts: Vec<Vec<(usize, usize)>>) -> Slices {
+        Slices { axis, parts, stored: None }
+    }
+
+    /// The end of the last range: the extent of the (padded) axis the ranges lie in.
+    pub fn end(&self) -> usize {
+        self.parts.iter().flatten().map(|r| r.1).max().unwrap_or(0)
     }
 }

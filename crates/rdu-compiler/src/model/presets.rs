@@ -26,6 +26,7 @@ const PRESETS: &[(&str, &str)] = &[
     ("gemma-3-27b-it", include_str!("../../presets/gemma-3-27b-it.json")),
     ("glm-4.5", include_str!("../../presets/glm-4.5.json")),
     ("glm-4.5-air", include_str!("../../presets/glm-4.5-air.json")),
+    ("glm-4.5-fp8", include_str!("../../presets/glm-4.5-fp8.json")),
     ("gpt-oss-120b", include_str!("../../presets/gpt-oss-120b.json")),
     ("gpt-oss-20b", include_str!("../../presets/gpt-oss-20b.json")),
     ("kimi-k2", include_str!("../../presets/kimi-k2.json")),

@@ -139,28 +139,137 @@ pub enum MtpAuthor {
     NextN,
 }
 
-/// A checkpoint's `quantization_config`: the block format its layer projections are stored
-/// in — FP8 e4m3fn with one scale per `weight_block_size` block (DeepSeek, GLM, MiniMax) or
-/// MXFP4 (gpt-oss) — and the modules it leaves unconverted (`modules_to_not_convert`).
+/// A checkpoint's `quantization_config`: the format its layer projections are stored in —
+/// FP8 e4m3fn with its scales' grid (DeepSeek's `weight_block_size`, GLM's and MiniMax's;
+/// compressed-tensors' `channel`, `block` and `tensor` strategies) or MXFP4 (gpt-oss) — and
+/// the modules it leaves unconverted: transformers' `modules_to_not_convert`, or
+/// compressed-tensors' `ignore` and `targets`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Quantization {
-    pub format: crate::model::storage::Format,
+    pub format: Declared,
     pub not_converted: Vec<String>,
+    /// compressed-tensors' `ignore`: module names, or `re:` regular expressions matched from
+    /// the name's start (Python's `re.match`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignore: Vec<String>,
+    /// compressed-tensors' `targets` beside the class `Linear` (which names every projection):
+    /// module names or `re:` expressions; empty when `Linear` is a target.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<String>,
+}
+
+/// The format a `quantization_config` declares: for FP8, how its scales tile each matrix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Declared {
+    /// One scale per `rows × cols` block (DeepSeek's `weight_block_size`; compressed-tensors'
+    /// `block` strategy and its `block_structure`).
+    Fp8Block {
+        rows: u32,
+        cols: u32,
+    },
+    /// One scale per output row (compressed-tensors' `channel`): blocks of `1 × in`.
+    Fp8Channel,
+    /// One scale per matrix (compressed-tensors' `tensor`): one block of `out × in`.
+    Fp8Tensor,
+    Mxfp4,
+}
+
+impl Declared {
+    /// The block format of a weight of `shape` (`[…, out, in]`, as the checkpoint stores it):
+    /// FP8's blocks are the scales' grid on its matrices.
+    pub fn format(self, shape: &[usize]) -> crate::model::storage::Format {
+        use crate::model::storage::Format;
+        let n = shape.len();
+        let dim = |k: usize| {
+            n.checked_sub(k).and_then(|i| shape.get(i)).map_or(1, |&d| u32::try_from(d.max(1)).unwrap_or(u32::MAX))
+        };
+        match self {
+            Declared::Fp8Block { rows, cols } => Format::Fp8 { rows, cols },
+            Declared::Fp8Channel => Format::Fp8 { rows: 1, cols: dim(1) },
+            Declared::Fp8Tensor => Format::Fp8 { rows: dim(2), cols: dim(1) },
+            Declared::Mxfp4 => Format::Mxfp4,
+        }
+    }
+
+    pub fn is_fp8(self) -> bool {
+        self != Declared::Mxfp4
+    }
+
+    /// Whether a weight's blocks follow from its shape (one scale per row or per matrix), not
+    /// from the config alone.
+    pub fn by_shape(self) -> bool {
+        matches!(self, Declared::Fp8Channel | Declared::Fp8Tensor)
+    }
 }
 
 impl Quantization {
-    /// Whether `modules_to_not_convert` leaves the checkpoint module `module`
-    /// (`model.layers.3.mlp.experts`) unconverted, as transformers' `should_convert_module`
-    /// decides: a pattern that matches it from the start up to a `.` or its end, `*` standing
-    /// for any run of characters (`model.layers.*.self_attn`), or that it ends with (`fc1`).
+    /// A `quantization_config` of `format` converting every module.
+    pub fn all(format: Declared) -> Quantization {
+        Quantization { format, not_converted: Vec::new(), ignore: Vec::new(), targets: Vec::new() }
+    }
+
+    /// Whether the config leaves the checkpoint module `module` (`model.layers.3.mlp.experts`)
+    /// unconverted: as transformers' `should_convert_module` decides for
+    /// `modules_to_not_convert` — a pattern that matches it from the start up to a `.` or its
+    /// end, `*` standing for any run of characters (`model.layers.*.self_attn`), or that it ends
+    /// with (`fc1`) — or as compressed-tensors matches `ignore` and `targets` (`Modules`).
     pub fn leaves(&self, module: &str) -> bool {
-        self.not_converted.iter().any(|p| module.ends_with(p.as_str()) || glob_prefix(p, module))
+        self.leaver()(module)
+    }
+
+    /// [`Quantization::leaves`] with compressed-tensors' lists compiled once, for many modules.
+    pub fn leaver(&self) -> impl Fn(&str) -> bool + '_ {
+        let modules = Modules::of(self).ok();
+        move |module: &str| {
+            self.not_converted.iter().any(|p| module.ends_with(p.as_str()) || glob_prefix(p, module))
+                || modules.as_ref().is_some_and(|m| m.leaves(module))
+        }
     }
 
     /// Whether the checkpoint stores the module `module` in MXFP4 (`*_blocks`, `*_scales`).
     pub fn mxfp4(&self, module: &str) -> bool {
-        self.format == crate::model::storage::Format::Mxfp4 && !self.leaves(module)
+        self.format == Declared::Mxfp4 && !self.leaves(module)
     }
+}
+
+/// compressed-tensors' `ignore` and `targets`, compiled: an entry is a module's exact name or,
+/// after `re:`, a regular expression that must match from the name's start (`re.match`).
+pub struct Modules {
+    ignore: (std::collections::BTreeSet<String>, Option<regex::RegexSet>),
+    targets: Option<(std::collections::BTreeSet<String>, Option<regex::RegexSet>)>,
+}
+
+impl Modules {
+    /// The config's lists compiled, or the first `re:` expression that does not compile.
+    pub fn of(q: &Quantization) -> Result<Modules, String> {
+        let targets = if q.targets.is_empty() { None } else { Some(compile(&q.targets)?) };
+        Ok(Modules { ignore: compile(&q.ignore)?, targets })
+    }
+
+    /// Whether `module` is ignored, or not among the targets.
+    pub fn leaves(&self, module: &str) -> bool {
+        let hit = |(exact, res): &(std::collections::BTreeSet<String>, Option<regex::RegexSet>)| {
+            exact.contains(module) || res.as_ref().is_some_and(|r| r.is_match(module))
+        };
+        hit(&self.ignore) || self.targets.as_ref().is_some_and(|t| !hit(t))
+    }
+}
+
+/// Exact names and `re:` expressions, each anchored at the name's start.
+fn compile(entries: &[String]) -> Result<(std::collections::BTreeSet<String>, Option<regex::RegexSet>), String> {
+    let (res, exact): (Vec<&String>, Vec<&String>) = entries.iter().partition(|e| e.starts_with("re:"));
+    let anchored: Vec<String> = res.iter().map(|e| format!("^(?:{})", &e[3..])).collect();
+    let set = if anchored.is_empty() {
+        None
+    } else {
+        Some(regex::RegexSet::new(&anchored).map_err(|e| {
+            let first = res.iter().find(|r| regex::Regex::new(&format!("^(?:{})", &r[3..])).is_err());
+            let line = e.to_string().lines().last().unwrap_or_default().trim().to_string();
+            format!("`{}` is not a regular expression rdu reads: {line}", first.map_or("", |r| r.as_str()))
+        })?)
+    };
+    Ok((exact.into_iter().cloned().collect(), set))
 }
 
 /// Whether `pattern` (`*` any run of characters) matches `text` from its start up to a `.` or

@@ -4,7 +4,7 @@
 use crate::graph::Tensor;
 use crate::model::naming::{checkpoint_source, layout_follows_storage, TensorSource};
 use crate::model::quantization::{blockable_weights, declared_storage};
-use crate::model::spec::ModelSpec;
+use crate::model::spec::{Declared, ModelSpec};
 use crate::model::storage::{Format, Storage};
 use rdu_checkpoint::{GgmlType, Gguf, HfStored, SafeTensors};
 use std::collections::BTreeMap;
@@ -36,9 +36,14 @@ impl HfWeights {
         let dir = dir.display().to_string();
         let declared = spec.quantization.as_ref().map(|q| q.format);
         for name in tensors.names() {
+            if name.ends_with(".input_scale") && declared.is_some_and(Declared::is_fp8) {
+                return Err(format!(
+                    "{dir}: tensor `{name}` is a static activation scale, which changes the numerics; rdu reads FP8 checkpoints with dynamic activations only"
+                ));
+            }
             let (what, method) = match tensors.stored(name) {
-                Some(HfStored::Fp8) if !matches!(declared, Some(Format::Fp8 { .. })) => ("F8_E4M3", "fp8"),
-                Some(HfStored::Dense) if name.ends_with("_blocks") && declared != Some(Format::Mxfp4) => {
+                Some(HfStored::Fp8) if !declared.is_some_and(Declared::is_fp8) => ("F8_E4M3", "fp8"),
+                Some(HfStored::Dense) if name.ends_with("_blocks") && declared != Some(Declared::Mxfp4) => {
                     ("as MXFP4 blocks", "mxfp4")
                 }
                 _ => continue,
@@ -109,7 +114,8 @@ impl HfWeights {
         let shape = self.tensors.stored_shape(name).ok_or_else(missing)?;
         let data = match self.tensors.stored(name) {
             Some(HfStored::Fp8) => {
-                let Some(Format::Fp8 { rows, cols }) = self.spec.quantization.as_ref().map(|q| q.format) else {
+                let declared = self.spec.quantization.as_ref().map(|q| q.format.format(&shape));
+                let Some(Format::Fp8 { rows, cols }) = declared else {
                     return Err(format!("{}: tensor `{name}` is FP8 but the config declares no fp8 blocks", self.dir));
                 };
                 let w = self.tensors.read_fp8(name, [rows as usize, cols as usize]).map_err(|e| e.to_string())?;
@@ -189,9 +195,11 @@ impl WeightSource for HfWeights {
     fn stores(&self, name: &str) -> Option<Format> {
         let parts = self.parts(name);
         let kinds: Vec<Option<HfStored>> = parts.iter().map(|p| self.tensors.stored(p)).collect();
-        let format = self.spec.quantization.as_ref().map(|q| q.format);
+        let declared = self.spec.quantization.as_ref().map(|q| q.format).filter(|d| d.is_fp8());
         match kinds.first()? {
-            Some(HfStored::Fp8) if kinds.iter().all(|k| *k == Some(HfStored::Fp8)) => format,
+            Some(HfStored::Fp8) if kinds.iter().all(|k| *k == Some(HfStored::Fp8)) => {
+                Some(declared?.format(self.tensors.shape(parts.first()?)?))
+            }
             Some(HfStored::Mxfp4) if kinds.iter().all(|k| *k == Some(HfStored::Mxfp4)) => Some(Format::Mxfp4),
             _ => None,
         }

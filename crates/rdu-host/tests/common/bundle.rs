@@ -134,6 +134,7 @@ fn tensor_entries(variant: Variant) -> BTreeMap<String, TensorEntry> {
             stored_block: None,
             checkpoint,
             slices: vec![],
+            pad: None,
         };
         tensors.insert(name.to_string(), entry);
     }

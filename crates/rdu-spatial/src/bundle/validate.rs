@@ -394,12 +394,16 @@ fn tensor_problem(entry: &TensorEntry, chips: usize) -> Option<String> {
     if let Some(problem) = blocks_read_as_stored(entry, storage) {
         return Some(problem);
     }
-    if let Some(problem) = slices_problem(&entry.slices, &entry.shape, chips, Split::PartitionOrCover) {
+    if let Some(problem) = pad_problem(entry, storage) {
+        return Some(problem);
+    }
+    let shape = entry.padded_shape();
+    if let Some(problem) = slices_problem(&entry.slices, &shape, chips, Split::PartitionOrCover) {
         return Some(problem);
     }
     let splits_blocks = entry.slices.iter().flatten().any(|s| {
         let unit = storage.split_unit(rank, s.axis);
-        !s.start.is_multiple_of(unit) || !(s.len.is_multiple_of(unit) || s.start + s.len == entry.shape[s.axis])
+        !s.start.is_multiple_of(unit) || !(s.len.is_multiple_of(unit) || s.start + s.len == shape[s.axis])
     });
     if splits_blocks && storage == crate::program::Storage::Q8_0 {
         return Some("slices split its Q8_0 blocks: ranges of the last axis must be multiples of 32".into());
@@ -411,6 +415,27 @@ fn tensor_problem(entry: &TensorEntry, chips: usize) -> Option<String> {
         ));
     }
     None
+}
+
+/// What is wrong with a tensor's `pad`, if anything: it grows the axis its slices cut, of a
+/// dense or MXFP4 tensor (whole blocks along the blocked last axis).
+fn pad_problem(entry: &TensorEntry, storage: crate::program::Storage) -> Option<String> {
+    let pad = entry.pad?;
+    let Some(&extent) = entry.shape.get(pad.axis) else {
+        return Some(format!("pad axis {} is outside shape {:?}", pad.axis, entry.shape));
+    };
+    if pad.to <= extent {
+        return Some(format!("pad grows axis {} from {extent} to {}, not beyond it", pad.axis, pad.to));
+    }
+    if entry.slices.is_empty() || entry.slices.iter().flatten().any(|s| s.axis != pad.axis) {
+        return Some(format!("pad grows axis {}, which its slices do not cut", pad.axis));
+    }
+    match storage {
+        crate::program::Storage::Dense => None,
+        crate::program::Storage::Mxfp4 if pad.axis + 1 < entry.shape.len() || pad.to.is_multiple_of(32) => None,
+        crate::program::Storage::Mxfp4 => Some(format!("pad to {} splits its MXFP4 blocks of 32", pad.to)),
+        _ => Some(format!("storage {} is never padded (only dense and mxfp4 tensors are)", entry.storage.word())),
+    }
 }
 
 /// Why a tensor stored FP8 or MXFP4 cannot be read from its checkpoint entry as stored, if it
@@ -471,6 +496,7 @@ pub(super) fn slices_problem(slices: &[Vec<Slice>], shape: &[usize], chips: usiz
         return Some("slices cut more than one axis; give every range along one axis".into());
     }
     let split = TpSplit {
+        stored: None,
         tensor: "the tensor".into(),
         axis,
         parts: slices.iter().map(|c| c.iter().map(|s| (s.start, s.start + s.len)).collect()).collect(),

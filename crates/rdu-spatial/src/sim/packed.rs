@@ -107,6 +107,11 @@ fn f16(b: &[u8]) -> f32 {
 /// Widens one row (`bytes` of `format`) into `out` (`out.len()` values): the reference's values.
 pub fn widen_row(format: GgmlType, bytes: &[u8], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
+    if format == GgmlType::Q8_0 && q8_kernel() == Q8Kernel::Avx512 {
+        // SAFETY: `q8_kernel` chooses `Avx512` only on a CPU with AVX-512 F and BW, and F16C.
+        return unsafe { widen_q8_row_avx512(bytes, out) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         // SAFETY: the CPU supports AVX2 and FMA, checked just above.
         if unsafe { widen_row_avx2(format, bytes, out) } {
@@ -114,6 +119,29 @@ pub fn widen_row(format: GgmlType, bytes: &[u8], out: &mut [f32]) {
         }
     }
     widen_row_plain(format, bytes, out)
+}
+
+/// A row of file Q8_0 blocks widened with AVX-512, sixteen values at a time: each byte
+/// sign-extended to f32 and multiplied by its block's scale, the reference's `f32::from(q) * d`
+/// (one rounding), so bit for bit its values. The portable path compiles the dequantiser
+/// behind a per-block call without the wide vector unit, and took 30% of a 16-row batched
+/// decode step of Gemma 3 270M Q8_0 (perf, Zen 5 VM, 2 threads).
+///
+/// # Safety
+/// The CPU must support AVX-512 F and BW, and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+unsafe fn widen_q8_row_avx512(bytes: &[u8], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let scales = f16_values();
+    for (b, o) in bytes.chunks_exact(34).zip(out.chunks_exact_mut(QK8_0)) {
+        // SAFETY: `b` holds a block's 34 bytes and `o` its 32 floats (the chunks' lengths).
+        let d = _mm512_set1_ps(scale_of(scales, b.as_ptr()));
+        let lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(b.as_ptr().add(2) as *const __m128i)));
+        let hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(b.as_ptr().add(18) as *const __m128i)));
+        _mm512_storeu_ps(o.as_mut_ptr(), _mm512_mul_ps(lo, d));
+        _mm512_storeu_ps(o.as_mut_ptr().add(16), _mm512_mul_ps(hi, d));
+    }
 }
 
 /// The portable widening: the reference dequantiser itself (a format `can_pack` refuses is

@@ -30,6 +30,40 @@ impl Rows<'_> {
         cols / format.block_size() as usize * format.type_size() as usize
     }
 
+    /// Asks the cache for the bytes of rows `j0..j1` of a weight read in place (Q8_0 blocks or
+    /// a checkpoint block format), so they arrive while the rows before them are multiplied:
+    /// a hint that changes no value (dense and FP8 rows are left to the hardware prefetcher).
+    pub(super) fn prefetch(&self, j0: usize, j1: usize) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // The rows' memory as (start, length in bytes), inside the weight's slice.
+            let (start, len) = match *self {
+                Rows::Packed { format, bytes, cols } => {
+                    let rb = Rows::packed_row_bytes(format, cols);
+                    let rows = bytes.get(j0 * rb..(j1 * rb).min(bytes.len())).unwrap_or(&[]);
+                    (rows.as_ptr(), rows.len())
+                }
+                Rows::Q8 { blocks, cols } => {
+                    let nb = cols / QK8_0;
+                    let rows = blocks.get(j0 * nb..(j1 * nb).min(blocks.len())).unwrap_or(&[]);
+                    (rows.as_ptr().cast::<u8>(), std::mem::size_of_val(rows))
+                }
+                Rows::Dense { .. } | Rows::Fp8 { .. } => (std::ptr::null(), 0),
+            };
+            for off in (0..len).step_by(64) {
+                // SAFETY: a prefetch is a hint that reads nothing and never faults, at any
+                // address (this one is inside the rows' memory).
+                unsafe {
+                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                        start.wrapping_add(off).cast::<i8>(),
+                    )
+                };
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (j0, j1);
+    }
+
     /// Row `j` widened into `out` (`cols` values): the values the reference reads.
     pub(super) fn widen(&self, j: usize, out: &mut [f32]) {
         match *self {

@@ -58,7 +58,14 @@ fn item(cur: &mut Cursor<'_>, p: &mut SpatialProgram) -> Res<()> {
             if keyword == "split" {
                 cur.key("axis")?;
                 let axis = cur.count("an axis")?;
-                tp.splits.push(TpSplit { tensor: name, axis, parts: chip_ranges(cur)? });
+                let stored = match cur.peek() {
+                    Some(Tok::Ident(k)) if k == "stored" => {
+                        cur.key("stored")?;
+                        Some(cur.count("a stored extent")?)
+                    }
+                    _ => None,
+                };
+                tp.splits.push(TpSplit { tensor: name, axis, parts: chip_ranges(cur)?, stored });
             } else {
                 tp.all_reduce.push(name);
             }

@@ -25,7 +25,12 @@ pub fn tensor_parallel(program: &mut SpatialProgram, chips: usize, slices: &BTre
         .tensors
         .iter()
         .filter_map(|t| {
-            slices.get(&t.name).map(|s| TpSplit { tensor: t.name.clone(), axis: s.axis, parts: s.parts.clone() })
+            slices.get(&t.name).map(|s| TpSplit {
+                tensor: t.name.clone(),
+                axis: s.axis,
+                parts: s.parts.clone(),
+                stored: s.stored,
+            })
         })
         .collect();
     program.tp = Some(TpInfo { chips: u32::try_from(chips).unwrap_or(u32::MAX), splits, all_reduce });

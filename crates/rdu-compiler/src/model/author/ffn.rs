@@ -19,14 +19,21 @@ pub(super) fn write(w: &mut Writer<'_>, ctx: &LayerCtx<'_>, hf: &str) -> String 
             // The router is replicated; each chip holds its columns of every expert.
             let wr = w.projection("Wr", &[*experts, d]);
             let br = bias.then(|| w.weight("br", &[*experts]));
-            let cols = [Run::columns(*expert_hidden)];
-            let weg = w.projection_split("Weg", &[*experts, *expert_hidden, d], 1, &cols);
-            let weu = w.projection_split("Weu", &[*experts, *expert_hidden, d], 1, &cols);
-            let wed = w.projection_split("Wed", &[*experts, d, *expert_hidden], 2, &cols);
+            // Over chips that would split its MXFP4 blocks, zero-padded (`expert_width`).
+            let width = w.expert_width(*expert_hidden);
+            let cols = [Run::columns(width)];
+            let weg = w.projection_split("Weg", &[*experts, width, d], 1, &cols);
+            let weu = w.projection_split("Weu", &[*experts, width, d], 1, &cols);
+            let wed = w.projection_split("Wed", &[*experts, d, width], 2, &cols);
             let mut args = vec![hf.to_string(), String::new(), String::new(), weg, weu, wed];
             if *bias {
-                args.push(w.weight_split("beg", &[*experts, *expert_hidden], 1, &cols));
-                args.push(w.weight_split("beu", &[*experts, *expert_hidden], 1, &cols));
+                args.push(w.weight_split("beg", &[*experts, width], 1, &cols));
+                args.push(w.weight_split("beu", &[*experts, width], 1, &cols));
+            }
+            if width != *expert_hidden {
+                for name in &args[3..] {
+                    w.padded(name, *expert_hidden);
+                }
             }
             // The selection bias only chooses: `route` adds it to the scores it ranks.
             let bsel = router.bias.then(|| w.weight("bsel", &[*experts]));

@@ -17,7 +17,7 @@ mod split;
 mod verify;
 mod writer;
 
-pub use split::{cover, covers};
+pub use split::{cover, covers, expert_width};
 pub use writer::Q8_BLOCK;
 
 use crate::graph::{Op, RopeStyle};

@@ -6,6 +6,9 @@
 //!
 //! `fit::admits_tp` decides which widths a model admits; the author only writes admitted ones.
 
+use crate::model::storage::{Format, Storage};
+use rdu_spatial::names::TensorName;
+
 /// `count` heads (or columns) of `unit` values each, starting at `offset` along an axis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Run {
@@ -78,9 +81,43 @@ pub fn covers(n: usize, tp: usize) -> bool {
     tp <= 1 || n - n.div_ceil(tp) >= tp - 1
 }
 
+/// The width the routed experts' intermediate columns of layer `layer` are deployed at over
+/// `tp` chips: `hidden` itself, unless their down projection `Wed{layer}` is stored MXFP4
+/// (blocks of 32 along those columns) and a chip's share of `hidden` would not be whole
+/// blocks — then `hidden` zero-padded to the next multiple of `tp · 32`, so that every chip
+/// holds whole blocks (as vLLM rounds gpt-oss's per-chip MXFP4 intermediate size up to a
+/// block). A padded gate or up row is zero with a zero bias, so the gated unit gives exactly 0
+/// there, and a padded down column adds 0: the result is the unpadded one. Only when the gate
+/// and up projections are MXFP4 or dense too (the host pads those; never Q8_0 or FP8).
+pub fn expert_width(storage: &Storage, layer: usize, hidden: usize, tp: usize) -> usize {
+    let name = |base: &str| TensorName { base: base.into(), layer: Some(layer), seq: None }.to_string();
+    let format = |base: &str| storage.format_of(&name(base));
+    let block = rdu_checkpoint::QK_MXFP4;
+    let paddable = |base: &str| matches!(format(base), None | Some(Format::Mxfp4));
+    let stored_blocks = format("Wed") == Some(Format::Mxfp4) && hidden.is_multiple_of(block);
+    if tp <= 1 || !stored_blocks || hidden.is_multiple_of(tp * block) || !paddable("Weg") || !paddable("Weu") {
+        return hidden;
+    }
+    hidden.next_multiple_of(tp * block)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// gpt-oss-120b's 2880 columns (90 blocks): whole blocks over 1 and 2 chips as they are,
+    /// 2944 over 4 (23 blocks a chip), 3072 over 8 (12 a chip); never padded unless stored MXFP4.
+    #[test]
+    fn mxfp4_experts_are_padded_only_where_a_chip_would_split_blocks() {
+        let names = |f: Format| ["Weg3", "Weu3", "Wed3"].map(|n| (n.to_string(), f)).into_iter().collect();
+        let mxfp4 = Storage::Exactly(names(Format::Mxfp4));
+        let widths: Vec<usize> = [1, 2, 4, 8].iter().map(|&tp| expert_width(&mxfp4, 3, 2880, tp)).collect();
+        assert_eq!(widths, [2880, 2880, 2944, 3072]);
+        assert_eq!(expert_width(&mxfp4, 0, 2880, 8), 2880, "layer 0 is not stored MXFP4");
+        assert_eq!(expert_width(&Storage::Exactly(names(Format::Q8_0)), 3, 2880, 8), 2880);
+        assert_eq!(expert_width(&Storage::AllQ8, 3, 2880, 8), 2880);
+        assert_eq!(expert_width(&mxfp4, 3, 96, 2), 128);
+    }
 
     #[test]
     fn covers_partition_evenly_and_overlap_otherwise() {

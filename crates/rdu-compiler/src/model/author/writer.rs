@@ -1,7 +1,7 @@
 //! `Writer`: accumulates one program's declarations and statements in canonical text form,
 //! suffixing every per-layer name with the layer index and collecting the storage set.
 
-use super::split::{local_extent, parts, Run};
+use super::split::{expert_width, local_extent, parts, Run};
 use crate::graph::Op;
 use crate::lang::{Slices, Source};
 use crate::model::spec::StateDtype;
@@ -106,7 +106,7 @@ impl<'a> Writer<'a> {
         debug_assert!(runs.iter().all(|r| r.offset + r.count * r.unit <= full[axis]), "{name}: runs past {full:?}");
         let mut shape = full.to_vec();
         shape[axis] = local_extent(tp, runs);
-        self.slices.insert(name.to_string(), Slices { axis, parts: parts(tp, runs) });
+        self.slices.insert(name.to_string(), Slices::new(axis, parts(tp, runs)));
         shape
     }
 
@@ -201,17 +201,35 @@ impl<'a> Writer<'a> {
         let mut shape = full.to_vec();
         if self.tp.is_some() {
             shape[axis] = parts.first().map_or(0, |p| p.iter().map(|(s, e)| e - s).sum());
-            self.slices.insert(name.clone(), Slices { axis, parts: parts.to_vec() });
+            self.slices.insert(name.clone(), Slices::new(axis, parts.to_vec()));
         }
         self.declare_projection(&name, &shape);
         name
+    }
+
+    /// The width this layer's routed experts' `hidden` intermediate columns are written at on
+    /// its chips (`split::expert_width`: zero-padded where a chip would split MXFP4 blocks).
+    pub fn expert_width(&self, hidden: usize) -> usize {
+        match (self.layer, self.tp) {
+            (Some(layer), Some(tp)) => expert_width(self.storage, layer, hidden, tp),
+            _ => hidden,
+        }
+    }
+
+    /// Records that the split tensor `name` holds only `stored` values of its split axis as the
+    /// checkpoint stores it: its slices cover the axis zero-padded (`Slices::stored`). Nothing
+    /// on one chip.
+    pub fn padded(&mut self, name: &str, stored: usize) {
+        if let Some(s) = self.slices.get_mut(name) {
+            s.stored = Some(stored);
+        }
     }
 
     /// Records that the result `name` of a tensor-parallel program is GATHERED: chip `c`
     /// computes the ranges `parts[c]` of `axis` of the whole result (nothing on one chip).
     pub fn gathered(&mut self, name: &str, axis: usize, parts: &[Vec<(usize, usize)>]) {
         if self.tp.is_some() {
-            self.slices.insert(name.to_string(), Slices { axis, parts: parts.to_vec() });
+            self.slices.insert(name.to_string(), Slices::new(axis, parts.to_vec()));
         }
     }
 

@@ -18,6 +18,7 @@
 //! Every failure is an [`Error::Config`] naming the field (`text_config.` prefixed inside a
 //! multimodal wrapper; `$` for the document as a whole); no JSON makes this module panic.
 
+mod compressed;
 mod deepseek;
 mod draft;
 mod experts;

@@ -2,7 +2,8 @@
 //!
 //! Read: `quant_method` `fp8` with `fmt` `e4m3` (or `float8_e4m3fn`) and `weight_block_size`
 //! `[rows, cols]` (DeepSeek-V3, GLM, MiniMax: one f32 scale per block), and `mxfp4`
-//! (gpt-oss: blocks of 32 along the input axis); `modules_to_not_convert` for either.
+//! (gpt-oss: blocks of 32 along the input axis); `modules_to_not_convert` for either; and
+//! `compressed-tensors` FP8 (`compressed.rs`: GLM-4.5-FP8's, one scale per output row).
 //! Anything else a config declares is refused in one line: weights stored in a format rdu
 //! does not read would otherwise be read wrongly.
 
@@ -11,8 +12,7 @@ use serde_json::Value;
 
 use super::Ctx;
 use crate::error::Result;
-use crate::model::spec::Quantization;
-use crate::model::storage::Format;
+use crate::model::spec::{Declared, Quantization};
 
 #[derive(Deserialize)]
 struct Config {
@@ -29,6 +29,9 @@ pub(super) fn quantization(top: &Ctx<'_>, root: &Value) -> Result<Option<Quantiz
         Some(v) => v,
     };
     let at = "quantization_config";
+    if value.get("quant_method").and_then(Value::as_str) == Some("compressed-tensors") {
+        return super::compressed::quantization(top, value, at).map(Some);
+    }
     let c: Config = top.parse_at(value, at)?;
     let method = top.require(c.quant_method, &format!("{at}.quant_method"))?;
     let format = match method.as_str() {
@@ -44,17 +47,18 @@ pub(super) fn quantization(top: &Ctx<'_>, root: &Value) -> Result<Option<Quantiz
             };
             let dim = |d: usize| u32::try_from(d).ok().filter(|&d| d > 0);
             match (dim(rows), dim(cols)) {
-                (Some(rows), Some(cols)) => Format::Fp8 { rows, cols },
+                (Some(rows), Some(cols)) => Declared::Fp8Block { rows, cols },
                 _ => return Err(top.err(&field, format!("{block:?}: each side must be a positive 32-bit count"))),
             }
         }
-        "mxfp4" => Format::Mxfp4,
+        "mxfp4" => Declared::Mxfp4,
         other => {
             return Err(top.err(
                 &format!("{at}.quant_method"),
-                format!("`{other}` is not read; rdu reads fp8 (e4m3, block-scaled) and mxfp4 checkpoints"),
+                format!("`{other}` is not read; rdu reads fp8 (e4m3, block-scaled), compressed-tensors (FP8) and mxfp4 checkpoints"),
             ))
         }
     };
-    Ok(Some(Quantization { format, not_converted: c.modules_to_not_convert.unwrap_or_default() }))
+    let not_converted = c.modules_to_not_convert.unwrap_or_default();
+    Ok(Some(Quantization { not_converted, ..Quantization::all(format) }))
 }

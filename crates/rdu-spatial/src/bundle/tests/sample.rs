@@ -171,6 +171,7 @@ fn tensor(shape: &[usize], storage: TensorStorage, name: &str, slices: Vec<Vec<S
             transposed: false,
         },
         slices,
+        pad: None,
     }
 }
 

@@ -211,6 +211,36 @@ fn a_stored_block_is_cut_into_whole_blocks() {
     assert!(err.to_string().contains("only an fp8 tensor with a `block` takes a `stored_block`"), "{err}");
 }
 
+/// A tensor whose chips' shares would split its blocks is stored as it is and zero-padded
+/// along the axis its slices cut: the slices partition the padded axis; a pad that does not
+/// grow that axis, or of a Q8_0 tensor, is refused naming the tensor.
+#[test]
+fn a_pad_grows_the_axis_the_slices_cut() {
+    // Wo1 [64, 64] split by columns into halves: stored with 32 columns, padded to 64.
+    let padded = |storage: TensorStorage, axis: usize, to: usize| {
+        move |b: &mut Bundle| {
+            let t = b.manifest.tensors.get_mut("Wo1").unwrap();
+            (t.storage, t.shape, t.pad) = (storage, vec![64, 32], Some(crate::manifest::Pad { axis, to }));
+        }
+    };
+    for storage in [TensorStorage::Mxfp4, TensorStorage::Dense] {
+        let mut ok = sample();
+        padded(storage, 1, 64)(&mut ok);
+        assert!(ok.problems().is_empty(), "32 columns padded to 64: {:#?}", ok.problems());
+    }
+    let err = problem(padded(TensorStorage::Mxfp4, 1, 32));
+    assert!(err.to_string().contains("tensors.Wo1: pad grows axis 1 from 32 to 32, not beyond it"), "{err}");
+    let err = problem(padded(TensorStorage::Mxfp4, 0, 80));
+    assert!(err.to_string().contains("tensors.Wo1: pad grows axis 0, which its slices do not cut"), "{err}");
+    let err = problem(padded(TensorStorage::Q8_0, 1, 64));
+    assert!(err.to_string().contains("tensors.Wo1: storage q8_0 is never padded"), "{err}");
+    let err = problem(padded(TensorStorage::Dense, 1, 80));
+    assert!(
+        err.to_string().contains("tensors.Wo1: the chips' slices of `the tensor` axis 1 stop at 64 of 80"),
+        "{err}"
+    );
+}
+
 #[test]
 fn the_cut_needs_the_fields_of_its_mode() {
     let err = problem(|b| b.manifest.cut.mode = CutMode::BatchedTp);
