@@ -103,13 +103,15 @@ pub fn kinds(args: &KindsArgs) -> Result<()> {
         );
     }
     if spec.mtp_layers > 0 {
-        // Present in the checkpoint, read by no program: what speculative decoding would use.
+        // Present in the checkpoint, read by no program of the decoder: the first drafts
+        // (`--draft mtp`) where rdu lowers the family's block.
         let (n, first) = (spec.mtp_layers, spec.n_layers());
         println!(
-            "  multi-token prediction: {n} layer{} after the decoder (checkpoint layer{} {}), present but unused",
+            "  multi-token prediction: {n} layer{} after the decoder (checkpoint layer{} {}), {}",
             if n == 1 { "" } else { "s" },
             if n == 1 { "" } else { "s" },
-            ranges(&(first..first + n).collect::<Vec<_>>())
+            ranges(&(first..first + n).collect::<Vec<_>>()),
+            if mtp.is_some() { "not in the decoder's step" } else { "present but unused" }
         );
     }
     if let Some(k) = mtp {
