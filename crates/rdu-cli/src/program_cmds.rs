@@ -65,8 +65,12 @@ pub fn kinds(args: &KindsArgs) -> Result<()> {
     let (spec, weights) = resolve_with_weights(&args.model)?;
     let storage = storage_of(args.storage, &spec, &weights);
     let kinds = layer_kinds(&spec, &storage);
-    // The model's own multi-token-prediction block: a kind of its own, drafting (`--draft mtp`).
-    let mtp = rdu_compiler::model::mtp::mtp_draft(&spec).ok().map(|m| layer_kinds(&m, &storage).remove(0));
+    // The model's own multi-token-prediction block: a kind of its own, drafting (`--draft mtp`),
+    // stored as `--draft mtp` stores it.
+    let mtp = crate::spec_lower::mtp_of(&spec, &weights, &args.model).ok().and_then(|m| {
+        let stored = crate::spec_lower::mtp_storage(&storage, &m).ok()?;
+        Some(layer_kinds(&m, &stored).remove(0))
+    });
     if args.json {
         let kind = |k: &rdu_compiler::deploy::KindGroup| json!({"name": k.name, "digest": k.digest.hex(), "layers": k.layers, "mixer": k.mixer, "ffn": k.ffn});
         let kinds_json: Vec<_> = kinds.iter().map(kind).collect();
