@@ -77,18 +77,22 @@ pub fn run(args: &LowerArgs) -> Result<()> {
         check_acceptance(a).map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     // A target drafted by its own MTP block exports the hidden rows the block reads.
-    let spec = match args.draft.as_deref() {
+    let (spec, mtp) = match args.draft.as_deref() {
         Some(rdu_compiler::model::mtp::MTP_DRAFT) => {
-            spec_lower::mtp_of(&spec, &weights, &args.model)?;
-            rdu_compiler::model::mtp::exporting_hidden(&spec)
+            let mtp = spec_lower::mtp_of(&spec, &weights, &args.model)?;
+            spec_lower::mtp_storage(&storage, &mtp)?;
+            (rdu_compiler::model::mtp::exporting_hidden(&spec), Some(mtp))
         }
-        _ => spec,
+        _ => (spec, None),
     };
     let opts = LowerOptions { chip, storage, seed: args.seed, progress: &mut progress };
     let model = deploy(&spec, &cut, opts);
     let model = model.map_err(|e| anyhow::anyhow!("{e}"))?;
     let draft = match &args.draft {
-        Some(word) => Some(spec_lower::lower_draft(word, &model, args.target.storage, args.seed, &mut progress)?),
+        Some(word) => {
+            let how = (args.target.storage, args.seed);
+            Some(spec_lower::lower_draft(word, &model, mtp.as_ref(), how, &mut progress)?)
+        }
         None => None,
     };
     drop(bar);

@@ -65,8 +65,12 @@ pub fn kinds(args: &KindsArgs) -> Result<()> {
     let (spec, weights) = resolve_with_weights(&args.model)?;
     let storage = storage_of(args.storage, &spec, &weights);
     let kinds = layer_kinds(&spec, &storage);
-    // The model's own multi-token-prediction block: a kind of its own, drafting (`--draft mtp`).
-    let mtp = rdu_compiler::model::mtp::mtp_draft(&spec).ok().map(|m| layer_kinds(&m, &storage).remove(0));
+    // The model's own multi-token-prediction block: a kind of its own, drafting (`--draft mtp`),
+    // stored as `--draft mtp` stores it.
+    let mtp = crate::spec_lower::mtp_of(&spec, &weights, &args.model).ok().and_then(|m| {
+        let stored = crate::spec_lower::mtp_storage(&storage, &m).ok()?;
+        Some(layer_kinds(&m, &stored).remove(0))
+    });
     if args.json {
         let kind = |k: &rdu_compiler::deploy::KindGroup| json!({"name": k.name, "digest": k.digest.hex(), "layers": k.layers, "mixer": k.mixer, "ffn": k.ffn});
         let kinds_json: Vec<_> = kinds.iter().map(kind).collect();
@@ -103,13 +107,15 @@ pub fn kinds(args: &KindsArgs) -> Result<()> {
         );
     }
     if spec.mtp_layers > 0 {
-        // Present in the checkpoint, read by no program: what speculative decoding would use.
+        // Present in the checkpoint, read by no program of the decoder: the first drafts
+        // (`--draft mtp`) where rdu lowers the family's block.
         let (n, first) = (spec.mtp_layers, spec.n_layers());
         println!(
-            "  multi-token prediction: {n} layer{} after the decoder (checkpoint layer{} {}), present but unused",
+            "  multi-token prediction: {n} layer{} after the decoder (checkpoint layer{} {}), {}",
             if n == 1 { "" } else { "s" },
             if n == 1 { "" } else { "s" },
-            ranges(&(first..first + n).collect::<Vec<_>>())
+            ranges(&(first..first + n).collect::<Vec<_>>()),
+            if mtp.is_some() { "not in the decoder's step" } else { "present but unused" }
         );
     }
     if let Some(k) = mtp {

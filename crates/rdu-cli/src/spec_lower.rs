@@ -10,8 +10,9 @@ use rdu_compiler::deploy::deploy;
 use rdu_compiler::deploy::speculative::{check_draft, draft_cut, SpeculativeEstimate};
 use rdu_compiler::deploy::Storage;
 use rdu_compiler::deploy::{LowerOptions, Progress, StreamedModel};
-use rdu_compiler::model::mtp::{mtp_draft, MTP_DRAFT};
+use rdu_compiler::model::mtp::{falling_back, mtp_draft, MTP_DRAFT};
 use rdu_compiler::model::naming::{checkpoint_source, TensorSource};
+use rdu_compiler::model::quantization::declared_storage;
 use rdu_compiler::model::spec::{Cut, ModelSpec};
 use serde_json::{json, Value};
 use std::path::Path;
@@ -44,16 +45,18 @@ impl Draft {
 
 /// The draft `word` names for the verify deployment `target`: `lookup`, or a model lowered at
 /// the decode cut of the verify step's sequences and chips (its states stored as the target's).
+/// `mtp` is the target's MTP block as its checkpoint holds it (`mtp_of`), for `--draft mtp`.
 pub fn lower_draft(
     word: &str,
     target: &StreamedModel,
-    storage: StorageArg,
-    seed: u64,
+    mtp: Option<&ModelSpec>,
+    (storage, seed): (StorageArg, u64),
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Draft> {
-    match word {
-        "lookup" => return Ok(Draft::Lookup),
-        MTP_DRAFT => return lower_mtp(target, seed, progress),
+    match (word, mtp) {
+        ("lookup", _) => return Ok(Draft::Lookup),
+        (MTP_DRAFT, Some(block)) => return lower_mtp(target, block, seed, progress),
+        (MTP_DRAFT, None) => return Err(anyhow!("--draft mtp: {} has no MTP block resolved", target.spec.name)),
         _ => {}
     }
     let (spec, weights) = resolve_with_weights(word)?;
@@ -69,43 +72,52 @@ pub fn lower_draft(
 /// The target's own multi-token-prediction block, lowered at the decode cut of the verify step
 /// with the target's storage (its tensors are the target checkpoint's), its head exporting its
 /// hidden rows to draft again from.
-fn lower_mtp(target: &StreamedModel, seed: u64, progress: &mut dyn FnMut(Progress<'_>)) -> Result<Draft> {
-    let spec = mtp_draft(&target.spec).map_err(anyhow::Error::msg)?;
+fn lower_mtp(
+    target: &StreamedModel,
+    block: &ModelSpec,
+    seed: u64,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<Draft> {
     let cut = mtp_cut(target.cut)?;
-    let storage = mtp_storage(&target.storage)?;
+    let storage = mtp_storage(&target.storage, block)?;
+    let spec = ModelSpec { state: target.spec.state, ..block.clone() };
     let opts = LowerOptions { chip: target.chip.clone(), storage, seed, progress };
     let model = deploy(&spec, &cut, opts).map_err(|e| anyhow!("the MTP block of {}: {e}", target.spec.name))?;
     Ok(Draft::Model(Box::new(model)))
 }
 
-/// The MTP block of `target` (refused in one line when there is none, or when the checkpoint
-/// `weights` of `model` lacks the block's tensors).
+/// The MTP block of `target` as the checkpoint `weights` of `model` holds it (its own embedding
+/// and output head, or the target's where it stores none); refused in one line when there is
+/// none, or when the checkpoint lacks the block's tensors.
 pub fn mtp_of(target: &ModelSpec, weights: &Weights, model: &str) -> Result<ModelSpec> {
     let mtp = mtp_draft(target).map_err(anyhow::Error::msg)?;
-    if let (Weights::Hf(w), Some(TensorSource::Tensor(fc))) = (weights, checkpoint_source(&mtp, "Wfc0")) {
+    let Weights::Hf(w) = weights else { return Ok(mtp) };
+    if let Some(TensorSource::Tensor(fc)) = checkpoint_source(&mtp, "Wfc0") {
         if !w.contains(&fc) {
             bail!("--draft mtp: {model} has no multi-token-prediction block (its checkpoint has no `{fc}`)");
         }
     }
-    Ok(mtp)
+    Ok(falling_back(mtp, &|name| w.contains(name)))
 }
 
-/// The decode cut an MTP block drafts at beside the verify cut `verify`: one sequence on one chip.
+/// The decode cut an MTP block drafts at beside the verify cut `verify`: one sequence, on the
+/// verify step's chips (its layer split as the target's are; the fusion whole on every chip).
 pub fn mtp_cut(verify: Cut) -> Result<Cut> {
     match verify {
-        Cut::Verify { batch: None, tp: 1, ctx, .. } => Ok(Cut::Decode { ctx }),
-        Cut::Verify { .. } => bail!("--draft mtp drafts for one sequence on one chip: drop --batch and --tp"),
+        Cut::Verify { batch: None, ctx, .. } => Ok(draft_cut(verify).unwrap_or(Cut::Decode { ctx })),
+        Cut::Verify { .. } => bail!("--draft mtp drafts for one sequence: drop --batch"),
         _ => bail!("--draft needs --cut verify"),
     }
 }
 
-/// The storage of an MTP block: the target's policy (a checkpoint stored weight by weight in
-/// block formats names the target's layers, not the block's, so it is refused).
-pub fn mtp_storage(target: &Storage) -> Result<Storage> {
+/// The storage of an MTP block: the target's policy, or — a checkpoint stored weight by weight
+/// in block formats, whose map names the target's layers — what its `quantization_config`
+/// declares for the block's own weights (DeepSeek-V3 stores its block FP8 as its layers).
+pub fn mtp_storage(target: &Storage, block: &ModelSpec) -> Result<Storage> {
     match target {
-        Storage::Exactly(map) if !map.is_empty() => {
-            bail!("--draft mtp: a checkpoint stored in block formats (FP8, MXFP4) is not read for its MTP block; use --storage q8 or dense")
-        }
+        Storage::Exactly(map) if !map.is_empty() => declared_storage(block).ok_or_else(|| {
+            anyhow!("--draft mtp: {} stores its weights in block formats its config does not declare, so its MTP block's are unknown; use --storage q8 or dense", block.name)
+        }),
         other => Ok(other.clone()),
     }
 }

@@ -158,8 +158,9 @@ pub fn pending_input(b: Option<usize>) -> TensorName {
 /// rows (`f32[rows, d_model]`): the target's exported rows, or the block's own.
 pub const HIDDEN_INPUT: &str = "hprev";
 
-/// The head's output of its normed rows (the output projection's input) when it exports them
-/// for a multi-token-prediction draft.
+/// The head's output of the rows a multi-token-prediction draft reads next: its normed rows
+/// (the output projection's input), or — a DeepSeek-V3-style block's own head — its rows before
+/// the norm (vLLM's `deepseek_mtp` chains those).
 pub const HIDDEN_OUTPUT: &str = "hn";
 
 /// The role of a runtime input the host fills, by its name: the token ids (`tok`, `toks`), a

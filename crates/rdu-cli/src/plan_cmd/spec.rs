@@ -1,4 +1,5 @@
-//! `rdu plan TARGET --draft DRAFT`: speculative deployments of one sequence — every
+//! `rdu plan TARGET --draft DRAFT` (a model, or `mtp`: the target's own multi-token-prediction
+//! block): speculative deployments of one sequence — every
 //! tensor-parallel width both models admit (up to 16) × the drafted tokens K — each the
 //! target's verify step and the draft's decode step estimated as `rdu lower` lowers them
 //! (`Estimator`: structure and resources checked, numbers not certified), and its tokens/s at
@@ -6,12 +7,13 @@
 //! step of the same width.
 
 use super::{swept_widths, PlanArgs, NOTE};
-use crate::model_arg::{resolve_with_weights, storage_of, with_state};
+use crate::model_arg::{resolve_with_weights, storage_of, with_state, Weights};
 use anyhow::{anyhow, bail, Result};
 use rayon::prelude::*;
 use rdu_compiler::deploy::speculative::{check_acceptance, check_draft, SpeculativeEstimate};
-use rdu_compiler::deploy::{Estimator, StreamedModel};
+use rdu_compiler::deploy::{Estimator, Storage, StreamedModel};
 use rdu_compiler::fit::admits_tp;
+use rdu_compiler::model::mtp::{exporting_hidden, MTP_DRAFT};
 use rdu_compiler::model::spec::{Cut, ModelSpec};
 use rdu_spatial::chip::Chip;
 use serde_json::json;
@@ -38,12 +40,9 @@ pub fn run(args: &PlanArgs, draft_word: &str) -> Result<()> {
     }
     let (spec, weights) = resolve_with_weights(&args.model)?;
     let spec = with_state(spec, args.target.state);
-    let (draft, draft_weights) = resolve_with_weights(draft_word)?;
-    check_draft(&spec, &draft).map_err(|e| anyhow!("{e}"))?;
-    let draft = ModelSpec { state: spec.state, ..draft };
+    let storage = storage_of(args.target.storage, &spec, &weights);
+    let (spec, draft, draft_storage) = drafted_by(args, draft_word, spec, &weights, &storage)?;
     let chip = Chip::resolve(&args.target.chip)?;
-    let (storage, draft_storage) =
-        (storage_of(args.target.storage, &spec, &weights), storage_of(args.target.storage, &draft, &draft_weights));
     let ks = if args.draft_tokens.is_empty() { DRAFT_TOKENS.to_vec() } else { args.draft_tokens.clone() };
     let acceptances = if args.acceptance.is_empty() { ACCEPTANCES.to_vec() } else { args.acceptance.clone() };
     for &a in &acceptances {
@@ -95,6 +94,27 @@ pub fn run(args: &PlanArgs, draft_word: &str) -> Result<()> {
         print!("{}", table(&header, &acceptances, &rows));
     }
     Ok(())
+}
+
+/// The target — exporting its hidden rows when its own MTP block drafts (`mtp`) — and the
+/// draft `word` names with its storage.
+fn drafted_by(
+    args: &PlanArgs,
+    word: &str,
+    spec: ModelSpec,
+    weights: &Weights,
+    storage: &Storage,
+) -> Result<(ModelSpec, ModelSpec, Storage)> {
+    if word == MTP_DRAFT {
+        let block = crate::spec_lower::mtp_of(&spec, weights, &args.model)?;
+        let block_storage = crate::spec_lower::mtp_storage(storage, &block)?;
+        return Ok((exporting_hidden(&spec), block, block_storage));
+    }
+    let (draft, draft_weights) = resolve_with_weights(word)?;
+    check_draft(&spec, &draft).map_err(|e| anyhow!("{e}"))?;
+    let draft = ModelSpec { state: spec.state, ..draft };
+    let draft_storage = storage_of(args.target.storage, &draft, &draft_weights);
+    Ok((spec, draft, draft_storage))
 }
 
 fn json_of(spec: &ModelSpec, draft: &ModelSpec, chip: &Chip, rows: &[Row]) -> serde_json::Value {

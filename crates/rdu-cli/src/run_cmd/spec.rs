@@ -9,7 +9,7 @@ use crate::run_args::{host_weights, lower_into, write_npy, Engine, RunArgs, RunC
 use crate::run_engine::Clocks;
 use anyhow::{anyhow, bail, Context, Result};
 use rdu_compiler::deploy::Storage;
-use rdu_compiler::model::mtp::{exporting_hidden, mtp_draft, MTP_DRAFT};
+use rdu_compiler::model::mtp::{exporting_hidden, MTP_DRAFT};
 use rdu_compiler::model::spec::{Cut, ModelSpec};
 use rdu_host::speculate::{Drafter, Lookup, ModelDraft, MtpDraft};
 use rdu_host::{speculate, Generate, Host, Sampler, WeightsSource};
@@ -49,9 +49,10 @@ pub fn run(args: &RunArgs, spec: &ModelSpec, weights: &Weights, draft: &str) -> 
     let draft = DraftArg::parse(draft);
     // A target drafted by its own MTP block exports the hidden rows the block reads.
     let target_spec;
+    let mut mtp = None;
     let spec = match draft {
         DraftArg::Mtp => {
-            crate::spec_lower::mtp_of(spec, weights, &args.model)?;
+            mtp = Some(crate::spec_lower::mtp_of(spec, weights, &args.model)?);
             target_spec = exporting_hidden(spec);
             &target_spec
         }
@@ -91,7 +92,8 @@ pub fn run(args: &RunArgs, spec: &ModelSpec, weights: &Weights, draft: &str) -> 
             (Box::new(drafter), model.to_string())
         }
         DraftArg::Mtp => {
-            let drafter = draft_mtp(args, spec, weights, (&chip, ctx), &clocks, tmp.path())?;
+            let block = mtp.as_ref().ok_or_else(|| anyhow!("--draft mtp: no MTP block resolved"))?;
+            let drafter = draft_mtp(args, (spec, block), weights, (&chip, ctx), &clocks, tmp.path())?;
             (Box::new(drafter), MTP_DRAFT.to_string())
         }
     };
@@ -184,19 +186,18 @@ fn draft_model(
 /// target's storage, loaded with the target's weights (the block's tensors are the target's).
 fn draft_mtp(
     args: &RunArgs,
-    target: &ModelSpec,
+    (target, block): (&ModelSpec, &ModelSpec),
     weights: &Weights,
     (chip, ctx): (&Chip, usize),
     clocks: &Clocks,
     dir: &Path,
 ) -> Result<MtpDraft> {
-    if args.tp.is_some_and(|tp| tp > 1) {
-        bail!("--draft mtp drafts on one chip: drop --tp");
-    }
-    let spec = mtp_draft(target).map_err(anyhow::Error::msg)?;
-    let storage = crate::spec_lower::mtp_storage(&storage_of(args.storage, target, weights))?;
+    let spec = ModelSpec { state: target.state, ..block.clone() };
+    let storage = crate::spec_lower::mtp_storage(&storage_of(args.storage, target, weights), &spec)?;
     let dir = dir.join("draft");
-    Clocks::time(&clocks.lower, || lower_into(args.json, &spec, chip, &storage, Cut::Decode { ctx }, &dir))?;
+    // On the verify step's chips.
+    let cut = crate::spec_lower::mtp_cut(Cut::Verify { draft: 1, batch: None, tp: args.tp.unwrap_or(1), ctx })?;
+    Clocks::time(&clocks.lower, || lower_into(args.json, &spec, chip, &storage, cut, &dir))?;
     let source = host_weights(args, target, weights);
     let host = Clocks::time(&clocks.load, || load(&dir, &source, false))?;
     MtpDraft::new(host, sampling(args)).map_err(|e| anyhow!("--draft mtp: {e}"))

@@ -52,7 +52,9 @@ pub fn checkpoint_source(spec: &ModelSpec, name: &str) -> Option<TensorSource> {
     let TensorName { base, layer: Some(layer), seq: None } = TensorName::parse(name) else { return None };
     let base = base.as_str();
     let spec_layer = spec.layers.get(layer)?;
-    let at = |rest: &str| format!("{prefix}layers.{layer}.{rest}");
+    // An MTP block's one layer sits at its own checkpoint index (DeepSeek-V3's: 61).
+    let stored = layer + spec.mtp.as_ref().map_or(0, |block| block.layer);
+    let at = |rest: &str| format!("{prefix}layers.{stored}.{rest}");
     let rest = hf_norm(spec_layer, base).or_else(|| hf_mixer(&spec_layer.mixer, base));
     match rest {
         Some(rest) => one(at(rest)),

@@ -108,17 +108,35 @@ pub struct ModelSpec {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MtpBlock {
     pub author: MtpAuthor,
-    /// The target's tensor prefix (`model.`): the block shares its embedding table.
+    /// The target's tensor prefix (`model.`): the block shares its embedding table, or reads
+    /// its own copy under it.
     pub target_prefix: String,
+    /// The checkpoint index of the block's decoder layer: 0 (`mtp.layers.0`) for Qwen3-Next,
+    /// `num_hidden_layers` (`model.layers.61`) for DeepSeek-V3 and GLM-4.5.
+    #[serde(default)]
+    pub layer: usize,
+    /// The block reads its own embedding table (`model.layers.61.embed_tokens`) rather than the
+    /// target's: DeepSeek-V3 and GLM-4.5 store one, GLM-4.6 does not.
+    #[serde(default)]
+    pub own_embed: bool,
+    /// The block projects with its own output head (`shared_head.head`) rather than the
+    /// target's `lm_head`.
+    #[serde(default)]
+    pub own_head: bool,
 }
 
-/// Which family's multi-token-prediction block (DeepSeek-V3's and GLM-4.5's would be others).
+/// Which family's multi-token-prediction block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MtpAuthor {
     /// Qwen3-Next (vLLM's `qwen3_next_mtp`): `fc(concat(norm_e(embed(t)), norm_h(h)))`, one
     /// full-attention MoE decoder layer, its own final norm, the target's output head.
     Qwen3Next,
+    /// DeepSeek-V3 (vLLM's `deepseek_mtp`), GLM-4.5 alike (`glm4_moe_mtp`): the checkpoint's
+    /// layer `num_hidden_layers`, `eh_proj(concat(enorm(embed(t)), hnorm(h)))`, one MoE decoder
+    /// layer of the model's, `shared_head.norm` and `shared_head.head`; it drafts again from its
+    /// rows before `shared_head.norm` (vLLM's forward returns those).
+    NextN,
 }
 
 /// A checkpoint's `quantization_config`: the format its layer projections are stored in —

@@ -22,7 +22,7 @@ pub use writer::Q8_BLOCK;
 
 use crate::graph::{Op, RopeStyle};
 use crate::lang::Source;
-use crate::model::spec::{Cut, Layer, Mixer, ModelSpec, Norms};
+use crate::model::spec::{Cut, Layer, Mixer, ModelSpec, MtpAuthor, Norms};
 use crate::model::storage::Storage;
 use rdu_spatial::manifest::RopeTable;
 use rdu_spatial::names;
@@ -54,7 +54,7 @@ pub fn source_of(spec: &ModelSpec, layer: usize, cut: Cut, storage: &Storage) ->
     verify::declare_inputs(&mut w, &ctx);
     // A multi-token-prediction block's layer reads the fusion of its token and hidden inputs.
     let hidden = match &spec.mtp {
-        Some(block) => mtp::fuse(&mut w, &ctx, block),
+        Some(_) => mtp::fuse(&mut w, &ctx),
         None => ctx.hidden_in.clone(),
     };
 
@@ -134,7 +134,9 @@ pub fn head_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
         }
         _ => input,
     };
-    let hn = names::HIDDEN_OUTPUT;
+    // A DeepSeek-V3-style MTP block drafts again from its rows before its head's norm.
+    let pre_norm = spec.mtp.as_ref().is_some_and(|b| b.author == MtpAuthor::NextN);
+    let hn = if pre_norm { "hf" } else { names::HIDDEN_OUTPUT };
     w.bind_exact(hn, final_norm, &[&last, &nf]);
     let out = w.projection_parts(if spec.head.tied { "E" } else { "Wout" }, &[spec.vocab, d], 0, &vocab);
     w.bind_exact("logits", Op::Linear, &[hn, &out]);
@@ -142,6 +144,9 @@ pub fn head_source(spec: &ModelSpec, cut: Cut, storage: &Storage) -> Source {
     w.output("logits");
     if spec.head.hidden && cut.chunk().is_none() {
         // The rows a multi-token-prediction draft reads (`model::mtp`).
+        if pre_norm {
+            w.bind_exact(names::HIDDEN_OUTPUT, Op::Scale { by: 1.0 }, &[&last]);
+        }
         w.output(names::HIDDEN_OUTPUT);
     }
     w.finish(&format!("{} head of {}", cut_word(cut), spec.name))
