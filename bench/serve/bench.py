@@ -159,8 +159,10 @@ def main():
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--per-stream", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=512)
-    ap.add_argument("--chunk", type=int, default=64)
-    ap.add_argument("--step-tokens", type=int, help="rdu serve --step-tokens (default: its own, --batch + --chunk)")
+    # A chunk no longer than the ~38-token prompt, so prompts go through the prefill bundle, and
+    # a budget of two chunks beside the 16 rows (README: "What changed").
+    ap.add_argument("--chunk", type=int, default=32)
+    ap.add_argument("--step-tokens", type=int, default=80, help="rdu serve --step-tokens (0: its own, --batch + --chunk)")
     ap.add_argument("--levels", default="1,4,16")
     ap.add_argument("--json", help="write every figure to this file")
     ap.add_argument("--servers", default="rdu,rdu1,llama",
