@@ -79,8 +79,8 @@ pub fn run(args: &LowerArgs) -> Result<()> {
     // A target drafted by its own MTP block exports the hidden rows the block reads.
     let (spec, mtp) = match args.draft.as_deref() {
         Some(rdu_compiler::model::mtp::MTP_DRAFT) => {
-            let mtp = spec_lower::mtp_of(&spec, &weights, &args.model)?;
-            spec_lower::mtp_storage(&storage, &mtp)?;
+            let mtp = crate::model_arg::mtp_of(&spec, &weights, &args.model)?;
+            crate::model_arg::mtp_storage(&storage, &mtp)?;
             (rdu_compiler::model::mtp::exporting_hidden(&spec), Some(mtp))
         }
         _ => (spec, None),

@@ -1,9 +1,12 @@
 //! Resolving the MODEL argument and the storage and cut flags shared by several commands.
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 use clap::ValueEnum;
 use rdu_compiler::deploy::Storage;
+use rdu_compiler::model::mtp::{falling_back, mtp_draft};
+use rdu_compiler::model::naming::{checkpoint_source, TensorSource};
 use rdu_compiler::model::presets;
+use rdu_compiler::model::quantization::declared_storage;
 use rdu_compiler::model::spec::{Cut, ModelSpec, StateDtype};
 use rdu_spatial::manifest::CutMode;
 
@@ -235,4 +238,30 @@ impl StateArg {
 pub fn with_state(mut spec: ModelSpec, state: StateArg) -> ModelSpec {
     spec.state = state.dtype();
     spec
+}
+
+/// The MTP block of `target` as the checkpoint `weights` of `model` holds it (its own embedding
+/// and output head, or the target's where it stores none); refused in one line when there is
+/// none, or when the checkpoint lacks the block's tensors.
+pub fn mtp_of(target: &ModelSpec, weights: &Weights, model: &str) -> Result<ModelSpec> {
+    let mtp = mtp_draft(target).map_err(anyhow::Error::msg)?;
+    let Weights::Hf(w) = weights else { return Ok(mtp) };
+    if let Some(TensorSource::Tensor(fc)) = checkpoint_source(&mtp, "Wfc0") {
+        if !w.contains(&fc) {
+            bail!("--draft mtp: {model} has no multi-token-prediction block (its checkpoint has no `{fc}`)");
+        }
+    }
+    Ok(falling_back(mtp, &|name| w.contains(name)))
+}
+
+/// The storage of an MTP block: the target's policy, or — a checkpoint stored weight by weight
+/// in block formats, whose map names the target's layers — what its `quantization_config`
+/// declares for the block's own weights (DeepSeek-V3 stores its block FP8 as its layers).
+pub fn mtp_storage(target: &Storage, block: &ModelSpec) -> Result<Storage> {
+    match target {
+        Storage::Exactly(map) if !map.is_empty() => declared_storage(block).ok_or_else(|| {
+            anyhow!("--draft mtp: {} stores its weights in block formats its config does not declare, so its MTP block's are unknown; use --storage q8 or dense", block.name)
+        }),
+        other => Ok(other.clone()),
+    }
 }

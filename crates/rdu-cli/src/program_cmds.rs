@@ -67,8 +67,8 @@ pub fn kinds(args: &KindsArgs) -> Result<()> {
     let kinds = layer_kinds(&spec, &storage);
     // The model's own multi-token-prediction block: a kind of its own, drafting (`--draft mtp`),
     // stored as `--draft mtp` stores it.
-    let mtp = crate::spec_lower::mtp_of(&spec, &weights, &args.model).ok().and_then(|m| {
-        let stored = crate::spec_lower::mtp_storage(&storage, &m).ok()?;
+    let mtp = crate::model_arg::mtp_of(&spec, &weights, &args.model).ok().and_then(|m| {
+        let stored = crate::model_arg::mtp_storage(&storage, &m).ok()?;
         Some(layer_kinds(&m, &stored).remove(0))
     });
     if args.json {

@@ -4,15 +4,12 @@
 //! which drafts on the host) and `speculative.json` (what runs, in what order, and the
 //! estimate at `A`: `rdu_compiler::deploy::speculative`).
 
-use crate::model_arg::{resolve_with_weights, storage_of, StorageArg, Weights};
+use crate::model_arg::{mtp_storage, resolve_with_weights, storage_of, StorageArg};
 use anyhow::{anyhow, bail, Result};
 use rdu_compiler::deploy::deploy;
 use rdu_compiler::deploy::speculative::{check_draft, draft_cut, SpeculativeEstimate};
-use rdu_compiler::deploy::Storage;
 use rdu_compiler::deploy::{LowerOptions, Progress, StreamedModel};
-use rdu_compiler::model::mtp::{falling_back, mtp_draft, MTP_DRAFT};
-use rdu_compiler::model::naming::{checkpoint_source, TensorSource};
-use rdu_compiler::model::quantization::declared_storage;
+use rdu_compiler::model::mtp::MTP_DRAFT;
 use rdu_compiler::model::spec::{Cut, ModelSpec};
 use serde_json::{json, Value};
 use std::path::Path;
@@ -86,20 +83,6 @@ fn lower_mtp(
     Ok(Draft::Model(Box::new(model)))
 }
 
-/// The MTP block of `target` as the checkpoint `weights` of `model` holds it (its own embedding
-/// and output head, or the target's where it stores none); refused in one line when there is
-/// none, or when the checkpoint lacks the block's tensors.
-pub fn mtp_of(target: &ModelSpec, weights: &Weights, model: &str) -> Result<ModelSpec> {
-    let mtp = mtp_draft(target).map_err(anyhow::Error::msg)?;
-    let Weights::Hf(w) = weights else { return Ok(mtp) };
-    if let Some(TensorSource::Tensor(fc)) = checkpoint_source(&mtp, "Wfc0") {
-        if !w.contains(&fc) {
-            bail!("--draft mtp: {model} has no multi-token-prediction block (its checkpoint has no `{fc}`)");
-        }
-    }
-    Ok(falling_back(mtp, &|name| w.contains(name)))
-}
-
 /// The decode cut an MTP block drafts at beside the verify cut `verify`: one sequence, on the
 /// verify step's chips (its layer split as the target's are; the fusion whole on every chip).
 pub fn mtp_cut(verify: Cut) -> Result<Cut> {
@@ -107,18 +90,6 @@ pub fn mtp_cut(verify: Cut) -> Result<Cut> {
         Cut::Verify { batch: None, ctx, .. } => Ok(draft_cut(verify).unwrap_or(Cut::Decode { ctx })),
         Cut::Verify { .. } => bail!("--draft mtp drafts for one sequence: drop --batch"),
         _ => bail!("--draft needs --cut verify"),
-    }
-}
-
-/// The storage of an MTP block: the target's policy, or — a checkpoint stored weight by weight
-/// in block formats, whose map names the target's layers — what its `quantization_config`
-/// declares for the block's own weights (DeepSeek-V3 stores its block FP8 as its layers).
-pub fn mtp_storage(target: &Storage, block: &ModelSpec) -> Result<Storage> {
-    match target {
-        Storage::Exactly(map) if !map.is_empty() => declared_storage(block).ok_or_else(|| {
-            anyhow!("--draft mtp: {} stores its weights in block formats its config does not declare, so its MTP block's are unknown; use --storage q8 or dense", block.name)
-        }),
-        other => Ok(other.clone()),
     }
 }
 

@@ -106,8 +106,8 @@ fn drafted_by(
     storage: &Storage,
 ) -> Result<(ModelSpec, ModelSpec, Storage)> {
     if word == MTP_DRAFT {
-        let block = crate::spec_lower::mtp_of(&spec, weights, &args.model)?;
-        let block_storage = crate::spec_lower::mtp_storage(storage, &block)?;
+        let block = crate::model_arg::mtp_of(&spec, weights, &args.model)?;
+        let block_storage = crate::model_arg::mtp_storage(storage, &block)?;
         return Ok((exporting_hidden(&spec), block, block_storage));
     }
     let (draft, draft_weights) = resolve_with_weights(word)?;

@@ -52,7 +52,7 @@ pub fn run(args: &RunArgs, spec: &ModelSpec, weights: &Weights, draft: &str) -> 
     let mut mtp = None;
     let spec = match draft {
         DraftArg::Mtp => {
-            mtp = Some(crate::spec_lower::mtp_of(spec, weights, &args.model)?);
+            mtp = Some(crate::model_arg::mtp_of(spec, weights, &args.model)?);
             target_spec = exporting_hidden(spec);
             &target_spec
         }
@@ -193,7 +193,7 @@ fn draft_mtp(
     dir: &Path,
 ) -> Result<MtpDraft> {
     let spec = ModelSpec { state: target.state, ..block.clone() };
-    let storage = crate::spec_lower::mtp_storage(&storage_of(args.storage, target, weights), &spec)?;
+    let storage = crate::model_arg::mtp_storage(&storage_of(args.storage, target, weights), &spec)?;
     let dir = dir.join("draft");
     // On the verify step's chips.
     let cut = crate::spec_lower::mtp_cut(Cut::Verify { draft: 1, batch: None, tp: args.tp.unwrap_or(1), ctx })?;
