@@ -137,8 +137,9 @@ fn template_of(args: &ServeArgs, model: &str, tokenizer: Option<&Tokenizer>) -> 
     Ok(Some(template))
 }
 
-/// The host engine: the batched bundle (`--bundle`, or lowered now for `--batch` and `--ctx`)
-/// and the prefill bundle (`--prefill-bundle`, or lowered now for `--chunk` over the same ctx).
+/// The host engine: the batched bundle (`--bundle`, or lowered now for `--batch` and `--ctx`),
+/// the prefill bundle (`--prefill-bundle`, or lowered now for `--chunk` over the same ctx), and
+/// beside a lowered batched bundle a one-sequence decode bundle for steps with one live row.
 fn engine(
     args: &ServeArgs,
     spec: &ModelSpec,
@@ -178,13 +179,32 @@ fn engine(
         }
         _ => None,
     };
+    // A one-sequence decode bundle beside a lowered batched one: a step with one live sequence
+    // runs its row alone (`HostEngine::with_single`).
+    let single = match bundle {
+        None if args.batch > 1 => {
+            let dir = tmp.path().join("single");
+            lower_into(false, spec, &chip, &storage, Cut::Decode { ctx }, &dir)?;
+            Some(dir)
+        }
+        _ => None,
+    };
     let load_error = |e| crate::bundle_arg::load_error(e, bundle.is_some());
     let decode = Host::load(&batched, source, &mut |_, _, _| {}).map_err(load_error)?;
+    let sharing = |dir: &Path, decode: &Host| Host::load_sharing(dir, decode, source, &mut |_, _, _| {});
     let prefill = match prefill {
-        Some(dir) => Some(Host::load_sharing(&dir, &decode, source, &mut |_, _, _| {}).map_err(load_error)?),
+        Some(dir) => Some(sharing(&dir, &decode).map_err(load_error)?),
         None => None,
     };
-    HostEngine::new(decode, prefill).map_err(|e| anyhow!("{e}"))
+    let single = match single {
+        Some(dir) => Some(sharing(&dir, &decode).map_err(load_error)?),
+        None => None,
+    };
+    let engine = HostEngine::new(decode, prefill).map_err(|e| anyhow!("{e}"))?;
+    match single {
+        Some(host) => engine.with_single(host).map_err(|e| anyhow!("{e}")),
+        None => Ok(engine),
+    }
 }
 
 /// Refuses a bundle of another model or cut (or, for a prefill bundle, another ctx); its ctx.

@@ -37,6 +37,11 @@ pub fn prefilling(slots: usize, chunk: Option<usize>, budget: usize) -> usize {
 pub struct HostEngine {
     decode: Host,
     prefill: Option<Host>,
+    /// A one-sequence decode host ([`HostEngine::with_single`]): a step whose only live row is
+    /// one sequence's runs that row here instead of all the batched bundle's rows.
+    single: Option<Host>,
+    /// Steps whose one live row ran on `single`.
+    single_steps: u64,
     /// The real states of slots in their chunk phase.
     parked: BTreeMap<usize, States>,
     /// Stores that stand in for parked states in the batched host.
@@ -77,7 +82,38 @@ impl HostEngine {
         }
         spare.iter_mut().for_each(States::reset);
         decode.reset();
-        Ok(HostEngine { decode, prefill, parked: BTreeMap::new(), spare })
+        Ok(HostEngine { decode, prefill, single: None, single_steps: 0, parked: BTreeMap::new(), spare })
+    }
+
+    /// Adds a one-sequence decode host of the same model over the same ctx (its states exactly
+    /// one of the batched host's sequences'): a step with one live decoding row moves that
+    /// sequence's states into it (nothing is copied), steps the one row and moves them back,
+    /// instead of stepping every slot's row. Throwaway rows only write into idle or parked
+    /// slots' stores, which are reset before they are used, so leaving them out changes no
+    /// sequence; the row itself is `rdu run`'s own decode step. Refuses (before anything
+    /// runs) a batched or tensor-parallel host, or states that do not match.
+    pub fn with_single(mut self, mut single: Host) -> Result<HostEngine> {
+        let probe = self.decode.take_sequence_states(0)?;
+        let problem = if single.sequences() != 1 || single.ctx() != self.decode.ctx() {
+            Some(format!(
+                "the one-sequence bundle runs {} sequences over {} positions; the batched bundle's sequence holds {}",
+                single.sequences(),
+                single.ctx(),
+                self.decode.ctx()
+            ))
+        } else {
+            let ours = single.states();
+            crate::states::mismatch(ours.shapes(), probe.shapes())
+                .or_else(|| crate::states::dtype_mismatch(ours.dtypes(), probe.dtypes()))
+        };
+        self.decode.put_sequence_states(0, probe)?;
+        if let Some(problem) = problem {
+            return Err(HostError::StatesMismatch { problem });
+        }
+        // Its own store is never stepped: every step moves a slot's states in first.
+        drop(single.take_states());
+        self.single = Some(single);
+        Ok(self)
     }
 
     /// The scheduler's configuration for this deployment: `budget` tokens a step (at least a
@@ -87,6 +123,11 @@ impl HostEngine {
         let chunk = self.prefill.as_ref().map(Host::rows);
         let budget = budget.unwrap_or(slots + chunk.unwrap_or(0));
         Config { slots, ctx: self.decode.ctx(), chunk, budget, queue, prefilling: prefilling(slots, chunk, budget) }
+    }
+
+    /// Steps so far whose one live row ran alone on the one-sequence host.
+    pub fn single_steps(&self) -> u64 {
+        self.single_steps
     }
 
     /// The vocabulary both bundles compute logits over.
@@ -129,6 +170,15 @@ impl HostEngine {
 
     /// The batched decode step of `step.rows`; the sampled rows' logits appended to `out`.
     fn decode_rows(&mut self, step: &Step, out: &mut Vec<Vec<f32>>) -> Result<()> {
+        let mut live = step.rows.iter().enumerate().filter(|(_, r)| r.id.is_some());
+        if let (Some((b, row)), None, true) = (live.next(), live.next(), self.single.is_some()) {
+            let logits = self.single_row(b, row.token, row.pos)?;
+            self.single_steps += 1;
+            if row.samples {
+                out.push(logits);
+            }
+            return Ok(());
+        }
         if !step.rows.is_empty() {
             let tokens: Vec<u32> = step.rows.iter().map(|r| r.token).collect();
             let positions: Vec<usize> = step.rows.iter().map(|r| r.pos).collect();
@@ -145,10 +195,34 @@ impl HostEngine {
         Ok(())
     }
 
+    /// Slot `b`'s one live row through the one-sequence host, over its states (which come back
+    /// to the slot whether the step succeeds or not): the row's logits.
+    fn single_row(&mut self, b: usize, token: u32, pos: usize) -> Result<Vec<f32>> {
+        let Some(single) = self.single.as_mut() else {
+            return Err(HostError::StatesMismatch { problem: "no one-sequence host".into() });
+        };
+        let states = self.decode.take_sequence_states(b)?;
+        if let Err(e) = single.put_states(states) {
+            // `put_states` refuses only states it cannot hold; they are gone with the error, so
+            // the slot gets a zeroed store back (the sequence must start over, as after `recover`).
+            self.decode.reset_sequence(b);
+            return Err(e);
+        }
+        let stepped = single.step(&[token], pos);
+        self.decode.put_sequence_states(b, single.take_states())?;
+        let logits = stepped?.logits;
+        Ok(logits.as_f32().unwrap_or_default().to_vec())
+    }
+
     /// After a failed step: every slot's states zeroed and in place (re-made where a failure
     /// lost them), nothing parked. The sequences that were running must start over.
     pub fn recover(&mut self) {
         self.parked.clear();
+        if let Some(s) = &mut self.single {
+            if s.states().is_held() {
+                drop(s.take_states());
+            }
+        }
         if let Some(p) = &mut self.prefill {
             if p.states().is_held() {
                 self.spare.push(p.take_states());
