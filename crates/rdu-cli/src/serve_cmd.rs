@@ -139,7 +139,8 @@ fn template_of(args: &ServeArgs, model: &str, tokenizer: Option<&Tokenizer>) -> 
 
 /// The host engine: the batched bundle (`--bundle`, or lowered now for `--batch` and `--ctx`),
 /// the prefill bundle (`--prefill-bundle`, or lowered now for `--chunk` over the same ctx), and
-/// beside a lowered batched bundle a one-sequence decode bundle for steps with one live row.
+/// beside a lowered batched bundle smaller ones (1, 2, 4, ... sequences) for steps with fewer
+/// live rows.
 fn engine(
     args: &ServeArgs,
     spec: &ModelSpec,
@@ -179,16 +180,16 @@ fn engine(
         }
         _ => None,
     };
-    // A one-sequence decode bundle beside a lowered batched one: a step with one live sequence
-    // runs its row alone (`HostEngine::with_single`).
-    let single = match bundle {
-        None if args.batch > 1 => {
-            let dir = tmp.path().join("single");
-            lower_into(false, spec, &chip, &storage, Cut::Decode { ctx }, &dir)?;
-            Some(dir)
+    // Batched bundles of 1, 2, 4, ... sequences (fewer than --batch) beside a lowered batched
+    // one: a step whose live sequences fit one runs there (`HostEngine::with_smaller`).
+    let mut smaller = Vec::new();
+    if bundle.is_none() {
+        for batch in std::iter::successors(Some(1usize), |b| Some(b * 2)).take_while(|&b| b < args.batch) {
+            let dir = tmp.path().join(format!("batched-{batch}"));
+            lower_into(false, spec, &chip, &storage, Cut::Batched { batch, ctx }, &dir)?;
+            smaller.push(dir);
         }
-        _ => None,
-    };
+    }
     let load_error = |e| crate::bundle_arg::load_error(e, bundle.is_some());
     let decode = Host::load(&batched, source, &mut |_, _, _| {}).map_err(load_error)?;
     let sharing = |dir: &Path, decode: &Host| Host::load_sharing(dir, decode, source, &mut |_, _, _| {});
@@ -196,15 +197,13 @@ fn engine(
         Some(dir) => Some(sharing(&dir, &decode).map_err(load_error)?),
         None => None,
     };
-    let single = match single {
-        Some(dir) => Some(sharing(&dir, &decode).map_err(load_error)?),
-        None => None,
-    };
-    let engine = HostEngine::new(decode, prefill).map_err(|e| anyhow!("{e}"))?;
-    match single {
-        Some(host) => engine.with_single(host).map_err(|e| anyhow!("{e}")),
-        None => Ok(engine),
+    let smaller: Vec<Host> =
+        smaller.iter().map(|dir| sharing(dir, &decode).map_err(load_error)).collect::<Result<_>>()?;
+    let mut engine = HostEngine::new(decode, prefill).map_err(|e| anyhow!("{e}"))?;
+    for host in smaller {
+        engine = engine.with_smaller(host).map_err(|e| anyhow!("{e}"))?;
     }
+    Ok(engine)
 }
 
 /// Refuses a bundle of another model or cut (or, for a prefill bundle, another ctx); its ctx.

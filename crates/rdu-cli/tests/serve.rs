@@ -98,18 +98,18 @@ fn serve_greedy_tokens_equal_rdu_run_whatever_shares_the_batch() {
         assert_eq!(got, want[i], "prompt {i} ({} tokens) in a shared batch", prompts[i].len());
         assert_eq!(finish, "length");
     }
-    let single_steps = || {
+    let smaller_steps = || {
         let m = request(port, "GET", "/metrics", None).body;
-        let line = m.lines().find(|l| l.starts_with("rdu_single_row_steps_total ")).expect("the counter").to_string();
+        let line = m.lines().find(|l| l.starts_with("rdu_smaller_steps_total ")).expect("the counter").to_string();
         line.split(' ').nth(1).and_then(|v| v.parse::<u64>().ok()).expect("a count")
     };
-    let before = single_steps();
+    let before = smaller_steps();
     for (i, p) in prompts.iter().enumerate() {
         assert_eq!(complete(port, p, 10, i % 2 == 1).0, want[i], "prompt {i} alone");
     }
-    // Alone, each request's rows ran on the one-sequence bundle: at least its 9 steps after
-    // the first token.
-    assert!(single_steps() >= before + 9 * prompts.len() as u64, "{} → {}", before, single_steps());
+    // Alone, each request's rows ran on the one-sequence batched bundle: at least its 9 steps
+    // after the first token.
+    assert!(smaller_steps() >= before + 9 * prompts.len() as u64, "{} → {}", before, smaller_steps());
 }
 
 /// The CI load test: 64 requests over 16 connections on a tiny preset, streamed and whole,

@@ -52,8 +52,8 @@ pub struct Metrics {
     pub prompt_tokens: u64,
     pub generation_tokens: u64,
     pub steps: u64,
-    /// Steps whose one live row ran on the one-sequence host (`HostEngine::single_steps`).
-    pub single_row_steps: u64,
+    /// Steps run on a smaller batched bundle (`HostEngine::smaller_steps`).
+    pub smaller_steps: u64,
     /// Finished requests by finish reason (`stop`, `length`, `cancelled`, `error`).
     pub finished: BTreeMap<&'static str, u64>,
     /// Refused requests by reason (`bad_request`, `queue_full`, `shutting_down`).
@@ -70,7 +70,7 @@ impl Default for Metrics {
             prompt_tokens: 0,
             generation_tokens: 0,
             steps: 0,
-            single_row_steps: 0,
+            smaller_steps: 0,
             finished: BTreeMap::new(),
             refused: BTreeMap::new(),
             ttft: Histogram::new(&TTFT_BUCKETS),
@@ -105,10 +105,10 @@ impl Metrics {
         one("rdu_generation_tokens_total", "counter", "Tokens generated.", self.generation_tokens.to_string());
         one("rdu_steps_total", "counter", "Scheduler steps run.", self.steps.to_string());
         one(
-            "rdu_single_row_steps_total",
+            "rdu_smaller_steps_total",
             "counter",
-            "Steps whose one live sequence ran alone on the one-sequence decode bundle.",
-            self.single_row_steps.to_string(),
+            "Steps whose live sequences ran on a smaller batched bundle than --batch.",
+            self.smaller_steps.to_string(),
         );
         let mut labelled = |name: &str, help: &str, label: &str, map: &BTreeMap<&'static str, u64>| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");

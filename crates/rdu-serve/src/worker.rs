@@ -136,7 +136,7 @@ impl Worker {
         let events = self.sched.complete(step, &outcomes, self.shared.now());
         let mut m = self.shared.metrics();
         m.steps += 1;
-        m.single_row_steps = self.engine.single_steps();
+        m.smaller_steps = self.engine.smaller_steps();
         drop(m);
         self.dispatch(events, live);
     }

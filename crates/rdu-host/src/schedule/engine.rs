@@ -37,11 +37,11 @@ pub fn prefilling(slots: usize, chunk: Option<usize>, budget: usize) -> usize {
 pub struct HostEngine {
     decode: Host,
     prefill: Option<Host>,
-    /// A one-sequence decode host ([`HostEngine::with_single`]): a step whose only live row is
-    /// one sequence's runs that row here instead of all the batched bundle's rows.
-    single: Option<Host>,
-    /// Steps whose one live row ran on `single`.
-    single_steps: u64,
+    /// Batched hosts of fewer sequences ([`HostEngine::with_smaller`]), fewest first: a step
+    /// whose live rows fit one runs there instead of stepping every slot's row.
+    smaller: Vec<Host>,
+    /// Steps run on a host of `smaller`.
+    smaller_steps: u64,
     /// The real states of slots in their chunk phase.
     parked: BTreeMap<usize, States>,
     /// Stores that stand in for parked states in the batched host.
@@ -82,38 +82,49 @@ impl HostEngine {
         }
         spare.iter_mut().for_each(States::reset);
         decode.reset();
-        Ok(HostEngine { decode, prefill, single: None, single_steps: 0, parked: BTreeMap::new(), spare })
+        Ok(HostEngine { decode, prefill, smaller: Vec::new(), smaller_steps: 0, parked: BTreeMap::new(), spare })
     }
 
-    /// Adds a one-sequence decode host of the same model over the same ctx (its states exactly
-    /// one of the batched host's sequences'): a step with one live decoding row moves that
-    /// sequence's states into it (nothing is copied), steps the one row and moves them back,
-    /// instead of stepping every slot's row. Throwaway rows only write into idle or parked
-    /// slots' stores, which are reset before they are used, so leaving them out changes no
-    /// sequence; the row itself is `rdu run`'s own decode step. Refuses (before anything
-    /// runs) a batched or tensor-parallel host, or states that do not match.
-    pub fn with_single(mut self, mut single: Host) -> Result<HostEngine> {
+    /// Adds a batched host of the same model over the same ctx with fewer sequences than the
+    /// batched host (each sequence's states exactly one of its sequences'). A step whose live
+    /// rows fit it runs there: the live slots' states move into its first rows (nothing is
+    /// copied), stores of slots that are not live into the rest, it steps, and every store
+    /// moves back. The rest step throwaway rows into idle or parked slots' stores, as the full
+    /// step does, which are reset before they are used; the live rows compute what they would
+    /// alone. Its own stores are dropped. Refuses (before anything runs) a host that is not
+    /// batched, not smaller, over another ctx, or whose states do not match.
+    pub fn with_smaller(mut self, mut host: Host) -> Result<HostEngine> {
+        let n = host.sequences();
+        if n >= self.decode.sequences() || host.ctx() != self.decode.ctx() {
+            let problem = format!(
+                "a smaller bundle must hold fewer than {} sequences over {} positions; this one holds {n} over {}",
+                self.decode.sequences(),
+                self.decode.ctx(),
+                host.ctx()
+            );
+            return Err(HostError::StatesMismatch { problem });
+        }
         let probe = self.decode.take_sequence_states(0)?;
-        let problem = if single.sequences() != 1 || single.ctx() != self.decode.ctx() {
-            Some(format!(
-                "the one-sequence bundle runs {} sequences over {} positions; the batched bundle's sequence holds {}",
-                single.sequences(),
-                single.ctx(),
-                self.decode.ctx()
-            ))
-        } else {
-            let ours = single.states();
-            crate::states::mismatch(ours.shapes(), probe.shapes())
-                .or_else(|| crate::states::dtype_mismatch(ours.dtypes(), probe.dtypes()))
-        };
+        let theirs: Result<Vec<States>> = (0..n).map(|i| host.take_sequence_states(i)).collect();
+        let problem = theirs.as_ref().ok().and_then(|t| {
+            t.first().and_then(|ours| {
+                crate::states::mismatch(ours.shapes(), probe.shapes())
+                    .or_else(|| crate::states::dtype_mismatch(ours.dtypes(), probe.dtypes()))
+            })
+        });
         self.decode.put_sequence_states(0, probe)?;
+        drop(theirs?);
         if let Some(problem) = problem {
             return Err(HostError::StatesMismatch { problem });
         }
-        // Its own store is never stepped: every step moves a slot's states in first.
-        drop(single.take_states());
-        self.single = Some(single);
+        let at = self.smaller.partition_point(|h| h.sequences() < n);
+        self.smaller.insert(at, host);
         Ok(self)
+    }
+
+    /// Steps so far that ran on a smaller batched host ([`HostEngine::with_smaller`]).
+    pub fn smaller_steps(&self) -> u64 {
+        self.smaller_steps
     }
 
     /// The scheduler's configuration for this deployment: `budget` tokens a step (at least a
@@ -123,11 +134,6 @@ impl HostEngine {
         let chunk = self.prefill.as_ref().map(Host::rows);
         let budget = budget.unwrap_or(slots + chunk.unwrap_or(0));
         Config { slots, ctx: self.decode.ctx(), chunk, budget, queue, prefilling: prefilling(slots, chunk, budget) }
-    }
-
-    /// Steps so far whose one live row ran alone on the one-sequence host.
-    pub fn single_steps(&self) -> u64 {
-        self.single_steps
     }
 
     /// The vocabulary both bundles compute logits over.
@@ -170,13 +176,10 @@ impl HostEngine {
 
     /// The batched decode step of `step.rows`; the sampled rows' logits appended to `out`.
     fn decode_rows(&mut self, step: &Step, out: &mut Vec<Vec<f32>>) -> Result<()> {
-        let mut live = step.rows.iter().enumerate().filter(|(_, r)| r.id.is_some());
-        if let (Some((b, row)), None, true) = (live.next(), live.next(), self.single.is_some()) {
-            let logits = self.single_row(b, row.token, row.pos)?;
-            self.single_steps += 1;
-            if row.samples {
-                out.push(logits);
-            }
+        let live: Vec<usize> = (0..step.rows.len()).filter(|&b| step.rows[b].id.is_some()).collect();
+        if let Some(h) = self.smaller.iter().position(|h| !live.is_empty() && h.sequences() >= live.len()) {
+            self.smaller_step(h, step, &live, out)?;
+            self.smaller_steps += 1;
             return Ok(());
         }
         if !step.rows.is_empty() {
@@ -195,32 +198,60 @@ impl HostEngine {
         Ok(())
     }
 
-    /// Slot `b`'s one live row through the one-sequence host, over its states (which come back
-    /// to the slot whether the step succeeds or not): the row's logits.
-    fn single_row(&mut self, b: usize, token: u32, pos: usize) -> Result<Vec<f32>> {
-        let Some(single) = self.single.as_mut() else {
-            return Err(HostError::StatesMismatch { problem: "no one-sequence host".into() });
-        };
-        let states = self.decode.take_sequence_states(b)?;
-        if let Err(e) = single.put_states(states) {
-            // `put_states` refuses only states it cannot hold; they are gone with the error, so
-            // the slot gets a zeroed store back (the sequence must start over, as after `recover`).
-            self.decode.reset_sequence(b);
-            return Err(e);
+    /// The step's `live` rows on smaller host `h`: their slots' states in its first rows,
+    /// stores of slots that are not live in the rest (their throwaway rows), every store moved
+    /// back to its slot whether the step succeeds or not; the sampled live rows' logits
+    /// appended to `out`, in row order.
+    fn smaller_step(&mut self, h: usize, step: &Step, live: &[usize], out: &mut Vec<Vec<f32>>) -> Result<()> {
+        let Some(host) = self.smaller.get_mut(h) else { return Ok(()) };
+        let n = host.sequences();
+        let others = (0..step.rows.len()).filter(|b| !live.contains(b));
+        let members: Vec<usize> = live.iter().copied().chain(others).take(n).collect();
+        let mut moved = 0;
+        let mut result = Ok(());
+        for (i, &b) in members.iter().enumerate() {
+            result = self.decode.take_sequence_states(b).and_then(|st| host.put_sequence_states(i, st));
+            if result.is_err() {
+                break;
+            }
+            moved += 1;
         }
-        let stepped = single.step(&[token], pos);
-        self.decode.put_sequence_states(b, single.take_states())?;
-        let logits = stepped?.logits;
-        Ok(logits.as_f32().unwrap_or_default().to_vec())
+        let mut logits = None;
+        if result.is_ok() {
+            let tokens: Vec<u32> = members.iter().map(|&b| step.rows[b].token).collect();
+            let positions: Vec<usize> = members.iter().map(|&b| step.rows[b].pos).collect();
+            match host.step_at(&tokens, &positions) {
+                Ok(o) => logits = Some(o.logits),
+                Err(e) => result = Err(e),
+            }
+        }
+        for (i, &b) in members.iter().enumerate().take(moved) {
+            let back = host.take_sequence_states(i).and_then(|st| self.decode.put_sequence_states(b, st));
+            if result.is_ok() {
+                result = back;
+            }
+        }
+        result?;
+        let flat = logits.as_ref().and_then(|l| l.as_f32()).unwrap_or_default();
+        let vocab = self.decode.vocab();
+        for (i, &b) in live.iter().enumerate() {
+            if step.rows[b].samples {
+                let no_row =
+                    || HostError::NoOutput { program: "the smaller batched step".into(), name: "logits".into() };
+                out.push(flat.get(i * vocab..(i + 1) * vocab).ok_or_else(no_row)?.to_vec());
+            }
+        }
+        Ok(())
     }
 
     /// After a failed step: every slot's states zeroed and in place (re-made where a failure
     /// lost them), nothing parked. The sequences that were running must start over.
     pub fn recover(&mut self) {
         self.parked.clear();
-        if let Some(s) = &mut self.single {
-            if s.states().is_held() {
-                drop(s.take_states());
+        // A smaller host keeps no stores between steps; a failed move may have left some there.
+        for host in &mut self.smaller {
+            for i in 0..host.sequences() {
+                drop(host.take_sequence_states(i));
             }
         }
         if let Some(p) = &mut self.prefill {
