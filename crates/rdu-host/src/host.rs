@@ -359,9 +359,7 @@ impl Host {
             (Some(a), Some(b)) => (&a.states[0], &b.states[0]),
             _ => (&self.states, &other.states),
         };
-        let problem = crate::states::mismatch(mine.shapes(), theirs.shapes())
-            .or_else(|| crate::states::dtype_mismatch(mine.dtypes(), theirs.dtypes()));
-        match problem {
+        match crate::states::differ(mine, theirs) {
             Some(problem) => Err(HostError::StatesMismatch { problem }),
             None => Ok(()),
         }

@@ -189,6 +189,12 @@ impl States {
     }
 }
 
+/// The first difference between two stores' declared states: names and shapes, then how each
+/// is stored.
+pub(crate) fn differ(ours: &States, theirs: &States) -> Option<String> {
+    mismatch(ours.shapes(), theirs.shapes()).or_else(|| dtype_mismatch(ours.dtypes(), theirs.dtypes()))
+}
+
 /// The first difference between two stores' declared states (names and shapes), if any.
 pub(crate) fn mismatch(ours: &BTreeMap<String, Vec<usize>>, theirs: &BTreeMap<String, Vec<usize>>) -> Option<String> {
     if let Some(name) = theirs.keys().find(|n| !ours.contains_key(*n)) {

@@ -81,11 +81,7 @@ pub fn from_gguf(gguf: &Gguf, name: &str) -> Result<ModelSpec> {
     };
     let key = |k: &str| format!("{arch}.{k}");
 
-    let d_model = m.req_usize(&key("embedding_length"))?;
-    let n_layers = m.block_count(&key("block_count"))?;
-    let eps = m.req_f32_as_f64(&key("attention.layer_norm_rms_epsilon"))?;
-    let max_ctx = m.req_usize(&key("context_length"))?;
-    let vocab = vocab(&m, &arch)?;
+    let Basics { d_model, blocks: n_layers, eps, max_ctx, vocab } = basics(&m, &arch)?;
     let Attention { heads, kv_heads, head_dim, rotary_dim, base, scale } = attention(&m, &arch, d_model)?;
     let style = if family == Family::Llama { RopeStyle::Interleaved } else { RopeStyle::Neox };
     let scaling = rope_scaling_or_factors(&m, &arch, rotary_dim)?;
@@ -302,6 +298,31 @@ fn finish(
         mtp_layers: 0,
         quantization: None,
         mtp: None,
+    })
+}
+
+/// The fields every architecture reads first.
+struct Basics {
+    /// `{arch}.embedding_length`.
+    d_model: usize,
+    /// `{arch}.block_count`: decoder blocks and any trailing multi-token-prediction ones.
+    blocks: usize,
+    /// `{arch}.attention.layer_norm_rms_epsilon`.
+    eps: f64,
+    /// `{arch}.context_length`.
+    max_ctx: usize,
+    /// [`vocab`].
+    vocab: usize,
+}
+
+fn basics(m: &Meta, arch: &str) -> Result<Basics> {
+    let key = |k: &str| format!("{arch}.{k}");
+    Ok(Basics {
+        d_model: m.req_usize(&key("embedding_length"))?,
+        blocks: m.block_count(&key("block_count"))?,
+        eps: m.req_f32_as_f64(&key("attention.layer_norm_rms_epsilon"))?,
+        max_ctx: m.req_usize(&key("context_length"))?,
+        vocab: vocab(m, arch)?,
     })
 }
 

@@ -56,7 +56,6 @@ impl HostEngine {
         // Refuses a host that is not batched (or is tensor-parallel) before anything runs.
         let probe = decode.take_sequence_states(0)?;
         let problem = prefill.as_ref().and_then(|p| {
-            let ours = p.states();
             if p.ctx() != decode.ctx() {
                 return Some(format!(
                     "the prefill bundle holds {} positions, the batched bundle {}",
@@ -64,8 +63,7 @@ impl HostEngine {
                     decode.ctx()
                 ));
             }
-            crate::states::mismatch(ours.shapes(), probe.shapes())
-                .or_else(|| crate::states::dtype_mismatch(ours.dtypes(), probe.dtypes()))
+            crate::states::differ(p.states(), &probe)
         });
         decode.put_sequence_states(0, probe)?;
         if let Some(problem) = problem {
@@ -106,12 +104,7 @@ impl HostEngine {
         }
         let probe = self.decode.take_sequence_states(0)?;
         let theirs: Result<Vec<States>> = (0..n).map(|i| host.take_sequence_states(i)).collect();
-        let problem = theirs.as_ref().ok().and_then(|t| {
-            t.first().and_then(|ours| {
-                crate::states::mismatch(ours.shapes(), probe.shapes())
-                    .or_else(|| crate::states::dtype_mismatch(ours.dtypes(), probe.dtypes()))
-            })
-        });
+        let problem = theirs.as_ref().ok().and_then(|t| t.first()).and_then(|ours| crate::states::differ(ours, &probe));
         self.decode.put_sequence_states(0, probe)?;
         drop(theirs?);
         if let Some(problem) = problem {

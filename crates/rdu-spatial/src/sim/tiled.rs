@@ -282,7 +282,6 @@ unsafe fn final_tile_avx512(
     out: &mut [f32],
 ) {
     use std::arch::x86_64::*;
-    let mut lanes = [[[0f32; LANES]; 4]; 4];
     let whole = xs[0].len();
     // The tile's running sums, then this step's products into them (`tile_avx512` on a copy).
     let mut local = [[0f32; LANES]; 16];
@@ -292,12 +291,7 @@ unsafe fn final_tile_avx512(
         }
     }
     tile_avx512::<4, 4>(xs, ws, &mut local, 0, 4, whole);
-    for a in 0..4 {
-        for c in 0..4 {
-            lanes[c][a] = local[c * 4 + a];
-        }
-    }
-    for (c, row) in lanes.iter().enumerate() {
+    for (c, row) in local.chunks_exact(4).enumerate() {
         let half = |l: &[f32; LANES]| {
             let v = _mm256_loadu_ps(l.as_ptr());
             _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v))

@@ -17,7 +17,7 @@
 //! `block_count` and says how many in `nextn_predict_layers`: they are not decoder layers.
 
 use super::experts::{leading_dense_then_routed, split_nextn, ExpertRules};
-use super::{finish, vocab, Meta, Shape};
+use super::{basics, finish, Basics, Meta, Shape};
 use crate::error::Result;
 use crate::model::spec::{Embed, Family, Ffn, Mixer, ModelSpec, RopeScaling, RopeStyle, Rotation, Scoring};
 
@@ -28,12 +28,9 @@ fn key(k: &str) -> String {
 }
 
 pub(super) fn build(m: &Meta, name: &str) -> Result<ModelSpec> {
-    let d_model = m.req_usize(&key("embedding_length"))?;
-    let (n_layers, nextn) = split_nextn(m, ARCH, m.block_count(&key("block_count"))?)?;
+    let Basics { d_model, blocks, eps, max_ctx, vocab } = basics(m, ARCH)?;
+    let (n_layers, nextn) = split_nextn(m, ARCH, blocks)?;
     let heads = m.req_usize(&key("attention.head_count"))?;
-    let eps = m.req_f32_as_f64(&key("attention.layer_norm_rms_epsilon"))?;
-    let max_ctx = m.req_usize(&key("context_length"))?;
-    let vocab = vocab(m, ARCH)?;
 
     // Attention.
     let kv_lora_rank = m.req_usize(&key("attention.kv_lora_rank"))?;

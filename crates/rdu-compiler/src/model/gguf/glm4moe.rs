@@ -7,7 +7,7 @@
 //! `nextn_predict_layers` says how many there are; they are not decoder layers.
 
 use super::experts::{leading_dense_then_routed, split_nextn, ExpertRules};
-use super::{attention, finish, rope_scaling, vocab, Attention, Meta, Shape};
+use super::{attention, basics, finish, rope_scaling, Attention, Basics, Meta, Shape};
 use crate::error::Result;
 use crate::model::spec::{Embed, Family, Mixer, ModelSpec, RopeStyle, Rotation, Scoring};
 
@@ -17,12 +17,8 @@ const ARCH: &str = "glm4moe";
 const RULES: ExpertRules = ExpertRules { scoring: Scoring::Sigmoid, always_norm: false, reads_scale: true };
 
 pub(super) fn build(m: &Meta, name: &str) -> Result<ModelSpec> {
-    let key = |k: &str| format!("{ARCH}.{k}");
-    let d_model = m.req_usize(&key("embedding_length"))?;
-    let (n_layers, nextn) = split_nextn(m, ARCH, m.block_count(&key("block_count"))?)?;
-    let eps = m.req_f32_as_f64(&key("attention.layer_norm_rms_epsilon"))?;
-    let max_ctx = m.req_usize(&key("context_length"))?;
-    let vocab = vocab(m, ARCH)?;
+    let Basics { d_model, blocks, eps, max_ctx, vocab } = basics(m, ARCH)?;
+    let (n_layers, nextn) = split_nextn(m, ARCH, blocks)?;
     let Attention { heads, kv_heads, head_dim, rotary_dim, base, scale } = attention(m, ARCH, d_model)?;
     let rotation = Rotation { base, dim: rotary_dim, style: RopeStyle::Neox, scaling: rope_scaling(m, ARCH)? };
     let mixer = Mixer::Attention {

@@ -11,7 +11,7 @@
 //! (a GGUF file carries no `swiglu_limit`).
 
 use super::deepseek2::rope_scaling;
-use super::{attention, finish, swa_pattern, vocab, Attention, Meta, Shape};
+use super::{attention, basics, finish, swa_pattern, Attention, Basics, Meta, Shape};
 use crate::error::Result;
 use crate::model::spec::{Act, Embed, Family, Ffn, Layer, Mixer, ModelSpec, Norms, RopeStyle, Rotation, Router};
 
@@ -25,11 +25,7 @@ fn key(k: &str) -> String {
 }
 
 pub(super) fn build(m: &Meta, name: &str) -> Result<ModelSpec> {
-    let d_model = m.req_usize(&key("embedding_length"))?;
-    let n_layers = m.block_count(&key("block_count"))?;
-    let eps = m.req_f32_as_f64(&key("attention.layer_norm_rms_epsilon"))?;
-    let max_ctx = m.req_usize(&key("context_length"))?;
-    let vocab = vocab(m, ARCH)?;
+    let Basics { d_model, blocks: n_layers, eps, max_ctx, vocab } = basics(m, ARCH)?;
     let Attention { heads, kv_heads, head_dim, rotary_dim, base, scale } = attention(m, ARCH, d_model)?;
     if m.f32_as_f64(&key("rope.scaling.yarn_log_multiplier"))?.is_some() {
         return Err(m.err(&key("rope.scaling.yarn_log_multiplier"), "is not read for gpt-oss; remove it"));

@@ -19,7 +19,7 @@
 //!   renormalised (llama.cpp always does for these) and scaled by `expert_weights_scale`, plus
 //!   a shared expert gated by `sigmoid(x · ffn_gate_inp_shexp)`.
 
-use super::{attention, finish, rope_scaling, vocab, Attention, Meta, Shape};
+use super::{attention, basics, finish, rope_scaling, Attention, Basics, Meta, Shape};
 use crate::error::Result;
 use crate::model::spec::{
     Act, Embed, Family, Ffn, GdnLayout, Layer, Mixer, ModelSpec, Norms, RopeStyle, Rotation, Router, SharedExpert,
@@ -28,16 +28,12 @@ use crate::model::spec::{
 pub(super) fn build(m: &Meta, arch: &str, name: &str) -> Result<ModelSpec> {
     let key = |k: &str| format!("{arch}.{k}");
     let family = if arch == "qwen3next" { Family::Qwen3Next } else { Family::Qwen35 };
-    let d_model = m.req_usize(&key("embedding_length"))?;
-    let blocks = m.block_count(&key("block_count"))?;
+    let Basics { d_model, blocks, eps, max_ctx, vocab } = basics(m, arch)?;
     let nextn = usize::try_from(m.u64(&key("nextn_predict_layers"))?.unwrap_or(0)).unwrap_or(usize::MAX);
     if nextn >= blocks {
         return Err(m.err(&key("nextn_predict_layers"), format!("{nextn} leaves no layer of block_count {blocks}")));
     }
     let n_layers = blocks - nextn;
-    let eps = m.req_f32_as_f64(&key("attention.layer_norm_rms_epsilon"))?;
-    let max_ctx = m.req_usize(&key("context_length"))?;
-    let vocab = vocab(m, arch)?;
 
     // Gated full attention.
     let Attention { heads, kv_heads, head_dim, rotary_dim, base, scale } = attention(m, arch, d_model)?;

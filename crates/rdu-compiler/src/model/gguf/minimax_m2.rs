@@ -5,7 +5,7 @@
 //! llama.cpp's loader and graph for this architecture do; `experts.rs`).
 
 use super::experts::{routed, ExpertRules};
-use super::{attention, finish, rope_scaling, vocab, Attention, Meta, Shape};
+use super::{attention, basics, finish, rope_scaling, Attention, Basics, Meta, Shape};
 use crate::error::Result;
 use crate::model::spec::{Embed, Family, Layer, Mixer, ModelSpec, Norms, RopeStyle, Rotation, Scoring};
 
@@ -15,12 +15,7 @@ const ARCH: &str = "minimax-m2";
 const RULES: ExpertRules = ExpertRules { scoring: Scoring::Sigmoid, always_norm: true, reads_scale: false };
 
 pub(super) fn build(m: &Meta, name: &str) -> Result<ModelSpec> {
-    let key = |k: &str| format!("{ARCH}.{k}");
-    let d_model = m.req_usize(&key("embedding_length"))?;
-    let n_layers = m.block_count(&key("block_count"))?;
-    let eps = m.req_f32_as_f64(&key("attention.layer_norm_rms_epsilon"))?;
-    let max_ctx = m.req_usize(&key("context_length"))?;
-    let vocab = vocab(m, ARCH)?;
+    let Basics { d_model, blocks: n_layers, eps, max_ctx, vocab } = basics(m, ARCH)?;
     let Attention { heads, kv_heads, head_dim, rotary_dim, base, scale } = attention(m, ARCH, d_model)?;
     let norm = "blk.0.attn_q_norm.weight";
     match m.gguf.tensor(norm).map(|t| t.shape.clone()) {
