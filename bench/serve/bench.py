@@ -131,17 +131,27 @@ def start_llama(python, model, threads, ctx):
     return proc, f"http://127.0.0.1:{port}/v1", "gemma"
 
 
-def run_server(name, start, levels, per_stream, tokens):
+def run_server(name, start, levels, per_stream, tokens, repeat=1):
+    """Each level `repeat` times in a row: the run of median aggregate tok/s stands for the
+    level, with every run's tok/s beside it (`runs_tok_s`)."""
     proc, url, model = start()
     try:
         wait_ready(url, proc)
         one_request(openai.OpenAI(base_url=url, api_key="none"), model, 4)  # warm-up
         out = []
         for s in levels:
-            r = level(url, model, s, per_stream, tokens)
-            print(f"{name:>16} {s:>3} streams: {r['tok_s']:8.1f} tok/s, TPOT p50 {r['tpot_p50_ms']:7.1f} ms, "
-                  f"p99 {r['tpot_p99_ms']:7.1f} ms ({r['requests']} requests, {r['wall_s']:.1f} s)", flush=True)
-            out.append(r)
+            runs = []
+            for _ in range(repeat):
+                r = level(url, model, s, per_stream, tokens)
+                print(f"{name:>16} {s:>3} streams: {r['tok_s']:8.1f} tok/s, TPOT p50 {r['tpot_p50_ms']:7.1f} ms, "
+                      f"p99 {r['tpot_p99_ms']:7.1f} ms ({r['requests']} requests, {r['wall_s']:.1f} s)", flush=True)
+                runs.append(r)
+            mid = dict(sorted(runs, key=lambda r: r["tok_s"])[(len(runs) - 1) // 2])
+            mid["runs_tok_s"] = [r["tok_s"] for r in runs]
+            if repeat > 1:
+                print(f"{name:>16} {s:>3} streams: median {mid['tok_s']:.1f} tok/s of {repeat} runs "
+                      f"({min(mid['runs_tok_s']):.1f}-{max(mid['runs_tok_s']):.1f})", flush=True)
+            out.append(mid)
         return out
     finally:
         proc.terminate()
@@ -164,6 +174,8 @@ def main():
     ap.add_argument("--chunk", type=int, default=32)
     ap.add_argument("--step-tokens", type=int, default=80, help="rdu serve --step-tokens (0: its own, --batch + --chunk)")
     ap.add_argument("--levels", default="1,4,16")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run each level this many times in a row and report the run of median tok/s")
     ap.add_argument("--json", help="write every figure to this file")
     ap.add_argument("--servers", default="rdu,rdu1,llama",
                     help="which to run: rdu (--batch = the most streams), rdu1 (--batch 1, one stream: "
@@ -175,14 +187,14 @@ def main():
     figures = {}
     if "rdu" in servers:
         figures["rdu"] = run_server("rdu serve", lambda: start_rdu(a.rdu, a.model, a.threads, batch, a.ctx, a.chunk, a.step_tokens),
-                                    levels, a.per_stream, a.tokens)
+                                    levels, a.per_stream, a.tokens, a.repeat)
     if "rdu1" in servers:
         figures["rdu_batch1"] = run_server("rdu serve -b 1", lambda: start_rdu(a.rdu, a.model, a.threads, 1, a.ctx, a.chunk, a.step_tokens),
-                                           [1], a.per_stream, a.tokens)
+                                           [1], a.per_stream, a.tokens, a.repeat)
     if "llama" in servers:
         figures["llama_cpp_python"] = run_server(
             "llama-cpp-python", lambda: start_llama(sys.executable, a.model, a.threads, a.ctx),
-            levels, a.per_stream, a.tokens)
+            levels, a.per_stream, a.tokens, a.repeat)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({**figures, "args": vars(a)}, f, indent=1)

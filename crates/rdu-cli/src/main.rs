@@ -80,6 +80,20 @@ where
     }
 }
 
+/// Runs `f`; with `--profile`, times every op the simulator runs meanwhile and prints where the
+/// time went on stderr afterwards (also when `f` fails).
+fn profiled(on: bool, f: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()> {
+    use rdu_spatial::sim::profile;
+    if on {
+        profile::enable();
+    }
+    let result = f();
+    if on {
+        eprintln!("rdu: where the host's time went, op by op (--profile)\n{}", profile::table(&profile::take(), 30));
+    }
+    result
+}
+
 fn main() -> ExitCode {
     quiet_on_closed_pipe();
     one_heap();
@@ -105,10 +119,15 @@ fn main() -> ExitCode {
         Command::Presets => program_cmds::presets(),
         Command::Kinds(args) => program_cmds::kinds(&args),
         Command::Source(args) => program_cmds::source(&args),
-        Command::Run(args) => match &args.batch_prompts {
-            Some(file) => batch_run::run(&args, file),
-            None => run_cmd::run(&args),
-        },
+        Command::Run(args) => {
+            if args.profile && args.engine == run_args::Engine::Reference {
+                anyhow::bail!("--profile times the spatial engine's ops; --engine reference runs none");
+            }
+            profiled(args.profile, || match &args.batch_prompts {
+                Some(file) => batch_run::run(&args, file),
+                None => run_cmd::run(&args),
+            })
+        }
         Command::Lower(args) => lower_cmd::run(&args),
         Command::Check(args) => check_cmd::run(&args),
         Command::Show(args) => show_cmd::run(&args),
@@ -116,7 +135,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => verify_cmd::run(&args),
         Command::Report(args) => report::run(&args),
         Command::Plan(args) => plan_cmd::run(&args),
-        Command::Serve(args) => serve_cmd::run(&args),
+        Command::Serve(args) => profiled(args.profile, || serve_cmd::run(&args)),
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

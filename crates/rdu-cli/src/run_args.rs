@@ -88,6 +88,10 @@ pub struct RunArgs {
     /// {"sequences": [{"prompt", "generated", "positions"}, ...]})
     #[arg(long)]
     pub(crate) json: bool,
+    /// Time each op the spatial engine runs and print where the time went on stderr at the end:
+    /// op, output shape, calls, milliseconds (wall time on the host, not the chip's)
+    #[arg(long)]
+    pub(crate) profile: bool,
     /// Run several sequences at once through a batched bundle: FILE holds one prompt per line
     /// as comma-separated token ids; each sequence gets exactly what it would get alone.
     /// `{b}` in --logits is replaced by the sequence's index

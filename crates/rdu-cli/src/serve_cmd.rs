@@ -75,6 +75,10 @@ pub struct ServeArgs {
     /// Seed of a preset's random weights
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
+    /// Time each op the host engine runs and print where the time went on stderr when the
+    /// server stops: op, output shape, calls, milliseconds
+    #[arg(long)]
+    pub(crate) profile: bool,
 }
 
 pub fn run(args: &ServeArgs) -> Result<()> {

@@ -231,6 +231,30 @@ fn bad_input_is_one_line_and_exit_code_1() {
     }
 }
 
+/// `--profile` prints where the spatial engine's time went on stderr — a header, a row per op
+/// and output shape (the decode step's linears among them), a total over every call — and
+/// changes no token; the reference engine runs no simulator op, so it is refused there.
+#[test]
+fn profile_prints_where_the_time_went() {
+    let args = ["run", "tiny-llama", "--tokens", "1,2,3", "-n", "3", "--json"];
+    let generated = |out: &str| serde_json::from_str::<Value>(out).expect("JSON")["generated"].clone();
+    let plain = ok(&args);
+    let out = rdu(&[&args[..], &["--profile"]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(generated(&stdout(&out)), generated(&plain), "--profile changes no token");
+    let err = stderr(&out);
+    let table: Vec<&str> = err.lines().skip_while(|l| !l.contains("(--profile)")).skip(1).collect();
+    assert!(table.first().is_some_and(|h| h.starts_with("op") && h.contains("ms/call")), "{err}");
+    let rows = &table[1..table.len() - 1];
+    let calls = |l: &str| l.split_whitespace().rev().nth(3).and_then(|c| c.parse::<u64>().ok()).expect("calls");
+    assert!(rows.iter().any(|l| l.starts_with("linear ") && calls(l) > 0), "{err}");
+    let total = table.last().expect("a total");
+    let counted: u64 = rows.iter().map(|l| calls(l)).sum();
+    assert!(total.starts_with("total") && total.split_whitespace().nth(1) == Some(&counted.to_string()), "{err}");
+    let refused = user_error(&["run", "tiny-llama", "--tokens", "1", "--engine", "reference", "--profile"]);
+    assert!(refused.contains("--profile"), "{refused}");
+}
+
 #[test]
 fn an_unwritable_bundle_path_names_its_cause_once() {
     let dir = temp();

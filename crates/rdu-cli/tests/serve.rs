@@ -2,7 +2,8 @@
 //! HTTP. At temperature 0 every request's tokens are `rdu run`'s greedy tokens for its prompt
 //! (the same chunk and ctx) whatever shares the batch; bad input gets a 4xx with an OpenAI-style
 //! error body and the server goes on; a full queue gets 429 with Retry-After; a client that hangs
-//! up frees its slot; SIGTERM finishes the requests in flight, then the server exits.
+//! up frees its slot; SIGTERM finishes the requests in flight, then the server exits (with
+//! `--profile`, printing where its time went).
 
 use crate::common::http::{hang_up_after, open_stream, raw, read_rest, request, Server};
 use crate::common::ok;
@@ -267,7 +268,7 @@ fn serve_full_queue_gets_429_and_a_hang_up_frees_its_slot() {
 
 #[test]
 fn serve_sigterm_finishes_the_requests_in_flight_then_exits() {
-    let mut server = Server::start(&["tiny-llama", "--batch", "2", "--ctx", "4096", "--chunk", "8"]);
+    let mut server = Server::start(&["tiny-llama", "--batch", "2", "--ctx", "4096", "--chunk", "8", "--profile"]);
     let body = json!({"prompt": [5, 6, 7], "max_tokens": 3000, "temperature": 0, "stream": true}).to_string();
     let (s, first) = open_stream(server.port, "/v1/completions", &body, 1);
     server.terminate();
@@ -295,6 +296,20 @@ fn serve_sigterm_finishes_the_requests_in_flight_then_exits() {
     // One chunk per token, then the finish chunk and [DONE].
     assert_eq!(events.len(), 3000 + 2);
     assert!(server.wait(Duration::from_secs(120)).success(), "rdu serve exits 0 after SIGTERM");
+    // With --profile, where the time went is printed as it stops: the 3,000 decode steps'
+    // linears among the rows.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let log = loop {
+        let log = server.stderr.lock().expect("log").clone();
+        if log.lines().any(|l| l.starts_with("total")) || std::time::Instant::now() > deadline {
+            break log;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let table: Vec<&str> = log.lines().skip_while(|l| !l.contains("(--profile)")).collect();
+    let linear = table.iter().find(|l| l.starts_with("linear ")).unwrap_or_else(|| panic!("no linear row:\n{log}"));
+    let calls: u64 = linear.split_whitespace().rev().nth(3).and_then(|c| c.parse().ok()).expect("calls");
+    assert!(calls >= 3000, "a linear of every step: {linear}");
 }
 
 /// A Gemma-style chat template (the real one's structure: BOS, alternating turns, a refusal

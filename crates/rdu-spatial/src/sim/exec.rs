@@ -160,7 +160,11 @@ impl<'p, 'b> Exec<'p, 'b, '_> {
         }
         check_storage(op, &args)?;
         let mut call = Call { op, args, bindings: self.bindings, inplace, collective: self.collective };
+        let started = super::profile::on().then(std::time::Instant::now);
         let result = dispatch(&mut call);
+        if let (Some(t), Ok(outs)) = (started, &result) {
+            super::profile::record(op.op.name(), outs.first().map_or(&[][..], |o| &o.shape), t.elapsed().as_secs_f64());
+        }
         if let (Err(_), Some(state)) = (&result, call.inplace.take()) {
             // A state taken for an in-place update goes back when the kernel refuses the op.
             self.env.insert(last.clone(), Val::Dense(Cow::Owned(state)));

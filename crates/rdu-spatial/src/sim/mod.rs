@@ -18,6 +18,7 @@ mod moe;
 mod norm;
 mod packed;
 mod products;
+pub mod profile;
 mod recurrent;
 mod region;
 mod rows;
