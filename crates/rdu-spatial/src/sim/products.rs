@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 
 use super::call::{kernels, Call, Outs, Weight};
-use super::matmul::products;
+use super::matmul::{products, products_into};
 use super::packed::{widen_fp8_row, widen_row};
 use super::region::{region, untiled, Axes};
 use super::rows::Rows;
@@ -41,6 +41,20 @@ fn linear(call: &Call<'_>) -> Outs {
     };
     let rows = rows_of(w, 0, out)?;
     let reg = region(call.tiling(), &[n, out], Axes::Only(1), 1)?;
+    if n > 1 {
+        // Written in place by the threads that finish them, where the products take the tiles.
+        let mut y = vec![0.0f32; n * out];
+        if products_into(rows, x, n, &reg.tiles, &mut y, out).is_some() {
+            if let Some(b) = bias {
+                for row in y.chunks_exact_mut(out) {
+                    for j in reg.tiles.iter().flat_map(|&(s, e)| s..e) {
+                        row[j] += b[j];
+                    }
+                }
+            }
+            return Ok(vec![SimTensor::f32(vec![n, out], y)]);
+        }
+    }
     let tmp = products(rows, x, n, &reg.tiles);
     // One row through tiles that cover the outputs in order (a decode step's usual case):
     // the products are already in place, only the bias to add.

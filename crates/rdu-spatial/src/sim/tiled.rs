@@ -20,12 +20,35 @@ const STEP: usize = 1024;
 
 /// `chunk[i·n + r] = rows[j_i] · xs[r]` for the rows `j_i` of `piece`, in groups of `GROUP`.
 pub(super) fn products(rows: Rows<'_>, xs: &[f32], n: usize, piece: &[(usize, usize)], chunk: &mut [f32]) {
+    products_to(rows, xs, n, piece, &mut Features { chunk, n });
+}
+
+/// Where [`products_to`] puts the product of the `i`-th row of its piece and activation row `r`.
+pub(super) trait Sink {
+    fn put(&mut self, i: usize, r: usize, v: f32);
+}
+
+/// `chunk[i·n + r]`: a feature's `n` activation rows together ([`products`]' order).
+struct Features<'a> {
+    chunk: &'a mut [f32],
+    n: usize,
+}
+
+impl Sink for Features<'_> {
+    #[inline(always)]
+    fn put(&mut self, i: usize, r: usize, v: f32) {
+        self.chunk[i * self.n + r] = v;
+    }
+}
+
+/// [`products`] with each result handed to `sink` as it is finished.
+pub(super) fn products_to(rows: Rows<'_>, xs: &[f32], n: usize, piece: &[(usize, usize)], sink: &mut impl Sink) {
     let cols = rows.cols();
     let mut buf = vec![0f32; GROUP * cols];
     let mut sums = vec![[0f32; LANES]; GROUP * n];
     let js: Vec<usize> = piece.iter().flat_map(|&(s, e)| s..e).collect();
     let wide = super::packed::q8_kernel() == super::packed::Q8Kernel::Avx512;
-    // Sums a tile's last step already wrote out whole (`final_tile`).
+    // Sums a tile's last step already finished (`final_tile`).
     let mut written = vec![false; GROUP * n];
     for (g, group) in js.chunks(GROUP).enumerate() {
         for (i, &j) in group.iter().enumerate() {
@@ -50,11 +73,17 @@ pub(super) fn products(rows: Rows<'_>, xs: &[f32], n: usize, piece: &[(usize, us
                     // Four weight rows a tile where the CPU has 32 vector registers (16 sums).
                     if wide && take == 4 && m - i >= 4 {
                         let (xs, ws) = ([x(r), x(r + 1), x(r + 2), x(r + 3)], [w(i), w(i + 1), w(i + 2), w(i + 3)]);
-                        let out = &mut chunk[(g * GROUP + i) * n + r..];
-                        if k1 == cols && final_tile(xs, ws, &sums, i, r, n, out) {
-                            (0..4).for_each(|c| written[(i + c) * n + r..(i + c) * n + r + 4].fill(true));
-                        } else {
-                            tile::<4, 4>(xs, ws, &mut sums, i, r, n);
+                        let last = if k1 == cols { final_tile(xs, ws, &sums, i, r, n) } else { None };
+                        match last {
+                            Some(done) => {
+                                for (c, values) in done.iter().enumerate() {
+                                    for (a, &v) in values.iter().enumerate() {
+                                        sink.put(g * GROUP + i + c, r + a, v);
+                                    }
+                                    written[(i + c) * n + r..(i + c) * n + r + 4].fill(true);
+                                }
+                            }
+                            None => tile::<4, 4>(xs, ws, &mut sums, i, r, n),
                         }
                         i += 4;
                         continue;
@@ -80,7 +109,7 @@ pub(super) fn products(rows: Rows<'_>, xs: &[f32], n: usize, piece: &[(usize, us
         for (i, lanes) in sums[..m * n].chunks_exact(n).enumerate() {
             for (r, l) in lanes.iter().enumerate() {
                 if !written[i * n + r] {
-                    chunk[(g * GROUP + i) * n + r] = sum8(l);
+                    sink.put(g * GROUP + i, r, sum8(l));
                 }
             }
         }
@@ -228,11 +257,10 @@ unsafe fn tile_avx512<const R: usize, const C: usize>(
 }
 
 /// A 4 × 4 tile's last step (its inputs a whole number of `LANES`) with AVX-512, its sums
-/// then finished in registers and written out: `out[c·n + a] = sum8` of the sum of weight row
-/// `i + c` and activation row `r + a` — the values [`tile`] and `products`' own `sum8` would
-/// give, bit for bit, without storing the sixteen sums' lanes and adding them one by one
-/// (a tenth of a 16-row batched step of Gemma 3 270M). `false`, nothing written, where the
-/// kernel does not apply.
+/// then finished in registers: `out[c][a]` is `sum8` of the sum of weight row `i + c` and
+/// activation row `r + a` — the values [`tile`] and `products`' own `sum8` would give, bit for
+/// bit, without storing the sixteen sums' lanes and adding them one by one (a tenth of a 16-row
+/// batched step of Gemma 3 270M). `None` where the kernel does not apply.
 #[inline(always)]
 fn final_tile(
     xs: [&[f32]; 4],
@@ -241,36 +269,33 @@ fn final_tile(
     i: usize,
     r: usize,
     n: usize,
-    out: &mut [f32],
-) -> bool {
+) -> Option<[[f32; 4]; 4]> {
     #[cfg(target_arch = "x86_64")]
     {
         let len = xs[0].len();
         let fits = len.is_multiple_of(LANES)
             && xs.iter().all(|x| x.len() == len)
             && ws.iter().all(|w| w.len() == len)
-            && (i + 3) * n + r + 3 < sums.len()
-            && 3 * n + 4 <= out.len();
+            && (i + 3) * n + r + 3 < sums.len();
         if fits && super::packed::q8_kernel() == super::packed::Q8Kernel::Avx512 {
             // SAFETY: `Avx512` is chosen only on a CPU with AVX-512 F (and AVX2 and FMA); every
-            // row holds `len` values (a multiple of `LANES`), the sums and outputs are in bounds
-            // (all checked just above).
-            unsafe { final_tile_avx512(xs, ws, sums, i * n + r, n, out) };
-            return true;
+            // row holds `len` values (a multiple of `LANES`) and the sums are in bounds (all
+            // checked just above).
+            return Some(unsafe { final_tile_avx512(xs, ws, sums, i * n + r, n) });
         }
     }
-    let _ = (xs, ws, sums, i, r, n, out);
-    false
+    let _ = (xs, ws, sums, i, r, n);
+    None
 }
 
 /// [`tile_avx512`] over a 4 × 4 tile's whole last step, then each sum's eight lanes added in
 /// `sum8`'s order — `(l0+l4, l1+l5, l2+l6, l3+l7)`, then the pairs of those (`hadd`), then the
-/// pairs of the pairs (`hadd` again) — four activation rows' sums at once, stored at
-/// `out[c·n..c·n + 4]` for weight row `c`.
+/// pairs of the pairs (`hadd` again) — four activation rows' sums at once, for weight row `c`
+/// in `out[c]`.
 ///
 /// # Safety
 /// The CPU has AVX-512 F, AVX2 and FMA; every row holds `xs[0].len()` values, a multiple of
-/// `LANES`; sums `at + c·n + a` index `sums` and `out` holds `3·n + 4` values.
+/// `LANES`; sums `at + c·n + a` index `sums`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn final_tile_avx512(
@@ -279,8 +304,7 @@ unsafe fn final_tile_avx512(
     sums: &[[f32; LANES]],
     at: usize,
     n: usize,
-    out: &mut [f32],
-) {
+) -> [[f32; 4]; 4] {
     use std::arch::x86_64::*;
     let whole = xs[0].len();
     // The tile's running sums, then this step's products into them (`tile_avx512` on a copy).
@@ -291,14 +315,16 @@ unsafe fn final_tile_avx512(
         }
     }
     tile_avx512::<4, 4>(xs, ws, &mut local, 0, 4, whole);
-    for (c, row) in local.chunks_exact(4).enumerate() {
+    let mut out = [[0f32; 4]; 4];
+    for (row, o) in local.chunks_exact(4).zip(out.iter_mut()) {
         let half = |l: &[f32; LANES]| {
             let v = _mm256_loadu_ps(l.as_ptr());
             _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v))
         };
         let (h0, h1) = (_mm_hadd_ps(half(&row[0]), half(&row[1])), _mm_hadd_ps(half(&row[2]), half(&row[3])));
-        _mm_storeu_ps(out.as_mut_ptr().add(c * n), _mm_hadd_ps(h0, h1));
+        _mm_storeu_ps(o.as_mut_ptr(), _mm_hadd_ps(h0, h1));
     }
+    out
 }
 
 /// [`tile`] in plain f32 arithmetic, lane by lane (each product rounded, then added): the
@@ -389,9 +415,9 @@ mod tests {
         }
     }
 
-    /// A 4 × 4 tile's last step finished in registers (`final_tile`) writes, bit for bit, the
-    /// `sum8` of the sums `tile` leaves, over sums carried from an earlier step; where the
-    /// AVX-512 kernel does not run it writes nothing and says so.
+    /// A 4 × 4 tile's last step finished in registers (`final_tile`) gives, bit for bit, the
+    /// `sum8` of the sums `tile` leaves, over sums carried from an earlier step; it gives
+    /// nothing only where the AVX-512 kernel does not run.
     #[test]
     fn a_final_tile_is_the_tile_then_its_sums() {
         let (n, k) = (6, 3 * LANES * 5);
@@ -405,16 +431,16 @@ mod tests {
         let (xt, wt) = ([x(1), x(2), x(3), x(4)], [w(0), w(1), w(2), w(3)]);
         let mut sums = carried.clone();
         tile::<4, 4>(xt, wt, &mut sums, 0, 1, n);
-        let mut out = vec![f32::NAN; 4 * n];
-        if final_tile(xt, wt, &carried, 0, 1, n, &mut out[1..]) {
-            for c in 0..4 {
-                for a in 0..4 {
-                    let want = sum8(&sums[c * n + 1 + a]);
-                    assert_eq!(out[c * n + 1 + a].to_bits(), want.to_bits(), "weight row {c}, activation row {a}");
+        match final_tile(xt, wt, &carried, 0, 1, n) {
+            Some(out) => {
+                for c in 0..4 {
+                    for a in 0..4 {
+                        let want = sum8(&sums[c * n + 1 + a]);
+                        assert_eq!(out[c][a].to_bits(), want.to_bits(), "weight row {c}, activation row {a}");
+                    }
                 }
             }
-        } else {
-            assert!(out.iter().all(|v| v.is_nan()), "a refused final tile writes nothing");
+            None => assert_ne!(super::super::packed::q8_kernel(), super::super::packed::Q8Kernel::Avx512),
         }
     }
 
