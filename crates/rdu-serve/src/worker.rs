@@ -10,7 +10,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdu_host::schedule::{Event, Finish, HostEngine, Next, Request, Scheduler, Step, Timing};
+use rayon::prelude::*;
+use rdu_host::schedule::{Event, Finish, HostEngine, Logits, Next, Request, Scheduler, Step, Timing};
 use rdu_host::{Sampler, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -37,6 +38,31 @@ pub enum Out {
     Done { finish: &'static str, prompt_tokens: usize, completion_tokens: usize },
     /// The request failed after it was accepted.
     Failed(ApiError),
+}
+
+/// Each sampling point's token, drawn by its request's sampler from the point's logits row
+/// (`None` for a throwaway point, a request no longer live, or a row the step did not give):
+/// the points in parallel, as each request draws from its own sampler once a step (16 greedy
+/// rows of Gemma 3's 262,144 logits took about 2 ms one after another). Should a request ever
+/// have two points in one step, they are drawn one after another, in order.
+fn sample_all(
+    ids: &[Option<u64>],
+    logits: &Logits,
+    live: &mut BTreeMap<u64, Live>,
+) -> Vec<Option<rdu_host::Result<u32>>> {
+    let row = |i: usize| (i < logits.len()).then(|| logits.row(i));
+    let mut seen = std::collections::BTreeSet::new();
+    if !ids.iter().flatten().all(|&id| seen.insert(id)) {
+        let draw = |(i, id): (usize, &Option<u64>)| {
+            let l = id.and_then(|id| live.get_mut(&id))?;
+            Some(l.sampler.sample(row(i)?))
+        };
+        return ids.iter().enumerate().map(draw).collect();
+    }
+    let mut samplers: BTreeMap<u64, &mut Sampler> = live.iter_mut().map(|(&id, l)| (id, &mut l.sampler)).collect();
+    let draws: Vec<(Option<&mut Sampler>, Option<&[f32]>)> =
+        ids.iter().enumerate().map(|(i, id)| (id.and_then(|id| samplers.remove(&id)), row(i))).collect();
+    draws.into_par_iter().map(|(sampler, row)| Some(sampler?.sample(row?))).collect()
 }
 
 /// A request the worker is generating.
@@ -125,14 +151,15 @@ impl Worker {
     /// server goes on.
     fn step(&mut self, step: &Step, live: &mut BTreeMap<u64, Live>) {
         let ran = catch_unwind(AssertUnwindSafe(|| self.engine.run(step)));
-        let rows = match ran {
-            Ok(Ok(rows)) => rows,
+        let logits = match ran {
+            Ok(Ok(logits)) => logits,
             Ok(Err(e)) => return self.fail_all(step, &e.to_string(), live),
             Err(_) => return self.fail_all(step, "the engine panicked", live),
         };
         let ids = step.chunks.iter().filter(|c| c.samples).map(|c| Some(c.id));
-        let ids = ids.chain(step.rows.iter().filter(|r| r.samples).map(|r| r.id));
-        let outcomes: Vec<Next> = ids.zip(&rows).map(|(id, row)| self.sample(id, row, live)).collect();
+        let ids: Vec<Option<u64>> = ids.chain(step.rows.iter().filter(|r| r.samples).map(|r| r.id)).collect();
+        let tokens = sample_all(&ids, &logits, live);
+        let outcomes: Vec<Next> = ids.iter().zip(tokens).map(|(&id, token)| self.next(id, token, live)).collect();
         let events = self.sched.complete(step, &outcomes, self.shared.now());
         let mut m = self.shared.metrics();
         m.steps += 1;
@@ -141,17 +168,18 @@ impl Worker {
         self.dispatch(events, live);
     }
 
-    /// The next token of request `id` from its logits row: sampled, its text sent, and whether
-    /// it ends the request (an end-of-sequence id, a stop string).
-    fn sample(&self, id: Option<u64>, row: &[f32], live: &mut BTreeMap<u64, Live>) -> Next {
+    /// Request `id`'s next token, as sampled from its logits row: its text sent, and whether it
+    /// ends the request (an end-of-sequence id, a stop string).
+    fn next(&self, id: Option<u64>, token: Option<rdu_host::Result<u32>>, live: &mut BTreeMap<u64, Live>) -> Next {
         let Some((id, l)) = id.and_then(|id| live.get_mut(&id).map(|l| (id, l))) else { return Next::End };
-        let token = match l.sampler.sample(row) {
-            Ok(t) => t,
-            Err(e) => {
+        let token = match token {
+            Some(Ok(t)) => t,
+            Some(Err(e)) => {
                 let _ = l.out.send(Out::Failed(ApiError::server(e.to_string())));
                 live.remove(&id);
                 return Next::End;
             }
+            None => return Next::End,
         };
         if self.eos.contains(&token) {
             return Next::End;

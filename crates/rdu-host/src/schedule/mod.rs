@@ -23,7 +23,7 @@ mod engine;
 mod simulate;
 mod stats;
 
-pub use engine::{prefilling, HostEngine, PREFILLING};
+pub use engine::{prefilling, HostEngine, Logits, PREFILLING};
 pub use simulate::{poisson, simulate, Arrival, Simulated};
 pub use stats::{percentile, Timing};
 
