@@ -12,12 +12,11 @@
 
 use std::collections::BTreeMap;
 
-use rdu_spatial::sim::{SimData, SimTensor};
-
 use super::{Config, Step};
 use crate::error::{HostError, Result};
 use crate::host::Host;
 use crate::states::States;
+use rdu_spatial::sim::SimTensor;
 
 /// Sequences that may be in their chunk phase at once under the default budget: with a chunk
 /// beside every decoding row only the oldest one's chunks run while anything decodes, so a
@@ -80,14 +79,6 @@ impl Logits {
         self.points.extend(starts.into_iter().map(|at| (b, at)));
         self.buffers.push(buffer);
         Ok(())
-    }
-}
-
-/// A program's logits, moved out (not copied).
-fn values(logits: SimTensor) -> Vec<f32> {
-    match logits.data {
-        SimData::F32(v) => v,
-        SimData::I32(_) => Vec::new(),
     }
 }
 
@@ -236,7 +227,7 @@ impl HostEngine {
         if !step.rows.is_empty() {
             let tokens: Vec<u32> = step.rows.iter().map(|r| r.token).collect();
             let positions: Vec<usize> = step.rows.iter().map(|r| r.pos).collect();
-            let logits = values(self.decode.step_at(&tokens, &positions)?.logits);
+            let logits = self.decode.step_at(&tokens, &positions)?.logits.into_f32().unwrap_or_default();
             let sampled = step.rows.iter().enumerate().filter(|(_, row)| row.samples).map(|(b, _)| b);
             out.add(logits, sampled, "the batched step")?;
         }
@@ -278,7 +269,7 @@ impl HostEngine {
         }
         result?;
         let sampled = live.iter().enumerate().filter(|&(_, &b)| step.rows[b].samples).map(|(i, _)| i);
-        out.add(logits.map(values).unwrap_or_default(), sampled, "the smaller batched step")
+        out.add(logits.and_then(SimTensor::into_f32).unwrap_or_default(), sampled, "the smaller batched step")
     }
 
     /// After a failed step: every slot's states zeroed and in place (re-made where a failure
@@ -335,7 +326,7 @@ impl HostEngine {
         prefill.put_states(states)?;
         let out = prefill.step(tokens, pos);
         self.parked.insert(b, prefill.take_states());
-        Ok(values(out?.logits))
+        Ok(out?.logits.into_f32().unwrap_or_default())
     }
 }
 

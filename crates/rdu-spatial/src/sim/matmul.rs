@@ -83,8 +83,7 @@ impl Plan {
         let threads = rayon::current_num_threads();
         // Row dots balance over small chunks; a matrixmultiply call pays for packing the
         // activations, so each thread takes one run of rows.
-        let multi = matches!(rows, Rows::Packed { format: GgmlType::Q8_0, .. }) && q8_kernel() == Q8Kernel::Avx512;
-        let few = n < GEMM_ROWS || (multi && n <= MULTI_ROWS);
+        let few = few(rows, n);
         let split = if few { threads * 4 } else { threads };
         let per = if work < PAR_WORK { m } else { m.div_ceil(split).max(1) };
         Plan { few, per, kernel: q8_kernel(), n }
@@ -92,7 +91,7 @@ impl Plan {
 
     /// Whether the product runs through the register tiles (`tiled`).
     fn tiles(&self, rows: Rows<'_>) -> bool {
-        !self.few && self.n < TILED_ROWS && rows.cols() > 0
+        tiles(rows, self.n)
     }
 
     /// `chunk[i·n + r] = rows[j_i] · xs[r]` for the rows `j_i` of `piece`.
@@ -113,6 +112,19 @@ impl Plan {
             }
         }
     }
+}
+
+/// Few activation rows: one row dot per (weight row, activation row) (`dot_rows`) — file Q8_0
+/// rows under the AVX-512 kernel up to `MULTI_ROWS` of them.
+fn few(rows: Rows<'_>, n: usize) -> bool {
+    let multi = matches!(rows, Rows::Packed { format: GgmlType::Q8_0, .. }) && q8_kernel() == Q8Kernel::Avx512;
+    n < GEMM_ROWS || (multi && n <= MULTI_ROWS)
+}
+
+/// Whether a product of `n` activation rows runs through the register tiles, so that
+/// [`products_into`] takes it.
+pub(super) fn tiles(rows: Rows<'_>, n: usize) -> bool {
+    !few(rows, n) && n < TILED_ROWS && rows.cols() > 0
 }
 
 /// `y[r·stride + j] = rows[j] · xs[r]` for every row `j` of `ranges` (disjoint, each below
@@ -139,10 +151,8 @@ pub(super) fn products_into(
         return None;
     }
     let cells = Cells(y.as_mut_ptr());
-    let run = |piece: &Vec<(usize, usize)>| {
-        let js: Vec<usize> = piece.iter().flat_map(|&(s, e)| s..e).collect();
-        super::tiled::products_to(rows, xs, n, piece, &mut RowMajor { cells, stride, js: &js });
-    };
+    let run =
+        |piece: &Vec<(usize, usize)>| super::tiled::products_to(rows, xs, n, piece, &mut RowMajor { cells, stride });
     let pieces = split_ranges(ranges, plan.per);
     if pieces.len() == 1 {
         run(&pieces[0]);
@@ -162,18 +172,17 @@ unsafe impl Send for Cells {}
 // SAFETY: as above.
 unsafe impl Sync for Cells {}
 
-/// The products of one piece put at `y[r·stride + js[i]]`.
-struct RowMajor<'a> {
+/// Products put at `y[r·stride + j]`.
+struct RowMajor {
     cells: Cells,
     stride: usize,
-    js: &'a [usize],
 }
 
-impl super::tiled::Sink for RowMajor<'_> {
+impl super::tiled::Sink for RowMajor {
     #[inline(always)]
-    fn put(&mut self, i: usize, r: usize, v: f32) {
-        let at = r * self.stride + self.js[i];
-        // SAFETY: `products_into` checked every feature `js[i] < stride` and `y` to hold the
+    fn put(&mut self, _: usize, j: usize, r: usize, v: f32) {
+        let at = r * self.stride + j;
+        // SAFETY: `products_into` checked every feature `j < stride` and `y` to hold the
         // `n` rows the tiles put (`r < n`); the pieces hold disjoint features (the ranges are
         // disjoint and `split_ranges` cuts them apart), so no other thread writes this cell.
         unsafe { *self.cells.0.add(at) = v };

@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 
 use super::call::{kernels, Call, Outs, Weight};
-use super::matmul::{products, products_into};
+use super::matmul::{products, products_into, tiles};
 use super::packed::{widen_fp8_row, widen_row};
 use super::region::{region, untiled, Axes};
 use super::rows::Rows;
@@ -41,8 +41,8 @@ fn linear(call: &Call<'_>) -> Outs {
     };
     let rows = rows_of(w, 0, out)?;
     let reg = region(call.tiling(), &[n, out], Axes::Only(1), 1)?;
-    if n > 1 {
-        // Written in place by the threads that finish them, where the products take the tiles.
+    if n > 1 && tiles(rows, n) {
+        // Written in place by the threads that finish them.
         let mut y = vec![0.0f32; n * out];
         if products_into(rows, x, n, &reg.tiles, &mut y, out).is_some() {
             if let Some(b) = bias {

@@ -105,6 +105,14 @@ impl SimTensor {
         }
     }
 
+    /// The f32 elements, moved out (not copied).
+    pub fn into_f32(self) -> Option<Vec<f32>> {
+        match self.data {
+            SimData::F32(v) => Some(v),
+            SimData::I32(_) => None,
+        }
+    }
+
     pub fn as_i32(&self) -> Option<&[i32]> {
         match &self.data {
             SimData::I32(v) => Some(v),

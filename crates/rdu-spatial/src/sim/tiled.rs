@@ -23,9 +23,10 @@ pub(super) fn products(rows: Rows<'_>, xs: &[f32], n: usize, piece: &[(usize, us
     products_to(rows, xs, n, piece, &mut Features { chunk, n });
 }
 
-/// Where [`products_to`] puts the product of the `i`-th row of its piece and activation row `r`.
+/// Where [`products_to`] puts the product of the `i`-th row of its piece (weight row `j`) and
+/// activation row `r`.
 pub(super) trait Sink {
-    fn put(&mut self, i: usize, r: usize, v: f32);
+    fn put(&mut self, i: usize, j: usize, r: usize, v: f32);
 }
 
 /// `chunk[i·n + r]`: a feature's `n` activation rows together ([`products`]' order).
@@ -36,7 +37,7 @@ struct Features<'a> {
 
 impl Sink for Features<'_> {
     #[inline(always)]
-    fn put(&mut self, i: usize, r: usize, v: f32) {
+    fn put(&mut self, i: usize, _: usize, r: usize, v: f32) {
         self.chunk[i * self.n + r] = v;
     }
 }
@@ -78,7 +79,7 @@ pub(super) fn products_to(rows: Rows<'_>, xs: &[f32], n: usize, piece: &[(usize,
                             Some(done) => {
                                 for (c, values) in done.iter().enumerate() {
                                     for (a, &v) in values.iter().enumerate() {
-                                        sink.put(g * GROUP + i + c, r + a, v);
+                                        sink.put(g * GROUP + i + c, group[i + c], r + a, v);
                                     }
                                     written[(i + c) * n + r..(i + c) * n + r + 4].fill(true);
                                 }
@@ -109,7 +110,7 @@ pub(super) fn products_to(rows: Rows<'_>, xs: &[f32], n: usize, piece: &[(usize,
         for (i, lanes) in sums[..m * n].chunks_exact(n).enumerate() {
             for (r, l) in lanes.iter().enumerate() {
                 if !written[i * n + r] {
-                    sink.put(g * GROUP + i, r, sum8(l));
+                    sink.put(g * GROUP + i, group[i], r, sum8(l));
                 }
             }
         }
