@@ -12,6 +12,7 @@ mod call;
 mod collective;
 mod elementwise;
 mod exec;
+mod folded;
 mod mathf;
 mod matmul;
 mod moe;

@@ -648,7 +648,7 @@ fn q4_k_scales(b: &[u8]) -> [(f32, f32); 8] {
 
 /// Every f16 bit pattern's value as f32 (exact: f32 holds every f16), indexed by the bits.
 #[cfg(target_arch = "x86_64")]
-type F16Values = [f32; 1 << 16];
+pub(super) type F16Values = [f32; 1 << 16];
 
 /// The table of [`F16Values`], made once. The Q8_0 and Q5_0 row kernels read a block's scale
 /// from it: a load the multiply-add takes as its broadcast operand, where converting the scale
@@ -656,7 +656,7 @@ type F16Values = [f32; 1 << 16];
 /// short of. Measured on the Xeon VM (one core, rows in cache): the Q5_0 kernel 8.2 → 6.4
 /// cycles a block, with the fifth bits loaded into mask registers as well.
 #[cfg(target_arch = "x86_64")]
-fn f16_values() -> &'static F16Values {
+pub(super) fn f16_values() -> &'static F16Values {
     use std::sync::OnceLock;
     static VALUES: OnceLock<Box<F16Values>> = OnceLock::new();
     VALUES.get_or_init(|| {
@@ -674,7 +674,7 @@ fn f16_values() -> &'static F16Values {
 /// `b` must point at two readable bytes.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn scale_of(values: &F16Values, b: *const u8) -> f32 {
+pub(super) unsafe fn scale_of(values: &F16Values, b: *const u8) -> f32 {
     values[usize::from(u16::from_le_bytes([*b, *b.add(1)]))]
 }
 

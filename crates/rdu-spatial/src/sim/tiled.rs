@@ -11,12 +11,12 @@
 use super::rows::Rows;
 
 /// Lanes of a running sum.
-const LANES: usize = 8;
+pub(super) const LANES: usize = 8;
 /// Weight rows widened at a time (a group's buffer stays in L2).
 pub(super) const GROUP: usize = 8;
 /// Inputs of a step (a multiple of `LANES`): the activation rows' part of a step stays in
 /// cache while the group's weight rows are multiplied with it.
-const STEP: usize = 1024;
+pub(super) const STEP: usize = 1024;
 
 /// `chunk[i·n + r] = rows[j_i] · xs[r]` for the rows `j_i` of `piece`, in groups of `GROUP`.
 pub(super) fn products(rows: Rows<'_>, xs: &[f32], n: usize, piece: &[(usize, usize)], chunk: &mut [f32]) {
@@ -43,7 +43,16 @@ impl Sink for Features<'_> {
 }
 
 /// [`products`] with each result handed to `sink` as it is finished.
+/// File Q8_0 rows under the AVX-512 kernel go through `folded` (the same sums, bit for bit).
 pub(super) fn products_to(rows: Rows<'_>, xs: &[f32], n: usize, piece: &[(usize, usize)], sink: &mut impl Sink) {
+    match super::folded::takes(rows) {
+        Some((bytes, cols)) => super::folded::products_to(bytes, cols, xs, n, piece, sink),
+        None => widened_to(rows, xs, n, piece, sink),
+    }
+}
+
+/// [`products_to`] with a group of weight rows widened into a buffer at a time.
+pub(super) fn widened_to(rows: Rows<'_>, xs: &[f32], n: usize, piece: &[(usize, usize)], sink: &mut impl Sink) {
     let cols = rows.cols();
     let mut buf = vec![0f32; GROUP * cols];
     let mut sums = vec![[0f32; LANES]; GROUP * n];

@@ -1,0 +1,67 @@
+//! A batched decode step's head: `linear(x [16, 640], W [262144, 640])` with W a file Q8_0
+//! weight read in place (Gemma 3 270M's tied embedding at 16 sequences), the product that
+//! takes 40% of `rdu serve`'s 16-row step (`bench/serve/README.md`).
+
+use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use rdu_checkpoint::{GgmlType, GgmlWeight};
+use rdu_spatial::q8::quantize_q8_0;
+use rdu_spatial::text::parse;
+use rdu_spatial::{simulate, MapBindings, SimTensor};
+
+const ROWS: usize = 16;
+const OUT: usize = 262_144;
+const IN: usize = 640;
+
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        })
+        .collect()
+}
+
+/// An empty vector with room for `len` bytes, its memory advised for transparent huge pages
+/// before it is touched, as `rdu`'s loader reads a checkpoint (`Bytes::read_resident`): the
+/// head's 178 MB then stream through the TLB as they do in `rdu serve`.
+fn huge_page_vec(len: usize) -> Vec<u8> {
+    const HUGE: usize = 2 << 20;
+    let v = Vec::<u8>::with_capacity(len + HUGE);
+    let start = v.as_ptr() as usize;
+    let (first, last) = (start.next_multiple_of(HUGE), (start + len) / HUGE * HUGE);
+    if last > first {
+        // SAFETY: the range lies inside the vector's allocation, which no one has touched yet;
+        // the advice changes how its pages are backed, not their contents.
+        unsafe { libc::madvise(first as *mut libc::c_void, last - first, libc::MADV_HUGEPAGE) };
+    }
+    v
+}
+
+fn head(c: &mut Criterion) {
+    let text = format!(
+        "program bench chip=sn50\n\
+         tensor x : f32[{ROWS}, {IN}] role=input home=hbm\n\
+         tensor W : f32[{OUT}, {IN}] storage=q8_0 role=weight home=hbm\n\
+         section 0\nstage s0 pcus=1 pmus=1\n  y = linear(x, W) fold=q8\noutput y\n"
+    );
+    let program = parse(&text).expect("bench program parses");
+    let q8 = quantize_q8_0(&values(OUT * IN, 7), &[OUT, IN]).expect("quantisable");
+    let mut bytes = huge_page_vec(q8.blocks.len() * 34);
+    for b in &q8.blocks {
+        bytes.extend_from_slice(&half::f16::from_f32(b.d).to_le_bytes());
+        bytes.extend(b.qs.iter().map(|&q| q as u8));
+    }
+    let w = GgmlWeight { shape: vec![OUT, IN], format: GgmlType::Q8_0, bytes };
+    let x = SimTensor::f32(vec![ROWS, IN], values(ROWS * IN, 3));
+    let bindings = MapBindings::new().with("x", x).with_packed("W", w);
+    let mut group = c.benchmark_group("head_16x262144x640");
+    group.sample_size(20);
+    group.bench_function("q8_0_packed", |b| b.iter(|| simulate(black_box(&program), &bindings).expect("runs")));
+    group.finish();
+}
+
+criterion_group!(benches, head);
+criterion_main!(benches);

@@ -1,0 +1,238 @@
+//! File Q8_0 weight rows times a batch's activation rows (a 16-sequence decode step, a prefill
+//! chunk) in register tiles of eight activation rows by two weight rows, each block widened in
+//! registers as it is read: no buffer of widened rows, so the activation rows stay in L1 while
+//! the weight bytes stream past them.
+//!
+//! Every sum is [`tiled`](super::tiled)'s AVX-512 sum, bit for bit: a block's values are the
+//! reference's (`f32::from(q) · d`, exact in f32), input `k` goes into lane `k mod 16` of a
+//! 512-bit running sum, the two halves are added into eight lanes at every `STEP` inputs, and
+//! the eight lanes are summed in `sum8`'s order. What changes is where the widened values
+//! live (a register, not an 8-row buffer re-read for every four activation rows) and that a
+//! tile of 8 × 2 sums loads 10 vectors for 16 multiply-adds where one of 4 × 4 loads 8.
+
+use super::rows::Rows;
+use super::tiled::{Sink, LANES, STEP};
+use crate::q8::QK8_0;
+use rdu_checkpoint::GgmlType;
+
+/// Activation rows a tile.
+const ROWS: usize = 8;
+/// Weight rows a tile.
+const PAIR: usize = 2;
+/// Weight rows ahead of the tile whose bytes are prefetched.
+const AHEAD: usize = 8;
+/// Bytes of a file Q8_0 block: an f16 scale, then 32 int8 values.
+const BLOCK: usize = 34;
+
+/// The weight's bytes and row length where its products go through here: file Q8_0 rows on a
+/// CPU with the AVX-512 kernel.
+pub(super) fn takes(rows: Rows<'_>) -> Option<(&[u8], usize)> {
+    use super::packed::{q8_kernel, Q8Kernel};
+    match rows {
+        Rows::Packed { format: GgmlType::Q8_0, bytes, cols }
+            if q8_kernel() == Q8Kernel::Avx512 && std::env::var_os("RDU_NOFOLD").is_none() && cols > 0 && cols.is_multiple_of(QK8_0) =>
+        {
+            Some((bytes, cols))
+        }
+        _ => None,
+    }
+}
+
+/// `sink.put(i, j_i, r, rows[j_i] · xs[r])` for the rows `j_i` of `piece` (in order) and the
+/// `n` activation rows of `xs`, where [`takes`] gave `bytes` and `cols`.
+pub(super) fn products_to(bytes: &[u8], cols: usize, xs: &[f32], n: usize, piece: &[(usize, usize)], sink: &mut impl Sink) {
+    let rb = cols / QK8_0 * BLOCK;
+    assert!(xs.len() >= n * cols, "{n} activation rows of {cols} values");
+    assert!(piece.iter().all(|&(s, e)| s >= e || e * rb <= bytes.len()), "weight rows past the weight");
+    #[cfg(target_arch = "x86_64")]
+    {
+        let scales = super::packed::f16_values();
+        let packs: Vec<Vec<f32>> = (0..n).step_by(ROWS).map(|r0| pack(xs, cols, r0, n)).collect();
+        let mut i = 0;
+        for &(s, e) in piece {
+            let mut j = s;
+            while j < e {
+                let c = (e - j).min(PAIR);
+                // The second row is the first again when the range has one row left (its
+                // products are not put).
+                let ws = [bytes[j * rb..].as_ptr(), bytes[(j + c - 1) * rb..].as_ptr()];
+                // The rows `AHEAD` on are asked for now, to arrive while these are multiplied.
+                let ahead = bytes.get((j + AHEAD) * rb..((j + AHEAD + c) * rb).min(bytes.len())).unwrap_or(&[]);
+                prefetch(ahead);
+                for (p, x) in packs.iter().enumerate() {
+                    let r0 = p * ROWS;
+                    // SAFETY: `takes` chose this path only on a CPU with AVX-512 F and BW, FMA
+                    // and F16C; each weight row holds `cols / 32` blocks (asserted above) and
+                    // `x` is a pack of `cols` values.
+                    let out = unsafe { tile(ws, x, cols, scales) };
+                    for (cc, values) in out.iter().enumerate().take(c) {
+                        for (a, &v) in values.iter().enumerate().take(n - r0) {
+                            sink.put(i + cc, j + cc, r0 + a, v);
+                        }
+                    }
+                }
+                (i, j) = (i + c, j + c);
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (rb, xs, n, piece, sink);
+        unreachable!("`takes` chooses this path only on x86-64");
+    }
+}
+
+/// Activation rows `r0..r0 + ROWS` (those past `n` as zeros) interleaved sixteen values at a
+/// time: `pack[(k / 16)·ROWS·16 + a·16 + k % 16] = xs[r0 + a][k]`, so that a tile reads each
+/// step's activations from one pointer at fixed offsets.
+fn pack(xs: &[f32], cols: usize, r0: usize, n: usize) -> Vec<f32> {
+    const WIDE: usize = 2 * LANES;
+    let mut out = vec![0f32; cols * ROWS];
+    for a in 0..ROWS.min(n - r0) {
+        let row = &xs[(r0 + a) * cols..(r0 + a + 1) * cols];
+        for (k, values) in row.chunks_exact(WIDE).enumerate() {
+            let at = (k * ROWS + a) * WIDE;
+            out[at..at + WIDE].copy_from_slice(values);
+        }
+    }
+    out
+}
+
+/// Asks for every cache line of `bytes`.
+#[inline(always)]
+fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes.chunks(64) {
+        // SAFETY: a prefetch reads nothing architecturally; the address lies inside `bytes`.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr().cast()) };
+    }
+}
+
+/// The sums of the `ROWS` activation rows packed in `x` with two weight rows of `cols / 32`
+/// file Q8_0 blocks each: `out[c][a]`, summed as [`tiled`](super::tiled)'s AVX-512 tiles sum
+/// them.
+///
+/// # Safety
+/// The CPU has AVX-512 F and BW, FMA and F16C; each `ws[c]` points at `cols / 32` blocks and
+/// `x` is a [`pack`] of `cols` values, `cols` a multiple of 32.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn tile(ws: [*const u8; PAIR], x: &[f32], cols: usize, scales: &super::packed::F16Values) -> [[f32; ROWS]; PAIR] {
+    use std::arch::x86_64::*;
+    const WIDE: usize = 2 * LANES;
+    // Macros, not closures: a closure does not take the function's target features, and a
+    // call out of the loop would spill every running sum around it.
+    macro_rules! scale {
+        ($block:expr) => {
+            _mm512_set1_ps(scales[usize::from($block.cast::<u16>().read_unaligned())])
+        };
+    }
+    macro_rules! widen {
+        ($block:expr, $d:expr, $h:expr) => {
+            _mm512_mul_ps(
+                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128($block.add(2 + WIDE * $h) as *const __m128i))),
+                $d,
+            )
+        };
+    }
+    // At every `STEP` inputs a running sum's halves are added into its low half.
+    macro_rules! fold {
+        ($v:expr) => {{
+            let high = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd($v)));
+            _mm512_zextps256_ps512(_mm256_add_ps(_mm512_castps512_ps256($v), high))
+        }};
+    }
+    macro_rules! sum8 {
+        ($v:expr) => {{
+            let l: [f32; LANES] = std::mem::transmute(_mm512_castps512_ps256($v));
+            ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]))
+        }};
+    }
+    // The sixteen running sums as sixteen variables (`s_a0`, `s_a1` for activation row `a`
+    // and weight rows 0 and 1): as an array, the compiler kept some of them in memory.
+    macro_rules! sums {
+        ($($a:literal $s0:ident $s1:ident)*) => {{
+            $(let (mut $s0, mut $s1) = (_mm512_setzero_ps(), _mm512_setzero_ps());)*
+            let xp = x.as_ptr();
+            let mut k0 = 0;
+            while k0 < cols {
+                let k1 = (k0 + STEP).min(cols);
+                // Sixteen inputs a step (half a block): one step's values in registers at a
+                // time (a block's two halves at once, the compiler spilled sums to make room).
+                for k in (k0 / WIDE)..(k1 / WIDE) {
+                    let (b, h) = (k / 2, k % 2);
+                    let block = [ws[0].add(b * BLOCK), ws[1].add(b * BLOCK)];
+                    let (w0, w1) = (widen!(block[0], scale!(block[0]), h), widen!(block[1], scale!(block[1]), h));
+                    let step = xp.add(k * ROWS * WIDE);
+                    $(
+                        let xv = _mm512_loadu_ps(step.add($a * WIDE));
+                        $s0 = _mm512_fmadd_ps(xv, w0, $s0);
+                        $s1 = _mm512_fmadd_ps(xv, w1, $s1);
+                    )*
+                }
+                $($s0 = fold!($s0); $s1 = fold!($s1);)*
+                k0 = k1;
+            }
+            [[$(sum8!($s0)),*], [$(sum8!($s1)),*]]
+        }};
+    }
+    sums!(0 s00 s01 1 s10 s11 2 s20 s21 3 s30 s31 4 s40 s41 5 s50 s51 6 s60 s61 7 s70 s71)
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::super::rows::tests::values;
+    use super::*;
+
+    /// Products kept as `(i, j, r, v)`, in the order they are put.
+    struct Kept(Vec<(usize, usize, usize, f32)>);
+
+    impl Sink for Kept {
+        fn put(&mut self, i: usize, j: usize, r: usize, v: f32) {
+            self.0.push((i, j, r, v));
+        }
+    }
+
+    /// `m` rows of `cols` values as file Q8_0 blocks (an f16 scale, then 32 int8 values).
+    fn file_q8(m: usize, cols: usize, seed: u32) -> Vec<u8> {
+        let q8 = crate::q8::quantize_q8_0(&values(m * cols, seed), &[m, cols]).expect("quantisable");
+        let mut bytes = Vec::with_capacity(q8.blocks.len() * BLOCK);
+        for b in &q8.blocks {
+            bytes.extend_from_slice(&half::f16::from_f32(b.d).to_le_bytes());
+            bytes.extend(b.qs.iter().map(|&q| q as u8));
+        }
+        bytes
+    }
+
+    /// Every product in-register widening puts is, bit for bit, the one the widened-buffer
+    /// tiles put for the same (weight row, activation row): activation counts that fill the
+    /// 8-row tiles and leave a partial one, rows past one and two `STEP`s, ranges of odd
+    /// lengths (a last weight row without a pair).
+    #[test]
+    fn folded_products_are_the_widened_tiles_bit_for_bit() {
+        let ranges: &[(usize, usize)] = &[(3, 8), (10, 11), (20, 27)];
+        let mut compared = 0;
+        for (n, cols) in [(16, 640), (9, 2 * STEP + 96), (23, 32), (32, STEP)] {
+            let bytes = file_q8(27, cols, 5 + n as u32);
+            let xs = values(n * cols, 17 + cols as u32);
+            let rows = Rows::Packed { format: GgmlType::Q8_0, bytes: &bytes, cols };
+            let mut widened = Kept(Vec::new());
+            super::super::tiled::widened_to(rows, &xs, n, ranges, &mut widened);
+            let mut want: Vec<_> = widened.0.iter().map(|&(i, j, r, v)| (i, j, r, v.to_bits())).collect();
+            want.sort_unstable();
+            assert_eq!(want.len(), 13 * n, "every product once");
+            let Some((b, c)) = takes(rows) else {
+                eprintln!("no AVX-512: the widened tiles alone take file Q8_0 rows here");
+                continue;
+            };
+            let mut folded = Kept(Vec::new());
+            products_to(b, c, &xs, n, ranges, &mut folded);
+            let mut got: Vec<_> = folded.0.iter().map(|&(i, j, r, v)| (i, j, r, v.to_bits())).collect();
+            got.sort_unstable();
+            assert_eq!(got, want, "n {n}, cols {cols}");
+            compared += 1;
+        }
+        eprintln!("shapes compared bit for bit: {compared}");
+    }
+}
