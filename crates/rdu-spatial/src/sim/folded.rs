@@ -18,7 +18,7 @@ use rdu_checkpoint::GgmlType;
 /// Activation rows a tile.
 const ROWS: usize = 8;
 /// Weight rows a tile.
-const PAIR: usize = 2;
+const PAIR: usize = 3;
 /// Weight rows ahead of the tile whose bytes are prefetched.
 const AHEAD: usize = 8;
 /// Bytes of a file Q8_0 block: an f16 scale, then 32 int8 values.
@@ -55,7 +55,7 @@ pub(super) fn products_to(bytes: &[u8], cols: usize, xs: &[f32], n: usize, piece
                 let c = (e - j).min(PAIR);
                 // The second row is the first again when the range has one row left (its
                 // products are not put).
-                let ws = [bytes[j * rb..].as_ptr(), bytes[(j + c - 1) * rb..].as_ptr()];
+                let ws: [*const u8; PAIR] = std::array::from_fn(|w| bytes[(j + w.min(c - 1)) * rb..].as_ptr());
                 // The rows `AHEAD` on are asked for now, to arrive while these are multiplied.
                 let ahead = bytes.get((j + AHEAD) * rb..((j + AHEAD + c) * rb).min(bytes.len())).unwrap_or(&[]);
                 prefetch(ahead);
@@ -151,8 +151,8 @@ unsafe fn tile(ws: [*const u8; PAIR], x: &[f32], cols: usize, scales: &super::pa
     // The sixteen running sums as sixteen variables (`s_a0`, `s_a1` for activation row `a`
     // and weight rows 0 and 1): as an array, the compiler kept some of them in memory.
     macro_rules! sums {
-        ($($a:literal $s0:ident $s1:ident)*) => {{
-            $(let (mut $s0, mut $s1) = (_mm512_setzero_ps(), _mm512_setzero_ps());)*
+        ($($a:literal $s0:ident $s1:ident $s2:ident)*) => {{
+            $(let (mut $s0, mut $s1, mut $s2) = (_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps());)*
             let xp = x.as_ptr();
             let mut k0 = 0;
             while k0 < cols {
@@ -161,22 +161,24 @@ unsafe fn tile(ws: [*const u8; PAIR], x: &[f32], cols: usize, scales: &super::pa
                 // time (a block's two halves at once, the compiler spilled sums to make room).
                 for k in (k0 / WIDE)..(k1 / WIDE) {
                     let (b, h) = (k / 2, k % 2);
-                    let block = [ws[0].add(b * BLOCK), ws[1].add(b * BLOCK)];
+                    let block = [ws[0].add(b * BLOCK), ws[1].add(b * BLOCK), ws[2].add(b * BLOCK)];
                     let (w0, w1) = (widen!(block[0], scale!(block[0]), h), widen!(block[1], scale!(block[1]), h));
+                    let w2 = widen!(block[2], scale!(block[2]), h);
                     let step = xp.add(k * ROWS * WIDE);
                     $(
                         let xv = _mm512_loadu_ps(step.add($a * WIDE));
                         $s0 = _mm512_fmadd_ps(xv, w0, $s0);
                         $s1 = _mm512_fmadd_ps(xv, w1, $s1);
+                        $s2 = _mm512_fmadd_ps(xv, w2, $s2);
                     )*
                 }
-                $($s0 = fold!($s0); $s1 = fold!($s1);)*
+                $($s0 = fold!($s0); $s1 = fold!($s1); $s2 = fold!($s2);)*
                 k0 = k1;
             }
-            [[$(sum8!($s0)),*], [$(sum8!($s1)),*]]
+            [[$(sum8!($s0)),*], [$(sum8!($s1)),*], [$(sum8!($s2)),*]]
         }};
     }
-    sums!(0 s00 s01 1 s10 s11 2 s20 s21 3 s30 s31 4 s40 s41 5 s50 s51 6 s60 s61 7 s70 s71)
+    sums!(0 s00 s01 s02 1 s10 s11 s12 2 s20 s21 s22 3 s30 s31 s32 4 s40 s41 s42 5 s50 s51 s52 6 s60 s61 s62 7 s70 s71 s72)
 }
 
 
