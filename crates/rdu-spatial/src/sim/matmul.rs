@@ -2,13 +2,14 @@
 //! or read in place in a checkpoint block format — in parallel across rows when the work pays
 //! for it.
 //!
-//! Few activation rows (decode; a verify step's up to 8 over file Q8_0 rows): one row dot
-//! product per (weight row, activation row), Q8_0 folded block by block (a file Q8_0 row
-//! widened once for all the activation rows), other block formats widened one row at a time
-//! into a buffer on the stack of the worker. Some activation rows (a mixture-of-experts chunk's rows for one expert,
-//! a short chunk): a group of weight rows widened at a time and multiplied in register tiles
-//! (`tiled`). Many activation rows (prefill): a panel of weight rows is widened once (dense
-//! rows are used as they are) and multiplied through `matrixmultiply`.
+//! Few activation rows (decode, up to three): one row dot product per (weight row, activation
+//! row), Q8_0 folded block by block (a file Q8_0 row widened once for all the activation rows),
+//! other block formats widened one row at a time into a buffer on the stack of the worker.
+//! Some activation rows (a batched decode step, a verify step, a mixture-of-experts chunk's
+//! rows for one expert, a short chunk): a group of weight rows widened at a time and multiplied
+//! in register tiles (`tiled`; file Q8_0 rows widened in registers, `folded`). Many activation
+//! rows (prefill): a panel of weight rows is widened once (dense rows are used as they are) and
+//! multiplied through `matrixmultiply`.
 
 use rayon::prelude::*;
 use rdu_checkpoint::GgmlType;
@@ -22,16 +23,14 @@ use crate::q8::{dot, dot_row, Q8Block, QK8_0};
 /// Below this many multiply-adds a product runs on the calling thread.
 const PAR_WORK: usize = 1 << 16;
 /// From this many activation rows on, a product takes its weight rows a few at a time and
-/// multiplies them with every activation row in tiles (`tiled`) — except file Q8_0 rows under
-/// the AVX-512 kernel, which up to `MULTI_ROWS` activation rows take one row dot per (weight
-/// row, activation row), each weight row widened once for all of them (`dot_q8_rows_avx512`).
+/// multiplies them with every activation row in tiles (`tiled`; file Q8_0 rows under the
+/// AVX-512 kernel through `folded`). File Q8_0 rows took one row dot per (weight row,
+/// activation row) up to 8 activation rows (`dot_q8_rows_avx512`, each weight row widened
+/// once for all of them) while the tiles widened rows into a buffer; `folded` is faster from 5
+/// rows on. Gemma 3 270M's head `[262144 × 640]` Q8_0 on 2 threads (`benches/batched_head.rs`,
+/// Zen 5 VM, one run): 4 rows 13.1 ms by row dots, 13.2 folded; 5 rows 17.8 against 10.9; 8
+/// rows 27.9 against 16.6.
 const GEMM_ROWS: usize = 4;
-/// The most activation rows (a verify step of up to 7 drafted tokens, a small batch) a file
-/// Q8_0 row is multiplied with by `dot_q8_rows_avx512` rather than in tiles. Gemma 3 270M
-/// Q8_0, steps of 5 rows on 2 threads (a loaded 2-core VM): 22.7 rows/s through tiles, 44.8
-/// with a one-row dot per activation row, and verify steps 1.45× faster again with each
-/// weight row widened once for all the rows.
-const MULTI_ROWS: usize = 8;
 /// From this many activation rows on, a product goes through `matrixmultiply` instead, whose
 /// packing then pays. Measured on a 2-core Zen 1 (Q8_0 `[1536 × 5120]`, GMAC/s tiled against
 /// widened panels through `matrixmultiply`): 19 rows 27 against 3.7, 128 rows 31 against 17,
@@ -83,7 +82,7 @@ impl Plan {
         let threads = rayon::current_num_threads();
         // Row dots balance over small chunks; a matrixmultiply call pays for packing the
         // activations, so each thread takes one run of rows.
-        let few = few(rows, n);
+        let few = few(n);
         let split = if few { threads * 4 } else { threads };
         let per = if work < PAR_WORK { m } else { m.div_ceil(split).max(1) };
         Plan { few, per, kernel: q8_kernel(), n }
@@ -98,7 +97,7 @@ impl Plan {
     fn fill(&self, rows: Rows<'_>, xs: &[f32], piece: &[(usize, usize)], chunk: &mut [f32]) {
         let (few, n) = (self.few, self.n);
         match (rows, piece) {
-            _ if self.tiles(rows) => super::tiled::products(rows, xs, n, piece, chunk),
+            _ if self.tiles(rows) => tiles_to(rows, xs, n, piece, &mut super::tiled::Features { chunk, n }),
             (Rows::Dense { data, cols }, &[(j0, j1)]) if !few && cols > 0 => {
                 gemm_into(&data[j0 * cols..j1 * cols], xs, n, cols, j1 - j0, chunk)
             }
@@ -114,17 +113,15 @@ impl Plan {
     }
 }
 
-/// Few activation rows: one row dot per (weight row, activation row) (`dot_rows`) — file Q8_0
-/// rows under the AVX-512 kernel up to `MULTI_ROWS` of them.
-fn few(rows: Rows<'_>, n: usize) -> bool {
-    let multi = matches!(rows, Rows::Packed { format: GgmlType::Q8_0, .. }) && q8_kernel() == Q8Kernel::Avx512;
-    n < GEMM_ROWS || (multi && n <= MULTI_ROWS)
+/// Few activation rows: one row dot per (weight row, activation row) (`dot_rows`).
+fn few(n: usize) -> bool {
+    n < GEMM_ROWS
 }
 
 /// Whether a product of `n` activation rows runs through the register tiles, so that
 /// [`products_into`] takes it.
 pub(super) fn tiles(rows: Rows<'_>, n: usize) -> bool {
-    !few(rows, n) && n < TILED_ROWS && rows.cols() > 0
+    !few(n) && n < TILED_ROWS && rows.cols() > 0
 }
 
 /// `y[r·stride + j] = rows[j] · xs[r]` for every row `j` of `ranges` (disjoint, each below
@@ -151,8 +148,7 @@ pub(super) fn products_into(
         return None;
     }
     let cells = Cells(y.as_mut_ptr());
-    let run =
-        |piece: &Vec<(usize, usize)>| super::tiled::products_to(rows, xs, n, piece, &mut RowMajor { cells, stride });
+    let run = |piece: &Vec<(usize, usize)>| tiles_to(rows, xs, n, piece, &mut RowMajor { cells, stride });
     let pieces = split_ranges(ranges, plan.per);
     if pieces.len() == 1 {
         run(&pieces[0]);
@@ -160,6 +156,16 @@ pub(super) fn products_into(
         pieces.par_iter().for_each(run);
     }
     Some(())
+}
+
+/// The register tiles' products of the rows of `piece` with the `n` activation rows of `xs`, each
+/// handed to `sink`: file Q8_0 rows under the AVX-512 kernel widened block by block in registers
+/// (`folded`), other rows a group at a time into a buffer (`tiled`) — the same sums.
+fn tiles_to(rows: Rows<'_>, xs: &[f32], n: usize, piece: &[(usize, usize)], sink: &mut impl super::tiled::Sink) {
+    match super::folded::takes(rows) {
+        Some((bytes, cols)) => super::folded::products_to(bytes, cols, xs, n, piece, sink),
+        None => super::tiled::products_to(rows, xs, n, piece, sink),
+    }
 }
 
 /// `y`'s cells, written by several threads at once, each only its own (`products_into`).

@@ -18,21 +18,16 @@ pub(super) const GROUP: usize = 8;
 /// cache while the group's weight rows are multiplied with it.
 pub(super) const STEP: usize = 1024;
 
-/// `chunk[i·n + r] = rows[j_i] · xs[r]` for the rows `j_i` of `piece`, in groups of `GROUP`.
-pub(super) fn products(rows: Rows<'_>, xs: &[f32], n: usize, piece: &[(usize, usize)], chunk: &mut [f32]) {
-    products_to(rows, xs, n, piece, &mut Features { chunk, n });
-}
-
 /// Where [`products_to`] puts the product of the `i`-th row of its piece (weight row `j`) and
 /// activation row `r`.
 pub(super) trait Sink {
     fn put(&mut self, i: usize, j: usize, r: usize, v: f32);
 }
 
-/// `chunk[i·n + r]`: a feature's `n` activation rows together ([`products`]' order).
-struct Features<'a> {
-    chunk: &'a mut [f32],
-    n: usize,
+/// `chunk[i·n + r]`: a feature's `n` activation rows together (`matmul::products`' order).
+pub(super) struct Features<'a> {
+    pub(super) chunk: &'a mut [f32],
+    pub(super) n: usize,
 }
 
 impl Sink for Features<'_> {
@@ -43,16 +38,9 @@ impl Sink for Features<'_> {
 }
 
 /// [`products`] with each result handed to `sink` as it is finished.
-/// File Q8_0 rows under the AVX-512 kernel go through `folded` (the same sums, bit for bit).
+/// `rows[j_i] · xs[r]` for the rows `j_i` of `piece`, in groups of `GROUP` widened into a
+/// buffer, each handed to `sink` as it is finished.
 pub(super) fn products_to(rows: Rows<'_>, xs: &[f32], n: usize, piece: &[(usize, usize)], sink: &mut impl Sink) {
-    match super::folded::takes(rows) {
-        Some((bytes, cols)) => super::folded::products_to(bytes, cols, xs, n, piece, sink),
-        None => widened_to(rows, xs, n, piece, sink),
-    }
-}
-
-/// [`products_to`] with a group of weight rows widened into a buffer at a time.
-pub(super) fn widened_to(rows: Rows<'_>, xs: &[f32], n: usize, piece: &[(usize, usize)], sink: &mut impl Sink) {
     let cols = rows.cols();
     let mut buf = vec![0f32; GROUP * cols];
     let mut sums = vec![[0f32; LANES]; GROUP * n];
@@ -462,7 +450,7 @@ mod tests {
             let xs = values(n * k, 7 + n as u32);
             let w = values(m * k, 9 + m as u32);
             let mut out = vec![0f32; m * n];
-            products(Rows::Dense { data: &w, cols: k }, &xs, n, &[(0, m)], &mut out);
+            products_to(Rows::Dense { data: &w, cols: k }, &xs, n, &[(0, m)], &mut Features { chunk: &mut out, n });
             for j in 0..m {
                 for r in 0..n {
                     let (row, x) = (&w[j * k..(j + 1) * k], &xs[r * k..(r + 1) * k]);
