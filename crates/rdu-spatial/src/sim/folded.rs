@@ -174,20 +174,21 @@ unsafe fn tile(
             let mut k0 = 0;
             while k0 < cols {
                 let k1 = (k0 + STEP).min(cols);
-                // Sixteen inputs a step (half a block): one step's values in registers at a
-                // time (a block's two halves at once, the compiler spilled sums to make room).
-                for k in (k0 / WIDE)..(k1 / WIDE) {
-                    let (b, h) = (k / 2, k % 2);
+                // A block a step, its two halves of sixteen inputs one after the other (a step of
+                // half a block, its block's offsets worked out every time, ran 9% slower).
+                for b in (k0 / QK8_0)..(k1 / QK8_0) {
                     let block = [ws[0].add(b * BLOCK), ws[1].add(b * BLOCK), ws[2].add(b * BLOCK)];
-                    let (w0, w1) = (widen!(block[0], scale!(block[0]), h), widen!(block[1], scale!(block[1]), h));
-                    let w2 = widen!(block[2], scale!(block[2]), h);
-                    let step = xp.add(k * ROWS * WIDE);
-                    $(
-                        let xv = _mm512_loadu_ps(step.add($a * WIDE));
-                        $s0 = _mm512_fmadd_ps(xv, w0, $s0);
-                        $s1 = _mm512_fmadd_ps(xv, w1, $s1);
-                        $s2 = _mm512_fmadd_ps(xv, w2, $s2);
-                    )*
+                    for h in 0..2 {
+                        let w0 = widen!(block[0], scale!(block[0]), h);
+                        let (w1, w2) = (widen!(block[1], scale!(block[1]), h), widen!(block[2], scale!(block[2]), h));
+                        let step = xp.add((2 * b + h) * ROWS * WIDE);
+                        $(
+                            let xv = _mm512_loadu_ps(step.add($a * WIDE));
+                            $s0 = _mm512_fmadd_ps(xv, w0, $s0);
+                            $s1 = _mm512_fmadd_ps(xv, w1, $s1);
+                            $s2 = _mm512_fmadd_ps(xv, w2, $s2);
+                        )*
+                    }
                 }
                 $($s0 = fold!($s0); $s1 = fold!($s1); $s2 = fold!($s2);)*
                 k0 = k1;
