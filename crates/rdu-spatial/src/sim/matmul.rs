@@ -2,14 +2,14 @@
 //! or read in place in a checkpoint block format — in parallel across rows when the work pays
 //! for it.
 //!
-//! Few activation rows (decode, up to three): one row dot product per (weight row, activation
-//! row), Q8_0 folded block by block (a file Q8_0 row widened once for all the activation rows),
-//! other block formats widened one row at a time into a buffer on the stack of the worker.
-//! Some activation rows (a batched decode step, a verify step, a mixture-of-experts chunk's
-//! rows for one expert, a short chunk): a group of weight rows widened at a time and multiplied
-//! in register tiles (`tiled`; file Q8_0 rows widened in registers, `folded`). Many activation
-//! rows (prefill): a panel of weight rows is widened once (dense rows are used as they are) and
-//! multiplied through `matrixmultiply`.
+//! Few activation rows (decode; a verify step's up to 8 over file Q8_0 rows): one row dot
+//! product per (weight row, activation row), Q8_0 folded block by block (a file Q8_0 row
+//! widened once for all the activation rows), other block formats widened one row at a time
+//! into a buffer on the stack of the worker. Some activation rows (a batched decode step, a
+//! mixture-of-experts chunk's rows for one expert, a short chunk): a group of weight rows
+//! widened at a time and multiplied in register tiles (`tiled`; file Q8_0 rows widened in
+//! registers, `folded`). Many activation rows (prefill): a panel of weight rows is widened once
+//! (dense rows are used as they are) and multiplied through `matrixmultiply`.
 
 use rayon::prelude::*;
 use rdu_checkpoint::GgmlType;
@@ -23,14 +23,19 @@ use crate::q8::{dot, dot_row, Q8Block, QK8_0};
 /// Below this many multiply-adds a product runs on the calling thread.
 const PAR_WORK: usize = 1 << 16;
 /// From this many activation rows on, a product takes its weight rows a few at a time and
-/// multiplies them with every activation row in tiles (`tiled`; file Q8_0 rows under the
-/// AVX-512 kernel through `folded`). File Q8_0 rows took one row dot per (weight row,
-/// activation row) up to 8 activation rows (`dot_q8_rows_avx512`, each weight row widened
-/// once for all of them) while the tiles widened rows into a buffer; `folded` is faster from 5
-/// rows on. Gemma 3 270M's head `[262144 × 640]` Q8_0 on 2 threads (`benches/batched_head.rs`,
-/// Zen 5 VM, one run): 4 rows 13.1 ms by row dots, 13.2 folded; 5 rows 17.8 against 10.9; 8
-/// rows 27.9 against 16.6.
+/// multiplies them with every activation row in tiles (`tiled`, `folded`) — except file Q8_0
+/// rows under the AVX-512 kernel, which up to `MULTI_ROWS` activation rows take one row dot per
+/// (weight row, activation row), each weight row widened once for all of them
+/// (`dot_q8_rows_avx512`).
 const GEMM_ROWS: usize = 4;
+/// The most activation rows (a verify step of up to 7 drafted tokens, a small batch) a file
+/// Q8_0 row is multiplied with by `dot_q8_rows_avx512` rather than in tiles: each result is the
+/// one-row kernel's bit for bit, so a verify step's logits are the plain decode's (the tiles'
+/// sums are a reassociation of them). `folded` would be faster from 5 rows on — Gemma 3 270M's
+/// head `[262144 × 640]` on 2 threads (`benches/batched_head.rs`, Zen 5 VM, one run): 5 rows
+/// 17.8 ms by row dots, 10.9 folded; 8 rows 27.9 against 16.6 — but verify steps would lose
+/// that exactness.
+const MULTI_ROWS: usize = 8;
 /// From this many activation rows on, a product goes through `matrixmultiply` instead, whose
 /// packing then pays. Measured on a 2-core Zen 1 (Q8_0 `[1536 × 5120]`, GMAC/s tiled against
 /// widened panels through `matrixmultiply`): 19 rows 27 against 3.7, 128 rows 31 against 17,
@@ -82,7 +87,7 @@ impl Plan {
         let threads = rayon::current_num_threads();
         // Row dots balance over small chunks; a matrixmultiply call pays for packing the
         // activations, so each thread takes one run of rows.
-        let few = few(n);
+        let few = few(rows, n);
         let split = if few { threads * 4 } else { threads };
         let per = if work < PAR_WORK { m } else { m.div_ceil(split).max(1) };
         Plan { few, per, kernel: q8_kernel(), n }
@@ -113,15 +118,17 @@ impl Plan {
     }
 }
 
-/// Few activation rows: one row dot per (weight row, activation row) (`dot_rows`).
-fn few(n: usize) -> bool {
-    n < GEMM_ROWS
+/// Few activation rows: one row dot per (weight row, activation row) (`dot_rows`) — file Q8_0
+/// rows under the AVX-512 kernel up to `MULTI_ROWS` of them.
+fn few(rows: Rows<'_>, n: usize) -> bool {
+    let multi = matches!(rows, Rows::Packed { format: GgmlType::Q8_0, .. }) && q8_kernel() == Q8Kernel::Avx512;
+    n < GEMM_ROWS || (multi && n <= MULTI_ROWS)
 }
 
 /// Whether a product of `n` activation rows runs through the register tiles, so that
 /// [`products_into`] takes it.
 pub(super) fn tiles(rows: Rows<'_>, n: usize) -> bool {
-    !few(n) && n < TILED_ROWS && rows.cols() > 0
+    !few(rows, n) && n < TILED_ROWS && rows.cols() > 0
 }
 
 /// `y[r·stride + j] = rows[j] · xs[r]` for every row `j` of `ranges` (disjoint, each below
