@@ -1,6 +1,8 @@
-//! A batched decode step's head: `linear(x [16, 640], W [262144, 640])` with W a file Q8_0
-//! weight read in place (Gemma 3 270M's tied embedding at 16 sequences), the product that
-//! takes 40% of `rdu serve`'s 16-row step (`bench/serve/README.md`).
+//! A batched decode step's head: `linear(x [R, 640], W [262144, 640])` with W a file Q8_0
+//! weight read in place (Gemma 3 270M's tied embedding), at 16 rows (a 16-sequence step: the
+//! product that takes 40% of `rdu serve`'s step, `bench/serve/README.md`; through the register
+//! tiles, `sim/folded.rs`) and at 8 and 5 (a small batch's or a verify step's rows: a row dot
+//! per activation row, `dot_q8_rows_avx512`).
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use rdu_checkpoint::{GgmlType, GgmlWeight};
@@ -8,7 +10,6 @@ use rdu_spatial::q8::quantize_q8_0;
 use rdu_spatial::text::parse;
 use rdu_spatial::{simulate, MapBindings, SimTensor};
 
-const ROWS: usize = 16;
 const OUT: usize = 262_144;
 const IN: usize = 640;
 
@@ -41,13 +42,6 @@ fn huge_page_vec(len: usize) -> Vec<u8> {
 }
 
 fn head(c: &mut Criterion) {
-    let text = format!(
-        "program bench chip=sn50\n\
-         tensor x : f32[{ROWS}, {IN}] role=input home=hbm\n\
-         tensor W : f32[{OUT}, {IN}] storage=q8_0 role=weight home=hbm\n\
-         section 0\nstage s0 pcus=1 pmus=1\n  y = linear(x, W) fold=q8\noutput y\n"
-    );
-    let program = parse(&text).expect("bench program parses");
     let q8 = quantize_q8_0(&values(OUT * IN, 7), &[OUT, IN]).expect("quantisable");
     let mut bytes = huge_page_vec(q8.blocks.len() * 34);
     for b in &q8.blocks {
@@ -55,11 +49,21 @@ fn head(c: &mut Criterion) {
         bytes.extend(b.qs.iter().map(|&q| q as u8));
     }
     let w = GgmlWeight { shape: vec![OUT, IN], format: GgmlType::Q8_0, bytes };
-    let x = SimTensor::f32(vec![ROWS, IN], values(ROWS * IN, 3));
-    let bindings = MapBindings::new().with("x", x).with_packed("W", w);
-    let mut group = c.benchmark_group("head_16x262144x640");
+    let mut group = c.benchmark_group("head_262144x640");
     group.sample_size(20);
-    group.bench_function("q8_0_packed", |b| b.iter(|| simulate(black_box(&program), &bindings).expect("runs")));
+    let mut bindings = MapBindings::new().with_packed("W", w);
+    for rows in [16, 8, 5] {
+        let text = format!(
+            "program bench chip=sn50\n\
+             tensor x : f32[{rows}, {IN}] role=input home=hbm\n\
+             tensor W : f32[{OUT}, {IN}] storage=q8_0 role=weight home=hbm\n\
+             section 0\nstage s0 pcus=1 pmus=1\n  y = linear(x, W) fold=q8\noutput y\n"
+        );
+        let program = parse(&text).expect("bench program parses");
+        bindings = bindings.with("x", SimTensor::f32(vec![rows, IN], values(rows * IN, 3)));
+        let name = format!("q8_0_packed_{rows}_rows");
+        group.bench_function(name, |b| b.iter(|| simulate(black_box(&program), &bindings).expect("runs")));
+    }
     group.finish();
 }
 

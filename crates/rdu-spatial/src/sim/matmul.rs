@@ -32,9 +32,10 @@ const GEMM_ROWS: usize = 4;
 /// Q8_0 row is multiplied with by `dot_q8_rows_avx512` rather than in tiles: each result is the
 /// one-row kernel's bit for bit, so a verify step's logits are the plain decode's (the tiles'
 /// sums are a reassociation of them). `folded` would be faster from 5 rows on — Gemma 3 270M's
-/// head `[262144 × 640]` on 2 threads (`benches/batched_head.rs`, Zen 5 VM, one run): 5 rows
-/// 17.8 ms by row dots, 10.9 folded; 8 rows 27.9 against 16.6 — but verify steps would lose
-/// that exactness.
+/// head `[262144 × 640]` on 2 threads (`benches/batched_head.rs`, Zen 5 VM): 5 rows 12.3–17.8
+/// ms by row dots, 10.9 folded; 8 rows 21.0–27.9 against 16.6 — but verify steps would lose
+/// that exactness. (The row dots one running sum at a time, so that four sums of eight rows
+/// need not all be in registers, ran slower: 8 rows 25.5, 5 rows 15.4.)
 const MULTI_ROWS: usize = 8;
 /// From this many activation rows on, a product goes through `matrixmultiply` instead, whose
 /// packing then pays. Measured on a 2-core Zen 1 (Q8_0 `[1536 × 5120]`, GMAC/s tiled against
