@@ -8,22 +8,10 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use rdu_checkpoint::{GgmlType, GgmlWeight};
 use rdu_spatial::q8::quantize_q8_0;
 use rdu_spatial::text::parse;
-use rdu_spatial::{simulate, MapBindings, SimTensor};
+use rdu_spatial::{seeded_weight, simulate, MapBindings, SimTensor};
 
 const OUT: usize = 262_144;
 const IN: usize = 640;
-
-fn values(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-        })
-        .collect()
-}
 
 /// An empty vector with room for `len` bytes, its memory advised for transparent huge pages
 /// before it is touched, as `rdu`'s loader reads a checkpoint (`Bytes::read_resident`): the
@@ -42,7 +30,7 @@ fn huge_page_vec(len: usize) -> Vec<u8> {
 }
 
 fn head(c: &mut Criterion) {
-    let q8 = quantize_q8_0(&values(OUT * IN, 7), &[OUT, IN]).expect("quantisable");
+    let q8 = quantize_q8_0(&seeded_weight(7, "W", &[OUT, IN], false), &[OUT, IN]).expect("quantisable");
     let mut bytes = huge_page_vec(q8.blocks.len() * 34);
     for b in &q8.blocks {
         bytes.extend_from_slice(&half::f16::from_f32(b.d).to_le_bytes());
@@ -60,7 +48,7 @@ fn head(c: &mut Criterion) {
              section 0\nstage s0 pcus=1 pmus=1\n  y = linear(x, W) fold=q8\noutput y\n"
         );
         let program = parse(&text).expect("bench program parses");
-        bindings = bindings.with("x", SimTensor::f32(vec![rows, IN], values(rows * IN, 3)));
+        bindings = bindings.with("x", SimTensor::f32(vec![rows, IN], seeded_weight(3, "x", &[rows, IN], false)));
         let name = format!("q8_0_packed_{rows}_rows");
         group.bench_function(name, |b| b.iter(|| simulate(black_box(&program), &bindings).expect("runs")));
     }
