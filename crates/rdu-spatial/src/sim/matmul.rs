@@ -61,7 +61,7 @@ pub(super) fn products(rows: Rows<'_>, xs: &[f32], n: usize, ranges: &[(usize, u
     if m == 0 || n == 0 {
         return out;
     }
-    let plan = Plan::new(rows, n, m);
+    let plan = Plan::new(rows, xs, n, m);
     let pieces = split_ranges(ranges, plan.per);
     let fill = |(piece, chunk): (&Vec<(usize, usize)>, &mut [f32])| plan.fill(rows, xs, piece, chunk);
     if pieces.len() == 1 {
@@ -73,17 +73,22 @@ pub(super) fn products(rows: Rows<'_>, xs: &[f32], n: usize, ranges: &[(usize, u
 }
 
 /// How a product of `n` activation rows with `m` weight rows is cut and computed.
-struct Plan {
+struct Plan<'a> {
     /// Few activation rows: one row dot per (weight row, activation row) (`dot_rows`).
     few: bool,
     /// Weight rows a piece (a thread's run).
     per: usize,
     kernel: Q8Kernel,
     n: usize,
+    /// Whether the product runs through the register tiles (`tiled`, `folded`).
+    tiles: bool,
+    /// File Q8_0 rows through the tiles under AVX-512: the activation rows packed once for
+    /// every piece.
+    folded: Option<super::folded::Folded<'a>>,
 }
 
-impl Plan {
-    fn new(rows: Rows<'_>, n: usize, m: usize) -> Plan {
+impl<'a> Plan<'a> {
+    fn new(rows: Rows<'a>, xs: &[f32], n: usize, m: usize) -> Plan<'a> {
         let work = m * n * rows.cols().max(1);
         let threads = rayon::current_num_threads();
         // Row dots balance over small chunks; a matrixmultiply call pays for packing the
@@ -91,19 +96,27 @@ impl Plan {
         let few = few(rows, n);
         let split = if few { threads * 4 } else { threads };
         let per = if work < PAR_WORK { m } else { m.div_ceil(split).max(1) };
-        Plan { few, per, kernel: q8_kernel(), n }
+        let tiles = tiles(rows, n) && m > 0;
+        let folded = if tiles { super::folded::Folded::new(rows, xs, n) } else { None };
+        Plan { few, per, kernel: q8_kernel(), n, tiles, folded }
     }
 
-    /// Whether the product runs through the register tiles (`tiled`).
-    fn tiles(&self, rows: Rows<'_>) -> bool {
-        tiles(rows, self.n)
+    /// The register tiles' products of the rows of `piece` with the `n` activation rows of
+    /// `xs`, each handed to `sink`: file Q8_0 rows under the AVX-512 kernel widened block by
+    /// block in registers (`folded`), other rows a group at a time into a buffer (`tiled`) —
+    /// the same sums.
+    fn tiles_to(&self, rows: Rows<'_>, xs: &[f32], piece: &[(usize, usize)], sink: &mut impl super::tiled::Sink) {
+        match &self.folded {
+            Some(folded) => folded.products_to(piece, sink),
+            None => super::tiled::products_to(rows, xs, self.n, piece, sink),
+        }
     }
 
     /// `chunk[i·n + r] = rows[j_i] · xs[r]` for the rows `j_i` of `piece`.
     fn fill(&self, rows: Rows<'_>, xs: &[f32], piece: &[(usize, usize)], chunk: &mut [f32]) {
         let (few, n) = (self.few, self.n);
         match (rows, piece) {
-            _ if self.tiles(rows) => tiles_to(rows, xs, n, piece, &mut super::tiled::Features { chunk, n }),
+            _ if self.tiles => self.tiles_to(rows, xs, piece, &mut super::tiled::Features { chunk, n }),
             (Rows::Dense { data, cols }, &[(j0, j1)]) if !few && cols > 0 => {
                 gemm_into(&data[j0 * cols..j1 * cols], xs, n, cols, j1 - j0, chunk)
             }
@@ -151,12 +164,12 @@ pub(super) fn products_into(
     sorted.sort_unstable();
     let disjoint = sorted.windows(2).all(|w| w[0].1 <= w[1].0) && sorted.iter().all(|&(s, e)| s <= e && e <= stride);
     let m: usize = ranges.iter().map(|&(s, e)| e.saturating_sub(s)).sum();
-    let plan = Plan::new(rows, n, m);
-    if !disjoint || !plan.tiles(rows) || m == 0 || y.len() < n * stride {
+    if !disjoint || !tiles(rows, n) || m == 0 || y.len() < n * stride {
         return None;
     }
+    let plan = Plan::new(rows, xs, n, m);
     let cells = Cells(y.as_mut_ptr());
-    let run = |piece: &Vec<(usize, usize)>| tiles_to(rows, xs, n, piece, &mut RowMajor { cells, stride });
+    let run = |piece: &Vec<(usize, usize)>| plan.tiles_to(rows, xs, piece, &mut RowMajor { cells, stride });
     let pieces = split_ranges(ranges, plan.per);
     if pieces.len() == 1 {
         run(&pieces[0]);
@@ -164,16 +177,6 @@ pub(super) fn products_into(
         pieces.par_iter().for_each(run);
     }
     Some(())
-}
-
-/// The register tiles' products of the rows of `piece` with the `n` activation rows of `xs`, each
-/// handed to `sink`: file Q8_0 rows under the AVX-512 kernel widened block by block in registers
-/// (`folded`), other rows a group at a time into a buffer (`tiled`) — the same sums.
-fn tiles_to(rows: Rows<'_>, xs: &[f32], n: usize, piece: &[(usize, usize)], sink: &mut impl super::tiled::Sink) {
-    match super::folded::takes(rows) {
-        Some((bytes, cols)) => super::folded::products_to(bytes, cols, xs, n, piece, sink),
-        None => super::tiled::products_to(rows, xs, n, piece, sink),
-    }
 }
 
 /// `y`'s cells, written by several threads at once, each only its own (`products_into`).
@@ -492,12 +495,8 @@ mod tests {
             for (kind, rows) in kinds.iter().enumerate() {
                 let want = products(*rows, &xs, n, &ranges);
                 let mut y = vec![0.0f32; n * m];
-                let plan = Plan::new(*rows, n, 140);
                 if products_into(*rows, &xs, n, &ranges, &mut y, m).is_none() {
-                    assert!(
-                        !plan.tiles(*rows) && y.iter().all(|&v| v == 0.0),
-                        "n {n}, kind {kind}: refused, unwritten"
-                    );
+                    assert!(!tiles(*rows, n) && y.iter().all(|&v| v == 0.0), "n {n}, kind {kind}: refused, unwritten");
                     continue;
                 }
                 let js: Vec<usize> = ranges.iter().flat_map(|&(s, e)| s..e).collect();

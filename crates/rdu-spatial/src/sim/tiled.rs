@@ -37,7 +37,6 @@ impl Sink for Features<'_> {
     }
 }
 
-/// [`products`] with each result handed to `sink` as it is finished.
 /// `rows[j_i] · xs[r]` for the rows `j_i` of `piece`, in groups of `GROUP` widened into a
 /// buffer, each handed to `sink` as it is finished.
 pub(super) fn products_to(rows: Rows<'_>, xs: &[f32], n: usize, piece: &[(usize, usize)], sink: &mut impl Sink) {
