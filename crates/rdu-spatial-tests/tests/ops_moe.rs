@@ -2,8 +2,8 @@
 
 use crate::common;
 use std::borrow::Cow;
-use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use common::*;
 use rdu_spatial::q8::Q8Weight;
@@ -80,21 +80,21 @@ fn route_refuses_a_bias_of_another_width_and_unknown_words() {
 /// Bindings that count how often each expert of each stacked weight is read.
 struct Counting {
     inner: MapBindings,
-    reads: RefCell<BTreeMap<(String, usize), usize>>,
-    whole: RefCell<Vec<String>>,
+    reads: Mutex<BTreeMap<(String, usize), usize>>,
+    whole: Mutex<Vec<String>>,
 }
 
 impl SimBindings for Counting {
     fn tensor(&self, name: &str) -> Option<Cow<'_, SimTensor>> {
-        self.whole.borrow_mut().push(name.to_string());
+        self.whole.lock().expect("not poisoned").push(name.to_string());
         self.inner.tensor(name)
     }
     fn q8(&self, name: &str) -> Option<Cow<'_, Q8Weight>> {
-        self.whole.borrow_mut().push(name.to_string());
+        self.whole.lock().expect("not poisoned").push(name.to_string());
         self.inner.q8(name)
     }
     fn expert(&self, name: &str, expert: usize) -> Option<WeightSlab<'_>> {
-        *self.reads.borrow_mut().entry((name.to_string(), expert)).or_default() += 1;
+        *self.reads.lock().expect("not poisoned").entry((name.to_string(), expert)).or_default() += 1;
         let w = self.inner.q8.get(name)?;
         let per = w.blocks.len() / w.shape[0];
         Some(WeightSlab::Q8(Cow::Borrowed(&w.blocks[expert * per..(expert + 1) * per])))
@@ -114,15 +114,16 @@ fn experts_reads_only_the_selected_experts_once_each_and_folds_q8() {
         .with_q8("Wd", wd.clone());
     let ops = "y = experts(x, w, idx, Wg, Wu, Wd, act=silu) fold=q8";
     let prog = program(&inner, ops, &["y"]);
-    let counting = Counting { inner: inner.clone(), reads: RefCell::default(), whole: RefCell::default() };
+    let counting = Counting { inner: inner.clone(), reads: Mutex::default(), whole: Mutex::default() };
     let got = rdu_spatial::simulate(&prog, &counting).unwrap();
-    let reads = counting.reads.borrow();
+    let reads = counting.reads.lock().expect("not poisoned");
     let touched: Vec<(String, usize)> = reads.keys().cloned().collect();
     let want: Vec<(String, usize)> =
         ["Wd", "Wg", "Wu"].iter().flat_map(|n| [(n.to_string(), 1), (n.to_string(), 4)]).collect();
     assert_eq!(touched, want);
     assert!(reads.values().all(|&c| c == 1), "{reads:?}");
-    assert!(!counting.whole.borrow().iter().any(|n| n.starts_with('W')), "{:?}", counting.whole.borrow());
+    let whole = counting.whole.lock().expect("not poisoned");
+    assert!(!whole.iter().any(|n| n.starts_with('W')), "{whole:?}");
 
     // Against dense stacked weights and a naive sum.
     let dense = MapBindings::new()

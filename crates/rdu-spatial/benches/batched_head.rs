@@ -2,7 +2,9 @@
 //! weight read in place (Gemma 3 270M's tied embedding), at 16 rows (a 16-sequence step: the
 //! product that takes 40% of `rdu serve`'s step, `bench/serve/README.md`; through the register
 //! tiles, `sim/folded.rs`) and at 8 and 5 (a small batch's or a verify step's rows: a row dot
-//! per activation row, `dot_q8_rows_avx512`).
+//! per activation row, `dot_q8_rows_avx512`). Beside it, the same 16 rows times Gemma 3
+//! 270M's FFN gate `[2048, 640]`, whose 1.4 MB stay in the two cores' L2 from one call to
+//! the next: the register tiles' rate without the head's stream from memory.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use rdu_checkpoint::{GgmlType, GgmlWeight};
@@ -29,31 +31,55 @@ fn huge_page_vec(len: usize) -> Vec<u8> {
     v
 }
 
-fn head(c: &mut Criterion) {
-    let q8 = quantize_q8_0(&seeded_weight(7, "W", &[OUT, IN], false), &[OUT, IN]).expect("quantisable");
+/// A seeded `[out, IN]` weight as file Q8_0 blocks (an f16 scale, then 32 int8 values).
+fn file_q8(out: usize) -> GgmlWeight {
+    let q8 = quantize_q8_0(&seeded_weight(7, "W", &[out, IN], false), &[out, IN]).expect("quantisable");
     let mut bytes = huge_page_vec(q8.blocks.len() * 34);
     for b in &q8.blocks {
         bytes.extend_from_slice(&half::f16::from_f32(b.d).to_le_bytes());
         bytes.extend(b.qs.iter().map(|&q| q as u8));
     }
-    let w = GgmlWeight { shape: vec![OUT, IN], format: GgmlType::Q8_0, bytes };
+    GgmlWeight { shape: vec![out, IN], format: GgmlType::Q8_0, bytes }
+}
+
+/// Times `linear(x [rows, IN], W [out, IN])` in `group`, W the file Q8_0 weight `bindings`
+/// holds (read in place); hands the bindings back for the next.
+fn product(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    bindings: MapBindings,
+    out: usize,
+    rows: usize,
+) -> MapBindings {
+    let text = format!(
+        "program bench chip=sn50\n\
+         tensor x : f32[{rows}, {IN}] role=input home=hbm\n\
+         tensor W : f32[{out}, {IN}] storage=q8_0 role=weight home=hbm\n\
+         section 0\nstage s0 pcus=1 pmus=1\n  y = linear(x, W) fold=q8\noutput y\n"
+    );
+    let program = parse(&text).expect("bench program parses");
+    let x = SimTensor::f32(vec![rows, IN], seeded_weight(3, "x", &[rows, IN], false));
+    let bindings = bindings.with("x", x);
+    let name = format!("q8_0_packed_{rows}_rows");
+    group.bench_function(name, |b| b.iter(|| simulate(black_box(&program), &bindings).expect("runs")));
+    bindings
+}
+
+fn head(c: &mut Criterion) {
+    let mut bindings = MapBindings::new().with_packed("W", file_q8(OUT));
     let mut group = c.benchmark_group("head_262144x640");
     group.sample_size(20);
-    let mut bindings = MapBindings::new().with_packed("W", w);
     for rows in [16, 8, 5] {
-        let text = format!(
-            "program bench chip=sn50\n\
-             tensor x : f32[{rows}, {IN}] role=input home=hbm\n\
-             tensor W : f32[{OUT}, {IN}] storage=q8_0 role=weight home=hbm\n\
-             section 0\nstage s0 pcus=1 pmus=1\n  y = linear(x, W) fold=q8\noutput y\n"
-        );
-        let program = parse(&text).expect("bench program parses");
-        bindings = bindings.with("x", SimTensor::f32(vec![rows, IN], seeded_weight(3, "x", &[rows, IN], false)));
-        let name = format!("q8_0_packed_{rows}_rows");
-        group.bench_function(name, |b| b.iter(|| simulate(black_box(&program), &bindings).expect("runs")));
+        bindings = product(&mut group, bindings, OUT, rows);
     }
     group.finish();
 }
 
-criterion_group!(benches, head);
+/// 16 rows times a weight that stays in L2 between calls.
+fn resident(c: &mut Criterion) {
+    let mut group = c.benchmark_group("resident_2048x640");
+    product(&mut group, MapBindings::new().with_packed("W", file_q8(2048)), 2048, 16);
+    group.finish();
+}
+
+criterion_group!(benches, head, resident);
 criterion_main!(benches);

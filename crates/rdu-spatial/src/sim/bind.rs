@@ -17,7 +17,10 @@ use crate::q8::{Q8Block, Q8Weight};
 /// [`SimBindings::tensor`]. `experts` reads its stacked weights one expert at a time
 /// through [`SimBindings::expert`], so an implementation can materialise only the experts a
 /// step selects; the default slices the whole tensor.
-pub trait SimBindings {
+///
+/// `Sync`: independent ops of a program run on several threads at once, reading the same
+/// bindings.
+pub trait SimBindings: Sync {
     /// A dense tensor by name.
     fn tensor(&self, name: &str) -> Option<Cow<'_, SimTensor>>;
 

@@ -1,10 +1,12 @@
 //! The executor: binds tensors on first read, runs every op in order, checks what it produces.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::bind::SimBindings;
-use super::call::{dispatch, ArgVal, Call};
+use rayon::prelude::*;
+
+use super::call::{dispatch, ArgVal, Call, Outs};
 use super::collective::Collective;
 use super::packed::PackedWeight;
 use super::tensor::SimTensor;
@@ -23,8 +25,8 @@ pub(super) fn run(
     collective: Option<(&dyn Collective, usize)>,
     routes: Option<&mut BTreeMap<String, SimTensor>>,
 ) -> Result<BTreeMap<String, SimTensor>, SimError> {
-    let decls: BTreeMap<&str, &TensorDecl> = program.tensors.iter().map(|d| (d.name.as_str(), d)).collect();
-    let mut ex = Exec { bindings, decls, env: BTreeMap::new(), collective, routes, clean: BTreeSet::new() };
+    let decls: HashMap<&str, &TensorDecl> = program.tensors.iter().map(|d| (d.name.as_str(), d)).collect();
+    let mut ex = Exec { bindings, decls, env: HashMap::new(), collective, routes, clean: HashSet::new() };
     if in_place {
         for decl in program.tensors.iter().filter(|d| d.role == Role::State) {
             if let Some(t) = states.remove(&decl.name) {
@@ -56,8 +58,12 @@ pub(super) fn run(
     result?;
     let mut outputs = BTreeMap::new();
     for name in &program.outputs {
-        match ex.env.get(name) {
-            Some(Val::Dense(t)) => outputs.insert(name.clone(), t.clone().into_owned()),
+        if outputs.contains_key(name) {
+            continue;
+        }
+        // Moved out, not copied: a 16-row step's logits are 16 MiB.
+        match ex.env.remove(name) {
+            Some(Val::Dense(t)) => outputs.insert(name.clone(), t.into_owned()),
             _ => match states.get(name) {
                 Some(t) => outputs.insert(name.clone(), t.clone()),
                 None => return Err(SimError::NoOutput { name: name.clone() }),
@@ -79,32 +85,126 @@ pub(super) enum Val<'b> {
 
 struct Exec<'p, 'b, 'r> {
     bindings: &'b dyn SimBindings,
-    decls: BTreeMap<&'p str, &'p TensorDecl>,
-    env: BTreeMap<String, Val<'b>>,
+    decls: HashMap<&'p str, &'p TensorDecl>,
+    /// Hashed, not ordered: a 16-row step looks names up thousands of times, and nothing
+    /// iterates over them (ordered, comparing names took about 1% of a serving step).
+    env: HashMap<String, Val<'b>>,
     collective: Option<(&'b dyn Collective, usize)>,
     routes: Option<&'r mut BTreeMap<String, SimTensor>>,
     /// States known to hold only values their storage represents: the caller's (in place) and
     /// every one this run has bound. A row `cache_put` writes into such a bf16 state is
     /// rounded as it goes in, not the whole cache after it.
-    clean: BTreeSet<String>,
+    clean: HashSet<String>,
+}
+
+/// An op and where it stands in its program (for errors).
+struct Placed<'p> {
+    stage: &'p str,
+    index: usize,
+    op: &'p KernelOp,
+}
+
+impl Placed<'_> {
+    /// `e` as an error of this op (a kernel's refusal named with its stage and index).
+    fn label(&self, e: SimError) -> SimError {
+        match e {
+            SimError::Invalid { message } => {
+                SimError::Op { stage: self.stage.to_string(), index: self.index, op: self.op.op.to_string(), message }
+            }
+            other => other,
+        }
+    }
+}
+
+/// What an op took out of the environment before its call: the state it updates in place, and
+/// the rows a `cache_put` writes into a bf16 state, rounded.
+struct Taken {
+    inplace: Option<SimTensor>,
+    rows: Option<SimTensor>,
 }
 
 impl<'p, 'b> Exec<'p, 'b, '_> {
+    /// Runs the program's ops wave by wave ([`waves`](super::waves)): each wave's operands
+    /// bound, its calls made at once where it holds more than one, their outputs bound in
+    /// program order. Every op reads what it would one op at a time; a 16-sequence decode step
+    /// runs its sequences' attention on every thread.
     fn steps(&mut self, program: &'p SpatialProgram) -> Result<(), SimError> {
-        for stage in program.sections.iter().flat_map(|s| &s.stages) {
-            for (index, op) in stage.ops.iter().enumerate() {
-                self.step(op).map_err(|e| match e {
-                    SimError::Invalid { message } => {
-                        SimError::Op { stage: stage.name.clone(), index, op: op.op.to_string(), message }
-                    }
-                    other => other,
-                })?;
-            }
+        let placed: Vec<Placed<'p>> = program
+            .sections
+            .iter()
+            .flat_map(|s| &s.stages)
+            .flat_map(|stage| stage.ops.iter().enumerate().map(|(index, op)| Placed { stage: &stage.name, index, op }))
+            .collect();
+        let ops: Vec<&KernelOp> = placed.iter().map(|p| p.op).collect();
+        for wave in super::waves::waves(&ops) {
+            let wave: Vec<&Placed<'p>> = wave.iter().map(|&i| &placed[i]).collect();
+            self.wave(&wave)?;
         }
         Ok(())
     }
 
-    fn step(&mut self, op: &KernelOp) -> Result<(), SimError> {
+    /// Runs one wave's ops. An op that cannot be prepared (an operand it cannot bind) ends the
+    /// wave: the ops before it still run. The error returned is the first in program order,
+    /// after every op that ran has written its state or put it back.
+    fn wave(&mut self, wave: &[&Placed<'p>]) -> Result<(), SimError> {
+        let mut taken = Vec::with_capacity(wave.len());
+        let mut refused = None;
+        for p in wave {
+            match self.prepare(p.op) {
+                Ok(t) => taken.push(t),
+                Err(e) => {
+                    refused = Some(p.label(e));
+                    break;
+                }
+            }
+        }
+        let wave = &wave[..taken.len()];
+        let (rows, states): (Vec<Option<SimTensor>>, Vec<Option<SimTensor>>) =
+            taken.into_iter().map(|t| (t.rows, t.inplace)).unzip();
+        let (results, leftovers) = self.calls(wave, &rows, states);
+        let mut first = None;
+        for (((p, result), leftover), rows) in wave.iter().zip(results).zip(leftovers).zip(&rows) {
+            if let Err(e) = self.finish(p.op, result, leftover, rows.is_some()) {
+                first = first.or(Some(p.label(e)));
+            }
+        }
+        first.or(refused).map_or(Ok(()), Err)
+    }
+
+    /// Makes each op's call and runs them — at once when there are several — then hands back
+    /// each op's result and the state its call still holds (one it refused to update).
+    fn calls(
+        &self,
+        wave: &[&Placed<'p>],
+        rows: &[Option<SimTensor>],
+        mut states: Vec<Option<SimTensor>>,
+    ) -> (Vec<Outs>, Vec<Option<SimTensor>>) {
+        let mut calls: Vec<Result<Call<'_>, SimError>> = Vec::with_capacity(wave.len());
+        for ((p, rows), state) in wave.iter().zip(rows).zip(states.iter_mut()) {
+            calls.push(self.call(p.op, rows.as_ref(), state));
+        }
+        let run = |call: &mut Result<Call<'_>, SimError>| call.as_mut().ok().map(timed);
+        let ran: Vec<Option<Outs>> = if calls.iter().flatten().nth(1).is_some() {
+            calls.par_iter_mut().map(run).collect()
+        } else {
+            calls.iter_mut().map(run).collect()
+        };
+        calls
+            .into_iter()
+            .zip(ran)
+            .zip(states)
+            .map(|((call, ran), state)| match (call, ran) {
+                (Ok(mut call), ran) => {
+                    (ran.unwrap_or_else(|| super::invalid("the op did not run")), call.inplace.take())
+                }
+                (Err(e), _) => (Err(e), state),
+            })
+            .unzip()
+    }
+
+    /// Binds `op`'s operands (from the bindings on first read; a packed weight another op reads
+    /// widened once) and takes out the state an in-place update writes.
+    fn prepare(&mut self, op: &KernelOp) -> Result<Taken, SimError> {
         let Some(last) = op.outs.last() else { return super::invalid("an op must bind at least one output") };
         for (i, arg) in op.args.iter().enumerate() {
             if let Arg::Tensor(name) = arg {
@@ -139,10 +239,20 @@ impl<'p, 'b> Exec<'p, 'b, '_> {
             None
         };
         let rows = if inplace.is_some() { self.rounded_rows(op, last) } else { None };
-        let rows_rounded = rows.is_some();
+        Ok(Taken { inplace, rows })
+    }
+
+    /// `op`'s call over the environment, with what [`Exec::prepare`] took (the state moves
+    /// into the call; refused, it stays in `inplace`).
+    fn call<'c>(
+        &'c self,
+        op: &'c KernelOp,
+        rows: Option<&'c SimTensor>,
+        inplace: &mut Option<SimTensor>,
+    ) -> Result<Call<'c>, SimError> {
         let mut args = Vec::with_capacity(op.args.len());
         for (i, arg) in op.args.iter().enumerate() {
-            args.push(match (arg, &rows) {
+            args.push(match (arg, rows) {
                 (_, Some(rows)) if i == 1 => ArgVal::Dense(rows),
                 (Arg::Lit(_), _) => ArgVal::Lit,
                 (Arg::Tensor(name), _) => match self.env.get(name.as_str()) {
@@ -159,13 +269,19 @@ impl<'p, 'b> Exec<'p, 'b, '_> {
             });
         }
         check_storage(op, &args)?;
-        let mut call = Call { op, args, bindings: self.bindings, inplace, collective: self.collective };
-        let started = super::profile::on().then(std::time::Instant::now);
-        let result = dispatch(&mut call);
-        if let (Some(t), Ok(outs)) = (started, &result) {
-            super::profile::record(op.op.name(), outs.first().map_or(&[][..], |o| &o.shape), t.elapsed().as_secs_f64());
-        }
-        if let (Err(_), Some(state)) = (&result, call.inplace.take()) {
+        Ok(Call { op, args, bindings: self.bindings, inplace: inplace.take(), collective: self.collective })
+    }
+
+    /// Binds what `op` produced (`result`), or puts back the state its refused call held.
+    fn finish(
+        &mut self,
+        op: &KernelOp,
+        result: Outs,
+        leftover: Option<SimTensor>,
+        rounded: bool,
+    ) -> Result<(), SimError> {
+        let Some(last) = op.outs.last() else { return super::invalid("an op must bind at least one output") };
+        if let Some(state) = leftover {
             // A state taken for an in-place update goes back when the kernel refuses the op.
             self.env.insert(last.clone(), Val::Dense(Cow::Owned(state)));
         }
@@ -181,7 +297,7 @@ impl<'p, 'b> Exec<'p, 'b, '_> {
         }
         for (k, (name, value)) in op.outs.iter().zip(outs).enumerate() {
             let is_state = op.update && k + 1 == op.outs.len();
-            self.bind(name, value, is_state, is_state && rows_rounded)?;
+            self.bind(name, value, is_state, is_state && rounded)?;
         }
         Ok(())
     }
@@ -327,6 +443,20 @@ impl<'p, 'b> Exec<'p, 'b, '_> {
         self.env.insert(name.to_string(), Val::Dense(Cow::Owned(value)));
         Ok(())
     }
+}
+
+/// Runs `call`'s kernel, its time recorded when the profile is on.
+fn timed(call: &mut Call<'_>) -> Outs {
+    let started = super::profile::on().then(std::time::Instant::now);
+    let result = dispatch(call);
+    if let (Some(t), Ok(outs)) = (started, &result) {
+        super::profile::record(
+            call.op.op.name(),
+            outs.first().map_or(&[][..], |o| &o.shape),
+            t.elapsed().as_secs_f64(),
+        );
+    }
+    result
 }
 
 fn decl_role(decl: Option<&TensorDecl>) -> &'static str {

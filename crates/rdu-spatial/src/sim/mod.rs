@@ -26,6 +26,7 @@ mod rows;
 mod shape;
 mod tensor;
 mod tiled;
+mod waves;
 
 use std::collections::BTreeMap;
 

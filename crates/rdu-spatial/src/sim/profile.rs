@@ -1,8 +1,9 @@
 //! Where the simulator's time goes, op by op (`rdu run --profile`, `rdu serve --profile`): off
 //! until [`enable`]d; then each op's wall time is added to its entry, the op and the shape of
 //! its first output (`linear [16, 262144]`: Gemma 3's head over a 16-row batched step), until
-//! [`take`] hands the entries over. Threads that run ops at once (a tensor-parallel program's
-//! chips) each add their own time. Nothing it records changes a value.
+//! [`take`] hands the entries over. Ops that run at once (a wave's independent ops, a
+//! tensor-parallel program's chips) each add their own time, so the entries can sum to more
+//! than the wall time that passed. Nothing it records changes a value.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
