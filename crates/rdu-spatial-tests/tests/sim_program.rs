@@ -1,5 +1,6 @@
 //! Whole programs: the golden decode layer (folded and tiled = dense and untiled, in place =
-//! copied states), runtime errors as one-line `SimError`s, and no panic on random programs.
+//! copied states; a refused update beside an accepted one in a wave), runtime errors as one-line
+//! `SimError`s, and no panic on random programs.
 
 use crate::common;
 use std::collections::BTreeMap;
@@ -94,6 +95,26 @@ fn a_refused_in_place_update_leaves_the_state_with_the_caller() {
     let e = simulate_in_place(&p, &b, &mut states).unwrap_err().to_string();
     assert!(e.contains("cannot put rows [1, 3] into a cache [2, 2]"), "{e}");
     assert_eq!(states["C"], f(&[2, 2], &[5., 6., 7., 8.]));
+}
+
+/// Two independent updates run in one wave (`sim/waves.rs`): the refused one leaves its state
+/// with the caller as it was, the other's write stands, and the error is the refused one's.
+#[test]
+fn a_refused_update_beside_an_accepted_one_in_a_wave_keeps_both_states() {
+    let b = MapBindings::new()
+        .with("x", f(&[1, 3], &[1., 2., 3.]))
+        .with("y", f(&[1, 2], &[9., 10.]))
+        .with("pos", i(&[], &[1]));
+    let decls = b.clone().with("C", f(&[2, 2], &[0.; 4])).with("C2", f(&[2, 2], &[0.; 4]));
+    let p = program(&decls, "C <- cache_put(C, x, pos)\nC2 <- cache_put(C2, y, pos)", &[]);
+    let mut states = BTreeMap::from([
+        ("C".to_string(), f(&[2, 2], &[5., 6., 7., 8.])),
+        ("C2".to_string(), f(&[2, 2], &[1., 2., 3., 4.])),
+    ]);
+    let e = simulate_in_place(&p, &b, &mut states).unwrap_err().to_string();
+    assert!(e.contains("cannot put rows [1, 3] into a cache [2, 2]"), "{e}");
+    assert_eq!(states["C"], f(&[2, 2], &[5., 6., 7., 8.]));
+    assert_eq!(states["C2"], f(&[2, 2], &[1., 2., 9., 10.]));
 }
 
 #[test]
