@@ -89,7 +89,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub(crate) json: bool,
     /// Time each op the spatial engine runs and print where the time went on stderr at the end:
-    /// op, output shape, calls, milliseconds (wall time on the host, not the chip's)
+    /// op, output shape, calls, milliseconds (wall time on the host, not the chip's; ops that
+    /// run at once each count their own)
     #[arg(long)]
     pub(crate) profile: bool,
     /// Run several sequences at once through a batched bundle: FILE holds one prompt per line
