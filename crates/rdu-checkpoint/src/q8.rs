@@ -78,6 +78,19 @@ impl Q8Block {
         Q8Block { d: f16::from_f32(d).to_f32(), qs }
     }
 
+    /// Bytes of a block as a file stores it: an f16 scale, then 32 int8 values.
+    pub const BYTES: usize = 2 + QK8_0;
+
+    /// The block as a file stores it ([`Q8Block::from_bytes`]'s inverse for a scale f16 holds).
+    pub fn to_bytes(&self) -> [u8; Q8Block::BYTES] {
+        let mut out = [0u8; Q8Block::BYTES];
+        out[..2].copy_from_slice(&f16::from_f32(self.d).to_le_bytes());
+        for (o, &q) in out[2..].iter_mut().zip(&self.qs) {
+            *o = q as u8;
+        }
+        out
+    }
+
     /// Reads a 34-byte `{f16 d; i8 qs[32]}` block (the f16 scale widened to f32).
     #[inline(always)]
     pub fn from_bytes(bytes: &[u8]) -> Q8Block {

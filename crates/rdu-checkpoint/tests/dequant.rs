@@ -37,6 +37,18 @@ fn q8_0() {
     assert_eq!(&y[32..35], [-254.0, 256.0, -0.0]);
 }
 
+/// `Q8Block::to_bytes` writes the file layout `from_bytes` reads: the scale as f16, then the
+/// 32 values as bytes, two's complement.
+#[test]
+fn q8_0_block_bytes_round_trip() {
+    let mut file = f16_bytes(-2.0).to_vec();
+    file.extend([127u8, 0x80, 0xff].iter().chain(&[1; 29]));
+    let block = Q8Block::from_bytes(&file);
+    assert_eq!((block.d, block.qs[0], block.qs[1], block.qs[2]), (-2.0, 127, -128, -1));
+    assert_eq!(block.to_bytes().as_slice(), file.as_slice());
+    assert_eq!(Q8Block::BYTES, file.len());
+}
+
 #[test]
 fn q4_0() {
     let mut block = f16_bytes(0.5).to_vec();

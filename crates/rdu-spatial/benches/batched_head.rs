@@ -34,11 +34,8 @@ fn huge_page_vec(len: usize) -> Vec<u8> {
 /// A seeded `[out, IN]` weight as file Q8_0 blocks (an f16 scale, then 32 int8 values).
 fn file_q8(out: usize) -> GgmlWeight {
     let q8 = quantize_q8_0(&seeded_weight(7, "W", &[out, IN], false), &[out, IN]).expect("quantisable");
-    let mut bytes = huge_page_vec(q8.blocks.len() * 34);
-    for b in &q8.blocks {
-        bytes.extend_from_slice(&half::f16::from_f32(b.d).to_le_bytes());
-        bytes.extend(b.qs.iter().map(|&q| q as u8));
-    }
+    let mut bytes = huge_page_vec(q8.blocks.len() * rdu_checkpoint::Q8Block::BYTES);
+    bytes.extend(q8.blocks.iter().flat_map(|b| b.to_bytes()));
     GgmlWeight { shape: vec![out, IN], format: GgmlType::Q8_0, bytes }
 }
 

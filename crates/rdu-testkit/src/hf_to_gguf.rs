@@ -95,12 +95,7 @@ pub fn convert_with(dir: &Path, target: Target, quant: Quant, out: &Path, edit: 
         let (type_id, bytes) = match (quantise, quant) {
             (true, Quant::Q8_0) => {
                 let q = quantize_q8_0(&t.data, &t.shape).expect("quantise");
-                let mut bytes = Vec::with_capacity(q.blocks.len() * 34);
-                for b in &q.blocks {
-                    bytes.extend(half::f16::from_f32(b.d).to_le_bytes());
-                    bytes.extend(b.qs.iter().map(|&q| q as u8));
-                }
-                (8, bytes)
+                (8, q.blocks.iter().flat_map(|b| b.to_bytes()).collect())
             }
             (true, _) => {
                 let values = quantize_q8_0(&t.data, &t.shape).expect("quantise").dequantize();

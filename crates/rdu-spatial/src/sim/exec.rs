@@ -149,20 +149,21 @@ impl<'p, 'b> Exec<'p, 'b, '_> {
     /// wave: the ops before it still run. The error returned is the first in program order,
     /// after every op that ran has written its state or put it back.
     fn wave(&mut self, wave: &[&Placed<'p>]) -> Result<(), SimError> {
-        let mut taken = Vec::with_capacity(wave.len());
+        let (mut rows, mut states) = (Vec::with_capacity(wave.len()), Vec::with_capacity(wave.len()));
         let mut refused = None;
         for p in wave {
             match self.prepare(p.op) {
-                Ok(t) => taken.push(t),
+                Ok(taken) => {
+                    rows.push(taken.rows);
+                    states.push(taken.inplace);
+                }
                 Err(e) => {
                     refused = Some(p.label(e));
                     break;
                 }
             }
         }
-        let wave = &wave[..taken.len()];
-        let (rows, states): (Vec<Option<SimTensor>>, Vec<Option<SimTensor>>) =
-            taken.into_iter().map(|t| (t.rows, t.inplace)).unzip();
+        let wave = &wave[..rows.len()];
         let (results, leftovers) = self.calls(wave, &rows, states);
         let mut first = None;
         for (((p, result), leftover), rows) in wave.iter().zip(results).zip(leftovers).zip(&rows) {
@@ -181,27 +182,21 @@ impl<'p, 'b> Exec<'p, 'b, '_> {
         rows: &[Option<SimTensor>],
         mut states: Vec<Option<SimTensor>>,
     ) -> (Vec<Outs>, Vec<Option<SimTensor>>) {
-        let mut calls: Vec<Result<Call<'_>, SimError>> = Vec::with_capacity(wave.len());
-        for ((p, rows), state) in wave.iter().zip(rows).zip(states.iter_mut()) {
-            calls.push(self.call(p.op, rows.as_ref(), state));
-        }
-        let run = |call: &mut Result<Call<'_>, SimError>| call.as_mut().ok().map(timed);
-        let ran: Vec<Option<Outs>> = if calls.iter().flatten().nth(1).is_some() {
-            calls.par_iter_mut().map(run).collect()
-        } else {
-            calls.iter_mut().map(run).collect()
+        let calls: Vec<Result<Call<'_>, SimError>> = wave
+            .iter()
+            .zip(rows)
+            .zip(states.iter_mut())
+            .map(|((p, rows), state)| self.call(p.op, rows.as_ref(), state))
+            .collect();
+        let run = |(call, state): (Result<Call<'_>, SimError>, Option<SimTensor>)| match call {
+            Ok(mut call) => (timed(&mut call), call.inplace.take()),
+            Err(e) => (Err(e), state),
         };
-        calls
-            .into_iter()
-            .zip(ran)
-            .zip(states)
-            .map(|((call, ran), state)| match (call, ran) {
-                (Ok(mut call), ran) => {
-                    (ran.unwrap_or_else(|| super::invalid("the op did not run")), call.inplace.take())
-                }
-                (Err(e), _) => (Err(e), state),
-            })
-            .unzip()
+        if calls.iter().flatten().nth(1).is_some() {
+            calls.into_par_iter().zip(states).map(run).unzip()
+        } else {
+            calls.into_iter().zip(states).map(run).unzip()
+        }
     }
 
     /// Binds `op`'s operands (from the bindings on first read; a packed weight another op reads

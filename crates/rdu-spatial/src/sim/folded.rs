@@ -28,7 +28,7 @@ const TRIO: usize = 3;
 /// Weight rows ahead of the tile whose bytes are prefetched.
 const AHEAD: usize = 8;
 /// Bytes of a file Q8_0 block: an f16 scale, then 32 int8 values.
-const BLOCK: usize = 34;
+const BLOCK: usize = rdu_checkpoint::Q8Block::BYTES;
 
 /// A product through here: the weight's bytes, and the `n` activation rows packed once
 /// for every piece the threads take.
@@ -148,6 +148,8 @@ unsafe fn tile(
     const WIDE: usize = 2 * LANES;
     // Macros, not closures: a closure does not take the function's target features, and a
     // call out of the loop would spill every running sum around it.
+    // A block's scale by one u16 load (`packed::scale_of`'s two byte loads: the 16-row head 3%
+    // slower in `benches/batched_head.rs`).
     macro_rules! scale {
         ($block:expr) => {
             _mm512_set1_ps(scales[usize::from($block.cast::<u16>().read_unaligned())])
@@ -225,12 +227,7 @@ mod tests {
     /// `m` rows of `cols` values as file Q8_0 blocks (an f16 scale, then 32 int8 values).
     fn file_q8(m: usize, cols: usize, seed: u32) -> Vec<u8> {
         let q8 = crate::q8::quantize_q8_0(&values(m * cols, seed), &[m, cols]).expect("quantisable");
-        let mut bytes = Vec::with_capacity(q8.blocks.len() * BLOCK);
-        for b in &q8.blocks {
-            bytes.extend_from_slice(&half::f16::from_f32(b.d).to_le_bytes());
-            bytes.extend(b.qs.iter().map(|&q| q as u8));
-        }
-        bytes
+        q8.blocks.iter().flat_map(|b| b.to_bytes()).collect()
     }
 
     /// Every product in-register widening puts is, bit for bit, the one the widened-buffer

@@ -478,11 +478,7 @@ mod tests {
         let (m, k) = (170, 64);
         let w = values(m * k, 21);
         let q8 = crate::q8::quantize_q8_0(&w, &[m, k]).expect("quantise");
-        let file: Vec<u8> = q8
-            .blocks
-            .iter()
-            .flat_map(|b| half::f16::from_f32(b.d).to_le_bytes().into_iter().chain(b.qs.iter().map(|&q| q as u8)))
-            .collect();
+        let file: Vec<u8> = q8.blocks.iter().flat_map(|b| b.to_bytes()).collect();
         let ranges = [(0, 100), (130, m)];
         let kinds = [
             Rows::Dense { data: &w, cols: k },

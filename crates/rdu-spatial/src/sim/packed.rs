@@ -674,7 +674,7 @@ pub(super) fn f16_values() -> &'static F16Values {
 /// `b` must point at two readable bytes.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(super) unsafe fn scale_of(values: &F16Values, b: *const u8) -> f32 {
+unsafe fn scale_of(values: &F16Values, b: *const u8) -> f32 {
     values[usize::from(u16::from_le_bytes([*b, *b.add(1)]))]
 }
 
